@@ -1,0 +1,1 @@
+//! Rendering compile errors with source line and caret. (being written)

@@ -1,0 +1,1 @@
+//! Tokens of D. (being written)

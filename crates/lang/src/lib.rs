@@ -1,0 +1,13 @@
+//! The D language for udtrace: lexing, parsing, types and checking. No I/O: text in,
+//! a checked program or a located error out.
+
+pub mod ast;
+pub mod diag;
+pub mod error;
+pub mod lexer;
+pub mod options;
+pub mod parser;
+pub mod span;
+
+pub use error::CompileError;
+pub use span::Span;

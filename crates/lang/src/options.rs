@@ -1,0 +1,1 @@
+//! The options of `-x name=value` and `#pragma D option`. (being written)

@@ -1,0 +1,1 @@
+//! Recursive-descent parser for D. (being written)

@@ -1,0 +1,1 @@
+//! Aggregating functions and their state. (being written)

@@ -1,0 +1,1 @@
+//! DTrace output formats. (being written)
