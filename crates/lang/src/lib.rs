@@ -2,12 +2,16 @@
 //! a checked program or a located error out.
 
 pub mod ast;
+pub mod check;
+pub mod consts;
 pub mod diag;
 pub mod error;
+pub mod ir;
 pub mod lexer;
 pub mod options;
 pub mod parser;
 pub mod span;
+pub mod types;
 
 pub use error::CompileError;
 pub use span::Span;

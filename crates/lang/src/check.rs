@@ -1,0 +1,1731 @@
+//! The checker: resolves every name in the syntax tree, gives every expression its D
+//! type, rejects what DTrace rejects (with DTrace's words), and lowers clauses to the
+//! IR that the runtime interprets.
+//!
+//! Sources are checked one after another into one program, as dtrace compiles its
+//! `-n`/`-s` arguments into one consumer: a variable declared or first assigned in one
+//! source is known to the later ones.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::ast::{self, BaseType, BinaryOp, Signedness, UnaryOp, VarScope};
+use crate::consts;
+use crate::error::{CompileError, Result};
+use crate::ir::{
+    Action, AggInfo, AggKind, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, PragmaOption, Subr, VarInfo,
+    VarRef,
+};
+use crate::span::Span;
+use crate::types::{usual_arithmetic, IntType, SymKind, Type};
+
+/// The value of a macro variable (`$1`, `$target`, …) as the command line gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MacroValue {
+    Int(i64),
+    Str(String),
+}
+
+/// Where macro variables come from; the command line implements it.
+pub trait MacroEnv {
+    /// `name` is without the `$`: `"1"`, `"target"`. `Err` carries DTrace's message.
+    fn lookup(&self, name: &str) -> std::result::Result<MacroValue, String>;
+}
+
+/// No macro variables at all (tests, `-e` of a program that uses none).
+pub struct NoMacros;
+
+impl MacroEnv for NoMacros {
+    fn lookup(&self, name: &str) -> std::result::Result<MacroValue, String> {
+        Err(format!("macro argument ${name} is not defined"))
+    }
+}
+
+pub struct Checker<'m> {
+    prog: CheckedProgram,
+    macros: &'m dyn MacroEnv,
+    globals: HashMap<String, usize>,
+    thread: HashMap<String, usize>,
+    clause: HashMap<String, usize>,
+    aggs: HashMap<String, usize>,
+    inlines: HashMap<String, (Type, ast::Expr)>,
+    /// Inline expansion depth, so a self-referencing inline is an error, not a hang.
+    inline_depth: u32,
+    source: usize,
+}
+
+fn err<T>(span: Span, msg: impl Into<String>) -> Result<T> {
+    Err(CompileError::new(span, msg))
+}
+
+fn int_ty() -> Type {
+    Type::int(4, true)
+}
+
+fn mk(kind: ExprKind, ty: Type, span: Span) -> Expr {
+    Expr { kind, ty, span }
+}
+
+/// An integer constant of type `ty`.
+fn int_const(v: u64, ty: Type, span: Span) -> Expr {
+    mk(ExprKind::Int(v), ty, span)
+}
+
+fn builtin_var(name: &str) -> Option<(Builtin, Type)> {
+    let u64t = Type::named_int(8, false, "uint64_t");
+    let s = Type::String;
+    Some(match name {
+        "arg0" | "arg1" | "arg2" | "arg3" | "arg4" | "arg5" | "arg6" | "arg7" | "arg8" | "arg9" => {
+            (Builtin::Arg(name.as_bytes()[3] - b'0'), Type::named_int(8, true, "int64_t"))
+        }
+        "caller" => (Builtin::Caller, Type::named_int(8, false, "uintptr_t")),
+        "ucaller" => (Builtin::Ucaller, Type::named_int(8, false, "uint64_t")),
+        "cpu" => (Builtin::Cpu, Type::named_int(4, true, "processorid_t")),
+        "epid" => (Builtin::Epid, Type::named_int(4, false, "uint_t")),
+        "id" => (Builtin::Id, Type::named_int(4, false, "uint_t")),
+        "errno" => (Builtin::Errno, int_ty()),
+        "execname" => (Builtin::Execname, s),
+        "pid" => (Builtin::Pid, Type::named_int(4, true, "pid_t")),
+        "ppid" => (Builtin::Ppid, Type::named_int(4, true, "pid_t")),
+        "tid" => (Builtin::Tid, Type::named_int(4, true, "id_t")),
+        "uid" => (Builtin::Uid, Type::named_int(4, false, "uid_t")),
+        "gid" => (Builtin::Gid, Type::named_int(4, false, "gid_t")),
+        "timestamp" => (Builtin::Timestamp, u64t),
+        "vtimestamp" => (Builtin::Vtimestamp, u64t),
+        "walltimestamp" => (Builtin::Walltimestamp, Type::named_int(8, true, "int64_t")),
+        "probeprov" => (Builtin::Probeprov, s),
+        "probemod" => (Builtin::Probemod, s),
+        "probefunc" => (Builtin::Probefunc, s),
+        "probename" => (Builtin::Probename, s),
+        "stackdepth" => (Builtin::Stackdepth, Type::named_int(4, false, "uint32_t")),
+        "ustackdepth" => (Builtin::Ustackdepth, Type::named_int(4, false, "uint32_t")),
+        "curthread" => (Builtin::Curthread, Type::Pointer(Box::new(Type::Void))),
+        "ipl" => (Builtin::Ipl, Type::named_int(4, false, "uint_t")),
+        "cwd" => (Builtin::Cwd, s),
+        "root" => (Builtin::Root, s),
+        _ => return None,
+    })
+}
+
+/// Names that are actions: statements only, never values.
+const ACTIONS: &[&str] = &[
+    "trace", "tracemem", "printf", "printa", "exit", "clear", "trunc", "normalize", "denormalize", "setopt",
+    "speculate", "commit", "discard", "system", "raise", "stop", "printm", "freopen", "ftruncate", "breakpoint",
+    "panic", "chill", "print", "jstack",
+];
+
+fn subr_by_name(name: &str) -> Option<Subr> {
+    Some(match name {
+        "strlen" => Subr::Strlen,
+        "strjoin" => Subr::Strjoin,
+        "substr" => Subr::Substr,
+        "index" => Subr::Index,
+        "rindex" => Subr::Rindex,
+        "strstr" => Subr::Strstr,
+        "strchr" => Subr::Strchr,
+        "strrchr" => Subr::Strrchr,
+        "strtok" => Subr::Strtok,
+        "basename" => Subr::Basename,
+        "dirname" => Subr::Dirname,
+        "lltostr" => Subr::Lltostr,
+        "strtoll" => Subr::Strtoll,
+        "toupper" => Subr::Toupper,
+        "tolower" => Subr::Tolower,
+        "rand" => Subr::Rand,
+        "speculation" => Subr::Speculation,
+        "copyinstr" => Subr::Copyinstr,
+        "copyin" => Subr::Copyin,
+        "progenyof" => Subr::Progenyof,
+        "htons" => Subr::Htons,
+        "htonl" => Subr::Htonl,
+        "htonll" => Subr::Htonll,
+        "ntohs" => Subr::Ntohs,
+        "ntohl" => Subr::Ntohl,
+        "ntohll" => Subr::Ntohll,
+        "stack" => Subr::Stack { user: false },
+        "ustack" => Subr::Stack { user: true },
+        "usym" | "ufunc" | "umod" | "uaddr" | "sym" | "func" | "mod" => Subr::Symbol,
+        _ => return None,
+    })
+}
+
+/// What a subroutine argument must be.
+#[derive(Clone, Copy)]
+enum ArgReq {
+    Str,
+    Int,
+    Any,
+}
+
+/// A subroutine's prototype as DTrace prints it, its argument requirements (the
+/// optional ones last) and its result type.
+fn subr_proto(s: Subr) -> (&'static str, &'static [ArgReq], usize, Type) {
+    use ArgReq::*;
+    let sz = Type::named_int(8, false, "size_t");
+    let i = int_ty();
+    let st = Type::String;
+    let u16t = Type::named_int(2, false, "uint16_t");
+    let u32t = Type::named_int(4, false, "uint32_t");
+    let u64t = Type::named_int(8, false, "uint64_t");
+    match s {
+        Subr::Strlen => ("size_t(const char *)", &[Str], 1, sz),
+        Subr::Strjoin => ("string(const char *, const char *)", &[Str, Str], 2, st),
+        Subr::Substr => ("string(const char *, int, [int])", &[Str, Int, Int], 2, st),
+        Subr::Index => ("int(const char *, const char *, [int])", &[Str, Str, Int], 2, i),
+        Subr::Rindex => ("int(const char *, const char *, [int])", &[Str, Str, Int], 2, i),
+        Subr::Strstr => ("string(const char *, const char *)", &[Str, Str], 2, st),
+        Subr::Strchr => ("string(const char *, char)", &[Str, Int], 2, st),
+        Subr::Strrchr => ("string(const char *, char)", &[Str, Int], 2, st),
+        Subr::Strtok => ("string(const char *, const char *)", &[Any, Str], 2, st),
+        Subr::Basename => ("string(const char *)", &[Str], 1, st),
+        Subr::Dirname => ("string(const char *)", &[Str], 1, st),
+        Subr::Lltostr => ("string(int64_t, [int])", &[Int, Int], 1, st),
+        Subr::Strtoll => ("int64_t(const char *, [int])", &[Str, Int], 1, Type::named_int(8, true, "int64_t")),
+        Subr::Toupper => ("string(const char *)", &[Str], 1, st),
+        Subr::Tolower => ("string(const char *)", &[Str], 1, st),
+        Subr::Rand => ("int(void)", &[], 0, i),
+        Subr::Speculation => ("int(void)", &[], 0, i),
+        Subr::Copyinstr => ("string(uintptr_t, [size_t])", &[Int, Int], 1, st),
+        Subr::Copyin => ("void *(uintptr_t, size_t)", &[Int, Int], 2, Type::Pointer(Box::new(Type::Void))),
+        Subr::Progenyof => ("int(pid_t)", &[Int], 1, i),
+        Subr::Htons | Subr::Ntohs => ("uint16_t(uint16_t)", &[Int], 1, u16t),
+        Subr::Htonl | Subr::Ntohl => ("uint32_t(uint32_t)", &[Int], 1, u32t),
+        Subr::Htonll | Subr::Ntohll => ("uint64_t(uint64_t)", &[Int], 1, u64t),
+        Subr::Stack { user: false } => ("stack(@)", &[Int], 0, Type::Stack { user: false }),
+        Subr::Stack { user: true } => ("stack(@)", &[Int, Int], 0, Type::Stack { user: true }),
+        Subr::Symbol => ("_symaddr(uintptr_t)", &[Int], 1, u64t),
+    }
+}
+
+impl<'m> Checker<'m> {
+    pub fn new(macros: &'m dyn MacroEnv) -> Checker<'m> {
+        Checker {
+            prog: CheckedProgram::default(),
+            macros,
+            globals: HashMap::new(),
+            thread: HashMap::new(),
+            clause: HashMap::new(),
+            aggs: HashMap::new(),
+            inlines: HashMap::new(),
+            inline_depth: 0,
+            source: 0,
+        }
+    }
+
+    /// Checks one source (one `-n`/`-s` argument) into the program. `source` is its
+    /// index, kept on each clause so that messages can name it.
+    pub fn add_source(&mut self, program: &ast::Program, source: usize) -> Result<()> {
+        self.source = source;
+        for item in &program.items {
+            match item {
+                ast::Item::Clause(c) => {
+                    let clause = self.clause(c)?;
+                    self.prog.clauses.push(clause);
+                }
+                ast::Item::Pragma(p) => self.pragma(p)?,
+                ast::Item::VarDecl(d) => self.var_decl(d)?,
+                ast::Item::TypeDecl(d) => self.type_decl(d)?,
+                ast::Item::Inline(i) => {
+                    if self.inlines.contains_key(&i.name) || self.globals.contains_key(&i.name) {
+                        return err(i.span, format!("identifier redeclared: {}", i.name));
+                    }
+                    let ty = self.resolve_type(&i.ty)?;
+                    // Check the value now so errors point at the definition.
+                    let v = self.expr(&i.value)?;
+                    self.check_assignable(&ty, &v, "=", i.span)?;
+                    self.inlines.insert(i.name.clone(), (ty, i.value.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn finish(self) -> CheckedProgram {
+        self.prog
+    }
+
+    /// The program checked so far (the clause count tells how many a source added).
+    pub fn program(&self) -> &CheckedProgram {
+        &self.prog
+    }
+
+    // ---- declarations ----------------------------------------------------------
+
+    fn pragma(&mut self, p: &ast::Pragma) -> Result<()> {
+        let Some(first) = p.words.first() else {
+            return err(p.span, "invalid control directive: #pragma D");
+        };
+        match first.as_str() {
+            "option" => {
+                if p.words.len() < 2 {
+                    return err(p.span, "#pragma D option requires an option name");
+                }
+                for w in &p.words[1..] {
+                    let (name, value) = match w.split_once('=') {
+                        Some((n, v)) => (n.to_string(), Some(v.to_string())),
+                        None => (w.clone(), None),
+                    };
+                    self.prog.options.push(PragmaOption { name, value, source: self.source, span: p.span });
+                }
+                Ok(())
+            }
+            // Stability, dependency and binding directives have no effect on Linux.
+            "attributes" | "binding" | "depends_on" | "error" | "line" | "ident" => Ok(()),
+            other => err(p.span, format!("invalid control directive: #pragma D {other}")),
+        }
+    }
+
+    fn var_decl(&mut self, d: &ast::VarDecl) -> Result<()> {
+        let ty = self.resolve_type(&d.ty)?;
+        if ty.is_void() {
+            return err(d.span, format!("cannot declare void object: {}", d.name));
+        }
+        let keys = if d.keys.is_empty() {
+            None
+        } else {
+            Some(d.keys.iter().map(|k| self.resolve_type(k)).collect::<Result<Vec<_>>>()?)
+        };
+        if builtin_var(&d.name).is_some() {
+            return err(d.span, format!("identifier redeclared: {}", d.name));
+        }
+        let (map, list) = match d.scope {
+            VarScope::Global => (&mut self.globals, &mut self.prog.globals),
+            VarScope::Thread => (&mut self.thread, &mut self.prog.thread_vars),
+            VarScope::Clause => (&mut self.clause, &mut self.prog.clause_vars),
+        };
+        if let Some(&id) = map.get(&d.name) {
+            let prev = &list[id];
+            if prev.ty != ty || prev.keys != keys {
+                return err(d.span, format!("identifier redeclared: {}", d.name));
+            }
+            return Ok(());
+        }
+        map.insert(d.name.clone(), list.len());
+        list.push(VarInfo { name: d.name.clone(), ty, keys });
+        Ok(())
+    }
+
+    fn type_decl(&mut self, d: &ast::TypeDecl) -> Result<()> {
+        if let Some(def) = &d.definition {
+            match def {
+                ast::TypeDef::Struct { tag, members } | ast::TypeDef::Union { tag, members } => {
+                    let is_union = matches!(def, ast::TypeDef::Union { .. });
+                    let id = self.prog.types.record_tag(is_union, tag);
+                    if self.prog.types.records[id].complete {
+                        let kw = if is_union { "union" } else { "struct" };
+                        return err(d.span, format!("type redeclared: {kw} {tag}"));
+                    }
+                    let mut seen = Vec::new();
+                    let mut resolved = Vec::new();
+                    for m in members {
+                        if seen.contains(&m.name) {
+                            return err(m.span, format!("member redeclared: {}", m.name));
+                        }
+                        seen.push(m.name.clone());
+                        let ty = self.resolve_type(&m.ty)?;
+                        if self.prog.types.size_of(&ty).is_none() {
+                            return err(m.span, format!("incomplete type in declaration of member {}", m.name));
+                        }
+                        resolved.push((m.name.clone(), ty));
+                    }
+                    self.prog.types.complete_record(id, resolved);
+                }
+                ast::TypeDef::Enum { tag, values } => {
+                    let id = self.prog.types.enums.len();
+                    if !tag.is_empty() {
+                        if self.prog.types.enum_tags.contains_key(tag) {
+                            return err(d.span, format!("type redeclared: enum {tag}"));
+                        }
+                        self.prog.types.enum_tags.insert(tag.clone(), id);
+                    }
+                    self.prog.types.enums.push(crate::types::EnumDef { tag: tag.clone(), values: Vec::new() });
+                    let mut next = 0i64;
+                    for e in values {
+                        if let Some(v) = &e.value {
+                            next = self.const_int(v)?;
+                        }
+                        if self.prog.types.enumerators.contains_key(&e.name) || self.globals.contains_key(&e.name) {
+                            return err(e.span, format!("identifier redeclared: {}", e.name));
+                        }
+                        self.prog.types.enumerators.insert(e.name.clone(), (id, next));
+                        self.prog.types.enums[id].values.push((e.name.clone(), next));
+                        next = next.wrapping_add(1);
+                    }
+                }
+            }
+        }
+        for (name, tn) in &d.typedefs {
+            let ty = self.resolve_type(tn)?;
+            if let Some(prev) = self.prog.types.typedefs.get(name) {
+                if *prev != ty {
+                    return err(d.span, format!("type redeclared: {name}"));
+                }
+            }
+            self.prog.types.typedefs.insert(name.clone(), ty);
+        }
+        Ok(())
+    }
+
+    /// Evaluates a constant integer expression (enumerator values, array sizes).
+    fn const_int(&mut self, e: &ast::Expr) -> Result<i64> {
+        let x = self.expr(e)?;
+        match fold(&x) {
+            Some(v) => Ok(v as i64),
+            None => err(e.span, "expression must be an integer constant"),
+        }
+    }
+
+    pub fn resolve_type(&mut self, t: &ast::TypeName) -> Result<Type> {
+        let sign = |s: Signedness| s != Signedness::Unsigned;
+        let mut ty = match &t.base {
+            BaseType::Void => Type::Void,
+            BaseType::Char(s) => Type::int(1, sign(*s)),
+            BaseType::Short(s) => Type::int(2, sign(*s)),
+            BaseType::Int(s) => Type::int(4, sign(*s)),
+            BaseType::Long(s) => Type::int(8, sign(*s)),
+            BaseType::LongLong(s) => Type::named_int(
+                8,
+                sign(*s),
+                if sign(*s) { "long long" } else { "unsigned long long" },
+            ),
+            BaseType::Float => Type::Float(4),
+            BaseType::Double => Type::Float(8),
+            BaseType::LongDouble => Type::Float(16),
+            BaseType::String => Type::String,
+            BaseType::Named(n) => match self.prog.types.typedefs.get(n) {
+                Some(t) => t.clone(),
+                None => return err(t.span, format!("failed to resolve type {n}: Unknown type name")),
+            },
+            BaseType::Struct(tag) => Type::Struct(self.prog.types.record_tag(false, tag)),
+            BaseType::Union(tag) => Type::Union(self.prog.types.record_tag(true, tag)),
+            BaseType::Enum(tag) => match self.prog.types.enum_tags.get(tag) {
+                Some(&id) => Type::Enum(id),
+                None => return err(t.span, format!("failed to resolve type enum {tag}: Unknown type name")),
+            },
+        };
+        for _ in 0..t.pointers {
+            ty = Type::Pointer(Box::new(ty));
+        }
+        for &n in t.arrays.iter().rev() {
+            ty = Type::Array(Box::new(ty), n);
+        }
+        Ok(ty)
+    }
+
+    fn type_name(&self, t: &Type) -> String {
+        self.prog.types.name(t)
+    }
+
+    // ---- clauses ---------------------------------------------------------------
+
+    fn clause(&mut self, c: &ast::Clause) -> Result<Clause> {
+        let probes = c.probes.iter().map(|p| self.probe_desc(p)).collect::<Result<Vec<_>>>()?;
+        let predicate = match &c.predicate {
+            Some(p) => {
+                let e = self.rvalue(p)?;
+                if !e.ty.is_scalar() && !e.ty.is_string() {
+                    return err(
+                        p.span,
+                        format!("predicate result must be of scalar type: \"{}\"", self.type_name(&e.ty)),
+                    );
+                }
+                Some(e)
+            }
+            None => None,
+        };
+        let (actions, records_data) = match &c.body {
+            None => (Vec::new(), true),
+            Some(stmts) => {
+                let actions = self.stmts(stmts)?;
+                let records = stmts.is_empty() || actions.iter().any(records_data);
+                (actions, records)
+            }
+        };
+        Ok(Clause { source: self.source, probes, predicate, actions, records_data, span: c.span })
+    }
+
+    /// Substitutes macro variables inside a probe description's fields.
+    fn probe_desc(&mut self, p: &ast::ProbeDesc) -> Result<ast::ProbeDesc> {
+        let mut out = p.clone();
+        for field in [&mut out.provider, &mut out.module, &mut out.function, &mut out.name] {
+            if field.contains('$') {
+                *field = substitute_macros(field, self.macros).map_err(|m| CompileError::new(p.span, m))?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn stmts(&mut self, stmts: &[ast::Stmt]) -> Result<Vec<Action>> {
+        let mut out = Vec::with_capacity(stmts.len());
+        for s in stmts {
+            match s {
+                ast::Stmt::Empty(_) => {}
+                ast::Stmt::Expr(e) => out.push(self.statement(e)?),
+                ast::Stmt::If { cond, then, otherwise, .. } => {
+                    let c = self.rvalue(cond)?;
+                    if !c.ty.is_scalar() && !c.ty.is_string() {
+                        return err(cond.span, "if-statement condition must be of scalar type");
+                    }
+                    let then = self.stmts(then)?;
+                    let otherwise = match otherwise {
+                        Some(o) => self.stmts(o)?,
+                        None => Vec::new(),
+                    };
+                    out.push(Action::If { cond: c, then, otherwise });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One expression statement: an action call, an aggregation, or an expression.
+    fn statement(&mut self, e: &ast::Expr) -> Result<Action> {
+        match &e.kind {
+            ast::ExprKind::Call { name, name_span, args } if ACTIONS.contains(&name.as_str()) => {
+                self.action(name, *name_span, args, e.span)
+            }
+            ast::ExprKind::Call { name, name_span, args } if name == "stack" || name == "ustack" => {
+                let frames = match args.first() {
+                    Some(a) => Some(self.const_int(a)? as u32),
+                    None => None,
+                };
+                if args.len() > if name == "stack" { 1 } else { 2 } {
+                    return err(*name_span, format!("{name}( ) prototype mismatch: too many arguments"));
+                }
+                Ok(Action::Stack { user: name == "ustack", frames })
+            }
+            ast::ExprKind::Assign { op, lhs, rhs } if is_agg_target(lhs) => {
+                if op.is_some() {
+                    return err(e.span, "aggregations may only be assigned the result of an aggregating function");
+                }
+                self.agg_update(lhs, rhs)
+            }
+            _ => Ok(Action::Eval(self.expr(e)?)),
+        }
+    }
+
+    fn agg_update(&mut self, lhs: &ast::Expr, rhs: &ast::Expr) -> Result<Action> {
+        let (name, key_exprs): (&str, &[ast::Expr]) = match &lhs.kind {
+            ast::ExprKind::Agg(n) => (n, &[]),
+            ast::ExprKind::Index { base, index } => match &base.kind {
+                ast::ExprKind::Agg(n) => (n, index),
+                _ => unreachable!("is_agg_target checked the shape"),
+            },
+            _ => unreachable!("is_agg_target checked the shape"),
+        };
+        let ast::ExprKind::Call { name: fname, name_span, args } = &rhs.kind else {
+            return err(rhs.span, format!("@{name} must be assigned the result of an aggregating function"));
+        };
+        let Some(kind) = AggKind::from_name(fname) else {
+            return err(rhs.span, format!("@{name} must be assigned the result of an aggregating function"));
+        };
+        let mut keys = Vec::new();
+        for k in key_exprs {
+            let k = self.rvalue(k)?;
+            if !k.ty.is_scalar() && !k.ty.is_string() && !matches!(k.ty, Type::Stack { .. }) {
+                return err(k.span, format!("aggregation key of type \"{}\" is not supported", self.type_name(&k.ty)));
+            }
+            keys.push(self.string_if_char_array(k));
+        }
+        // Value and weight arguments are expressions; the shape parameters of
+        // lquantize/llquantize are constants.
+        let (nvals, nparams, max_args) = match kind {
+            AggKind::Count => (0, 0, 0),
+            AggKind::Sum | AggKind::Avg | AggKind::Min | AggKind::Max | AggKind::Stddev => (1, 0, 1),
+            AggKind::Quantize => (1, 0, 2),
+            AggKind::Lquantize => (1, 2, 5),
+            AggKind::Llquantize => (1, 4, 6),
+        };
+        let min_args = nvals + nparams;
+        if args.len() < min_args || args.len() > max_args {
+            let expected = if min_args == max_args { format!("{min_args}") } else { format!("{min_args} to {max_args}") };
+            return err(
+                *name_span,
+                format!(
+                    "{fname}( ) prototype mismatch: {} arg{} passed, {expected} expected",
+                    args.len(),
+                    if args.len() == 1 { "" } else { "s" }
+                ),
+            );
+        }
+        let mut values = Vec::new();
+        let mut params = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            let is_param = match kind {
+                AggKind::Lquantize => (1..=3).contains(&i),
+                AggKind::Llquantize => (1..=4).contains(&i),
+                _ => false,
+            };
+            if is_param {
+                params.push(self.const_int(a).map_err(|_| {
+                    CompileError::new(a.span, format!("{fname}( ) argument #{} must be a constant", i + 1))
+                })?);
+            } else {
+                let v = self.rvalue(a)?;
+                if !v.ty.is_arithmetic() {
+                    return err(
+                        a.span,
+                        format!(
+                            "{fname}( ) argument #{} is incompatible with prototype:\n\tprototype: int64_t\n\t argument: {}",
+                            i + 1,
+                            self.type_name(&v.ty)
+                        ),
+                    );
+                }
+                values.push(v);
+            }
+        }
+        if kind == AggKind::Lquantize && params.len() == 2 {
+            params.push(1);
+        }
+        let key_types: Vec<Type> = keys.iter().map(|k| k.ty.clone()).collect();
+        let agg = match self.aggs.get(name) {
+            Some(&id) => {
+                let prev = &self.prog.aggs[id];
+                if prev.kind != kind || prev.params != params {
+                    return err(
+                        rhs.span,
+                        format!(
+                            "aggregation redefined: @{name}\n\t current: {}( )\n\tprevious: {}( )",
+                            kind.name(),
+                            prev.kind.name()
+                        ),
+                    );
+                }
+                if prev.keys.len() != key_types.len() {
+                    return err(
+                        lhs.span,
+                        format!(
+                            "@{name}[ ] prototype mismatch: {} key{} given, {} expected",
+                            key_types.len(),
+                            if key_types.len() == 1 { "" } else { "s" },
+                            prev.keys.len()
+                        ),
+                    );
+                }
+                for (i, (a, b)) in prev.keys.iter().zip(&key_types).enumerate() {
+                    if !same_kind(a, b) {
+                        return err(
+                            keys[i].span,
+                            format!(
+                                "@{name}[ ] key #{} is incompatible with prototype:\n\tprototype: {}\n\t argument: {}",
+                                i + 1,
+                                self.type_name(a),
+                                self.type_name(b)
+                            ),
+                        );
+                    }
+                }
+                id
+            }
+            None => {
+                let id = self.prog.aggs.len();
+                self.prog.aggs.push(AggInfo { name: name.to_string(), kind, params, keys: key_types, span: lhs.span });
+                self.aggs.insert(name.to_string(), id);
+                id
+            }
+        };
+        Ok(Action::AggUpdate { agg, keys, args: values })
+    }
+
+    fn agg_ref(&self, e: &ast::Expr, fname: &str, argno: usize) -> Result<usize> {
+        match &e.kind {
+            ast::ExprKind::Agg(n) => match self.aggs.get(n) {
+                Some(&id) => Ok(id),
+                None => err(e.span, format!("failed to resolve @{n}: Unknown variable name")),
+            },
+            _ => err(e.span, format!("{fname}( ) argument #{argno} is incompatible with prototype:\n\tprototype: @\n\t argument: not an aggregation")),
+        }
+    }
+
+    fn arity(&self, name: &str, span: Span, args: &[ast::Expr], min: usize, max: usize) -> Result<()> {
+        if args.len() < min || args.len() > max {
+            let expected = if min == max {
+                format!("{min}")
+            } else if max == usize::MAX {
+                format!("at least {min}")
+            } else {
+                format!("{min} to {max}")
+            };
+            return err(
+                span,
+                format!(
+                    "{name}( ) prototype mismatch: {} arg{} passed, {expected} expected",
+                    args.len(),
+                    if args.len() == 1 { "" } else { "s" }
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    fn format_string(&mut self, name: &str, e: &ast::Expr) -> Result<Rc<str>> {
+        match &e.kind {
+            ast::ExprKind::Str(s) => Ok(Rc::from(s.as_str())),
+            _ => err(e.span, format!("{name}( ) argument #1 is incompatible with prototype:\n\tprototype: string constant\n\t argument: expression")),
+        }
+    }
+
+    fn action(&mut self, name: &str, span: Span, args: &[ast::Expr], whole: Span) -> Result<Action> {
+        let _ = whole;
+        Ok(match name {
+            "trace" => {
+                self.arity(name, span, args, 1, 1)?;
+                let v = self.rvalue(&args[0])?;
+                if v.ty.is_void() {
+                    return err(args[0].span, "trace( ) argument #1 is incompatible with prototype: void");
+                }
+                Action::Trace(v)
+            }
+            "print" => {
+                self.arity(name, span, args, 1, 1)?;
+                Action::Trace(self.rvalue(&args[0])?)
+            }
+            "tracemem" => {
+                self.arity(name, span, args, 2, 3)?;
+                let addr = self.rvalue(&args[0])?;
+                let size = self.const_int(&args[1]).map_err(|_| {
+                    CompileError::new(args[1].span, "tracemem( ) argument #2 must be a non-zero positive integer constant")
+                })?;
+                if size <= 0 {
+                    return err(args[1].span, "tracemem( ) argument #2 must be a non-zero positive integer constant");
+                }
+                let dsize = match args.get(2) {
+                    Some(a) => Some(self.rvalue(a)?),
+                    None => None,
+                };
+                Action::Tracemem { addr, size: size as u64, dsize }
+            }
+            "printf" | "system" => {
+                self.arity(name, span, args, 1, usize::MAX)?;
+                let format = self.format_string(name, &args[0])?;
+                let mut vals = Vec::new();
+                for a in &args[1..] {
+                    let v = self.rvalue(a)?;
+                    if v.ty.is_void() {
+                        return err(a.span, format!("{name}( ) argument is of type void"));
+                    }
+                    vals.push(self.string_if_char_array(v));
+                }
+                if name == "printf" {
+                    Action::Printf { format, format_span: args[0].span, args: vals }
+                } else {
+                    Action::System { format, format_span: args[0].span, args: vals }
+                }
+            }
+            "printa" => {
+                self.arity(name, span, args, 1, usize::MAX)?;
+                let (format, rest) = match &args[0].kind {
+                    ast::ExprKind::Str(s) => (Some((Rc::from(s.as_str()), args[0].span)), &args[1..]),
+                    _ => (None, args),
+                };
+                if rest.is_empty() {
+                    return err(span, "printa( ) prototype mismatch: aggregation argument expected");
+                }
+                if format.is_none() && rest.len() > 1 {
+                    return err(rest[1].span, "printa( ): only one aggregation may be given without a format");
+                }
+                let skip = usize::from(format.is_some());
+                let aggs = rest
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| self.agg_ref(a, name, i + 1 + skip))
+                    .collect::<Result<Vec<_>>>()?;
+                Action::Printa { format, aggs }
+            }
+            "exit" => {
+                self.arity(name, span, args, 1, 1)?;
+                let v = self.rvalue(&args[0])?;
+                self.require_int(name, 1, &v, "int")?;
+                Action::Exit(v)
+            }
+            "clear" | "denormalize" => {
+                self.arity(name, span, args, 1, 1)?;
+                let id = self.agg_ref(&args[0], name, 1)?;
+                if name == "clear" {
+                    Action::Clear(id)
+                } else {
+                    Action::Denormalize(id)
+                }
+            }
+            "trunc" => {
+                self.arity(name, span, args, 1, 2)?;
+                let agg = self.agg_ref(&args[0], name, 1)?;
+                let keep = match args.get(1) {
+                    Some(a) => {
+                        let v = self.rvalue(a)?;
+                        self.require_int(name, 2, &v, "uint64_t")?;
+                        Some(v)
+                    }
+                    None => None,
+                };
+                Action::Trunc { agg, keep }
+            }
+            "normalize" => {
+                self.arity(name, span, args, 2, 2)?;
+                let agg = self.agg_ref(&args[0], name, 1)?;
+                let factor = self.rvalue(&args[1])?;
+                self.require_int(name, 2, &factor, "uint64_t")?;
+                Action::Normalize { agg, factor }
+            }
+            "setopt" => {
+                self.arity(name, span, args, 1, 2)?;
+                let mut strs = Vec::new();
+                for (i, a) in args.iter().enumerate() {
+                    match &a.kind {
+                        ast::ExprKind::Str(s) => strs.push(s.clone()),
+                        _ => {
+                            return err(
+                                a.span,
+                                format!("setopt( ) argument #{} is incompatible with prototype:\n\tprototype: string constant\n\t argument: expression", i + 1),
+                            )
+                        }
+                    }
+                }
+                Action::Setopt { name: strs[0].clone(), value: strs.get(1).cloned() }
+            }
+            "speculate" | "commit" | "discard" | "raise" => {
+                self.arity(name, span, args, 1, 1)?;
+                let v = self.rvalue(&args[0])?;
+                self.require_int(name, 1, &v, "int")?;
+                match name {
+                    "speculate" => Action::Speculate(v),
+                    "commit" => Action::Commit(v),
+                    "discard" => Action::Discard(v),
+                    _ => Action::Raise(v),
+                }
+            }
+            "stop" => {
+                self.arity(name, span, args, 0, 0)?;
+                Action::Stop
+            }
+            "jstack" => Action::Stack { user: true, frames: None },
+            _ => {
+                for a in args {
+                    self.rvalue(a)?;
+                }
+                Action::Nop
+            }
+        })
+    }
+
+    fn require_int(&self, fname: &str, argno: usize, v: &Expr, proto: &str) -> Result<()> {
+        if v.ty.is_arithmetic() {
+            return Ok(());
+        }
+        err(
+            v.span,
+            format!(
+                "{fname}( ) argument #{argno} is incompatible with prototype:\n\tprototype: {proto}\n\t argument: {}",
+                self.type_name(&v.ty)
+            ),
+        )
+    }
+
+    // ---- expressions -----------------------------------------------------------
+
+    /// An expression whose value is used (arrays of char become strings when needed
+    /// later; aggregations and void are rejected by the caller's context).
+    fn rvalue(&mut self, e: &ast::Expr) -> Result<Expr> {
+        let x = self.expr(e)?;
+        if x.ty.is_void() && !matches!(x.kind, ExprKind::Call(..)) {
+            return err(e.span, "void expression may not be used as a value");
+        }
+        Ok(x)
+    }
+
+    /// A `char[N]` value (a struct member, say) used where a string is expected.
+    fn string_if_char_array(&self, e: Expr) -> Expr {
+        match &e.ty {
+            Type::Array(inner, _) if matches!(**inner, Type::Int(ref i) if i.size == 1) => {
+                let span = e.span;
+                mk(ExprKind::Cast(Box::new(e)), Type::String, span)
+            }
+            _ => e,
+        }
+    }
+
+    pub fn expr(&mut self, e: &ast::Expr) -> Result<Expr> {
+        use ast::ExprKind as K;
+        let span = e.span;
+        match &e.kind {
+            K::Int { value, suffix } => {
+                let ty = int_literal_type(*value, *suffix);
+                Ok(int_const(*value, ty, span))
+            }
+            K::Char(c) => Ok(int_const(*c as u64, Type::int(1, true), span)),
+            K::Str(s) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
+            K::Ident(name) => self.ident(name, span),
+            K::Backquoted { name, .. } => {
+                err(span, format!("failed to resolve `{name}: kernel symbols are not available in user-space tracing"))
+            }
+            K::Macro(name) => match self.macros.lookup(name) {
+                Ok(MacroValue::Int(v)) => {
+                    let ty = if i32::try_from(v).is_ok() { int_ty() } else { Type::int(8, true) };
+                    Ok(int_const(v as u64, ty, span))
+                }
+                Ok(MacroValue::Str(s)) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
+                Err(m) => err(span, m),
+            },
+            K::MacroStr(name) => match self.macros.lookup(name) {
+                Ok(MacroValue::Int(v)) => Ok(mk(ExprKind::Str(Rc::from(v.to_string().as_bytes())), Type::String, span)),
+                Ok(MacroValue::Str(s)) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
+                Err(m) => err(span, m),
+            },
+            K::SelfVar(name) => self.scoped_var(VarScope::Thread, name, span),
+            K::ThisVar(name) => self.scoped_var(VarScope::Clause, name, span),
+            K::Agg(name) => err(span, format!("aggregation @{name} may not be used as an operand; use printa( ) to print it")),
+            K::Unary { op, operand } => self.unary(*op, operand, span),
+            K::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, span),
+            K::Assign { op, lhs, rhs } => {
+                if is_agg_target(lhs) {
+                    return err(span, "aggregating function may only be used as a statement");
+                }
+                self.assign(*op, lhs, rhs, span)
+            }
+            K::Ternary { cond, then, otherwise } => {
+                let c = self.rvalue(cond)?;
+                if !c.ty.is_scalar() && !c.ty.is_string() {
+                    return err(cond.span, "operator ?: expression must be of scalar type");
+                }
+                let t = self.rvalue(then)?;
+                let o = self.rvalue(otherwise)?;
+                let ty = if t.ty.is_string() || o.ty.is_string() {
+                    if !(is_stringish(&t.ty) && is_stringish(&o.ty)) {
+                        return err(span, "operator ?: operands must have compatible types");
+                    }
+                    Type::String
+                } else if t.ty.is_arithmetic() && o.ty.is_arithmetic() {
+                    Type::Int(usual_arithmetic(&t.ty.int_shape().unwrap(), &o.ty.int_shape().unwrap()))
+                } else if t.ty == o.ty || (t.ty.is_pointer() && o.ty.is_scalar()) {
+                    t.ty.clone()
+                } else if o.ty.is_pointer() && t.ty.is_scalar() {
+                    o.ty.clone()
+                } else {
+                    return err(span, "operator ?: operands must have compatible types");
+                };
+                let t = self.convert(t, &ty);
+                let o = self.convert(o, &ty);
+                Ok(mk(ExprKind::Ternary { cond: Box::new(c), then: Box::new(t), otherwise: Box::new(o) }, ty, span))
+            }
+            K::IncDec { increment, prefix, operand } => {
+                let op = if *increment { "++" } else { "--" };
+                let (place, ty) = self.place(operand, Some(&int_ty()), op)?;
+                if !ty.is_scalar() {
+                    return err(span, format!("operator {op} requires a scalar operand"));
+                }
+                Ok(mk(ExprKind::IncDec { target: place, increment: *increment, prefix: *prefix }, ty, span))
+            }
+            K::Call { name, name_span, args } => self.call(name, *name_span, args, span),
+            K::Index { base, index } => self.index(base, index, span),
+            K::Member { base, field } => {
+                let b = self.rvalue(base)?;
+                self.member(b, field, span, ".")
+            }
+            K::Arrow { base, field } => {
+                let b = self.rvalue(base)?;
+                let Some(pointee) = (match &b.ty {
+                    Type::Pointer(t) => Some((**t).clone()),
+                    _ => None,
+                }) else {
+                    return err(span, format!("operator -> cannot be applied to operand of type \"{}\"", self.type_name(&b.ty)));
+                };
+                if !matches!(pointee, Type::Struct(_) | Type::Union(_)) {
+                    return err(span, format!("operator -> cannot be applied to pointer to type \"{}\"", self.type_name(&pointee)));
+                }
+                let loaded = mk(ExprKind::Load(Box::new(b)), pointee, span);
+                self.member(loaded, field, span, "->")
+            }
+            K::Cast { ty, operand } => {
+                let to = self.resolve_type(ty)?;
+                let v = self.rvalue(operand)?;
+                self.cast(v, to, span)
+            }
+            K::SizeofType(t) => {
+                let ty = self.resolve_type(t)?;
+                match self.prog.types.size_of(&ty) {
+                    Some(n) => Ok(int_const(n, Type::named_int(8, false, "size_t"), span)),
+                    None => err(span, format!("cannot apply sizeof to an incomplete type: \"{}\"", self.type_name(&ty))),
+                }
+            }
+            K::SizeofExpr(x) => {
+                let v = self.expr(x)?;
+                match self.prog.types.size_of(&v.ty) {
+                    Some(n) => Ok(int_const(n, Type::named_int(8, false, "size_t"), span)),
+                    None => err(span, format!("cannot apply sizeof to an expression of type \"{}\"", self.type_name(&v.ty))),
+                }
+            }
+            K::Offsetof { ty, member } => {
+                let t = self.resolve_type(ty)?;
+                let (Type::Struct(id) | Type::Union(id)) = t else {
+                    return err(span, format!("offsetof( ) first argument must be a struct or union type, not \"{}\"", self.type_name(&t)));
+                };
+                if !self.prog.types.records[id].complete {
+                    return err(span, format!("offsetof( ) cannot be applied to incomplete type \"{}\"", self.type_name(&t)));
+                }
+                match self.prog.types.field(id, member) {
+                    Some(f) => Ok(int_const(f.offset, Type::named_int(8, false, "size_t"), span)),
+                    None => err(span, format!("{} is not a member of {}", member, self.type_name(&t))),
+                }
+            }
+            K::Stringof(x) => {
+                let v = self.rvalue(x)?;
+                if !v.ty.is_scalar() && !v.ty.is_string() && !matches!(v.ty, Type::Array(..)) {
+                    return err(span, format!("stringof( ) operand must be of scalar type, not \"{}\"", self.type_name(&v.ty)));
+                }
+                Ok(mk(ExprKind::Cast(Box::new(v)), Type::String, span))
+            }
+            K::Comma { lhs, rhs } => {
+                let l = self.expr(lhs)?;
+                let r = self.expr(rhs)?;
+                let ty = r.ty.clone();
+                Ok(mk(ExprKind::Comma(Box::new(l), Box::new(r)), ty, span))
+            }
+        }
+    }
+
+    fn ident(&mut self, name: &str, span: Span) -> Result<Expr> {
+        if let Some(&id) = self.globals.get(name) {
+            let info = &self.prog.globals[id];
+            if info.keys.is_some() {
+                return err(span, format!("associative array {name} may not be used without a key"));
+            }
+            return Ok(mk(ExprKind::Var(VarRef { scope: VarScope::Global, id }), info.ty.clone(), span));
+        }
+        if let Some((b, ty)) = builtin_var(name) {
+            return Ok(mk(ExprKind::Builtin(b), ty, span));
+        }
+        if let Some((ty, value)) = self.inlines.get(name).cloned() {
+            if self.inline_depth > 64 {
+                return err(span, format!("inline {name} is defined in terms of itself"));
+            }
+            self.inline_depth += 1;
+            let v = self.rvalue(&value);
+            self.inline_depth -= 1;
+            let mut v = self.convert(v?, &ty);
+            v.span = span;
+            return Ok(v);
+        }
+        if let Some(&(id, v)) = self.prog.types.enumerators.get(name) {
+            return Ok(int_const(v as u64, Type::Enum(id), span));
+        }
+        if name == "NULL" {
+            return Ok(int_const(0, Type::Pointer(Box::new(Type::Void)), span));
+        }
+        if let Some(v) = consts::lookup(name) {
+            return Ok(int_const(v as u64, int_ty(), span));
+        }
+        if name == "args" || name == "uregs" {
+            return err(span, format!("{name}[ ] may not be referenced without an index"));
+        }
+        if subr_by_name(name).is_some() || ACTIONS.contains(&name) || AggKind::from_name(name).is_some() {
+            return err(span, format!("{name}( ) may not be used as a variable: it is a function"));
+        }
+        err(span, format!("failed to resolve {name}: Unknown variable name"))
+    }
+
+    fn scoped_var(&mut self, scope: VarScope, name: &str, span: Span) -> Result<Expr> {
+        let (map, list, prefix) = match scope {
+            VarScope::Thread => (&self.thread, &self.prog.thread_vars, "self->"),
+            _ => (&self.clause, &self.prog.clause_vars, "this->"),
+        };
+        match map.get(name) {
+            Some(&id) => {
+                let info = &list[id];
+                if info.keys.is_some() {
+                    return err(span, format!("associative array {prefix}{name} may not be used without a key"));
+                }
+                Ok(mk(ExprKind::Var(VarRef { scope, id }), info.ty.clone(), span))
+            }
+            None => err(span, format!("failed to resolve {prefix}{name}: Unknown variable name")),
+        }
+    }
+
+    /// Declares a variable implicitly, by its first assignment.
+    fn declare(&mut self, scope: VarScope, name: &str, ty: Type, keys: Option<Vec<Type>>) -> VarRef {
+        let (map, list) = match scope {
+            VarScope::Global => (&mut self.globals, &mut self.prog.globals),
+            VarScope::Thread => (&mut self.thread, &mut self.prog.thread_vars),
+            VarScope::Clause => (&mut self.clause, &mut self.prog.clause_vars),
+        };
+        let id = list.len();
+        map.insert(name.to_string(), id);
+        list.push(VarInfo { name: name.to_string(), ty, keys });
+        VarRef { scope, id }
+    }
+
+    fn lookup_var(&self, scope: VarScope, name: &str) -> Option<usize> {
+        match scope {
+            VarScope::Global => self.globals.get(name),
+            VarScope::Thread => self.thread.get(name),
+            VarScope::Clause => self.clause.get(name),
+        }
+        .copied()
+    }
+
+    fn var_info(&self, r: VarRef) -> &VarInfo {
+        match r.scope {
+            VarScope::Global => &self.prog.globals[r.id],
+            VarScope::Thread => &self.prog.thread_vars[r.id],
+            VarScope::Clause => &self.prog.clause_vars[r.id],
+        }
+    }
+
+    /// Resolves an assignment target. `implicit` is the type to declare an unknown
+    /// variable with (the assigned value's type); `None` means it must exist.
+    fn place(&mut self, target: &ast::Expr, implicit: Option<&Type>, op: &str) -> Result<(Place, Type)> {
+        use ast::ExprKind as K;
+        let named = |k: &K| -> Option<(VarScope, String)> {
+            match k {
+                K::Ident(n) => Some((VarScope::Global, n.clone())),
+                K::SelfVar(n) => Some((VarScope::Thread, n.clone())),
+                K::ThisVar(n) => Some((VarScope::Clause, n.clone())),
+                _ => None,
+            }
+        };
+        if let Some((scope, name)) = named(&target.kind) {
+            if scope == VarScope::Global && self.lookup_var(scope, &name).is_none() {
+                if builtin_var(&name).is_some() || name == "args" || name == "uregs" {
+                    return err(target.span, format!("operator {op} requires modifiable lvalue as an operand: {name} is a built-in variable"));
+                }
+                if self.inlines.contains_key(&name)
+                    || self.prog.types.enumerators.contains_key(&name)
+                    || consts::lookup(&name).is_some()
+                {
+                    return err(target.span, format!("operator {op} requires modifiable lvalue as an operand"));
+                }
+            }
+            let r = match self.lookup_var(scope, &name) {
+                Some(id) => VarRef { scope, id },
+                None => match implicit {
+                    Some(t) => self.declare(scope, &name, implicit_type(t), None),
+                    None => {
+                        let prefix = match scope {
+                            VarScope::Global => "",
+                            VarScope::Thread => "self->",
+                            VarScope::Clause => "this->",
+                        };
+                        return err(target.span, format!("failed to resolve {prefix}{name}: Unknown variable name"));
+                    }
+                },
+            };
+            let info = self.var_info(r);
+            if info.keys.is_some() {
+                return err(target.span, format!("associative array {name} may not be used without a key"));
+            }
+            return Ok((Place::Var(r), info.ty.clone()));
+        }
+        if let K::Index { base, index } = &target.kind {
+            if let Some((scope, name)) = named(&base.kind) {
+                if scope != VarScope::Clause && builtin_var(&name).is_none() && name != "args" && name != "uregs" {
+                    let existing = self.lookup_var(scope, &name);
+                    let is_assoc = existing.map(|id| self.var_info(VarRef { scope, id }).keys.is_some());
+                    if is_assoc != Some(false) {
+                        let mut keys = Vec::new();
+                        for k in index {
+                            let k = self.rvalue(k)?;
+                            keys.push(self.string_if_char_array(k));
+                        }
+                        let r = match existing {
+                            Some(id) => VarRef { scope, id },
+                            None => match implicit {
+                                Some(t) => {
+                                    let kt = keys.iter().map(|k| implicit_type(&k.ty)).collect();
+                                    self.declare(scope, &name, implicit_type(t), Some(kt))
+                                }
+                                None => return err(base.span, format!("failed to resolve {name}: Unknown variable name")),
+                            },
+                        };
+                        let keys = self.check_keys(r, &name, keys, target.span)?;
+                        let ty = self.var_info(r).ty.clone();
+                        return Ok((Place::Array { var: r, keys }, ty));
+                    }
+                }
+            }
+        }
+        err(target.span, format!("operator {op} requires modifiable lvalue as an operand"))
+    }
+
+    fn check_keys(&self, r: VarRef, name: &str, keys: Vec<Expr>, span: Span) -> Result<Vec<Expr>> {
+        let proto = self.var_info(r).keys.clone().unwrap_or_default();
+        if proto.len() != keys.len() {
+            return err(
+                span,
+                format!(
+                    "{name}[ ] prototype mismatch: {} key{} given, {} expected",
+                    keys.len(),
+                    if keys.len() == 1 { "" } else { "s" },
+                    proto.len()
+                ),
+            );
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for (i, (k, p)) in keys.into_iter().zip(&proto).enumerate() {
+            if !same_kind(p, &k.ty) {
+                return err(
+                    k.span,
+                    format!(
+                        "{name}[ ] key #{} is incompatible with prototype:\n\tprototype: {}\n\t argument: {}",
+                        i + 1,
+                        self.type_name(p),
+                        self.type_name(&k.ty)
+                    ),
+                );
+            }
+            out.push(self.convert(k, p));
+        }
+        Ok(out)
+    }
+
+    fn assign(&mut self, op: Option<BinaryOp>, lhs: &ast::Expr, rhs: &ast::Expr, span: Span) -> Result<Expr> {
+        let value = self.rvalue(rhs)?;
+        if value.ty.is_void() {
+            return err(rhs.span, "operator = cannot be applied to a void expression");
+        }
+        let opsym = op.map(|o| format!("{}=", o.symbol())).unwrap_or_else(|| "=".into());
+        let implicit = if op.is_none() { Some(value.ty.clone()) } else { None };
+        let (place, ty) = self.place(lhs, implicit.as_ref(), &opsym)?;
+        if let Some(o) = op {
+            if !ty.is_scalar() || !value.ty.is_arithmetic() {
+                return err(
+                    span,
+                    format!(
+                        "operands have incompatible types: \"{}\" {opsym} \"{}\"",
+                        self.type_name(&ty),
+                        self.type_name(&value.ty)
+                    ),
+                );
+            }
+            let int_only = matches!(o, BinaryOp::Mod | BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr);
+            if int_only && ty.is_pointer() {
+                return err(span, format!("operator {opsym} requires operands of integral type"));
+            }
+        } else {
+            self.check_assignable(&ty, &value, &opsym, span)?;
+        }
+        let value = if op.is_none() { self.convert(value, &ty) } else { value };
+        Ok(mk(ExprKind::Assign { target: place, op, value: Box::new(value) }, ty, span))
+    }
+
+    fn check_assignable(&self, to: &Type, v: &Expr, op: &str, span: Span) -> Result<()> {
+        let ok = match to {
+            Type::String => is_stringish(&v.ty),
+            t if t.is_scalar() => v.ty.is_scalar(),
+            Type::Stack { user } => matches!(v.ty, Type::Stack { user: u } if u == *user),
+            other => *other == v.ty,
+        };
+        if ok {
+            return Ok(());
+        }
+        err(
+            span,
+            format!(
+                "operands have incompatible types: \"{}\" {op} \"{}\"",
+                self.type_name(to),
+                self.type_name(&v.ty)
+            ),
+        )
+    }
+
+    /// Converts a checked value to `ty` where the conversion is implicit (assignment,
+    /// arguments, keys).
+    fn convert(&self, v: Expr, ty: &Type) -> Expr {
+        if v.ty == *ty {
+            return v;
+        }
+        match ty {
+            Type::String if !v.ty.is_string() => {
+                let span = v.span;
+                mk(ExprKind::Cast(Box::new(v)), Type::String, span)
+            }
+            Type::Int(_) | Type::Enum(_) if v.ty.is_scalar() => {
+                let span = v.span;
+                if let Some(c) = fold(&v) {
+                    let shape = ty.int_shape().unwrap();
+                    return int_const(shape.wrap(c), ty.clone(), span);
+                }
+                mk(ExprKind::Cast(Box::new(v)), ty.clone(), span)
+            }
+            _ => {
+                let mut v = v;
+                if v.ty.is_scalar() && ty.is_scalar() {
+                    v.ty = ty.clone();
+                }
+                v
+            }
+        }
+    }
+
+    fn cast(&mut self, v: Expr, to: Type, span: Span) -> Result<Expr> {
+        let ok = match &to {
+            Type::Void => true,
+            Type::String => is_stringish(&v.ty) || v.ty.is_scalar(),
+            t if t.is_scalar() => v.ty.is_scalar(),
+            _ => false,
+        };
+        if !ok {
+            return err(
+                span,
+                format!("invalid cast expression: \"{}\" to \"{}\"", self.type_name(&v.ty), self.type_name(&to)),
+            );
+        }
+        if let (Some(c), Some(shape)) = (fold(&v), to.int_shape()) {
+            return Ok(int_const(shape.wrap(c), to, span));
+        }
+        Ok(mk(ExprKind::Cast(Box::new(v)), to, span))
+    }
+
+    fn unary(&mut self, op: UnaryOp, operand: &ast::Expr, span: Span) -> Result<Expr> {
+        let v = self.rvalue(operand)?;
+        let sym = match op {
+            UnaryOp::Neg => "-",
+            UnaryOp::Plus => "+",
+            UnaryOp::Not => "!",
+            UnaryOp::BitNot => "~",
+            UnaryOp::Deref => "*",
+            UnaryOp::AddrOf => "&",
+        };
+        match op {
+            UnaryOp::Neg | UnaryOp::Plus | UnaryOp::BitNot => {
+                if !v.ty.is_arithmetic() {
+                    let what = if op == UnaryOp::BitNot { "integral" } else { "arithmetic" };
+                    return err(span, format!("operator {sym} requires an operand of {what} type"));
+                }
+                let shape = crate::types::promote(&v.ty.int_shape().unwrap());
+                let ty = Type::Int(shape.clone());
+                if let Some(c) = fold(&v) {
+                    let r = match op {
+                        UnaryOp::Neg => c.wrapping_neg(),
+                        UnaryOp::BitNot => !c,
+                        _ => c,
+                    };
+                    return Ok(int_const(shape.wrap(r), ty, span));
+                }
+                let v = self.convert(v, &ty);
+                Ok(match op {
+                    UnaryOp::Neg => mk(ExprKind::Neg(Box::new(v)), ty, span),
+                    UnaryOp::BitNot => mk(ExprKind::BitNot(Box::new(v)), ty, span),
+                    _ => v,
+                })
+            }
+            UnaryOp::Not => {
+                if !v.ty.is_scalar() && !v.ty.is_string() {
+                    return err(span, "operator ! requires an operand of scalar type");
+                }
+                Ok(mk(ExprKind::Not(Box::new(v)), int_ty(), span))
+            }
+            UnaryOp::Deref => {
+                let Some(t) = v.ty.pointee().cloned() else {
+                    return err(span, format!("operator * cannot be applied to operand of type \"{}\"", self.type_name(&v.ty)));
+                };
+                if t.is_void() {
+                    return err(span, "cannot dereference a pointer to void");
+                }
+                Ok(mk(ExprKind::Load(Box::new(v)), t, span))
+            }
+            UnaryOp::AddrOf => match v.kind {
+                ExprKind::Load(addr) => {
+                    let ty = Type::Pointer(Box::new(v.ty));
+                    Ok(mk(addr.kind, ty, span))
+                }
+                _ => err(span, "operator & requires an lvalue in traced memory as its operand"),
+            },
+        }
+    }
+
+    fn binary(&mut self, op: BinaryOp, lhs: &ast::Expr, rhs: &ast::Expr, span: Span) -> Result<Expr> {
+        use BinaryOp::*;
+        let l = self.rvalue(lhs)?;
+        let r = self.rvalue(rhs)?;
+        let incompatible = |this: &Self| {
+            err(
+                span,
+                format!(
+                    "operands have incompatible types: \"{}\" {} \"{}\"",
+                    this.type_name(&l.ty),
+                    op.symbol(),
+                    this.type_name(&r.ty)
+                ),
+            )
+        };
+        match op {
+            LogAnd | LogOr | LogXor => {
+                for x in [&l, &r] {
+                    if !x.ty.is_scalar() && !x.ty.is_string() {
+                        return err(x.span, format!("operator {} requires operands of scalar type", op.symbol()));
+                    }
+                }
+                Ok(mk(ExprKind::Logical { op, lhs: Box::new(l), rhs: Box::new(r) }, int_ty(), span))
+            }
+            Lt | Le | Gt | Ge | Eq | Ne => {
+                if l.ty.is_string() || r.ty.is_string() {
+                    if !(is_stringish(&l.ty) && is_stringish(&r.ty)) {
+                        return incompatible(self);
+                    }
+                    let l = self.convert(l, &Type::String);
+                    let r = self.convert(r, &Type::String);
+                    return Ok(mk(ExprKind::StrCmp { op, lhs: Box::new(l), rhs: Box::new(r) }, int_ty(), span));
+                }
+                if !l.ty.is_scalar() || !r.ty.is_scalar() {
+                    return incompatible(self);
+                }
+                let shape = usual_arithmetic(&l.ty.int_shape().unwrap(), &r.ty.int_shape().unwrap());
+                if let (Some(a), Some(b)) = (fold(&l), fold(&r)) {
+                    return Ok(int_const(u64::from(compare(op, a, b, shape.signed)), int_ty(), span));
+                }
+                Ok(mk(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r), signed: shape.signed }, int_ty(), span))
+            }
+            _ => self.arith(op, l, r, span),
+        }
+    }
+
+    fn arith(&mut self, op: BinaryOp, l: Expr, r: Expr, span: Span) -> Result<Expr> {
+        use BinaryOp::*;
+        let integral = matches!(op, Mod | BitAnd | BitOr | BitXor | Shl | Shr);
+        // Pointer arithmetic: pointer ± integer scales by the pointee size;
+        // pointer - pointer gives an element count.
+        if matches!(op, Add | Sub) && (l.ty.pointee().is_some() || r.ty.pointee().is_some()) {
+            return self.pointer_arith(op, l, r, span);
+        }
+        for x in [&l, &r] {
+            if !x.ty.is_arithmetic() {
+                let kind = if integral { "integral" } else { "arithmetic" };
+                return err(
+                    span,
+                    format!(
+                        "operator {} requires operands of {kind} type (\"{}\" {} \"{}\")",
+                        op.symbol(),
+                        self.type_name(&l.ty),
+                        op.symbol(),
+                        self.type_name(&r.ty)
+                    ),
+                );
+            }
+        }
+        let (ls, rs) = (l.ty.int_shape().unwrap(), r.ty.int_shape().unwrap());
+        let shape = if matches!(op, Shl | Shr) { crate::types::promote(&ls) } else { usual_arithmetic(&ls, &rs) };
+        if matches!(op, Div | Mod) && fold(&r) == Some(0) {
+            return err(span, "expression contains division by zero");
+        }
+        let ty = Type::Int(shape.clone());
+        if let (Some(a), Some(b)) = (fold(&l), fold(&r)) {
+            if let Some(v) = const_arith(op, a, b, &shape) {
+                return Ok(int_const(v, ty, span));
+            }
+        }
+        let l = self.convert(l, &ty);
+        let r = if matches!(op, Shl | Shr) { r } else { self.convert(r, &ty) };
+        Ok(mk(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r), signed: shape.signed }, ty, span))
+    }
+
+    fn pointer_arith(&mut self, op: BinaryOp, l: Expr, r: Expr, span: Span) -> Result<Expr> {
+        let long = Type::int(8, true);
+        let size_of = |this: &Self, t: &Type| this.prog.types.size_of(t.pointee().unwrap()).unwrap_or(1).max(1);
+        match (l.ty.pointee().is_some(), r.ty.pointee().is_some()) {
+            (true, true) if op == BinaryOp::Sub => {
+                let n = size_of(self, &l.ty);
+                let diff = mk(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r), signed: true }, long.clone(), span);
+                let n = int_const(n, long.clone(), span);
+                Ok(mk(ExprKind::Binary { op: BinaryOp::Div, lhs: Box::new(diff), rhs: Box::new(n), signed: true }, long, span))
+            }
+            (true, false) | (false, true) => {
+                let (p, i) = if l.ty.pointee().is_some() { (l, r) } else { (r, l) };
+                if !i.ty.is_arithmetic() {
+                    return err(span, format!("operator {} requires an integral operand with a pointer", op.symbol()));
+                }
+                let ty = match &p.ty {
+                    Type::Array(t, _) => Type::Pointer(t.clone()),
+                    t => t.clone(),
+                };
+                let n = int_const(size_of(self, &p.ty), long.clone(), span);
+                let i = self.convert(i, &long);
+                let scaled = mk(ExprKind::Binary { op: BinaryOp::Mul, lhs: Box::new(i), rhs: Box::new(n), signed: true }, long, span);
+                Ok(mk(ExprKind::Binary { op, lhs: Box::new(p), rhs: Box::new(scaled), signed: false }, ty, span))
+            }
+            _ => err(
+                span,
+                format!(
+                    "operands have incompatible types: \"{}\" {} \"{}\"",
+                    self.type_name(&l.ty),
+                    op.symbol(),
+                    self.type_name(&r.ty)
+                ),
+            ),
+        }
+    }
+
+    fn member(&mut self, base: Expr, field: &str, span: Span, op: &str) -> Result<Expr> {
+        let (Type::Struct(id) | Type::Union(id)) = base.ty else {
+            return err(span, format!("operator {op} cannot be applied to operand of type \"{}\"", self.type_name(&base.ty)));
+        };
+        if !self.prog.types.records[id].complete {
+            return err(span, format!("operator {op} cannot be applied to incomplete type \"{}\"", self.type_name(&base.ty)));
+        }
+        let Some(f) = self.prog.types.field(id, field).cloned() else {
+            return err(span, format!("{field} is not a member of {}", self.type_name(&base.ty)));
+        };
+        match base.kind {
+            // Traced memory: read the member at its own address.
+            ExprKind::Load(addr) => {
+                let ptr = mk(addr.kind, Type::int(8, false), addr.span);
+                let off = int_const(f.offset, Type::int(8, false), span);
+                let at = mk(
+                    ExprKind::Binary { op: BinaryOp::Add, lhs: Box::new(ptr), rhs: Box::new(off), signed: false },
+                    Type::Pointer(Box::new(f.ty.clone())),
+                    span,
+                );
+                Ok(mk(ExprKind::Load(Box::new(at)), f.ty, span))
+            }
+            _ => Ok(mk(ExprKind::Field { base: Box::new(base), offset: f.offset }, f.ty, span)),
+        }
+    }
+
+    fn index(&mut self, base: &ast::Expr, index: &[ast::Expr], span: Span) -> Result<Expr> {
+        use ast::ExprKind as K;
+        match &base.kind {
+            K::Agg(n) => return err(span, format!("aggregation @{n} may not be used as an operand; use printa( ) to print it")),
+            K::Ident(n) if (n == "args" || n == "uregs") && !self.globals.contains_key(n) => {
+                if index.len() != 1 {
+                    return err(span, format!("{n}[ ] takes exactly one index"));
+                }
+                let i = self.rvalue(&index[0])?;
+                if !i.ty.is_arithmetic() {
+                    return err(i.span, format!("{n}[ ] index must be of integral type"));
+                }
+                let (kind, ty) = if n == "args" {
+                    (ExprKind::Args(Box::new(i)), Type::named_int(8, true, "int64_t"))
+                } else {
+                    (ExprKind::Uregs(Box::new(i)), Type::named_int(8, false, "uint64_t"))
+                };
+                return Ok(mk(kind, ty, span));
+            }
+            K::Ident(n) | K::SelfVar(n) => {
+                let scope = if matches!(base.kind, K::Ident(_)) { VarScope::Global } else { VarScope::Thread };
+                if let Some(id) = self.lookup_var(scope, n) {
+                    let r = VarRef { scope, id };
+                    if self.var_info(r).keys.is_some() {
+                        let mut keys = Vec::new();
+                        for k in index {
+                            let k = self.rvalue(k)?;
+                            keys.push(self.string_if_char_array(k));
+                        }
+                        let keys = self.check_keys(r, n, keys, span)?;
+                        let ty = self.var_info(r).ty.clone();
+                        return Ok(mk(ExprKind::ArrayGet { var: r, keys }, ty, span));
+                    }
+                } else if builtin_var(n).is_none() {
+                    let prefix = if scope == VarScope::Thread { "self->" } else { "" };
+                    return err(base.span, format!("failed to resolve {prefix}{n}: Unknown variable name"));
+                }
+            }
+            _ => {}
+        }
+        // Pointer or array indexing reads traced memory.
+        let b = self.rvalue(base)?;
+        let Some(elem) = b.ty.pointee().cloned() else {
+            return err(span, format!("operator [ ] cannot be applied to operand of type \"{}\"", self.type_name(&b.ty)));
+        };
+        if index.len() != 1 {
+            return err(span, "operator [ ] takes exactly one index for a pointer or array");
+        }
+        let i = self.rvalue(&index[0])?;
+        let at = self.pointer_arith(BinaryOp::Add, b, i, span)?;
+        Ok(mk(ExprKind::Load(Box::new(at)), elem, span))
+    }
+
+    fn call(&mut self, name: &str, name_span: Span, args: &[ast::Expr], span: Span) -> Result<Expr> {
+        if ACTIONS.contains(&name) {
+            return err(name_span, format!("{name}( ) may not be used in an expression: it is an action"));
+        }
+        if AggKind::from_name(name).is_some() {
+            return err(name_span, format!("{name}( ) may only be used as the value of an aggregation"));
+        }
+        let Some(subr) = subr_by_name(name) else {
+            return err(name_span, format!("failed to resolve {name}: Unknown function name"));
+        };
+        let (proto, reqs, min, ret) = subr_proto(subr);
+        if args.len() < min || args.len() > reqs.len() {
+            let expected = if min == reqs.len() { format!("{min}") } else { format!("{min} to {}", reqs.len()) };
+            return err(
+                name_span,
+                format!(
+                    "{name}( ) prototype mismatch: {} arg{} passed, {expected} expected",
+                    args.len(),
+                    if args.len() == 1 { "" } else { "s" }
+                ),
+            );
+        }
+        let mut vals = Vec::with_capacity(args.len());
+        for (i, (a, req)) in args.iter().zip(reqs).enumerate() {
+            // stack(n)/ustack(n, s) take constants.
+            if matches!(subr, Subr::Stack { .. }) {
+                let v = self.const_int(a)?;
+                vals.push(int_const(v as u64, int_ty(), a.span));
+                continue;
+            }
+            let v = self.rvalue(a)?;
+            let ok = match req {
+                ArgReq::Str => is_stringish(&v.ty),
+                ArgReq::Int => v.ty.is_scalar(),
+                ArgReq::Any => true,
+            };
+            if !ok {
+                return err(
+                    a.span,
+                    format!(
+                        "{name}( ) argument #{} is incompatible with prototype:\n\tprototype: {proto}\n\t argument: {}",
+                        i + 1,
+                        self.type_name(&v.ty)
+                    ),
+                );
+            }
+            let v = match req {
+                ArgReq::Str => self.convert(v, &Type::String),
+                _ => v,
+            };
+            vals.push(v);
+        }
+        let ret = match (subr, name) {
+            (Subr::Symbol, n) => {
+                let user = n.starts_with('u');
+                let kind = match n.trim_start_matches('u') {
+                    "sym" => SymKind::Sym,
+                    "mod" => SymKind::Mod,
+                    "func" => SymKind::Func,
+                    _ => SymKind::Addr,
+                };
+                Type::Symbol { user, kind }
+            }
+            _ => ret,
+        };
+        Ok(mk(ExprKind::Call(subr, vals), ret, span))
+    }
+}
+
+fn is_agg_target(e: &ast::Expr) -> bool {
+    match &e.kind {
+        ast::ExprKind::Agg(_) => true,
+        ast::ExprKind::Index { base, .. } => matches!(base.kind, ast::ExprKind::Agg(_)),
+        _ => false,
+    }
+}
+
+/// Strings, and what converts to one (`char *`, `char[N]`).
+fn is_stringish(t: &Type) -> bool {
+    t.is_string() || t.is_char_pointer_or_array()
+}
+
+/// The type an implicitly declared variable gets from its first value: char arrays
+/// and pointers to char become strings, integers narrower than int keep their type.
+fn implicit_type(t: &Type) -> Type {
+    if t.is_char_pointer_or_array() && matches!(t, Type::Array(..)) {
+        Type::String
+    } else {
+        t.clone()
+    }
+}
+
+/// Whether a value of type `b` may be stored where `a` is expected (keys).
+fn same_kind(a: &Type, b: &Type) -> bool {
+    match (a, b) {
+        (Type::String, t) | (t, Type::String) => is_stringish(t),
+        (Type::Stack { user: x }, Type::Stack { user: y }) => x == y,
+        (x, y) if x.is_scalar() && y.is_scalar() => true,
+        (x, y) => x == y,
+    }
+}
+
+fn int_literal_type(v: u64, suffix: ast::IntSuffix) -> Type {
+    use ast::IntSuffix::*;
+    let fits_i32 = v <= i32::MAX as u64;
+    let fits_u32 = v <= u32::MAX as u64;
+    let fits_i64 = v <= i64::MAX as u64;
+    match suffix {
+        None if fits_i32 => Type::int(4, true),
+        None if fits_u32 => Type::int(4, false),
+        None | L if fits_i64 => Type::int(8, true),
+        U if fits_u32 => Type::int(4, false),
+        LL if fits_i64 => Type::named_int(8, true, "long long"),
+        ULL => Type::named_int(8, false, "unsigned long long"),
+        _ => Type::int(8, false),
+    }
+}
+
+/// The value of a constant expression, if it is one.
+pub fn fold(e: &Expr) -> Option<u64> {
+    match &e.kind {
+        ExprKind::Int(v) => Some(*v),
+        _ => None,
+    }
+}
+
+fn compare(op: BinaryOp, a: u64, b: u64, signed: bool) -> bool {
+    use std::cmp::Ordering;
+    let ord = if signed { (a as i64).cmp(&(b as i64)) } else { a.cmp(&b) };
+    match op {
+        BinaryOp::Lt => ord == Ordering::Less,
+        BinaryOp::Le => ord != Ordering::Greater,
+        BinaryOp::Gt => ord == Ordering::Greater,
+        BinaryOp::Ge => ord != Ordering::Less,
+        BinaryOp::Eq => ord == Ordering::Equal,
+        _ => ord != Ordering::Equal,
+    }
+}
+
+/// Integer arithmetic in `shape`, as the runtime computes it; `None` on division by zero.
+pub fn const_arith(op: BinaryOp, a: u64, b: u64, shape: &IntType) -> Option<u64> {
+    use BinaryOp::*;
+    let s = shape.signed;
+    let v = match op {
+        Add => a.wrapping_add(b),
+        Sub => a.wrapping_sub(b),
+        Mul => a.wrapping_mul(b),
+        Div if b == 0 => return None,
+        Mod if b == 0 => return None,
+        Div if s => (a as i64).wrapping_div(b as i64) as u64,
+        Div => a / b,
+        Mod if s => (a as i64).wrapping_rem(b as i64) as u64,
+        Mod => a % b,
+        BitAnd => a & b,
+        BitOr => a | b,
+        BitXor => a ^ b,
+        Shl => a.wrapping_shl(b as u32),
+        Shr if s => ((a as i64).wrapping_shr(b as u32)) as u64,
+        Shr => a.wrapping_shr(b as u32),
+        _ => return None,
+    };
+    Some(shape.wrap(v))
+}
+
+/// Whether an action records data (and so, without `-q`, prints a trace line).
+fn records_data(a: &Action) -> bool {
+    match a {
+        Action::AggUpdate { .. } => false,
+        Action::If { then, otherwise, .. } => then.iter().chain(otherwise).any(records_data),
+        _ => true,
+    }
+}
+
+/// Replaces `$name` and `$$name` macro references inside probe description text.
+pub fn substitute_macros(text: &str, macros: &dyn MacroEnv) -> std::result::Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(&rest[..pos]);
+        let after = rest[pos + 1..].trim_start_matches('$');
+        let len = after.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
+        if len == 0 {
+            out.push('$');
+            rest = &rest[pos + 1..];
+            continue;
+        }
+        let name = &after[..len];
+        match macros.lookup(name)? {
+            MacroValue::Int(v) => out.push_str(&v.to_string()),
+            MacroValue::Str(s) => out.push_str(&s),
+        }
+        rest = &after[len..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}

@@ -1,0 +1,261 @@
+//! The checked program: names resolved to slots, every expression typed, every action
+//! chosen. The runtime interprets this; the backends read its probe descriptions and,
+//! through `capture`, what each clause needs recorded at the instant of a firing.
+
+use std::rc::Rc;
+
+use crate::ast::{BinaryOp, ProbeDesc, VarScope};
+use crate::span::Span;
+use crate::types::{Type, TypeTable};
+
+/// A whole checked program: all sources of one udtrace invocation.
+#[derive(Debug, Clone, Default)]
+pub struct CheckedProgram {
+    pub clauses: Vec<Clause>,
+    pub globals: Vec<VarInfo>,
+    pub thread_vars: Vec<VarInfo>,
+    pub clause_vars: Vec<VarInfo>,
+    pub aggs: Vec<AggInfo>,
+    /// `#pragma D option` settings in program order; the caller validates them
+    /// against its option table.
+    pub options: Vec<PragmaOption>,
+    pub types: TypeTable,
+}
+
+#[derive(Debug, Clone)]
+pub struct PragmaOption {
+    pub name: String,
+    pub value: Option<String>,
+    pub source: usize,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone)]
+pub struct VarInfo {
+    pub name: String,
+    pub ty: Type,
+    /// Key types of an associative array; `None` for a scalar.
+    pub keys: Option<Vec<Type>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VarRef {
+    pub scope: VarScope,
+    pub id: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggKind {
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+    Stddev,
+    Quantize,
+    Lquantize,
+    Llquantize,
+}
+
+impl AggKind {
+    pub fn from_name(name: &str) -> Option<AggKind> {
+        Some(match name {
+            "count" => AggKind::Count,
+            "sum" => AggKind::Sum,
+            "avg" => AggKind::Avg,
+            "min" => AggKind::Min,
+            "max" => AggKind::Max,
+            "stddev" => AggKind::Stddev,
+            "quantize" => AggKind::Quantize,
+            "lquantize" => AggKind::Lquantize,
+            "llquantize" => AggKind::Llquantize,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            AggKind::Count => "count",
+            AggKind::Sum => "sum",
+            AggKind::Avg => "avg",
+            AggKind::Min => "min",
+            AggKind::Max => "max",
+            AggKind::Stddev => "stddev",
+            AggKind::Quantize => "quantize",
+            AggKind::Lquantize => "lquantize",
+            AggKind::Llquantize => "llquantize",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AggInfo {
+    /// Without the `@`; empty for the anonymous `@`.
+    pub name: String,
+    pub kind: AggKind,
+    /// Constant parameters: lquantize `[base, limit, step]`, llquantize
+    /// `[factor, low, high, nsteps]`, empty otherwise.
+    pub params: Vec<i64>,
+    pub keys: Vec<Type>,
+    /// Where it was first used, for messages.
+    pub span: Span,
+}
+
+/// One clause: probe descriptions (macros substituted), predicate, actions.
+#[derive(Debug, Clone)]
+pub struct Clause {
+    /// Index of the `-n`/`-s`/… source it came from.
+    pub source: usize,
+    pub probes: Vec<ProbeDesc>,
+    pub predicate: Option<Expr>,
+    pub actions: Vec<Action>,
+    /// DTrace prints a `CPU ID FUNCTION:NAME` line (without `-q`) for a firing of a
+    /// clause that records data; a clause whose statements are all aggregations
+    /// records none.
+    pub records_data: bool,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// An expression evaluated for its effect (assignments, `++`, …).
+    Eval(Expr),
+    Trace(Expr),
+    Tracemem { addr: Expr, size: u64, dsize: Option<Expr> },
+    Printf { format: Rc<str>, format_span: Span, args: Vec<Expr> },
+    Printa { format: Option<(Rc<str>, Span)>, aggs: Vec<usize> },
+    AggUpdate { agg: usize, keys: Vec<Expr>, args: Vec<Expr> },
+    Exit(Expr),
+    Clear(usize),
+    Trunc { agg: usize, keep: Option<Expr> },
+    Normalize { agg: usize, factor: Expr },
+    Denormalize(usize),
+    Setopt { name: String, value: Option<String> },
+    Speculate(Expr),
+    Commit(Expr),
+    Discard(Expr),
+    /// `stack()`/`ustack()` as actions: trace the stack.
+    Stack { user: bool, frames: Option<u32> },
+    If { cond: Expr, then: Vec<Action>, otherwise: Vec<Action> },
+    /// `system(fmt, …)` (destructive; needs `-w`).
+    System { format: Rc<str>, format_span: Span, args: Vec<Expr> },
+    Raise(Expr),
+    Stop,
+    /// `printm`, `freopen`, … accepted for compatibility but doing nothing here.
+    Nop,
+}
+
+#[derive(Debug, Clone)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub ty: Type,
+    pub span: Span,
+}
+
+/// Built-in variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    Arg(u8),
+    Caller,
+    Ucaller,
+    Cpu,
+    Epid,
+    Id,
+    Errno,
+    Execname,
+    Pid,
+    Ppid,
+    Tid,
+    Uid,
+    Gid,
+    Timestamp,
+    Vtimestamp,
+    Walltimestamp,
+    Probeprov,
+    Probemod,
+    Probefunc,
+    Probename,
+    Stackdepth,
+    Ustackdepth,
+    Curthread,
+    Ipl,
+    Cwd,
+    Root,
+}
+
+/// Subroutines: calls that compute a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subr {
+    Strlen,
+    Strjoin,
+    Substr,
+    Index,
+    Rindex,
+    Strstr,
+    Strchr,
+    Strrchr,
+    Strtok,
+    Basename,
+    Dirname,
+    Lltostr,
+    Strtoll,
+    Toupper,
+    Tolower,
+    Rand,
+    Speculation,
+    Copyinstr,
+    Copyin,
+    Progenyof,
+    Htons,
+    Htonl,
+    Htonll,
+    Ntohs,
+    Ntohl,
+    Ntohll,
+    /// `stack()`/`ustack()` used as a value (an aggregation key).
+    Stack { user: bool },
+    /// `usym()`, `ufunc()`, …: only the type changes.
+    Symbol,
+}
+
+#[derive(Debug, Clone)]
+pub enum ExprKind {
+    /// An integer constant, already wrapped to the expression's type.
+    Int(u64),
+    Str(Rc<[u8]>),
+    Var(VarRef),
+    /// `a[k…]` for an associative array (global or `self->`).
+    ArrayGet { var: VarRef, keys: Vec<Expr> },
+    Builtin(Builtin),
+    /// `args[i]`
+    Args(Box<Expr>),
+    /// `uregs[i]`
+    Uregs(Box<Expr>),
+    Neg(Box<Expr>),
+    BitNot(Box<Expr>),
+    Not(Box<Expr>),
+    /// Arithmetic, bitwise, shifts and integer comparisons, computed in `shape`
+    /// (the operands' converted type). Pointer arithmetic is already scaled.
+    Binary { op: BinaryOp, lhs: Box<Expr>, rhs: Box<Expr>, signed: bool },
+    /// String comparisons: strcmp semantics.
+    StrCmp { op: BinaryOp, lhs: Box<Expr>, rhs: Box<Expr> },
+    /// `&&`, `||`, `^^` (short-circuit where C does).
+    Logical { op: BinaryOp, lhs: Box<Expr>, rhs: Box<Expr> },
+    Ternary { cond: Box<Expr>, then: Box<Expr>, otherwise: Box<Expr> },
+    Assign { target: Place, op: Option<BinaryOp>, value: Box<Expr> },
+    IncDec { target: Place, increment: bool, prefix: bool },
+    /// A conversion to `ty`: integer truncation/extension, or a `char *` read as a string.
+    Cast(Box<Expr>),
+    Call(Subr, Vec<Expr>),
+    /// Reads `ty` from the traced process's memory at the address `addr` evaluates to.
+    Load(Box<Expr>),
+    /// A member of a struct value held in a D variable (the base is bytes).
+    Field { base: Box<Expr>, offset: u64 },
+    Comma(Box<Expr>, Box<Expr>),
+}
+
+/// Something that can be assigned.
+#[derive(Debug, Clone)]
+pub enum Place {
+    Var(VarRef),
+    Array { var: VarRef, keys: Vec<Expr> },
+}
