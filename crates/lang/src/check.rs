@@ -52,6 +52,8 @@ pub struct Checker<'m> {
     /// Inline expansion depth, so a self-referencing inline is an error, not a hang.
     inline_depth: u32,
     source: usize,
+    /// Byte offsets where each line of the current source starts.
+    line_starts: Vec<u32>,
 }
 
 fn err<T>(span: Span, msg: impl Into<String>) -> Result<T> {
@@ -209,13 +211,15 @@ impl<'m> Checker<'m> {
             inlines: HashMap::new(),
             inline_depth: 0,
             source: 0,
+            line_starts: vec![0],
         }
     }
 
     /// Checks one source (one `-n`/`-s` argument) into the program. `source` is its
     /// index, kept on each clause so that messages can name it.
-    pub fn add_source(&mut self, program: &ast::Program, source: usize) -> Result<()> {
+    pub fn add_source(&mut self, program: &ast::Program, source: usize, text: &str) -> Result<()> {
         self.source = source;
+        self.line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i as u32 + 1)).collect();
         for item in &program.items {
             match item {
                 ast::Item::Clause(c) => {
@@ -238,6 +242,10 @@ impl<'m> Checker<'m> {
             }
         }
         Ok(())
+    }
+
+    fn line_of(&self, span: Span) -> u32 {
+        self.line_starts.partition_point(|&s| s <= span.start) as u32
     }
 
     pub fn finish(self) -> CheckedProgram {
@@ -271,14 +279,14 @@ impl<'m> Checker<'m> {
             }
             // Stability, dependency and binding directives have no effect on Linux.
             "attributes" | "binding" | "depends_on" | "error" | "line" | "ident" => Ok(()),
-            other => err(p.span, format!("invalid control directive: #pragma D {other}")),
+            other => err(p.span, format!("invalid D pragma: {other}")),
         }
     }
 
     fn var_decl(&mut self, d: &ast::VarDecl) -> Result<()> {
         let ty = self.resolve_type(&d.ty)?;
         if ty.is_void() {
-            return err(d.span, format!("cannot declare void object: {}", d.name));
+            return err(d.span, format!("cannot have void object: {}", d.name));
         }
         let keys = if d.keys.is_empty() {
             None
@@ -286,7 +294,7 @@ impl<'m> Checker<'m> {
             Some(d.keys.iter().map(|k| self.resolve_type(k)).collect::<Result<Vec<_>>>()?)
         };
         if builtin_var(&d.name).is_some() {
-            return err(d.span, format!("identifier redeclared: {}", d.name));
+            return err(d.span, format!("built-in identifier redeclared: {}", d.name));
         }
         let (map, list) = match d.scope {
             VarScope::Global => (&mut self.globals, &mut self.prog.globals),
@@ -422,12 +430,9 @@ impl<'m> Checker<'m> {
         let probes = c.probes.iter().map(|p| self.probe_desc(p)).collect::<Result<Vec<_>>>()?;
         let predicate = match &c.predicate {
             Some(p) => {
-                let e = self.rvalue(p)?;
-                if !e.ty.is_scalar() && !e.ty.is_string() {
-                    return err(
-                        p.span,
-                        format!("predicate result must be of scalar type: \"{}\"", self.type_name(&e.ty)),
-                    );
+                let e = self.rvalue(p).map_err(|e| e.in_region("predicate"))?;
+                if !e.ty.is_scalar() {
+                    return err(p.span, "predicate result must be of scalar type").map_err(|e: CompileError| e.in_region("predicate"));
                 }
                 Some(e)
             }
@@ -436,7 +441,7 @@ impl<'m> Checker<'m> {
         let (actions, records_data) = match &c.body {
             None => (Vec::new(), true),
             Some(stmts) => {
-                let actions = self.stmts(stmts)?;
+                let actions = self.stmts(stmts).map_err(|e| e.in_region("action list"))?;
                 let records = stmts.is_empty() || actions.iter().any(records_data);
                 (actions, records)
             }
@@ -500,6 +505,14 @@ impl<'m> Checker<'m> {
                 }
                 self.agg_update(lhs, rhs)
             }
+            _ if is_agg_target(e) => {
+                let name = match &e.kind {
+                    ast::ExprKind::Index { base, .. } => &**base,
+                    _ => e,
+                };
+                let ast::ExprKind::Agg(n) = &name.kind else { unreachable!("is_agg_target checked the shape") };
+                err(e.span, format!("expression has null effect: @{n}"))
+            }
             _ => Ok(Action::Eval(self.expr(e)?)),
         }
     }
@@ -537,16 +550,11 @@ impl<'m> Checker<'m> {
             AggKind::Llquantize => (1, 4, 6),
         };
         let min_args = nvals + nparams;
+        if args.len() > max_args && max_args > min_args {
+            return err(*name_span, format!("{fname}( ) prototype mismatch: {} args passed, at most {max_args} expected", args.len()));
+        }
         if args.len() < min_args || args.len() > max_args {
-            let expected = if min_args == max_args { format!("{min_args}") } else { format!("{min_args} to {max_args}") };
-            return err(
-                *name_span,
-                format!(
-                    "{fname}( ) prototype mismatch: {} arg{} passed, {expected} expected",
-                    args.len(),
-                    if args.len() == 1 { "" } else { "s" }
-                ),
-            );
+            return err(*name_span, proto_len(fname, "( )", "arg", args.len(), min_args, max_args));
         }
         let mut values = Vec::new();
         let mut params = Vec::new();
@@ -557,20 +565,23 @@ impl<'m> Checker<'m> {
                 _ => false,
             };
             if is_param {
-                params.push(self.const_int(a).map_err(|_| {
-                    CompileError::new(a.span, format!("{fname}( ) argument #{} must be a constant", i + 1))
-                })?);
+                let v = self.const_int(a).map_err(|_| {
+                    let msg = if kind == AggKind::Lquantize {
+                        format!("lquantize( ) argument #{i} must be an integer constant")
+                    } else {
+                        let what = ["factor", "low magnitude", "high magnitude", "linear steps per magnitude"][i - 1];
+                        format!("llquantize( ) argument #{i} ({what}) must be an integer constant")
+                    };
+                    CompileError::new(a.span, msg)
+                })?;
+                params.push(v);
             } else {
                 let v = self.rvalue(a)?;
                 if !v.ty.is_arithmetic() {
-                    return err(
-                        a.span,
-                        format!(
-                            "{fname}( ) argument #{} is incompatible with prototype:\n\tprototype: int64_t\n\t argument: {}",
-                            i + 1,
-                            self.type_name(&v.ty)
-                        ),
-                    );
+                    if i == 0 {
+                        return err(a.span, format!("{fname}( ) argument #1 must be of scalar type"));
+                    }
+                    return err(a.span, format!("{fname}( ) increment value (argument #{}) must be of scalar type", i + 1));
                 }
                 values.push(v);
             }
@@ -582,33 +593,49 @@ impl<'m> Checker<'m> {
         let agg = match self.aggs.get(name) {
             Some(&id) => {
                 let prev = &self.prog.aggs[id];
-                if prev.kind != kind || prev.params != params {
+                if prev.kind != kind {
                     return err(
                         rhs.span,
                         format!(
-                            "aggregation redefined: @{name}\n\t current: {}( )\n\tprevious: {}( )",
+                            "aggregation redefined: @{name}\n\t current: @{name} = {}( )\n\tprevious: @{name} = {}( ) : line {}",
                             kind.name(),
-                            prev.kind.name()
+                            prev.kind.name(),
+                            prev.line
+                        ),
+                    );
+                }
+                if prev.params != params {
+                    let names: &[&str] = if kind == AggKind::Lquantize {
+                        &["base", "limit", "step"]
+                    } else {
+                        &["factor", "low magnitude", "high magnitude", "linear steps per magnitude"]
+                    };
+                    let i = prev.params.iter().zip(&params).position(|(a, b)| a != b).unwrap_or(0);
+                    let what = if kind == AggKind::Lquantize {
+                        format!("{} (argument #{})", names[i], i + 1)
+                    } else {
+                        format!("{} (argument #{})", names[i], i + 1)
+                    };
+                    return err(
+                        rhs.span,
+                        format!(
+                            "{}( ) {what} doesn't match previous declaration: expected {}, found {}",
+                            kind.name(),
+                            prev.params[i],
+                            params[i]
                         ),
                     );
                 }
                 if prev.keys.len() != key_types.len() {
-                    return err(
-                        lhs.span,
-                        format!(
-                            "@{name}[ ] prototype mismatch: {} key{} given, {} expected",
-                            key_types.len(),
-                            if key_types.len() == 1 { "" } else { "s" },
-                            prev.keys.len()
-                        ),
-                    );
+                    let n = prev.keys.len();
+                    return err(lhs.span, proto_len(&format!("@{name}"), "[ ]", "key", key_types.len(), n, n));
                 }
                 for (i, (a, b)) in prev.keys.iter().zip(&key_types).enumerate() {
                     if !same_kind(a, b) {
                         return err(
                             keys[i].span,
                             format!(
-                                "@{name}[ ] key #{} is incompatible with prototype:\n\tprototype: {}\n\t argument: {}",
+                                "@{name}[ ] key #{} is incompatible with prototype:\n\tprototype: {}\n\t      key: {}",
                                 i + 1,
                                 self.type_name(a),
                                 self.type_name(b)
@@ -620,7 +647,8 @@ impl<'m> Checker<'m> {
             }
             None => {
                 let id = self.prog.aggs.len();
-                self.prog.aggs.push(AggInfo { name: name.to_string(), kind, params, keys: key_types, span: lhs.span });
+                let line = self.line_of(lhs.span);
+                self.prog.aggs.push(AggInfo { name: name.to_string(), kind, params, keys: key_types, span: lhs.span, line });
                 self.aggs.insert(name.to_string(), id);
                 id
             }
@@ -628,33 +656,28 @@ impl<'m> Checker<'m> {
         Ok(Action::AggUpdate { agg, keys, args: values })
     }
 
-    fn agg_ref(&self, e: &ast::Expr, fname: &str, argno: usize) -> Result<usize> {
+    fn agg_ref(&mut self, e: &ast::Expr, fname: &str, argno: usize) -> Result<usize> {
         match &e.kind {
             ast::ExprKind::Agg(n) => match self.aggs.get(n) {
                 Some(&id) => Ok(id),
-                None => err(e.span, format!("failed to resolve @{n}: Unknown variable name")),
+                None => err(e.span, format!("undefined aggregation: @{n}")),
             },
-            _ => err(e.span, format!("{fname}( ) argument #{argno} is incompatible with prototype:\n\tprototype: @\n\t argument: not an aggregation")),
+            _ => {
+                let v = self.rvalue(e)?;
+                err(
+                    e.span,
+                    format!(
+                        "{fname}( ) argument #{argno} is incompatible with prototype:\n\tprototype: aggregation\n\t argument: {}",
+                        self.type_name(&v.ty)
+                    ),
+                )
+            }
         }
     }
 
     fn arity(&self, name: &str, span: Span, args: &[ast::Expr], min: usize, max: usize) -> Result<()> {
         if args.len() < min || args.len() > max {
-            let expected = if min == max {
-                format!("{min}")
-            } else if max == usize::MAX {
-                format!("at least {min}")
-            } else {
-                format!("{min} to {max}")
-            };
-            return err(
-                span,
-                format!(
-                    "{name}( ) prototype mismatch: {} arg{} passed, {expected} expected",
-                    args.len(),
-                    if args.len() == 1 { "" } else { "s" }
-                ),
-            );
+            return err(span, proto_len(name, "( )", "arg", args.len(), min, max));
         }
         Ok(())
     }
@@ -662,7 +685,16 @@ impl<'m> Checker<'m> {
     fn format_string(&mut self, name: &str, e: &ast::Expr) -> Result<Rc<str>> {
         match &e.kind {
             ast::ExprKind::Str(s) => Ok(Rc::from(s.as_str())),
-            _ => err(e.span, format!("{name}( ) argument #1 is incompatible with prototype:\n\tprototype: string constant\n\t argument: expression")),
+            _ => {
+                let v = self.rvalue(e)?;
+                err(
+                    e.span,
+                    format!(
+                        "{name}( ) argument #1 is incompatible with prototype:\n\tprototype: string constant\n\t argument: {}",
+                        self.type_name(&v.ty)
+                    ),
+                )
+            }
         }
     }
 
@@ -673,7 +705,7 @@ impl<'m> Checker<'m> {
                 self.arity(name, span, args, 1, 1)?;
                 let v = self.rvalue(&args[0])?;
                 if v.ty.is_void() {
-                    return err(args[0].span, "trace( ) argument #1 is incompatible with prototype: void");
+                    return err(args[0].span, "trace( ) may not be applied to a void expression");
                 }
                 Action::Trace(v)
             }
@@ -685,10 +717,10 @@ impl<'m> Checker<'m> {
                 self.arity(name, span, args, 2, 3)?;
                 let addr = self.rvalue(&args[0])?;
                 let size = self.const_int(&args[1]).map_err(|_| {
-                    CompileError::new(args[1].span, "tracemem( ) argument #2 must be a non-zero positive integer constant")
+                    CompileError::new(args[1].span, "tracemem( ) argument #2 must be a non-zero positive integral constant expression")
                 })?;
                 if size <= 0 {
-                    return err(args[1].span, "tracemem( ) argument #2 must be a non-zero positive integer constant");
+                    return err(args[1].span, "tracemem( ) argument #2 must be a non-zero positive integral constant expression");
                 }
                 let dsize = match args.get(2) {
                     Some(a) => Some(self.rvalue(a)?),
@@ -720,7 +752,7 @@ impl<'m> Checker<'m> {
                     _ => (None, args),
                 };
                 if rest.is_empty() {
-                    return err(span, "printa( ) prototype mismatch: aggregation argument expected");
+                    return err(span, format!("printa( ) prototype mismatch: {} args passed, {} expected", args.len(), args.len() + 1));
                 }
                 if format.is_none() && rest.len() > 1 {
                     return err(rest[1].span, "printa( ): only one aggregation may be given without a format");
@@ -910,9 +942,9 @@ impl<'m> Checker<'m> {
             }
             K::IncDec { increment, prefix, operand } => {
                 let op = if *increment { "++" } else { "--" };
-                let (place, ty) = self.place(operand, Some(&int_ty()), op)?;
+                let (place, ty) = self.place(operand, Some(&Type::named_int(8, true, "int64_t")), op)?;
                 if !ty.is_scalar() {
-                    return err(span, format!("operator {op} requires a scalar operand"));
+                    return err(span, format!("operator {op} requires operand of scalar type"));
                 }
                 Ok(mk(ExprKind::IncDec { target: place, increment: *increment, prefix: *prefix }, ty, span))
             }
@@ -928,10 +960,16 @@ impl<'m> Checker<'m> {
                     Type::Pointer(t) => Some((**t).clone()),
                     _ => None,
                 }) else {
-                    return err(span, format!("operator -> cannot be applied to operand of type \"{}\"", self.type_name(&b.ty)));
+                    return err(span, "operator -> must be applied to a pointer");
                 };
                 if !matches!(pointee, Type::Struct(_) | Type::Union(_)) {
-                    return err(span, format!("operator -> cannot be applied to pointer to type \"{}\"", self.type_name(&pointee)));
+                    return err(
+                        span,
+                        format!(
+                            "operator -> cannot be applied to pointer to type \"{}\"; must be applied to a struct or union pointer",
+                            self.type_name(&pointee)
+                        ),
+                    );
                 }
                 let loaded = mk(ExprKind::Load(Box::new(b)), pointee, span);
                 self.member(loaded, field, span, "->")
@@ -945,33 +983,30 @@ impl<'m> Checker<'m> {
                 let ty = self.resolve_type(t)?;
                 match self.prog.types.size_of(&ty) {
                     Some(n) => Ok(int_const(n, Type::named_int(8, false, "size_t"), span)),
-                    None => err(span, format!("cannot apply sizeof to an incomplete type: \"{}\"", self.type_name(&ty))),
+                    None => err(span, "cannot apply sizeof to an operand of unknown size"),
                 }
             }
             K::SizeofExpr(x) => {
                 let v = self.expr(x)?;
                 match self.prog.types.size_of(&v.ty) {
                     Some(n) => Ok(int_const(n, Type::named_int(8, false, "size_t"), span)),
-                    None => err(span, format!("cannot apply sizeof to an expression of type \"{}\"", self.type_name(&v.ty))),
+                    None => err(span, "cannot apply sizeof to an operand of unknown size"),
                 }
             }
             K::Offsetof { ty, member } => {
                 let t = self.resolve_type(ty)?;
                 let (Type::Struct(id) | Type::Union(id)) = t else {
-                    return err(span, format!("offsetof( ) first argument must be a struct or union type, not \"{}\"", self.type_name(&t)));
+                    return err(span, "offsetof operand must be a struct or union type");
                 };
-                if !self.prog.types.records[id].complete {
-                    return err(span, format!("offsetof( ) cannot be applied to incomplete type \"{}\"", self.type_name(&t)));
-                }
                 match self.prog.types.field(id, member) {
                     Some(f) => Ok(int_const(f.offset, Type::named_int(8, false, "size_t"), span)),
-                    None => err(span, format!("{} is not a member of {}", member, self.type_name(&t))),
+                    None => err(span, format!("failed to determine offset of {member}: Unknown member name")),
                 }
             }
             K::Stringof(x) => {
                 let v = self.rvalue(x)?;
                 if !v.ty.is_scalar() && !v.ty.is_string() && !matches!(v.ty, Type::Array(..)) {
-                    return err(span, format!("stringof( ) operand must be of scalar type, not \"{}\"", self.type_name(&v.ty)));
+                    return err(span, format!("cannot apply stringof to a value of type {}", self.type_name(&v.ty)));
                 }
                 Ok(mk(ExprKind::Cast(Box::new(v)), Type::String, span))
             }
@@ -1037,7 +1072,7 @@ impl<'m> Checker<'m> {
                 }
                 Ok(mk(ExprKind::Var(VarRef { scope, id }), info.ty.clone(), span))
             }
-            None => err(span, format!("failed to resolve {prefix}{name}: Unknown variable name")),
+            None => err(span, format!("{prefix}{name} has not yet been declared or assigned")),
         }
     }
 
@@ -1086,7 +1121,7 @@ impl<'m> Checker<'m> {
         if let Some((scope, name)) = named(&target.kind) {
             if scope == VarScope::Global && self.lookup_var(scope, &name).is_none() {
                 if builtin_var(&name).is_some() || name == "args" || name == "uregs" {
-                    return err(target.span, format!("operator {op} requires modifiable lvalue as an operand: {name} is a built-in variable"));
+                    return err(target.span, format!("operator {op} can only be applied to a writable variable"));
                 }
                 if self.inlines.contains_key(&name)
                     || self.prog.types.enumerators.contains_key(&name)
@@ -1149,15 +1184,7 @@ impl<'m> Checker<'m> {
     fn check_keys(&self, r: VarRef, name: &str, keys: Vec<Expr>, span: Span) -> Result<Vec<Expr>> {
         let proto = self.var_info(r).keys.clone().unwrap_or_default();
         if proto.len() != keys.len() {
-            return err(
-                span,
-                format!(
-                    "{name}[ ] prototype mismatch: {} key{} given, {} expected",
-                    keys.len(),
-                    if keys.len() == 1 { "" } else { "s" },
-                    proto.len()
-                ),
-            );
+            return err(span, proto_len(name, "[ ]", "key", keys.len(), proto.len(), proto.len()));
         }
         let mut out = Vec::with_capacity(keys.len());
         for (i, (k, p)) in keys.into_iter().zip(&proto).enumerate() {
@@ -1165,7 +1192,7 @@ impl<'m> Checker<'m> {
                 return err(
                     k.span,
                     format!(
-                        "{name}[ ] key #{} is incompatible with prototype:\n\tprototype: {}\n\t argument: {}",
+                        "{name}[ ] key #{} is incompatible with prototype:\n\tprototype: {}\n\t      key: {}",
                         i + 1,
                         self.type_name(p),
                         self.type_name(&k.ty)
@@ -1316,10 +1343,10 @@ impl<'m> Checker<'m> {
             }
             UnaryOp::Deref => {
                 let Some(t) = v.ty.pointee().cloned() else {
-                    return err(span, format!("operator * cannot be applied to operand of type \"{}\"", self.type_name(&v.ty)));
+                    return err(span, "cannot dereference non-pointer type");
                 };
                 if t.is_void() {
-                    return err(span, "cannot dereference a pointer to void");
+                    return err(span, "cannot dereference pointer to void");
                 }
                 Ok(mk(ExprKind::Load(Box::new(v)), t, span))
             }
@@ -1328,7 +1355,8 @@ impl<'m> Checker<'m> {
                     let ty = Type::Pointer(Box::new(v.ty));
                     Ok(mk(addr.kind, ty, span))
                 }
-                _ => err(span, "operator & requires an lvalue in traced memory as its operand"),
+                ExprKind::Var(_) | ExprKind::ArrayGet { .. } => err(span, "cannot take address of dynamic variable"),
+                _ => err(span, "unacceptable operand for unary & operator"),
             },
         }
     }
@@ -1352,7 +1380,7 @@ impl<'m> Checker<'m> {
             LogAnd | LogOr | LogXor => {
                 for x in [&l, &r] {
                     if !x.ty.is_scalar() && !x.ty.is_string() {
-                        return err(x.span, format!("operator {} requires operands of scalar type", op.symbol()));
+                        return err(span, format!("operator {} requires operands of scalar type", op.symbol()));
                     }
                 }
                 Ok(mk(ExprKind::Logical { op, lhs: Box::new(l), rhs: Box::new(r) }, int_ty(), span))
@@ -1389,17 +1417,19 @@ impl<'m> Checker<'m> {
         }
         for x in [&l, &r] {
             if !x.ty.is_arithmetic() {
+                if matches!(op, Add | Sub) {
+                    return err(
+                        span,
+                        format!(
+                            "operands have incompatible types: \"{}\" {} \"{}\"",
+                            self.type_name(&l.ty),
+                            op.symbol(),
+                            self.type_name(&r.ty)
+                        ),
+                    );
+                }
                 let kind = if integral { "integral" } else { "arithmetic" };
-                return err(
-                    span,
-                    format!(
-                        "operator {} requires operands of {kind} type (\"{}\" {} \"{}\")",
-                        op.symbol(),
-                        self.type_name(&l.ty),
-                        op.symbol(),
-                        self.type_name(&r.ty)
-                    ),
-                );
+                return err(span, format!("operator {} requires operands of {kind} type", op.symbol()));
             }
         }
         let (ls, rs) = (l.ty.int_shape().unwrap(), r.ty.int_shape().unwrap());
@@ -1456,10 +1486,14 @@ impl<'m> Checker<'m> {
 
     fn member(&mut self, base: Expr, field: &str, span: Span, op: &str) -> Result<Expr> {
         let (Type::Struct(id) | Type::Union(id)) = base.ty else {
-            return err(span, format!("operator {op} cannot be applied to operand of type \"{}\"", self.type_name(&base.ty)));
+            return err(
+                span,
+                format!("operator {op} cannot be applied to type \"{}\"; must be applied to a struct or union", self.type_name(&base.ty)),
+            );
         };
         if !self.prog.types.records[id].complete {
-            return err(span, format!("operator {op} cannot be applied to incomplete type \"{}\"", self.type_name(&base.ty)));
+            let tag = self.prog.types.records[id].tag.clone();
+            return err(span, format!("operator {op} cannot be applied to a forward declaration: no {tag} definition is available"));
         }
         let Some(f) = self.prog.types.field(id, field).cloned() else {
             return err(span, format!("{field} is not a member of {}", self.type_name(&base.ty)));
@@ -1541,19 +1575,14 @@ impl<'m> Checker<'m> {
             return err(name_span, format!("{name}( ) may only be used as the value of an aggregation"));
         }
         let Some(subr) = subr_by_name(name) else {
-            return err(name_span, format!("failed to resolve {name}: Unknown function name"));
+            if builtin_var(name).is_some() || self.globals.contains_key(name) {
+                return err(name_span, format!("scalar '{name}' may not be referenced as a function"));
+            }
+            return err(name_span, format!("undefined function name: {name}"));
         };
         let (proto, reqs, min, ret) = subr_proto(subr);
         if args.len() < min || args.len() > reqs.len() {
-            let expected = if min == reqs.len() { format!("{min}") } else { format!("{min} to {}", reqs.len()) };
-            return err(
-                name_span,
-                format!(
-                    "{name}( ) prototype mismatch: {} arg{} passed, {expected} expected",
-                    args.len(),
-                    if args.len() == 1 { "" } else { "s" }
-                ),
-            );
+            return err(name_span, proto_len(name, "( )", "arg", args.len(), min, reqs.len()));
         }
         let mut vals = Vec::with_capacity(args.len());
         for (i, (a, req)) in args.iter().zip(reqs).enumerate() {
@@ -1600,6 +1629,14 @@ impl<'m> Checker<'m> {
         };
         Ok(mk(ExprKind::Call(subr, vals), ret, span))
     }
+}
+
+/// DTrace's prototype-length message: `strlen( ) prototype mismatch: 2 args passed, 1 expected`.
+/// With optional arguments it says `at least` the required count, as DTrace does.
+fn proto_len(name: &str, suffix: &str, what: &str, passed: usize, min: usize, max: usize) -> String {
+    let plural = if passed == 1 { " " } else { "s " };
+    let at_least = if min != max { "at least " } else { "" };
+    format!("{name}{suffix} prototype mismatch: {passed} {what}{plural}passed, {at_least}{min} expected")
 }
 
 fn is_agg_target(e: &ast::Expr) -> bool {

@@ -10,11 +10,20 @@ use crate::span::Span;
 pub struct CompileError {
     pub message: String,
     pub span: Span,
+    /// `"predicate"` or `"action list"` while checking a clause: DTrace names the region
+    /// (`in action list: …`) where it cannot name a line (`-n` descriptions).
+    pub region: Option<&'static str>,
 }
 
 impl CompileError {
     pub fn new(span: Span, message: impl Into<String>) -> CompileError {
-        CompileError { message: message.into(), span }
+        CompileError { message: message.into(), span, region: None }
+    }
+
+    /// Tags the error with the clause region it arose in, unless already tagged.
+    pub fn in_region(mut self, region: &'static str) -> CompileError {
+        self.region.get_or_insert(region);
+        self
     }
 }
 

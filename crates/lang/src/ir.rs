@@ -98,6 +98,8 @@ pub struct AggInfo {
     pub keys: Vec<Type>,
     /// Where it was first used, for messages.
     pub span: Span,
+    /// The line of that first use in its source.
+    pub line: u32,
 }
 
 /// One clause: probe descriptions (macros substituted), predicate, actions.

@@ -1,0 +1,702 @@
+//! Expression evaluation: D's integer arithmetic in the checker's types, strings and
+//! subroutines, variables. Faults (division by zero, bad address) abort the clause,
+//! as in DTrace, and surface as `Fault`.
+
+use std::collections::HashMap;
+
+use udtrace_lang::ast::{BinaryOp, VarScope};
+use udtrace_lang::ir::{Builtin, Expr, ExprKind, Place, Subr, VarInfo, VarRef};
+use udtrace_lang::types::{Type, TypeTable};
+
+use crate::context::Context;
+use crate::value::{Int, Value};
+
+/// A run-time fault: what DTrace reports as "error on enabled probe".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    DivideByZero,
+    /// An unreadable address in the traced process (or none at all).
+    BadAddress(u64),
+    /// An index out of range (`args[12]`, `uregs[99]`).
+    IllegalOperation,
+}
+
+impl Fault {
+    /// DTrace's fault type number (the ERROR probe's `arg4`).
+    pub fn code(self) -> i64 {
+        match self {
+            Fault::BadAddress(_) => 1,
+            Fault::IllegalOperation => 5,
+            Fault::DivideByZero => 6,
+        }
+    }
+    pub fn address(self) -> u64 {
+        match self {
+            Fault::BadAddress(a) => a,
+            _ => 0,
+        }
+    }
+    /// DTrace's description of the fault.
+    pub fn describe(self) -> String {
+        match self {
+            Fault::DivideByZero => "divide-by-zero".into(),
+            Fault::BadAddress(a) => format!("invalid address (0x{a:x})"),
+            Fault::IllegalOperation => "illegal operation".into(),
+        }
+    }
+}
+
+pub type EvalResult<T> = Result<T, Fault>;
+
+/// The variables of a running program.
+#[derive(Debug, Default)]
+pub struct Variables {
+    globals: Vec<Value>,
+    global_arrays: Vec<HashMap<Vec<Value>, Value>>,
+    thread: HashMap<(i64, usize), Value>,
+    thread_arrays: HashMap<(i64, usize, Vec<Value>), Value>,
+    this: Vec<Option<Value>>,
+}
+
+/// The zero value of a type: what an unassigned variable reads as.
+pub fn zero_of(ty: &Type, types: &TypeTable) -> Value {
+    match ty {
+        Type::String => Value::Str(Vec::new()),
+        Type::Struct(_) | Type::Union(_) | Type::Array(..) => {
+            Value::Bytes(vec![0; types.size_of(ty).unwrap_or(0) as usize])
+        }
+        Type::Stack { .. } => Value::Stack(Vec::new()),
+        other => {
+            let shape = other.int_shape().unwrap_or_else(|| udtrace_lang::types::IntType::plain(8, true));
+            Value::Int(Int { bits: 0, size: shape.size, signed: shape.signed })
+        }
+    }
+}
+
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::Int(i) => i.bits == 0,
+        Value::Str(s) => s.is_empty(),
+        Value::Bytes(b) => b.iter().all(|&x| x == 0),
+        Value::Stack(s) => s.is_empty(),
+    }
+}
+
+impl Variables {
+    pub fn new(globals: &[VarInfo], clause_vars: &[VarInfo], types: &TypeTable) -> Variables {
+        Variables {
+            globals: globals.iter().map(|g| zero_of(&g.ty, types)).collect(),
+            global_arrays: globals.iter().map(|_| HashMap::new()).collect(),
+            thread: HashMap::new(),
+            thread_arrays: HashMap::new(),
+            this: vec![None; clause_vars.len()],
+        }
+    }
+
+    /// Clause-local (`this->`) variables live for one probe firing.
+    pub fn reset_clause_locals(&mut self) {
+        self.this.iter_mut().for_each(|v| *v = None);
+    }
+}
+
+/// Everything evaluation needs besides the variables: types, the probe context.
+pub struct Evaluator<'a> {
+    pub types: &'a TypeTable,
+    pub globals: &'a [VarInfo],
+    pub thread_vars: &'a [VarInfo],
+    pub clause_vars: &'a [VarInfo],
+    pub vars: &'a mut Variables,
+    pub ctx: &'a dyn Context,
+    pub strsize: usize,
+    pub rand: &'a mut u64,
+    pub strtok: &'a mut Option<(Vec<u8>, usize)>,
+    pub speculation: &'a mut dyn FnMut() -> i64,
+}
+
+fn int_of(ty: &Type, bits: u64) -> Value {
+    let shape = ty.int_shape().unwrap_or_else(|| udtrace_lang::types::IntType::plain(8, true));
+    Value::Int(Int { bits: shape.wrap(bits), size: shape.size, signed: shape.signed })
+}
+
+fn as_u64(v: &Value) -> u64 {
+    match v {
+        Value::Int(i) => i.bits,
+        _ => 0,
+    }
+}
+
+fn truthy(v: &Value) -> bool {
+    !is_zero(v)
+}
+
+fn bytes(v: Value) -> Vec<u8> {
+    match v {
+        Value::Str(s) => s,
+        Value::Bytes(b) => {
+            let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+            b[..end].to_vec()
+        }
+        Value::Int(i) => i.bits.to_string().into_bytes(),
+        Value::Stack(s) => s.join("\n").into_bytes(),
+    }
+}
+
+impl Evaluator<'_> {
+    fn info(&self, r: VarRef) -> &VarInfo {
+        match r.scope {
+            VarScope::Global => &self.globals[r.id],
+            VarScope::Thread => &self.thread_vars[r.id],
+            VarScope::Clause => &self.clause_vars[r.id],
+        }
+    }
+
+    fn tid(&self) -> i64 {
+        match self.ctx.builtin(Builtin::Tid) {
+            Some(Value::Int(i)) => i.as_i64(),
+            _ => 0,
+        }
+    }
+
+    fn clamp(&self, mut s: Vec<u8>) -> Value {
+        if s.len() >= self.strsize {
+            s.truncate(self.strsize.saturating_sub(1));
+        }
+        Value::Str(s)
+    }
+
+    fn read_var(&mut self, r: VarRef) -> Value {
+        match r.scope {
+            VarScope::Global => self.vars.globals[r.id].clone(),
+            VarScope::Thread => {
+                let key = (self.tid(), r.id);
+                match self.vars.thread.get(&key) {
+                    Some(v) => v.clone(),
+                    None => zero_of(&self.info(r).ty, self.types),
+                }
+            }
+            VarScope::Clause => match &self.vars.this[r.id] {
+                Some(v) => v.clone(),
+                None => zero_of(&self.info(r).ty, self.types),
+            },
+        }
+    }
+
+    fn read_array(&mut self, r: VarRef, keys: Vec<Value>) -> Value {
+        let found = match r.scope {
+            VarScope::Global => self.vars.global_arrays[r.id].get(&keys).cloned(),
+            _ => self.vars.thread_arrays.get(&(self.tid(), r.id, keys)).cloned(),
+        };
+        found.unwrap_or_else(|| zero_of(&self.info(r).ty, self.types))
+    }
+
+    /// Stores into a variable. Dynamic variables (thread-locals and array elements)
+    /// assigned zero are deleted, which is how D programs free them.
+    fn store(&mut self, place: &ResolvedPlace, v: Value) {
+        match place {
+            ResolvedPlace::Var(r) => match r.scope {
+                VarScope::Global => self.vars.globals[r.id] = v,
+                VarScope::Thread => {
+                    let key = (self.tid(), r.id);
+                    if is_zero(&v) {
+                        self.vars.thread.remove(&key);
+                    } else {
+                        self.vars.thread.insert(key, v);
+                    }
+                }
+                VarScope::Clause => self.vars.this[r.id] = Some(v),
+            },
+            ResolvedPlace::Array(r, keys) => {
+                let zero = is_zero(&v);
+                match r.scope {
+                    VarScope::Global => {
+                        let map = &mut self.vars.global_arrays[r.id];
+                        if zero {
+                            map.remove(keys);
+                        } else {
+                            map.insert(keys.clone(), v);
+                        }
+                    }
+                    _ => {
+                        let key = (self.tid(), r.id, keys.clone());
+                        if zero {
+                            self.vars.thread_arrays.remove(&key);
+                        } else {
+                            self.vars.thread_arrays.insert(key, v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn resolve(&mut self, place: &Place) -> EvalResult<ResolvedPlace> {
+        Ok(match place {
+            Place::Var(r) => ResolvedPlace::Var(*r),
+            Place::Array { var, keys } => {
+                let keys = keys.iter().map(|k| self.eval(k)).collect::<EvalResult<Vec<_>>>()?;
+                ResolvedPlace::Array(*var, keys)
+            }
+        })
+    }
+
+    fn load(&mut self, place: &ResolvedPlace) -> Value {
+        match place {
+            ResolvedPlace::Var(r) => self.read_var(*r),
+            ResolvedPlace::Array(r, keys) => self.read_array(*r, keys.clone()),
+        }
+    }
+
+    pub fn eval(&mut self, e: &Expr) -> EvalResult<Value> {
+        Ok(match &e.kind {
+            ExprKind::Int(v) => int_of(&e.ty, *v),
+            ExprKind::Str(s) => Value::Str(s.to_vec()),
+            ExprKind::Var(r) => self.read_var(*r),
+            ExprKind::ArrayGet { var, keys } => {
+                let keys = keys.iter().map(|k| self.eval(k)).collect::<EvalResult<Vec<_>>>()?;
+                self.read_array(*var, keys)
+            }
+            ExprKind::Builtin(b) => match self.ctx.builtin(*b) {
+                Some(Value::Int(i)) => int_of(&e.ty, i.bits),
+                Some(v) => v,
+                None => zero_of(&e.ty, self.types),
+            },
+            ExprKind::Args(i) => {
+                let n = as_u64(&self.eval(i)?);
+                if n > 9 {
+                    return Err(Fault::IllegalOperation);
+                }
+                match self.ctx.builtin(Builtin::Arg(n as u8)) {
+                    Some(Value::Int(i)) => int_of(&e.ty, i.bits),
+                    _ => zero_of(&e.ty, self.types),
+                }
+            }
+            ExprKind::Uregs(i) => {
+                let n = as_u64(&self.eval(i)?);
+                match self.ctx.register(n) {
+                    Some(v) => int_of(&e.ty, v),
+                    None => return Err(Fault::IllegalOperation),
+                }
+            }
+            ExprKind::Neg(x) => int_of(&e.ty, as_u64(&self.eval(x)?).wrapping_neg()),
+            ExprKind::BitNot(x) => int_of(&e.ty, !as_u64(&self.eval(x)?)),
+            ExprKind::Not(x) => int_of(&e.ty, u64::from(!truthy(&self.eval(x)?))),
+            ExprKind::Binary { op, lhs, rhs, signed } => {
+                let a = as_u64(&self.eval(lhs)?);
+                let b = as_u64(&self.eval(rhs)?);
+                self.binary(*op, a, b, *signed, &e.ty)?
+            }
+            ExprKind::StrCmp { op, lhs, rhs } => {
+                let a = bytes(self.eval(lhs)?);
+                let b = bytes(self.eval(rhs)?);
+                let ord = a.cmp(&b);
+                use std::cmp::Ordering::*;
+                let r = match op {
+                    BinaryOp::Lt => ord == Less,
+                    BinaryOp::Le => ord != Greater,
+                    BinaryOp::Gt => ord == Greater,
+                    BinaryOp::Ge => ord != Less,
+                    BinaryOp::Eq => ord == Equal,
+                    _ => ord != Equal,
+                };
+                int_of(&e.ty, u64::from(r))
+            }
+            ExprKind::Logical { op, lhs, rhs } => {
+                let a = truthy(&self.eval(lhs)?);
+                let r = match op {
+                    BinaryOp::LogAnd => a && truthy(&self.eval(rhs)?),
+                    BinaryOp::LogOr => a || truthy(&self.eval(rhs)?),
+                    _ => a != truthy(&self.eval(rhs)?),
+                };
+                int_of(&e.ty, u64::from(r))
+            }
+            ExprKind::Ternary { cond, then, otherwise } => {
+                if truthy(&self.eval(cond)?) {
+                    self.eval(then)?
+                } else {
+                    self.eval(otherwise)?
+                }
+            }
+            ExprKind::Assign { target, op, value } => {
+                let place = self.resolve(target)?;
+                let v = self.eval(value)?;
+                let v = match op {
+                    None => self.coerce(v, &e.ty)?,
+                    Some(op) => {
+                        let cur = as_u64(&self.load(&place));
+                        let signed = e.ty.int_shape().map(|s| s.signed).unwrap_or(false) || matches!(v, Value::Int(Int { signed: true, .. }));
+                        self.binary(*op, cur, as_u64(&v), signed, &e.ty)?
+                    }
+                };
+                self.store(&place, v.clone());
+                v
+            }
+            ExprKind::IncDec { target, increment, prefix } => {
+                let place = self.resolve(target)?;
+                let old = self.load(&place);
+                let step = match e.ty.pointee() {
+                    Some(t) => self.types.size_of(t).unwrap_or(1),
+                    None => 1,
+                };
+                let cur = as_u64(&old);
+                let new = int_of(&e.ty, if *increment { cur.wrapping_add(step) } else { cur.wrapping_sub(step) });
+                self.store(&place, new.clone());
+                if *prefix {
+                    new
+                } else {
+                    old
+                }
+            }
+            ExprKind::Cast(x) => {
+                let v = self.eval(x)?;
+                self.coerce(v, &e.ty)?
+            }
+            ExprKind::Call(subr, args) => self.call(*subr, args, &e.ty)?,
+            ExprKind::Load(addr) => {
+                let a = as_u64(&self.eval(addr)?);
+                self.load_memory(a, &e.ty)?
+            }
+            ExprKind::Field { base, offset } => {
+                let Value::Bytes(b) = self.eval(base)? else {
+                    return Err(Fault::IllegalOperation);
+                };
+                let size = self.types.size_of(&e.ty).unwrap_or(0) as usize;
+                let start = *offset as usize;
+                let slice = b.get(start..start + size).ok_or(Fault::IllegalOperation)?;
+                value_from_bytes(slice, &e.ty)
+            }
+            ExprKind::Comma(a, b) => {
+                self.eval(a)?;
+                self.eval(b)?
+            }
+        })
+    }
+
+    /// Converts a value to `ty`: integer wrap, or a pointer/char array read as a string.
+    fn coerce(&mut self, v: Value, ty: &Type) -> EvalResult<Value> {
+        Ok(match (ty, v) {
+            (Type::String, Value::Int(i)) => {
+                let s = self.ctx.read_string(i.bits, self.strsize).ok_or(Fault::BadAddress(i.bits))?;
+                self.clamp(s)
+            }
+            (Type::String, v) => self.clamp(bytes(v)),
+            (t, Value::Int(i)) if t.int_shape().is_some() => int_of(t, i.bits),
+            (_, v) => v,
+        })
+    }
+
+    fn load_memory(&mut self, addr: u64, ty: &Type) -> EvalResult<Value> {
+        if ty.is_string() {
+            let s = self.ctx.read_string(addr, self.strsize).ok_or(Fault::BadAddress(addr))?;
+            return Ok(self.clamp(s));
+        }
+        let size = self.types.size_of(ty).ok_or(Fault::IllegalOperation)? as usize;
+        let data = self.ctx.read_memory(addr, size).ok_or(Fault::BadAddress(addr))?;
+        Ok(value_from_bytes(&data, ty))
+    }
+
+    fn binary(&self, op: BinaryOp, a: u64, b: u64, signed: bool, ty: &Type) -> EvalResult<Value> {
+        use BinaryOp::*;
+        if matches!(op, Lt | Le | Gt | Ge | Eq | Ne) {
+            let ord = if signed { (a as i64).cmp(&(b as i64)) } else { a.cmp(&b) };
+            use std::cmp::Ordering::*;
+            let r = match op {
+                Lt => ord == Less,
+                Le => ord != Greater,
+                Gt => ord == Greater,
+                Ge => ord != Less,
+                Eq => ord == Equal,
+                _ => ord != Equal,
+            };
+            return Ok(int_of(ty, u64::from(r)));
+        }
+        let shape = ty.int_shape().unwrap_or_else(|| udtrace_lang::types::IntType::plain(8, signed));
+        let shape = udtrace_lang::types::IntType { signed, ..shape };
+        match udtrace_lang::check::const_arith(op, a, b, &shape) {
+            Some(v) => Ok(int_of(ty, v)),
+            None => Err(Fault::DivideByZero),
+        }
+    }
+
+    fn call(&mut self, subr: Subr, args: &[Expr], ty: &Type) -> EvalResult<Value> {
+        if subr == Subr::Stack { user: false } || subr == (Subr::Stack { user: true }) {
+            let user = matches!(subr, Subr::Stack { user: true });
+            let frames = args.first().and_then(|a| match a.kind {
+                ExprKind::Int(n) => Some(n as u32),
+                _ => None,
+            });
+            return Ok(Value::Stack(self.ctx.stack(user, frames)));
+        }
+        let vals = args.iter().map(|a| self.eval(a)).collect::<EvalResult<Vec<_>>>()?;
+        let s = |i: usize| -> Vec<u8> { vals.get(i).cloned().map(bytes).unwrap_or_default() };
+        let n = |i: usize| -> i64 { vals.get(i).map(as_u64).unwrap_or(0) as i64 };
+        Ok(match subr {
+            Subr::Strlen => int_of(ty, s(0).len() as u64),
+            Subr::Strjoin => {
+                let mut a = s(0);
+                a.extend(s(1));
+                self.clamp(a)
+            }
+            Subr::Substr => {
+                let src = s(0);
+                let len = src.len() as i64;
+                let mut start = n(1);
+                if start < 0 {
+                    start = (len + start).max(0);
+                }
+                let start = start.min(len);
+                let count = if vals.len() > 2 { n(2) } else { len };
+                let end = if count < 0 { (len + count).max(start) } else { start.saturating_add(count).min(len) };
+                self.clamp(src[start as usize..end.max(start) as usize].to_vec())
+            }
+            Subr::Index | Subr::Rindex => {
+                let (hay, needle) = (s(0), s(1));
+                let r = if subr == Subr::Index {
+                    let from = if vals.len() > 2 { n(2).max(0) as usize } else { 0 };
+                    find(&hay, &needle, from)
+                } else {
+                    let from = if vals.len() > 2 { n(2) } else { hay.len() as i64 };
+                    rfind(&hay, &needle, from)
+                };
+                int_of(ty, r as u64)
+            }
+            Subr::Strstr => {
+                let (hay, needle) = (s(0), s(1));
+                match find(&hay, &needle, 0) {
+                    -1 => Value::Str(Vec::new()),
+                    i => Value::Str(hay[i as usize..].to_vec()),
+                }
+            }
+            Subr::Strchr | Subr::Strrchr => {
+                let hay = s(0);
+                let c = n(1) as u8;
+                let pos = if subr == Subr::Strchr {
+                    hay.iter().position(|&x| x == c)
+                } else {
+                    hay.iter().rposition(|&x| x == c)
+                };
+                Value::Str(pos.map(|p| hay[p..].to_vec()).unwrap_or_default())
+            }
+            Subr::Strtok => self.strtok(&vals),
+            Subr::Basename => Value::Str(basename(&s(0))),
+            Subr::Dirname => Value::Str(dirname(&s(0))),
+            Subr::Lltostr => {
+                let base = if vals.len() > 1 { n(1) } else { 10 };
+                Value::Str(lltostr(n(0), base))
+            }
+            Subr::Strtoll => {
+                let base = if vals.len() > 1 { n(1) as u32 } else { 10 };
+                int_of(ty, strtoll(&s(0), base) as u64)
+            }
+            Subr::Toupper => Value::Str(s(0).to_ascii_uppercase()),
+            Subr::Tolower => Value::Str(s(0).to_ascii_lowercase()),
+            Subr::Rand => {
+                // xorshift64*: DTrace's rand() is a weak generator too; any spread will do.
+                let mut x = *self.rand;
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                *self.rand = x;
+                int_of(ty, x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33)
+            }
+            Subr::Speculation => int_of(ty, (self.speculation)() as u64),
+            Subr::Copyinstr => {
+                let max = if vals.len() > 1 { (n(1).max(0) as usize + 1).min(self.strsize) } else { self.strsize };
+                let addr = n(0) as u64;
+                let v = self.ctx.read_string(addr, max).ok_or(Fault::BadAddress(addr))?;
+                self.clamp(v)
+            }
+            Subr::Copyin => {
+                let addr = n(0) as u64;
+                let data = self.ctx.read_memory(addr, n(1).max(0) as usize).ok_or(Fault::BadAddress(addr))?;
+                Value::Bytes(data)
+            }
+            Subr::Progenyof => int_of(ty, u64::from(self.ctx.progenyof(n(0)))),
+            Subr::Htons | Subr::Ntohs => int_of(ty, u64::from((n(0) as u16).swap_bytes())),
+            Subr::Htonl | Subr::Ntohl => int_of(ty, u64::from((n(0) as u32).swap_bytes())),
+            Subr::Htonll | Subr::Ntohll => int_of(ty, (n(0) as u64).swap_bytes()),
+            Subr::Symbol => int_of(ty, n(0) as u64),
+            Subr::Stack { .. } => unreachable!("handled above"),
+        })
+    }
+
+    /// `strtok(s, delim)` remembers where it stopped; `strtok(NULL, delim)` goes on.
+    fn strtok(&mut self, vals: &[Value]) -> Value {
+        let delim = vals.get(1).cloned().map(bytes).unwrap_or_default();
+        match &vals[0] {
+            Value::Int(i) if i.bits == 0 => {}
+            v => *self.strtok = Some((bytes(v.clone()), 0)),
+        }
+        let Some((src, pos)) = self.strtok.as_mut() else {
+            return Value::Str(Vec::new());
+        };
+        let mut start = *pos;
+        while start < src.len() && delim.contains(&src[start]) {
+            start += 1;
+        }
+        let mut end = start;
+        while end < src.len() && !delim.contains(&src[end]) {
+            end += 1;
+        }
+        let tok = src[start..end].to_vec();
+        *pos = (end + 1).min(src.len());
+        Value::Str(tok)
+    }
+}
+
+enum ResolvedPlace {
+    Var(VarRef),
+    Array(VarRef, Vec<Value>),
+}
+
+/// Decodes little-endian memory as a value of `ty`.
+pub fn value_from_bytes(data: &[u8], ty: &Type) -> Value {
+    match ty.int_shape() {
+        Some(shape) if !matches!(ty, Type::Array(..)) => {
+            let mut buf = [0u8; 8];
+            let n = data.len().min(8).min(shape.size as usize);
+            buf[..n].copy_from_slice(&data[..n]);
+            int_of(ty, u64::from_le_bytes(buf))
+        }
+        _ if ty.is_string() => Value::Str(bytes(Value::Bytes(data.to_vec()))),
+        _ => Value::Bytes(data.to_vec()),
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8], from: usize) -> i64 {
+    if from > hay.len() {
+        return -1;
+    }
+    if needle.is_empty() {
+        return from as i64;
+    }
+    hay[from..].windows(needle.len()).position(|w| w == needle).map(|p| (p + from) as i64).unwrap_or(-1)
+}
+
+fn rfind(hay: &[u8], needle: &[u8], from: i64) -> i64 {
+    if from < 0 || needle.len() > hay.len() {
+        return -1;
+    }
+    let last = (hay.len() - needle.len()).min(from as usize);
+    (0..=last).rev().find(|&i| &hay[i..i + needle.len()] == needle).map(|i| i as i64).unwrap_or(-1)
+}
+
+/// basename(3) semantics: trailing slashes ignored; "" → "."; "/" → "/".
+pub fn basename(p: &[u8]) -> Vec<u8> {
+    if p.is_empty() {
+        return b".".to_vec();
+    }
+    let trimmed = {
+        let end = p.iter().rposition(|&c| c != b'/').map(|i| i + 1).unwrap_or(0);
+        &p[..end]
+    };
+    if trimmed.is_empty() {
+        return b"/".to_vec();
+    }
+    let start = trimmed.iter().rposition(|&c| c == b'/').map(|i| i + 1).unwrap_or(0);
+    trimmed[start..].to_vec()
+}
+
+/// dirname(3) semantics: "a" → "."; "/a" → "/"; "a/b/" → "a".
+pub fn dirname(p: &[u8]) -> Vec<u8> {
+    let end = p.iter().rposition(|&c| c != b'/').map(|i| i + 1).unwrap_or(0);
+    if end == 0 {
+        return if p.is_empty() { b".".to_vec() } else { b"/".to_vec() };
+    }
+    match p[..end].iter().rposition(|&c| c == b'/') {
+        None => b".".to_vec(),
+        Some(slash) => {
+            let d = p[..slash].iter().rposition(|&c| c != b'/').map(|i| i + 1).unwrap_or(0);
+            if d == 0 {
+                b"/".to_vec()
+            } else {
+                p[..d].to_vec()
+            }
+        }
+    }
+}
+
+fn lltostr(v: i64, base: i64) -> Vec<u8> {
+    let base = if (2..=36).contains(&base) { base as u64 } else { 10 };
+    let neg = base == 10 && v < 0;
+    let mut n = if neg { v.unsigned_abs() } else { v as u64 };
+    let mut out = Vec::new();
+    loop {
+        let d = (n % base) as u8;
+        out.push(if d < 10 { b'0' + d } else { b'a' + d - 10 });
+        n /= base;
+        if n == 0 {
+            break;
+        }
+    }
+    if neg {
+        out.push(b'-');
+    }
+    out.reverse();
+    out
+}
+
+fn strtoll(s: &[u8], base: u32) -> i64 {
+    let text = String::from_utf8_lossy(s);
+    let t = text.trim_start();
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let (base, t) = match base {
+        16 | 0 if t.starts_with("0x") || t.starts_with("0X") => (16, &t[2..]),
+        0 if t.starts_with('0') && t.len() > 1 => (8, &t[1..]),
+        0 => (10, t),
+        b => (b.clamp(2, 36), t),
+    };
+    let mut v: i64 = 0;
+    for c in t.chars() {
+        match c.to_digit(base) {
+            Some(d) => v = v.wrapping_mul(i64::from(base)).wrapping_add(i64::from(d)),
+            None => break,
+        }
+    }
+    if neg {
+        v.wrapping_neg()
+    } else {
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_functions_follow_libc() {
+        for (p, b, d) in [
+            ("/usr/lib/libc.so", "libc.so", "/usr/lib"),
+            ("libc.so", "libc.so", "."),
+            ("/", "/", "/"),
+            ("", ".", "."),
+            ("a/b/", "b", "a"),
+            ("/a", "a", "/"),
+            ("//a//b//", "b", "//a"),
+        ] {
+            assert_eq!(basename(p.as_bytes()), b.as_bytes(), "basename {p}");
+            assert_eq!(dirname(p.as_bytes()), d.as_bytes(), "dirname {p}");
+        }
+    }
+
+    #[test]
+    fn lltostr_and_strtoll() {
+        assert_eq!(lltostr(-42, 10), b"-42");
+        assert_eq!(lltostr(255, 16), b"ff");
+        assert_eq!(strtoll(b"  -17xyz", 10), -17);
+        assert_eq!(strtoll(b"0x1f", 0), 31);
+        assert_eq!(strtoll(b"017", 0), 15);
+    }
+
+    #[test]
+    fn find_and_rfind() {
+        assert_eq!(find(b"hello world", b"o", 0), 4);
+        assert_eq!(find(b"hello world", b"o", 5), 7);
+        assert_eq!(rfind(b"hello world", b"o", 11), 7);
+        assert_eq!(rfind(b"hello world", b"o", 6), 4);
+        assert_eq!(find(b"abc", b"z", 0), -1);
+    }
+}
