@@ -1737,7 +1737,9 @@ pub fn const_arith(op: BinaryOp, a: u64, b: u64, shape: &IntType) -> Option<u64>
 /// Whether an action records data (and so, without `-q`, prints a trace line).
 fn records_data(a: &Action) -> bool {
     match a {
-        Action::AggUpdate { .. } => false,
+        // Expression statements have a zero-size result and aggregations go to their own
+        // buffer: neither records anything (dtrace_ecb_resize leaves such ECBs empty).
+        Action::Eval(_) | Action::AggUpdate { .. } | Action::Stop | Action::Raise(_) | Action::Nop => false,
         Action::If { then, otherwise, .. } => then.iter().chain(otherwise).any(records_data),
         _ => true,
     }

@@ -26,8 +26,8 @@ impl Fault {
     pub fn code(self) -> i64 {
         match self {
             Fault::BadAddress(_) => 1,
-            Fault::IllegalOperation => 5,
-            Fault::DivideByZero => 6,
+            Fault::IllegalOperation => 3,
+            Fault::DivideByZero => 4,
         }
     }
     pub fn address(self) -> u64 {
@@ -418,8 +418,7 @@ impl Evaluator<'_> {
     }
 
     fn call(&mut self, subr: Subr, args: &[Expr], ty: &Type) -> EvalResult<Value> {
-        if subr == Subr::Stack { user: false } || subr == (Subr::Stack { user: true }) {
-            let user = matches!(subr, Subr::Stack { user: true });
+        if let Subr::Stack { user } = subr {
             let frames = args.first().and_then(|a| match a.kind {
                 ExprKind::Int(n) => Some(n as u32),
                 _ => None,

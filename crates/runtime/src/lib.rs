@@ -2,7 +2,13 @@
 //! No OS I/O: callers hand in firings and a writer.
 
 pub mod agg;
+pub mod consumer;
+pub mod context;
+pub mod eval;
 pub mod format;
+pub mod output;
 pub mod value;
 
+pub use consumer::{Consumer, Ecb, Effects, Probe, Settings};
+pub use context::Context;
 pub use value::{Int, Value};

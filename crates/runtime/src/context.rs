@@ -1,0 +1,67 @@
+//! What a firing knows about the world: built-in variables, registers, the traced
+//! process's memory and stack. Backends implement `Context`; the consumer only asks.
+
+use udtrace_lang::ir::Builtin;
+
+use crate::value::Value;
+
+pub trait Context {
+    /// The value of a built-in variable, or `None` where this firing has none (it then
+    /// reads as zero or the empty string).
+    fn builtin(&self, b: Builtin) -> Option<Value>;
+
+    /// `uregs[n]`; `None` is an illegal index (or no registers at all).
+    fn register(&self, _n: u64) -> Option<u64> {
+        None
+    }
+
+    /// Bytes of the traced process's memory captured for this firing.
+    fn read_memory(&self, _addr: u64, _len: usize) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// A NUL-terminated string at `addr`, at most `max - 1` bytes.
+    fn read_string(&self, _addr: u64, _max: usize) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// The symbolized stack, innermost frame first.
+    fn stack(&self, _user: bool, _frames: Option<u32>) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Whether the current process descends from (or is) `pid`.
+    fn progenyof(&self, _pid: i64) -> bool {
+        false
+    }
+}
+
+/// A context that overrides the probe arguments (the `ERROR` probe's `arg0..arg5`).
+pub struct WithArgs<'a> {
+    pub inner: &'a dyn Context,
+    pub args: [i64; 6],
+}
+
+impl Context for WithArgs<'_> {
+    fn builtin(&self, b: Builtin) -> Option<Value> {
+        match b {
+            Builtin::Arg(n) if (n as usize) < self.args.len() => Some(Value::int(self.args[n as usize])),
+            other => self.inner.builtin(other),
+        }
+    }
+    fn register(&self, n: u64) -> Option<u64> {
+        self.inner.register(n)
+    }
+    fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        self.inner.read_memory(addr, len)
+    }
+    fn read_string(&self, addr: u64, max: usize) -> Option<Vec<u8>> {
+        self.inner.read_string(addr, max)
+    }
+    fn stack(&self, user: bool, frames: Option<u32>) -> Vec<String> {
+        self.inner.stack(user, frames)
+    }
+    fn progenyof(&self, pid: i64) -> bool {
+        self.inner.progenyof(pid)
+    }
+}
