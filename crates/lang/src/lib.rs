@@ -5,6 +5,7 @@ pub mod ast;
 pub mod diag;
 pub mod error;
 pub mod lexer;
+pub mod macros;
 pub mod options;
 pub mod parser;
 pub mod span;

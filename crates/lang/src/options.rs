@@ -492,7 +492,7 @@ pub fn parse_time(s: &str) -> Option<u64> {
         return Some(n);
     }
     if rest.eq_ignore_ascii_case("hz") {
-        return Some(if n == 0 { 0 } else { NANOSEC / n });
+        return Some(NANOSEC.checked_div(n).unwrap_or(0));
     }
     let (_, mul) = UNITS.iter().find(|(u, _)| u.eq_ignore_ascii_case(rest))?;
     n.checked_mul(*mul).filter(|v| *v <= i64::MAX as u64)
