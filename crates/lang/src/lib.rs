@@ -8,6 +8,7 @@ pub mod diag;
 pub mod error;
 pub mod ir;
 pub mod lexer;
+pub mod macros;
 pub mod options;
 pub mod parser;
 pub mod span;
