@@ -19,25 +19,36 @@ use crate::ir::{
 use crate::span::Span;
 use crate::types::{usual_arithmetic, IntType, SymKind, Type};
 
-/// The value of a macro variable (`$1`, `$target`, …) as the command line gives it.
+/// The value of a macro reference (`$1`, `$$1`, `$target`, …) as the command line
+/// gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MacroValue {
     Int(i64),
     Str(String),
+    /// `$1` whose text is an identifier: DTrace reads it as that identifier.
+    Ident(String),
 }
 
-/// Where macro variables come from; the command line implements it.
+/// Where macro references come from; the command line implements it.
 pub trait MacroEnv {
-    /// `name` is without the `$`: `"1"`, `"target"`. `Err` carries DTrace's message.
-    fn lookup(&self, name: &str) -> std::result::Result<MacroValue, String>;
+    /// `reference` keeps its `$` signs: `"$1"`, `"$$1"`, `"$target"`. `Err` carries
+    /// DTrace's message.
+    fn lookup(&self, reference: &str) -> std::result::Result<MacroValue, String>;
+    /// Substitutes a macro reference inside one probe description field (`pid$target`).
+    fn expand_field(&self, field: &str) -> std::result::Result<String, String>;
 }
 
-/// No macro variables at all (tests, `-e` of a program that uses none).
-pub struct NoMacros;
-
-impl MacroEnv for NoMacros {
-    fn lookup(&self, name: &str) -> std::result::Result<MacroValue, String> {
-        Err(format!("macro argument ${name} is not defined"))
+impl MacroEnv for crate::macros::MacroArgs {
+    fn lookup(&self, reference: &str) -> std::result::Result<MacroValue, String> {
+        use crate::macros::MacroValue as M;
+        match crate::macros::MacroArgs::lookup(self, reference).map_err(|e| e.to_string())? {
+            v @ M::Int { .. } => Ok(MacroValue::Int(v.as_i64().unwrap_or(0))),
+            M::Str(s) => Ok(MacroValue::Str(s)),
+            M::Ident(s) => Ok(MacroValue::Ident(s)),
+        }
+    }
+    fn expand_field(&self, field: &str) -> std::result::Result<String, String> {
+        self.expand_description_field(field).map_err(|e| e.to_string())
     }
 }
 
@@ -454,7 +465,9 @@ impl<'m> Checker<'m> {
         let mut out = p.clone();
         for field in [&mut out.provider, &mut out.module, &mut out.function, &mut out.name] {
             if field.contains('$') {
-                *field = substitute_macros(field, self.macros).map_err(|m| CompileError::new(p.span, m))?;
+                *field = self.macros.expand_field(field).map_err(|m| {
+                    CompileError::new(p.span, format!("invalid probe description \"{}\": {m}", p.text))
+                })?;
             }
         }
         Ok(out)
@@ -891,19 +904,22 @@ impl<'m> Checker<'m> {
             K::Backquoted { name, .. } => {
                 err(span, format!("failed to resolve `{name}: kernel symbols are not available in user-space tracing"))
             }
-            K::Macro(name) => match self.macros.lookup(name) {
-                Ok(MacroValue::Int(v)) => {
-                    let ty = if i32::try_from(v).is_ok() { int_ty() } else { Type::int(8, true) };
-                    Ok(int_const(v as u64, ty, span))
+            K::Macro(name) | K::MacroStr(name) => {
+                let quoted = matches!(e.kind, K::MacroStr(_));
+                let reference = format!("{}{name}", if quoted { "$$" } else { "$" });
+                match self.macros.lookup(&reference) {
+                    Ok(MacroValue::Int(v)) if quoted => {
+                        Ok(mk(ExprKind::Str(Rc::from(v.to_string().as_bytes())), Type::String, span))
+                    }
+                    Ok(MacroValue::Int(v)) => {
+                        let ty = if i32::try_from(v).is_ok() { int_ty() } else { Type::int(8, true) };
+                        Ok(int_const(v as u64, ty, span))
+                    }
+                    Ok(MacroValue::Str(s)) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
+                    Ok(MacroValue::Ident(s)) => self.ident(&s, span),
+                    Err(m) => err(span, m),
                 }
-                Ok(MacroValue::Str(s)) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
-                Err(m) => err(span, m),
-            },
-            K::MacroStr(name) => match self.macros.lookup(name) {
-                Ok(MacroValue::Int(v)) => Ok(mk(ExprKind::Str(Rc::from(v.to_string().as_bytes())), Type::String, span)),
-                Ok(MacroValue::Str(s)) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
-                Err(m) => err(span, m),
-            },
+            }
             K::SelfVar(name) => self.scoped_var(VarScope::Thread, name, span),
             K::ThisVar(name) => self.scoped_var(VarScope::Clause, name, span),
             K::Agg(name) => err(span, format!("aggregation @{name} may not be used as an operand; use printa( ) to print it")),
@@ -1743,28 +1759,4 @@ fn records_data(a: &Action) -> bool {
         Action::If { then, otherwise, .. } => then.iter().chain(otherwise).any(records_data),
         _ => true,
     }
-}
-
-/// Replaces `$name` and `$$name` macro references inside probe description text.
-pub fn substitute_macros(text: &str, macros: &dyn MacroEnv) -> std::result::Result<String, String> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(pos) = rest.find('$') {
-        out.push_str(&rest[..pos]);
-        let after = rest[pos + 1..].trim_start_matches('$');
-        let len = after.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
-        if len == 0 {
-            out.push('$');
-            rest = &rest[pos + 1..];
-            continue;
-        }
-        let name = &after[..len];
-        match macros.lookup(name)? {
-            MacroValue::Int(v) => out.push_str(&v.to_string()),
-            MacroValue::Str(s) => out.push_str(&s),
-        }
-        rest = &after[len..];
-    }
-    out.push_str(rest);
-    Ok(out)
 }
