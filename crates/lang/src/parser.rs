@@ -1,1 +1,1591 @@
-//! Recursive-descent parser for D. (being written)
+//! Recursive-descent parser for D, producing [`ast::Program`].
+//!
+//! The grammar and the error wording follow DTrace's `dt_grammar.y` and `dt_lex.l`
+//! (with the `if`/`else` statements of newer DTraces). Syntax errors read
+//! `syntax error near "<token text>"` or `syntax error near end of input`, with the
+//! span of that token.
+
+use std::collections::HashSet;
+
+use crate::ast::*;
+use crate::error::{CompileError, Result};
+use crate::lexer::{Lexer, Mode, TokKind, Token, KEYWORDS};
+use crate::span::Span;
+
+/// How a probe description with fewer than four `:`-separated fields is aligned:
+/// the field its last part names (dtrace's `-P`, `-m`, `-f`, and `-n`/`-s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DescAlign {
+    Provider,
+    Module,
+    Function,
+    Name,
+}
+
+/// Typedef names D knows without any declaration. An identifier in this list (or
+/// declared by a `typedef` earlier in the program) is a type name: it starts a
+/// declaration at file scope and makes `(name)` a cast.
+pub const BUILTIN_TYPEDEFS: &[&str] = &[
+    "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t",
+    "uint64_t", "intptr_t", "uintptr_t", "intmax_t", "uintmax_t", "size_t", "ssize_t",
+    "off_t", "off64_t", "pid_t", "uid_t", "gid_t", "id_t", "time_t", "caddr_t", "uchar_t",
+    "ushort_t", "uint_t", "ulong_t", "u_longlong_t", "longlong_t", "processorid_t",
+    "psinfo_t", "lwpsinfo_t", "siginfo_t", "boolean_t", "hrtime_t", "dev_t", "mode_t",
+    "sigset_t", "timespec_t", "timestruc_t", "ino_t", "zoneid_t", "taskid_t", "projid_t",
+    "major_t", "minor_t",
+];
+
+/// Deepest nesting of expressions, statements and type definitions accepted. Each
+/// level costs a few stack frames; this keeps even debug builds on a 2 MiB thread
+/// stack far from overflow.
+const MAX_DEPTH: u32 = 200;
+
+/// Parses a D program: the text of one `-n`/`-P`/`-m`/`-f` argument or one script.
+/// A clause without predicate and actions (`BEGIN`) is accepted at the end of the
+/// text, as dtrace accepts it in descriptions given on the command line.
+pub fn parse_program(src: &str, align: DescAlign) -> Result<Program> {
+    Parser::new(src, align, false).program()
+}
+
+/// Parses a D script (`-s`): like [`parse_program`] with `-n` alignment, but a probe
+/// description must be followed by a predicate or actions, as DTrace requires of
+/// scripts ("expected predicate and/or actions following probe description").
+pub fn parse_script(src: &str) -> Result<Program> {
+    Parser::new(src, DescAlign::Name, true).program()
+}
+
+/// The tokens that can start a type name in an expression (casts, `sizeof`).
+const TYPE_KEYWORDS: &[&str] = &[
+    "void", "char", "short", "int", "long", "signed", "unsigned", "float", "double",
+    "string", "struct", "union", "enum", "const", "volatile", "restrict",
+];
+
+const ASSIGN_OPS: &[(&str, Option<BinaryOp>)] = &[
+    ("=", None),
+    ("+=", Some(BinaryOp::Add)),
+    ("-=", Some(BinaryOp::Sub)),
+    ("*=", Some(BinaryOp::Mul)),
+    ("/=", Some(BinaryOp::Div)),
+    ("%=", Some(BinaryOp::Mod)),
+    ("&=", Some(BinaryOp::BitAnd)),
+    ("^=", Some(BinaryOp::BitXor)),
+    ("|=", Some(BinaryOp::BitOr)),
+    ("<<=", Some(BinaryOp::Shl)),
+    (">>=", Some(BinaryOp::Shr)),
+];
+
+/// Binary operators with their precedence (higher binds tighter).
+fn binary_op(kind: &TokKind) -> Option<(BinaryOp, u8)> {
+    use BinaryOp::*;
+    let TokKind::Punct(p) = kind else { return None };
+    Some(match *p {
+        "||" => (LogOr, 1),
+        "^^" => (LogXor, 2),
+        "&&" => (LogAnd, 3),
+        "|" => (BitOr, 4),
+        "^" => (BitXor, 5),
+        "&" => (BitAnd, 6),
+        "==" => (Eq, 7),
+        "!=" => (Ne, 7),
+        "<" => (Lt, 8),
+        "<=" => (Le, 8),
+        ">" => (Gt, 8),
+        ">=" => (Ge, 8),
+        "<<" => (Shl, 9),
+        ">>" => (Shr, 9),
+        "+" => (Add, 10),
+        "-" => (Sub, 10),
+        "*" => (Mul, 11),
+        "/" => (Div, 11),
+        "%" => (Mod, 11),
+        _ => return None,
+    })
+}
+
+fn unary_op(p: &str) -> Option<UnaryOp> {
+    Some(match p {
+        "-" => UnaryOp::Neg,
+        "+" => UnaryOp::Plus,
+        "!" => UnaryOp::Not,
+        "~" => UnaryOp::BitNot,
+        "*" => UnaryOp::Deref,
+        "&" => UnaryOp::AddrOf,
+        _ => return None,
+    })
+}
+
+fn is_punct(t: &Token, p: &str) -> bool {
+    matches!(t.kind, TokKind::Punct(q) if q == p)
+}
+
+fn is_word(t: &Token, w: &str) -> bool {
+    matches!(&t.kind, TokKind::Ident(s) if s == w)
+}
+
+fn boxed(e: Expr) -> Box<Expr> {
+    Box::new(e)
+}
+
+/// The specifiers of a declaration or type name, gathered before building the type.
+#[derive(Default)]
+struct Specs {
+    scope: Option<VarScope>,
+    is_typedef: bool,
+    sign: Option<Signedness>,
+    shorts: u32,
+    longs: u32,
+    /// `char`, `int`, `void`, … or a named/struct/union/enum base.
+    core: Option<BaseType>,
+    /// `int` written explicitly (it combines with short/long/signed).
+    int_kw: bool,
+    definition: Option<TypeDef>,
+    span: Option<Span>,
+}
+
+/// One declarator: `*p`, `a[16]`, `a[string, int]`.
+struct Declarator {
+    name: String,
+    pointers: u32,
+    arrays: Vec<u64>,
+    keys: Vec<TypeName>,
+    span: Span,
+}
+
+struct Parser<'a> {
+    src: &'a str,
+    lx: Lexer<'a>,
+    /// Byte offset of the first unconsumed character.
+    pos: usize,
+    mode: Mode,
+    /// The token at `pos` lexed in a mode, kept until either changes.
+    peeked: Option<(usize, Mode, Token)>,
+    typedefs: HashSet<String>,
+    align: DescAlign,
+    script: bool,
+    items: Vec<Item>,
+    depth: u32,
+    /// Open `(`, `[` and `{` consumed so far, for DTrace's "extra ) in input
+    /// stream" and "closing ) expected in predicate before /" messages.
+    parens: i32,
+    brackets: i32,
+    braces: i32,
+    anon: u32,
+}
+
+impl<'a> Parser<'a> {
+    fn new(src: &'a str, align: DescAlign, script: bool) -> Parser<'a> {
+        Parser {
+            src,
+            lx: Lexer::new(src),
+            pos: 0,
+            mode: Mode::Outer,
+            peeked: None,
+            typedefs: HashSet::new(),
+            align,
+            script,
+            items: Vec::new(),
+            depth: 0,
+            parens: 0,
+            brackets: 0,
+            braces: 0,
+            anon: 0,
+        }
+    }
+
+    // ---- token plumbing -------------------------------------------------------
+
+    fn is_type_name(&self, name: &str) -> bool {
+        BUILTIN_TYPEDEFS.contains(&name) || self.typedefs.contains(name)
+    }
+
+    fn lex_at(&mut self, pos: usize) -> Result<Token> {
+        let typedefs = &self.typedefs;
+        let is_type = |s: &str| BUILTIN_TYPEDEFS.contains(&s) || typedefs.contains(s);
+        self.lx.lex(pos, self.mode, &is_type)
+    }
+
+    fn peek(&mut self) -> Result<Token> {
+        if let Some((p, m, t)) = &self.peeked {
+            if *p == self.pos && *m == self.mode {
+                return Ok(t.clone());
+            }
+        }
+        let t = self.lex_at(self.pos)?;
+        self.peeked = Some((self.pos, self.mode, t.clone()));
+        Ok(t)
+    }
+
+    /// The token after the next one (same mode).
+    fn peek2(&mut self) -> Result<Token> {
+        let t = self.peek()?;
+        self.lex_at(t.span.end as usize)
+    }
+
+    fn bump(&mut self) -> Result<Token> {
+        let t = self.peek()?;
+        self.pos = t.span.end as usize;
+        if let TokKind::Punct(p) = t.kind {
+            match p {
+                "(" => self.parens += 1,
+                ")" => self.parens -= 1,
+                "[" => self.brackets += 1,
+                "]" => self.brackets -= 1,
+                "{" => self.braces += 1,
+                "}" => self.braces -= 1,
+                _ => {}
+            }
+        }
+        Ok(t)
+    }
+
+    fn peek_punct(&mut self, p: &str) -> Result<bool> {
+        Ok(is_punct(&self.peek()?, p))
+    }
+
+    /// Consumes `p` if it is next.
+    fn eat(&mut self, p: &str) -> Result<Option<Token>> {
+        if self.peek_punct(p)? {
+            return self.bump().map(Some);
+        }
+        Ok(None)
+    }
+
+    fn expect(&mut self, p: &str) -> Result<Token> {
+        let t = self.peek()?;
+        if is_punct(&t, p) {
+            return self.bump();
+        }
+        Err(self.unexpected(&t))
+    }
+
+    /// The syntax error for an unexpected token, in DTrace's words.
+    fn unexpected(&self, t: &Token) -> CompileError {
+        let msg = match &t.kind {
+            TokKind::Eof => "syntax error near end of input".to_string(),
+            TokKind::Punct(")") if self.parens <= 0 => "extra ) in input stream".into(),
+            TokKind::Punct("]") if self.brackets <= 0 => "extra ] in input stream".into(),
+            TokKind::Punct("}") if self.braces <= 0 => "extra } in input stream".into(),
+            TokKind::EPred if self.parens > 0 => "closing ) expected in predicate before /".into(),
+            TokKind::EPred if self.brackets > 0 => {
+                "closing ] expected in predicate before /".into()
+            }
+            _ => {
+                let text = self.src.get(t.span.range()).unwrap_or("");
+                let text = text.split('\n').next().unwrap_or("");
+                format!("syntax error near \"{text}\"")
+            }
+        };
+        CompileError::new(t.span, msg)
+    }
+
+    /// Enters one level of nesting; fails past [`MAX_DEPTH`].
+    fn enter(&mut self) -> Result<()> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            let t = self.peek()?;
+            return Err(CompileError::new(t.span, "expression nesting too deep"));
+        }
+        Ok(())
+    }
+
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        self.enter()?;
+        let r = f(self);
+        self.depth -= 1;
+        r
+    }
+
+    // ---- program items ----------------------------------------------------------
+
+    fn program(mut self) -> Result<Program> {
+        loop {
+            self.mode = Mode::Outer;
+            let t = self.peek()?;
+            self.flush_pragmas(t.span.start as usize);
+            match &t.kind {
+                TokKind::Eof => break,
+                TokKind::PSpec(_) => {
+                    let c = self.clause()?;
+                    self.items.push(Item::Clause(c));
+                }
+                TokKind::Ident(_) => self.declaration()?,
+                _ => return Err(self.unexpected(&t)),
+            }
+        }
+        Ok(Program { items: self.items })
+    }
+
+    fn flush_pragmas(&mut self, before: usize) {
+        for p in self.lx.take_pragmas(before) {
+            self.items.push(Item::Pragma(p));
+        }
+    }
+
+    fn clause(&mut self) -> Result<Clause> {
+        let first = self.bump()?;
+        let mut probes = vec![self.probe_desc(&first)?];
+        while self.eat(",")?.is_some() {
+            let t = self.peek()?;
+            if !matches!(t.kind, TokKind::PSpec(_)) {
+                return Err(self.unexpected(&t));
+            }
+            self.bump()?;
+            probes.push(self.probe_desc(&t)?);
+        }
+        let mut end = probes.last().map_or(first.span, |p| p.span);
+        let mut predicate = None;
+        if self.eat("/")?.is_some() {
+            self.mode = Mode::Expr;
+            let e = self.expr()?;
+            let t = self.peek()?;
+            if t.kind != TokKind::EPred {
+                return Err(self.unexpected(&t));
+            }
+            self.bump()?;
+            end = t.span;
+            predicate = Some(e);
+        }
+        let t = self.peek()?;
+        let body = if is_punct(&t, "{") {
+            self.bump()?;
+            self.mode = Mode::Expr;
+            let (stmts, close) = self.block_rest()?;
+            end = close;
+            Some(stmts)
+        } else if let Some(p) = &predicate {
+            return Err(CompileError::new(
+                p.span,
+                "expected actions { } following probe description and predicate",
+            ));
+        } else if t.kind == TokKind::Eof && !self.script {
+            None
+        } else if t.kind == TokKind::Eof {
+            return Err(CompileError::new(
+                first.span.to(end),
+                "expected predicate and/or actions following probe description",
+            ));
+        } else {
+            return Err(self.unexpected(&t));
+        };
+        Ok(Clause { probes, predicate, body, span: first.span.to(end) })
+    }
+
+    /// Splits a probe description into its four fields, aligned as `self.align` says.
+    fn probe_desc(&self, t: &Token) -> Result<ProbeDesc> {
+        let TokKind::PSpec(text) = &t.kind else { return Err(self.unexpected(t)) };
+        let parts: Vec<&str> = text.split(':').collect();
+        let last = match self.align {
+            DescAlign::Provider => 0,
+            DescAlign::Module => 1,
+            DescAlign::Function => 2,
+            DescAlign::Name => 3,
+        };
+        if parts.len() > last + 1 {
+            return Err(CompileError::new(
+                t.span,
+                format!("invalid probe description \"{text}\": Overspecified probe description"),
+            ));
+        }
+        let mut fields: [String; 4] = Default::default();
+        for (k, part) in parts.iter().rev().enumerate() {
+            fields[last - k] = (*part).to_string();
+        }
+        let [provider, module, function, name] = fields;
+        Ok(ProbeDesc { text: text.clone(), provider, module, function, name, span: t.span })
+    }
+
+    // ---- statements -------------------------------------------------------------
+
+    /// Statements up to and including the closing `}` (the `{` is consumed).
+    /// Returns them with the span of the `}`.
+    fn block_rest(&mut self) -> Result<(Vec<Stmt>, Span)> {
+        let mut stmts = Vec::new();
+        loop {
+            let t = self.peek()?;
+            if is_punct(&t, "}") {
+                self.bump()?;
+                return Ok((stmts, t.span));
+            }
+            if is_punct(&t, ";") || is_word(&t, "if") {
+                stmts.push(self.statement()?);
+                continue;
+            }
+            let e = self.expr()?;
+            let next = self.peek()?;
+            if is_punct(&next, ";") {
+                self.bump()?;
+            } else if !is_punct(&next, "}") {
+                // Only the last statement of a block may omit its `;`.
+                return Err(self.unexpected(&next));
+            }
+            stmts.push(Stmt::Expr(e));
+        }
+    }
+
+    /// One statement that must be complete: `;`, `expr;` or `if …`.
+    fn statement(&mut self) -> Result<Stmt> {
+        let t = self.peek()?;
+        if is_punct(&t, ";") {
+            self.bump()?;
+            return Ok(Stmt::Empty(t.span));
+        }
+        if is_word(&t, "if") {
+            return self.nested(|p| p.if_statement());
+        }
+        let e = self.expr()?;
+        self.expect(";")?;
+        Ok(Stmt::Expr(e))
+    }
+
+    fn if_statement(&mut self) -> Result<Stmt> {
+        let kw = self.bump()?;
+        self.expect("(")?;
+        let cond = self.expr()?;
+        self.expect(")")?;
+        let (then, mut end) = self.statement_or_block()?;
+        let mut otherwise = None;
+        if is_word(&self.peek()?, "else") {
+            self.bump()?;
+            let (stmts, e) = self.statement_or_block()?;
+            otherwise = Some(stmts);
+            end = e;
+        }
+        Ok(Stmt::If { cond, then, otherwise, span: kw.span.to(end) })
+    }
+
+    fn statement_or_block(&mut self) -> Result<(Vec<Stmt>, Span)> {
+        if let Some(open) = self.eat("{")? {
+            let (stmts, close) = self.block_rest()?;
+            return Ok((stmts, open.span.to(close)));
+        }
+        let start = self.peek()?.span;
+        let s = self.statement()?;
+        let end = Span::new(self.pos, self.pos);
+        Ok((vec![s], start.to(end)))
+    }
+
+    // ---- expressions ------------------------------------------------------------
+
+    /// `expression`: assignment expressions joined by the comma operator.
+    fn expr(&mut self) -> Result<Expr> {
+        let mut lhs = self.assign()?;
+        while self.eat(",")?.is_some() {
+            let rhs = self.assign()?;
+            let span = lhs.span.to(rhs.span);
+            lhs = Expr { kind: ExprKind::Comma { lhs: boxed(lhs), rhs: boxed(rhs) }, span };
+        }
+        Ok(lhs)
+    }
+
+    /// `assignment_expression`: the left side of an assignment is a unary
+    /// expression, so a unary expression is parsed first and the rest of a
+    /// conditional expression continues from it when no assignment follows.
+    fn assign(&mut self) -> Result<Expr> {
+        self.nested(|p| {
+            let first = p.unary()?;
+            let t = p.peek()?;
+            let op = match &t.kind {
+                TokKind::Punct(s) => ASSIGN_OPS.iter().find(|(o, _)| o == s).map(|(_, op)| *op),
+                _ => None,
+            };
+            if let Some(op) = op {
+                if matches!(first.kind, ExprKind::Cast { .. }) {
+                    return Err(p.unexpected(&t));
+                }
+                p.bump()?;
+                let rhs = p.assign()?;
+                let span = first.span.to(rhs.span);
+                let kind = ExprKind::Assign { op, lhs: boxed(first), rhs: boxed(rhs) };
+                return Ok(Expr { kind, span });
+            }
+            let lhs = p.binary_from(first, 1)?;
+            p.ternary_from(lhs)
+        })
+    }
+
+    /// `conditional_expression`
+    fn conditional(&mut self) -> Result<Expr> {
+        self.nested(|p| {
+            let first = p.unary()?;
+            let lhs = p.binary_from(first, 1)?;
+            p.ternary_from(lhs)
+        })
+    }
+
+    fn ternary_from(&mut self, cond: Expr) -> Result<Expr> {
+        if self.eat("?")?.is_none() {
+            return Ok(cond);
+        }
+        let then = self.expr()?;
+        self.expect(":")?;
+        let otherwise = self.conditional()?;
+        let span = cond.span.to(otherwise.span);
+        let kind =
+            ExprKind::Ternary { cond: boxed(cond), then: boxed(then), otherwise: boxed(otherwise) };
+        Ok(Expr { kind, span })
+    }
+
+    /// Precedence climbing over the binary operators, starting from an operand
+    /// already parsed.
+    fn binary_from(&mut self, mut lhs: Expr, min_prec: u8) -> Result<Expr> {
+        loop {
+            let t = self.peek()?;
+            let Some((op, prec)) = binary_op(&t.kind) else { return Ok(lhs) };
+            if prec < min_prec {
+                return Ok(lhs);
+            }
+            self.bump()?;
+            let first = self.unary()?;
+            let rhs = self.binary_from(first, prec + 1)?;
+            let span = lhs.span.to(rhs.span);
+            lhs = Expr { kind: ExprKind::Binary { op, lhs: boxed(lhs), rhs: boxed(rhs) }, span };
+        }
+    }
+
+    /// Whether `t` starts a type name inside an expression.
+    fn starts_type(&self, t: &Token) -> bool {
+        match &t.kind {
+            TokKind::Ident(w) => TYPE_KEYWORDS.contains(&w.as_str()) || self.is_type_name(w),
+            _ => false,
+        }
+    }
+
+    /// Whether the token after the next one starts a type name: `(type)` is a cast.
+    fn type_follows(&mut self) -> Result<bool> {
+        let t = self.peek2()?;
+        Ok(self.starts_type(&t))
+    }
+
+    /// `cast_expression` (which includes `unary_expression`).
+    fn unary(&mut self) -> Result<Expr> {
+        self.nested(|p| p.unary_inner())
+    }
+
+    fn unary_inner(&mut self) -> Result<Expr> {
+        let t = self.peek()?;
+        match &t.kind {
+            TokKind::Punct(s) if unary_op(s).is_some() => {
+                self.bump()?;
+                let operand = self.unary()?;
+                let span = t.span.to(operand.span);
+                let op = unary_op(s).unwrap_or(UnaryOp::Plus);
+                Ok(Expr { kind: ExprKind::Unary { op, operand: boxed(operand) }, span })
+            }
+            TokKind::Punct(s @ ("++" | "--")) => {
+                self.bump()?;
+                let operand = self.unary()?;
+                let span = t.span.to(operand.span);
+                let kind =
+                    ExprKind::IncDec { increment: *s == "++", prefix: true, operand: boxed(operand) };
+                Ok(Expr { kind, span })
+            }
+            TokKind::Ident(w) if w == "sizeof" => self.sizeof(t),
+            TokKind::Ident(w) if w == "stringof" => {
+                self.bump()?;
+                let operand = self.unary()?;
+                let span = t.span.to(operand.span);
+                Ok(Expr { kind: ExprKind::Stringof(boxed(operand)), span })
+            }
+            TokKind::Punct("(") if self.type_follows()? => {
+                self.bump()?;
+                let ty = self.type_name()?;
+                self.expect(")")?;
+                let operand = self.unary()?;
+                let span = t.span.to(operand.span);
+                Ok(Expr { kind: ExprKind::Cast { ty, operand: boxed(operand) }, span })
+            }
+            _ => self.postfix(),
+        }
+    }
+
+    fn sizeof(&mut self, kw: Token) -> Result<Expr> {
+        self.bump()?;
+        let t = self.peek()?;
+        if is_punct(&t, "(") && self.type_follows()? {
+            self.bump()?;
+            let ty = self.type_name()?;
+            let close = self.expect(")")?;
+            return Ok(Expr { kind: ExprKind::SizeofType(ty), span: kw.span.to(close.span) });
+        }
+        let operand = self.unary()?;
+        let span = kw.span.to(operand.span);
+        Ok(Expr { kind: ExprKind::SizeofExpr(boxed(operand)), span })
+    }
+
+    fn postfix(&mut self) -> Result<Expr> {
+        let mut e = self.primary()?;
+        loop {
+            let t = self.peek()?;
+            let TokKind::Punct(p) = t.kind else { return Ok(e) };
+            e = match p {
+                "[" => {
+                    self.bump()?;
+                    let index = self.arguments()?;
+                    let close = self.expect("]")?;
+                    let span = e.span.to(close.span);
+                    Expr { kind: ExprKind::Index { base: boxed(e), index }, span }
+                }
+                "(" => self.call(e, &t)?,
+                "." | "->" => {
+                    self.bump()?;
+                    let (field, fspan) = self.member_name()?;
+                    let span = e.span.to(fspan);
+                    let kind = match (&e.kind, p) {
+                        (ExprKind::Ident(s), "->") if s == "self" => ExprKind::SelfVar(field),
+                        (ExprKind::Ident(s), "->") if s == "this" => ExprKind::ThisVar(field),
+                        (_, "->") => ExprKind::Arrow { base: boxed(e), field },
+                        _ => ExprKind::Member { base: boxed(e), field },
+                    };
+                    Expr { kind, span }
+                }
+                "++" | "--" => {
+                    self.bump()?;
+                    let span = e.span.to(t.span);
+                    let kind =
+                        ExprKind::IncDec { increment: p == "++", prefix: false, operand: boxed(e) };
+                    Expr { kind, span }
+                }
+                _ => return Ok(e),
+            };
+        }
+    }
+
+    /// `name(args)`: only a plain identifier can be called in D.
+    fn call(&mut self, callee: Expr, open: &Token) -> Result<Expr> {
+        let name = match &callee.kind {
+            ExprKind::Ident(n) if n != "self" && n != "this" => n.clone(),
+            _ => return Err(self.unexpected(open)),
+        };
+        self.bump()?;
+        let args = if self.peek_punct(")")? { Vec::new() } else { self.arguments()? };
+        let close = self.expect(")")?;
+        let span = callee.span.to(close.span);
+        Ok(Expr { kind: ExprKind::Call { name, name_span: callee.span, args }, span })
+    }
+
+    /// `argument_expression_list`: one or more assignment expressions.
+    fn arguments(&mut self) -> Result<Vec<Expr>> {
+        let mut args = vec![self.assign()?];
+        while self.eat(",")?.is_some() {
+            args.push(self.assign()?);
+        }
+        Ok(args)
+    }
+
+    /// The name after `.` or `->`: any identifier, keywords included (DTrace lexes
+    /// it in its identifier-only state).
+    fn member_name(&mut self) -> Result<(String, Span)> {
+        let t = self.peek()?;
+        match t.kind {
+            TokKind::Ident(name) => {
+                self.bump()?;
+                Ok((name, t.span))
+            }
+            _ => Err(self.unexpected(&t)),
+        }
+    }
+
+    fn primary(&mut self) -> Result<Expr> {
+        let t = self.peek()?;
+        let kind = match &t.kind {
+            TokKind::Ident(w) if w == "offsetof" => return self.offsetof(t),
+            TokKind::Ident(w) if w == "self" || w == "this" => ExprKind::Ident(w.clone()),
+            TokKind::Ident(w) if KEYWORDS.contains(&w.as_str()) => {
+                return Err(self.unexpected(&t))
+            }
+            TokKind::Ident(w) => ExprKind::Ident(w.clone()),
+            TokKind::Int { value, suffix } => ExprKind::Int { value: *value, suffix: *suffix },
+            TokKind::Char(c) => ExprKind::Char(*c),
+            TokKind::Str(s) => ExprKind::Str(s.clone()),
+            TokKind::Macro(m) => ExprKind::Macro(m.clone()),
+            TokKind::MacroStr(m) => ExprKind::MacroStr(m.clone()),
+            TokKind::Agg(a) => ExprKind::Agg(a.clone()),
+            TokKind::Backquoted { module, name } => {
+                ExprKind::Backquoted { module: module.clone(), name: name.clone() }
+            }
+            TokKind::Punct("(") => {
+                self.bump()?;
+                let inner = self.expr()?;
+                let close = self.expect(")")?;
+                return Ok(Expr { kind: inner.kind, span: t.span.to(close.span) });
+            }
+            _ => return Err(self.unexpected(&t)),
+        };
+        self.bump()?;
+        Ok(Expr { kind, span: t.span })
+    }
+
+    fn offsetof(&mut self, kw: Token) -> Result<Expr> {
+        self.bump()?;
+        self.expect("(")?;
+        let ty = self.type_name()?;
+        self.expect(",")?;
+        let t = self.peek()?;
+        let member = match &t.kind {
+            TokKind::Ident(m) if !KEYWORDS.contains(&m.as_str()) => m.clone(),
+            _ => return Err(self.unexpected(&t)),
+        };
+        self.bump()?;
+        let close = self.expect(")")?;
+        Ok(Expr { kind: ExprKind::Offsetof { ty, member }, span: kw.span.to(close.span) })
+    }
+
+    // ---- types ------------------------------------------------------------------
+
+    /// `type_name`: specifiers, then `*`s and array dimensions (casts, `sizeof`,
+    /// `offsetof`, associative array keys).
+    fn type_name(&mut self) -> Result<TypeName> {
+        let specs = self.specifiers(false)?;
+        let start = specs.span.unwrap_or_default();
+        let base = self.base_type(&specs)?;
+        let pointers = self.pointers()?;
+        let arrays = self.dimensions()?;
+        let span = start.to(Span::new(self.pos, self.pos));
+        Ok(TypeName { base, pointers, arrays, span })
+    }
+
+    /// `*`s of a declarator, each optionally followed by qualifiers (dropped).
+    fn pointers(&mut self) -> Result<u32> {
+        let mut n = 0;
+        while self.eat("*")?.is_some() {
+            n += 1;
+            while let TokKind::Ident(w) = self.peek()?.kind {
+                if !matches!(w.as_str(), "const" | "volatile" | "restrict") {
+                    break;
+                }
+                self.bump()?;
+            }
+        }
+        Ok(n)
+    }
+
+    /// `[N]…` array dimensions; each must be an integer constant.
+    fn dimensions(&mut self) -> Result<Vec<u64>> {
+        let mut dims = Vec::new();
+        while self.eat("[")?.is_some() {
+            dims.push(self.dimension()?);
+            self.expect("]")?;
+        }
+        Ok(dims)
+    }
+
+    fn dimension(&mut self) -> Result<u64> {
+        let t = self.peek()?;
+        match t.kind {
+            TokKind::Int { value, .. } => {
+                self.bump()?;
+                Ok(value)
+            }
+            _ => Err(self.unexpected(&t)),
+        }
+    }
+
+    /// Declaration specifiers: storage classes, `self`/`this`, qualifiers and type
+    /// specifiers, in any order. Struct, union and enum definitions are allowed only
+    /// where `allow_def` says (declarations, not casts).
+    fn specifiers(&mut self, allow_def: bool) -> Result<Specs> {
+        let mut s = Specs::default();
+        loop {
+            let t = self.peek()?;
+            let TokKind::Ident(w) = &t.kind else { break };
+            let w = w.as_str();
+            let seen_type = s.core.is_some() || s.sign.is_some() || s.shorts + s.longs > 0;
+            match w {
+                "self" => s.scope = Some(VarScope::Thread),
+                "this" => s.scope = Some(VarScope::Clause),
+                "typedef" => s.is_typedef = true,
+                "const" | "volatile" | "restrict" | "static" | "extern" | "register" | "auto" => {}
+                "signed" | "unsigned" => {
+                    if s.sign.is_some() {
+                        return Err(CompileError::new(t.span, "invalid type combination"));
+                    }
+                    let sign =
+                        if w == "signed" { Signedness::Signed } else { Signedness::Unsigned };
+                    s.sign = Some(sign);
+                }
+                "short" => s.shorts += 1,
+                "long" => s.longs += 1,
+                "char" | "int" | "void" | "float" | "double" | "string" => {
+                    if s.core.is_some() {
+                        return Err(CompileError::new(t.span, "invalid type combination"));
+                    }
+                    s.int_kw = w == "int";
+                    s.core = Some(match w {
+                        "char" => BaseType::Char(Signedness::Default),
+                        "int" => BaseType::Int(Signedness::Default),
+                        "void" => BaseType::Void,
+                        "float" => BaseType::Float,
+                        "double" => BaseType::Double,
+                        _ => BaseType::String,
+                    });
+                }
+                "struct" | "union" | "enum" => {
+                    if seen_type {
+                        return Err(CompileError::new(t.span, "invalid type combination"));
+                    }
+                    s.span = Some(s.span.map_or(t.span, |sp| sp.to(t.span)));
+                    let (base, def) = self.nested(|p| p.tagged_type(allow_def))?;
+                    s.core = Some(base);
+                    s.definition = def;
+                    s.span = s.span.map(|sp| sp.to(Span::new(self.pos, self.pos)));
+                    continue;
+                }
+                _ if !seen_type && !KEYWORDS.contains(&w) && self.is_type_name(w) => {
+                    s.core = Some(BaseType::Named(w.to_string()));
+                }
+                _ => break,
+            }
+            s.span = Some(s.span.map_or(t.span, |sp| sp.to(t.span)));
+            self.bump()?;
+        }
+        Ok(s)
+    }
+
+    /// Builds the base type from the specifiers, rejecting impossible combinations.
+    fn base_type(&mut self, s: &Specs) -> Result<BaseType> {
+        let Some(span) = s.span else {
+            let t = self.peek()?;
+            return Err(self.unexpected(&t));
+        };
+        let sign = s.sign.unwrap_or(Signedness::Default);
+        let plain = s.sign.is_none() && s.shorts == 0 && s.longs == 0;
+        let int_like = matches!(s.core, None | Some(BaseType::Int(_)));
+        let base = match (&s.core, s.shorts, s.longs) {
+            (None, 0, 0) if s.sign.is_none() => None,
+            (_, 1, 0) if int_like => Some(BaseType::Short(sign)),
+            (_, 0, 0) if int_like => Some(BaseType::Int(sign)),
+            (_, 0, 1) if int_like => Some(BaseType::Long(sign)),
+            (_, 0, 2) if int_like => Some(BaseType::LongLong(sign)),
+            (Some(BaseType::Char(_)), 0, 0) => Some(BaseType::Char(sign)),
+            (Some(BaseType::Double), 0, 1) if s.sign.is_none() => Some(BaseType::LongDouble),
+            (Some(core), _, _) if plain => Some(core.clone()),
+            _ => return Err(CompileError::new(span, "invalid type combination")),
+        };
+        match base {
+            Some(b) => Ok(b),
+            None => {
+                // Only storage classes or qualifiers: no type at all.
+                let t = self.peek()?;
+                Err(self.unexpected(&t))
+            }
+        }
+    }
+
+    /// After `struct`/`union`/`enum` (not yet consumed): a tag reference or a
+    /// definition.
+    fn tagged_type(&mut self, allow_def: bool) -> Result<(BaseType, Option<TypeDef>)> {
+        let kw = self.bump()?;
+        let keyword = match &kw.kind {
+            TokKind::Ident(k) => k.clone(),
+            _ => return Err(self.unexpected(&kw)),
+        };
+        let t = self.peek()?;
+        let tag = match &t.kind {
+            TokKind::Ident(name) if !KEYWORDS.contains(&name.as_str()) => {
+                self.bump()?;
+                Some(name.clone())
+            }
+            _ => None,
+        };
+        let t = self.peek()?;
+        let def = if is_punct(&t, "{") {
+            if !allow_def {
+                return Err(self.unexpected(&t));
+            }
+            self.bump()?;
+            true
+        } else if tag.is_none() {
+            return Err(self.unexpected(&t));
+        } else {
+            false
+        };
+        let tag = tag.unwrap_or_else(|| {
+            self.anon += 1;
+            format!("__anon{}", self.anon)
+        });
+        let base = match keyword.as_str() {
+            "struct" => BaseType::Struct(tag.clone()),
+            "union" => BaseType::Union(tag.clone()),
+            _ => BaseType::Enum(tag.clone()),
+        };
+        if !def {
+            return Ok((base, None));
+        }
+        let definition = match keyword.as_str() {
+            "enum" => TypeDef::Enum { tag, values: self.enumerators()? },
+            "struct" => TypeDef::Struct { tag, members: self.members()? },
+            _ => TypeDef::Union { tag, members: self.members()? },
+        };
+        Ok((base, Some(definition)))
+    }
+
+    /// Struct or union members up to and including `}`. Definitions nested in a
+    /// member's type become items of their own, ahead of the enclosing one.
+    fn members(&mut self) -> Result<Vec<Member>> {
+        let mut members = Vec::new();
+        loop {
+            let start = self.peek()?.span;
+            let specs = self.specifiers(true)?;
+            let base = self.base_type(&specs)?;
+            if let Some(def) = specs.definition.clone() {
+                let span = start.to(Span::new(self.pos, self.pos));
+                self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
+            }
+            loop {
+                let d = self.declarator(false)?;
+                let ty = TypeName { base: base.clone(), pointers: d.pointers, arrays: d.arrays, span: d.span };
+                members.push(Member { name: d.name, ty, span: d.span });
+                if self.eat(",")?.is_none() {
+                    break;
+                }
+            }
+            self.expect(";")?;
+            if self.eat("}")?.is_some() {
+                return Ok(members);
+            }
+        }
+    }
+
+    /// Enumerators up to and including `}`.
+    fn enumerators(&mut self) -> Result<Vec<Enumerator>> {
+        let mut values = Vec::new();
+        loop {
+            let t = self.peek()?;
+            let name = match &t.kind {
+                TokKind::Ident(n) if !KEYWORDS.contains(&n.as_str()) => n.clone(),
+                _ => return Err(self.unexpected(&t)),
+            };
+            self.bump()?;
+            let mut span = t.span;
+            let mut value = None;
+            if self.eat("=")?.is_some() {
+                let v = self.conditional()?;
+                span = span.to(v.span);
+                value = Some(v);
+            }
+            values.push(Enumerator { name, value, span });
+            if self.eat(",")?.is_none() {
+                self.expect("}")?;
+                return Ok(values);
+            }
+        }
+    }
+
+    /// `*`s, a name, then array dimensions or (where `keys_ok`) associative array
+    /// key types: `a[16]`, `a[string, int]`.
+    fn declarator(&mut self, keys_ok: bool) -> Result<Declarator> {
+        let start = self.peek()?.span;
+        let pointers = self.pointers()?;
+        let t = self.peek()?;
+        let name = match &t.kind {
+            TokKind::Ident(n) if !KEYWORDS.contains(&n.as_str()) => n.clone(),
+            _ => return Err(self.unexpected(&t)),
+        };
+        self.bump()?;
+        let mut arrays = Vec::new();
+        let mut keys = Vec::new();
+        while let Some(open) = self.eat("[")? {
+            let t = self.peek()?;
+            let is_dim = matches!(t.kind, TokKind::Int { .. });
+            if is_dim && keys.is_empty() {
+                arrays.push(self.dimension()?);
+            } else if keys_ok && arrays.is_empty() && keys.is_empty() && self.starts_type(&t) {
+                keys.push(self.type_name()?);
+                while self.eat(",")?.is_some() {
+                    keys.push(self.type_name()?);
+                }
+            } else {
+                let _ = open;
+                return Err(self.unexpected(&t));
+            }
+            self.expect("]")?;
+        }
+        let span = start.to(Span::new(self.pos, self.pos));
+        Ok(Declarator { name, pointers, arrays, keys, span })
+    }
+
+    // ---- declarations -------------------------------------------------------------
+
+    /// A file-scope declaration: variables, typedefs, struct/union/enum definitions,
+    /// inlines; translators and providers are parsed over and dropped.
+    fn declaration(&mut self) -> Result<()> {
+        self.mode = Mode::Expr;
+        let t = self.peek()?;
+        match &t.kind {
+            TokKind::Ident(w) if w == "inline" => return self.inline(t),
+            TokKind::Ident(w) if w == "translator" || w == "provider" => {
+                return self.skip_definition()
+            }
+            _ => {}
+        }
+        let specs = self.specifiers(true)?;
+        let base = self.base_type(&specs)?;
+        let start = specs.span.unwrap_or(t.span);
+        if let Some(semi) = self.eat(";")? {
+            if let Some(def) = specs.definition {
+                let span = start.to(semi.span);
+                self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
+            }
+            return Ok(());
+        }
+        let mut decls = vec![self.declarator(!specs.is_typedef)?];
+        while self.eat(",")?.is_some() {
+            decls.push(self.declarator(!specs.is_typedef)?);
+        }
+        let semi = self.expect(";")?;
+        let span = start.to(semi.span);
+        let ty = |d: &Declarator| TypeName {
+            base: base.clone(),
+            pointers: d.pointers,
+            arrays: d.arrays.clone(),
+            span: d.span,
+        };
+        if specs.is_typedef {
+            let typedefs: Vec<(String, TypeName)> = decls.iter().map(|d| (d.name.clone(), ty(d))).collect();
+            for (name, _) in &typedefs {
+                self.typedefs.insert(name.clone());
+            }
+            let definition = specs.definition;
+            self.items.push(Item::TypeDecl(TypeDecl { definition, typedefs, span }));
+            return Ok(());
+        }
+        if let Some(def) = specs.definition {
+            self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
+        }
+        let scope = specs.scope.unwrap_or(VarScope::Global);
+        for d in &decls {
+            let decl = VarDecl { scope, ty: ty(d), name: d.name.clone(), keys: d.keys.clone(), span: d.span };
+            self.items.push(Item::VarDecl(decl));
+        }
+        Ok(())
+    }
+
+    /// `inline type name = expression;`
+    fn inline(&mut self, kw: Token) -> Result<()> {
+        self.bump()?;
+        let specs = self.specifiers(false)?;
+        let base = self.base_type(&specs)?;
+        let d = self.declarator(false)?;
+        self.expect("=")?;
+        let value = self.assign()?;
+        let semi = self.expect(";")?;
+        let ty = TypeName { base, pointers: d.pointers, arrays: d.arrays, span: d.span };
+        let span = kw.span.to(semi.span);
+        self.items.push(Item::Inline(Inline { ty, name: d.name, value, span }));
+        Ok(())
+    }
+
+    /// Skips a `translator …{…};` or `provider name {…};` definition: udtrace has no
+    /// use for them, but scripts and libraries may contain them.
+    fn skip_definition(&mut self) -> Result<()> {
+        loop {
+            let t = self.bump()?;
+            match t.kind {
+                TokKind::Punct("{") => break,
+                TokKind::Eof | TokKind::Punct(";" | "}") => return Err(self.unexpected(&t)),
+                _ => {}
+            }
+        }
+        let mut depth = 1;
+        while depth > 0 {
+            let t = self.bump()?;
+            match t.kind {
+                TokKind::Punct("{") => depth += 1,
+                TokKind::Punct("}") => depth -= 1,
+                TokKind::Eof => return Err(self.unexpected(&t)),
+                _ => {}
+            }
+        }
+        self.expect(";")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prog(src: &str) -> Program {
+        match parse_program(src, DescAlign::Name) {
+            Ok(p) => p,
+            Err(e) => panic!("{src:?}: {} at {:?}", e.message, e.span.range()),
+        }
+    }
+
+    fn err(src: &str) -> (String, std::ops::Range<usize>) {
+        match parse_program(src, DescAlign::Name) {
+            Err(e) => (e.message, e.span.range()),
+            Ok(_) => ("parsed".into(), 0..0),
+        }
+    }
+
+    fn ty(t: &TypeName) -> String {
+        let mut s = match &t.base {
+            BaseType::Named(n) => n.clone(),
+            BaseType::Struct(n) => format!("struct {n}"),
+            BaseType::Union(n) => format!("union {n}"),
+            BaseType::Enum(n) => format!("enum {n}"),
+            b => format!("{b:?}"),
+        };
+        s.push_str(&"*".repeat(t.pointers as usize));
+        for d in &t.arrays {
+            s.push_str(&format!("[{d}]"));
+        }
+        s
+    }
+
+    /// A compact prefix rendering of an expression, for asserting tree shapes.
+    fn sx(e: &Expr) -> String {
+        use ExprKind::*;
+        match &e.kind {
+            Int { value, .. } => value.to_string(),
+            Char(c) => format!("'{c}'"),
+            Str(s) => format!("{s:?}"),
+            Ident(n) => n.clone(),
+            Backquoted { module, name } => format!("{}`{name}", module.clone().unwrap_or_default()),
+            Macro(m) => format!("${m}"),
+            MacroStr(m) => format!("$${m}"),
+            SelfVar(n) => format!("self->{n}"),
+            ThisVar(n) => format!("this->{n}"),
+            Agg(n) => format!("@{n}"),
+            Unary { op, operand } => format!("({op:?} {})", sx(operand)),
+            Binary { op, lhs, rhs } => format!("({} {} {})", op.symbol(), sx(lhs), sx(rhs)),
+            Assign { op, lhs, rhs } => {
+                let o = op.map_or("=".to_string(), |o| format!("{}=", o.symbol()));
+                format!("({o} {} {})", sx(lhs), sx(rhs))
+            }
+            Ternary { cond, then, otherwise } => {
+                format!("(? {} {} {})", sx(cond), sx(then), sx(otherwise))
+            }
+            IncDec { increment, prefix, operand } => {
+                let op = if *increment { "++" } else { "--" };
+                if *prefix {
+                    format!("({op}pre {})", sx(operand))
+                } else {
+                    format!("({op}post {})", sx(operand))
+                }
+            }
+            Call { name, args, .. } => {
+                let a: Vec<String> = args.iter().map(sx).collect();
+                format!("{name}({})", a.join(", "))
+            }
+            Index { base, index } => {
+                let a: Vec<String> = index.iter().map(sx).collect();
+                format!("{}[{}]", sx(base), a.join(", "))
+            }
+            Member { base, field } => format!("(. {} {field})", sx(base)),
+            Arrow { base, field } => format!("(-> {} {field})", sx(base)),
+            Cast { ty: t, operand } => format!("(cast {} {})", ty(t), sx(operand)),
+            SizeofType(t) => format!("(sizeof-type {})", ty(t)),
+            SizeofExpr(e) => format!("(sizeof {})", sx(e)),
+            Offsetof { ty: t, member } => format!("(offsetof {} {member})", ty(t)),
+            Stringof(e) => format!("(stringof {})", sx(e)),
+            Comma { lhs, rhs } => format!("(, {} {})", sx(lhs), sx(rhs)),
+        }
+    }
+
+    fn clause(p: &Program, i: usize) -> &Clause {
+        match &p.items[i] {
+            Item::Clause(c) => c,
+            other => panic!("not a clause: {other:?}"),
+        }
+    }
+
+    /// The single expression statement of `BEGIN { <src>; }`, rendered.
+    fn e(src: &str) -> String {
+        let text = format!("BEGIN {{ {src}; }}");
+        let p = prog(&text);
+        match clause(&p, 0).body.as_deref() {
+            Some([Stmt::Expr(x)]) => sx(x),
+            other => panic!("{src}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn precedence_and_associativity() {
+        assert_eq!(e("a + b * c"), "(+ a (* b c))");
+        assert_eq!(e("a - b - c"), "(- (- a b) c)");
+        assert_eq!(e("a / b % c"), "(% (/ a b) c)");
+        assert_eq!(e("a = b = c"), "(= a (= b c))");
+        assert_eq!(e("a += b -= c"), "(+= a (-= b c))");
+        assert_eq!(e("x <<= 2"), "(<<= x 2)");
+        assert_eq!(e("a || b ^^ c && d"), "(|| a (^^ b (&& c d)))");
+        assert_eq!(e("a | b ^ c & d"), "(| a (^ b (& c d)))");
+        assert_eq!(e("a == b < c << d + e"), "(== a (< b (<< c (+ d e))))");
+        assert_eq!(e("a != b == c"), "(== (!= a b) c)");
+        assert_eq!(e("a ? b : c ? d : e"), "(? a b (? c d e))");
+        assert_eq!(e("a ? b, c : d"), "(? a (, b c) d)");
+        assert_eq!(e("x = a ? b : c"), "(= x (? a b c))");
+        assert_eq!(e("a, b = c"), "(, a (= b c))");
+        assert_eq!(e("(a + b) * c"), "(* (+ a b) c)");
+    }
+
+    #[test]
+    fn unary_and_postfix() {
+        assert_eq!(e("-a * b"), "(* (Neg a) b)");
+        assert_eq!(e("!a++"), "(Not (++post a))");
+        assert_eq!(e("*p->x"), "(Deref (-> p x))");
+        assert_eq!(e("&a[1]"), "(AddrOf a[1])");
+        assert_eq!(e("~+x"), "(BitNot (Plus x))");
+        assert_eq!(e("--x"), "(--pre x)");
+        assert_eq!(e("x--"), "(--post x)");
+        assert_eq!(e("- -1"), "(Neg (Neg 1))");
+        assert_eq!(e("x.y.z"), "(. (. x y) z)");
+        assert_eq!(e("a[1, 2][3]"), "a[1, 2][3]");
+        assert_eq!(e("p->string"), "(-> p string)");
+        assert_eq!(e("a / b"), "(/ a b)");
+    }
+
+    #[test]
+    fn casts_sizeof_and_friends() {
+        assert_eq!(e("(int)x + 1"), "(+ (cast Int(Default) x) 1)");
+        assert_eq!(e("(x) + 1"), "(+ x 1)");
+        assert_eq!(e("(uint32_t)*p"), "(cast uint32_t (Deref p))");
+        assert_eq!(e("(struct foo *)arg0"), "(cast struct foo* arg0)");
+        assert_eq!(e("(unsigned long long)x"), "(cast LongLong(Unsigned) x)");
+        assert_eq!(e("(char)a[0]"), "(cast Char(Default) a[0])");
+        assert_eq!(e("(string)(int)x"), "(cast String (cast Int(Default) x))");
+        assert_eq!(e("sizeof(int) + sizeof x"), "(+ (sizeof-type Int(Default)) (sizeof x))");
+        assert_eq!(e("sizeof(x)"), "(sizeof x)");
+        assert_eq!(e("sizeof (char *)"), "(sizeof-type Char(Default)*)");
+        assert_eq!(e("stringof(a)"), "(stringof a)");
+        assert_eq!(e("stringof a + b"), "(+ (stringof a) b)");
+        assert_eq!(e("offsetof(struct s, f)"), "(offsetof struct s f)");
+    }
+
+    #[test]
+    fn primaries() {
+        assert_eq!(e("self->x = this->y"), "(= self->x this->y)");
+        assert_eq!(e("self->a->b"), "(-> self->a b)");
+        assert_eq!(e("self->a[1]"), "self->a[1]");
+        assert_eq!(e("@a[execname, pid] = count()"), "(= @a[execname, pid] count())");
+        assert_eq!(e("@ = quantize(x)"), "(= @ quantize(x))");
+        assert_eq!(e("$1 + $target"), "(+ $1 $target)");
+        assert_eq!(e("$$1"), "$$1");
+        assert_eq!(e("`sym + libc`malloc"), "(+ `sym libc`malloc)");
+        assert_eq!(e("'a'"), "'97'");
+        assert_eq!(e("\"s\\n\""), "\"s\\n\"");
+        assert_eq!(e("f()"), "f()");
+        assert_eq!(e("printf(\"%d %d\", a, b = 2)"), "printf(\"%d %d\", a, (= b 2))");
+        assert_eq!(e("NULL"), "NULL");
+        assert_eq!(e("0x10 + 010"), "(+ 16 8)");
+    }
+
+    #[test]
+    fn spans() {
+        let p = prog("BEGIN { x = a + b * c; }");
+        let Some([Stmt::Expr(x)]) = clause(&p, 0).body.as_deref() else { panic!() };
+        assert_eq!(x.span.range(), 8..21);
+        let ExprKind::Assign { rhs, .. } = &x.kind else { panic!() };
+        assert_eq!(rhs.span.range(), 12..21);
+        let p = prog("BEGIN { f(1, (2)); }");
+        let Some([Stmt::Expr(x)]) = clause(&p, 0).body.as_deref() else { panic!() };
+        let ExprKind::Call { name_span, args, .. } = &x.kind else { panic!() };
+        assert_eq!((x.span.range(), name_span.range()), (8..17, 8..9));
+        assert_eq!(args[1].span.range(), 13..16);
+        assert_eq!(clause(&p, 0).span.range(), 0..20);
+    }
+
+    #[test]
+    fn statements() {
+        let p = prog("BEGIN { trace(1) }");
+        assert!(matches!(clause(&p, 0).body.as_deref(), Some([Stmt::Expr(_)])));
+        let p = prog("BEGIN { a; b }");
+        assert_eq!(clause(&p, 0).body.as_ref().map(Vec::len), Some(2));
+        let p = prog("BEGIN { ; }");
+        assert!(matches!(clause(&p, 0).body.as_deref(), Some([Stmt::Empty(_)])));
+        let p = prog("BEGIN {}");
+        assert_eq!(clause(&p, 0).body, Some(vec![]));
+        let p = prog("BEGIN { a;; }");
+        assert!(matches!(clause(&p, 0).body.as_deref(), Some([Stmt::Expr(_), Stmt::Empty(_)])));
+    }
+
+    #[test]
+    fn if_else() {
+        let p = prog("BEGIN { if (x) a = 1; else { b = 2; c = 3; } d = 4 }");
+        let body = clause(&p, 0).body.as_ref().unwrap();
+        assert_eq!(body.len(), 2);
+        let Stmt::If { cond, then, otherwise, span } = &body[0] else { panic!() };
+        assert_eq!(sx(cond), "x");
+        assert_eq!(then.len(), 1);
+        assert_eq!(otherwise.as_ref().map(Vec::len), Some(2));
+        assert_eq!(span.range(), 8..44);
+        // A dangling else belongs to the nearest if.
+        let p = prog("BEGIN { if (a) if (b) x; else y; }");
+        let body = clause(&p, 0).body.as_ref().unwrap();
+        let Stmt::If { then, otherwise: None, .. } = &body[0] else { panic!("{body:?}") };
+        assert!(matches!(&then[0], Stmt::If { otherwise: Some(_), .. }));
+        let p = prog("BEGIN { if (a) { } }");
+        let body = clause(&p, 0).body.as_ref().unwrap();
+        assert!(matches!(&body[0], Stmt::If { then, otherwise: None, .. } if then.is_empty()));
+        let p = prog("BEGIN { if (a) ; else if (b) x; else { y } }");
+        assert_eq!(clause(&p, 0).body.as_ref().map(Vec::len), Some(1));
+    }
+
+    fn descs(src: &str, align: DescAlign) -> Vec<[String; 4]> {
+        let p = parse_program(src, align).unwrap();
+        clause(&p, 0)
+            .probes
+            .iter()
+            .map(|d| [d.provider.clone(), d.module.clone(), d.function.clone(), d.name.clone()])
+            .collect()
+    }
+
+    fn d4(a: &str, b: &str, c: &str, d: &str) -> [String; 4] {
+        [a.into(), b.into(), c.into(), d.into()]
+    }
+
+    #[test]
+    fn probe_descriptions() {
+        assert_eq!(descs("BEGIN", DescAlign::Name), vec![d4("", "", "", "BEGIN")]);
+        assert_eq!(descs("read:entry", DescAlign::Name), vec![d4("", "", "read", "entry")]);
+        assert_eq!(descs("tick-1s { }", DescAlign::Name), vec![d4("", "", "", "tick-1s")]);
+        assert_eq!(descs("profile-997hz{}", DescAlign::Name), vec![d4("", "", "", "profile-997hz")]);
+        assert_eq!(
+            descs("pid$target:libc.so.6:malloc:entry", DescAlign::Name),
+            vec![d4("pid$target", "libc.so.6", "malloc", "entry")]
+        );
+        assert_eq!(
+            descs("syscall::open*:entry /x/ {}", DescAlign::Name),
+            vec![d4("syscall", "", "open*", "entry")]
+        );
+        assert_eq!(descs("pid123:a.out:main:4", DescAlign::Name), vec![d4("pid123", "a.out", "main", "4")]);
+        assert_eq!(descs(":::", DescAlign::Name), vec![d4("", "", "", "")]);
+        assert_eq!(
+            descs("BEGIN,\n  syscall::read:entry ,END\n{}", DescAlign::Name),
+            vec![d4("", "", "", "BEGIN"), d4("syscall", "", "read", "entry"), d4("", "", "", "END")]
+        );
+        let p = prog("proc:::exec-success { }");
+        assert_eq!(clause(&p, 0).probes[0].text, "proc:::exec-success");
+        assert_eq!(clause(&p, 0).probes[0].span.range(), 0..19);
+        // Other alignments (-f, -m, -P).
+        assert_eq!(descs("malloc", DescAlign::Function), vec![d4("", "", "malloc", "")]);
+        assert_eq!(descs("libc:malloc", DescAlign::Function), vec![d4("", "libc", "malloc", "")]);
+        assert_eq!(descs("pid1:libc:malloc", DescAlign::Function), vec![d4("pid1", "libc", "malloc", "")]);
+        assert_eq!(descs("libc", DescAlign::Module), vec![d4("", "libc", "", "")]);
+        assert_eq!(descs("syscall", DescAlign::Provider), vec![d4("syscall", "", "", "")]);
+    }
+
+    #[test]
+    fn clause_shapes() {
+        let p = prog("BEGIN");
+        assert_eq!(clause(&p, 0).body, None);
+        let p = prog("syscall::read:entry /pid == $target/ { @[probefunc] = count(); }");
+        let c = clause(&p, 0);
+        assert_eq!(sx(c.predicate.as_ref().unwrap()), "(== pid $target)");
+        let p = prog("BEGIN /a / b/ { }");
+        assert_eq!(sx(clause(&p, 0).predicate.as_ref().unwrap()), "(/ a b)");
+        let p = prog("BEGIN /x/ /* why */ { }");
+        assert!(clause(&p, 0).predicate.is_some());
+        let p = prog("BEGIN {} END { exit(0); } tick-1s { }");
+        assert_eq!(p.items.len(), 3);
+    }
+
+    fn var(item: &Item) -> (VarScope, String, String, Vec<String>) {
+        let Item::VarDecl(v) = item else { panic!("{item:?}") };
+        (v.scope, ty(&v.ty), v.name.clone(), v.keys.iter().map(ty).collect())
+    }
+
+    #[test]
+    fn variable_declarations() {
+        let p = prog("int x;\nunsigned long long y;\nself int t;\nthis string s;\nint a[string, int];\nchar buf[16];\nint *p, **q;\nuint64_t*u;\nconst static int c;\nlong double d; signed char sc; short int si; unsigned u2;");
+        let v: Vec<_> = p.items.iter().map(var).collect();
+        let g = VarScope::Global;
+        assert_eq!(v[0], (g, "Int(Default)".into(), "x".into(), vec![]));
+        assert_eq!(v[1], (g, "LongLong(Unsigned)".into(), "y".into(), vec![]));
+        assert_eq!(v[2], (VarScope::Thread, "Int(Default)".into(), "t".into(), vec![]));
+        assert_eq!(v[3], (VarScope::Clause, "String".into(), "s".into(), vec![]));
+        assert_eq!(v[4], (g, "Int(Default)".into(), "a".into(), vec!["String".into(), "Int(Default)".into()]));
+        assert_eq!(v[5], (g, "Char(Default)[16]".into(), "buf".into(), vec![]));
+        assert_eq!(v[6].1, "Int(Default)*");
+        assert_eq!(v[7], (g, "Int(Default)**".into(), "q".into(), vec![]));
+        assert_eq!(v[8], (g, "uint64_t*".into(), "u".into(), vec![]));
+        assert_eq!(v[9].1, "Int(Default)");
+        assert_eq!(v[10].1, "LongDouble");
+        assert_eq!(v[11].1, "Char(Signed)");
+        assert_eq!(v[12].1, "Short(Default)");
+        assert_eq!(v[13].1, "Int(Unsigned)");
+        let Item::VarDecl(d) = &p.items[0] else { panic!() };
+        assert_eq!(d.span.range(), 4..5);
+    }
+
+    #[test]
+    fn type_declarations() {
+        let p = prog("struct s { int a; char b[8]; struct t *p; };");
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, members }), typedefs, .. }) = &p.items[0] else {
+            panic!("{:?}", p.items)
+        };
+        assert_eq!(tag, "s");
+        assert!(typedefs.is_empty());
+        let m: Vec<(String, String)> = members.iter().map(|m| (m.name.clone(), ty(&m.ty))).collect();
+        assert_eq!(m, vec![
+            ("a".into(), "Int(Default)".into()),
+            ("b".into(), "Char(Default)[8]".into()),
+            ("p".into(), "struct t*".into())
+        ]);
+        let p = prog("union u { int a; long b; };");
+        assert!(matches!(&p.items[0], Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Union { .. }), .. })));
+        let p = prog("enum e { A, B = 3, C };");
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Enum { tag, values }), .. }) = &p.items[0] else { panic!() };
+        assert_eq!(tag, "e");
+        let v: Vec<(String, Option<String>)> = values.iter().map(|v| (v.name.clone(), v.value.as_ref().map(sx))).collect();
+        assert_eq!(v, vec![("A".into(), None), ("B".into(), Some("3".into())), ("C".into(), None)]);
+    }
+
+    #[test]
+    fn typedefs() {
+        let p = prog("typedef unsigned int myint_t;\nmyint_t x;\nmyint_t *y;\nBEGIN { z = (myint_t)1; }");
+        let Item::TypeDecl(TypeDecl { definition: None, typedefs, .. }) = &p.items[0] else { panic!() };
+        assert_eq!(typedefs[0].0, "myint_t");
+        assert_eq!(ty(&typedefs[0].1), "Int(Unsigned)");
+        assert_eq!(var(&p.items[1]).1, "myint_t");
+        assert_eq!(var(&p.items[2]).1, "myint_t*");
+        let Some([Stmt::Expr(x)]) = clause(&p, 3).body.as_deref() else { panic!() };
+        assert_eq!(sx(x), "(= z (cast myint_t 1))");
+
+        let p = prog("typedef struct s { int a; } s_t, *s_p;");
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), typedefs, .. }) = &p.items[0] else { panic!() };
+        assert_eq!(tag, "s");
+        let t: Vec<(String, String)> = typedefs.iter().map(|(n, t)| (n.clone(), ty(t))).collect();
+        assert_eq!(t, vec![("s_t".into(), "struct s".into()), ("s_p".into(), "struct s*".into())]);
+
+        let p = prog("typedef struct { int a; } anon_t; typedef enum { X } e_t;");
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), typedefs, .. }) = &p.items[0] else { panic!() };
+        assert_eq!((tag.as_str(), ty(&typedefs[0].1).as_str()), ("__anon1", "struct __anon1"));
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Enum { tag, .. }), .. }) = &p.items[1] else { panic!() };
+        assert_eq!(tag, "__anon2");
+
+        // A nested definition becomes its own item, ahead of the enclosing one.
+        let p = prog("struct o { struct i { int x; } in; int y; };");
+        assert_eq!(p.items.len(), 2);
+        assert!(matches!(&p.items[0], Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), .. }) if tag == "i"));
+        // typedef int foo; struct s { foo foo; };
+        let p = prog("typedef int foo; struct s { foo foo; };");
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { members, .. }), .. }) = &p.items[1] else { panic!() };
+        assert_eq!((members[0].name.as_str(), ty(&members[0].ty).as_str()), ("foo", "foo"));
+    }
+
+    #[test]
+    fn inlines_translators_providers() {
+        let p = prog("inline int LIMIT = 3 * 4;\ninline string NAME = \"x\";");
+        let Item::Inline(i) = &p.items[0] else { panic!() };
+        assert_eq!((i.name.as_str(), ty(&i.ty), sx(&i.value)), ("LIMIT", "Int(Default)".into(), "(* 3 4)".into()));
+        assert_eq!(i.span.range(), 0..25);
+        let Item::Inline(i) = &p.items[1] else { panic!() };
+        assert_eq!((ty(&i.ty), sx(&i.value)), ("String".into(), "\"x\"".into()));
+        let p = prog("translator struct x < int *p > { a = p[0]; b = { }; };\nprovider foo { probe bar(int, char *); };\nBEGIN {}");
+        assert_eq!(p.items.len(), 1);
+    }
+
+    #[test]
+    fn pragmas_and_comments() {
+        let p = prog("#!/usr/bin/env -S udtrace -s\n#pragma D option quiet\n#pragma D option bufsize=4m\n#pragma ident \"x\"\n# 3 \"x.d\"\n// c\n/* c */ BEGIN { x = 1; /* y */ }\n#pragma D depends_on module foo\n");
+        let words: Vec<Vec<String>> = p
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Pragma(p) => Some(p.words.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(words, vec![
+            vec!["option".to_string(), "quiet".into()],
+            vec!["option".to_string(), "bufsize=4m".into()],
+            vec!["depends_on".to_string(), "module".into(), "foo".into()],
+        ]);
+        assert!(matches!(p.items[2], Item::Clause(_)));
+        assert_eq!(p.items.len(), 4);
+    }
+
+    #[test]
+    fn script_mode() {
+        assert!(parse_script("BEGIN { }").is_ok());
+        let e = parse_script("BEGIN, END").unwrap_err();
+        assert_eq!(
+            (e.message.as_str(), e.span.range()),
+            ("expected predicate and/or actions following probe description", 0..10)
+        );
+    }
+
+    #[test]
+    fn syntax_errors() {
+        let near = |t: &str| format!("syntax error near \"{t}\"");
+        let cases: &[(&str, String, std::ops::Range<usize>)] = &[
+            ("BEGIN {", "syntax error near end of input".into(), 7..7),
+            ("BEGIN { x = ; }", near(";"), 12..13),
+            ("BEGIN { x = 1 y = 2; }", near("y"), 14..15),
+            ("BEGIN ;", near(";"), 6..7),
+            ("BEGIN { foo(; }", near(";"), 12..13),
+            ("BEGIN { x = (1 + 2; }", near(";"), 18..19),
+            ("BEGIN { x = 1); }", "extra ) in input stream".into(), 13..14),
+            ("BEGIN { x = a]; }", "extra ] in input stream".into(), 13..14),
+            ("BEGIN { } }", near("}"), 10..11),
+            ("BEGIN /x {", near("{"), 9..10),
+            ("BEGIN /(x/ { }", "closing ) expected in predicate before /".into(), 9..10),
+            ("BEGIN /a[x/ { }", "closing ] expected in predicate before /".into(), 10..11),
+            ("BEGIN /x/", "expected actions { } following probe description and predicate".into(), 7..8),
+            ("a:b:c:d:e", "invalid probe description \"a:b:c:d:e\": Overspecified probe description".into(), 0..9),
+            ("BEGIN { x = 1 + ; }", near(";"), 16..17),
+            ("BEGIN { if x { } }", near("x"), 11..12),
+            ("BEGIN { if (x) trace(1) }", near("}"), 24..25),
+            ("BEGIN { else; }", near("else"), 8..12),
+            ("int 3;", near("3"), 4..5),
+            ("long char x;", "invalid type combination".into(), 0..9),
+            ("unsigned signed x;", "invalid type combination".into(), 9..15),
+            ("struct s x", "syntax error near end of input".into(), 10..10),
+            ("inline int x 3;", near("3"), 13..14),
+            ("BEGIN { (int)x = 1; }", near("="), 15..16),
+            ("BEGIN { x->; }", near(";"), 11..12),
+            ("BEGIN { a[] = 1; }", near("]"), 10..11),
+            ("BEGIN { int x; }", near("int"), 8..11),
+            ("BEGIN { x = sizeof(int; }", near(";"), 22..23),
+            ("BEGIN END {}", near("END"), 6..9),
+            ("BEGIN, {}", near("{"), 7..8),
+            ("BEGIN { 1(2); }", near("("), 9..10),
+            ("BEGIN { x = a ? b; }", near(";"), 17..18),
+            ("BEGIN { self->x[; }", near(";"), 16..17),
+            ("int a[string, 3];", near("3"), 14..15),
+            ("BEGIN { x = \"a\" \"b\"; }", near("\"b\""), 16..19),
+            ("BEGIN { printf(\"%d\\n\", 1) } x {", "syntax error near end of input".into(), 31..31),
+            ("BEGIN { x = offsetof(struct s, 1); }", near("1"), 31..32),
+            ("BEGIN { x = (struct { int a; })y; }", near("{"), 20..21),
+            ("enum e { A, };", near("}"), 12..13),
+            ("struct s { };", near("}"), 11..12),
+            ("BEGIN { x = y\n+; }", near(";"), 15..16),
+            ("BEGIN\n#define X 1\n{}", "invalid control directive: #define".into(), 6..13),
+            ("BEGIN { x = 08; }", "constant 08 contains invalid digit 8".into(), 12..14),
+        ];
+        let wrong: Vec<String> = cases
+            .iter()
+            .filter(|(src, msg, span)| err(src) != (msg.clone(), span.clone()))
+            .map(|(src, _, _)| format!("{src:?} gave {:?}", err(src)))
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let deep = |open: &str, n: usize| format!("BEGIN {{ x = {}a; }}", open.repeat(n));
+        for src in [deep("(", 10_000), deep("!", 10_000), deep("-", 10_000), deep("(int)", 10_000), deep("sizeof ", 10_000), deep("a = ", 10_000), deep("a ? b : ", 10_000), deep("f(", 10_000), deep("a[", 10_000)] {
+            assert_eq!(err(&src).0, "expression nesting too deep");
+        }
+        let ifs = format!("BEGIN {{ {} x; }}", "if (1) ".repeat(10_000));
+        assert_eq!(err(&ifs).0, "expression nesting too deep");
+        let structs = format!("{} int x; {};", "struct a { ".repeat(10_000), "} y; }".repeat(10_000));
+        assert_eq!(err(&structs).0, "expression nesting too deep");
+        // Moderate nesting is fine.
+        assert_eq!(e(&format!("{}a{}", "(".repeat(60), ")".repeat(60))), "a");
+    }
+
+    #[test]
+    fn never_panics_on_prefixes_and_garbage() {
+        let src = "#pragma D option quiet\ntypedef struct s { int a; char b[4]; } s_t;\ninline int N = 3;\nself int t[string];\nsyscall::read:entry, pid$target:libc.so.6:malloc:entry\n/pid == $1 && (self->x[\"k\"] ^^ 'ab')/\n{\n\t@a[execname, probefunc] = count();\n\tif (x > 0x10ul) { y = (s_t *)arg0; } else z = `sym;\n\tprintf(\"%s\\n\", stringof(sizeof(int)));\n}\nEND { trace(1) }\n";
+        for (i, _) in src.char_indices() {
+            let _ = parse_program(&src[..i], DescAlign::Name);
+            let _ = parse_program(&src[i..], DescAlign::Name);
+        }
+        for s in ["é{", "BEGIN { é }", "\u{0}", "BEGIN { x = '\\", "BEGIN { \"\\", "#", "# ", "#\"", "@@", "$$", "`", "BEGIN { ` }", "a``b", "BEGIN { x = 0x; }", "BEGIN { x = 1e; }"] {
+            let _ = parse_program(s, DescAlign::Name);
+        }
+    }
+}
