@@ -202,7 +202,7 @@ mod tests {
         assert_eq!(f(d, 1000000.0, b'g'), "1e+06");
         assert_eq!(f(d, 0.0001, b'g'), "0.0001");
         assert_eq!(f(d, 0.00001, b'G'), "1E-05");
-        assert_eq!(f(Spec { prec: Some(3), ..d }, 2.71828, b'g'), "2.72");
+        assert_eq!(f(Spec { prec: Some(3), ..d }, 1.23456, b'g'), "1.23");
         assert_eq!(f(Spec { alt: true, ..d }, 2.0, b'g'), "2.00000");
         assert_eq!(f(Spec { width: 10, zero: true, ..d }, -1.5, b'f'), "-01.500000");
         assert_eq!(f(Spec { plus: true, ..d }, 0.0, b'e'), "+0.000000e+00");
