@@ -228,6 +228,22 @@ mod tests {
     }
 
     #[test]
+    fn quantize_matches_guide_example() {
+        // The "gnome-terminal" table of the DTrace guide's wrquantize.d example.
+        let t = table(AggFunc::Quantize, &[(8192, 5), (16384, 5), (32768, 4), (65536, 1)], 1);
+        let want = concat!(
+            "\n           value  ------------- Distribution ------------- count    \n",
+            "            4096 |                                         0        \n",
+            "            8192 |@@@@@@@@@@@@@                            5        \n",
+            "           16384 |@@@@@@@@@@@@@                            5        \n",
+            "           32768 |@@@@@@@@@@@                              4        \n",
+            "           65536 |@@@                                      1        \n",
+            "          131072 |                                         0        \n",
+        );
+        assert_eq!(t, want);
+    }
+
+    #[test]
     fn quantize_zero_and_empty() {
         let t = table(AggFunc::Quantize, &[(0, 1)], 1);
         assert!(t.contains("              -1 |                                         0        \n               0 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@ 1        \n               1 |"));
