@@ -37,7 +37,9 @@ impl MacroValue {
     /// literal), if this is an integer.
     pub fn as_i64(&self) -> Option<i64> {
         match self {
-            MacroValue::Int { value, negative, .. } => {
+            MacroValue::Int {
+                value, negative, ..
+            } => {
                 let v = *value as i64;
                 Some(if *negative { v.wrapping_neg() } else { v })
             }
@@ -76,9 +78,7 @@ impl MacroError {
             MacroError::ArgUndefined(_) | MacroError::VarUndefined(_) => "D_MACRO_UNDEF",
             MacroError::Overflow { .. } => "D_MACRO_OFLOW",
             MacroError::Extraneous { .. } => "D_MACRO_UNUSED",
-            MacroError::BadDescriptionVariable(_) | MacroError::NotAReference(_) => {
-                "D_PDESC_INVAL"
-            }
+            MacroError::BadDescriptionVariable(_) | MacroError::NotAReference(_) => "D_PDESC_INVAL",
         }
     }
 }
@@ -288,7 +288,8 @@ fn bad_ident_or_num(s: &str) -> bool {
             return false;
         }
     }
-    !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '`')
+    !s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '`')
 }
 
 /// `strtoull(s, &end, 0)` on unsigned digits: value and the rest. `None` on overflow.
@@ -381,14 +382,28 @@ mod tests {
         assert_eq!(hex.as_i64(), Some(16));
         assert!(matches!(hex, MacroValue::Int { decimal: false, .. }));
         assert_eq!(m.lookup("$4").unwrap().as_i64(), Some(8));
-        assert!(matches!(m.lookup("$5").unwrap(), MacroValue::Int { value: 5, ref suffix, .. } if suffix == "u"));
+        assert!(
+            matches!(m.lookup("$5").unwrap(), MacroValue::Int { value: 5, ref suffix, .. } if suffix == "u")
+        );
     }
 
     #[test]
     fn identifiers_and_strings() {
-        let m = args(&["x.d", "foo", "hello world", "\"quoted\"", "1.5", "", "a`b", "tab\\t"]);
+        let m = args(&[
+            "x.d",
+            "foo",
+            "hello world",
+            "\"quoted\"",
+            "1.5",
+            "",
+            "a`b",
+            "tab\\t",
+        ]);
         assert_eq!(m.lookup("$1").unwrap(), MacroValue::Ident("foo".into()));
-        assert_eq!(m.lookup("$2").unwrap(), MacroValue::Str("hello world".into()));
+        assert_eq!(
+            m.lookup("$2").unwrap(),
+            MacroValue::Str("hello world".into())
+        );
         assert_eq!(m.lookup("$3").unwrap(), MacroValue::Str("quoted".into()));
         assert_eq!(m.lookup("$4").unwrap(), MacroValue::Str("1.5".into()));
         assert_eq!(m.lookup("$5").unwrap(), MacroValue::Str("".into()));
@@ -456,7 +471,10 @@ mod tests {
             m.expand_description("pid$target:$1:$$2:entry").unwrap(),
             "pid77:libc.so.6:malloc:entry"
         );
-        assert_eq!(m.expand_description("pid$1x:::").unwrap(), "pidlibc.so.6x:::");
+        assert_eq!(
+            m.expand_description("pid$1x:::").unwrap(),
+            "pidlibc.so.6x:::"
+        );
         assert_eq!(
             m.expand_description("pid$9:::").unwrap_err().to_string(),
             "Undefined macro variable in probe description"

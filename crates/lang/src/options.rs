@@ -285,7 +285,12 @@ impl OptionError {
     pub fn pragma_message(&self) -> String {
         match self.value() {
             None => format!("failed to set option '{}': {}", self.name(), self),
-            Some(v) => format!("failed to set option '{}' to '{}': {}", self.name(), v, self),
+            Some(v) => format!(
+                "failed to set option '{}' to '{}': {}",
+                self.name(),
+                v,
+                self
+            ),
         }
     }
 }
@@ -295,7 +300,9 @@ pub fn parse_option(
     name: &str,
     value: Option<&str>,
 ) -> Result<(OptionName, OptionValue), OptionError> {
-    let def = lookup(name).ok_or_else(|| OptionError::BadName { name: name.to_string() })?;
+    let def = lookup(name).ok_or_else(|| OptionError::BadName {
+        name: name.to_string(),
+    })?;
     let bad = || OptionError::BadValue {
         name: name.to_string(),
         value: value.map(str::to_string),
@@ -558,8 +565,7 @@ pub fn parse_version(s: &str) -> Option<(u32, u32, u32)> {
 /// `dtrace_str2attr`: up to `name/data/class`, stability names then a class name.
 fn valid_attr(s: &str) -> bool {
     const STABILITY: &[&str] = &[
-        "Internal", "Private", "Obsolete", "External", "Unstable", "Evolving", "Stable",
-        "Standard",
+        "Internal", "Private", "Obsolete", "External", "Unstable", "Evolving", "Stable", "Standard",
     ];
     const CLASS: &[&str] = &["Unknown", "CPU", "Platform", "Group", "ISA", "Common"];
     if s.is_empty() {
@@ -834,12 +840,41 @@ mod tests {
             }
         }
         for n in [
-            "aggpercpu", "aggrate", "aggsize", "aggsortkey", "aggsortkeypos", "aggsortpos",
-            "aggsortrev", "bufpolicy", "bufresize", "bufsize", "cleanrate", "cpu",
-            "defaultargs", "destructive", "dynvarsize", "flowindent", "grabanon",
-            "jstackframes", "jstackstrsize", "nspec", "quiet", "rawbytes", "specsize",
-            "stackframes", "stackindent", "statusrate", "strsize", "switchrate", "temporal",
-            "ustackframes", "zdefs", "aggzoom", "evaltime", "version", "nofollow",
+            "aggpercpu",
+            "aggrate",
+            "aggsize",
+            "aggsortkey",
+            "aggsortkeypos",
+            "aggsortpos",
+            "aggsortrev",
+            "bufpolicy",
+            "bufresize",
+            "bufsize",
+            "cleanrate",
+            "cpu",
+            "defaultargs",
+            "destructive",
+            "dynvarsize",
+            "flowindent",
+            "grabanon",
+            "jstackframes",
+            "jstackstrsize",
+            "nspec",
+            "quiet",
+            "rawbytes",
+            "specsize",
+            "stackframes",
+            "stackindent",
+            "statusrate",
+            "strsize",
+            "switchrate",
+            "temporal",
+            "ustackframes",
+            "zdefs",
+            "aggzoom",
+            "evaltime",
+            "version",
+            "nofollow",
         ] {
             assert!(lookup(n).is_some(), "{n}");
         }
@@ -849,8 +884,14 @@ mod tests {
     fn unknown_option() {
         let e = parse_option("foo", None).unwrap_err();
         assert_eq!(e.to_string(), "Invalid option name");
-        assert_eq!(e.x_flag_message(), "failed to set -x foo: Invalid option name");
-        assert_eq!(e.pragma_message(), "failed to set option 'foo': Invalid option name");
+        assert_eq!(
+            e.x_flag_message(),
+            "failed to set -x foo: Invalid option name"
+        );
+        assert_eq!(
+            e.pragma_message(),
+            "failed to set option 'foo': Invalid option name"
+        );
         // Names are case-sensitive, as in libdtrace.
         assert!(parse_option("Quiet", None).is_err());
     }
@@ -911,17 +952,32 @@ mod tests {
     #[test]
     fn toggles() {
         assert_eq!(parse_option("quiet", None).unwrap().1, OptionValue::Int(0));
-        assert_eq!(parse_option("quiet", Some("yes")).unwrap().1, OptionValue::Int(1));
-        assert_eq!(parse_option("quiet", Some("OFF")).unwrap().1, OptionValue::Unset);
-        assert_eq!(parse_option("quiet", Some("")).unwrap().1, OptionValue::Unset);
-        assert_eq!(parse_option("stackframes", Some("40")).unwrap().1, OptionValue::Int(40));
+        assert_eq!(
+            parse_option("quiet", Some("yes")).unwrap().1,
+            OptionValue::Int(1)
+        );
+        assert_eq!(
+            parse_option("quiet", Some("OFF")).unwrap().1,
+            OptionValue::Unset
+        );
+        assert_eq!(
+            parse_option("quiet", Some("")).unwrap().1,
+            OptionValue::Unset
+        );
+        assert_eq!(
+            parse_option("stackframes", Some("40")).unwrap().1,
+            OptionValue::Int(40)
+        );
         assert!(parse_option("stackframes", Some("forty")).is_err());
         assert!(parse_option("stackframes", Some("-1")).is_err());
     }
 
     #[test]
     fn switches_take_no_value() {
-        assert_eq!(parse_option("zdefs", None).unwrap(), (OptionName::Zdefs, OptionValue::Set));
+        assert_eq!(
+            parse_option("zdefs", None).unwrap(),
+            (OptionName::Zdefs, OptionValue::Set)
+        );
         assert!(parse_option("zdefs", Some("1")).is_err());
         assert!(parse_option("defaultargs", Some("yes")).is_err());
     }
@@ -940,11 +996,15 @@ mod tests {
         assert!(parse_option("version", Some("1.13")).is_ok());
         assert!(parse_option("version", Some("1.2.1")).is_ok());
         assert_eq!(
-            parse_option("version", Some("1.x")).unwrap_err().to_string(),
+            parse_option("version", Some("1.x"))
+                .unwrap_err()
+                .to_string(),
             "Version is not properly formatted or is too large"
         );
         assert_eq!(
-            parse_option("version", Some("1.99")).unwrap_err().to_string(),
+            parse_option("version", Some("1.99"))
+                .unwrap_err()
+                .to_string(),
             "Requested version is not supported by compiler"
         );
         assert!(parse_option("iregs", Some("0")).is_err());

@@ -1,0 +1,224 @@
+//! C printf(3) primitives: padding, integer and floating conversions with the flags
+//! `- + space # 0`, width and precision, producing bytes exactly as printf does.
+
+/// A conversion's flags, width and precision after `*`/`.*` have been resolved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spec {
+    pub left: bool,
+    pub plus: bool,
+    pub space: bool,
+    pub alt: bool,
+    pub zero: bool,
+    pub width: usize,
+    pub prec: Option<usize>,
+}
+
+/// Caps widths and precisions so that a hostile format cannot exhaust memory.
+pub const MAX_FIELD: usize = 1 << 16;
+
+/// Pads `body` (which follows `prefix`: sign or 0x) to the width. Zero padding goes
+/// between prefix and body; `zero_ok` says whether the conversion allows it.
+pub fn pad(out: &mut Vec<u8>, spec: &Spec, prefix: &[u8], body: &[u8], zero_ok: bool) {
+    let len = prefix.len() + body.len();
+    let fill = spec.width.min(MAX_FIELD).saturating_sub(len);
+    if spec.left {
+        out.extend_from_slice(prefix);
+        out.extend_from_slice(body);
+        out.resize(out.len() + fill, b' ');
+    } else if spec.zero && zero_ok {
+        out.extend_from_slice(prefix);
+        out.resize(out.len() + fill, b'0');
+        out.extend_from_slice(body);
+    } else {
+        out.resize(out.len() + fill, b' ');
+        out.extend_from_slice(prefix);
+        out.extend_from_slice(body);
+    }
+}
+
+/// `%s` semantics on raw bytes: precision truncates, width pads with spaces.
+pub fn fmt_str(out: &mut Vec<u8>, spec: &Spec, s: &[u8]) {
+    let s = match spec.prec {
+        Some(p) if p < s.len() => &s[..p],
+        _ => s,
+    };
+    pad(out, spec, b"", s, false);
+}
+
+/// `%c`.
+pub fn fmt_char(out: &mut Vec<u8>, spec: &Spec, c: u8) {
+    pad(out, spec, b"", &[c], false);
+}
+
+/// `%d`/`%i` on a signed value.
+pub fn fmt_signed(out: &mut Vec<u8>, spec: &Spec, v: i64) {
+    let sign: &[u8] = if v < 0 {
+        b"-"
+    } else if spec.plus {
+        b"+"
+    } else if spec.space {
+        b" "
+    } else {
+        b""
+    };
+    let digits = with_precision(v.unsigned_abs().to_string().into_bytes(), spec.prec, v == 0);
+    pad(out, spec, sign, &digits, spec.prec.is_none());
+}
+
+/// `%u %o %x %X` on an unsigned value.
+pub fn fmt_unsigned(out: &mut Vec<u8>, spec: &Spec, v: u64, radix: u8) {
+    let mut digits = match radix {
+        8 => format!("{v:o}"),
+        16 => format!("{v:x}"),
+        b'X' => format!("{v:X}"),
+        _ => v.to_string(),
+    }
+    .into_bytes();
+    digits = with_precision(digits, spec.prec, v == 0);
+    let mut prefix: &[u8] = b"";
+    if spec.alt {
+        match radix {
+            8 if digits.first() != Some(&b'0') => digits.insert(0, b'0'),
+            16 if v != 0 => prefix = b"0x",
+            b'X' if v != 0 => prefix = b"0X",
+            _ => {}
+        }
+    }
+    pad(out, spec, prefix, &digits, spec.prec.is_none());
+}
+
+/// Applies an integer precision: minimum digits, and "%.0d" of zero prints nothing.
+fn with_precision(digits: Vec<u8>, prec: Option<usize>, zero: bool) -> Vec<u8> {
+    match prec {
+        Some(0) if zero => Vec::new(),
+        Some(p) if p.min(MAX_FIELD) > digits.len() => {
+            let mut d = vec![b'0'; p.min(MAX_FIELD) - digits.len()];
+            d.extend_from_slice(&digits);
+            d
+        }
+        _ => digits,
+    }
+}
+
+/// Floating conversions `e E f F g G`.
+pub fn fmt_float(out: &mut Vec<u8>, spec: &Spec, v: f64, conv: u8) {
+    let upper = conv.is_ascii_uppercase();
+    let sign: &[u8] = if v.is_sign_negative() {
+        b"-"
+    } else if spec.plus {
+        b"+"
+    } else if spec.space {
+        b" "
+    } else {
+        b""
+    };
+    let a = v.abs();
+    if !a.is_finite() {
+        let s = if a.is_nan() { "nan" } else { "inf" };
+        let s = if upper { s.to_uppercase() } else { s.to_string() };
+        pad(out, spec, sign, s.as_bytes(), false);
+        return;
+    }
+    let prec = spec.prec.unwrap_or(6).min(MAX_FIELD);
+    let body = match conv.to_ascii_lowercase() {
+        b'e' => exp_form(a, prec, spec.alt, upper),
+        b'f' => fixed_form(a, prec, spec.alt),
+        _ => general_form(a, prec, spec.alt, upper),
+    };
+    pad(out, spec, sign, body.as_bytes(), true);
+}
+
+fn fixed_form(a: f64, prec: usize, alt: bool) -> String {
+    let mut s = format!("{a:.prec$}");
+    if alt && prec == 0 {
+        s.push('.');
+    }
+    s
+}
+
+/// C's `%e`: one digit, point, `prec` digits, `e`, sign, at least two exponent digits.
+fn exp_form(a: f64, prec: usize, alt: bool, upper: bool) -> String {
+    let (mant, exp) = split_exp(a, prec);
+    let mut s = mant;
+    if alt && prec == 0 {
+        s.push('.');
+    }
+    s.push(if upper { 'E' } else { 'e' });
+    s.push(if exp < 0 { '-' } else { '+' });
+    s.push_str(&format!("{:02}", exp.unsigned_abs()));
+    s
+}
+
+/// Rust's `{:.prec$e}` rounds correctly; split it into mantissa and exponent.
+fn split_exp(a: f64, prec: usize) -> (String, i32) {
+    let s = format!("{a:.prec$e}");
+    match s.split_once('e') {
+        Some((m, e)) => (m.to_string(), e.parse().unwrap_or(0)),
+        None => (s, 0),
+    }
+}
+
+/// C's `%g`: %e or %f depending on the exponent, trailing zeros removed unless `#`.
+fn general_form(a: f64, prec: usize, alt: bool, upper: bool) -> String {
+    let p = if prec == 0 { 1 } else { prec };
+    let x = if a == 0.0 { 0 } else { split_exp(a, p - 1).1 };
+    let mut s = if (x as i64) < p as i64 && x >= -4 {
+        fixed_form(a, (p as i64 - 1 - x as i64).max(0) as usize, alt)
+    } else {
+        exp_form(a, p - 1, alt, upper)
+    };
+    if !alt {
+        let (mant, exp) = match s.find(['e', 'E']) {
+            Some(i) => (s[..i].to_string(), s[i..].to_string()),
+            None => (s.clone(), String::new()),
+        };
+        let mant = if mant.contains('.') {
+            mant.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            mant
+        };
+        s = mant + &exp;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(spec: Spec, v: f64, c: u8) -> String {
+        let mut o = Vec::new();
+        fmt_float(&mut o, &spec, v, c);
+        String::from_utf8(o).unwrap()
+    }
+
+    #[test]
+    fn floats_match_c() {
+        let d = Spec::default();
+        assert_eq!(f(d, 1.5, b'f'), "1.500000");
+        assert_eq!(f(d, 1234.5, b'e'), "1.234500e+03");
+        assert_eq!(f(d, 0.0001234, b'E'), "1.234000E-04");
+        assert_eq!(f(d, 100000.0, b'g'), "100000");
+        assert_eq!(f(d, 1000000.0, b'g'), "1e+06");
+        assert_eq!(f(d, 0.0001, b'g'), "0.0001");
+        assert_eq!(f(d, 0.00001, b'G'), "1E-05");
+        assert_eq!(f(Spec { prec: Some(3), ..d }, 1.23456, b'g'), "1.23");
+        assert_eq!(f(Spec { alt: true, ..d }, 2.0, b'g'), "2.00000");
+        assert_eq!(f(Spec { width: 10, zero: true, ..d }, -1.5, b'f'), "-01.500000");
+        assert_eq!(f(Spec { plus: true, ..d }, 0.0, b'e'), "+0.000000e+00");
+    }
+
+    #[test]
+    fn integers_match_c() {
+        let mut o = Vec::new();
+        let d = Spec::default();
+        fmt_signed(&mut o, &Spec { width: 6, zero: true, ..d }, -42);
+        fmt_signed(&mut o, &Spec { width: 6, prec: Some(4), zero: true, ..d }, 42);
+        fmt_unsigned(&mut o, &Spec { alt: true, ..d }, 255, 16);
+        fmt_unsigned(&mut o, &Spec { alt: true, ..d }, 8, 8);
+        fmt_unsigned(&mut o, &Spec { alt: true, ..d }, 0, 16);
+        fmt_signed(&mut o, &Spec { prec: Some(0), ..d }, 0);
+        fmt_signed(&mut o, &Spec { space: true, ..d }, 7);
+        assert_eq!(String::from_utf8(o).unwrap(), "-00042  00420xff0100 7");
+    }
+}

@@ -1,0 +1,379 @@
+//! `-C`: runs a script through the system C preprocessor as dtrace does, with the
+//! macros DTrace for Linux predefines (`__linux`, `__unix`, `__SVR4`, `__SUNW_D=1`,
+//! `__SUNW_D_64`, `__Linux`, `__amd64`, `__SUNW_D_VERSION`, and `__GNUC__` removed)
+//! plus `__udtrace`, then the `-D/-U/-I` arguments in command-line order. Line markers
+//! are kept: the parser maps them back to the script's own lines.
+
+use std::fmt;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use udtrace_lang::options::{self, CppArg, Options};
+
+/// The preprocessed text, and what cpp wrote to stderr (warnings, and the `-H` list of
+/// included files, which dtrace lets through to the terminal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preprocessed {
+    pub text: String,
+    pub stderr: String,
+}
+
+/// Why preprocessing failed; `Display` is libdtrace's message for the case.
+#[derive(Debug)]
+pub enum PreprocessError {
+    /// EDT_CPPENT.
+    NotFound { cpp: String },
+    /// EDT_CPPEXEC.
+    Exec { cpp: String, error: std::io::Error },
+    /// EDT_CPPERR: cpp ran and failed; `stderr` is what it said.
+    Failed { cpp: String, stderr: String },
+}
+
+impl PreprocessError {
+    /// What cpp wrote to stderr, if it ran.
+    pub fn cpp_stderr(&self) -> Option<&str> {
+        match self {
+            PreprocessError::Failed { stderr, .. } => Some(stderr),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for PreprocessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PreprocessError::NotFound { .. } => f.write_str("Preprocessor not found"),
+            PreprocessError::Exec { .. } => f.write_str("Failed to exec preprocessor"),
+            PreprocessError::Failed { .. } => {
+                f.write_str("Preprocessor failed to process input program")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PreprocessError {}
+
+/// The macros predefined before the user's `-D/-U` (which may therefore undo them).
+pub fn predefines() -> Vec<String> {
+    let mut v: Vec<String> = [
+        "-D__linux",
+        "-D__unix",
+        "-D__SVR4",
+        "-D__SUNW_D=1",
+        // D is not GNU C: headers must not take GCC-only paths.
+        "-U__GNUC__",
+        "-D__SUNW_D_64",
+        // DTrace defines `__` + uname's sysname.
+        "-D__Linux",
+        "-D__udtrace",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if cfg!(target_arch = "x86_64") {
+        v.push("-D__amd64".to_string());
+    }
+    v
+}
+
+/// The arguments after the preprocessor's name, for a script at `path` (if any).
+pub fn cpp_args(path: Option<&Path>, options: &Options) -> Vec<String> {
+    let mut v = predefines();
+    for a in &options.cpp_args {
+        v.push(match a {
+            CppArg::Define(d) => format!("-D{d}"),
+            CppArg::Undef(u) => format!("-U{u}"),
+            CppArg::Include(i) => format!("-I{i}"),
+        });
+    }
+    // `-x version=` lowers the version the program sees, as dt_reduce does.
+    let version = options
+        .version
+        .as_deref()
+        .and_then(options::parse_version)
+        .unwrap_or(options::D_VERSION);
+    v.push(format!(
+        "-D__SUNW_D_VERSION=0x{:08x}",
+        options::version_number(version)
+    ));
+    // DTrace for Linux maps -Xa to C99 and -Xs to traditional cpp; -Xc/-Xt add nothing.
+    match options.stdc.as_str() {
+        "a" => v.push("-std=c99".to_string()),
+        "s" => v.push("-traditional-cpp".to_string()),
+        _ => {}
+    }
+    if options.cpphdrs {
+        v.push("-H".to_string());
+    }
+    // cpp reads stdin, whose quote-include directory is the working directory (as for
+    // dtrace); the script's own directory is searched after it for `#include "x.h"`.
+    if let Some(dir) = path.and_then(Path::parent) {
+        if !dir.as_os_str().is_empty() {
+            v.push("-iquote".to_string());
+            v.push(dir.to_string_lossy().into_owned());
+        }
+    }
+    v.push("-".to_string());
+    v
+}
+
+/// Runs `source` (the text of the script at `path`) through cpp.
+pub fn preprocess(
+    source: &str,
+    path: Option<&Path>,
+    options: &Options,
+) -> Result<Preprocessed, PreprocessError> {
+    // cpp would choke on `#!`: blank that line but keep its newline so that line
+    // numbers stay right, as dtrace does.
+    let body = match source.strip_prefix("#!") {
+        Some(rest) => match rest.find('\n') {
+            Some(nl) => &rest[nl..],
+            None => "",
+        },
+        None => source,
+    };
+    // A leading line marker makes cpp name the script, not "<stdin>", in its markers
+    // and messages.
+    let name = path
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "<stdin>".to_string());
+    let input = format!("# 1 \"{}\"\n{body}", escape_marker(&name));
+    let args = cpp_args(path, options);
+
+    // An explicit cpppath is used alone; otherwise cpp, then gcc's preprocessor.
+    let candidates: Vec<(String, Vec<String>)> = match &options.cpppath {
+        Some(p) => vec![(p.clone(), vec![])],
+        None => vec![
+            ("cpp".to_string(), vec![]),
+            (
+                "gcc".to_string(),
+                vec!["-E".into(), "-x".into(), "c".into()],
+            ),
+        ],
+    };
+    let mut last_missing = String::new();
+    for (cpp, pre) in candidates {
+        match run(&cpp, &pre, &args, &input) {
+            Err(PreprocessError::NotFound { cpp }) => last_missing = cpp,
+            other => return other,
+        }
+    }
+    Err(PreprocessError::NotFound { cpp: last_missing })
+}
+
+fn escape_marker(name: &str) -> String {
+    name.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+fn run(
+    cpp: &str,
+    pre: &[String],
+    args: &[String],
+    input: &str,
+) -> Result<Preprocessed, PreprocessError> {
+    let mut child = Command::new(cpp)
+        .args(pre)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| {
+            if error.kind() == std::io::ErrorKind::NotFound {
+                PreprocessError::NotFound {
+                    cpp: cpp.to_string(),
+                }
+            } else {
+                PreprocessError::Exec {
+                    cpp: cpp.to_string(),
+                    error,
+                }
+            }
+        })?;
+    // Feed stdin from another thread: cpp may fill its stdout pipe before it has
+    // read all its input.
+    let mut stdin = child.stdin.take();
+    let data = input.as_bytes().to_vec();
+    let writer = std::thread::spawn(move || {
+        if let Some(s) = stdin.as_mut() {
+            // A cpp that exits early closes the pipe; its status tells the story.
+            let _ = s.write_all(&data);
+        }
+    });
+    let out = child
+        .wait_with_output()
+        .map_err(|error| PreprocessError::Exec {
+            cpp: cpp.to_string(),
+            error,
+        })?;
+    let _ = writer.join();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(PreprocessError::Failed {
+            cpp: cpp.to_string(),
+            stderr,
+        });
+    }
+    Ok(Preprocessed {
+        text: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> TempDir {
+            static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let p =
+                std::env::temp_dir().join(format!("udtrace-cpp-{tag}-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&p).unwrap();
+            TempDir(p)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// The non-marker, non-blank lines of cpp output.
+    fn code(p: &Preprocessed) -> Vec<String> {
+        p.text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| l.trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn defines_includes_and_markers() {
+        let dir = TempDir::new("inc");
+        std::fs::write(dir.0.join("limits.h"), "#define LIMIT 42\n").unwrap();
+        let script = dir.0.join("t.d");
+        let src = "#!/usr/bin/env -S udtrace -Cs\n#include \"limits.h\"\n#define TWICE(x) ((x) * 2)\nBEGIN { trace(TWICE(LIMIT)); }\n";
+        let p = preprocess(src, Some(&script), &Options::default()).unwrap();
+        assert_eq!(code(&p), vec!["BEGIN { trace(((42) * 2)); }"]);
+        // A marker names the script and says the clause is on its line 4.
+        let name = script.to_string_lossy();
+        let lines: Vec<&str> = p.text.lines().collect();
+        let clause = lines.iter().position(|l| l.starts_with("BEGIN")).unwrap();
+        let marker = lines[..clause]
+            .iter()
+            .rev()
+            .find(|l| l.starts_with("# "))
+            .unwrap();
+        let mut line: usize = marker.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(marker.contains(&*name), "{marker}");
+        // Count the lines between that marker and the clause.
+        let mpos = lines[..clause]
+            .iter()
+            .rposition(|l| l.starts_with("# "))
+            .unwrap();
+        line += clause - mpos - 1;
+        assert_eq!(line, 4);
+        assert!(p.text.contains("limits.h"));
+    }
+
+    #[test]
+    fn predefined_macros() {
+        let src = "\
+#if defined(__linux) && defined(__unix) && defined(__SVR4) && __SUNW_D == 1 && defined(__udtrace)
+linux_ok
+#endif
+#ifndef __GNUC__
+no_gnuc
+#endif
+#if __SUNW_D_VERSION == 0x0100d000
+version_ok
+#endif
+#ifdef __SUNW_D_64
+lp64
+#endif
+";
+        let p = preprocess(src, None, &Options::default()).unwrap();
+        assert_eq!(code(&p), vec!["linux_ok", "no_gnuc", "version_ok", "lp64"]);
+
+        let mut o = Options::default();
+        o.set("version", Some("1.6.1")).unwrap();
+        let p = preprocess("__SUNW_D_VERSION\n", None, &o).unwrap();
+        assert_eq!(code(&p), vec!["0x01006001"]);
+    }
+
+    #[test]
+    fn user_arguments_in_order() {
+        let o = Options {
+            cpp_args: vec![
+                CppArg::Define("A=1".into()),
+                CppArg::Undef("A".into()),
+                CppArg::Define("B=2".into()),
+                CppArg::Undef("__linux".into()),
+            ],
+            ..Options::default()
+        };
+        let src = "\
+#ifdef A
+a
+#endif
+B
+#ifndef __linux
+nolinux
+#endif
+";
+        let p = preprocess(src, None, &o).unwrap();
+        assert_eq!(code(&p), vec!["2", "nolinux"]);
+        let args = cpp_args(None, &o);
+        let d = args.iter().position(|a| a == "-DA=1").unwrap();
+        let u = args.iter().position(|a| a == "-UA").unwrap();
+        assert!(d < u);
+        // The user's -U__linux comes after the predefinition so that it wins.
+        let pre = args.iter().position(|a| a == "-D__linux").unwrap();
+        let un = args.iter().position(|a| a == "-U__linux").unwrap();
+        assert!(pre < un);
+    }
+
+    #[test]
+    fn include_path_flag() {
+        let dir = TempDir::new("ipath");
+        std::fs::write(dir.0.join("probes.h"), "#define FN malloc\n").unwrap();
+        let o = Options {
+            cpp_args: vec![CppArg::Include(dir.0.to_string_lossy().into_owned())],
+            ..Options::default()
+        };
+        let p = preprocess("#include <probes.h>\npid$target::FN:entry {}\n", None, &o).unwrap();
+        assert_eq!(code(&p), vec!["pid$target::malloc:entry {}"]);
+    }
+
+    #[test]
+    fn cpp_errors_are_returned() {
+        let e = preprocess(
+            "#error no way\n",
+            Some(Path::new("bad.d")),
+            &Options::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Preprocessor failed to process input program"
+        );
+        let stderr = e.cpp_stderr().unwrap();
+        assert!(stderr.contains("no way"), "{stderr}");
+        assert!(stderr.contains("bad.d"), "{stderr}");
+
+        let o = Options {
+            cpppath: Some("/nonexistent/cpp".into()),
+            ..Options::default()
+        };
+        let e = preprocess("x\n", None, &o).unwrap_err();
+        assert_eq!(e.to_string(), "Preprocessor not found");
+    }
+}
