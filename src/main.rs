@@ -1,7 +1,16 @@
-// Temporary: compiled here so that their unit tests run until main.rs wires them in.
-#[allow(dead_code)]
-mod cli;
-#[allow(dead_code)]
-mod preprocess;
+//! udtrace: DTrace's pid and proc providers for Linux user space, driven by D scripts.
 
-fn main() {}
+mod cli;
+mod compile;
+mod glob;
+mod list;
+mod preprocess;
+mod probes;
+mod selfctx;
+mod session;
+
+fn main() {
+    let cli = cli::parse_or_exit();
+    let status = session::run(cli);
+    std::process::exit(status);
+}

@@ -98,8 +98,6 @@ pub struct Consumer {
     settings: Settings,
     vars: Variables,
     aggs: Vec<Aggregation>,
-    /// Aggregations printed by `printa`: not printed again at exit.
-    printed: Vec<bool>,
     specs: Vec<Speculation>,
     header_printed: bool,
     rand: u64,
@@ -119,7 +117,6 @@ impl Consumer {
             .iter()
             .map(|a| Aggregation::new(&a.name, agg_func(a.kind, &a.params)))
             .collect::<Vec<_>>();
-        let printed = vec![false; aggs.len()];
         let specs = (0..settings.nspec).map(|_| Speculation { active: false, buffer: Vec::new() }).collect();
         let mut by_probe: HashMap<u32, Vec<Ecb>> = HashMap::new();
         let mut error_ecbs = Vec::new();
@@ -135,7 +132,6 @@ impl Consumer {
             settings,
             vars,
             aggs,
-            printed,
             specs,
             header_printed: false,
             rand: seed | 1,
@@ -325,14 +321,13 @@ impl Consumer {
         fx: &mut Effects,
         counter: &mut usize,
     ) -> EvalResult<()> {
-        let quiet = self.settings.quiet;
         match a {
             Action::Eval(e) => {
                 self.eval(e, ctx)?;
             }
             Action::Trace(e) => {
                 let v = self.eval(e, ctx)?;
-                output::trace_value(&mut rec.data, &v, &e.ty, quiet);
+                output::trace_value(&mut rec.data, &v, &self.settings);
             }
             Action::Tracemem { addr, size, dsize } => {
                 let v = self.eval(addr, ctx)?;
@@ -349,7 +344,7 @@ impl Consumer {
                         data.truncate(i.bits.min(*size) as usize);
                     }
                 }
-                output::tracemem(&mut rec.data, &data, quiet);
+                output::tracemem(&mut rec.data, &data);
             }
             Action::Printf { format, args, .. } => {
                 let vals = args.iter().map(|e| self.eval(e, ctx)).collect::<EvalResult<Vec<_>>>()?;
@@ -363,7 +358,7 @@ impl Consumer {
             }
             Action::Printa { format, aggs } => {
                 for &id in aggs {
-                    self.printed[id] = true;
+                    self.aggs[id].printed = true;
                 }
                 let list: Vec<&Aggregation> = aggs.iter().map(|&i| &self.aggs[i]).collect();
                 let fmt = format.as_ref().map(|(f, _)| f.as_ref());
@@ -422,7 +417,7 @@ impl Consumer {
             }
             Action::Stack { user, frames } => {
                 let frames = ctx.stack(*user, *frames);
-                output::trace_stack(&mut rec.data, &frames, quiet);
+                output::trace_value(&mut rec.data, &Value::Stack(frames), &self.settings);
             }
             Action::If { cond, then, otherwise } => {
                 let c = self.eval(cond, ctx)?;
@@ -443,8 +438,7 @@ impl Consumer {
     /// already printed with `printa`, in the order they were declared.
     pub fn finish(&mut self, out: &mut dyn Write) -> io::Result<()> {
         out.write_all(b"\n")?;
-        let list: Vec<&Aggregation> =
-            self.aggs.iter().zip(&self.printed).filter(|(_, p)| !**p).map(|(a, _)| a).collect();
+        let list: Vec<&Aggregation> = self.aggs.iter().collect();
         let text = self.formats.print_all(&list, &self.settings);
         out.write_all(&text)
     }

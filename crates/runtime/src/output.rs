@@ -1,66 +1,180 @@
 //! The consumer's window onto the output formats: record prefixes, trace(), printf and
-//! aggregation printing. (Adapter; the formats themselves live in `format`.)
+//! printa with formats parsed once, aggregation printing at exit, and the compile-time
+//! check of every format against its arguments' D types.
 
 use std::collections::HashMap;
 
-use udtrace_lang::ir::CheckedProgram;
-use udtrace_lang::types::Type;
+use udtrace_lang::ir::{Action, AggKind, CheckedProgram};
+use udtrace_lang::types::{Type, TypeTable};
+use udtrace_lang::{CompileError, Span};
 
 use crate::agg::Aggregation;
 use crate::consumer::{Probe, Settings};
+use crate::format::printf::{format, AggValue, ArgType, TypeClass, ValidateOpts};
+use crate::format::{aggregation, trace, AggPrintOpts, Format, FormatCtx, FormatError, TraceOpts};
 use crate::value::Value;
 
-pub const HEADER: &str = "CPU     ID                    FUNCTION:NAME\n";
+pub use crate::format::SortOptions;
+pub use trace::HEADER;
 
-/// How aggregation entries are ordered (`aggsortkey`, `aggsortrev`, …).
-#[derive(Debug, Clone, Default)]
-pub struct SortOptions {
-    pub by_key: bool,
-    pub reverse: bool,
-    pub pos: Option<usize>,
-    pub key_pos: Option<usize>,
+fn trace_opts(s: &Settings) -> TraceOpts {
+    TraceOpts { quiet: s.quiet, strsize: s.strsize, ..TraceOpts::default() }
+}
+
+fn print_opts(s: &Settings) -> AggPrintOpts {
+    AggPrintOpts { sort: s.sort, trace: trace_opts(s) }
+}
+
+fn format_ctx(s: &Settings) -> FormatCtx<'static> {
+    FormatCtx { tz_offset_secs: s.tz_offset, strsize: s.strsize, ..FormatCtx::default() }
 }
 
 pub fn probe_prefix(out: &mut Vec<u8>, cpu: u32, p: &Probe) {
-    let fname = format!("{}:{}", p.function, p.name);
-    out.extend_from_slice(format!("{cpu:3} {:6} {fname:>32} ", p.id).as_bytes());
+    trace::record_prefix(out, cpu, p.id, &p.function, &p.name);
 }
 
-pub fn trace_value(out: &mut Vec<u8>, v: &Value, _ty: &Type, _quiet: bool) {
-    match v {
-        Value::Int(i) => out.extend_from_slice(format!(" {:16}", i.bits as i64).as_bytes()),
-        Value::Str(s) => out.extend_from_slice(s),
-        _ => {}
-    }
+pub fn trace_value(out: &mut Vec<u8>, v: &Value, s: &Settings) {
+    trace::trace_value(out, v, &trace_opts(s));
 }
 
-pub fn tracemem(out: &mut Vec<u8>, data: &[u8], _quiet: bool) {
-    out.extend_from_slice(data);
+pub fn tracemem(out: &mut Vec<u8>, data: &[u8]) {
+    trace::tracemem(out, data);
 }
 
-pub fn trace_stack(out: &mut Vec<u8>, frames: &[String], _quiet: bool) {
-    for f in frames {
-        out.extend_from_slice(f.as_bytes());
-        out.push(b'\n');
-    }
-}
-
-/// Parsed printf/printa formats, parsed once per program.
+/// Parsed printf/printa formats: parsed once when the consumer starts.
 pub struct FormatCache {
-    _parsed: HashMap<String, ()>,
+    parsed: HashMap<String, Format>,
 }
 
 impl FormatCache {
-    pub fn new(_prog: &CheckedProgram) -> FormatCache {
-        FormatCache { _parsed: HashMap::new() }
+    pub fn new(prog: &CheckedProgram) -> FormatCache {
+        let mut parsed = HashMap::new();
+        for c in &prog.clauses {
+            each_format(&c.actions, &mut |text, _| {
+                if let Ok(f) = crate::format::parse_format(text.as_bytes()) {
+                    parsed.insert(text.to_string(), f);
+                }
+            });
+        }
+        FormatCache { parsed }
     }
-    pub fn printf(&self, fmt: &str, _args: &[Value], _s: &Settings) -> Vec<u8> {
-        fmt.as_bytes().to_vec()
+
+    /// printf's output; a run-time format error prints nothing (it was checked when
+    /// compiling, so only impossible values get here).
+    pub fn printf(&self, fmt: &str, args: &[Value], s: &Settings) -> Vec<u8> {
+        match self.parsed.get(fmt) {
+            Some(f) => format(f, args, &format_ctx(s)).unwrap_or_default(),
+            None => Vec::new(),
+        }
     }
-    pub fn printa(&self, _fmt: Option<&str>, _aggs: &[&Aggregation], _s: &Settings) -> Vec<u8> {
-        Vec::new()
+
+    pub fn printa(&self, fmt: Option<&str>, aggs: &[&Aggregation], s: &Settings) -> Vec<u8> {
+        let o = print_opts(s);
+        match fmt.and_then(|f| self.parsed.get(f)) {
+            Some(f) => aggregation::printa_fmt(f, aggs, &format_ctx(s), &o).unwrap_or_default(),
+            None => aggregation::printa_joined(aggs, &o),
+        }
     }
-    pub fn print_all(&self, _aggs: &[&Aggregation], _s: &Settings) -> Vec<u8> {
-        Vec::new()
+
+    pub fn print_all(&self, aggs: &[&Aggregation], s: &Settings) -> Vec<u8> {
+        aggregation::print_all(aggs, &print_opts(s))
     }
+}
+
+/// Calls `f` with every printf/printa/system format string in these actions.
+fn each_format(actions: &[Action], f: &mut dyn FnMut(&str, Span)) {
+    for a in actions {
+        match a {
+            Action::Printf { format, format_span, .. } | Action::System { format, format_span, .. } => {
+                f(format, *format_span)
+            }
+            Action::Printa { format: Some((format, span)), .. } => f(format, *span),
+            Action::If { then, otherwise, .. } => {
+                each_format(then, f);
+                each_format(otherwise, f);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn class_of(ty: &Type, types: &TypeTable) -> TypeClass {
+    let _ = types;
+    match ty {
+        Type::Int(i) => TypeClass::Int { size: i.size, signed: i.signed },
+        Type::Enum(_) => TypeClass::Int { size: 4, signed: true },
+        Type::Float(_) => TypeClass::Float,
+        Type::String => TypeClass::Str,
+        Type::Array(t, _) if matches!(**t, Type::Int(ref i) if i.size == 1) => TypeClass::CharArray,
+        Type::Pointer(_) => TypeClass::Pointer,
+        Type::Stack { .. } => TypeClass::Stack,
+        Type::Symbol { user: true, .. } => TypeClass::USymAddr,
+        Type::Symbol { user: false, .. } => TypeClass::SymAddr,
+        _ => TypeClass::Other,
+    }
+}
+
+/// Checks every format string of the program against its arguments, with DTrace's
+/// messages. Returns the failing clause's source index with the error.
+pub fn validate_formats(prog: &CheckedProgram, have_target: bool) -> Result<(), (usize, CompileError)> {
+    for c in &prog.clauses {
+        validate_actions(prog, &c.actions, have_target).map_err(|e| (c.source, e))?;
+    }
+    Ok(())
+}
+
+fn validate_actions(prog: &CheckedProgram, actions: &[Action], have_target: bool) -> Result<(), CompileError> {
+    let err = |span: Span, e: FormatError| {
+        let msg = match e {
+            FormatError::Compile(m) | FormatError::Runtime(m) => m,
+        };
+        CompileError::new(span, msg)
+    };
+    for a in actions {
+        match a {
+            Action::Printf { format, format_span, args } | Action::System { format, format_span, args } => {
+                let func = if matches!(a, Action::Printf { .. }) { "printf" } else { "system" };
+                let f = crate::format::parse_format(format.as_bytes()).map_err(|e| err(*format_span, e))?;
+                let names: Vec<String> = args.iter().map(|e| prog.types.name(&e.ty)).collect();
+                let types: Vec<ArgType> = args
+                    .iter()
+                    .zip(&names)
+                    .map(|(e, n)| ArgType { class: class_of(&e.ty, &prog.types), name: n })
+                    .collect();
+                let o = ValidateOpts { func, foff: 1, aggregation: None, exact_len: true, have_target };
+                f.validate(&types, &o).map_err(|e| err(*format_span, e))?;
+            }
+            Action::Printa { format: Some((format, span)), aggs } => {
+                let f = crate::format::parse_format(format.as_bytes()).map_err(|e| err(*span, e))?;
+                let agg = &prog.aggs[aggs[0]];
+                let names: Vec<String> = agg.keys.iter().map(|t| prog.types.name(t)).collect();
+                let types: Vec<ArgType> = agg
+                    .keys
+                    .iter()
+                    .zip(&names)
+                    .map(|(t, n)| ArgType { class: class_of(t, &prog.types), name: n })
+                    .collect();
+                let o = ValidateOpts {
+                    func: "printa",
+                    foff: 1,
+                    aggregation: Some(agg.kind == AggKind::Count),
+                    exact_len: false,
+                    have_target,
+                };
+                f.validate(&types, &o).map_err(|e| err(*span, e))?;
+            }
+            Action::If { then, otherwise, .. } => {
+                validate_actions(prog, then, have_target)?;
+                validate_actions(prog, otherwise, have_target)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A value's printable form for `%a`-less contexts: the aggregation value of one
+/// entry, for callers that need it outside printa.
+pub fn agg_value<'a>(agg: &'a Aggregation, key: &[Value]) -> Option<AggValue<'a>> {
+    agg.get(key).map(|state| AggValue { state, normal: agg.normal })
 }

@@ -1,0 +1,203 @@
+//! From the command line's programs to one checked program with its enabled probes:
+//! read (and preprocess) each source, parse, check, match probe descriptions, apply
+//! pragmas, validate formats. Every failure is rendered as dtrace renders it.
+
+use std::rc::Rc;
+
+use udtrace_lang::ast::{self, ProbeDesc};
+use udtrace_lang::check::Checker;
+use udtrace_lang::diag::{self, Origin};
+use udtrace_lang::ir::CheckedProgram;
+use udtrace_lang::macros::MacroArgs;
+use udtrace_lang::options::Options;
+use udtrace_lang::parser::{self, DescAlign};
+use udtrace_lang::CompileError;
+use udtrace_runtime::Ecb;
+
+use crate::cli::{Align, Cli, ProgramSource};
+use crate::preprocess;
+use crate::probes::Registry;
+
+/// One source as dtrace reports it: `description 'BEGIN '` or `script 'x.d'`.
+pub struct SourceInfo {
+    pub kind: &'static str,
+    pub name: String,
+    pub text: String,
+    pub origin: Origin,
+    /// Probes matched by its clauses (counted per clause, as dtrace counts).
+    pub matched: usize,
+}
+
+pub struct Compiled {
+    pub program: Rc<CheckedProgram>,
+    /// The command line's options with the program's pragmas applied.
+    pub options: Options,
+    pub sources: Vec<SourceInfo>,
+    pub ecbs: Vec<Ecb>,
+}
+
+/// A compile failure, already rendered (without the leading `udtrace: `).
+#[derive(Debug)]
+pub struct Failure(pub String);
+
+fn render(err: &CompileError, src: &SourceInfo) -> Failure {
+    let mut e = err.clone();
+    // dtrace names the clause region where it cannot name a line (descriptions).
+    if let (Origin::Description, Some(region)) = (&src.origin, e.region) {
+        e.message = format!("in {region}: {}", e.message);
+    }
+    Failure(diag::render(&e, &src.origin, &src.text))
+}
+
+/// Renders an error that belongs to no place in the source (a line-less message).
+fn plain(src: &SourceInfo, msg: &str) -> Failure {
+    match &src.origin {
+        Origin::Script(path) => Failure(format!("failed to compile script {path}: {msg}")),
+        Origin::Description => Failure(format!("invalid probe specifier {}: {msg}", src.text)),
+    }
+}
+
+fn align(a: Align) -> DescAlign {
+    match a {
+        Align::Provider => DescAlign::Provider,
+        Align::Module => DescAlign::Module,
+        Align::Function => DescAlign::Function,
+        Align::Name => DescAlign::Name,
+    }
+}
+
+/// dtrace names a description source by its text cut at the first `{`, `/` or `;`.
+fn description_name(text: &str) -> String {
+    match text.find(['{', '/', ';']) {
+        Some(i) => text[..i].to_string(),
+        None => text.to_string(),
+    }
+}
+
+/// Reads one command-line program: its text, how to parse it, how to name it.
+fn load(p: &ProgramSource, options: &Options, registry: &Registry) -> Result<(SourceInfo, DescAlign, bool), Failure> {
+    Ok(match p {
+        ProgramSource::Description { text, align: a } => {
+            let info = SourceInfo {
+                kind: "description",
+                name: description_name(text),
+                text: text.clone(),
+                origin: Origin::Description,
+                matched: 0,
+            };
+            (info, align(*a), false)
+        }
+        ProgramSource::Id { id, text } => {
+            // `-i 3 {…}`: the id stands for that probe's full description.
+            let Some(probe) = registry.by_id(*id) else {
+                return Err(Failure(format!("invalid probe specifier {text}: probe description {id} does not match any probes")));
+            };
+            let desc = format!("{}:{}:{}:{}", probe.provider, probe.module, probe.function, probe.name);
+            let rest = text.trim_start().trim_start_matches(|c: char| c.is_ascii_digit());
+            let full = format!("{desc}{rest}");
+            let info = SourceInfo {
+                kind: "description",
+                name: description_name(text),
+                text: full,
+                origin: Origin::Description,
+                matched: 0,
+            };
+            (info, DescAlign::Name, false)
+        }
+        ProgramSource::Script(path) => {
+            let shown = path.to_string_lossy().into_owned();
+            let raw = std::fs::read(path).map_err(|e| Failure(format!("failed to open {shown}: {}", io_reason(&e))))?;
+            let raw = String::from_utf8_lossy(&raw).into_owned();
+            let text = if options.cpp {
+                preprocess::preprocess(&raw, Some(path), options)
+                    .map_err(|e| Failure(format!("failed to compile script {shown}: {e}")))?
+                    .text
+            } else {
+                raw
+            };
+            let info = SourceInfo { kind: "script", name: shown.clone(), text, origin: Origin::Script(shown), matched: 0 };
+            (info, DescAlign::Name, true)
+        }
+    })
+}
+
+/// The reason part of an OS error, as strerror words it.
+pub fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result<Compiled, Failure> {
+    let options = &cli.options;
+    let mut checker = Checker::new(macros);
+    let mut sources = Vec::new();
+    let mut clause_ranges = Vec::new();
+    for (i, p) in cli.programs.iter().enumerate() {
+        let (info, al, is_script) = load(p, options, registry)?;
+        let parsed = if is_script { parser::parse_script(&info.text) } else { parser::parse_program(&info.text, al) };
+        let program = parsed.map_err(|e| render(&e, &info))?;
+        let before = checker.program().clauses.len();
+        checker.add_source(&program, i, &info.text).map_err(|e| render(&e, &info))?;
+        let after = checker.program().clauses.len();
+        if after == before && !has_clause(&program) {
+            return Err(plain(&info, "empty D program translation unit"));
+        }
+        clause_ranges.push(before..after);
+        sources.push(info);
+    }
+    if let Err(e) = macros.check_unused() {
+        if let Some(last) = sources.last() {
+            return Err(plain(last, &e.to_string()));
+        }
+    }
+    let program = checker.finish();
+
+    // Pragmas apply in program order, after -x on the command line.
+    let mut effective = options.clone();
+    for o in &program.options {
+        if let Err(e) = effective.set(&o.name, o.value.as_deref()) {
+            let err = CompileError::new(o.span, e.pragma_message());
+            return Err(render(&err, &sources[o.source]));
+        }
+    }
+    let have_target = !cli.commands.is_empty() || !cli.pids.is_empty();
+    udtrace_runtime::output::validate_formats(&program, have_target).map_err(|(s, e)| render(&e, &sources[s]))?;
+
+    let zdefs = effective.zdefs;
+    let mut ecbs = Vec::new();
+    for (si, range) in clause_ranges.iter().enumerate() {
+        for ci in range.clone() {
+            for desc in &program.clauses[ci].probes {
+                let found = registry.matching(desc);
+                if found.is_empty() && !zdefs {
+                    let err = CompileError::new(
+                        desc.span,
+                        format!("probe description {} does not match any probes", full_name(desc)),
+                    );
+                    let mut f = render(&err, &sources[si]);
+                    if matches!(sources[si].origin, Origin::Description) {
+                        f = plain(&sources[si], &err.message);
+                    }
+                    return Err(f);
+                }
+                sources[si].matched += found.len();
+                for probe in found {
+                    ecbs.push(Ecb { epid: ecbs.len() as u32 + 1, clause: ci, probe });
+                }
+            }
+        }
+    }
+    Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs })
+}
+
+fn has_clause(p: &ast::Program) -> bool {
+    p.items.iter().any(|i| matches!(i, ast::Item::Clause(_)))
+}
+
+/// `provider:module:function:name` with empty fields kept.
+pub fn full_name(d: &ProbeDesc) -> String {
+    format!("{}:{}:{}:{}", d.provider, d.module, d.function, d.name)
+}

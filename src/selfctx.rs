@@ -1,0 +1,91 @@
+//! The context of probes that fire in udtrace itself (BEGIN, END, ERROR, timers):
+//! built-ins describe the udtrace process, as they describe dtrace in DTrace.
+
+use nix::time::{clock_gettime, ClockId};
+use nix::unistd::{getegid, geteuid, getgid, getpgrp, getpid, getppid, getsid, getuid, gettid};
+use udtrace_lang::ir::Builtin;
+use udtrace_runtime::{Context, Value};
+
+pub struct SelfContext {
+    pub pid: i64,
+    pub ppid: i64,
+    pub pgid: i64,
+    pub sid: i64,
+    pub uid: i64,
+    pub gid: i64,
+    pub euid: i64,
+    pub egid: i64,
+    execname: String,
+}
+
+fn ns(clock: ClockId) -> u64 {
+    clock_gettime(clock).map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64).unwrap_or(0)
+}
+
+impl SelfContext {
+    pub fn new() -> SelfContext {
+        let execname = std::fs::read_to_string("/proc/self/comm").map(|s| s.trim_end().to_string()).unwrap_or_else(|_| "udtrace".into());
+        SelfContext {
+            pid: i64::from(getpid().as_raw()),
+            ppid: i64::from(getppid().as_raw()),
+            pgid: i64::from(getpgrp().as_raw()),
+            sid: getsid(None).map(|s| i64::from(s.as_raw())).unwrap_or(0),
+            uid: i64::from(getuid().as_raw()),
+            gid: i64::from(getgid().as_raw()),
+            euid: i64::from(geteuid().as_raw()),
+            egid: i64::from(getegid().as_raw()),
+            execname,
+        }
+    }
+
+    /// The CPU this thread runs on now.
+    pub fn cpu(&self) -> u32 {
+        nix::sched::sched_getcpu().map(|c| c as u32).unwrap_or(0)
+    }
+
+    /// A seed for `rand()`.
+    pub fn seed(&self) -> u64 {
+        ns(ClockId::CLOCK_MONOTONIC) ^ ((self.pid as u64) << 32)
+    }
+}
+
+impl Context for SelfContext {
+    fn builtin(&self, b: Builtin) -> Option<Value> {
+        Some(match b {
+            Builtin::Pid => Value::int(self.pid),
+            Builtin::Ppid => Value::int(self.ppid),
+            Builtin::Tid => Value::int(i64::from(gettid().as_raw())),
+            Builtin::Uid => Value::int(self.uid),
+            Builtin::Gid => Value::int(self.gid),
+            Builtin::Execname => Value::str(&self.execname),
+            Builtin::Timestamp => Value::int(ns(ClockId::CLOCK_MONOTONIC) as i64),
+            Builtin::Vtimestamp => Value::int(ns(ClockId::CLOCK_THREAD_CPUTIME_ID) as i64),
+            Builtin::Walltimestamp => Value::int(ns(ClockId::CLOCK_REALTIME) as i64),
+            Builtin::Cpu => Value::int(i64::from(self.cpu())),
+            Builtin::Errno => Value::int(0),
+            Builtin::Cwd => Value::str(&std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default()),
+            Builtin::Root => Value::str("/"),
+            _ => return None,
+        })
+    }
+
+    fn progenyof(&self, pid: i64) -> bool {
+        // Walk our own ancestry through /proc.
+        let mut cur = self.pid;
+        for _ in 0..4096 {
+            if cur == pid {
+                return true;
+            }
+            if cur <= 1 {
+                return false;
+            }
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{cur}/stat")) else { return false };
+            let Some(after) = stat.rfind(')') else { return false };
+            match stat[after + 1..].split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+                Some(pp) => cur = pp,
+                None => return false,
+            }
+        }
+        false
+    }
+}

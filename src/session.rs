@@ -1,0 +1,311 @@
+//! One udtrace run: compile, report matches, fire BEGIN, drive timers and signals
+//! until `exit()`, a signal or the end of the traced processes, fire END, print what
+//! remains. Exit status as dtrace's: the `exit()` value, 1 on failure.
+
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::process::{Child, Command};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use udtrace_lang::macros::MacroArgs;
+use udtrace_runtime::consumer::Settings;
+use udtrace_runtime::{Consumer, Effects, Probe};
+
+use crate::cli::{self, Cli, Mode};
+use crate::compile::{self, io_reason, Compiled};
+use crate::list;
+use crate::probes::{self, Registry, TimerKind};
+use crate::selfctx::SelfContext;
+
+pub const EXIT_FAILURE: i32 = 1;
+
+fn fail(msg: &str) -> i32 {
+    eprintln!("udtrace: {msg}");
+    EXIT_FAILURE
+}
+
+/// Processes given with `-c`/`-p`: udtrace stops when all have exited.
+struct Targets {
+    children: Vec<Child>,
+    pids: Vec<i32>,
+}
+
+impl Targets {
+    fn all_exited(&mut self) -> bool {
+        let kids_done = self.children.iter_mut().all(|c| matches!(c.try_wait(), Ok(Some(_))));
+        let pids_done = self.pids.iter().all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists());
+        kids_done && pids_done
+    }
+    fn is_empty(&self) -> bool {
+        self.children.is_empty() && self.pids.is_empty()
+    }
+    fn kill_all(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn start_targets(cli: &Cli) -> Result<Targets, String> {
+    let mut t = Targets { children: Vec::new(), pids: Vec::new() };
+    for cmd in &cli.commands {
+        let argv = cli::split_command(cmd);
+        let Some((prog, args)) = argv.split_first() else {
+            t.kill_all();
+            return Err("failed to execute : empty command".into());
+        };
+        match Command::new(prog).args(args).spawn() {
+            Ok(c) => t.children.push(c),
+            Err(e) => {
+                t.kill_all();
+                return Err(format!("failed to execute {prog}: {}", io_reason(&e)));
+            }
+        }
+    }
+    for &pid in &cli.pids {
+        if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            t.kill_all();
+            return Err(format!("failed to grab pid {pid}: No such process"));
+        }
+        t.pids.push(pid);
+    }
+    Ok(t)
+}
+
+fn macro_args(cli: &Cli, targets: &Targets, me: &SelfContext) -> MacroArgs {
+    let argv = match cli.programs.first() {
+        Some(p) => cli.macro_argv(p),
+        None => std::iter::once(cli.argv0.clone()).chain(cli.macro_args.iter().cloned()).collect(),
+    };
+    let mut m = MacroArgs::new(argv);
+    m.defaultargs = cli.options.defaultargs;
+    m.argref = cli.options.argref;
+    m.target = targets
+        .children
+        .first()
+        .map(|c| i64::from(c.id()))
+        .or_else(|| targets.pids.first().map(|&p| i64::from(p)));
+    m.pid = me.pid;
+    m.ppid = me.ppid;
+    m.pgid = me.pgid;
+    m.sid = me.sid;
+    m.uid = me.uid;
+    m.gid = me.gid;
+    m.euid = me.euid;
+    m.egid = me.egid;
+    m
+}
+
+pub fn run(cli: Cli) -> i32 {
+    match cli.mode {
+        Mode::Version => {
+            println!("{}", cli::version_line());
+            return 0;
+        }
+        Mode::Help => {
+            print!("{}", cli::help_text());
+            return 0;
+        }
+        _ => {}
+    }
+    // Signals are taken through a signalfd so that the loop can wait for timers,
+    // signals and the end of traced processes in one poll.
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGINT);
+    mask.add(Signal::SIGTERM);
+    if let Err(e) = mask.thread_block() {
+        return fail(&format!("failed to block signals: {e}"));
+    }
+    let sfd = match SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC) {
+        Ok(s) => s,
+        Err(e) => return fail(&format!("failed to create signalfd: {e}")),
+    };
+
+    let me = SelfContext::new();
+    let mut targets = match start_targets(&cli) {
+        Ok(t) => t,
+        Err(m) => return fail(&m),
+    };
+    let macros = macro_args(&cli, &targets, &me);
+    let mut registry = Registry::default();
+    let compiled = match compile::compile(&cli, &macros, &mut registry) {
+        Ok(c) => c,
+        Err(f) => {
+            targets.kill_all();
+            return fail(&f.0);
+        }
+    };
+    if cli.mode == Mode::List {
+        return list::list(&cli, &compiled, &registry);
+    }
+    if cli.exit_after_compile {
+        return 0;
+    }
+    let quiet = compiled.options.quiet;
+    if !quiet {
+        for s in &compiled.sources {
+            let plural = if s.matched == 1 { "" } else { "s" };
+            eprintln!("udtrace: {} '{}' matched {} probe{plural}", s.kind, s.name, s.matched);
+        }
+    }
+    let total: usize = compiled.sources.iter().map(|s| s.matched).sum();
+    if total == 0 && !compiled.options.zdefs {
+        targets.kill_all();
+        let what = if compiled.sources.is_empty() { "specified" } else { "matched" };
+        return fail(&format!("no probes {what}"));
+    }
+    let mut out: Box<dyn Write> = match &cli.output {
+        Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
+            Ok(f) => Box::new(io::BufWriter::new(f)),
+            Err(e) => {
+                targets.kill_all();
+                return fail(&format!("failed to open output file '{}': {}", path.display(), io_reason(&e)));
+            }
+        },
+        None => Box::new(io::BufWriter::new(io::stdout())),
+    };
+    match trace(&compiled, &me, &mut targets, &sfd, out.as_mut()) {
+        Ok(status) => status,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
+        Err(e) => fail(&format!("failed to write output: {}", io_reason(&e))),
+    }
+}
+
+fn settings(c: &Compiled) -> Settings {
+    let o = &c.options;
+    Settings {
+        quiet: o.quiet,
+        strsize: o.strsize.max(1) as usize,
+        nspec: o.nspec.max(1) as usize,
+        destructive: o.destructive,
+        sort: udtrace_runtime::output::SortOptions {
+            key: o.aggsortkey,
+            rev: o.aggsortrev,
+            pos: o.aggsortpos as usize,
+            keypos: o.aggsortkeypos as usize,
+        },
+        tz_offset: 0,
+    }
+}
+
+/// A timer probe enabled by the program, with its next deadline.
+struct Timer {
+    probe: Rc<Probe>,
+    kind: TimerKind,
+    period: Duration,
+    next: Instant,
+}
+
+fn timers(c: &Compiled, start: Instant) -> Vec<Timer> {
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for e in &c.ecbs {
+        if e.probe.provider != "profile" || seen.contains(&e.probe.id) {
+            continue;
+        }
+        seen.push(e.probe.id);
+        if let Some((kind, ns)) = probes::timer_period(&e.probe.name) {
+            let period = Duration::from_nanos(ns);
+            out.push(Timer { probe: Rc::clone(&e.probe), kind, period, next: start + period });
+        }
+    }
+    out
+}
+
+fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, out: &mut dyn Write) -> io::Result<i32> {
+    let seed = me.seed();
+    let mut consumer = Consumer::new(Rc::clone(&c.program), settings(c), c.ecbs.clone(), seed);
+    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u32;
+    let mut status = 0;
+    let mut done = false;
+
+    let fire = |consumer: &mut Consumer, id: u32, cpu: u32, out: &mut dyn Write| -> io::Result<Option<i32>> {
+        let fx = consumer.fire(id, cpu, me, out)?;
+        out.flush()?;
+        Ok(apply(&fx, consumer))
+    };
+
+    if let Some(s) = fire(&mut consumer, probes::BEGIN, me.cpu(), out)? {
+        status = s;
+        done = true;
+    }
+    let mut timers = timers(c, Instant::now());
+    while !done {
+        let now = Instant::now();
+        let next = timers.iter().map(|t| t.next).min();
+        let mut wait = next.map(|n| n.saturating_duration_since(now));
+        if !targets.is_empty() {
+            // Process exit is noticed by polling; 50 ms keeps the tail short.
+            wait = Some(wait.map_or(Duration::from_millis(50), |w| w.min(Duration::from_millis(50))));
+        }
+        let timeout = match wait {
+            Some(w) => PollTimeout::try_from(w.as_millis().min(60_000) as i32 + i32::from(w.subsec_nanos() % 1_000_000 != 0))
+                .unwrap_or(PollTimeout::MAX),
+            None => PollTimeout::NONE,
+        };
+        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(io::Error::from(e)),
+        }
+        if let Ok(Some(_)) = sfd.read_signal() {
+            // dtrace prints a newline on the first interrupt, even when quiet.
+            out.write_all(b"\n")?;
+            break;
+        }
+        let now = Instant::now();
+        for t in timers.iter_mut() {
+            if t.next > now {
+                continue;
+            }
+            let cpus = if t.kind == TimerKind::Profile { 0..ncpu } else { me.cpu()..me.cpu() + 1 };
+            for cpu in cpus {
+                if let Some(s) = fire(&mut consumer, t.probe.id, cpu, out)? {
+                    status = s;
+                    done = true;
+                }
+            }
+            t.next += t.period;
+            // After a long stall, skip ahead rather than fire a burst of catch-ups.
+            if t.next + t.period < now {
+                t.next = now + t.period;
+            }
+            if done {
+                break;
+            }
+        }
+        if !targets.is_empty() && targets.all_exited() {
+            break;
+        }
+    }
+    if let Some(s) = fire(&mut consumer, probes::END, me.cpu(), out)? {
+        status = s;
+    }
+    consumer.finish(out)?;
+    out.flush()?;
+    Ok(status)
+}
+
+/// Applies a firing's effects that concern the session; returns the exit status when
+/// the program asked to stop.
+fn apply(fx: &Effects, consumer: &mut Consumer) -> Option<i32> {
+    for e in &fx.errors {
+        eprintln!("udtrace: {e}");
+    }
+    for (name, value) in &fx.setopts {
+        let s = consumer.settings_mut();
+        match (name.as_str(), value.as_deref()) {
+            ("quiet", v) => s.quiet = v != Some("0") && v != Some("no"),
+            ("aggsortkey", v) => s.sort.key = v != Some("0"),
+            ("aggsortrev", v) => s.sort.rev = v != Some("0"),
+            _ => {}
+        }
+    }
+    fx.exit
+}
