@@ -832,6 +832,7 @@ impl<'a> Parser<'a> {
             TokKind::Macro(m) => ExprKind::Macro(m.clone()),
             TokKind::MacroStr(m) => ExprKind::MacroStr(m.clone()),
             TokKind::Agg(a) => ExprKind::Agg(a.clone()),
+            TokKind::Backquoted { name, .. } if name.is_empty() => return Err(self.unexpected(&t)),
             TokKind::Backquoted { module, name } => ExprKind::Backquoted {
                 module: module.clone(),
                 name: name.clone(),
@@ -874,7 +875,7 @@ impl<'a> Parser<'a> {
     /// `type_name`: specifiers, then `*`s and array dimensions (casts, `sizeof`,
     /// `offsetof`, associative array keys).
     fn type_name(&mut self) -> Result<TypeName> {
-        let specs = self.specifiers(false)?;
+        let specs = self.specifiers(false, false)?;
         let start = specs.span.unwrap_or_default();
         let base = self.base_type(&specs)?;
         let pointers = self.pointers()?;
@@ -926,8 +927,9 @@ impl<'a> Parser<'a> {
 
     /// Declaration specifiers: storage classes, `self`/`this`, qualifiers and type
     /// specifiers, in any order. Struct, union and enum definitions are allowed only
-    /// where `allow_def` says (declarations, not casts).
-    fn specifiers(&mut self, allow_def: bool) -> Result<Specs> {
+    /// where `allow_def` says (declarations, not casts); storage classes and
+    /// `self`/`this` only where `storage` says (file-scope declarations).
+    fn specifiers(&mut self, allow_def: bool, storage: bool) -> Result<Specs> {
         let mut s = Specs::default();
         loop {
             let t = self.peek()?;
@@ -935,10 +937,11 @@ impl<'a> Parser<'a> {
             let w = w.as_str();
             let seen_type = s.core.is_some() || s.sign.is_some() || s.shorts + s.longs > 0;
             match w {
-                "self" => s.scope = Some(VarScope::Thread),
-                "this" => s.scope = Some(VarScope::Clause),
-                "typedef" => s.is_typedef = true,
-                "const" | "volatile" | "restrict" | "static" | "extern" | "register" | "auto" => {}
+                "self" if storage => s.scope = Some(VarScope::Thread),
+                "this" if storage => s.scope = Some(VarScope::Clause),
+                "typedef" if storage => s.is_typedef = true,
+                "static" | "extern" | "register" | "auto" if storage => {}
+                "const" | "volatile" | "restrict" => {}
                 "signed" | "unsigned" => {
                     if s.sign.is_some() {
                         return Err(CompileError::new(t.span, "invalid type combination"));
@@ -1081,7 +1084,7 @@ impl<'a> Parser<'a> {
         let mut members = Vec::new();
         loop {
             let start = self.peek()?.span;
-            let specs = self.specifiers(true)?;
+            let specs = self.specifiers(true, false)?;
             let base = self.base_type(&specs)?;
             if let Some(def) = specs.definition.clone() {
                 let span = start.to(Span::new(self.pos, self.pos));
@@ -1193,7 +1196,7 @@ impl<'a> Parser<'a> {
             }
             _ => {}
         }
-        let specs = self.specifiers(true)?;
+        let specs = self.specifiers(true, true)?;
         let base = self.base_type(&specs)?;
         let start = specs.span.unwrap_or(t.span);
         if let Some(semi) = self.eat(";")? {
@@ -1257,7 +1260,7 @@ impl<'a> Parser<'a> {
     /// `inline type name = expression;`
     fn inline(&mut self, kw: Token) -> Result<()> {
         self.bump()?;
-        let specs = self.specifiers(false)?;
+        let specs = self.specifiers(false, false)?;
         let base = self.base_type(&specs)?;
         let d = self.declarator(false)?;
         self.expect("=")?;
