@@ -28,7 +28,10 @@ pub enum TokKind {
     Ident(String),
     /// A probe specifier (outer mode only), exactly as written.
     PSpec(String),
-    Int { value: u64, suffix: IntSuffix },
+    Int {
+        value: u64,
+        suffix: IntSuffix,
+    },
     Char(i64),
     Str(String),
     /// `$1`, `$target`: the name without `$`.
@@ -38,7 +41,10 @@ pub enum TokKind {
     /// `@name`, or `@` alone (empty name).
     Agg(String),
     /// `` `sym`` or ``mod`sym``.
-    Backquoted { module: Option<String>, name: String },
+    Backquoted {
+        module: Option<String>,
+        name: String,
+    },
     /// Operators and punctuation.
     Punct(&'static str),
     /// A `/` that closes a predicate (the next non-blank character is end of input,
@@ -55,30 +61,93 @@ pub struct Token {
 
 /// Keywords that start a declaration at file scope (DTrace's S2 keyword rules).
 pub const OUTER_KEYWORDS: &[&str] = &[
-    "auto", "char", "const", "counter", "double", "enum", "extern", "float", "import",
-    "inline", "int", "long", "provider", "register", "restrict", "self", "short", "signed",
-    "static", "string", "struct", "this", "translator", "typedef", "union", "unsigned",
-    "void", "volatile",
+    "auto",
+    "char",
+    "const",
+    "counter",
+    "double",
+    "enum",
+    "extern",
+    "float",
+    "import",
+    "inline",
+    "int",
+    "long",
+    "provider",
+    "register",
+    "restrict",
+    "self",
+    "short",
+    "signed",
+    "static",
+    "string",
+    "struct",
+    "this",
+    "translator",
+    "typedef",
+    "union",
+    "unsigned",
+    "void",
+    "volatile",
 ];
 
 /// Reserved words of D expressions (DTrace's S0 keyword rules).
 pub const KEYWORDS: &[&str] = &[
-    "auto", "break", "case", "char", "const", "continue", "counter", "default", "do",
-    "double", "else", "enum", "extern", "float", "for", "goto", "if", "import", "inline",
-    "int", "long", "offsetof", "probe", "provider", "register", "restrict", "return",
-    "self", "short", "signed", "sizeof", "static", "string", "stringof", "struct",
-    "switch", "this", "translator", "typedef", "union", "unsigned", "void", "volatile",
-    "while", "xlate",
+    "auto",
+    "break",
+    "case",
+    "char",
+    "const",
+    "continue",
+    "counter",
+    "default",
+    "do",
+    "double",
+    "else",
+    "enum",
+    "extern",
+    "float",
+    "for",
+    "goto",
+    "if",
+    "import",
+    "inline",
+    "int",
+    "long",
+    "offsetof",
+    "probe",
+    "provider",
+    "register",
+    "restrict",
+    "return",
+    "self",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "string",
+    "stringof",
+    "struct",
+    "switch",
+    "this",
+    "translator",
+    "typedef",
+    "union",
+    "unsigned",
+    "void",
+    "volatile",
+    "while",
+    "xlate",
 ];
 
 /// Three- and two-character operators, longest first so that matching is greedy.
 const LONG_PUNCT: &[&str] = &[
-    "<<=", ">>=", "...", "&&", "^^", "||", "==", "!=", "<=", ">=", "<<", ">>", "+=", "-=",
-    "*=", "/=", "%=", "&=", "^=", "|=", "++", "--", "->",
+    "<<=", ">>=", "...", "&&", "^^", "||", "==", "!=", "<=", ">=", "<<", ">>", "+=", "-=", "*=",
+    "/=", "%=", "&=", "^=", "|=", "++", "--", "->",
 ];
 const SHORT_PUNCT: &[&str] = &[
-    "|", "^", "&", "<", ">", "+", "-", "*", "%", "~", "!", "?", ":", ".", "=", ",", ";",
-    "(", ")", "[", "]", "{", "}",
+    "|", "^", "&", "<", ">", "+", "-", "*", "%", "~", "!", "?", ":", ".", "=", ",", ";", "(", ")",
+    "[", "]", "{", "}",
 ];
 
 /// A `syntax error near "x"` error for the character at `pos`.
@@ -187,7 +256,10 @@ fn control_words(text: &str, base: usize) -> Result<(Vec<(CtlWord, Span)>, ())> 
                     "newline encountered in string literal",
                 ));
             };
-            out.push((CtlWord::Str(bytes_to_string(bytes)), Span::new(base + start, base + end)));
+            out.push((
+                CtlWord::Str(bytes_to_string(bytes)),
+                Span::new(base + start, base + end),
+            ));
             i = end;
         } else {
             let start = i;
@@ -330,12 +402,20 @@ pub struct Lexer<'a> {
 
 impl<'a> Lexer<'a> {
     pub fn new(src: &'a str) -> Lexer<'a> {
-        Lexer { src, pragmas: Vec::new(), ctl_done: 0 }
+        Lexer {
+            src,
+            pragmas: Vec::new(),
+            ctl_done: 0,
+        }
     }
 
     /// The `#pragma D` lines that start before `before`, removed from the queue.
     pub fn take_pragmas(&mut self, before: usize) -> Vec<Pragma> {
-        let n = self.pragmas.iter().take_while(|p| (p.span.start as usize) < before).count();
+        let n = self
+            .pragmas
+            .iter()
+            .take_while(|p| (p.span.start as usize) < before)
+            .count();
         self.pragmas.drain(..n).collect()
     }
 
@@ -346,7 +426,10 @@ impl<'a> Lexer<'a> {
         let pos = self.skip_trivia(pos, mode)?;
         let b = self.src.as_bytes();
         if pos >= b.len() {
-            return Ok(Token { kind: TokKind::Eof, span: Span::new(b.len(), b.len()) });
+            return Ok(Token {
+                kind: TokKind::Eof,
+                span: Span::new(b.len(), b.len()),
+            });
         }
         match mode {
             Mode::Outer => self.lex_outer(pos, is_type),
@@ -487,7 +570,10 @@ impl<'a> Lexer<'a> {
                 b'/' => "/",
                 _ => ",",
             };
-            return Ok(Token { kind: TokKind::Punct(p), span: Span::new(pos, pos + 1) });
+            return Ok(Token {
+                kind: TokKind::Punct(p),
+                span: Span::new(pos, pos + 1),
+            });
         }
         if !is_pspec_start(c) {
             return Err(near_char(self.src, pos));
@@ -499,9 +585,15 @@ impl<'a> Lexer<'a> {
         let run = &self.src[pos..end];
         if let Some(word) = declaration_start(run, is_type) {
             let span = Span::new(pos, pos + word.len());
-            return Ok(Token { kind: TokKind::Ident(word.to_string()), span });
+            return Ok(Token {
+                kind: TokKind::Ident(word.to_string()),
+                span,
+            });
         }
-        Ok(Token { kind: TokKind::PSpec(run.to_string()), span: Span::new(pos, end) })
+        Ok(Token {
+            kind: TokKind::PSpec(run.to_string()),
+            span: Span::new(pos, end),
+        })
     }
 
     fn lex_expr(&mut self, pos: usize) -> Result<Token> {
@@ -524,7 +616,10 @@ impl<'a> Lexer<'a> {
         let rest = &self.src[pos..];
         for p in LONG_PUNCT.iter().chain(SHORT_PUNCT) {
             if rest.starts_with(p) {
-                return Ok(Token { kind: TokKind::Punct(p), span: Span::new(pos, pos + p.len()) });
+                return Ok(Token {
+                    kind: TokKind::Punct(p),
+                    span: Span::new(pos, pos + p.len()),
+                });
             }
         }
         Err(near_char(self.src, pos))
@@ -543,7 +638,8 @@ impl<'a> Lexer<'a> {
             Some(i) => {
                 let module = &text[..i];
                 TokKind::Backquoted {
-                    module: (!module.is_empty()).then(|| module.trim_start_matches('`').to_string()),
+                    module: (!module.is_empty())
+                        .then(|| module.trim_start_matches('`').to_string()),
                     name: text[i + 1..].to_string(),
                 }
             }
@@ -570,19 +666,31 @@ impl<'a> Lexer<'a> {
             _ => return Err(near_char(self.src, pos)),
         }
         let name = self.src[start..end].to_string();
-        let kind = if dollars == 2 { TokKind::MacroStr(name) } else { TokKind::Macro(name) };
-        Ok(Token { kind, span: Span::new(pos, end) })
+        let kind = if dollars == 2 {
+            TokKind::MacroStr(name)
+        } else {
+            TokKind::Macro(name)
+        };
+        Ok(Token {
+            kind,
+            span: Span::new(pos, end),
+        })
     }
 
     fn lex_agg(&self, pos: usize) -> Token {
         let b = self.src.as_bytes();
         let mut end = pos + 1;
-        if b.get(end).is_some_and(|&c| c.is_ascii_alphabetic() || c == b'_') {
+        if b.get(end)
+            .is_some_and(|&c| c.is_ascii_alphabetic() || c == b'_')
+        {
             while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
                 end += 1;
             }
         }
-        Token { kind: TokKind::Agg(self.src[pos + 1..end].to_string()), span: Span::new(pos, end) }
+        Token {
+            kind: TokKind::Agg(self.src[pos + 1..end].to_string()),
+            span: Span::new(pos, end),
+        }
     }
 
     /// `/` is division unless the next non-blank character is end of input, `;`, `{`
@@ -590,7 +698,10 @@ impl<'a> Lexer<'a> {
     fn lex_slash(&self, pos: usize) -> Token {
         let b = self.src.as_bytes();
         if b.get(pos + 1) == Some(&b'=') {
-            return Token { kind: TokKind::Punct("/="), span: Span::new(pos, pos + 2) };
+            return Token {
+                kind: TokKind::Punct("/="),
+                span: Span::new(pos, pos + 2),
+            };
         }
         let mut i = pos + 1;
         while i < b.len() && is_ws(b[i]) {
@@ -600,7 +711,10 @@ impl<'a> Lexer<'a> {
             None | Some(b';' | b'{' | b'/') => TokKind::EPred,
             _ => TokKind::Punct("/"),
         };
-        Token { kind, span: Span::new(pos, pos + 1) }
+        Token {
+            kind,
+            span: Span::new(pos, pos + 1),
+        }
     }
 
     fn lex_string(&self, pos: usize) -> Result<Token> {
@@ -628,7 +742,10 @@ impl<'a> Lexer<'a> {
         }
         // The first character is the most significant byte, as in DTrace.
         let value = bytes.iter().fold(0u64, |v, &c| (v << 8) | u64::from(c));
-        Ok(Token { kind: TokKind::Char(value as i64), span })
+        Ok(Token {
+            kind: TokKind::Char(value as i64),
+            span,
+        })
     }
 
     /// The error for a string or character constant that is not closed: DTrace
@@ -669,7 +786,10 @@ impl<'a> Lexer<'a> {
         let span = Span::new(pos, int_end);
         let value = int_value(text, &self.src[pos..digits_end], hex, span)?;
         let suffix = int_suffix(&self.src[digits_end..int_end]);
-        Ok(Token { kind: TokKind::Int { value, suffix }, span })
+        Ok(Token {
+            kind: TokKind::Int { value, suffix },
+            span,
+        })
     }
 }
 
@@ -693,7 +813,10 @@ fn declaration_start<'r>(run: &'r str, is_type: &dyn Fn(&str) -> bool) -> Option
 }
 
 fn line_end(b: &[u8], pos: usize) -> usize {
-    b[pos..].iter().position(|&c| c == b'\n').map_or(b.len(), |i| pos + i)
+    b[pos..]
+        .iter()
+        .position(|&c| c == b'\n')
+        .map_or(b.len(), |i| pos + i)
 }
 
 fn scan_while(b: &[u8], mut i: usize, f: impl Fn(u8) -> bool) -> usize {
@@ -706,13 +829,20 @@ fn scan_while(b: &[u8], mut i: usize, f: impl Fn(u8) -> bool) -> usize {
 /// Length of the longest valid integer suffix (`u`, `l`, `ul`, `lu`, `ll`, `ull`,
 /// `llu`, any case) at the start of `b`.
 fn int_suffix_len(b: &[u8]) -> usize {
-    let n = b.iter().take(3).take_while(|c| matches!(c, b'u' | b'U' | b'l' | b'L')).count();
+    let n = b
+        .iter()
+        .take(3)
+        .take_while(|c| matches!(c, b'u' | b'U' | b'l' | b'L'))
+        .count();
     (0..=n).rev().find(|&k| valid_suffix(&b[..k])).unwrap_or(0)
 }
 
 fn valid_suffix(s: &[u8]) -> bool {
     let lower: Vec<u8> = s.iter().map(u8::to_ascii_lowercase).collect();
-    matches!(&lower[..], b"" | b"u" | b"l" | b"ul" | b"lu" | b"ll" | b"ull" | b"llu")
+    matches!(
+        &lower[..],
+        b"" | b"u" | b"l" | b"ul" | b"lu" | b"ll" | b"ull" | b"llu"
+    )
 }
 
 fn int_suffix(s: &str) -> IntSuffix {
@@ -801,7 +931,10 @@ fn check_line_args(args: &[(CtlWord, Span)], name: &str) -> Result<()> {
         (Some((_, a)), Some((_, z))) => a.to(*z),
         _ => Span::default(),
     };
-    Err(CompileError::new(span, format!("malformed #{name} <line> [ [\"file\"] state ]")))
+    Err(CompileError::new(
+        span,
+        format!("malformed #{name} <line> [ [\"file\"] state ]"),
+    ))
 }
 
 /// `#error words…` stops compilation with the words, as DTrace prints them.
@@ -853,21 +986,30 @@ mod tests {
 
     #[test]
     fn integers() {
-        assert_eq!(expr("017 0x1F 42"), vec![
-            int(15, IntSuffix::None),
-            int(31, IntSuffix::None),
-            int(42, IntSuffix::None)
-        ]);
-        assert_eq!(expr("1u 2UL 3lu 4ll 5ULL 6llu 7L"), vec![
-            int(1, IntSuffix::U),
-            int(2, IntSuffix::UL),
-            int(3, IntSuffix::UL),
-            int(4, IntSuffix::LL),
-            int(5, IntSuffix::ULL),
-            int(6, IntSuffix::ULL),
-            int(7, IntSuffix::L)
-        ]);
-        assert_eq!(expr("18446744073709551615"), vec![int(u64::MAX, IntSuffix::None)]);
+        assert_eq!(
+            expr("017 0x1F 42"),
+            vec![
+                int(15, IntSuffix::None),
+                int(31, IntSuffix::None),
+                int(42, IntSuffix::None)
+            ]
+        );
+        assert_eq!(
+            expr("1u 2UL 3lu 4ll 5ULL 6llu 7L"),
+            vec![
+                int(1, IntSuffix::U),
+                int(2, IntSuffix::UL),
+                int(3, IntSuffix::UL),
+                int(4, IntSuffix::LL),
+                int(5, IntSuffix::ULL),
+                int(6, IntSuffix::ULL),
+                int(7, IntSuffix::L)
+            ]
+        );
+        assert_eq!(
+            expr("18446744073709551615"),
+            vec![int(u64::MAX, IntSuffix::None)]
+        );
         assert_eq!(expr("0"), vec![int(0, IntSuffix::None)]);
     }
 
@@ -875,9 +1017,15 @@ mod tests {
     fn integer_errors() {
         assert_eq!(
             err("x = 18446744073709551616;", Mode::Expr),
-            ("constant 18446744073709551616 results in integer overflow".into(), 4..24)
+            (
+                "constant 18446744073709551616 results in integer overflow".into(),
+                4..24
+            )
         );
-        assert_eq!(err("089", Mode::Expr), ("constant 089 contains invalid digit 8".into(), 0..3));
+        assert_eq!(
+            err("089", Mode::Expr),
+            ("constant 089 contains invalid digit 8".into(), 0..3)
+        );
         assert_eq!(
             err("a + 1.5", Mode::Expr),
             ("floating-point constants are not permitted".into(), 4..7)
@@ -889,14 +1037,23 @@ mod tests {
 
     #[test]
     fn strings_and_chars() {
-        assert_eq!(expr(r#""a\tb\n\\\"\x41\101\0""#), vec![TokKind::Str("a\tb\n\\\"AA\0".into())]);
-        assert_eq!(expr(r#""" "x""#), vec![TokKind::Str("".into()), TokKind::Str("x".into())]);
-        assert_eq!(expr(r"'a' '\n' 'ab' '\''"), vec![
-            TokKind::Char(97),
-            TokKind::Char(10),
-            TokKind::Char(0x6162),
-            TokKind::Char(39)
-        ]);
+        assert_eq!(
+            expr(r#""a\tb\n\\\"\x41\101\0""#),
+            vec![TokKind::Str("a\tb\n\\\"AA\0".into())]
+        );
+        assert_eq!(
+            expr(r#""" "x""#),
+            vec![TokKind::Str("".into()), TokKind::Str("x".into())]
+        );
+        assert_eq!(
+            expr(r"'a' '\n' 'ab' '\''"),
+            vec![
+                TokKind::Char(97),
+                TokKind::Char(10),
+                TokKind::Char(0x6162),
+                TokKind::Char(39)
+            ]
+        );
     }
 
     #[test]
@@ -905,8 +1062,14 @@ mod tests {
             err("\"abc\nx\"", Mode::Expr),
             ("newline encountered in string literal".into(), 0..4)
         );
-        assert_eq!(err("x \"abc", Mode::Expr), ("syntax error near \"\"\"".into(), 2..3));
-        assert_eq!(err("''", Mode::Expr), ("empty character constant".into(), 0..2));
+        assert_eq!(
+            err("x \"abc", Mode::Expr),
+            ("syntax error near \"\"\"".into(), 2..3)
+        );
+        assert_eq!(
+            err("''", Mode::Expr),
+            ("empty character constant".into(), 0..2)
+        );
         assert_eq!(
             err("'abcdefghi'", Mode::Expr),
             ("character constant is too long".into(), 0..11)
@@ -919,11 +1082,14 @@ mod tests {
 
     #[test]
     fn comments() {
-        assert_eq!(expr("a /* x */ b // c\n d"), vec![
-            TokKind::Ident("a".into()),
-            TokKind::Ident("b".into()),
-            TokKind::Ident("d".into())
-        ]);
+        assert_eq!(
+            expr("a /* x */ b // c\n d"),
+            vec![
+                TokKind::Ident("a".into()),
+                TokKind::Ident("b".into()),
+                TokKind::Ident("d".into())
+            ]
+        );
         assert_eq!(
             err("a /* x", Mode::Expr),
             ("end-of-file encountered before matching */".into(), 2..4)
@@ -936,15 +1102,18 @@ mod tests {
 
     #[test]
     fn operators_and_predicate_slash() {
-        assert_eq!(expr("a<<=b>>c->d"), vec![
-            TokKind::Ident("a".into()),
-            TokKind::Punct("<<="),
-            TokKind::Ident("b".into()),
-            TokKind::Punct(">>"),
-            TokKind::Ident("c".into()),
-            TokKind::Punct("->"),
-            TokKind::Ident("d".into())
-        ]);
+        assert_eq!(
+            expr("a<<=b>>c->d"),
+            vec![
+                TokKind::Ident("a".into()),
+                TokKind::Punct("<<="),
+                TokKind::Ident("b".into()),
+                TokKind::Punct(">>"),
+                TokKind::Ident("c".into()),
+                TokKind::Punct("->"),
+                TokKind::Ident("d".into())
+            ]
+        );
         assert_eq!(expr("a / b")[1], TokKind::Punct("/"));
         assert_eq!(expr("a /\n {")[1], TokKind::EPred);
         assert_eq!(expr("a/")[1], TokKind::EPred);
@@ -953,39 +1122,69 @@ mod tests {
 
     #[test]
     fn special_tokens() {
-        assert_eq!(expr("$1 $target $$2 @ @cnt `sym libc`malloc"), vec![
-            TokKind::Macro("1".into()),
-            TokKind::Macro("target".into()),
-            TokKind::MacroStr("2".into()),
-            TokKind::Agg("".into()),
-            TokKind::Agg("cnt".into()),
-            TokKind::Backquoted { module: None, name: "sym".into() },
-            TokKind::Backquoted { module: Some("libc".into()), name: "malloc".into() }
-        ]);
-        assert_eq!(err("a $ b", Mode::Expr), ("syntax error near \"$\"".into(), 2..3));
-        assert_eq!(err("a é", Mode::Expr), ("syntax error near \"é\"".into(), 2..4));
-        assert_eq!(err("a # b", Mode::Expr), ("syntax error near \"#\"".into(), 2..3));
+        assert_eq!(
+            expr("$1 $target $$2 @ @cnt `sym libc`malloc"),
+            vec![
+                TokKind::Macro("1".into()),
+                TokKind::Macro("target".into()),
+                TokKind::MacroStr("2".into()),
+                TokKind::Agg("".into()),
+                TokKind::Agg("cnt".into()),
+                TokKind::Backquoted {
+                    module: None,
+                    name: "sym".into()
+                },
+                TokKind::Backquoted {
+                    module: Some("libc".into()),
+                    name: "malloc".into()
+                }
+            ]
+        );
+        assert_eq!(
+            err("a $ b", Mode::Expr),
+            ("syntax error near \"$\"".into(), 2..3)
+        );
+        assert_eq!(
+            err("a é", Mode::Expr),
+            ("syntax error near \"é\"".into(), 2..4)
+        );
+        assert_eq!(
+            err("a # b", Mode::Expr),
+            ("syntax error near \"#\"".into(), 2..3)
+        );
     }
 
     #[test]
     fn outer_mode() {
         let out = |s: &str| lex_all(s, Mode::Outer).unwrap();
         assert_eq!(out("tick-1s"), vec![TokKind::PSpec("tick-1s".into())]);
-        assert_eq!(out("pid$target:libc.so.6:malloc:entry,BEGIN"), vec![
-            TokKind::PSpec("pid$target:libc.so.6:malloc:entry".into()),
-            TokKind::Punct(","),
-            TokKind::PSpec("BEGIN".into())
-        ]);
-        assert_eq!(out("syscall::open*:entry/"), vec![
-            TokKind::PSpec("syscall::open*:entry".into()),
-            TokKind::Punct("/")
-        ]);
+        assert_eq!(
+            out("pid$target:libc.so.6:malloc:entry,BEGIN"),
+            vec![
+                TokKind::PSpec("pid$target:libc.so.6:malloc:entry".into()),
+                TokKind::Punct(","),
+                TokKind::PSpec("BEGIN".into())
+            ]
+        );
+        assert_eq!(
+            out("syscall::open*:entry/"),
+            vec![
+                TokKind::PSpec("syscall::open*:entry".into()),
+                TokKind::Punct("/")
+            ]
+        );
         assert_eq!(out("int"), vec![TokKind::Ident("int".into())]);
         assert_eq!(out("foo*"), vec![TokKind::PSpec("foo*".into())]);
         let mut lx = Lexer::new("uint32_t*x");
         let t = lx.lex(0, Mode::Outer, &|s| s == "uint32_t").unwrap();
-        assert_eq!((t.kind, t.span.range()), (TokKind::Ident("uint32_t".into()), 0..8));
-        assert_eq!(err("BEGIN ;", Mode::Outer), ("syntax error near \";\"".into(), 6..7));
+        assert_eq!(
+            (t.kind, t.span.range()),
+            (TokKind::Ident("uint32_t".into()), 0..8)
+        );
+        assert_eq!(
+            err("BEGIN ;", Mode::Outer),
+            ("syntax error near \";\"".into(), 6..7)
+        );
     }
 
     #[test]
@@ -1013,21 +1212,35 @@ mod tests {
         );
         assert_eq!(
             err("#pragma D option quiet", Mode::Outer),
-            ("end-of-file encountered before end of control line".into(), 0..22)
+            (
+                "end-of-file encountered before end of control line".into(),
+                0..22
+            )
         );
-        assert_eq!(err("#error stop here\n", Mode::Outer).0, "#error: stop here ");
+        assert_eq!(
+            err("#error stop here\n", Mode::Outer).0,
+            "#error: stop here "
+        );
         assert_eq!(
             err("#line x\n", Mode::Outer),
             ("malformed #line <line> [ [\"file\"] state ]".into(), 6..7)
         );
-        assert!(lex_all("#\n#pragma weak x\n", Mode::Outer).unwrap().is_empty());
+        assert!(lex_all("#\n#pragma weak x\n", Mode::Outer)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
     fn line_markers() {
-        assert_eq!(line_marker("# 12 \"x.d\" 1"), Some((12, Some("x.d".into()))));
+        assert_eq!(
+            line_marker("# 12 \"x.d\" 1"),
+            Some((12, Some("x.d".into())))
+        );
         assert_eq!(line_marker("#line 7"), Some((7, None)));
-        assert_eq!(line_marker("  #pragma line 3 \"y\""), Some((3, Some("y".into()))));
+        assert_eq!(
+            line_marker("  #pragma line 3 \"y\""),
+            Some((3, Some("y".into())))
+        );
         assert_eq!(line_marker("#pragma D option quiet"), None);
         assert_eq!(line_marker("x = 1;"), None);
     }

@@ -26,13 +26,51 @@ pub enum DescAlign {
 /// declared by a `typedef` earlier in the program) is a type name: it starts a
 /// declaration at file scope and makes `(name)` a cast.
 pub const BUILTIN_TYPEDEFS: &[&str] = &[
-    "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t",
-    "uint64_t", "intptr_t", "uintptr_t", "intmax_t", "uintmax_t", "size_t", "ssize_t",
-    "off_t", "off64_t", "pid_t", "uid_t", "gid_t", "id_t", "time_t", "caddr_t", "uchar_t",
-    "ushort_t", "uint_t", "ulong_t", "u_longlong_t", "longlong_t", "processorid_t",
-    "psinfo_t", "lwpsinfo_t", "siginfo_t", "boolean_t", "hrtime_t", "dev_t", "mode_t",
-    "sigset_t", "timespec_t", "timestruc_t", "ino_t", "zoneid_t", "taskid_t", "projid_t",
-    "major_t", "minor_t",
+    "int8_t",
+    "int16_t",
+    "int32_t",
+    "int64_t",
+    "uint8_t",
+    "uint16_t",
+    "uint32_t",
+    "uint64_t",
+    "intptr_t",
+    "uintptr_t",
+    "intmax_t",
+    "uintmax_t",
+    "size_t",
+    "ssize_t",
+    "off_t",
+    "off64_t",
+    "pid_t",
+    "uid_t",
+    "gid_t",
+    "id_t",
+    "time_t",
+    "caddr_t",
+    "uchar_t",
+    "ushort_t",
+    "uint_t",
+    "ulong_t",
+    "u_longlong_t",
+    "longlong_t",
+    "processorid_t",
+    "psinfo_t",
+    "lwpsinfo_t",
+    "siginfo_t",
+    "boolean_t",
+    "hrtime_t",
+    "dev_t",
+    "mode_t",
+    "sigset_t",
+    "timespec_t",
+    "timestruc_t",
+    "ino_t",
+    "zoneid_t",
+    "taskid_t",
+    "projid_t",
+    "major_t",
+    "minor_t",
 ];
 
 /// Deepest nesting of expressions, statements and type definitions accepted. Each
@@ -56,8 +94,8 @@ pub fn parse_script(src: &str) -> Result<Program> {
 
 /// The tokens that can start a type name in an expression (casts, `sizeof`).
 const TYPE_KEYWORDS: &[&str] = &[
-    "void", "char", "short", "int", "long", "signed", "unsigned", "float", "double",
-    "string", "struct", "union", "enum", "const", "volatile", "restrict",
+    "void", "char", "short", "int", "long", "signed", "unsigned", "float", "double", "string",
+    "struct", "union", "enum", "const", "volatile", "restrict",
 ];
 
 const ASSIGN_OPS: &[(&str, Option<BinaryOp>)] = &[
@@ -367,12 +405,19 @@ impl<'a> Parser<'a> {
         } else {
             return Err(self.unexpected(&t));
         };
-        Ok(Clause { probes, predicate, body, span: first.span.to(end) })
+        Ok(Clause {
+            probes,
+            predicate,
+            body,
+            span: first.span.to(end),
+        })
     }
 
     /// Splits a probe description into its four fields, aligned as `self.align` says.
     fn probe_desc(&self, t: &Token) -> Result<ProbeDesc> {
-        let TokKind::PSpec(text) = &t.kind else { return Err(self.unexpected(t)) };
+        let TokKind::PSpec(text) = &t.kind else {
+            return Err(self.unexpected(t));
+        };
         let parts: Vec<&str> = text.split(':').collect();
         let last = match self.align {
             DescAlign::Provider => 0,
@@ -391,7 +436,14 @@ impl<'a> Parser<'a> {
             fields[last - k] = (*part).to_string();
         }
         let [provider, module, function, name] = fields;
-        Ok(ProbeDesc { text: text.clone(), provider, module, function, name, span: t.span })
+        Ok(ProbeDesc {
+            text: text.clone(),
+            provider,
+            module,
+            function,
+            name,
+            span: t.span,
+        })
     }
 
     // ---- statements -------------------------------------------------------------
@@ -450,7 +502,12 @@ impl<'a> Parser<'a> {
             otherwise = Some(stmts);
             end = e;
         }
-        Ok(Stmt::If { cond, then, otherwise, span: kw.span.to(end) })
+        Ok(Stmt::If {
+            cond,
+            then,
+            otherwise,
+            span: kw.span.to(end),
+        })
     }
 
     fn statement_or_block(&mut self) -> Result<(Vec<Stmt>, Span)> {
@@ -472,7 +529,13 @@ impl<'a> Parser<'a> {
         while self.eat(",")?.is_some() {
             let rhs = self.assign()?;
             let span = lhs.span.to(rhs.span);
-            lhs = Expr { kind: ExprKind::Comma { lhs: boxed(lhs), rhs: boxed(rhs) }, span };
+            lhs = Expr {
+                kind: ExprKind::Comma {
+                    lhs: boxed(lhs),
+                    rhs: boxed(rhs),
+                },
+                span,
+            };
         }
         Ok(lhs)
     }
@@ -495,7 +558,11 @@ impl<'a> Parser<'a> {
                 p.bump()?;
                 let rhs = p.assign()?;
                 let span = first.span.to(rhs.span);
-                let kind = ExprKind::Assign { op, lhs: boxed(first), rhs: boxed(rhs) };
+                let kind = ExprKind::Assign {
+                    op,
+                    lhs: boxed(first),
+                    rhs: boxed(rhs),
+                };
                 return Ok(Expr { kind, span });
             }
             let lhs = p.binary_from(first, 1)?;
@@ -520,8 +587,11 @@ impl<'a> Parser<'a> {
         self.expect(":")?;
         let otherwise = self.conditional()?;
         let span = cond.span.to(otherwise.span);
-        let kind =
-            ExprKind::Ternary { cond: boxed(cond), then: boxed(then), otherwise: boxed(otherwise) };
+        let kind = ExprKind::Ternary {
+            cond: boxed(cond),
+            then: boxed(then),
+            otherwise: boxed(otherwise),
+        };
         Ok(Expr { kind, span })
     }
 
@@ -530,7 +600,9 @@ impl<'a> Parser<'a> {
     fn binary_from(&mut self, mut lhs: Expr, min_prec: u8) -> Result<Expr> {
         loop {
             let t = self.peek()?;
-            let Some((op, prec)) = binary_op(&t.kind) else { return Ok(lhs) };
+            let Some((op, prec)) = binary_op(&t.kind) else {
+                return Ok(lhs);
+            };
             if prec < min_prec {
                 return Ok(lhs);
             }
@@ -538,7 +610,14 @@ impl<'a> Parser<'a> {
             let first = self.unary()?;
             let rhs = self.binary_from(first, prec + 1)?;
             let span = lhs.span.to(rhs.span);
-            lhs = Expr { kind: ExprKind::Binary { op, lhs: boxed(lhs), rhs: boxed(rhs) }, span };
+            lhs = Expr {
+                kind: ExprKind::Binary {
+                    op,
+                    lhs: boxed(lhs),
+                    rhs: boxed(rhs),
+                },
+                span,
+            };
         }
     }
 
@@ -569,14 +648,23 @@ impl<'a> Parser<'a> {
                 let operand = self.unary()?;
                 let span = t.span.to(operand.span);
                 let op = unary_op(s).unwrap_or(UnaryOp::Plus);
-                Ok(Expr { kind: ExprKind::Unary { op, operand: boxed(operand) }, span })
+                Ok(Expr {
+                    kind: ExprKind::Unary {
+                        op,
+                        operand: boxed(operand),
+                    },
+                    span,
+                })
             }
             TokKind::Punct(s @ ("++" | "--")) => {
                 self.bump()?;
                 let operand = self.unary()?;
                 let span = t.span.to(operand.span);
-                let kind =
-                    ExprKind::IncDec { increment: *s == "++", prefix: true, operand: boxed(operand) };
+                let kind = ExprKind::IncDec {
+                    increment: *s == "++",
+                    prefix: true,
+                    operand: boxed(operand),
+                };
                 Ok(Expr { kind, span })
             }
             TokKind::Ident(w) if w == "sizeof" => self.sizeof(t),
@@ -584,7 +672,10 @@ impl<'a> Parser<'a> {
                 self.bump()?;
                 let operand = self.unary()?;
                 let span = t.span.to(operand.span);
-                Ok(Expr { kind: ExprKind::Stringof(boxed(operand)), span })
+                Ok(Expr {
+                    kind: ExprKind::Stringof(boxed(operand)),
+                    span,
+                })
             }
             TokKind::Punct("(") if self.type_follows()? => {
                 self.bump()?;
@@ -592,7 +683,13 @@ impl<'a> Parser<'a> {
                 self.expect(")")?;
                 let operand = self.unary()?;
                 let span = t.span.to(operand.span);
-                Ok(Expr { kind: ExprKind::Cast { ty, operand: boxed(operand) }, span })
+                Ok(Expr {
+                    kind: ExprKind::Cast {
+                        ty,
+                        operand: boxed(operand),
+                    },
+                    span,
+                })
             }
             _ => self.postfix(),
         }
@@ -605,25 +702,39 @@ impl<'a> Parser<'a> {
             self.bump()?;
             let ty = self.type_name()?;
             let close = self.expect(")")?;
-            return Ok(Expr { kind: ExprKind::SizeofType(ty), span: kw.span.to(close.span) });
+            return Ok(Expr {
+                kind: ExprKind::SizeofType(ty),
+                span: kw.span.to(close.span),
+            });
         }
         let operand = self.unary()?;
         let span = kw.span.to(operand.span);
-        Ok(Expr { kind: ExprKind::SizeofExpr(boxed(operand)), span })
+        Ok(Expr {
+            kind: ExprKind::SizeofExpr(boxed(operand)),
+            span,
+        })
     }
 
     fn postfix(&mut self) -> Result<Expr> {
         let mut e = self.primary()?;
         loop {
             let t = self.peek()?;
-            let TokKind::Punct(p) = t.kind else { return Ok(e) };
+            let TokKind::Punct(p) = t.kind else {
+                return Ok(e);
+            };
             e = match p {
                 "[" => {
                     self.bump()?;
                     let index = self.arguments()?;
                     let close = self.expect("]")?;
                     let span = e.span.to(close.span);
-                    Expr { kind: ExprKind::Index { base: boxed(e), index }, span }
+                    Expr {
+                        kind: ExprKind::Index {
+                            base: boxed(e),
+                            index,
+                        },
+                        span,
+                    }
                 }
                 "(" => self.call(e, &t)?,
                 "." | "->" => {
@@ -633,16 +744,25 @@ impl<'a> Parser<'a> {
                     let kind = match (&e.kind, p) {
                         (ExprKind::Ident(s), "->") if s == "self" => ExprKind::SelfVar(field),
                         (ExprKind::Ident(s), "->") if s == "this" => ExprKind::ThisVar(field),
-                        (_, "->") => ExprKind::Arrow { base: boxed(e), field },
-                        _ => ExprKind::Member { base: boxed(e), field },
+                        (_, "->") => ExprKind::Arrow {
+                            base: boxed(e),
+                            field,
+                        },
+                        _ => ExprKind::Member {
+                            base: boxed(e),
+                            field,
+                        },
                     };
                     Expr { kind, span }
                 }
                 "++" | "--" => {
                     self.bump()?;
                     let span = e.span.to(t.span);
-                    let kind =
-                        ExprKind::IncDec { increment: p == "++", prefix: false, operand: boxed(e) };
+                    let kind = ExprKind::IncDec {
+                        increment: p == "++",
+                        prefix: false,
+                        operand: boxed(e),
+                    };
                     Expr { kind, span }
                 }
                 _ => return Ok(e),
@@ -657,10 +777,21 @@ impl<'a> Parser<'a> {
             _ => return Err(self.unexpected(open)),
         };
         self.bump()?;
-        let args = if self.peek_punct(")")? { Vec::new() } else { self.arguments()? };
+        let args = if self.peek_punct(")")? {
+            Vec::new()
+        } else {
+            self.arguments()?
+        };
         let close = self.expect(")")?;
         let span = callee.span.to(close.span);
-        Ok(Expr { kind: ExprKind::Call { name, name_span: callee.span, args }, span })
+        Ok(Expr {
+            kind: ExprKind::Call {
+                name,
+                name_span: callee.span,
+                args,
+            },
+            span,
+        })
     }
 
     /// `argument_expression_list`: one or more assignment expressions.
@@ -690,24 +821,30 @@ impl<'a> Parser<'a> {
         let kind = match &t.kind {
             TokKind::Ident(w) if w == "offsetof" => return self.offsetof(t),
             TokKind::Ident(w) if w == "self" || w == "this" => ExprKind::Ident(w.clone()),
-            TokKind::Ident(w) if KEYWORDS.contains(&w.as_str()) => {
-                return Err(self.unexpected(&t))
-            }
+            TokKind::Ident(w) if KEYWORDS.contains(&w.as_str()) => return Err(self.unexpected(&t)),
             TokKind::Ident(w) => ExprKind::Ident(w.clone()),
-            TokKind::Int { value, suffix } => ExprKind::Int { value: *value, suffix: *suffix },
+            TokKind::Int { value, suffix } => ExprKind::Int {
+                value: *value,
+                suffix: *suffix,
+            },
             TokKind::Char(c) => ExprKind::Char(*c),
             TokKind::Str(s) => ExprKind::Str(s.clone()),
             TokKind::Macro(m) => ExprKind::Macro(m.clone()),
             TokKind::MacroStr(m) => ExprKind::MacroStr(m.clone()),
             TokKind::Agg(a) => ExprKind::Agg(a.clone()),
-            TokKind::Backquoted { module, name } => {
-                ExprKind::Backquoted { module: module.clone(), name: name.clone() }
-            }
+            TokKind::Backquoted { name, .. } if name.is_empty() => return Err(self.unexpected(&t)),
+            TokKind::Backquoted { module, name } => ExprKind::Backquoted {
+                module: module.clone(),
+                name: name.clone(),
+            },
             TokKind::Punct("(") => {
                 self.bump()?;
                 let inner = self.expr()?;
                 let close = self.expect(")")?;
-                return Ok(Expr { kind: inner.kind, span: t.span.to(close.span) });
+                return Ok(Expr {
+                    kind: inner.kind,
+                    span: t.span.to(close.span),
+                });
             }
             _ => return Err(self.unexpected(&t)),
         };
@@ -727,7 +864,10 @@ impl<'a> Parser<'a> {
         };
         self.bump()?;
         let close = self.expect(")")?;
-        Ok(Expr { kind: ExprKind::Offsetof { ty, member }, span: kw.span.to(close.span) })
+        Ok(Expr {
+            kind: ExprKind::Offsetof { ty, member },
+            span: kw.span.to(close.span),
+        })
     }
 
     // ---- types ------------------------------------------------------------------
@@ -735,13 +875,18 @@ impl<'a> Parser<'a> {
     /// `type_name`: specifiers, then `*`s and array dimensions (casts, `sizeof`,
     /// `offsetof`, associative array keys).
     fn type_name(&mut self) -> Result<TypeName> {
-        let specs = self.specifiers(false)?;
+        let specs = self.specifiers(false, false)?;
         let start = specs.span.unwrap_or_default();
         let base = self.base_type(&specs)?;
         let pointers = self.pointers()?;
         let arrays = self.dimensions()?;
         let span = start.to(Span::new(self.pos, self.pos));
-        Ok(TypeName { base, pointers, arrays, span })
+        Ok(TypeName {
+            base,
+            pointers,
+            arrays,
+            span,
+        })
     }
 
     /// `*`s of a declarator, each optionally followed by qualifiers (dropped).
@@ -782,8 +927,9 @@ impl<'a> Parser<'a> {
 
     /// Declaration specifiers: storage classes, `self`/`this`, qualifiers and type
     /// specifiers, in any order. Struct, union and enum definitions are allowed only
-    /// where `allow_def` says (declarations, not casts).
-    fn specifiers(&mut self, allow_def: bool) -> Result<Specs> {
+    /// where `allow_def` says (declarations, not casts); storage classes and
+    /// `self`/`this` only where `storage` says (file-scope declarations).
+    fn specifiers(&mut self, allow_def: bool, storage: bool) -> Result<Specs> {
         let mut s = Specs::default();
         loop {
             let t = self.peek()?;
@@ -791,16 +937,20 @@ impl<'a> Parser<'a> {
             let w = w.as_str();
             let seen_type = s.core.is_some() || s.sign.is_some() || s.shorts + s.longs > 0;
             match w {
-                "self" => s.scope = Some(VarScope::Thread),
-                "this" => s.scope = Some(VarScope::Clause),
-                "typedef" => s.is_typedef = true,
-                "const" | "volatile" | "restrict" | "static" | "extern" | "register" | "auto" => {}
+                "self" if storage => s.scope = Some(VarScope::Thread),
+                "this" if storage => s.scope = Some(VarScope::Clause),
+                "typedef" if storage => s.is_typedef = true,
+                "static" | "extern" | "register" | "auto" if storage => {}
+                "const" | "volatile" | "restrict" => {}
                 "signed" | "unsigned" => {
                     if s.sign.is_some() {
                         return Err(CompileError::new(t.span, "invalid type combination"));
                     }
-                    let sign =
-                        if w == "signed" { Signedness::Signed } else { Signedness::Unsigned };
+                    let sign = if w == "signed" {
+                        Signedness::Signed
+                    } else {
+                        Signedness::Unsigned
+                    };
                     s.sign = Some(sign);
                 }
                 "short" => s.shorts += 1,
@@ -912,9 +1062,18 @@ impl<'a> Parser<'a> {
             return Ok((base, None));
         }
         let definition = match keyword.as_str() {
-            "enum" => TypeDef::Enum { tag, values: self.enumerators()? },
-            "struct" => TypeDef::Struct { tag, members: self.members()? },
-            _ => TypeDef::Union { tag, members: self.members()? },
+            "enum" => TypeDef::Enum {
+                tag,
+                values: self.enumerators()?,
+            },
+            "struct" => TypeDef::Struct {
+                tag,
+                members: self.members()?,
+            },
+            _ => TypeDef::Union {
+                tag,
+                members: self.members()?,
+            },
         };
         Ok((base, Some(definition)))
     }
@@ -925,16 +1084,29 @@ impl<'a> Parser<'a> {
         let mut members = Vec::new();
         loop {
             let start = self.peek()?.span;
-            let specs = self.specifiers(true)?;
+            let specs = self.specifiers(true, false)?;
             let base = self.base_type(&specs)?;
             if let Some(def) = specs.definition.clone() {
                 let span = start.to(Span::new(self.pos, self.pos));
-                self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
+                self.items.push(Item::TypeDecl(TypeDecl {
+                    definition: Some(def),
+                    typedefs: vec![],
+                    span,
+                }));
             }
             loop {
                 let d = self.declarator(false)?;
-                let ty = TypeName { base: base.clone(), pointers: d.pointers, arrays: d.arrays, span: d.span };
-                members.push(Member { name: d.name, ty, span: d.span });
+                let ty = TypeName {
+                    base: base.clone(),
+                    pointers: d.pointers,
+                    arrays: d.arrays,
+                    span: d.span,
+                };
+                members.push(Member {
+                    name: d.name,
+                    ty,
+                    span: d.span,
+                });
                 if self.eat(",")?.is_none() {
                     break;
                 }
@@ -1001,7 +1173,13 @@ impl<'a> Parser<'a> {
             self.expect("]")?;
         }
         let span = start.to(Span::new(self.pos, self.pos));
-        Ok(Declarator { name, pointers, arrays, keys, span })
+        Ok(Declarator {
+            name,
+            pointers,
+            arrays,
+            keys,
+            span,
+        })
     }
 
     // ---- declarations -------------------------------------------------------------
@@ -1018,13 +1196,17 @@ impl<'a> Parser<'a> {
             }
             _ => {}
         }
-        let specs = self.specifiers(true)?;
+        let specs = self.specifiers(true, true)?;
         let base = self.base_type(&specs)?;
         let start = specs.span.unwrap_or(t.span);
         if let Some(semi) = self.eat(";")? {
             if let Some(def) = specs.definition {
                 let span = start.to(semi.span);
-                self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
+                self.items.push(Item::TypeDecl(TypeDecl {
+                    definition: Some(def),
+                    typedefs: vec![],
+                    span,
+                }));
             }
             return Ok(());
         }
@@ -1041,20 +1223,35 @@ impl<'a> Parser<'a> {
             span: d.span,
         };
         if specs.is_typedef {
-            let typedefs: Vec<(String, TypeName)> = decls.iter().map(|d| (d.name.clone(), ty(d))).collect();
+            let typedefs: Vec<(String, TypeName)> =
+                decls.iter().map(|d| (d.name.clone(), ty(d))).collect();
             for (name, _) in &typedefs {
                 self.typedefs.insert(name.clone());
             }
             let definition = specs.definition;
-            self.items.push(Item::TypeDecl(TypeDecl { definition, typedefs, span }));
+            self.items.push(Item::TypeDecl(TypeDecl {
+                definition,
+                typedefs,
+                span,
+            }));
             return Ok(());
         }
         if let Some(def) = specs.definition {
-            self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
+            self.items.push(Item::TypeDecl(TypeDecl {
+                definition: Some(def),
+                typedefs: vec![],
+                span,
+            }));
         }
         let scope = specs.scope.unwrap_or(VarScope::Global);
         for d in &decls {
-            let decl = VarDecl { scope, ty: ty(d), name: d.name.clone(), keys: d.keys.clone(), span: d.span };
+            let decl = VarDecl {
+                scope,
+                ty: ty(d),
+                name: d.name.clone(),
+                keys: d.keys.clone(),
+                span: d.span,
+            };
             self.items.push(Item::VarDecl(decl));
         }
         Ok(())
@@ -1063,15 +1260,25 @@ impl<'a> Parser<'a> {
     /// `inline type name = expression;`
     fn inline(&mut self, kw: Token) -> Result<()> {
         self.bump()?;
-        let specs = self.specifiers(false)?;
+        let specs = self.specifiers(false, false)?;
         let base = self.base_type(&specs)?;
         let d = self.declarator(false)?;
         self.expect("=")?;
         let value = self.assign()?;
         let semi = self.expect(";")?;
-        let ty = TypeName { base, pointers: d.pointers, arrays: d.arrays, span: d.span };
+        let ty = TypeName {
+            base,
+            pointers: d.pointers,
+            arrays: d.arrays,
+            span: d.span,
+        };
         let span = kw.span.to(semi.span);
-        self.items.push(Item::Inline(Inline { ty, name: d.name, value, span }));
+        self.items.push(Item::Inline(Inline {
+            ty,
+            name: d.name,
+            value,
+            span,
+        }));
         Ok(())
     }
 
@@ -1154,10 +1361,18 @@ mod tests {
                 let o = op.map_or("=".to_string(), |o| format!("{}=", o.symbol()));
                 format!("({o} {} {})", sx(lhs), sx(rhs))
             }
-            Ternary { cond, then, otherwise } => {
+            Ternary {
+                cond,
+                then,
+                otherwise,
+            } => {
                 format!("(? {} {} {})", sx(cond), sx(then), sx(otherwise))
             }
-            IncDec { increment, prefix, operand } => {
+            IncDec {
+                increment,
+                prefix,
+                operand,
+            } => {
                 let op = if *increment { "++" } else { "--" };
                 if *prefix {
                     format!("({op}pre {})", sx(operand))
@@ -1245,7 +1460,10 @@ mod tests {
         assert_eq!(e("(unsigned long long)x"), "(cast LongLong(Unsigned) x)");
         assert_eq!(e("(char)a[0]"), "(cast Char(Default) a[0])");
         assert_eq!(e("(string)(int)x"), "(cast String (cast Int(Default) x))");
-        assert_eq!(e("sizeof(int) + sizeof x"), "(+ (sizeof-type Int(Default)) (sizeof x))");
+        assert_eq!(
+            e("sizeof(int) + sizeof x"),
+            "(+ (sizeof-type Int(Default)) (sizeof x))"
+        );
         assert_eq!(e("sizeof(x)"), "(sizeof x)");
         assert_eq!(e("sizeof (char *)"), "(sizeof-type Char(Default)*)");
         assert_eq!(e("stringof(a)"), "(stringof a)");
@@ -1258,7 +1476,10 @@ mod tests {
         assert_eq!(e("self->x = this->y"), "(= self->x this->y)");
         assert_eq!(e("self->a->b"), "(-> self->a b)");
         assert_eq!(e("self->a[1]"), "self->a[1]");
-        assert_eq!(e("@a[execname, pid] = count()"), "(= @a[execname, pid] count())");
+        assert_eq!(
+            e("@a[execname, pid] = count()"),
+            "(= @a[execname, pid] count())"
+        );
         assert_eq!(e("@ = quantize(x)"), "(= @ quantize(x))");
         assert_eq!(e("$1 + $target"), "(+ $1 $target)");
         assert_eq!(e("$$1"), "$$1");
@@ -1266,7 +1487,10 @@ mod tests {
         assert_eq!(e("'a'"), "'97'");
         assert_eq!(e("\"s\\n\""), "\"s\\n\"");
         assert_eq!(e("f()"), "f()");
-        assert_eq!(e("printf(\"%d %d\", a, b = 2)"), "printf(\"%d %d\", a, (= b 2))");
+        assert_eq!(
+            e("printf(\"%d %d\", a, b = 2)"),
+            "printf(\"%d %d\", a, (= b 2))"
+        );
         assert_eq!(e("NULL"), "NULL");
         assert_eq!(e("0x10 + 010"), "(+ 16 8)");
     }
@@ -1274,13 +1498,24 @@ mod tests {
     #[test]
     fn spans() {
         let p = prog("BEGIN { x = a + b * c; }");
-        let Some([Stmt::Expr(x)]) = clause(&p, 0).body.as_deref() else { panic!() };
+        let Some([Stmt::Expr(x)]) = clause(&p, 0).body.as_deref() else {
+            panic!()
+        };
         assert_eq!(x.span.range(), 8..21);
-        let ExprKind::Assign { rhs, .. } = &x.kind else { panic!() };
+        let ExprKind::Assign { rhs, .. } = &x.kind else {
+            panic!()
+        };
         assert_eq!(rhs.span.range(), 12..21);
         let p = prog("BEGIN { f(1, (2)); }");
-        let Some([Stmt::Expr(x)]) = clause(&p, 0).body.as_deref() else { panic!() };
-        let ExprKind::Call { name_span, args, .. } = &x.kind else { panic!() };
+        let Some([Stmt::Expr(x)]) = clause(&p, 0).body.as_deref() else {
+            panic!()
+        };
+        let ExprKind::Call {
+            name_span, args, ..
+        } = &x.kind
+        else {
+            panic!()
+        };
         assert_eq!((x.span.range(), name_span.range()), (8..17, 8..9));
         assert_eq!(args[1].span.range(), 13..16);
         assert_eq!(clause(&p, 0).span.range(), 0..20);
@@ -1289,15 +1524,24 @@ mod tests {
     #[test]
     fn statements() {
         let p = prog("BEGIN { trace(1) }");
-        assert!(matches!(clause(&p, 0).body.as_deref(), Some([Stmt::Expr(_)])));
+        assert!(matches!(
+            clause(&p, 0).body.as_deref(),
+            Some([Stmt::Expr(_)])
+        ));
         let p = prog("BEGIN { a; b }");
         assert_eq!(clause(&p, 0).body.as_ref().map(Vec::len), Some(2));
         let p = prog("BEGIN { ; }");
-        assert!(matches!(clause(&p, 0).body.as_deref(), Some([Stmt::Empty(_)])));
+        assert!(matches!(
+            clause(&p, 0).body.as_deref(),
+            Some([Stmt::Empty(_)])
+        ));
         let p = prog("BEGIN {}");
         assert_eq!(clause(&p, 0).body, Some(vec![]));
         let p = prog("BEGIN { a;; }");
-        assert!(matches!(clause(&p, 0).body.as_deref(), Some([Stmt::Expr(_), Stmt::Empty(_)])));
+        assert!(matches!(
+            clause(&p, 0).body.as_deref(),
+            Some([Stmt::Expr(_), Stmt::Empty(_)])
+        ));
     }
 
     #[test]
@@ -1305,7 +1549,15 @@ mod tests {
         let p = prog("BEGIN { if (x) a = 1; else { b = 2; c = 3; } d = 4 }");
         let body = clause(&p, 0).body.as_ref().unwrap();
         assert_eq!(body.len(), 2);
-        let Stmt::If { cond, then, otherwise, span } = &body[0] else { panic!() };
+        let Stmt::If {
+            cond,
+            then,
+            otherwise,
+            span,
+        } = &body[0]
+        else {
+            panic!()
+        };
         assert_eq!(sx(cond), "x");
         assert_eq!(then.len(), 1);
         assert_eq!(otherwise.as_ref().map(Vec::len), Some(2));
@@ -1313,8 +1565,21 @@ mod tests {
         // A dangling else belongs to the nearest if.
         let p = prog("BEGIN { if (a) if (b) x; else y; }");
         let body = clause(&p, 0).body.as_ref().unwrap();
-        let Stmt::If { then, otherwise: None, .. } = &body[0] else { panic!("{body:?}") };
-        assert!(matches!(&then[0], Stmt::If { otherwise: Some(_), .. }));
+        let Stmt::If {
+            then,
+            otherwise: None,
+            ..
+        } = &body[0]
+        else {
+            panic!("{body:?}")
+        };
+        assert!(matches!(
+            &then[0],
+            Stmt::If {
+                otherwise: Some(_),
+                ..
+            }
+        ));
         let p = prog("BEGIN { if (a) { } }");
         let body = clause(&p, 0).body.as_ref().unwrap();
         assert!(matches!(&body[0], Stmt::If { then, otherwise: None, .. } if then.is_empty()));
@@ -1327,7 +1592,14 @@ mod tests {
         clause(&p, 0)
             .probes
             .iter()
-            .map(|d| [d.provider.clone(), d.module.clone(), d.function.clone(), d.name.clone()])
+            .map(|d| {
+                [
+                    d.provider.clone(),
+                    d.module.clone(),
+                    d.function.clone(),
+                    d.name.clone(),
+                ]
+            })
             .collect()
     }
 
@@ -1337,10 +1609,22 @@ mod tests {
 
     #[test]
     fn probe_descriptions() {
-        assert_eq!(descs("BEGIN", DescAlign::Name), vec![d4("", "", "", "BEGIN")]);
-        assert_eq!(descs("read:entry", DescAlign::Name), vec![d4("", "", "read", "entry")]);
-        assert_eq!(descs("tick-1s { }", DescAlign::Name), vec![d4("", "", "", "tick-1s")]);
-        assert_eq!(descs("profile-997hz{}", DescAlign::Name), vec![d4("", "", "", "profile-997hz")]);
+        assert_eq!(
+            descs("BEGIN", DescAlign::Name),
+            vec![d4("", "", "", "BEGIN")]
+        );
+        assert_eq!(
+            descs("read:entry", DescAlign::Name),
+            vec![d4("", "", "read", "entry")]
+        );
+        assert_eq!(
+            descs("tick-1s { }", DescAlign::Name),
+            vec![d4("", "", "", "tick-1s")]
+        );
+        assert_eq!(
+            descs("profile-997hz{}", DescAlign::Name),
+            vec![d4("", "", "", "profile-997hz")]
+        );
         assert_eq!(
             descs("pid$target:libc.so.6:malloc:entry", DescAlign::Name),
             vec![d4("pid$target", "libc.so.6", "malloc", "entry")]
@@ -1349,21 +1633,43 @@ mod tests {
             descs("syscall::open*:entry /x/ {}", DescAlign::Name),
             vec![d4("syscall", "", "open*", "entry")]
         );
-        assert_eq!(descs("pid123:a.out:main:4", DescAlign::Name), vec![d4("pid123", "a.out", "main", "4")]);
+        assert_eq!(
+            descs("pid123:a.out:main:4", DescAlign::Name),
+            vec![d4("pid123", "a.out", "main", "4")]
+        );
         assert_eq!(descs(":::", DescAlign::Name), vec![d4("", "", "", "")]);
         assert_eq!(
             descs("BEGIN,\n  syscall::read:entry ,END\n{}", DescAlign::Name),
-            vec![d4("", "", "", "BEGIN"), d4("syscall", "", "read", "entry"), d4("", "", "", "END")]
+            vec![
+                d4("", "", "", "BEGIN"),
+                d4("syscall", "", "read", "entry"),
+                d4("", "", "", "END")
+            ]
         );
         let p = prog("proc:::exec-success { }");
         assert_eq!(clause(&p, 0).probes[0].text, "proc:::exec-success");
         assert_eq!(clause(&p, 0).probes[0].span.range(), 0..19);
         // Other alignments (-f, -m, -P).
-        assert_eq!(descs("malloc", DescAlign::Function), vec![d4("", "", "malloc", "")]);
-        assert_eq!(descs("libc:malloc", DescAlign::Function), vec![d4("", "libc", "malloc", "")]);
-        assert_eq!(descs("pid1:libc:malloc", DescAlign::Function), vec![d4("pid1", "libc", "malloc", "")]);
-        assert_eq!(descs("libc", DescAlign::Module), vec![d4("", "libc", "", "")]);
-        assert_eq!(descs("syscall", DescAlign::Provider), vec![d4("syscall", "", "", "")]);
+        assert_eq!(
+            descs("malloc", DescAlign::Function),
+            vec![d4("", "", "malloc", "")]
+        );
+        assert_eq!(
+            descs("libc:malloc", DescAlign::Function),
+            vec![d4("", "libc", "malloc", "")]
+        );
+        assert_eq!(
+            descs("pid1:libc:malloc", DescAlign::Function),
+            vec![d4("pid1", "libc", "malloc", "")]
+        );
+        assert_eq!(
+            descs("libc", DescAlign::Module),
+            vec![d4("", "libc", "", "")]
+        );
+        assert_eq!(
+            descs("syscall", DescAlign::Provider),
+            vec![d4("syscall", "", "", "")]
+        );
     }
 
     #[test]
@@ -1382,8 +1688,15 @@ mod tests {
     }
 
     fn var(item: &Item) -> (VarScope, String, String, Vec<String>) {
-        let Item::VarDecl(v) = item else { panic!("{item:?}") };
-        (v.scope, ty(&v.ty), v.name.clone(), v.keys.iter().map(ty).collect())
+        let Item::VarDecl(v) = item else {
+            panic!("{item:?}")
+        };
+        (
+            v.scope,
+            ty(&v.ty),
+            v.name.clone(),
+            v.keys.iter().map(ty).collect(),
+        )
     }
 
     #[test]
@@ -1393,9 +1706,23 @@ mod tests {
         let g = VarScope::Global;
         assert_eq!(v[0], (g, "Int(Default)".into(), "x".into(), vec![]));
         assert_eq!(v[1], (g, "LongLong(Unsigned)".into(), "y".into(), vec![]));
-        assert_eq!(v[2], (VarScope::Thread, "Int(Default)".into(), "t".into(), vec![]));
-        assert_eq!(v[3], (VarScope::Clause, "String".into(), "s".into(), vec![]));
-        assert_eq!(v[4], (g, "Int(Default)".into(), "a".into(), vec!["String".into(), "Int(Default)".into()]));
+        assert_eq!(
+            v[2],
+            (VarScope::Thread, "Int(Default)".into(), "t".into(), vec![])
+        );
+        assert_eq!(
+            v[3],
+            (VarScope::Clause, "String".into(), "s".into(), vec![])
+        );
+        assert_eq!(
+            v[4],
+            (
+                g,
+                "Int(Default)".into(),
+                "a".into(),
+                vec!["String".into(), "Int(Default)".into()]
+            )
+        );
         assert_eq!(v[5], (g, "Char(Default)[16]".into(), "buf".into(), vec![]));
         assert_eq!(v[6].1, "Int(Default)*");
         assert_eq!(v[7], (g, "Int(Default)**".into(), "q".into(), vec![]));
@@ -1405,73 +1732,166 @@ mod tests {
         assert_eq!(v[11].1, "Char(Signed)");
         assert_eq!(v[12].1, "Short(Default)");
         assert_eq!(v[13].1, "Int(Unsigned)");
-        let Item::VarDecl(d) = &p.items[0] else { panic!() };
+        let Item::VarDecl(d) = &p.items[0] else {
+            panic!()
+        };
         assert_eq!(d.span.range(), 4..5);
     }
 
     #[test]
     fn type_declarations() {
         let p = prog("struct s { int a; char b[8]; struct t *p; };");
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, members }), typedefs, .. }) = &p.items[0] else {
+        let Item::TypeDecl(TypeDecl {
+            definition: Some(TypeDef::Struct { tag, members }),
+            typedefs,
+            ..
+        }) = &p.items[0]
+        else {
             panic!("{:?}", p.items)
         };
         assert_eq!(tag, "s");
         assert!(typedefs.is_empty());
-        let m: Vec<(String, String)> = members.iter().map(|m| (m.name.clone(), ty(&m.ty))).collect();
-        assert_eq!(m, vec![
-            ("a".into(), "Int(Default)".into()),
-            ("b".into(), "Char(Default)[8]".into()),
-            ("p".into(), "struct t*".into())
-        ]);
+        let m: Vec<(String, String)> = members
+            .iter()
+            .map(|m| (m.name.clone(), ty(&m.ty)))
+            .collect();
+        assert_eq!(
+            m,
+            vec![
+                ("a".into(), "Int(Default)".into()),
+                ("b".into(), "Char(Default)[8]".into()),
+                ("p".into(), "struct t*".into())
+            ]
+        );
         let p = prog("union u { int a; long b; };");
-        assert!(matches!(&p.items[0], Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Union { .. }), .. })));
+        assert!(matches!(
+            &p.items[0],
+            Item::TypeDecl(TypeDecl {
+                definition: Some(TypeDef::Union { .. }),
+                ..
+            })
+        ));
         let p = prog("enum e { A, B = 3, C };");
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Enum { tag, values }), .. }) = &p.items[0] else { panic!() };
+        let Item::TypeDecl(TypeDecl {
+            definition: Some(TypeDef::Enum { tag, values }),
+            ..
+        }) = &p.items[0]
+        else {
+            panic!()
+        };
         assert_eq!(tag, "e");
-        let v: Vec<(String, Option<String>)> = values.iter().map(|v| (v.name.clone(), v.value.as_ref().map(sx))).collect();
-        assert_eq!(v, vec![("A".into(), None), ("B".into(), Some("3".into())), ("C".into(), None)]);
+        let v: Vec<(String, Option<String>)> = values
+            .iter()
+            .map(|v| (v.name.clone(), v.value.as_ref().map(sx)))
+            .collect();
+        assert_eq!(
+            v,
+            vec![
+                ("A".into(), None),
+                ("B".into(), Some("3".into())),
+                ("C".into(), None)
+            ]
+        );
     }
 
     #[test]
     fn typedefs() {
-        let p = prog("typedef unsigned int myint_t;\nmyint_t x;\nmyint_t *y;\nBEGIN { z = (myint_t)1; }");
-        let Item::TypeDecl(TypeDecl { definition: None, typedefs, .. }) = &p.items[0] else { panic!() };
+        let p = prog(
+            "typedef unsigned int myint_t;\nmyint_t x;\nmyint_t *y;\nBEGIN { z = (myint_t)1; }",
+        );
+        let Item::TypeDecl(TypeDecl {
+            definition: None,
+            typedefs,
+            ..
+        }) = &p.items[0]
+        else {
+            panic!()
+        };
         assert_eq!(typedefs[0].0, "myint_t");
         assert_eq!(ty(&typedefs[0].1), "Int(Unsigned)");
         assert_eq!(var(&p.items[1]).1, "myint_t");
         assert_eq!(var(&p.items[2]).1, "myint_t*");
-        let Some([Stmt::Expr(x)]) = clause(&p, 3).body.as_deref() else { panic!() };
+        let Some([Stmt::Expr(x)]) = clause(&p, 3).body.as_deref() else {
+            panic!()
+        };
         assert_eq!(sx(x), "(= z (cast myint_t 1))");
 
         let p = prog("typedef struct s { int a; } s_t, *s_p;");
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), typedefs, .. }) = &p.items[0] else { panic!() };
+        let Item::TypeDecl(TypeDecl {
+            definition: Some(TypeDef::Struct { tag, .. }),
+            typedefs,
+            ..
+        }) = &p.items[0]
+        else {
+            panic!()
+        };
         assert_eq!(tag, "s");
         let t: Vec<(String, String)> = typedefs.iter().map(|(n, t)| (n.clone(), ty(t))).collect();
-        assert_eq!(t, vec![("s_t".into(), "struct s".into()), ("s_p".into(), "struct s*".into())]);
+        assert_eq!(
+            t,
+            vec![
+                ("s_t".into(), "struct s".into()),
+                ("s_p".into(), "struct s*".into())
+            ]
+        );
 
         let p = prog("typedef struct { int a; } anon_t; typedef enum { X } e_t;");
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), typedefs, .. }) = &p.items[0] else { panic!() };
-        assert_eq!((tag.as_str(), ty(&typedefs[0].1).as_str()), ("__anon1", "struct __anon1"));
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Enum { tag, .. }), .. }) = &p.items[1] else { panic!() };
+        let Item::TypeDecl(TypeDecl {
+            definition: Some(TypeDef::Struct { tag, .. }),
+            typedefs,
+            ..
+        }) = &p.items[0]
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (tag.as_str(), ty(&typedefs[0].1).as_str()),
+            ("__anon1", "struct __anon1")
+        );
+        let Item::TypeDecl(TypeDecl {
+            definition: Some(TypeDef::Enum { tag, .. }),
+            ..
+        }) = &p.items[1]
+        else {
+            panic!()
+        };
         assert_eq!(tag, "__anon2");
 
         // A nested definition becomes its own item, ahead of the enclosing one.
         let p = prog("struct o { struct i { int x; } in; int y; };");
         assert_eq!(p.items.len(), 2);
-        assert!(matches!(&p.items[0], Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), .. }) if tag == "i"));
+        assert!(
+            matches!(&p.items[0], Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), .. }) if tag == "i")
+        );
         // typedef int foo; struct s { foo foo; };
         let p = prog("typedef int foo; struct s { foo foo; };");
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { members, .. }), .. }) = &p.items[1] else { panic!() };
-        assert_eq!((members[0].name.as_str(), ty(&members[0].ty).as_str()), ("foo", "foo"));
+        let Item::TypeDecl(TypeDecl {
+            definition: Some(TypeDef::Struct { members, .. }),
+            ..
+        }) = &p.items[1]
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (members[0].name.as_str(), ty(&members[0].ty).as_str()),
+            ("foo", "foo")
+        );
     }
 
     #[test]
     fn inlines_translators_providers() {
         let p = prog("inline int LIMIT = 3 * 4;\ninline string NAME = \"x\";");
-        let Item::Inline(i) = &p.items[0] else { panic!() };
-        assert_eq!((i.name.as_str(), ty(&i.ty), sx(&i.value)), ("LIMIT", "Int(Default)".into(), "(* 3 4)".into()));
+        let Item::Inline(i) = &p.items[0] else {
+            panic!()
+        };
+        assert_eq!(
+            (i.name.as_str(), ty(&i.ty), sx(&i.value)),
+            ("LIMIT", "Int(Default)".into(), "(* 3 4)".into())
+        );
         assert_eq!(i.span.range(), 0..25);
-        let Item::Inline(i) = &p.items[1] else { panic!() };
+        let Item::Inline(i) = &p.items[1] else {
+            panic!()
+        };
         assert_eq!((ty(&i.ty), sx(&i.value)), ("String".into(), "\"x\"".into()));
         let p = prog("translator struct x < int *p > { a = p[0]; b = { }; };\nprovider foo { probe bar(int, char *); };\nBEGIN {}");
         assert_eq!(p.items.len(), 1);
@@ -1488,11 +1908,14 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(words, vec![
-            vec!["option".to_string(), "quiet".into()],
-            vec!["option".to_string(), "bufsize=4m".into()],
-            vec!["depends_on".to_string(), "module".into(), "foo".into()],
-        ]);
+        assert_eq!(
+            words,
+            vec![
+                vec!["option".to_string(), "quiet".into()],
+                vec!["option".to_string(), "bufsize=4m".into()],
+                vec!["depends_on".to_string(), "module".into(), "foo".into()],
+            ]
+        );
         assert!(matches!(p.items[2], Item::Clause(_)));
         assert_eq!(p.items.len(), 4);
     }
@@ -1503,7 +1926,10 @@ mod tests {
         let e = parse_script("BEGIN, END").unwrap_err();
         assert_eq!(
             (e.message.as_str(), e.span.range()),
-            ("expected predicate and/or actions following probe description", 0..10)
+            (
+                "expected predicate and/or actions following probe description",
+                0..10
+            )
         );
     }
 
@@ -1517,22 +1943,54 @@ mod tests {
             ("BEGIN ;", near(";"), 6..7),
             ("BEGIN { foo(; }", near(";"), 12..13),
             ("BEGIN { x = (1 + 2; }", near(";"), 18..19),
-            ("BEGIN { x = 1); }", "extra ) in input stream".into(), 13..14),
-            ("BEGIN { x = a]; }", "extra ] in input stream".into(), 13..14),
+            (
+                "BEGIN { x = 1); }",
+                "extra ) in input stream".into(),
+                13..14,
+            ),
+            (
+                "BEGIN { x = a]; }",
+                "extra ] in input stream".into(),
+                13..14,
+            ),
             ("BEGIN { } }", near("}"), 10..11),
             ("BEGIN /x {", near("{"), 9..10),
-            ("BEGIN /(x/ { }", "closing ) expected in predicate before /".into(), 9..10),
-            ("BEGIN /a[x/ { }", "closing ] expected in predicate before /".into(), 10..11),
-            ("BEGIN /x/", "expected actions { } following probe description and predicate".into(), 7..8),
-            ("a:b:c:d:e", "invalid probe description \"a:b:c:d:e\": Overspecified probe description".into(), 0..9),
+            (
+                "BEGIN /(x/ { }",
+                "closing ) expected in predicate before /".into(),
+                9..10,
+            ),
+            (
+                "BEGIN /a[x/ { }",
+                "closing ] expected in predicate before /".into(),
+                10..11,
+            ),
+            (
+                "BEGIN /x/",
+                "expected actions { } following probe description and predicate".into(),
+                7..8,
+            ),
+            (
+                "a:b:c:d:e",
+                "invalid probe description \"a:b:c:d:e\": Overspecified probe description".into(),
+                0..9,
+            ),
             ("BEGIN { x = 1 + ; }", near(";"), 16..17),
             ("BEGIN { if x { } }", near("x"), 11..12),
             ("BEGIN { if (x) trace(1) }", near("}"), 24..25),
             ("BEGIN { else; }", near("else"), 8..12),
             ("int 3;", near("3"), 4..5),
             ("long char x;", "invalid type combination".into(), 0..9),
-            ("unsigned signed x;", "invalid type combination".into(), 9..15),
-            ("struct s x", "syntax error near end of input".into(), 10..10),
+            (
+                "unsigned signed x;",
+                "invalid type combination".into(),
+                9..15,
+            ),
+            (
+                "struct s x",
+                "syntax error near end of input".into(),
+                10..10,
+            ),
             ("inline int x 3;", near("3"), 13..14),
             ("BEGIN { (int)x = 1; }", near("="), 15..16),
             ("BEGIN { x->; }", near(";"), 11..12),
@@ -1546,14 +2004,26 @@ mod tests {
             ("BEGIN { self->x[; }", near(";"), 16..17),
             ("int a[string, 3];", near("3"), 14..15),
             ("BEGIN { x = \"a\" \"b\"; }", near("\"b\""), 16..19),
-            ("BEGIN { printf(\"%d\\n\", 1) } x {", "syntax error near end of input".into(), 31..31),
+            (
+                "BEGIN { printf(\"%d\\n\", 1) } x {",
+                "syntax error near end of input".into(),
+                31..31,
+            ),
             ("BEGIN { x = offsetof(struct s, 1); }", near("1"), 31..32),
             ("BEGIN { x = (struct { int a; })y; }", near("{"), 20..21),
             ("enum e { A, };", near("}"), 12..13),
             ("struct s { };", near("}"), 11..12),
             ("BEGIN { x = y\n+; }", near(";"), 15..16),
-            ("BEGIN\n#define X 1\n{}", "invalid control directive: #define".into(), 6..13),
-            ("BEGIN { x = 08; }", "constant 08 contains invalid digit 8".into(), 12..14),
+            (
+                "BEGIN\n#define X 1\n{}",
+                "invalid control directive: #define".into(),
+                6..13,
+            ),
+            (
+                "BEGIN { x = 08; }",
+                "constant 08 contains invalid digit 8".into(),
+                12..14,
+            ),
         ];
         let wrong: Vec<String> = cases
             .iter()
@@ -1566,12 +2036,26 @@ mod tests {
     #[test]
     fn deep_nesting_is_an_error_not_a_crash() {
         let deep = |open: &str, n: usize| format!("BEGIN {{ x = {}a; }}", open.repeat(n));
-        for src in [deep("(", 10_000), deep("!", 10_000), deep("-", 10_000), deep("(int)", 10_000), deep("sizeof ", 10_000), deep("a = ", 10_000), deep("a ? b : ", 10_000), deep("f(", 10_000), deep("a[", 10_000)] {
+        for src in [
+            deep("(", 10_000),
+            deep("!", 10_000),
+            deep("-", 10_000),
+            deep("(int)", 10_000),
+            deep("sizeof ", 10_000),
+            deep("a = ", 10_000),
+            deep("a ? b : ", 10_000),
+            deep("f(", 10_000),
+            deep("a[", 10_000),
+        ] {
             assert_eq!(err(&src).0, "expression nesting too deep");
         }
         let ifs = format!("BEGIN {{ {} x; }}", "if (1) ".repeat(10_000));
         assert_eq!(err(&ifs).0, "expression nesting too deep");
-        let structs = format!("{} int x; {};", "struct a { ".repeat(10_000), "} y; }".repeat(10_000));
+        let structs = format!(
+            "{} int x; {};",
+            "struct a { ".repeat(10_000),
+            "} y; }".repeat(10_000)
+        );
         assert_eq!(err(&structs).0, "expression nesting too deep");
         // Moderate nesting is fine.
         assert_eq!(e(&format!("{}a{}", "(".repeat(60), ")".repeat(60))), "a");
@@ -1584,7 +2068,23 @@ mod tests {
             let _ = parse_program(&src[..i], DescAlign::Name);
             let _ = parse_program(&src[i..], DescAlign::Name);
         }
-        for s in ["é{", "BEGIN { é }", "\u{0}", "BEGIN { x = '\\", "BEGIN { \"\\", "#", "# ", "#\"", "@@", "$$", "`", "BEGIN { ` }", "a``b", "BEGIN { x = 0x; }", "BEGIN { x = 1e; }"] {
+        for s in [
+            "é{",
+            "BEGIN { é }",
+            "\u{0}",
+            "BEGIN { x = '\\",
+            "BEGIN { \"\\",
+            "#",
+            "# ",
+            "#\"",
+            "@@",
+            "$$",
+            "`",
+            "BEGIN { ` }",
+            "a``b",
+            "BEGIN { x = 0x; }",
+            "BEGIN { x = 1e; }",
+        ] {
             let _ = parse_program(s, DescAlign::Name);
         }
     }
