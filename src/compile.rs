@@ -110,7 +110,7 @@ fn load(p: &ProgramSource, options: &Options, registry: &Registry) -> Result<(So
             let raw = String::from_utf8_lossy(&raw).into_owned();
             let text = if options.cpp {
                 preprocess::preprocess(&raw, Some(path), options)
-                    .map_err(|e| Failure(format!("failed to compile script {shown}: {e}")))?
+                    .map_err(|e| Failure(format!("failed to compile script {shown}: {e}\n{}", e.detail())))?
                     .text
             } else {
                 raw

@@ -31,11 +31,12 @@ pub enum PreprocessError {
 }
 
 impl PreprocessError {
-    /// What cpp wrote to stderr, if it ran.
-    pub fn cpp_stderr(&self) -> Option<&str> {
+    /// The preprocessor's own words, to show after libdtrace's message.
+    pub fn detail(&self) -> String {
         match self {
-            PreprocessError::Failed { stderr, .. } => Some(stderr),
-            _ => None,
+            PreprocessError::NotFound { cpp } => format!("{cpp} not found"),
+            PreprocessError::Exec { cpp, error } => format!("{cpp}: {error}"),
+            PreprocessError::Failed { cpp, stderr } => format!("{cpp}: {}", stderr.trim_end()),
         }
     }
 }
@@ -365,7 +366,7 @@ nolinux
             e.to_string(),
             "Preprocessor failed to process input program"
         );
-        let stderr = e.cpp_stderr().unwrap();
+        let stderr = e.detail();
         assert!(stderr.contains("no way"), "{stderr}");
         assert!(stderr.contains("bad.d"), "{stderr}");
 

@@ -11,7 +11,6 @@ use crate::glob;
 
 pub const BEGIN: u32 = 1;
 pub const END: u32 = 2;
-pub const ERROR: u32 = 3;
 
 /// The profile provider's probes that exist before anyone asks (as in DTrace).
 const PRECREATED: &[&str] = &[
