@@ -5,7 +5,7 @@
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::fd::AsFd;
-use std::process::{Child, Command};
+use std::os::unix::process::ExitStatusExt;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,7 @@ use crate::compile::{self, io_reason, Compiled};
 use crate::list;
 use crate::probes::{self, Registry, TimerKind};
 use crate::selfctx::SelfContext;
+use udtrace_target::control::Target;
 
 pub const EXIT_FAILURE: i32 = 1;
 
@@ -29,52 +30,78 @@ fn fail(msg: &str) -> i32 {
     EXIT_FAILURE
 }
 
-/// Processes given with `-c`/`-p`: udtrace stops when all have exited.
+/// Processes given with `-c`/`-p`, held until tracing starts; udtrace stops when all
+/// have exited.
 struct Targets {
-    children: Vec<Child>,
-    pids: Vec<i32>,
+    list: Vec<Target>,
+    /// Which have been reported as exited.
+    gone: Vec<bool>,
 }
 
 impl Targets {
-    fn all_exited(&mut self) -> bool {
-        let kids_done = self.children.iter_mut().all(|c| matches!(c.try_wait(), Ok(Some(_))));
-        let pids_done = self.pids.iter().all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists());
-        kids_done && pids_done
-    }
     fn is_empty(&self) -> bool {
-        self.children.is_empty() && self.pids.is_empty()
+        self.list.is_empty()
     }
-    fn kill_all(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
+    fn first_pid(&self) -> Option<i64> {
+        self.list.first().map(|t| i64::from(t.pid))
+    }
+    fn release(&mut self) {
+        self.list.iter_mut().for_each(Target::release);
+    }
+    /// Ends tracing of every target: created ones still running are killed, grabbed
+    /// ones released (dtrace's behaviour).
+    fn finish(&mut self) {
+        self.list.iter_mut().for_each(Target::finish);
+    }
+    /// Reports newly exited targets as dtrace's prochandler does; true when all are gone.
+    fn reap(&mut self, quiet: bool) -> bool {
+        for (t, gone) in self.list.iter_mut().zip(self.gone.iter_mut()) {
+            if *gone || !t.has_exited() {
+                continue;
+            }
+            *gone = true;
+            if quiet {
+                continue;
+            }
+            let pid = t.pid;
+            match t.exit_status() {
+                Some(st) if st.signal().is_some() => {
+                    let sig = st.signal().unwrap_or(0);
+                    let name = Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| format!("signal {sig}"));
+                    eprintln!("udtrace: pid {pid} terminated by {name}");
+                }
+                Some(st) if st.code().unwrap_or(0) != 0 => {
+                    eprintln!("udtrace: pid {pid} exited with status {}", st.code().unwrap_or(0));
+                }
+                _ => eprintln!("udtrace: pid {pid} has exited"),
+            }
         }
+        self.gone.iter().all(|g| *g)
     }
 }
 
 fn start_targets(cli: &Cli) -> Result<Targets, String> {
-    let mut t = Targets { children: Vec::new(), pids: Vec::new() };
+    let mut t = Targets { list: Vec::new(), gone: Vec::new() };
     for cmd in &cli.commands {
         let argv = cli::split_command(cmd);
-        let Some((prog, args)) = argv.split_first() else {
-            t.kill_all();
-            return Err("failed to execute : empty command".into());
-        };
-        match Command::new(prog).args(args).spawn() {
-            Ok(c) => t.children.push(c),
+        match Target::create(&argv) {
+            Ok(target) => t.list.push(target),
             Err(e) => {
-                t.kill_all();
-                return Err(format!("failed to execute {prog}: {}", io_reason(&e)));
+                t.finish();
+                return Err(e.to_string());
             }
         }
     }
     for &pid in &cli.pids {
-        if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            t.kill_all();
-            return Err(format!("failed to grab pid {pid}: No such process"));
+        match Target::grab(pid) {
+            Ok(target) => t.list.push(target),
+            Err(e) => {
+                t.finish();
+                return Err(e.to_string());
+            }
         }
-        t.pids.push(pid);
     }
+    t.gone = vec![false; t.list.len()];
     Ok(t)
 }
 
@@ -86,11 +113,7 @@ fn macro_args(cli: &Cli, targets: &Targets, me: &SelfContext) -> MacroArgs {
     let mut m = MacroArgs::new(argv);
     m.defaultargs = cli.options.defaultargs;
     m.argref = cli.options.argref;
-    m.target = targets
-        .children
-        .first()
-        .map(|c| i64::from(c.id()))
-        .or_else(|| targets.pids.first().map(|&p| i64::from(p)));
+    m.target = targets.first_pid();
     m.pid = me.pid;
     m.ppid = me.ppid;
     m.pgid = me.pgid;
@@ -137,14 +160,16 @@ pub fn run(cli: Cli) -> i32 {
     let compiled = match compile::compile(&cli, &macros, &mut registry) {
         Ok(c) => c,
         Err(f) => {
-            targets.kill_all();
+            targets.finish();
             return fail(&f.0);
         }
     };
     if cli.mode == Mode::List {
+        targets.finish();
         return list::list(&cli, &compiled, &registry);
     }
     if cli.exit_after_compile {
+        targets.finish();
         return 0;
     }
     let quiet = compiled.options.quiet;
@@ -156,7 +181,7 @@ pub fn run(cli: Cli) -> i32 {
     }
     let total: usize = compiled.sources.iter().map(|s| s.matched).sum();
     if total == 0 && !compiled.options.zdefs {
-        targets.kill_all();
+        targets.finish();
         let what = if compiled.sources.is_empty() { "specified" } else { "matched" };
         return fail(&format!("no probes {what}"));
     }
@@ -164,13 +189,15 @@ pub fn run(cli: Cli) -> i32 {
         Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
             Ok(f) => Box::new(io::BufWriter::new(f)),
             Err(e) => {
-                targets.kill_all();
+                targets.finish();
                 return fail(&format!("failed to open output file '{}': {}", path.display(), io_reason(&e)));
             }
         },
         None => Box::new(io::BufWriter::new(io::stdout())),
     };
-    match trace(&compiled, &me, &mut targets, &sfd, out.as_mut()) {
+    let result = trace(&compiled, &me, &mut targets, &sfd, out.as_mut());
+    targets.finish();
+    match result {
         Ok(status) => status,
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
         Err(e) => fail(&format!("failed to write output: {}", io_reason(&e))),
@@ -235,6 +262,8 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
         status = s;
         done = true;
     }
+    // As dtrace: BEGIN has fired and probes are armed; now the processes may run.
+    targets.release();
     let mut timers = timers(c, Instant::now());
     while !done {
         let now = Instant::now();
@@ -280,7 +309,7 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
                 break;
             }
         }
-        if !targets.is_empty() && targets.all_exited() {
+        if !targets.is_empty() && targets.reap(c.options.quiet) {
             break;
         }
     }

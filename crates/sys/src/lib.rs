@@ -1,0 +1,6 @@
+//! Every `unsafe` block of udtrace lives in this crate, each with its reason. The rest
+//! of the workspace calls these safe wrappers.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod process;

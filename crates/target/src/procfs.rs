@@ -1,0 +1,203 @@
+//! What /proc says about a live process: its mappings grouped into loaded objects,
+//! its memory, its auxiliary vector, its name and parent.
+
+use std::io;
+use std::path::PathBuf;
+
+use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+use nix::unistd::Pid;
+
+use crate::elf::ElfInfo;
+
+/// One line of /proc/<pid>/maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub read: bool,
+    pub write: bool,
+    pub exec: bool,
+    pub offset: u64,
+    pub inode: u64,
+    /// The file or pseudo name (`[vdso]`, `[heap]`); `None` for anonymous memory.
+    pub path: Option<String>,
+}
+
+/// Parses the text of /proc/<pid>/maps; malformed lines are skipped.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines().filter_map(parse_map_line).collect()
+}
+
+fn parse_map_line(line: &str) -> Option<Mapping> {
+    let mut it = line.splitn(6, ' ');
+    let range = it.next()?;
+    let perms = it.next()?.as_bytes();
+    let offset = u64::from_str_radix(it.next()?, 16).ok()?;
+    let _dev = it.next()?;
+    let inode = it.next()?.parse().ok()?;
+    let path = it.next().map(str::trim_start).filter(|p| !p.is_empty()).map(String::from);
+    let (s, e) = range.split_once('-')?;
+    Some(Mapping {
+        start: u64::from_str_radix(s, 16).ok()?,
+        end: u64::from_str_radix(e, 16).ok()?,
+        read: perms.first() == Some(&b'r'),
+        write: perms.get(1) == Some(&b'w'),
+        exec: perms.get(2) == Some(&b'x'),
+        offset,
+        inode,
+        path,
+    })
+}
+
+/// A file mapped into a process (an executable, a shared library, the vDSO).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedObject {
+    /// The path as the process sees it (maps' text, without ` (deleted)`).
+    pub path: String,
+    pub is_main: bool,
+    /// The vDSO and other pseudo objects are listed but never probed.
+    pub is_vdso: bool,
+    pub mappings: Vec<Mapping>,
+}
+
+/// Groups file-backed mappings into objects, in address order of first appearance.
+/// `exe` is the main executable's path (from /proc/<pid>/exe).
+pub fn loaded_objects(maps: &[Mapping], exe: &str) -> Vec<LoadedObject> {
+    let mut out: Vec<LoadedObject> = Vec::new();
+    for m in maps {
+        let Some(raw) = &m.path else { continue };
+        let path = raw.strip_suffix(" (deleted)").unwrap_or(raw);
+        let is_vdso = path == "[vdso]";
+        if path.starts_with('[') && !is_vdso {
+            continue;
+        }
+        match out.iter_mut().find(|o| o.path == path) {
+            Some(o) => o.mappings.push(m.clone()),
+            None => out.push(LoadedObject {
+                path: path.to_string(),
+                is_main: path == exe,
+                is_vdso,
+                mappings: vec![m.clone()],
+            }),
+        }
+    }
+    out
+}
+
+impl LoadedObject {
+    /// The load bias: what to add to the file's virtual addresses to get the process's.
+    /// Found from a mapping whose file offset lies in one of the ELF's load segments.
+    pub fn bias(&self, info: &ElfInfo) -> Option<u64> {
+        for m in &self.mappings {
+            for s in &info.segments {
+                let seg_page = s.offset & !0xfff;
+                if m.offset >= seg_page && m.offset < s.offset + s.filesz.max(1) {
+                    // The vaddr that this mapping's first byte has in the file.
+                    let vaddr = s.vaddr.wrapping_add(m.offset).wrapping_sub(s.offset);
+                    return Some(m.start.wrapping_sub(vaddr));
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether a process address lies in this object's executable mappings.
+    pub fn contains_code(&self, addr: u64) -> bool {
+        self.mappings.iter().any(|m| m.exec && m.start <= addr && addr < m.end)
+    }
+}
+
+pub fn read_maps(pid: i32) -> io::Result<Vec<Mapping>> {
+    Ok(parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?))
+}
+
+/// The executable's path as maps shows it.
+pub fn exe_path(pid: i32) -> io::Result<String> {
+    let p = std::fs::read_link(format!("/proc/{pid}/exe"))?;
+    let s = p.to_string_lossy().into_owned();
+    Ok(s.strip_suffix(" (deleted)").map(String::from).unwrap_or(s))
+}
+
+/// A path of the target's as udtrace can open it, also across mount namespaces.
+pub fn host_path(pid: i32, path: &str) -> PathBuf {
+    let through_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    if through_root.exists() {
+        through_root
+    } else {
+        PathBuf::from(path)
+    }
+}
+
+/// Reads target memory without stopping it.
+pub fn read_memory(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let remote = [RemoteIoVec { base: addr as usize, len }];
+    let n = process_vm_readv(Pid::from_raw(pid), &mut [io::IoSliceMut::new(&mut buf)], &remote)
+        .map_err(io::Error::from)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// The auxiliary vector: (type, value) pairs.
+pub fn auxv(pid: i32) -> io::Result<Vec<(u64, u64)>> {
+    let raw = std::fs::read(format!("/proc/{pid}/auxv"))?;
+    Ok(raw
+        .chunks_exact(16)
+        .map(|c| {
+            let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+            (word(&c[..8]), word(&c[8..]))
+        })
+        .take_while(|&(t, _)| t != 0)
+        .collect())
+}
+
+pub const AT_ENTRY: u64 = 9;
+
+/// `comm` and parent pid from /proc/<pid>/stat.
+pub fn stat(pid: i32) -> io::Result<(String, i32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let open = s.find('(').ok_or_else(|| io::Error::other("bad stat"))?;
+    let close = s.rfind(')').ok_or_else(|| io::Error::other("bad stat"))?;
+    let comm = s[open + 1..close].to_string();
+    let ppid = s[close + 1..].split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    Ok((comm, ppid))
+}
+
+/// Thread ids of a process.
+pub fn tasks(pid: i32) -> io::Result<Vec<i32>> {
+    let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1234                       /usr/bin/prog
+55d0c0a01000-55d0c0a02000 r-xp 00001000 fd:01 1234                       /usr/bin/prog
+55d0c1000000-55d0c1021000 rw-p 00000000 00:00 0                          [heap]
+7f0000000000-7f0000028000 r--p 00000000 fd:01 99                         /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000028000-7f00001bd000 r-xp 00028000 fd:01 99                         /usr/lib/x86_64-linux-gnu/libc.so.6
+7f00001bd000-7f00001be000 rw-p 00000000 00:00 0 
+7ffd5f3f0000-7ffd5f3f2000 r-xp 00000000 00:00 0                          [vdso]
+";
+
+    #[test]
+    fn maps_group_into_objects() {
+        let maps = parse_maps(MAPS);
+        assert_eq!(maps.len(), 7);
+        assert!(maps[1].exec && !maps[1].write);
+        assert_eq!(maps[5].path, None);
+        let objs = loaded_objects(&maps, "/usr/bin/prog");
+        let names: Vec<&str> = objs.iter().map(|o| o.path.as_str()).collect();
+        assert_eq!(names, ["/usr/bin/prog", "/usr/lib/x86_64-linux-gnu/libc.so.6", "[vdso]"]);
+        assert!(objs[0].is_main && !objs[1].is_main && objs[2].is_vdso);
+        assert_eq!(objs[1].mappings.len(), 2);
+        assert!(objs[1].contains_code(0x7f0000030000));
+        assert!(!objs[1].contains_code(0x7f0000000100));
+    }
+}
