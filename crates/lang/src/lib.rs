@@ -2,6 +2,7 @@
 //! a checked program or a located error out.
 
 pub mod ast;
+pub mod capture;
 pub mod check;
 pub mod consts;
 pub mod diag;

@@ -1,0 +1,150 @@
+//! Capture plans: what a firing must record in the kernel, at the instant it happens,
+//! for a clause to be evaluated later in user space. Registers are always recorded;
+//! the plan adds user stack bytes (for `ustack()`, `ucaller`, stack arguments) and the
+//! strings behind `copyinstr(argN)`. Anything else a clause reads from the process is
+//! read from the live process when the consumer evaluates it.
+
+use crate::ir::{Action, Builtin, Clause, Expr, ExprKind, Place, Subr};
+
+/// How many bytes of user stack `ustack()` copies: enough for the unwinder to walk a
+/// few dozen frames of ordinary C and Rust code.
+pub const USTACK_BYTES: u32 = 8192;
+
+/// Bytes of stack for `arg6..arg9` and `ucaller` (return address and stack arguments).
+pub const ARGS_STACK_BYTES: u32 = 64;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CapturePlan {
+    /// User stack bytes to copy from the stack pointer up.
+    pub stack_bytes: u32,
+    /// `copyinstr(argN)`: the argument registers (0..=5) whose strings to copy.
+    pub strings: Vec<u8>,
+}
+
+impl CapturePlan {
+    /// The union of two plans: one record layout serves several clauses.
+    pub fn merge(&mut self, other: &CapturePlan) {
+        self.stack_bytes = self.stack_bytes.max(other.stack_bytes);
+        for s in &other.strings {
+            if !self.strings.contains(s) {
+                self.strings.push(*s);
+            }
+        }
+        self.strings.sort_unstable();
+    }
+}
+
+/// The plan for one clause (predicate and actions).
+pub fn plan(c: &Clause) -> CapturePlan {
+    let mut p = CapturePlan::default();
+    if let Some(pred) = &c.predicate {
+        expr(pred, &mut p);
+    }
+    actions(&c.actions, &mut p);
+    p.strings.sort_unstable();
+    p
+}
+
+fn actions(list: &[Action], p: &mut CapturePlan) {
+    for a in list {
+        match a {
+            Action::Eval(e) | Action::Trace(e) | Action::Exit(e) | Action::Speculate(e) | Action::Commit(e)
+            | Action::Discard(e) | Action::Raise(e) => expr(e, p),
+            Action::Tracemem { addr, dsize, .. } => {
+                expr(addr, p);
+                if let Some(d) = dsize {
+                    expr(d, p);
+                }
+            }
+            Action::Printf { args, .. } | Action::System { args, .. } => args.iter().for_each(|e| expr(e, p)),
+            Action::AggUpdate { keys, args, .. } => keys.iter().chain(args).for_each(|e| expr(e, p)),
+            Action::Trunc { keep: Some(e), .. } | Action::Normalize { factor: e, .. } => expr(e, p),
+            Action::Stack { user: true, .. } => p.stack_bytes = p.stack_bytes.max(USTACK_BYTES),
+            Action::If { cond, then, otherwise } => {
+                expr(cond, p);
+                actions(then, p);
+                actions(otherwise, p);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn place(pl: &Place, p: &mut CapturePlan) {
+    if let Place::Array { keys, .. } = pl {
+        keys.iter().for_each(|k| expr(k, p));
+    }
+}
+
+fn expr(e: &Expr, p: &mut CapturePlan) {
+    match &e.kind {
+        ExprKind::Builtin(Builtin::Arg(n)) if *n >= 6 => p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES),
+        ExprKind::Builtin(Builtin::Ucaller) => p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES),
+        ExprKind::Builtin(Builtin::Ustackdepth) => p.stack_bytes = p.stack_bytes.max(USTACK_BYTES),
+        ExprKind::Args(i) => {
+            p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES);
+            expr(i, p);
+        }
+        ExprKind::Call(Subr::Stack { user: true }, _) => p.stack_bytes = p.stack_bytes.max(USTACK_BYTES),
+        ExprKind::Call(Subr::Copyinstr, args) => {
+            if let Some(ExprKind::Builtin(Builtin::Arg(n))) = args.first().map(|a| &a.kind) {
+                if *n < 6 && !p.strings.contains(n) {
+                    p.strings.push(*n);
+                }
+            }
+            args.iter().for_each(|a| expr(a, p));
+        }
+        ExprKind::Call(_, args) => args.iter().for_each(|a| expr(a, p)),
+        ExprKind::ArrayGet { keys, .. } => keys.iter().for_each(|k| expr(k, p)),
+        ExprKind::Uregs(x) | ExprKind::Neg(x) | ExprKind::BitNot(x) | ExprKind::Not(x) | ExprKind::Cast(x)
+        | ExprKind::Load(x) => expr(x, p),
+        ExprKind::Field { base, .. } => expr(base, p),
+        ExprKind::Binary { lhs, rhs, .. } | ExprKind::StrCmp { lhs, rhs, .. } | ExprKind::Logical { lhs, rhs, .. } => {
+            expr(lhs, p);
+            expr(rhs, p);
+        }
+        ExprKind::Comma(a, b) => {
+            expr(a, p);
+            expr(b, p);
+        }
+        ExprKind::Ternary { cond, then, otherwise } => {
+            expr(cond, p);
+            expr(then, p);
+            expr(otherwise, p);
+        }
+        ExprKind::Assign { target, value, .. } => {
+            place(target, p);
+            expr(value, p);
+        }
+        ExprKind::IncDec { target, .. } => place(target, p),
+        ExprKind::Int(_) | ExprKind::Str(_) | ExprKind::Var(_) | ExprKind::Builtin(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::Checker;
+    use crate::macros::MacroArgs;
+    use crate::parser::{parse_program, DescAlign};
+
+    fn plan_of(src: &str) -> CapturePlan {
+        let prog = parse_program(src, DescAlign::Name).expect("parses");
+        let macros = MacroArgs::new(vec!["udtrace".into()]);
+        let mut c = Checker::new(&macros);
+        c.add_source(&prog, 0, src).expect("checks");
+        plan(&c.finish().clauses[0])
+    }
+
+    #[test]
+    fn plans_follow_what_clauses_read() {
+        assert_eq!(plan_of("BEGIN { x = arg0; }"), CapturePlan::default());
+        assert_eq!(plan_of("BEGIN { printf(\"%s\", copyinstr(arg1)); }").strings, vec![1]);
+        assert_eq!(plan_of("BEGIN /copyinstr(arg0) == \"a\"/ { @[copyinstr(arg2)] = count(); }").strings, vec![0, 2]);
+        assert_eq!(plan_of("BEGIN { @[ustack()] = count(); }").stack_bytes, USTACK_BYTES);
+        assert_eq!(plan_of("BEGIN { ustack(); }").stack_bytes, USTACK_BYTES);
+        assert_eq!(plan_of("BEGIN { trace(arg7); }").stack_bytes, ARGS_STACK_BYTES);
+        // A computed address is read from the live process instead.
+        assert!(plan_of("BEGIN { trace(copyinstr(arg0 + 8)); }").strings.is_empty());
+    }
+}
