@@ -12,3 +12,4 @@ pub mod modules;
 pub mod procfs;
 pub mod sites;
 pub mod symbols;
+pub mod unwind;
