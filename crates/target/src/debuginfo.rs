@@ -37,7 +37,9 @@ impl ObjectSymbols {
     pub fn code(&self, f: &Function) -> Option<&[u8]> {
         let start = self.info.vaddr_to_offset(f.addr)?;
         // The whole function must be in the same segment's file image.
-        let last = self.info.vaddr_to_offset(f.addr.checked_add(f.size.checked_sub(1)?)?)?;
+        let last = self
+            .info
+            .vaddr_to_offset(f.addr.checked_add(f.size.checked_sub(1)?)?)?;
         if last.checked_sub(start)? != f.size - 1 {
             return None;
         }

@@ -148,8 +148,18 @@ pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
         (file.elf_symbol_table(), SymbolSource::None)
     };
     let strings = table.strings();
+    // .dynsym keeps versions apart from names; spell non-default ones as .symtab does
+    // (`pthread_kill@GLIBC_2.2.5`), else a compatibility function takes the plain name.
+    let versions = match symbols_from {
+        SymbolSource::Dynsym => file
+            .elf_section_table()
+            .versions(endian, data)
+            .ok()
+            .flatten(),
+        _ => None,
+    };
     let mut symbols = Vec::with_capacity(table.len());
-    for sym in table.iter() {
+    for (index, sym) in table.enumerate() {
         let kind = match sym.st_type() {
             elf::STT_FUNC => SymKind::Func,
             elf::STT_GNU_IFUNC => SymKind::Ifunc,
@@ -167,13 +177,23 @@ pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
         if name.is_empty() {
             continue;
         }
+        let mut name = String::from_utf8_lossy(name).into_owned();
+        let defined = sym.st_shndx(endian) != elf::SHN_UNDEF;
+        if let Some(v) = &versions {
+            let vi = v.version_index(endian, index);
+            if defined && vi.is_hidden() {
+                if let Ok(Some(ver)) = v.version(vi) {
+                    name = format!("{name}@{}", String::from_utf8_lossy(ver.name()));
+                }
+            }
+        }
         symbols.push(RawSymbol {
-            name: String::from_utf8_lossy(name).into_owned(),
+            name,
             addr: sym.st_value(endian),
             size: sym.st_size(endian),
             kind,
             bind,
-            defined: sym.st_shndx(endian) != elf::SHN_UNDEF,
+            defined,
         });
     }
 
@@ -235,7 +255,10 @@ mod tests {
     #[test]
     fn rejects_non_elf_and_truncated() {
         assert!(matches!(parse(b""), Err(ElfError::NotElf)));
-        assert!(matches!(parse(b"#!/bin/sh\n echo hi"), Err(ElfError::NotElf)));
+        assert!(matches!(
+            parse(b"#!/bin/sh\n echo hi"),
+            Err(ElfError::NotElf)
+        ));
         let mut h = b"\x7fELF\x01\x01\x01\0\0\0\0\0\0\0\0\0".to_vec();
         assert!(matches!(parse(&h), Err(ElfError::Unsupported(_))));
         h[4] = 2;

@@ -42,9 +42,8 @@ pub fn decode(code: &[u8], func_vaddr: u64) -> Sites {
 pub fn decode_with_parts(code: &[u8], func_vaddr: u64, other_parts: &[(u64, u64)]) -> Sites {
     let mut s = Sites::default();
     let end = func_vaddr.wrapping_add(code.len() as u64);
-    let inside = |t: u64| {
-        (t >= func_vaddr && t < end) || other_parts.iter().any(|&(a, b)| t >= a && t < b)
-    };
+    let inside =
+        |t: u64| (t >= func_vaddr && t < end) || other_parts.iter().any(|&(a, b)| t >= a && t < b);
     // Offsets are u32: no function is 4 GiB long; refuse to decode past that.
     let code = &code[..code.len().min(u32::MAX as usize)];
     let mut decoder = Decoder::with_ip(64, code, func_vaddr, DecoderOptions::NONE);

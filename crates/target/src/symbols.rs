@@ -87,8 +87,10 @@ impl SymbolTable {
                     .expect("every address has a symbol");
                 let raw = unversioned(&best.name);
                 let demangled = demangle(raw);
-                let mut raw_names: Vec<String> =
-                    syms.iter().map(|s| unversioned(&s.name).to_string()).collect();
+                let mut raw_names: Vec<String> = syms
+                    .iter()
+                    .map(|s| unversioned(&s.name).to_string())
+                    .collect();
                 raw_names.sort();
                 raw_names.dedup();
                 let mut aliases: Vec<String> = raw_names
@@ -301,7 +303,10 @@ mod tests {
             sym("pthread_kill@GLIBC_2.2.5", 0x40, 4, Func, Global),
         ];
         let t = SymbolTable::from_symbols(&[&a, &b], &[]);
-        assert_eq!(names(&t), ["f", "g", "pthread_kill", "pthread_kill@GLIBC_2.2.5"]);
+        assert_eq!(
+            names(&t),
+            ["f", "g", "pthread_kill", "pthread_kill@GLIBC_2.2.5"]
+        );
         assert!(t.functions()[0].aliases.is_empty());
     }
 
@@ -333,13 +338,19 @@ mod tests {
 
     #[test]
     fn demangling() {
-        assert_eq!(demangle("_ZN7Counter4bumpEi").unwrap(), "Counter::bump(int)");
+        assert_eq!(
+            demangle("_ZN7Counter4bumpEi").unwrap(),
+            "Counter::bump(int)"
+        );
         assert_eq!(demangle("_ZN3foo3barE").unwrap(), "foo::bar");
         assert_eq!(
             demangle("_ZN4core3fmt5write17h0123456789abcdefE").unwrap(),
             "core::fmt::write"
         );
-        assert_eq!(demangle("_RNvCs1234_7mycrate4main").unwrap(), "mycrate::main");
+        assert_eq!(
+            demangle("_RNvCs1234_7mycrate4main").unwrap(),
+            "mycrate::main"
+        );
         assert_eq!(demangle("main"), None);
         assert_eq!(demangle("_Zgarbage"), None);
     }
