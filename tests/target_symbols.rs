@@ -313,3 +313,33 @@ fn fixtures_run() {
     // total = sum of 2*i for i < 10.
     assert_eq!(cxx, (Some(0), "total=90\n".to_string()));
 }
+
+/// Corrupt the fixture byte by byte (headers, symbol tables, code): parsing, the symbol
+/// table and site decoding return errors or odd answers, never panic.
+#[test]
+fn corrupted_objects_never_panic() {
+    use udtrace_target::elf;
+    use udtrace_target::sites;
+    use udtrace_target::symbols::SymbolTable;
+    let data = std::fs::read(fixture("fixture")).unwrap();
+    for i in (0..data.len()).step_by(5) {
+        for flip in [0xff, 0x80] {
+            let mut d = data.clone();
+            d[i] ^= flip;
+            let Ok(info) = elf::parse(&d) else { continue };
+            let table = SymbolTable::from_symbols(&[&info.symbols], &info.plt);
+            for f in table.functions() {
+                let _ = table.lookup(f.addr.wrapping_add(f.size / 2));
+                let Some(start) = info.vaddr_to_offset(f.addr) else {
+                    continue;
+                };
+                let start = start as usize;
+                let end = start.saturating_add(f.size as usize).min(d.len());
+                if start < end {
+                    let s = sites::decode_with_parts(&d[start..end], f.addr, &table.other_parts(f));
+                    let _ = sites::check_offset(&s, f.size, f.size / 2);
+                }
+            }
+        }
+    }
+}

@@ -90,14 +90,14 @@ impl ElfInfo {
         self.segments
             .iter()
             .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)
-            .map(|s| s.offset + (vaddr - s.vaddr))
+            .and_then(|s| s.offset.checked_add(vaddr - s.vaddr))
     }
 
     pub fn offset_to_vaddr(&self, off: u64) -> Option<u64> {
         self.segments
             .iter()
             .find(|s| off >= s.offset && off - s.offset < s.filesz)
-            .map(|s| s.vaddr + (off - s.offset))
+            .and_then(|s| s.vaddr.checked_add(off - s.offset))
     }
 }
 

@@ -167,7 +167,7 @@ impl SymbolTable {
                 .iter()
                 .map(|&i| &self.functions[i])
                 .filter(|g| g.addr != f.addr)
-                .map(|g| (g.addr, g.addr + g.size))
+                .map(|g| (g.addr, g.addr.saturating_add(g.size)))
                 .collect(),
             None => Vec::new(),
         }
