@@ -1,1 +1,152 @@
-//! (being written)
+//! Load one object's functions: its own symbol table, a separate debug file (found by
+//! build-id, else by `.gnu_debuglink`) and `.gnu_debugdata` (minidebuginfo).
+
+use std::path::{Path, PathBuf};
+
+use crate::elf::{self, ElfError, ElfInfo, SymbolSource};
+use crate::sites::{self, Sites};
+use crate::symbols::{Function, SymbolTable};
+
+/// Where distributions install separate debug files.
+pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Elf { path: PathBuf, source: ElfError },
+}
+
+#[derive(Debug, Clone)]
+pub struct ObjectSymbols {
+    pub info: ElfInfo,
+    pub table: SymbolTable,
+    /// The separate debug file whose symbols were added, if one was found.
+    pub debug_file: Option<PathBuf>,
+    /// The object file's bytes: probe sites are decoded from the file, never from a
+    /// process's memory, where a breakpoint may already sit.
+    pub data: Vec<u8>,
+}
+
+impl ObjectSymbols {
+    /// The code of `f`, read from the file; None if it lies outside the file's segments.
+    pub fn code(&self, f: &Function) -> Option<&[u8]> {
+        let start = self.info.vaddr_to_offset(f.addr)?;
+        // The whole function must be in the same segment's file image.
+        let last = self
+            .info
+            .vaddr_to_offset(f.addr.checked_add(f.size.checked_sub(1)?)?)?;
+        if last.checked_sub(start)? != f.size - 1 {
+            return None;
+        }
+        self.data
+            .get(usize::try_from(start).ok()?..=usize::try_from(last).ok()?)
+    }
+
+    /// Entry, return and offset sites of `f`, decoded from the file (None if its code is
+    /// not in the file).
+    pub fn sites(&self, f: &Function) -> Option<Sites> {
+        let code = self.code(f)?;
+        Some(sites::decode_with_parts(
+            code,
+            f.addr,
+            &self.table.other_parts(f),
+        ))
+    }
+
+    /// File offset of a virtual address: what a uprobe is attached at.
+    pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        self.info.vaddr_to_offset(vaddr)
+    }
+}
+
+/// Load `path` with debug files looked up under [`DEFAULT_DEBUG_ROOT`].
+pub fn load(path: &Path) -> Result<ObjectSymbols, LoadError> {
+    load_with_debug_root(path, Path::new(DEFAULT_DEBUG_ROOT))
+}
+
+/// Load `path`, looking for its separate debug file under `debug_root` (tests use a
+/// private tree): `<root>/.build-id/xx/yyyy.debug`, then by debuglink name next to the
+/// object, in its `.debug/` directory, and under `<root>/<object's directory>/`.
+pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymbols, LoadError> {
+    let data = read(path)?;
+    let info = elf::parse(&data).map_err(|source| LoadError::Elf {
+        path: path.to_path_buf(),
+        source,
+    })?;
+
+    // A debug file that is missing, unreadable or malformed only costs symbols: the object
+    // itself is still probeable through its own table.
+    let debug = find_debug_file(path, &info, debug_root).and_then(|p| {
+        let d = read(&p).ok()?;
+        let dinfo = elf::parse(&d).ok()?;
+        // A debuglink found by name must be the same build, when both say which.
+        if let (Some(a), Some(b)) = (&info.build_id, &dinfo.build_id) {
+            if a != b {
+                return None;
+            }
+        }
+        (dinfo.symbols_from == SymbolSource::Symtab).then_some((p, dinfo))
+    });
+    let mini = info
+        .gnu_debugdata
+        .as_deref()
+        .and_then(|d| elf::parse(d).ok());
+
+    let mut sources: Vec<&[elf::RawSymbol]> = vec![&info.symbols];
+    if let Some((_, d)) = &debug {
+        sources.push(&d.symbols);
+    }
+    if let Some(m) = &mini {
+        sources.push(&m.symbols);
+    }
+    let table = SymbolTable::from_symbols(&sources, &info.plt);
+    let debug_file = debug.map(|(p, _)| p);
+    Ok(ObjectSymbols {
+        info,
+        table,
+        debug_file,
+        data,
+    })
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+    std::fs::read(path).map_err(|source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn find_debug_file(path: &Path, info: &ElfInfo, root: &Path) -> Option<PathBuf> {
+    if let Some(id) = info.build_id.as_deref().filter(|id| id.len() >= 2) {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let p = root
+            .join(".build-id")
+            .join(&hex[..2])
+            .join(format!("{}.debug", &hex[2..]));
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    let link = info.debuglink.as_deref()?;
+    // A debuglink is a file name; anything with a separator is not one we follow.
+    if link.is_empty() || link.contains('/') {
+        return None;
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let abs_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let own = std::fs::canonicalize(path).ok();
+    [
+        dir.join(link),
+        dir.join(".debug").join(link),
+        root.join(abs_dir.strip_prefix("/").unwrap_or(&abs_dir))
+            .join(link),
+    ]
+    .into_iter()
+    // The object may carry a debuglink to its own name; it is not its own debug file.
+    .find(|p| p.is_file() && std::fs::canonicalize(p).ok() != own)
+}

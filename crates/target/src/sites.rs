@@ -1,1 +1,173 @@
-//! (being written)
+//! Probe sites inside one x86-64 function: every instruction (offset probes), and the
+//! return sites (design.md, "Return probes").
+//!
+//! Code bytes always come from the object FILE, never from process memory, so a uprobe's
+//! `int3` already written into a process cannot be mistaken for an instruction.
+
+use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sites {
+    /// Offset of every instruction, ascending; the first is 0 (the entry site).
+    pub insns: Vec<u32>,
+    /// Offsets of the return sites: `ret`, `ret imm16`, and direct jmp/jcc leaving the
+    /// function (tail calls). When the function has an indirect jump, only the `ret`s.
+    pub returns: Vec<u32>,
+    /// The function contains an indirect `jmp` (a jump table or a computed tail call).
+    pub indirect_jump: bool,
+    /// Decoding stopped here: the bytes are no instruction (data in text, or a function
+    /// size that runs past its code). Instructions before it are still listed.
+    pub undecodable_at: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OffsetError {
+    #[error("offset {off:#x} is past the end of the function (size {size:#x})")]
+    PastEnd { off: u64, size: u64 },
+    #[error("offset {off:#x} is not on an instruction boundary")]
+    InsideInstruction { off: u64 },
+    #[error("offset {off:#x} lies beyond {at:#x}, where the code cannot be decoded")]
+    Undecodable { off: u64, at: u32 },
+}
+
+/// Decode the function whose code (exactly its `size` bytes) is `code`, placed at
+/// `func_vaddr`.
+pub fn decode(code: &[u8], func_vaddr: u64) -> Sites {
+    decode_with_parts(code, func_vaddr, &[])
+}
+
+/// As [`decode`], for a function some of whose code lies elsewhere: gcc moves unlikely
+/// paths of `f` into a separate `f.cold` symbol. Jumps into `other_parts` (vaddr ranges
+/// `[start, end)`) stay inside the function, so they are not tail calls.
+pub fn decode_with_parts(code: &[u8], func_vaddr: u64, other_parts: &[(u64, u64)]) -> Sites {
+    let mut s = Sites::default();
+    let end = func_vaddr.wrapping_add(code.len() as u64);
+    let inside =
+        |t: u64| (t >= func_vaddr && t < end) || other_parts.iter().any(|&(a, b)| t >= a && t < b);
+    // Offsets are u32: no function is 4 GiB long; refuse to decode past that.
+    let code = &code[..code.len().min(u32::MAX as usize)];
+    let mut decoder = Decoder::with_ip(64, code, func_vaddr, DecoderOptions::NONE);
+    let mut insn = Instruction::default();
+    let mut tail_calls = Vec::new();
+    while decoder.can_decode() {
+        let off = decoder.position() as u32;
+        decoder.decode_out(&mut insn);
+        // An instruction cut by the function's end decodes as INVALID too.
+        if insn.code() == Code::INVALID {
+            s.undecodable_at = Some(off);
+            break;
+        }
+        s.insns.push(off);
+        if insn.mnemonic() == Mnemonic::Ret {
+            s.returns.push(off);
+        } else if is_direct_branch(&insn) {
+            if !inside(insn.near_branch_target()) {
+                tail_calls.push(off);
+            }
+        } else if insn.mnemonic() == Mnemonic::Jmp {
+            // A jmp without an immediate target: through a register or memory.
+            s.indirect_jump = true;
+        }
+    }
+    // DTrace's rule: with an indirect jump in the function, a jump out is not certainly a
+    // tail call, so only `ret`s get return probes.
+    if !s.indirect_jump {
+        s.returns.extend(tail_calls);
+        s.returns.sort_unstable();
+    }
+    s
+}
+
+/// jmp, jcc, jrcxz and loop with an immediate target: every instruction whose first
+/// operand is a near branch target except `call` and `xbegin` (its abort path). Done on
+/// operand kinds because iced's flow-control queries need its large `instr_info` tables.
+fn is_direct_branch(insn: &Instruction) -> bool {
+    matches!(
+        insn.op0_kind(),
+        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
+    ) && !matches!(insn.mnemonic(), Mnemonic::Call | Mnemonic::Xbegin)
+}
+
+/// Check an offset probe's offset against a decoded function of `size` bytes.
+pub fn check_offset(s: &Sites, size: u64, off: u64) -> Result<(), OffsetError> {
+    if off >= size {
+        return Err(OffsetError::PastEnd { off, size });
+    }
+    if let Some(at) = s.undecodable_at {
+        if off >= u64::from(at) {
+            return Err(OffsetError::Undecodable { off, at });
+        }
+    }
+    match u32::try_from(off) {
+        Ok(o) if s.insns.binary_search(&o).is_ok() => Ok(()),
+        _ => Err(OffsetError::InsideInstruction { off }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaf_with_one_ret() {
+        // endbr64; lea eax,[rdi+rsi]; ret
+        let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x8d, 0x04, 0x37, 0xc3];
+        let s = decode(&code, 0x1000);
+        assert_eq!(s.insns, vec![0, 4, 7]);
+        assert_eq!(s.returns, vec![7]);
+        assert!(!s.indirect_jump);
+        assert_eq!(s.undecodable_at, None);
+        assert_eq!(check_offset(&s, 8, 4), Ok(()));
+        assert_eq!(
+            check_offset(&s, 8, 5),
+            Err(OffsetError::InsideInstruction { off: 5 })
+        );
+        assert_eq!(
+            check_offset(&s, 8, 8),
+            Err(OffsetError::PastEnd { off: 8, size: 8 })
+        );
+    }
+
+    #[test]
+    fn ret_imm_tail_jmp_and_inner_jcc() {
+        // 0: test edi,edi; 2: je +3 (-> 7, inside); 4: ret 8; 7: jmp rel32 out; c: ret
+        let code = [
+            0x85, 0xff, 0x74, 0x03, 0xc2, 0x08, 0x00, 0xe9, 0x00, 0x10, 0x00, 0x00, 0xc3,
+        ];
+        let s = decode(&code, 0x4000);
+        assert_eq!(s.insns, vec![0, 2, 4, 7, 12]);
+        assert_eq!(s.returns, vec![4, 7, 12]);
+        // A jcc out of the function is a (conditional) tail call too.
+        let code = [0x85, 0xff, 0x0f, 0x84, 0x00, 0x01, 0x00, 0x00, 0xc3];
+        assert_eq!(decode(&code, 0x4000).returns, vec![2, 8]);
+        // ... unless it goes to the function's own cold part.
+        let s = decode_with_parts(&code, 0x4000, &[(0x4100, 0x4120)]);
+        assert_eq!(s.returns, vec![8]);
+    }
+
+    #[test]
+    fn indirect_jump_keeps_only_rets() {
+        // 0: jmp *rax; 2: jmp rel8 out; 4: ret
+        let code = [0xff, 0xe0, 0xeb, 0x10, 0xc3];
+        let s = decode(&code, 0x1000);
+        assert!(s.indirect_jump);
+        assert_eq!(s.returns, vec![4]);
+    }
+
+    #[test]
+    fn undecodable_and_cut_instructions() {
+        // nop; then a mov imm32 cut short by the function's end.
+        let code = [0x90, 0xb8, 0x01, 0x02];
+        let s = decode(&code, 0);
+        assert_eq!(s.insns, vec![0]);
+        assert_eq!(s.undecodable_at, Some(1));
+        assert_eq!(check_offset(&s, 4, 0), Ok(()));
+        assert_eq!(
+            check_offset(&s, 4, 2),
+            Err(OffsetError::Undecodable { off: 2, at: 1 })
+        );
+        // 0x06 (push es) is invalid in 64-bit mode.
+        assert_eq!(decode(&[0x06], 0).undecodable_at, Some(0));
+        assert_eq!(decode(&[], 0), Sites::default());
+    }
+}

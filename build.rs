@@ -1,0 +1,154 @@
+//! Builds the C/C++ test fixtures (tests/fixtures/) with the system compiler into
+//! `$OUT_DIR/fixtures/`, exported to tests as `UDTRACE_FIXTURES`:
+//!
+//! - `libfixture.so`        shared library of our own, linked by every C fixture
+//! - `fixture`              PIE executable, -O2 -g, rpath `$ORIGIN`
+//! - `fixture-nopie`        the same as a non-PIE executable
+//! - `fixture-stripped`     `fixture` with `strip --strip-all`: only .dynsym is left
+//! - `fixture-split`        `fixture` without symbols; its debug file is in the private
+//!   build-id tree `debug/.build-id/xx/yyyy.debug`
+//! - `fixture-linked`       as `fixture-split`, found through `.gnu_debuglink` instead:
+//!   `fixture-linked.debug` next to it
+//! - `fixture-mini`         `fixture-stripped` plus `.gnu_debugdata` (xz'ed symbol table);
+//!   only when `xz` is installed
+//! - `fixture-cxx`          C++ executable
+//!
+//! Kept to a few seconds: a handful of compiler runs, independent ones in parallel.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+fn main() {
+    println!("cargo:rerun-if-changed=tests/fixtures");
+    println!("cargo:rerun-if-changed=build.rs");
+    let src = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("tests/fixtures");
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("fixtures");
+    if let Err(e) = build(&src, &out) {
+        eprintln!("error: building the test fixtures in tests/fixtures failed: {e}");
+        std::process::exit(1);
+    }
+    println!("cargo:rustc-env=UDTRACE_FIXTURES={}", out.display());
+}
+
+fn build(src: &Path, out: &Path) -> Result<(), String> {
+    for tool in ["gcc", "g++", "strip", "objcopy"] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            return Err(format!(
+                "`{tool}` was not found; udtrace's tests need gcc, g++ and binutils \
+                 (Debian: apt-get install build-essential)"
+            ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(out);
+    std::fs::create_dir_all(out.join("debug")).map_err(|e| e.to_string())?;
+    let s = |name: &str| src.join(name).display().to_string();
+    let o = |name: &str| out.join(name).display().to_string();
+    // -O2 so that gcc emits tail calls, jump tables and .cold parts; -g for real debug files.
+    let cflags = ["-O2", "-g", "-Wall"];
+
+    let lib = spawn(Command::new("gcc").args(cflags).args([
+        "-fPIC",
+        "-shared",
+        "-o",
+        &o("libfixture.so"),
+        &s("libfixture.c"),
+    ]))?;
+    let cxx =
+        spawn(
+            Command::new("g++")
+                .args(cflags)
+                .args(["-o", &o("fixture-cxx"), &s("cxx.cpp")]),
+        )?;
+    wait(lib)?;
+    let exe = |name: &str, pie: &[&str]| {
+        let mut c = Command::new("gcc");
+        c.args(cflags)
+            .args(pie)
+            .args(["-I", &src.display().to_string()])
+            .args(["-o", &o(name), &s("fixture.c")])
+            .args(["-L", &out.display().to_string(), "-lfixture"])
+            .arg("-Wl,-rpath,$ORIGIN")
+            .arg("-Wl,--build-id")
+            // A few functions in .dynsym, so that stripped copies still list some.
+            .arg("-Wl,--export-dynamic-symbol=target,--export-dynamic-symbol=tail");
+        c
+    };
+    let pie = spawn(&mut exe("fixture", &["-fPIE", "-pie"]))?;
+    let nopie = spawn(&mut exe("fixture-nopie", &["-fno-PIE", "-no-pie"]))?;
+    wait(pie)?;
+    wait(nopie)?;
+    wait(cxx)?;
+
+    run(Command::new("strip").args(["--strip-all", "-o", &o("fixture-stripped"), &o("fixture")]))?;
+
+    // Separate debug info by build-id, in a private tree (tests pass it as debug root).
+    let debug = o("fixture.debug");
+    run(Command::new("objcopy").args(["--only-keep-debug", &o("fixture"), &debug]))?;
+    let id = build_id(&o("fixture"))?;
+    let dir = out.join("debug/.build-id").join(&id[..2]);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::copy(&debug, dir.join(format!("{}.debug", &id[2..]))).map_err(|e| e.to_string())?;
+    let strip_syms = ["--strip-debug", "--strip-unneeded", "-o"];
+    run(Command::new("strip")
+        .args(strip_syms)
+        .args([&o("fixture-split"), &o("fixture")]))?;
+
+    // Separate debug info by debuglink, next to the binary (objcopy wants it there to
+    // compute the CRC, and records only the base name).
+    std::fs::copy(&debug, out.join("fixture-linked.debug")).map_err(|e| e.to_string())?;
+    run(Command::new("strip")
+        .args(strip_syms)
+        .args(["fixture-linked", "fixture"])
+        .current_dir(out))?;
+    run(Command::new("objcopy")
+        .args(["--add-gnu-debuglink=fixture-linked.debug", "fixture-linked"])
+        .current_dir(out))?;
+
+    // Minidebuginfo as Fedora makes it: the symbol table of the debug file, xz'ed, in
+    // .gnu_debugdata of a fully stripped binary.
+    if Command::new("xz").arg("--version").output().is_ok() {
+        let mini = o("mini.elf");
+        run(Command::new("objcopy").args(["--strip-debug", &debug, &mini]))?;
+        run(Command::new("xz").args(["-f", "-k", &mini]))?;
+        run(Command::new("objcopy").args([
+            &format!("--add-section=.gnu_debugdata={mini}.xz"),
+            &o("fixture-stripped"),
+            &o("fixture-mini"),
+        ]))?;
+    } else {
+        println!("cargo:warning=xz not installed: fixture-mini (.gnu_debugdata) not built");
+    }
+    Ok(())
+}
+
+fn spawn(c: &mut Command) -> Result<(Child, String), String> {
+    let desc = format!("{c:?}");
+    let child = c.spawn().map_err(|e| format!("{desc}: {e}"))?;
+    Ok((child, desc))
+}
+
+fn wait((mut child, desc): (Child, String)) -> Result<(), String> {
+    let st = child.wait().map_err(|e| format!("{desc}: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("{desc} failed: {st}"))
+    }
+}
+
+fn run(c: &mut Command) -> Result<(), String> {
+    wait(spawn(c)?)
+}
+
+/// The GNU build-id of an object, in hex, from `readelf -n` (binutils, already required).
+fn build_id(path: &str) -> Result<String, String> {
+    let out = Command::new("readelf")
+        .args(["-n", path])
+        .output()
+        .map_err(|e| format!("readelf: {e}"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .filter(|id| id.len() > 2)
+        .ok_or_else(|| format!("{path} has no build-id (gcc without --build-id?)"))
+}
