@@ -34,6 +34,8 @@ pub struct Compiled {
     pub options: Options,
     pub sources: Vec<SourceInfo>,
     pub ecbs: Vec<Ecb>,
+    /// Descriptions that matched nothing (allowed by `-Z`; `-l` reports them).
+    pub unmatched: Vec<String>,
 }
 
 /// A compile failure, already rendered (without the leading `udtrace: `).
@@ -168,6 +170,7 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
 
     let zdefs = effective.zdefs;
     let mut ecbs = Vec::new();
+    let mut unmatched = Vec::new();
     for (si, range) in clause_ranges.iter().enumerate() {
         for ci in range.clone() {
             for desc in &program.clauses[ci].probes {
@@ -192,6 +195,9 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
                     }
                     return Err(f);
                 }
+                if found.is_empty() {
+                    unmatched.push(full_name(desc));
+                }
                 sources[si].matched += found.len();
                 for probe in found {
                     ecbs.push(Ecb { epid: ecbs.len() as u32 + 1, clause: ci, probe });
@@ -199,7 +205,7 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
             }
         }
     }
-    Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs })
+    Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs, unmatched })
 }
 
 fn has_clause(p: &ast::Program) -> bool {

@@ -1,6 +1,9 @@
-//! `-l`: dtrace's probe listing, `ID PROVIDER MODULE FUNCTION NAME`.
+//! `-l`: dtrace's probe listing, `ID PROVIDER MODULE FUNCTION NAME`, and with `-v`
+//! each probe's stability attributes and argument types.
 
 use std::collections::BTreeSet;
+
+use udtrace_runtime::Probe;
 
 use crate::cli::Cli;
 use crate::compile::Compiled;
@@ -18,12 +21,35 @@ pub fn list(cli: &Cli, compiled: &Compiled, registry: &Registry) -> i32 {
         let Some(p) = registry.by_id(id) else { continue };
         out.push_str(&format!("{:>5} {:>10} {:>17} {:>33} {}\n", p.id, p.provider, p.module, p.function, p.name));
         if cli.verbose {
-            out.push_str(VERBOSE_STABLE);
+            out.push_str(&verbose(&p));
         }
     }
     print!("{out}");
+    for d in &compiled.unmatched {
+        eprintln!("udtrace: failed to match {d}: No probe matches description");
+    }
     0
 }
 
-/// dtrace -lv's attribute block for the dtrace and profile providers (Stable).
-const VERBOSE_STABLE: &str = "\n\tProbe Description Attributes\n\t\tIdentifier Names: Stable\n\t\tData Semantics:   Stable\n\t\tDependency Class: Common\n\n\tArgument Attributes\n\t\tIdentifier Names: Stable\n\t\tData Semantics:   Stable\n\t\tDependency Class: Common\n\n\tArgument Types\n\t\tNone\n\n";
+/// (identifier names, data semantics, dependency class) of a probe description and of
+/// its arguments, as each provider declares them in DTrace.
+fn attributes(p: &Probe) -> [(&'static str, &'static str, &'static str); 2] {
+    match p.provider.as_str() {
+        "dtrace" => [("Stable", "Stable", "Common"), ("Stable", "Stable", "Common")],
+        "profile" => [("Evolving", "Evolving", "Common"), ("Evolving", "Evolving", "Common")],
+        // The pid provider: names Evolving/ISA at best, functions and arguments Private.
+        _ => [("Private", "Private", "Unknown"), ("Private", "Private", "Unknown")],
+    }
+}
+
+fn verbose(p: &Probe) -> String {
+    let [desc, args] = attributes(p);
+    let block = |title: &str, (names, data, class): (&str, &str, &str)| {
+        format!("\t{title}\n\t\tIdentifier Names: {names}\n\t\tData Semantics:   {data}\n\t\tDependency Class: {class}\n\n")
+    };
+    format!(
+        "\n{}{}\tArgument Types\n\t\tNone\n\n",
+        block("Probe Description Attributes", desc),
+        block("Argument Attributes", args)
+    )
+}

@@ -27,6 +27,7 @@ pub enum SiteKind {
 
 /// One pid probe with everything the backend needs to arm it.
 #[derive(Debug, Clone)]
+#[allow(dead_code)] // the sites are read by the bpf backend, which arms them
 pub struct PidProbe {
     pub probe: Rc<Probe>,
     pub pid: i32,
@@ -39,15 +40,10 @@ pub struct PidProbe {
     pub sites: Vec<(u64, u64)>,
 }
 
-/// An object's symbols and bytes, loaded once per path.
-struct Loaded {
-    syms: ObjectSymbols,
-    data: Vec<u8>,
-}
 
 #[derive(Default)]
 pub struct PidProvider {
-    objects: HashMap<PathBuf, Rc<Loaded>>,
+    objects: HashMap<PathBuf, Rc<ObjectSymbols>>,
     probes: Vec<PidProbe>,
     /// (pid, file, function address, kind) → index in `probes`: one probe each.
     index: HashMap<(i32, PathBuf, u64, SiteKind), usize>,
@@ -73,13 +69,11 @@ impl PidProvider {
         &self.probes
     }
 
-    fn load(&mut self, file: &PathBuf) -> Result<Rc<Loaded>, String> {
+    fn load(&mut self, file: &PathBuf) -> Result<Rc<ObjectSymbols>, String> {
         if let Some(l) = self.objects.get(file) {
             return Ok(Rc::clone(l));
         }
-        let syms = debuginfo::load(file).map_err(|e| format!("failed to read {}: {e}", file.display()))?;
-        let data = std::fs::read(file).map_err(|e| format!("failed to read {}: {e}", file.display()))?;
-        let l = Rc::new(Loaded { syms, data });
+        let l = Rc::new(debuginfo::load(file).map_err(|e| format!("failed to read {}: {e}", file.display()))?);
         self.objects.insert(file.clone(), Rc::clone(&l));
         Ok(l)
     }
@@ -105,7 +99,7 @@ impl PidProvider {
             }
             let file = procfs::host_path(pid, &obj.path);
             let loaded = self.load(&file)?;
-            let funcs: Vec<Function> = loaded.syms.table.matching(func).into_iter().cloned().collect();
+            let funcs: Vec<Function> = loaded.table.matching(func).into_iter().cloned().collect();
             if funcs.is_empty() && !glob::is_glob(func) && !glob::is_glob(module) {
                 return Err(format!("failed to lookup '{func}' in module '{module}'"));
             }
@@ -129,20 +123,17 @@ impl PidProvider {
         modname: &str,
         f: &Function,
         name: &str,
-        loaded: &Loaded,
+        loaded: &ObjectSymbols,
         next_id: &mut u32,
         out: &mut Vec<Rc<Probe>>,
     ) -> Result<(), String> {
-        let Some(base) = loaded.syms.info.vaddr_to_offset(f.addr) else { return Ok(()) };
-        let code = || -> &[u8] {
-            let start = base as usize;
-            let end = start.saturating_add(f.size as usize).min(loaded.data.len());
-            loaded.data.get(start..end).unwrap_or(&[])
-        };
+        let Some(base) = loaded.file_offset(f.addr) else { return Ok(()) };
         // Decoding is only needed for return and offset probes.
         let mut decoded: Option<Sites> = None;
-        let mut sites = |decoded: &mut Option<Sites>| -> Sites {
-            decoded.get_or_insert_with(|| sites::decode(code(), f.addr)).clone()
+        let sites = |decoded: &mut Option<Sites>| -> Sites {
+            decoded
+                .get_or_insert_with(|| loaded.sites(f).unwrap_or_else(|| sites::decode(&[], f.addr)))
+                .clone()
         };
         let mut matched = 0;
         if glob::matches(name, "return") {
@@ -201,10 +192,10 @@ impl PidProvider {
         let addr = u64::from_str_radix(name, 16).map_err(|_| format!("'{name}' is an invalid probe name"))?;
         let file = procfs::host_path(pid, &main.path);
         let loaded = self.load(&file)?;
-        let bias = main.bias(&loaded.syms.info).unwrap_or(0);
+        let bias = main.bias(&loaded.info).unwrap_or(0);
         let vaddr = addr.wrapping_sub(bias);
-        let off = loaded.syms.info.vaddr_to_offset(vaddr).ok_or_else(|| format!("'{name}' is an invalid probe name"))?;
-        let f = Function { name: "-".into(), mangled: None, aliases: Vec::new(), addr: vaddr, size: 1 };
+        let off = loaded.info.vaddr_to_offset(vaddr).ok_or_else(|| format!("'{name}' is an invalid probe name"))?;
+        let f = Function { name: "-".into(), mangled: None, aliases: Vec::new(), addr: vaddr, size: 1, ifunc: false };
         let modname = modules::module_name(&main.path).to_string();
         Ok(vec![self.add(pid, &file, &modname, &f, SiteKind::Offset(0), name.to_string(), vec![(0, off)], next_id)])
     }

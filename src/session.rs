@@ -172,6 +172,10 @@ pub fn run(cli: Cli) -> i32 {
         targets.finish();
         return 0;
     }
+    if compiled.ecbs.iter().any(|e| e.probe.provider.starts_with("pid")) {
+        targets.finish();
+        return fail("pid provider probes can be listed (-l) but not yet enabled: the bpf backend is not built yet");
+    }
     let quiet = compiled.options.quiet;
     if !quiet {
         for s in &compiled.sources {
