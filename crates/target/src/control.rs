@@ -170,12 +170,15 @@ impl Target {
     /// Ends tracing of this process: a created one still running is killed (as dtrace
     /// does), a grabbed one released.
     pub fn finish(&mut self) {
-        self.release();
         if let Some(c) = &mut self.child {
+            // Killed while still held, so a command that never ran does not run now.
             if !self.exited {
                 let _ = c.kill();
             }
+            self.held.clear();
             let _ = c.wait();
+        } else {
+            self.release();
         }
         self.exited = true;
     }
