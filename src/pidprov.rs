@@ -3,7 +3,7 @@
 //! messages). Each probe keeps the file offsets of its sites, for the backend.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use udtrace_lang::ast::ProbeDesc;
@@ -119,7 +119,7 @@ impl PidProvider {
     fn per_function(
         &mut self,
         pid: i32,
-        file: &PathBuf,
+        file: &Path,
         modname: &str,
         f: &Function,
         name: &str,
@@ -204,7 +204,7 @@ impl PidProvider {
     fn add(
         &mut self,
         pid: i32,
-        file: &PathBuf,
+        file: &Path,
         modname: &str,
         f: &Function,
         kind: SiteKind,
@@ -212,14 +212,14 @@ impl PidProvider {
         sites: Vec<(u64, u64)>,
         next_id: &mut u32,
     ) -> Rc<Probe> {
-        let key = (pid, file.clone(), f.addr, kind);
+        let key = (pid, file.to_path_buf(), f.addr, kind);
         if let Some(&i) = self.index.get(&key) {
             return Rc::clone(&self.probes[i].probe);
         }
         let probe = Rc::new(Probe::new(*next_id, &format!("pid{pid}"), modname, &f.name, &name));
         *next_id += 1;
         self.index.insert(key, self.probes.len());
-        self.probes.push(PidProbe { probe: Rc::clone(&probe), pid, file: file.clone(), kind, func_vaddr: f.addr, sites });
+        self.probes.push(PidProbe { probe: Rc::clone(&probe), pid, file: file.to_path_buf(), kind, func_vaddr: f.addr, sites });
         probe
     }
 }

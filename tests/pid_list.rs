@@ -24,7 +24,7 @@ impl Drop for Guard {
 }
 
 fn udtrace(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_udtrace"))
+    let child = Command::new(env!("CARGO_BIN_EXE_udtrace"))
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

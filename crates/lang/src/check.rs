@@ -624,11 +624,7 @@ impl<'m> Checker<'m> {
                         &["factor", "low magnitude", "high magnitude", "linear steps per magnitude"]
                     };
                     let i = prev.params.iter().zip(&params).position(|(a, b)| a != b).unwrap_or(0);
-                    let what = if kind == AggKind::Lquantize {
-                        format!("{} (argument #{})", names[i], i + 1)
-                    } else {
-                        format!("{} (argument #{})", names[i], i + 1)
-                    };
+                    let what = format!("{} (argument #{})", names[i], i + 1);
                     return err(
                         rhs.span,
                         format!(
