@@ -160,6 +160,10 @@ pub fn run(cli: Cli) -> i32 {
         let what = if compiled.sources.is_empty() { "specified" } else { "matched" };
         return fail(&format!("no probes {what}"));
     }
+    // dtrace's notice once tracing starts with -w (or `destructive` set).
+    if compiled.options.destructive && !quiet {
+        eprintln!("udtrace: allowing destructive actions");
+    }
     let mut out: Box<dyn Write> = match &cli.output {
         Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
             Ok(f) => Box::new(io::BufWriter::new(f)),
