@@ -936,7 +936,7 @@ impl<'m> Checker<'m> {
             }
             K::Ternary { cond, then, otherwise } => {
                 let c = self.rvalue(cond)?;
-                if !c.ty.is_scalar() && !c.ty.is_string() {
+                if !c.ty.is_scalar() {
                     return err(cond.span, "operator ?: expression must be of scalar type");
                 }
                 let t = self.rvalue(then)?;
@@ -1365,7 +1365,7 @@ impl<'m> Checker<'m> {
                 })
             }
             UnaryOp::Not => {
-                if !v.ty.is_scalar() && !v.ty.is_string() {
+                if !v.ty.is_scalar() {
                     return err(span, "operator ! requires an operand of scalar type");
                 }
                 Ok(mk(ExprKind::Not(Box::new(v)), int_ty(), span))
@@ -1411,7 +1411,7 @@ impl<'m> Checker<'m> {
         match op {
             LogAnd | LogOr | LogXor => {
                 for x in [&l, &r] {
-                    if !x.ty.is_scalar() && !x.ty.is_string() {
+                    if !x.ty.is_scalar() {
                         return err(span, format!("operator {} requires operands of scalar type", op.symbol()));
                     }
                 }
