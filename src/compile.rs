@@ -49,6 +49,20 @@ fn render(err: &CompileError, src: &SourceInfo) -> Failure {
     Failure(diag::render(&e, &src.origin, &src.text))
 }
 
+/// Renders an error that dtrace raises after parsing, at the lexer's last line
+/// (`xyerror` uses `yylineno`, which is one past the last newline at end of input):
+/// scripts get `line N:`, descriptions no place.
+fn at_end(src: &SourceInfo, msg: &str) -> Failure {
+    match &src.origin {
+        Origin::Script(_) => {
+            let end = src.text.len();
+            let err = CompileError::new(udtrace_lang::Span::new(end, end), msg);
+            Failure(diag::render(&err, &src.origin, &src.text))
+        }
+        Origin::Description => plain(src, msg),
+    }
+}
+
 /// Renders an error that belongs to no place in the source (a line-less message).
 fn plain(src: &SourceInfo, msg: &str) -> Failure {
     match &src.origin {
@@ -143,14 +157,14 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
         checker.add_source(&program, i, &info.text).map_err(|e| render(&e, &info))?;
         let after = checker.program().clauses.len();
         if after == before && !has_clause(&program) {
-            return Err(plain(&info, "empty D program translation unit"));
+            return Err(at_end(&info, "empty D program translation unit"));
         }
         clause_ranges.push(before..after);
         sources.push(info);
     }
     if let Err(e) = macros.check_unused() {
         if let Some(last) = sources.last() {
-            return Err(plain(last, &e.to_string()));
+            return Err(at_end(last, &e.to_string()));
         }
     }
     let program = checker.finish();
