@@ -1444,7 +1444,7 @@ impl<'m> Checker<'m> {
     /// type rule, each with its own message.
     fn agg_operand(&mut self, op: BinaryOp, lhs: &ast::Expr, rhs: &ast::Expr, span: Span) -> Result<Expr> {
         use BinaryOp::*;
-        let mut name = |this: &mut Self, e: &ast::Expr| -> Result<String> {
+        let name = |this: &mut Self, e: &ast::Expr| -> Result<String> {
             if is_agg_target(e) {
                 return Ok("aggregation".to_string());
             }
