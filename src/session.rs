@@ -68,10 +68,11 @@ fn start_targets(cli: &Cli) -> Result<Targets, String> {
             }
         }
     }
+    // libproc's Pgrab_error() words: "no such process", lower case.
     for &pid in &cli.pids {
         if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             t.kill_all();
-            return Err(format!("failed to grab pid {pid}: No such process"));
+            return Err(format!("failed to grab pid {pid}: no such process"));
         }
         t.pids.push(pid);
     }
