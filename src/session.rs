@@ -143,7 +143,7 @@ pub fn run(cli: Cli) -> i32 {
         }
     };
     if cli.mode == Mode::List {
-        return list::list(&cli, &compiled, &registry);
+        return list::list(&cli, &compiled, &mut registry);
     }
     if cli.exit_after_compile {
         return 0;
