@@ -11,7 +11,7 @@ use crate::probes::Registry;
 pub fn list(cli: &Cli, compiled: &Compiled, registry: &mut Registry) -> i32 {
     let mut out = String::new();
     out.push_str(&format!("{:>5} {:>10} {:>17} {:>33} {}\n", "ID", "PROVIDER", "MODULE", "FUNCTION", "NAME"));
-    let mut row = |out: &mut String, p: &udtrace_runtime::Probe| {
+    let row = |out: &mut String, p: &udtrace_runtime::Probe| {
         out.push_str(&format!("{:>5} {:>10} {:>17} {:>33} {}\n", p.id, p.provider, p.module, p.function, p.name));
         if cli.verbose {
             out.push_str(if p.provider == "profile" { VERBOSE_PROFILE } else { VERBOSE_STABLE });

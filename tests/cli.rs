@@ -24,7 +24,10 @@ fn clustered_q_and_n() {
 #[test]
 fn clustered_q_and_s() {
     let dir = TempDir::new("cli-qs");
-    let s = dir.write("a.d", "BEGIN\n{\n    printf(\"from script\\n\");\n    exit(0);\n}\n");
+    let s = dir.write(
+        "a.d",
+        "BEGIN\n{\n    printf(\"from script\\n\");\n    exit(0);\n}\n",
+    );
     let out = run_args(&[Path::new("-qs"), s.as_path()]);
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "from script\n\n");
@@ -38,7 +41,15 @@ fn mixed_n_and_s_keep_their_order() {
     let dir = TempDir::new("cli-order");
     let s = dir.write("s.d", "BEGIN { printf(\"s\\n\"); }\n");
     let s = s.to_str().unwrap();
-    let out = run_args(&["-q", "-n", "BEGIN { printf(\"n1\\n\"); }", "-s", s, "-n", "BEGIN { printf(\"n2\\n\"); exit(0); }"]);
+    let out = run_args(&[
+        "-q",
+        "-n",
+        "BEGIN { printf(\"n1\\n\"); }",
+        "-s",
+        s,
+        "-n",
+        "BEGIN { printf(\"n2\\n\"); exit(0); }",
+    ]);
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "n1\ns\nn2\n\n");
     let out = run_args(&["-q", "-s", s, "-n", "BEGIN { printf(\"n1\\n\"); exit(0); }"]);
@@ -58,7 +69,12 @@ fn matched_notices() {
         out.stderr,
         format!("udtrace: description 'BEGIN ' matched 1 probe\nudtrace: script '{s}' matched 2 probes\n")
     );
-    assert!(out.stdout.starts_with("CPU     ID                    FUNCTION:NAME\n"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .starts_with("CPU     ID                    FUNCTION:NAME\n"),
+        "{}",
+        out.stdout
+    );
 }
 
 /// dtrace's `dfatal("failed to set -x %s")`: the message alone, exit status 1.
@@ -66,10 +82,16 @@ fn matched_notices() {
 fn unknown_x_option() {
     let out = run_args(&["-x", "unknownopt", "-n", "BEGIN"]);
     assert_eq!(out.status, 1);
-    assert_eq!(out.stderr, "udtrace: failed to set -x unknownopt: Invalid option name\n");
+    assert_eq!(
+        out.stderr,
+        "udtrace: failed to set -x unknownopt: Invalid option name\n"
+    );
     let out = run_args(&["-xbufsize=lots", "-n", "BEGIN"]);
     assert_eq!(out.status, 1);
-    assert_eq!(out.stderr, "udtrace: failed to set -x bufsize: Invalid value for specified option\n");
+    assert_eq!(
+        out.stderr,
+        "udtrace: failed to set -x bufsize: Invalid value for specified option\n"
+    );
 }
 
 #[test]
@@ -117,7 +139,9 @@ fn help() {
     assert_eq!(out.status, 0);
     assert!(out.stdout.starts_with("Usage: udtrace "), "{}", out.stdout);
     assert!(out.stdout.contains("\tpredicate -> '/' D-expression '/'\n"));
-    assert!(out.stdout.contains("\t-q  set quiet mode (only output explicitly traced data)\n"));
+    assert!(out
+        .stdout
+        .contains("\t-q  set quiet mode (only output explicitly traced data)\n"));
 }
 
 /// dtrace with no arguments prints its usage on stderr and exits with E_USAGE.
@@ -127,7 +151,9 @@ fn no_arguments() {
     assert_eq!(out.status, 2);
     assert_eq!(out.stdout, "");
     assert!(out.stderr.starts_with("Usage: udtrace "), "{}", out.stderr);
-    assert!(out.stderr.contains("\t[-n [[[ provider: ] module: ] func: ] name [[ predicate ] action ]]\n"));
+    assert!(out
+        .stderr
+        .contains("\t[-n [[[ provider: ] module: ] func: ] name [[ predicate ] action ]]\n"));
 }
 
 /// getopt's complaint, then the usage, exit status 2.
@@ -137,15 +163,27 @@ fn bad_flags() {
     assert_eq!(out.status, 2);
     let mut lines = out.stderr.lines();
     assert_eq!(lines.next(), Some("udtrace: illegal option -- k"));
-    assert!(lines.next().is_some_and(|l| l.starts_with("Usage: udtrace ")), "{}", out.stderr);
+    assert!(
+        lines
+            .next()
+            .is_some_and(|l| l.starts_with("Usage: udtrace ")),
+        "{}",
+        out.stderr
+    );
 
     let out = run_args(&["-n"]);
     assert_eq!(out.status, 2);
-    assert_eq!(out.first_err_line(), "udtrace: option requires an argument -- n");
+    assert_eq!(
+        out.first_err_line(),
+        "udtrace: option requires an argument -- n"
+    );
 
     let out = run_args(&["-l", "-V"]);
     assert_eq!(out.status, 2);
-    assert_eq!(out.first_err_line(), "udtrace: only one of the [-lV] options can be specified at a time");
+    assert_eq!(
+        out.first_err_line(),
+        "udtrace: only one of the [-lV] options can be specified at a time"
+    );
 }
 
 /// `-p` takes a number (dtrace: `fatal("invalid pid: %s")`); a number that is no
@@ -157,7 +195,10 @@ fn bad_pids() {
     assert_eq!(out.stderr, "udtrace: invalid pid: abc\n");
     let out = run_args(&["-p", "0", "-n", "BEGIN"]);
     assert_eq!(out.status, 1);
-    assert_eq!(out.stderr, "udtrace: failed to grab pid 0: no such process\n");
+    assert_eq!(
+        out.stderr,
+        "udtrace: failed to grab pid 0: no such process\n"
+    );
 }
 
 /// `-o` appends (dtrace opens it with "a") and leaves stdout empty.
@@ -167,12 +208,27 @@ fn output_file() {
     let file = dir.path().join("out.txt");
     let file_s = file.to_str().unwrap();
     for _ in 0..2 {
-        let out = run_args(&["-q", "-o", file_s, "-n", "BEGIN { printf(\"to file\\n\"); exit(0); }"]);
+        let out = run_args(&[
+            "-q",
+            "-o",
+            file_s,
+            "-n",
+            "BEGIN { printf(\"to file\\n\"); exit(0); }",
+        ]);
         assert_eq!(out.status, 0, "{}", out.stderr);
         assert_eq!(out.stdout, "");
     }
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "to file\n\nto file\n\n");
-    let out = run_args(&["-q", "-o", "/nonexistent/dir/out.txt", "-n", "BEGIN { exit(0); }"]);
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "to file\n\nto file\n\n"
+    );
+    let out = run_args(&[
+        "-q",
+        "-o",
+        "/nonexistent/dir/out.txt",
+        "-n",
+        "BEGIN { exit(0); }",
+    ]);
     assert_eq!(out.status, 1);
     assert_eq!(out.stderr, "udtrace: failed to open output file '/nonexistent/dir/out.txt': No such file or directory\n");
 }
@@ -187,7 +243,16 @@ fn preprocessor() {
         "#include \"defs.h\"\n\nBEGIN\n{\n    printf(\"%s %d\\n\", GREETING, VAL);\n    exit(0);\n}\n",
     );
     let inc = dir.path().join("inc");
-    let mut cmd = udtrace(&[Path::new("-q"), Path::new("-C"), Path::new("-D"), Path::new("VAL=42"), Path::new("-I"), &inc, Path::new("-s"), &s]);
+    let mut cmd = udtrace(&[
+        Path::new("-q"),
+        Path::new("-C"),
+        Path::new("-D"),
+        Path::new("VAL=42"),
+        Path::new("-I"),
+        &inc,
+        Path::new("-s"),
+        &s,
+    ]);
     let out = run(&mut cmd);
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "hello 42\n\n");
@@ -197,14 +262,29 @@ fn preprocessor() {
     assert_eq!(out.status, 1);
     assert_eq!(
         out.first_err_line(),
-        format!("udtrace: failed to compile script {}: line 1: invalid control directive: #include", s.display())
+        format!(
+            "udtrace: failed to compile script {}: line 1: invalid control directive: #include",
+            s.display()
+        )
     );
 
     // Line numbers after cpp are the original file's.
     let bad = dir.write("bad.d", "#include \"defs.h\"\n\nBEGIN\n{\n    x = ;\n}\n");
-    let out = run_args(&[Path::new("-C"), Path::new("-I"), inc.as_path(), Path::new("-s"), bad.as_path()]);
+    let out = run_args(&[
+        Path::new("-C"),
+        Path::new("-I"),
+        inc.as_path(),
+        Path::new("-s"),
+        bad.as_path(),
+    ]);
     assert_eq!(out.status, 1);
-    assert_eq!(out.first_err_line(), format!("udtrace: failed to compile script {}: line 5: syntax error near \";\"", bad.display()));
+    assert_eq!(
+        out.first_err_line(),
+        format!(
+            "udtrace: failed to compile script {}: line 5: syntax error near \";\"",
+            bad.display()
+        )
+    );
 }
 
 /// Operands after the program are `$1..$9` (integers or identifiers) and `$$1..`
@@ -212,7 +292,10 @@ fn preprocessor() {
 #[test]
 fn macro_arguments() {
     let dir = TempDir::new("cli-macros");
-    let s = dir.write("m.d", "BEGIN\n{\n    printf(\"%d %s %s %s\\n\", $1 + 1, $$2, $$1, $$0);\n    exit(0);\n}\n");
+    let s = dir.write(
+        "m.d",
+        "BEGIN\n{\n    printf(\"%d %s %s %s\\n\", $1 + 1, $$2, $$1, $$0);\n    exit(0);\n}\n",
+    );
     let s = s.to_str().unwrap();
     let out = run_args(&["-q", "-s", s, "41", "foo"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
@@ -246,7 +329,10 @@ fn interpreter_line() {
     );
     std::fs::set_permissions(&s, std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin_dir = util::bin().parent().unwrap().to_path_buf();
-    let path = std::env::join_paths(std::iter::once(bin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()))).unwrap();
+    let path = std::env::join_paths(std::iter::once(bin_dir).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .unwrap();
     let mut cmd = std::process::Command::new(&s);
     cmd.arg("world").env("PATH", path);
     let out = run(&mut cmd);
@@ -282,7 +368,10 @@ fn no_programs() {
 fn destructive_flag() {
     let out = run_args(&["-w", "-n", "BEGIN { exit(0); }"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
-    assert_eq!(out.stderr, "udtrace: description 'BEGIN ' matched 1 probe\nudtrace: allowing destructive actions\n");
+    assert_eq!(
+        out.stderr,
+        "udtrace: description 'BEGIN ' matched 1 probe\nudtrace: allowing destructive actions\n"
+    );
     let out = run_args(&["-qw", "-n", "BEGIN { exit(0); }"]);
     assert_eq!(out.status, 0);
     assert_eq!(out.stderr, "");
@@ -299,7 +388,10 @@ fn flowindent_flag_is_accepted() {
 #[test]
 fn pragma_quiet() {
     let dir = TempDir::new("cli-pragma");
-    let s = dir.write("p.d", "#pragma D option quiet\nBEGIN { printf(\"p\\n\"); exit(0); }\n");
+    let s = dir.write(
+        "p.d",
+        "#pragma D option quiet\nBEGIN { printf(\"p\\n\"); exit(0); }\n",
+    );
     let out = run_args(&[Path::new("-s"), s.as_path()]);
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "p\n\n");

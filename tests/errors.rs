@@ -27,11 +27,22 @@ fn parse_expect(path: &Path, text: &str) -> Expect {
     let body = first
         .strip_prefix("/* expect: ")
         .and_then(|s| s.strip_suffix(" */"))
-        .unwrap_or_else(|| panic!("{}: first line must be `/* expect: MSG @ L:C */`", path.display()));
-    let (msg, place) = body.rsplit_once(" @ ").expect("` @ L:C` in the expect line");
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: first line must be `/* expect: MSG @ L:C */`",
+                path.display()
+            )
+        });
+    let (msg, place) = body
+        .rsplit_once(" @ ")
+        .expect("` @ L:C` in the expect line");
     let (line, column) = place.split_once(':').expect("L:C");
     Expect {
-        message: msg.replace("*\\/", "*/").replace("\\n", "\n").replace("\\t", "\t").replace("\\\\", "\\"),
+        message: msg
+            .replace("*\\/", "*/")
+            .replace("\\n", "\n")
+            .replace("\\t", "\t")
+            .replace("\\\\", "\\"),
         line: line.parse().expect("line number"),
         column: column.parse().expect("column number"),
     }
@@ -82,15 +93,28 @@ fn check(path: &Path, out: &Output, want: &Expect) -> Vec<String> {
     if out.status != 1 {
         bad.push(format!("exit status {} (want 1)", out.status));
     }
-    let want_msg = format!("udtrace: failed to compile script {shown}: line {}: {}", want.line, want.message);
+    let want_msg = format!(
+        "udtrace: failed to compile script {shown}: line {}: {}",
+        want.line, want.message
+    );
     let want_first = want_msg.lines().next().unwrap_or_default();
     if out.first_err_line() != want_first {
-        bad.push(format!("first stderr line\n   got: {}\n  want: {want_first}", out.first_err_line()));
+        bad.push(format!(
+            "first stderr line\n   got: {}\n  want: {want_first}",
+            out.first_err_line()
+        ));
     }
     // The whole message is what comes before the snippet.
-    let got_msg: Vec<&str> = out.stderr.lines().take_while(|l| !l.starts_with("  --> ")).collect();
+    let got_msg: Vec<&str> = out
+        .stderr
+        .lines()
+        .take_while(|l| !l.starts_with("  --> "))
+        .collect();
     if got_msg.join("\n") != want_msg {
-        bad.push(format!("message\n   got: {:?}\n  want: {want_msg:?}", got_msg.join("\n")));
+        bad.push(format!(
+            "message\n   got: {:?}\n  want: {want_msg:?}",
+            got_msg.join("\n")
+        ));
     }
     let want_loc = format!("  --> {shown}:{}:{}", want.line, want.column);
     if !out.stderr.lines().any(|l| l == want_loc) {
@@ -109,7 +133,11 @@ fn check(path: &Path, out: &Output, want: &Expect) -> Vec<String> {
 #[test]
 fn error_corpus() {
     let files = corpus();
-    assert!(files.len() >= 40, "the corpus has only {} cases", files.len());
+    assert!(
+        files.len() >= 40,
+        "the corpus has only {} cases",
+        files.len()
+    );
     let mut failures = Vec::new();
     for path in &files {
         let text = std::fs::read_to_string(path).expect("read case");
@@ -117,10 +145,21 @@ fn error_corpus() {
         let out = run_args(&[Path::new("-s"), path.as_path()]);
         let bad = check(path, &out, &want);
         if !bad.is_empty() {
-            failures.push(format!("{}:\n  {}\n  stderr:\n{}", path.display(), bad.join("\n  "), out.stderr));
+            failures.push(format!(
+                "{}:\n  {}\n  stderr:\n{}",
+                path.display(),
+                bad.join("\n  "),
+                out.stderr
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases failed:\n\n{}", failures.len(), files.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n")
+    );
 }
 
 /// The corpus checker itself must notice a wrong expectation, or the corpus proves
@@ -130,12 +169,28 @@ fn corpus_checker_catches_wrong_expectations() {
     let dir = TempDir::new("errors-self");
     let path = dir.write("x.d", "BEGIN\n{\n    x = ;\n}\n");
     let out = run_args(&[Path::new("-s"), path.as_path()]);
-    let right = Expect { message: "syntax error near \";\"".into(), line: 3, column: 9 };
+    let right = Expect {
+        message: "syntax error near \";\"".into(),
+        line: 3,
+        column: 9,
+    };
     assert_eq!(check(&path, &out, &right), Vec::<String>::new());
     for wrong in [
-        Expect { message: "syntax error near \"x\"".into(), line: 3, column: 9 },
-        Expect { message: "syntax error near \";\"".into(), line: 2, column: 9 },
-        Expect { message: "syntax error near \";\"".into(), line: 3, column: 5 },
+        Expect {
+            message: "syntax error near \"x\"".into(),
+            line: 3,
+            column: 9,
+        },
+        Expect {
+            message: "syntax error near \";\"".into(),
+            line: 2,
+            column: 9,
+        },
+        Expect {
+            message: "syntax error near \";\"".into(),
+            line: 3,
+            column: 5,
+        },
     ] {
         assert!(!check(&path, &out, &wrong).is_empty());
     }
@@ -162,7 +217,11 @@ fn description_errors_name_the_region() {
     for (spec, msg) in cases {
         let out = run_args(&["-n", spec]);
         assert_eq!(out.status, 1, "{spec}: {}", out.stderr);
-        assert_eq!(out.first_err_line(), format!("udtrace: invalid probe specifier {spec}: {msg}"), "{spec}");
+        assert_eq!(
+            out.first_err_line(),
+            format!("udtrace: invalid probe specifier {spec}: {msg}"),
+            "{spec}"
+        );
     }
 }
 
@@ -170,7 +229,11 @@ fn description_errors_name_the_region() {
 fn description_error_snippet_points_into_the_argument() {
     let out = run_args(&["-n", "BEGIN { x = 1 + ; }"]);
     assert_eq!(out.status, 1);
-    assert!(out.stderr.contains("  --> <description>:1:17\n"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("  --> <description>:1:17\n"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// `-Z` makes a description that matches nothing acceptable; without it the script
@@ -185,7 +248,12 @@ fn zdefs_allows_unmatched_descriptions_in_scripts() {
         out.first_err_line(),
         format!("udtrace: failed to compile script {}: line 3: probe description nosuch:::probe does not match any probes", path.display())
     );
-    let out = run_args(&[Path::new("-Z"), Path::new("-q"), Path::new("-s"), path.as_path()]);
+    let out = run_args(&[
+        Path::new("-Z"),
+        Path::new("-q"),
+        Path::new("-s"),
+        path.as_path(),
+    ]);
     assert_eq!(out.status, 0, "{}", out.stderr);
 }
 
@@ -199,7 +267,10 @@ fn empty_script() {
     assert_eq!(out.status, 1);
     assert_eq!(
         out.first_err_line(),
-        format!("udtrace: failed to compile script {}: line 2: empty D program translation unit", path.display())
+        format!(
+            "udtrace: failed to compile script {}: line 2: empty D program translation unit",
+            path.display()
+        )
     );
 }
 
@@ -207,7 +278,10 @@ fn empty_script() {
 fn missing_script_file() {
     let out = run_args(&["-s", "/nonexistent/udtrace-test.d"]);
     assert_eq!(out.status, 1);
-    assert_eq!(out.stderr, "udtrace: failed to open /nonexistent/udtrace-test.d: No such file or directory\n");
+    assert_eq!(
+        out.stderr,
+        "udtrace: failed to open /nonexistent/udtrace-test.d: No such file or directory\n"
+    );
 }
 
 /// Errors in the second of several programs name that program.
@@ -216,7 +290,12 @@ fn error_in_a_later_program() {
     let dir = TempDir::new("errors-later");
     let good = dir.write("good.d", "BEGIN { exit(0); }\n");
     let bad = dir.write("bad.d", "BEGIN\n{\n    x = \"s\" * 2;\n}\n");
-    let out = run_args(&[Path::new("-s"), good.as_path(), Path::new("-s"), bad.as_path()]);
+    let out = run_args(&[
+        Path::new("-s"),
+        good.as_path(),
+        Path::new("-s"),
+        bad.as_path(),
+    ]);
     assert_eq!(out.status, 1);
     assert_eq!(
         out.first_err_line(),

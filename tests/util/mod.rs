@@ -41,8 +41,12 @@ pub fn udtrace<S: AsRef<OsStr>>(args: &[S]) -> Command {
 
 /// Runs `cmd` with empty stdin, killing it if it outlives [`TIMEOUT`].
 pub fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     // Read both pipes on threads so a chatty child cannot block on a full pipe.
     let out = reader(&mut child, true);
     let err = reader(&mut child, false);
@@ -63,7 +67,11 @@ pub fn run(cmd: &mut Command) -> Output {
     let stderr = err.join().expect("stderr reader");
     // A signal death has no code: make it a status no test expects.
     let status = status.code().unwrap_or(-1);
-    Output { status, stdout, stderr }
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
 }
 
 fn reader(child: &mut Child, stdout: bool) -> thread::JoinHandle<String> {
