@@ -265,18 +265,33 @@ impl Cli {
     }
 }
 
-/// A command-line mistake: one message, then the usage text, exit status 2.
+/// A command-line mistake: one message, then the usage text, exit status 2; or,
+/// where dtrace reports the mistake with `fatal()`/`dfatal()` (an option that cannot
+/// be set, a pid that is not a number), the message alone with exit status 1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageError {
     /// Without the `udtrace: ` prefix; empty when only the usage is to be shown
     /// (dtrace run with no arguments).
     pub message: String,
+    /// dtrace's `fatal()`: no usage text, exit status 1.
+    pub fatal: bool,
 }
+
+/// Exit status of dtrace's `fatal()`/`dfatal()` (`E_ERROR`).
+pub const EXIT_ERROR: i32 = 1;
 
 impl UsageError {
     fn new(message: impl Into<String>) -> UsageError {
         UsageError {
             message: message.into(),
+            fatal: false,
+        }
+    }
+
+    fn fatal(message: impl Into<String>) -> UsageError {
+        UsageError {
+            message: message.into(),
+            fatal: true,
         }
     }
 
@@ -285,13 +300,19 @@ impl UsageError {
     pub fn report(&self) -> String {
         if self.message.is_empty() {
             usage_text()
+        } else if self.fatal {
+            format!("{PROGRAM}: {}\n", self.message)
         } else {
             format!("{PROGRAM}: {}\n{}", self.message, synopsis_text())
         }
     }
 
     pub fn exit_code(&self) -> i32 {
-        EXIT_USAGE
+        if self.fatal {
+            EXIT_ERROR
+        } else {
+            EXIT_USAGE
+        }
     }
 }
 
@@ -448,7 +469,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
             } else {
                 format!("-{flag} {shown}")
             };
-            UsageError::new(format!("failed to set {what}: {e}"))
+            UsageError::fatal(format!("failed to set {what}: {e}"))
         })
     };
 
@@ -551,13 +572,11 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
             'c' => cli.commands.push(utf8(c, value.unwrap_or_default())?),
             'p' => {
                 let v = utf8(c, value.unwrap_or_default())?;
-                // dtrace uses strtol and then fails to grab anything but a live pid;
-                // a non-positive number is refused here already.
+                // dtrace: strtol, `fatal("invalid pid: %s")` if that leaves text over;
+                // any number is then grabbed, so `-p 0` fails as a missing process.
                 let pid = v
                     .parse::<i32>()
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| UsageError::new(format!("invalid pid: {v}")))?;
+                    .map_err(|_| UsageError::fatal(format!("invalid pid: {v}")))?;
                 cli.pids.push(pid);
             }
             'o' => cli.output = value.map(PathBuf::from),
@@ -642,17 +661,17 @@ pub fn parse_or_exit() -> Cli {
     match parse_args(std::env::args_os()) {
         Ok(cli) => match cli.mode {
             Mode::Help => {
-                print!("{}", help_text());
+                out!("{}", help_text());
                 std::process::exit(0);
             }
             Mode::Version => {
-                println!("{}", version_line());
+                out!("{}\n", version_line());
                 std::process::exit(0);
             }
             Mode::Exec | Mode::List => cli,
         },
         Err(e) => {
-            eprint!("{}", e.report());
+            { use std::io::Write as _; let _ = write!(std::io::stderr(), "{}", e.report()); }
             std::process::exit(e.exit_code());
         }
     }
@@ -760,11 +779,15 @@ mod tests {
         assert_eq!(c.pids, vec![123, 456]);
         assert_eq!(c.commands, vec!["ls -l /tmp"]);
         assert_eq!(split_command(&c.commands[0]), vec!["ls", "-l", "/tmp"]);
-        for bad in ["abc", "0", "-3", "12x", ""] {
+        for bad in ["abc", "12x", ""] {
             let e = parse(&["-p", bad]).unwrap_err();
             assert_eq!(e.message, format!("invalid pid: {bad}"));
-            assert_eq!(e.exit_code(), 2);
+            assert_eq!(e.exit_code(), 1);
+            assert_eq!(e.report(), format!("udtrace: invalid pid: {bad}\n"));
         }
+        // Numbers that name no process fail later, when udtrace grabs them.
+        assert_eq!(parse(&["-p", "0"]).unwrap().pids, vec![0]);
+        assert_eq!(parse(&["-p", "-3"]).unwrap().pids, vec![-3]);
     }
 
     #[test]
@@ -811,10 +834,11 @@ mod tests {
 
     #[test]
     fn x_validation() {
-        assert_eq!(
-            parse(&["-x", "foo"]).unwrap_err().message,
-            "failed to set -x foo: Invalid option name"
-        );
+        let e = parse(&["-x", "foo"]).unwrap_err();
+        assert_eq!(e.message, "failed to set -x foo: Invalid option name");
+        // dtrace's dfatal(): the message alone, exit status 1.
+        assert_eq!(e.exit_code(), 1);
+        assert!(!e.report().contains("Usage:"));
         assert_eq!(
             parse(&["-xbufsize=lots"]).unwrap_err().message,
             "failed to set -x bufsize: Invalid value for specified option"

@@ -34,8 +34,6 @@ pub struct Compiled {
     pub options: Options,
     pub sources: Vec<SourceInfo>,
     pub ecbs: Vec<Ecb>,
-    /// Descriptions that matched nothing (allowed by `-Z`; `-l` reports them).
-    pub unmatched: Vec<String>,
 }
 
 /// A compile failure, already rendered (without the leading `udtrace: `).
@@ -49,6 +47,20 @@ fn render(err: &CompileError, src: &SourceInfo) -> Failure {
         e.message = format!("in {region}: {}", e.message);
     }
     Failure(diag::render(&e, &src.origin, &src.text))
+}
+
+/// Renders an error that dtrace raises after parsing, at the lexer's last line
+/// (`xyerror` uses `yylineno`, which is one past the last newline at end of input):
+/// scripts get `line N:`, descriptions no place.
+fn at_end(src: &SourceInfo, msg: &str) -> Failure {
+    match &src.origin {
+        Origin::Script(_) => {
+            let end = src.text.len();
+            let err = CompileError::new(udtrace_lang::Span::new(end, end), msg);
+            Failure(diag::render(&err, &src.origin, &src.text))
+        }
+        Origin::Description => plain(src, msg),
+    }
 }
 
 /// Renders an error that belongs to no place in the source (a line-less message).
@@ -145,14 +157,14 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
         checker.add_source(&program, i, &info.text).map_err(|e| render(&e, &info))?;
         let after = checker.program().clauses.len();
         if after == before && !has_clause(&program) {
-            return Err(plain(&info, "empty D program translation unit"));
+            return Err(at_end(&info, "empty D program translation unit"));
         }
         clause_ranges.push(before..after);
         sources.push(info);
     }
     if let Err(e) = macros.check_unused() {
         if let Some(last) = sources.last() {
-            return Err(plain(last, &e.to_string()));
+            return Err(at_end(last, &e.to_string()));
         }
     }
     let program = checker.finish();
@@ -170,7 +182,6 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
 
     let zdefs = effective.zdefs;
     let mut ecbs = Vec::new();
-    let mut unmatched = Vec::new();
     for (si, range) in clause_ranges.iter().enumerate() {
         for ci in range.clone() {
             for desc in &program.clauses[ci].probes {
@@ -195,9 +206,6 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
                     }
                     return Err(f);
                 }
-                if found.is_empty() {
-                    unmatched.push(full_name(desc));
-                }
                 sources[si].matched += found.len();
                 for probe in found {
                     ecbs.push(Ecb { epid: ecbs.len() as u32 + 1, clause: ci, probe });
@@ -205,7 +213,7 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
             }
         }
     }
-    Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs, unmatched })
+    Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs })
 }
 
 fn has_clause(p: &ast::Program) -> bool {

@@ -1,33 +1,47 @@
 //! `-l`: dtrace's probe listing, `ID PROVIDER MODULE FUNCTION NAME`, and with `-v`
 //! each probe's stability attributes and argument types.
 
-use std::collections::BTreeSet;
-
 use udtrace_runtime::Probe;
 
 use crate::cli::Cli;
-use crate::compile::Compiled;
+use crate::compile::{full_name, Compiled};
 use crate::probes::Registry;
 
-pub fn list(cli: &Cli, compiled: &Compiled, registry: &Registry) -> i32 {
+/// Lists as dtrace.c's list_prog() does: every probe description of every clause in
+/// program order, each followed by the probes it matches (so a probe named twice is
+/// listed twice); a description that matches nothing gets `failed to match` on
+/// stderr and the listing goes on. Without programs, every probe.
+pub fn list(cli: &Cli, compiled: &Compiled, registry: &mut Registry) -> i32 {
     let mut out = String::new();
     out.push_str(&format!("{:>5} {:>10} {:>17} {:>33} {}\n", "ID", "PROVIDER", "MODULE", "FUNCTION", "NAME"));
-    let ids: BTreeSet<u32> = if cli.programs.is_empty() {
-        registry.all().iter().map(|p| p.id).collect()
-    } else {
-        compiled.ecbs.iter().map(|e| e.probe.id).collect()
-    };
-    for id in ids {
-        let Some(p) = registry.by_id(id) else { continue };
+    let row = |out: &mut String, p: &Probe| {
         out.push_str(&format!("{:>5} {:>10} {:>17} {:>33} {}\n", p.id, p.provider, p.module, p.function, p.name));
         if cli.verbose {
-            out.push_str(&verbose(&p));
+            out.push_str(&verbose(p));
+        }
+    };
+    if cli.programs.is_empty() {
+        for p in registry.all() {
+            row(&mut out, p);
+        }
+    } else {
+        for clause in &compiled.program.clauses {
+            for desc in &clause.probes {
+                // Compiling matched every description already; this finds the same probes.
+                let found = registry.matching(desc).unwrap_or_default();
+                if found.is_empty() {
+                    // Printed in order with the table, as dtrace's error() interleaves.
+                    out!("{out}");
+                    out.clear();
+                    warn!("udtrace: failed to match {}: No probe matches description", full_name(desc));
+                }
+                for p in &found {
+                    row(&mut out, p);
+                }
+            }
         }
     }
-    print!("{out}");
-    for d in &compiled.unmatched {
-        eprintln!("udtrace: failed to match {d}: No probe matches description");
-    }
+    out!("{out}");
     0
 }
 
@@ -36,8 +50,9 @@ pub fn list(cli: &Cli, compiled: &Compiled, registry: &Registry) -> i32 {
 fn attributes(p: &Probe) -> [(&'static str, &'static str, &'static str); 2] {
     match p.provider.as_str() {
         "dtrace" => [("Stable", "Stable", "Common"), ("Stable", "Stable", "Common")],
+        // profile.c's profile_attr; empty module and function fields do not lower it.
         "profile" => [("Evolving", "Evolving", "Common"), ("Evolving", "Evolving", "Common")],
-        // The pid provider: names Evolving/ISA at best, functions and arguments Private.
+        // The pid provider: function names and arguments are Private.
         _ => [("Private", "Private", "Unknown"), ("Private", "Private", "Unknown")],
     }
 }

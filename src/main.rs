@@ -1,5 +1,21 @@
 //! udtrace: DTrace's pid and proc providers for Linux user space, driven by D scripts.
 
+/// `eprintln!` that never panics: a closed stderr must not turn into a crash.
+macro_rules! warn {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
+/// `print!` that never panics (`udtrace -l | head` closes the pipe early).
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
 mod cli;
 mod compile;
 mod glob;

@@ -26,7 +26,7 @@ use udtrace_target::control::Target;
 pub const EXIT_FAILURE: i32 = 1;
 
 fn fail(msg: &str) -> i32 {
-    eprintln!("udtrace: {msg}");
+    warn!("udtrace: {msg}");
     EXIT_FAILURE
 }
 
@@ -68,12 +68,12 @@ impl Targets {
                 Some(st) if st.signal().is_some() => {
                     let sig = st.signal().unwrap_or(0);
                     let name = Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| format!("signal {sig}"));
-                    eprintln!("udtrace: pid {pid} terminated by {name}");
+                    warn!("udtrace: pid {pid} terminated by {name}");
                 }
                 Some(st) if st.code().unwrap_or(0) != 0 => {
-                    eprintln!("udtrace: pid {pid} exited with status {}", st.code().unwrap_or(0));
+                    warn!("udtrace: pid {pid} exited with status {}", st.code().unwrap_or(0));
                 }
-                _ => eprintln!("udtrace: pid {pid} has exited"),
+                _ => warn!("udtrace: pid {pid} has exited"),
             }
         }
         self.gone.iter().all(|g| *g)
@@ -128,11 +128,11 @@ fn macro_args(cli: &Cli, targets: &Targets, me: &SelfContext) -> MacroArgs {
 pub fn run(cli: Cli) -> i32 {
     match cli.mode {
         Mode::Version => {
-            println!("{}", cli::version_line());
+            out!("{}\n", cli::version_line());
             return 0;
         }
         Mode::Help => {
-            print!("{}", cli::help_text());
+            out!("{}", cli::help_text());
             return 0;
         }
         _ => {}
@@ -165,8 +165,9 @@ pub fn run(cli: Cli) -> i32 {
         }
     };
     if cli.mode == Mode::List {
+        let status = list::list(&cli, &compiled, &mut registry);
         targets.finish();
-        return list::list(&cli, &compiled, &registry);
+        return status;
     }
     if cli.exit_after_compile {
         targets.finish();
@@ -180,7 +181,7 @@ pub fn run(cli: Cli) -> i32 {
     if !quiet {
         for s in &compiled.sources {
             let plural = if s.matched == 1 { "" } else { "s" };
-            eprintln!("udtrace: {} '{}' matched {} probe{plural}", s.kind, s.name, s.matched);
+            warn!("udtrace: {} '{}' matched {} probe{plural}", s.kind, s.name, s.matched);
         }
     }
     let total: usize = compiled.sources.iter().map(|s| s.matched).sum();
@@ -188,6 +189,10 @@ pub fn run(cli: Cli) -> i32 {
         targets.finish();
         let what = if compiled.sources.is_empty() { "specified" } else { "matched" };
         return fail(&format!("no probes {what}"));
+    }
+    // dtrace's notice once tracing starts with -w (or `destructive` set).
+    if compiled.options.destructive && !quiet {
+        warn!("udtrace: allowing destructive actions");
     }
     let mut out: Box<dyn Write> = match &cli.output {
         Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
@@ -329,7 +334,7 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
 /// the program asked to stop.
 fn apply(fx: &Effects, consumer: &mut Consumer) -> Option<i32> {
     for e in &fx.errors {
-        eprintln!("udtrace: {e}");
+        warn!("udtrace: {e}");
     }
     for (name, value) in &fx.setopts {
         let s = consumer.settings_mut();

@@ -441,6 +441,9 @@ impl<'m> Checker<'m> {
         let probes = c.probes.iter().map(|p| self.probe_desc(p)).collect::<Result<Vec<_>>>()?;
         let predicate = match &c.predicate {
             Some(p) => {
+                if is_agg_target(p) {
+                    return err(p.span, "predicate result must be of scalar type").map_err(|e: CompileError| e.in_region("predicate"));
+                }
                 let e = self.rvalue(p).map_err(|e| e.in_region("predicate"))?;
                 if !e.ty.is_scalar() {
                     return err(p.span, "predicate result must be of scalar type").map_err(|e: CompileError| e.in_region("predicate"));
@@ -929,7 +932,7 @@ impl<'m> Checker<'m> {
             }
             K::Ternary { cond, then, otherwise } => {
                 let c = self.rvalue(cond)?;
-                if !c.ty.is_scalar() && !c.ty.is_string() {
+                if !c.ty.is_scalar() {
                     return err(cond.span, "operator ?: expression must be of scalar type");
                 }
                 let t = self.rvalue(then)?;
@@ -1225,6 +1228,10 @@ impl<'m> Checker<'m> {
         let implicit = if op.is_none() { Some(value.ty.clone()) } else { None };
         let (place, ty) = self.place(lhs, implicit.as_ref(), &opsym)?;
         if let Some(o) = op {
+            // dt_node_op2 refuses `/= 0` and `%= 0` as it refuses `/ 0`.
+            if matches!(o, BinaryOp::Div | BinaryOp::Mod) && value.ty.is_arithmetic() && fold(&value) == Some(0) {
+                return err(span, "expression contains division by zero");
+            }
             if !ty.is_scalar() || !value.ty.is_arithmetic() {
                 return err(
                     span,
@@ -1315,15 +1322,21 @@ impl<'m> Checker<'m> {
     }
 
     fn unary(&mut self, op: UnaryOp, operand: &ast::Expr, span: Span) -> Result<Expr> {
+        if is_agg_target(operand) {
+            // DTrace types a bare `@a` as <DYN>, which no unary operator accepts.
+            return err(
+                span,
+                match op {
+                    UnaryOp::Neg | UnaryOp::Plus => format!("operator {} requires an operand of arithmetic type", op_sym(op)),
+                    UnaryOp::BitNot => "operator ~ requires an operand of integral type".to_string(),
+                    UnaryOp::Not => "operator ! requires an operand of scalar type".to_string(),
+                    UnaryOp::Deref => "cannot dereference non-pointer type".to_string(),
+                    UnaryOp::AddrOf => "cannot take address of dynamic variable".to_string(),
+                },
+            );
+        }
         let v = self.rvalue(operand)?;
-        let sym = match op {
-            UnaryOp::Neg => "-",
-            UnaryOp::Plus => "+",
-            UnaryOp::Not => "!",
-            UnaryOp::BitNot => "~",
-            UnaryOp::Deref => "*",
-            UnaryOp::AddrOf => "&",
-        };
+        let sym = op_sym(op);
         match op {
             UnaryOp::Neg | UnaryOp::Plus | UnaryOp::BitNot => {
                 if !v.ty.is_arithmetic() {
@@ -1348,7 +1361,7 @@ impl<'m> Checker<'m> {
                 })
             }
             UnaryOp::Not => {
-                if !v.ty.is_scalar() && !v.ty.is_string() {
+                if !v.ty.is_scalar() {
                     return err(span, "operator ! requires an operand of scalar type");
                 }
                 Ok(mk(ExprKind::Not(Box::new(v)), int_ty(), span))
@@ -1375,6 +1388,9 @@ impl<'m> Checker<'m> {
 
     fn binary(&mut self, op: BinaryOp, lhs: &ast::Expr, rhs: &ast::Expr, span: Span) -> Result<Expr> {
         use BinaryOp::*;
+        if is_agg_target(lhs) || is_agg_target(rhs) {
+            return self.agg_operand(op, lhs, rhs, span);
+        }
         let l = self.rvalue(lhs)?;
         let r = self.rvalue(rhs)?;
         let incompatible = |this: &Self| {
@@ -1391,7 +1407,7 @@ impl<'m> Checker<'m> {
         match op {
             LogAnd | LogOr | LogXor => {
                 for x in [&l, &r] {
-                    if !x.ty.is_scalar() && !x.ty.is_string() {
+                    if !x.ty.is_scalar() {
                         return err(span, format!("operator {} requires operands of scalar type", op.symbol()));
                     }
                 }
@@ -1417,6 +1433,34 @@ impl<'m> Checker<'m> {
             }
             _ => self.arith(op, l, r, span),
         }
+    }
+
+    /// A binary operator with an aggregation operand: DTrace cooks `@a` to the
+    /// dynamic type, which it names "aggregation" and which fails every operator's
+    /// type rule, each with its own message.
+    fn agg_operand(&mut self, op: BinaryOp, lhs: &ast::Expr, rhs: &ast::Expr, span: Span) -> Result<Expr> {
+        use BinaryOp::*;
+        let name = |this: &mut Self, e: &ast::Expr| -> Result<String> {
+            if is_agg_target(e) {
+                return Ok("aggregation".to_string());
+            }
+            let v = this.rvalue(e)?;
+            Ok(this.type_name(&v.ty))
+        };
+        let l = name(self, lhs)?;
+        let r = name(self, rhs)?;
+        let sym = op.symbol();
+        err(
+            span,
+            match op {
+                LogAnd | LogOr | LogXor => format!("operator {sym} requires operands of scalar type"),
+                Mul | Div => format!("operator {sym} requires operands of arithmetic type"),
+                Mod | BitAnd | BitOr | BitXor | Shl | Shr => format!("operator {sym} requires operands of integral type"),
+                Add | Sub | Lt | Le | Gt | Ge | Eq | Ne => {
+                    format!("operands have incompatible types: \"{l}\" {sym} \"{r}\"")
+                }
+            },
+        )
     }
 
     fn arith(&mut self, op: BinaryOp, l: Expr, r: Expr, span: Span) -> Result<Expr> {
@@ -1614,8 +1658,9 @@ impl<'m> Checker<'m> {
                 return err(
                     a.span,
                     format!(
-                        "{name}( ) argument #{} is incompatible with prototype:\n\tprototype: {proto}\n\t argument: {}",
+                        "{name}( ) argument #{} is incompatible with prototype:\n\tprototype: {}\n\t argument: {}",
                         i + 1,
+                        proto_param(proto, i),
                         self.type_name(&v.ty)
                     ),
                 );
@@ -1649,6 +1694,24 @@ fn proto_len(name: &str, suffix: &str, what: &str, passed: usize, min: usize, ma
     let plural = if passed == 1 { " " } else { "s " };
     let at_least = if min != max { "at least " } else { "" };
     format!("{name}{suffix} prototype mismatch: {passed} {what}{plural}passed, {at_least}{min} expected")
+}
+
+/// The type of parameter `i` in a prototype such as `string(const char *, int, [int])`:
+/// DTrace's D_PROTO_ARG names that type (`const char *`), not the whole prototype.
+fn proto_param(proto: &str, i: usize) -> &str {
+    let inner = proto.find('(').map_or("", |o| proto[o + 1..].trim_end_matches(')'));
+    inner.split(',').nth(i).map_or(proto, |p| p.trim().trim_start_matches('[').trim_end_matches(']'))
+}
+
+fn op_sym(op: UnaryOp) -> &'static str {
+    match op {
+        UnaryOp::Neg => "-",
+        UnaryOp::Plus => "+",
+        UnaryOp::Not => "!",
+        UnaryOp::BitNot => "~",
+        UnaryOp::Deref => "*",
+        UnaryOp::AddrOf => "&",
+    }
 }
 
 fn is_agg_target(e: &ast::Expr) -> bool {

@@ -487,8 +487,10 @@ impl<'a> Lexer<'a> {
             }
             i += 1;
         }
+        // dtrace raises this from input() at end of file, so its line is the last
+        // one (yylineno counts every newline of the comment), not the comment's.
         Err(CompileError::new(
-            Span::new(start, start + 2),
+            Span::new(b.len(), b.len()),
             "end-of-file encountered before matching */",
         ))
     }
@@ -1092,7 +1094,7 @@ mod tests {
         );
         assert_eq!(
             err("a /* x", Mode::Expr),
-            ("end-of-file encountered before matching */".into(), 2..4)
+            ("end-of-file encountered before matching */".into(), 6..6)
         );
         assert_eq!(
             err("a /* x /* y */", Mode::Expr),

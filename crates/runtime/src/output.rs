@@ -163,6 +163,17 @@ fn validate_actions(prog: &CheckedProgram, actions: &[Action], have_target: bool
                 };
                 f.validate(&types, &o).map_err(|e| err(*span, e))?;
             }
+            // lquantize()/llquantize() parameters get dt_cc.c's checks at compile time,
+            // not only when the consumer builds the aggregation.
+            Action::AggUpdate { agg, .. } => {
+                let a = &prog.aggs[*agg];
+                let checked = match (a.kind, a.params.as_slice()) {
+                    (AggKind::Lquantize, &[base, limit, step]) => crate::agg::AggFunc::lquantize(base, limit, Some(step)).map(drop),
+                    (AggKind::Llquantize, &[f, lo, hi, n]) => crate::agg::AggFunc::llquantize([f, lo, hi, n]).map(drop),
+                    _ => Ok(()),
+                };
+                checked.map_err(|e| CompileError::new(a.span, e.0))?;
+            }
             Action::If { then, otherwise, .. } => {
                 validate_actions(prog, then, have_target)?;
                 validate_actions(prog, otherwise, have_target)?;

@@ -31,7 +31,12 @@ pub enum ControlError {
 }
 
 fn reason(e: Errno) -> String {
-    e.desc().to_string()
+    match e {
+        // libproc's Pgrab_error() words, which dtrace prints.
+        Errno::ESRCH => "no such process".into(),
+        Errno::EPERM => "permission denied".into(),
+        e => e.desc().to_string(),
+    }
 }
 
 fn io_reason(e: &io::Error) -> String {

@@ -1,0 +1,5 @@
+/* expect: syntax error near "#" @ 4:11 */
+BEGIN
+{
+    x = 1 # 2;
+}

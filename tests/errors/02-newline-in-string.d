@@ -1,0 +1,5 @@
+/* expect: newline encountered in string literal @ 4:9 */
+BEGIN
+{
+    x = "abc;
+}

@@ -1,0 +1,2 @@
+/* expect: empty character constant @ 2:13 */
+BEGIN { x = ''; }

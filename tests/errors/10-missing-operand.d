@@ -1,0 +1,5 @@
+/* expect: syntax error near ";" @ 4:9 */
+BEGIN
+{
+    x = ;
+}

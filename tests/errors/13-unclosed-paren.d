@@ -1,0 +1,2 @@
+/* expect: syntax error near ";" @ 2:19 */
+BEGIN { x = (1 + 2; }

@@ -1,0 +1,2 @@
+/* expect: syntax error near "->" @ 2:9 */
+BEGIN { ->x = 1; }

@@ -1,0 +1,2 @@
+/* expect: operands have incompatible types: "string" + "string" @ 2:13 */
+BEGIN { x = "a" + "b"; }

@@ -1,0 +1,2 @@
+/* expect: operands have incompatible types: "string" == "int" @ 2:13 */
+BEGIN { x = "a" == 1; }

@@ -1,0 +1,2 @@
+/* expect: invalid cast expression: "string" to "int" @ 2:13 */
+BEGIN { x = (int)"a"; }

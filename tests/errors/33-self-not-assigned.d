@@ -1,0 +1,2 @@
+/* expect: self->x has not yet been declared or assigned @ 2:15 */
+BEGIN { trace(self->x); }

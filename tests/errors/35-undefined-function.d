@@ -1,0 +1,2 @@
+/* expect: undefined function name: foo @ 2:9 */
+BEGIN { foo(1); }

@@ -1,0 +1,2 @@
+/* expect: macro argument $1 is not defined @ 2:15 */
+BEGIN { trace($1); }

@@ -1,0 +1,6 @@
+/* expect: expression has null effect: @a @ 5:5 */
+BEGIN
+{
+    @a = count();
+    @a;
+}

@@ -1,0 +1,2 @@
+/* expect: undefined aggregation: @b @ 2:16 */
+BEGIN { printa(@b); }

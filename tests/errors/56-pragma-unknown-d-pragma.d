@@ -1,0 +1,3 @@
+/* expect: invalid D pragma: foo @ 2:1 */
+#pragma D foo
+BEGIN { exit(0); }

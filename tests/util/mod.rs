@@ -1,0 +1,125 @@
+//! Running the udtrace binary from tests: with a deadline (a test that would hang
+//! fails instead), capturing stdout, stderr and the exit status.
+
+#![allow(dead_code)] // Each test binary uses a different part of this module.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Long enough for a debug build on a busy 2-core machine; only a hang reaches it.
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The udtrace binary cargo built for these tests.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_udtrace"))
+}
+
+/// What one run produced.
+#[derive(Debug)]
+pub struct Output {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    pub fn first_err_line(&self) -> &str {
+        self.stderr.lines().next().unwrap_or("")
+    }
+}
+
+/// A udtrace command: `udtrace(&["-n", "BEGIN"]).run()`.
+pub fn udtrace<S: AsRef<OsStr>>(args: &[S]) -> Command {
+    let mut c = Command::new(bin());
+    c.args(args);
+    c
+}
+
+/// Runs `cmd` with empty stdin, killing it if it outlives [`TIMEOUT`].
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    // Read both pipes on threads so a chatty child cannot block on a full pipe.
+    let out = reader(&mut child, true);
+    let err = reader(&mut child, false);
+    let deadline = Instant::now() + TIMEOUT;
+    let status = loop {
+        match child.try_wait().expect("wait for udtrace") {
+            Some(s) => break s,
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let stderr = err.join().unwrap_or_default();
+                panic!("{cmd:?} did not finish within {TIMEOUT:?}; stderr:\n{stderr}");
+            }
+            None => thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    let stdout = out.join().expect("stdout reader");
+    let stderr = err.join().expect("stderr reader");
+    // A signal death has no code: make it a status no test expects.
+    let status = status.code().unwrap_or(-1);
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+fn reader(child: &mut Child, stdout: bool) -> thread::JoinHandle<String> {
+    let mut pipe: Box<dyn Read + Send> = if stdout {
+        Box::new(child.stdout.take().expect("piped stdout"))
+    } else {
+        Box::new(child.stderr.take().expect("piped stderr"))
+    };
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = pipe.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+/// Shorthand: run udtrace with these arguments.
+pub fn run_args<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    run(&mut udtrace(args))
+}
+
+/// A fresh empty directory for one test's files, removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("udtrace-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes `text` to `name` inside the directory and returns its path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("create dir");
+        }
+        std::fs::write(&p, text).expect("write file");
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
