@@ -917,7 +917,8 @@ impl<'m> Checker<'m> {
                     }
                     Ok(MacroValue::Str(s)) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
                     Ok(MacroValue::Ident(s)) => self.ident(&s, span),
-                    Err(m) => err(span, m),
+                    // dt_lex.l resolves macro references while parsing.
+                    Err(m) => Err(CompileError::new(span, m).unlabelled()),
                 }
             }
             K::SelfVar(name) => self.scoped_var(VarScope::Thread, name, span),
@@ -1451,7 +1452,8 @@ impl<'m> Checker<'m> {
         let (ls, rs) = (l.ty.int_shape().unwrap(), r.ty.int_shape().unwrap());
         let shape = if matches!(op, Shl | Shr) { crate::types::promote(&ls) } else { usual_arithmetic(&ls, &rs) };
         if matches!(op, Div | Mod) && fold(&r) == Some(0) {
-            return err(span, "expression contains division by zero");
+            // dt_node_op2 raises this while parsing, outside any clause region.
+            return Err(CompileError::new(span, "expression contains division by zero").unlabelled());
         }
         let ty = Type::Int(shape.clone());
         if let (Some(a), Some(b)) = (fold(&l), fold(&r)) {
