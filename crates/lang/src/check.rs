@@ -688,6 +688,42 @@ impl<'m> Checker<'m> {
         }
     }
 
+    /// dt_printa_validate: the keys of `@other` must match those of `@first` in
+    /// number and type. Raised while compiling the statement (no clause region).
+    fn printa_keys_match(&self, first: usize, other: usize, span: Span) -> Result<()> {
+        let (l, r) = (&self.prog.aggs[first], &self.prog.aggs[other]);
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        if l.keys.len() != r.keys.len() {
+            let (ln, rn) = (l.keys.len(), r.keys.len());
+            let msg = format!(
+                "printa( ): @{} and @{} do not have matching key signatures: @{} has {ln} key{}, @{} has {rn} key{}",
+                l.name,
+                r.name,
+                l.name,
+                plural(ln),
+                r.name,
+                plural(rn)
+            );
+            return Err(CompileError::new(span, msg).unlabelled());
+        }
+        for (i, (a, b)) in l.keys.iter().zip(&r.keys).enumerate() {
+            if !same_kind(a, b) {
+                let msg = format!(
+                    "printa( ): @{}[ ] key #{n} is incompatible with @{}:\n{:>9} key #{n}: {}\n{:>9} key #{n}: {}",
+                    r.name,
+                    l.name,
+                    l.name,
+                    self.type_name(a),
+                    r.name,
+                    self.type_name(b),
+                    n = i + 1
+                );
+                return Err(CompileError::new(span, msg).unlabelled());
+            }
+        }
+        Ok(())
+    }
+
     fn arity(&self, name: &str, span: Span, args: &[ast::Expr], min: usize, max: usize) -> Result<()> {
         if args.len() < min || args.len() > max {
             return err(span, proto_len(name, "( )", "arg", args.len(), min, max));
@@ -767,15 +803,17 @@ impl<'m> Checker<'m> {
                 if rest.is_empty() {
                     return err(span, format!("printa( ) prototype mismatch: {} args passed, {} expected", args.len(), args.len() + 1));
                 }
-                if format.is_none() && rest.len() > 1 {
-                    return err(rest[1].span, "printa( ): only one aggregation may be given without a format");
-                }
                 let skip = usize::from(format.is_some());
                 let aggs = rest
                     .iter()
                     .enumerate()
                     .map(|(i, a)| self.agg_ref(a, name, i + 1 + skip))
                     .collect::<Result<Vec<_>>>()?;
+                // Several aggregations (with or without a format) print joined on
+                // their keys, so their key signatures must match (dt_printa_validate).
+                for &id in &aggs[1..] {
+                    self.printa_keys_match(aggs[0], id, span)?;
+                }
                 Action::Printa { format, aggs }
             }
             "exit" => {
