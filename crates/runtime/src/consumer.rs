@@ -238,7 +238,10 @@ impl Consumer {
             }
         }
         let mut rec = Record { data: Vec::new(), spec: None };
-        if clause.records_data && !self.settings.quiet {
+        // dtrace(1M) prints the header and the prefix before the record's data, with
+        // the quiet setting of that moment.
+        let prefixed = clause.records_data && !self.settings.quiet;
+        if prefixed {
             output::probe_prefix(&mut rec.data, cpu, &ecb.probe);
         }
         let mut counter = 0;
@@ -257,7 +260,8 @@ impl Consumer {
                 }
             }
             None if clause.records_data => {
-                if !self.header_printed && !self.settings.quiet {
+                // chew() considers the header once, at the first record, quiet or not.
+                if !self.header_printed && prefixed {
                     out.write_all(output::HEADER.as_bytes())?;
                 }
                 self.header_printed = true;
@@ -397,7 +401,12 @@ impl Consumer {
                 }
             }
             Action::Denormalize(id) => self.aggs[*id].denormalize(),
-            Action::Setopt { name, value } => fx.setopts.push((name.clone(), value.clone())),
+            Action::Setopt { name, value } => {
+                // dtrace(1M) applies setopt() as it consumes the record, so the rest of
+                // the record (its trailing newline) and later records see the change.
+                self.setopt(name, value.as_deref());
+                fx.setopts.push((name.clone(), value.clone()));
+            }
             Action::Speculate(e) => {
                 let id = int(&self.eval(e, ctx)?);
                 if id > 0 && (id as usize) <= self.specs.len() && self.specs[id as usize - 1].active {
@@ -432,6 +441,30 @@ impl Consumer {
             Action::Nop => {}
         }
         Ok(())
+    }
+
+    /// Applies a `setopt()` to the options that change printing, with libdtrace's
+    /// value rules (a bare or numeric value sets a toggle; "no", "off", "" unset it).
+    /// Options that do not parse or are not printing options are left alone.
+    fn setopt(&mut self, name: &str, value: Option<&str>) {
+        use udtrace_lang::options::{parse_option, OptionName as N, OptionValue as V};
+        let Ok((opt, v)) = parse_option(name, value) else {
+            return;
+        };
+        let on = v != V::Unset;
+        let int = match v {
+            V::Int(n) => n as usize,
+            _ => 0,
+        };
+        let s = &mut self.settings;
+        match opt {
+            N::Quiet => s.quiet = on,
+            N::Aggsortkey => s.sort.key = on,
+            N::Aggsortrev => s.sort.rev = on,
+            N::Aggsortpos => s.sort.pos = int,
+            N::Aggsortkeypos => s.sort.keypos = int,
+            _ => {}
+        }
     }
 
     /// What dtrace prints when tracing ends: a newline, then every aggregation not
