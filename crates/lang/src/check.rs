@@ -1100,7 +1100,8 @@ impl<'m> Checker<'m> {
             return Ok(int_const(v as u64, Type::Enum(id), span));
         }
         if name == "NULL" {
-            return Ok(int_const(0, Type::Pointer(Box::new(Type::Void)), span));
+            // libdtrace hard-wires "inline long NULL = 0;".
+            return Ok(int_const(0, Type::int(8, true), span));
         }
         if let Some(v) = consts::lookup(name) {
             return Ok(int_const(v as u64, int_ty(), span));
