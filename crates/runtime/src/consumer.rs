@@ -237,7 +237,7 @@ impl Consumer {
                 Err(f) => return Ok(Err((f, 0))),
             }
         }
-        let mut rec = Record { data: Vec::new(), spec: None };
+        let mut rec = Record { data: Vec::new(), spec: None, dropped: false, committed: Vec::new() };
         // dtrace(1M) prints the header and the prefix before the record's data, with
         // the quiet setting of that moment.
         let prefixed = clause.records_data && !self.settings.quiet;
@@ -252,6 +252,10 @@ impl Consumer {
         // DTrace discards a faulting clause's record; the error line replaces it.
         if let Err(f) = result {
             return Ok(Err(f));
+        }
+        // speculate() to a speculation that is not active drops the record.
+        if rec.dropped {
+            return Ok(Ok(()));
         }
         match rec.spec {
             Some(id) => {
@@ -269,6 +273,8 @@ impl Consumer {
             }
             None => out.write_all(&rec.data)?,
         }
+        // Committed records are copied in after the committing clause's own record.
+        out.write_all(&rec.committed)?;
         Ok(Ok(()))
     }
 
@@ -408,17 +414,20 @@ impl Consumer {
                 fx.setopts.push((name.clone(), value.clone()));
             }
             Action::Speculate(e) => {
-                let id = int(&self.eval(e, ctx)?);
-                if id > 0 && (id as usize) <= self.specs.len() && self.specs[id as usize - 1].active {
-                    rec.spec = Some(id as usize - 1);
+                // dtrace_speculation_buffer: an id past nspec is an illegal operation;
+                // 0 or an inactive speculation has no buffer, so the data is dropped.
+                let v = int(&self.eval(e, ctx)?);
+                match self.spec_index(v)? {
+                    Some(i) if self.specs[i].active => rec.spec = Some(i),
+                    _ => rec.dropped = true,
                 }
             }
             Action::Commit(e) | Action::Discard(e) => {
-                let id = int(&self.eval(e, ctx)?);
-                if id > 0 && (id as usize) <= self.specs.len() {
-                    let s = &mut self.specs[id as usize - 1];
+                let v = int(&self.eval(e, ctx)?);
+                if let Some(i) = self.spec_index(v)? {
+                    let s = &mut self.specs[i];
                     if matches!(a, Action::Commit(_)) {
-                        rec.data.extend_from_slice(&s.buffer);
+                        rec.committed.extend_from_slice(&s.buffer);
                     }
                     s.buffer.clear();
                     s.active = false;
@@ -441,6 +450,16 @@ impl Consumer {
             Action::Nop => {}
         }
         Ok(())
+    }
+
+    /// The buffer index of speculation `id`: `None` for 0 (no speculation), an
+    /// illegal operation past nspec (ids are unsigned, so negatives are too).
+    fn spec_index(&self, id: i64) -> EvalResult<Option<usize>> {
+        match id {
+            0 => Ok(None),
+            i if i > 0 && (i as usize) <= self.specs.len() => Ok(Some(i as usize - 1)),
+            _ => Err(Fault::IllegalOperation),
+        }
     }
 
     /// Applies a `setopt()` to the options that change printing, with libdtrace's
@@ -481,6 +500,10 @@ impl Consumer {
 struct Record {
     data: Vec<u8>,
     spec: Option<usize>,
+    /// speculate() named no active speculation: the record goes nowhere.
+    dropped: bool,
+    /// Output of speculations committed by this clause, which follows its record.
+    committed: Vec<u8>,
 }
 
 /// Adds the probe's identity to the backend's context.
