@@ -195,3 +195,55 @@ fn setopt_aggsortkey_changes_later_printing() {
     );
     assert_eq!(out, "b a a b \n\n");
 }
+
+#[test]
+fn speculate_without_an_active_speculation_drops_the_record() {
+    // No buffer for speculation 0 (or an inactive one): the clause's data goes nowhere.
+    let out = quiet(r#"BEGIN { speculate(0); printf("lost\n"); } BEGIN { printf("kept\n"); exit(0); }"#);
+    assert_eq!(out, "kept\n\n");
+    // An id past nspec is an illegal operation.
+    let r = udtrace(&["-q", "-n", r#"BEGIN { speculate(5); printf("x"); } BEGIN { exit(0); }"#]);
+    assert_eq!(r.stdout, "\n");
+    assert_eq!(r.stderr, "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): illegal operation in action #1\n");
+}
+
+#[test]
+fn committed_records_follow_the_committing_record() {
+    let r = udtrace(&[
+        "-n",
+        r#"BEGIN { a = speculation(); } BEGIN { speculate(a); printf("kept"); } BEGIN { commit(a); } BEGIN { exit(0); }"#,
+    ]);
+    assert_eq!(r.code, 0);
+    let lines: Vec<&str> = r.stdout.split_inclusive('\n').collect();
+    let line = |i: usize, data: &str| {
+        let (cpu, _) = split_cpu(lines[i]);
+        format!("{cpu:>3} {:>6} {:>32} {data}\n", 1, ":BEGIN")
+    };
+    // The commit clause's own (empty) record, then the speculated one, then exit's.
+    let want = format!("{HEADER}{}{}{}\n", line(1, ""), line(2, "kept"), line(3, ""));
+    assert_eq!(r.stdout, want);
+}
+
+#[test]
+fn speculation_action_order_is_checked() {
+    // dt_stmt_append's rules, raised while compiling statements (no region label).
+    for (body, msg) in [
+        (r#"printf("x"); commit(1);"#, "commit( ) may not follow data-recording action(s)"),
+        ("commit(1); exit(0);", "data-recording actions may not follow commit( )"),
+        ("commit(1); commit(2);", "commit( ) may not follow commit( )"),
+        ("@a = count(); commit(1);", "commit( ) may not follow data-recording action(s)"),
+        ("commit(1); @a = count();", "aggregating actions may not follow commit( )"),
+        ("trace(1); speculate(1);", "speculate( ) may not follow data-recording action(s)"),
+        ("speculate(1); speculate(1);", "speculate( ) may not follow speculate( )"),
+        ("speculate(1); @a = count();", "aggregating actions may not follow speculate( )"),
+        ("speculate(1); exit(0);", "exit( ) may not follow speculate( )"),
+    ] {
+        let prog = format!("BEGIN {{ {body} }}");
+        let r = udtrace(&["-n", &prog]);
+        assert_eq!(r.code, 1, "{prog}");
+        assert_eq!(r.first_error_line(), format!("udtrace: invalid probe specifier {prog}: {msg}"));
+    }
+    // Assignments and discard() record nothing, so they may surround these.
+    let out = quiet("BEGIN { x = 1; speculate(0); y = 2; } BEGIN { commit(0); discard(0); z = 3; } BEGIN { exit(0); }");
+    assert_eq!(out, "\n");
+}
