@@ -1237,6 +1237,19 @@ impl<'m> Checker<'m> {
                 }
             }
         }
+        if let K::Member { base, field } = &target.kind {
+            // A member of a struct or union variable is an lvalue when the variable is.
+            if named(&base.kind).is_some() || matches!(base.kind, K::Index { .. } | K::Member { .. }) {
+                let (bplace, bty) = self.place(base, None, op)?;
+                if let Type::Struct(id) | Type::Union(id) = bty {
+                    if let Some(f) = self.prog.types.field(id, field).cloned() {
+                        let place = Place::Field { base: Box::new(bplace), record: bty.clone(), offset: f.offset, ty: f.ty.clone() };
+                        return Ok((place, f.ty));
+                    }
+                    return err(target.span, format!("{field} is not a member of {}", self.type_name(&bty)));
+                }
+            }
+        }
         err(target.span, format!("operator {op} requires modifiable lvalue as an operand"))
     }
 

@@ -193,6 +193,7 @@ impl Evaluator<'_> {
     /// assigned zero are deleted, which is how D programs free them.
     fn store(&mut self, place: &ResolvedPlace, v: Value) {
         match place {
+            ResolvedPlace::Field(base, record, offset, ty) => self.store_field(base, record, *offset, ty, v),
             ResolvedPlace::Var(r) => match r.scope {
                 VarScope::Global => self.vars.globals[r.id] = v,
                 VarScope::Thread => {
@@ -236,6 +237,9 @@ impl Evaluator<'_> {
                 let keys = keys.iter().map(|k| self.eval(k)).collect::<EvalResult<Vec<_>>>()?;
                 ResolvedPlace::Array(*var, keys)
             }
+            Place::Field { base, record, offset, ty } => {
+                ResolvedPlace::Field(Box::new(self.resolve(base)?), record.clone(), *offset, ty.clone())
+            }
         })
     }
 
@@ -243,7 +247,41 @@ impl Evaluator<'_> {
         match place {
             ResolvedPlace::Var(r) => self.read_var(*r),
             ResolvedPlace::Array(r, keys) => self.read_array(*r, keys.clone()),
+            ResolvedPlace::Field(base, record, offset, ty) => {
+                let bytes = self.record_bytes(base, record);
+                let size = self.types.size_of(ty).unwrap_or(0) as usize;
+                let start = (*offset as usize).min(bytes.len());
+                let end = (start + size).min(bytes.len());
+                value_from_bytes(&bytes[start..end], ty)
+            }
         }
+    }
+
+    /// The bytes of the struct or union held at `place`, zero-filled to its size.
+    fn record_bytes(&mut self, place: &ResolvedPlace, record: &Type) -> Vec<u8> {
+        let size = self.types.size_of(record).unwrap_or(0) as usize;
+        let mut b = match self.load(place) {
+            Value::Bytes(b) | Value::Str(b) => b,
+            _ => Vec::new(),
+        };
+        b.resize(size, 0);
+        b
+    }
+
+    /// Writes a member into its record and stores the record back.
+    fn store_field(&mut self, base: &ResolvedPlace, record: &Type, offset: u64, ty: &Type, v: Value) {
+        let mut bytes = self.record_bytes(base, record);
+        let size = self.types.size_of(ty).unwrap_or(0) as usize;
+        let mut data = match v {
+            Value::Int(i) => i.bits.to_le_bytes().to_vec(),
+            Value::Str(b) | Value::Bytes(b) => b,
+            Value::Stack(_) => Vec::new(),
+        };
+        data.resize(size, 0);
+        let start = (offset as usize).min(bytes.len());
+        let end = (start + size).min(bytes.len());
+        bytes[start..end].copy_from_slice(&data[..end - start]);
+        self.store(base, Value::Bytes(bytes));
     }
 
     pub fn eval(&mut self, e: &Expr) -> EvalResult<Value> {
@@ -536,6 +574,9 @@ impl Evaluator<'_> {
 enum ResolvedPlace {
     Var(VarRef),
     Array(VarRef, Vec<Value>),
+    /// A member: the variable holding the record, the record's type, the member's
+    /// offset and type.
+    Field(Box<ResolvedPlace>, Type, u64, Type),
 }
 
 /// Decodes little-endian memory as a value of `ty`.
