@@ -249,3 +249,25 @@ fn predicates_select_clauses() {
     let out = quiet(r#"BEGIN /1 > 2/ { printf("no\n"); } BEGIN /"a" < "b"/ { printf("yes\n"); } BEGIN { exit(0); }"#);
     assert_eq!(out, "yes\n\n");
 }
+
+#[test]
+fn struct_members_of_d_variables_are_assignable() {
+    // The DTrace guide's rwinfo.d pattern: members of array elements, with ++ and +=.
+    let out = quiet(
+        r#"struct callinfo { uint64_t ts; uint64_t calls; int small; };
+           struct callinfo i[string];
+           BEGIN { i["read"].ts = 5; i["read"].calls++; i["read"].calls++; i["read"].small = -3; i["w"].calls += 7;
+                   printf("%d %d %d %d %d\n", i["read"].ts, i["read"].calls, i["read"].small, i["w"].calls, i["x"].calls);
+                   exit(0); }"#,
+    );
+    assert_eq!(out, "5 2 -3 7 0\n\n");
+    // Global and thread-local struct variables, and members of members.
+    let out = quiet(
+        r#"struct in { short a; int b; }; struct out { int k; struct in n; };
+           struct out o; self struct in t;
+           BEGIN { o.n.a = 70000; o.k = 1; o.n.b = 2; o.k++; self->t.b = 9;
+                   printf("%d %d %d %d %d %d\n", o.n.a, o.k, o.n.b, sizeof (o), self->t.a, self->t.b); exit(0); }"#,
+    );
+    // 70000 wraps to the short member: 4464.
+    assert_eq!(out, "4464 2 2 12 0 9\n\n");
+}
