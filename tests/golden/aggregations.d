@@ -2,6 +2,8 @@
  * Every aggregating function, keyed and unkeyed, printed by default at exit.
  * Expected output (-q): tests/golden/aggregations.out. Aggregations print in the
  * order of their first use, each sorted by value, ties by key.
+ * The .out file was checked line by line against dt_consume.c's formats and
+ * dt_aggregate.c's ordering; never regenerate it from udtrace's own output.
  */
 BEGIN
 {
