@@ -43,7 +43,7 @@ pub struct Failure(pub String);
 fn render(err: &CompileError, src: &SourceInfo) -> Failure {
     let mut e = err.clone();
     // dtrace names the clause region where it cannot name a line (descriptions).
-    if let (Origin::Description, Some(region)) = (&src.origin, e.region) {
+    if let (Origin::Description, Some(region)) = (&src.origin, e.label()) {
         e.message = format!("in {region}: {}", e.message);
     }
     Failure(diag::render(&e, &src.origin, &src.text))

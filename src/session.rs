@@ -264,7 +264,7 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
     let fire = |consumer: &mut Consumer, id: u32, cpu: u32, out: &mut dyn Write| -> io::Result<Option<i32>> {
         let fx = consumer.fire(id, cpu, me, out)?;
         out.flush()?;
-        Ok(apply(&fx, consumer))
+        Ok(apply(&fx))
     };
 
     if let Some(s) = fire(&mut consumer, probes::BEGIN, me.cpu(), out)? {
@@ -332,18 +332,10 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
 
 /// Applies a firing's effects that concern the session; returns the exit status when
 /// the program asked to stop.
-fn apply(fx: &Effects, consumer: &mut Consumer) -> Option<i32> {
+fn apply(fx: &Effects) -> Option<i32> {
     for e in &fx.errors {
         warn!("udtrace: {e}");
     }
-    for (name, value) in &fx.setopts {
-        let s = consumer.settings_mut();
-        match (name.as_str(), value.as_deref()) {
-            ("quiet", v) => s.quiet = v != Some("0") && v != Some("no"),
-            ("aggsortkey", v) => s.sort.key = v != Some("0"),
-            ("aggsortrev", v) => s.sort.rev = v != Some("0"),
-            _ => {}
-        }
-    }
+    // setopt() requests were applied by the consumer as it ran them.
     fx.exit
 }

@@ -456,6 +456,9 @@ impl<'m> Checker<'m> {
             None => (Vec::new(), true),
             Some(stmts) => {
                 let actions = self.stmts(stmts).map_err(|e| e.in_region("action list"))?;
+                if let Err(m) = action_order(&actions) {
+                    return Err(CompileError::new(c.span, m).unlabelled());
+                }
                 let records = stmts.is_empty() || actions.iter().any(records_data);
                 (actions, records)
             }
@@ -687,6 +690,42 @@ impl<'m> Checker<'m> {
         }
     }
 
+    /// dt_printa_validate: the keys of `@other` must match those of `@first` in
+    /// number and type. Raised while compiling the statement (no clause region).
+    fn printa_keys_match(&self, first: usize, other: usize, span: Span) -> Result<()> {
+        let (l, r) = (&self.prog.aggs[first], &self.prog.aggs[other]);
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        if l.keys.len() != r.keys.len() {
+            let (ln, rn) = (l.keys.len(), r.keys.len());
+            let msg = format!(
+                "printa( ): @{} and @{} do not have matching key signatures: @{} has {ln} key{}, @{} has {rn} key{}",
+                l.name,
+                r.name,
+                l.name,
+                plural(ln),
+                r.name,
+                plural(rn)
+            );
+            return Err(CompileError::new(span, msg).unlabelled());
+        }
+        for (i, (a, b)) in l.keys.iter().zip(&r.keys).enumerate() {
+            if !same_kind(a, b) {
+                let msg = format!(
+                    "printa( ): @{}[ ] key #{n} is incompatible with @{}:\n{:>9} key #{n}: {}\n{:>9} key #{n}: {}",
+                    r.name,
+                    l.name,
+                    l.name,
+                    self.type_name(a),
+                    r.name,
+                    self.type_name(b),
+                    n = i + 1
+                );
+                return Err(CompileError::new(span, msg).unlabelled());
+            }
+        }
+        Ok(())
+    }
+
     fn arity(&self, name: &str, span: Span, args: &[ast::Expr], min: usize, max: usize) -> Result<()> {
         if args.len() < min || args.len() > max {
             return err(span, proto_len(name, "( )", "arg", args.len(), min, max));
@@ -766,15 +805,17 @@ impl<'m> Checker<'m> {
                 if rest.is_empty() {
                     return err(span, format!("printa( ) prototype mismatch: {} args passed, {} expected", args.len(), args.len() + 1));
                 }
-                if format.is_none() && rest.len() > 1 {
-                    return err(rest[1].span, "printa( ): only one aggregation may be given without a format");
-                }
                 let skip = usize::from(format.is_some());
                 let aggs = rest
                     .iter()
                     .enumerate()
                     .map(|(i, a)| self.agg_ref(a, name, i + 1 + skip))
                     .collect::<Result<Vec<_>>>()?;
+                // Several aggregations (with or without a format) print joined on
+                // their keys, so their key signatures must match (dt_printa_validate).
+                for &id in &aggs[1..] {
+                    self.printa_keys_match(aggs[0], id, span)?;
+                }
                 Action::Printa { format, aggs }
             }
             "exit" => {
@@ -916,7 +957,8 @@ impl<'m> Checker<'m> {
                     }
                     Ok(MacroValue::Str(s)) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
                     Ok(MacroValue::Ident(s)) => self.ident(&s, span),
-                    Err(m) => err(span, m),
+                    // dt_lex.l resolves macro references while parsing.
+                    Err(m) => Err(CompileError::new(span, m).unlabelled()),
                 }
             }
             K::SelfVar(name) => self.scoped_var(VarScope::Thread, name, span),
@@ -1060,7 +1102,8 @@ impl<'m> Checker<'m> {
             return Ok(int_const(v as u64, Type::Enum(id), span));
         }
         if name == "NULL" {
-            return Ok(int_const(0, Type::Pointer(Box::new(Type::Void)), span));
+            // libdtrace hard-wires "inline long NULL = 0;".
+            return Ok(int_const(0, Type::int(8, true), span));
         }
         if let Some(v) = consts::lookup(name) {
             return Ok(int_const(v as u64, int_ty(), span));
@@ -1190,6 +1233,19 @@ impl<'m> Checker<'m> {
                         let ty = self.var_info(r).ty.clone();
                         return Ok((Place::Array { var: r, keys }, ty));
                     }
+                }
+            }
+        }
+        if let K::Member { base, field } = &target.kind {
+            // A member of a struct or union variable is an lvalue when the variable is.
+            if named(&base.kind).is_some() || matches!(base.kind, K::Index { .. } | K::Member { .. }) {
+                let (bplace, bty) = self.place(base, None, op)?;
+                if let Type::Struct(id) | Type::Union(id) = bty {
+                    if let Some(f) = self.prog.types.field(id, field).cloned() {
+                        let place = Place::Field { base: Box::new(bplace), record: bty.clone(), offset: f.offset, ty: f.ty.clone() };
+                        return Ok((place, f.ty));
+                    }
+                    return err(target.span, format!("{field} is not a member of {}", self.type_name(&bty)));
                 }
             }
         }
@@ -1491,7 +1547,8 @@ impl<'m> Checker<'m> {
         let (ls, rs) = (l.ty.int_shape().unwrap(), r.ty.int_shape().unwrap());
         let shape = if matches!(op, Shl | Shr) { crate::types::promote(&ls) } else { usual_arithmetic(&ls, &rs) };
         if matches!(op, Div | Mod) && fold(&r) == Some(0) {
-            return err(span, "expression contains division by zero");
+            // dt_node_op2 raises this while parsing, outside any clause region.
+            return Err(CompileError::new(span, "expression contains division by zero").unlabelled());
         }
         let ty = Type::Int(shape.clone());
         if let (Some(a), Some(b)) = (fold(&l), fold(&r)) {
@@ -1807,6 +1864,66 @@ pub fn const_arith(op: BinaryOp, a: u64, b: u64, shape: &IntType) -> Option<u64>
         _ => return None,
     };
     Some(shape.wrap(v))
+}
+
+/// dt_stmt_append's rules for speculate(), commit() and what may follow them in one
+/// clause, with its messages. Aggregations count as data-recording here; expression
+/// statements, destructive actions and discard() do not.
+fn action_order(actions: &[Action]) -> std::result::Result<(), &'static str> {
+    let (mut commit, mut speculate, mut datarec) = (false, false, false);
+    for (i, a) in actions.iter().enumerate() {
+        match a {
+            Action::Commit(_) => {
+                if commit {
+                    return Err("commit( ) may not follow commit( )");
+                }
+                if datarec {
+                    return Err("commit( ) may not follow data-recording action(s)");
+                }
+                if actions[i..].iter().any(|t| matches!(t, Action::AggUpdate { .. })) {
+                    return Err("aggregating actions may not follow commit( )");
+                }
+                commit = true;
+            }
+            Action::Speculate(_) => {
+                if speculate {
+                    return Err("speculate( ) may not follow speculate( )");
+                }
+                if commit {
+                    return Err("speculate( ) may not follow commit( )");
+                }
+                if datarec {
+                    return Err("speculate( ) may not follow data-recording action(s)");
+                }
+                speculate = true;
+            }
+            Action::AggUpdate { .. } => {
+                if speculate {
+                    return Err("aggregating actions may not follow speculate( )");
+                }
+                datarec = true;
+            }
+            _ => {
+                let destructive = matches!(a, Action::Raise(_) | Action::Stop | Action::System { .. });
+                if speculate && destructive {
+                    return Err("destructive actions may not follow speculate( )");
+                }
+                if speculate && matches!(a, Action::Exit(_)) {
+                    return Err("exit( ) may not follow speculate( )");
+                }
+                if destructive || matches!(a, Action::Discard(_) | Action::Eval(_) | Action::Nop) {
+                    continue;
+                }
+                if commit {
+                    return Err("data-recording actions may not follow commit( )");
+                }
+                if !speculate {
+                    datarec = true;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether an action records data (and so, without `-q`, prints a trace line).

@@ -260,4 +260,7 @@ pub enum ExprKind {
 pub enum Place {
     Var(VarRef),
     Array { var: VarRef, keys: Vec<Expr> },
+    /// A member of a struct or union held in a D variable (`s.x`, `a[k].x`):
+    /// `ty` at byte `offset` of `base`, whose type is `record`.
+    Field { base: Box<Place>, record: Type, offset: u64, ty: Type },
 }

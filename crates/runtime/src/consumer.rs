@@ -237,8 +237,11 @@ impl Consumer {
                 Err(f) => return Ok(Err((f, 0))),
             }
         }
-        let mut rec = Record { data: Vec::new(), spec: None };
-        if clause.records_data && !self.settings.quiet {
+        let mut rec = Record { data: Vec::new(), spec: None, dropped: false, committed: Vec::new() };
+        // dtrace(1M) prints the header and the prefix before the record's data, with
+        // the quiet setting of that moment.
+        let prefixed = clause.records_data && !self.settings.quiet;
+        if prefixed {
             output::probe_prefix(&mut rec.data, cpu, &ecb.probe);
         }
         let mut counter = 0;
@@ -250,6 +253,10 @@ impl Consumer {
         if let Err(f) = result {
             return Ok(Err(f));
         }
+        // speculate() to a speculation that is not active drops the record.
+        if rec.dropped {
+            return Ok(Ok(()));
+        }
         match rec.spec {
             Some(id) => {
                 if let Some(s) = self.specs.get_mut(id) {
@@ -257,7 +264,8 @@ impl Consumer {
                 }
             }
             None if clause.records_data => {
-                if !self.header_printed && !self.settings.quiet {
+                // chew() considers the header once, at the first record, quiet or not.
+                if !self.header_printed && prefixed {
                     out.write_all(output::HEADER.as_bytes())?;
                 }
                 self.header_printed = true;
@@ -265,6 +273,8 @@ impl Consumer {
             }
             None => out.write_all(&rec.data)?,
         }
+        // Committed records are copied in after the committing clause's own record.
+        out.write_all(&rec.committed)?;
         Ok(Ok(()))
     }
 
@@ -397,19 +407,27 @@ impl Consumer {
                 }
             }
             Action::Denormalize(id) => self.aggs[*id].denormalize(),
-            Action::Setopt { name, value } => fx.setopts.push((name.clone(), value.clone())),
+            Action::Setopt { name, value } => {
+                // dtrace(1M) applies setopt() as it consumes the record, so the rest of
+                // the record (its trailing newline) and later records see the change.
+                self.setopt(name, value.as_deref());
+                fx.setopts.push((name.clone(), value.clone()));
+            }
             Action::Speculate(e) => {
-                let id = int(&self.eval(e, ctx)?);
-                if id > 0 && (id as usize) <= self.specs.len() && self.specs[id as usize - 1].active {
-                    rec.spec = Some(id as usize - 1);
+                // dtrace_speculation_buffer: an id past nspec is an illegal operation;
+                // 0 or an inactive speculation has no buffer, so the data is dropped.
+                let v = int(&self.eval(e, ctx)?);
+                match self.spec_index(v)? {
+                    Some(i) if self.specs[i].active => rec.spec = Some(i),
+                    _ => rec.dropped = true,
                 }
             }
             Action::Commit(e) | Action::Discard(e) => {
-                let id = int(&self.eval(e, ctx)?);
-                if id > 0 && (id as usize) <= self.specs.len() {
-                    let s = &mut self.specs[id as usize - 1];
+                let v = int(&self.eval(e, ctx)?);
+                if let Some(i) = self.spec_index(v)? {
+                    let s = &mut self.specs[i];
                     if matches!(a, Action::Commit(_)) {
-                        rec.data.extend_from_slice(&s.buffer);
+                        rec.committed.extend_from_slice(&s.buffer);
                     }
                     s.buffer.clear();
                     s.active = false;
@@ -434,6 +452,40 @@ impl Consumer {
         Ok(())
     }
 
+    /// The buffer index of speculation `id`: `None` for 0 (no speculation), an
+    /// illegal operation past nspec (ids are unsigned, so negatives are too).
+    fn spec_index(&self, id: i64) -> EvalResult<Option<usize>> {
+        match id {
+            0 => Ok(None),
+            i if i > 0 && (i as usize) <= self.specs.len() => Ok(Some(i as usize - 1)),
+            _ => Err(Fault::IllegalOperation),
+        }
+    }
+
+    /// Applies a `setopt()` to the options that change printing, with libdtrace's
+    /// value rules (a bare or numeric value sets a toggle; "no", "off", "" unset it).
+    /// Options that do not parse or are not printing options are left alone.
+    fn setopt(&mut self, name: &str, value: Option<&str>) {
+        use udtrace_lang::options::{parse_option, OptionName as N, OptionValue as V};
+        let Ok((opt, v)) = parse_option(name, value) else {
+            return;
+        };
+        let on = v != V::Unset;
+        let int = match v {
+            V::Int(n) => n as usize,
+            _ => 0,
+        };
+        let s = &mut self.settings;
+        match opt {
+            N::Quiet => s.quiet = on,
+            N::Aggsortkey => s.sort.key = on,
+            N::Aggsortrev => s.sort.rev = on,
+            N::Aggsortpos => s.sort.pos = int,
+            N::Aggsortkeypos => s.sort.keypos = int,
+            _ => {}
+        }
+    }
+
     /// What dtrace prints when tracing ends: a newline, then every aggregation not
     /// already printed with `printa`, in the order they were declared.
     pub fn finish(&mut self, out: &mut dyn Write) -> io::Result<()> {
@@ -448,6 +500,10 @@ impl Consumer {
 struct Record {
     data: Vec<u8>,
     spec: Option<usize>,
+    /// speculate() named no active speculation: the record goes nowhere.
+    dropped: bool,
+    /// Output of speculations committed by this clause, which follows its record.
+    committed: Vec<u8>,
 }
 
 /// Adds the probe's identity to the backend's context.

@@ -193,6 +193,7 @@ impl Evaluator<'_> {
     /// assigned zero are deleted, which is how D programs free them.
     fn store(&mut self, place: &ResolvedPlace, v: Value) {
         match place {
+            ResolvedPlace::Field(base, record, offset, ty) => self.store_field(base, record, *offset, ty, v),
             ResolvedPlace::Var(r) => match r.scope {
                 VarScope::Global => self.vars.globals[r.id] = v,
                 VarScope::Thread => {
@@ -236,6 +237,9 @@ impl Evaluator<'_> {
                 let keys = keys.iter().map(|k| self.eval(k)).collect::<EvalResult<Vec<_>>>()?;
                 ResolvedPlace::Array(*var, keys)
             }
+            Place::Field { base, record, offset, ty } => {
+                ResolvedPlace::Field(Box::new(self.resolve(base)?), record.clone(), *offset, ty.clone())
+            }
         })
     }
 
@@ -243,7 +247,41 @@ impl Evaluator<'_> {
         match place {
             ResolvedPlace::Var(r) => self.read_var(*r),
             ResolvedPlace::Array(r, keys) => self.read_array(*r, keys.clone()),
+            ResolvedPlace::Field(base, record, offset, ty) => {
+                let bytes = self.record_bytes(base, record);
+                let size = self.types.size_of(ty).unwrap_or(0) as usize;
+                let start = (*offset as usize).min(bytes.len());
+                let end = (start + size).min(bytes.len());
+                value_from_bytes(&bytes[start..end], ty)
+            }
         }
+    }
+
+    /// The bytes of the struct or union held at `place`, zero-filled to its size.
+    fn record_bytes(&mut self, place: &ResolvedPlace, record: &Type) -> Vec<u8> {
+        let size = self.types.size_of(record).unwrap_or(0) as usize;
+        let mut b = match self.load(place) {
+            Value::Bytes(b) | Value::Str(b) => b,
+            _ => Vec::new(),
+        };
+        b.resize(size, 0);
+        b
+    }
+
+    /// Writes a member into its record and stores the record back.
+    fn store_field(&mut self, base: &ResolvedPlace, record: &Type, offset: u64, ty: &Type, v: Value) {
+        let mut bytes = self.record_bytes(base, record);
+        let size = self.types.size_of(ty).unwrap_or(0) as usize;
+        let mut data = match v {
+            Value::Int(i) => i.bits.to_le_bytes().to_vec(),
+            Value::Str(b) | Value::Bytes(b) => b,
+            Value::Stack(_) => Vec::new(),
+        };
+        data.resize(size, 0);
+        let start = (offset as usize).min(bytes.len());
+        let end = (start + size).min(bytes.len());
+        bytes[start..end].copy_from_slice(&data[..end - start]);
+        self.store(base, Value::Bytes(bytes));
     }
 
     pub fn eval(&mut self, e: &Expr) -> EvalResult<Value> {
@@ -436,26 +474,13 @@ impl Evaluator<'_> {
                 self.clamp(a)
             }
             Subr::Substr => {
-                let src = s(0);
-                let len = src.len() as i64;
-                let mut start = n(1);
-                if start < 0 {
-                    start = (len + start).max(0);
-                }
-                let start = start.min(len);
-                let count = if vals.len() > 2 { n(2) } else { len };
-                let end = if count < 0 { (len + count).max(start) } else { start.saturating_add(count).min(len) };
-                self.clamp(src[start as usize..end.max(start) as usize].to_vec())
+                let count = if vals.len() > 2 { Some(n(2)) } else { None };
+                let out = substr(&s(0), n(1), count, self.strsize as i64);
+                self.clamp(out)
             }
             Subr::Index | Subr::Rindex => {
-                let (hay, needle) = (s(0), s(1));
-                let r = if subr == Subr::Index {
-                    let from = if vals.len() > 2 { n(2).max(0) as usize } else { 0 };
-                    find(&hay, &needle, from)
-                } else {
-                    let from = if vals.len() > 2 { n(2) } else { hay.len() as i64 };
-                    rfind(&hay, &needle, from)
-                };
+                let pos = if vals.len() > 2 { Some(n(2)) } else { None };
+                let r = if subr == Subr::Index { index(&s(0), &s(1), pos) } else { rindex(&s(0), &s(1), pos) };
                 int_of(ty, r as u64)
             }
             Subr::Strstr => {
@@ -480,11 +505,15 @@ impl Evaluator<'_> {
             Subr::Dirname => Value::Str(dirname(&s(0))),
             Subr::Lltostr => {
                 let base = if vals.len() > 1 { n(1) } else { 10 };
-                Value::Str(lltostr(n(0), base))
+                Value::Str(lltostr(n(0), base).ok_or(Fault::IllegalOperation)?)
             }
             Subr::Strtoll => {
-                let base = if vals.len() > 1 { n(1) as u32 } else { 10 };
-                int_of(ty, strtoll(&s(0), base) as u64)
+                let base = if vals.len() > 1 { n(1) } else { 10 };
+                // DTrace takes bases 2 to 36 only; anything else is an illegal operation.
+                if !(2..=36).contains(&base) {
+                    return Err(Fault::IllegalOperation);
+                }
+                int_of(ty, strtoll(&s(0), base as u32) as u64)
             }
             Subr::Toupper => Value::Str(s(0).to_ascii_uppercase()),
             Subr::Tolower => Value::Str(s(0).to_ascii_lowercase()),
@@ -545,6 +574,9 @@ impl Evaluator<'_> {
 enum ResolvedPlace {
     Var(VarRef),
     Array(VarRef, Vec<Value>),
+    /// A member: the variable holding the record, the record's type, the member's
+    /// offset and type.
+    Field(Box<ResolvedPlace>, Type, u64, Type),
 }
 
 /// Decodes little-endian memory as a value of `ty`.
@@ -561,6 +593,75 @@ pub fn value_from_bytes(data: &[u8], ty: &Type) -> Value {
     }
 }
 
+/// DTrace's substr(): a negative `index` counts from the end (and a count reaching
+/// back into the string keeps its part), a negative `count` leaves that many
+/// characters off the end, and without a count the rest up to strsize is taken.
+fn substr(src: &[u8], index: i64, count: Option<i64>, strsize: i64) -> Vec<u8> {
+    let len = src.len() as i64;
+    let mut index = index;
+    let mut remaining = count.unwrap_or(strsize);
+    if index < 0 {
+        index += len;
+        if index < 0 && index.saturating_add(remaining) > 0 {
+            remaining += index;
+            index = 0;
+        }
+    }
+    if index >= len || index < 0 {
+        remaining = 0;
+    } else if remaining < 0 {
+        remaining += len - index;
+    } else if index.saturating_add(remaining) > strsize {
+        remaining = strsize - index;
+    }
+    if remaining <= 0 {
+        return Vec::new();
+    }
+    let end = index.saturating_add(remaining).min(len);
+    src[index as usize..end as usize].to_vec()
+}
+
+/// Whether `needle` occurs at `at`, comparing as strncmp does against the
+/// NUL-terminated haystack (so a match must fit before the end).
+fn matches_at(hay: &[u8], needle: &[u8], at: usize) -> bool {
+    hay.get(at..at + needle.len()) == Some(needle)
+}
+
+/// DTrace's index(): a position below 0 starts at 0; at or past the end, only ""
+/// is found (at the length). Both strings empty give 0.
+fn index(hay: &[u8], needle: &[u8], pos: Option<i64>) -> i64 {
+    let len = hay.len() as i64;
+    if hay.is_empty() && needle.is_empty() {
+        return 0;
+    }
+    let start = match pos {
+        Some(p) => {
+            let p = p.max(0);
+            if p >= len {
+                return if needle.is_empty() { len } else { -1 };
+            }
+            p
+        }
+        None => 0,
+    };
+    (start..len).find(|&i| matches_at(hay, needle, i as usize)).unwrap_or(-1)
+}
+
+/// DTrace's rindex(): searches backwards from `pos` (default: the end, clamped to
+/// it); a negative position finds only "" (at 0). Both strings empty give 0.
+fn rindex(hay: &[u8], needle: &[u8], pos: Option<i64>) -> i64 {
+    let len = hay.len() as i64;
+    if hay.is_empty() && needle.is_empty() {
+        return 0;
+    }
+    let start = match pos {
+        Some(p) if p < 0 => return if needle.is_empty() { 0 } else { -1 },
+        Some(p) => p.min(len),
+        None => len,
+    };
+    (0..=start).rev().find(|&i| matches_at(hay, needle, i as usize)).unwrap_or(-1)
+}
+
 fn find(hay: &[u8], needle: &[u8], from: usize) -> i64 {
     if from > hay.len() {
         return -1;
@@ -569,14 +670,6 @@ fn find(hay: &[u8], needle: &[u8], from: usize) -> i64 {
         return from as i64;
     }
     hay[from..].windows(needle.len()).position(|w| w == needle).map(|p| (p + from) as i64).unwrap_or(-1)
-}
-
-fn rfind(hay: &[u8], needle: &[u8], from: i64) -> i64 {
-    if from < 0 || needle.len() > hay.len() {
-        return -1;
-    }
-    let last = (hay.len() - needle.len()).min(from as usize);
-    (0..=last).rev().find(|&i| &hay[i..i + needle.len()] == needle).map(|i| i as i64).unwrap_or(-1)
 }
 
 /// basename(3) semantics: trailing slashes ignored; "" → "."; "/" → "/".
@@ -614,24 +707,35 @@ pub fn dirname(p: &[u8]) -> Vec<u8> {
     }
 }
 
-fn lltostr(v: i64, base: i64) -> Vec<u8> {
-    let base = if (2..=36).contains(&base) { base as u64 } else { 10 };
+/// DTrace's lltostr(): bases 2 to 36 (else `None`, an illegal operation); only base
+/// 10 shows a sign, base 16 gets a "0x" prefix and base 8 a leading "0".
+fn lltostr(v: i64, base: i64) -> Option<Vec<u8>> {
+    if !(2..=36).contains(&base) {
+        return None;
+    }
+    let b = base as u64;
     let neg = base == 10 && v < 0;
     let mut n = if neg { v.unsigned_abs() } else { v as u64 };
     let mut out = Vec::new();
-    loop {
-        let d = (n % base) as u8;
+    while n != 0 {
+        let d = (n % b) as u8;
         out.push(if d < 10 { b'0' + d } else { b'a' + d - 10 });
-        n /= base;
-        if n == 0 {
-            break;
-        }
+        n /= b;
+    }
+    if v == 0 && base == 16 {
+        out.push(b'0');
+    }
+    if base == 16 {
+        out.push(b'x');
+    }
+    if v == 0 || base == 8 || base == 16 {
+        out.push(b'0');
     }
     if neg {
         out.push(b'-');
     }
     out.reverse();
-    out
+    Some(out)
 }
 
 fn strtoll(s: &[u8], base: u32) -> i64 {
@@ -683,19 +787,39 @@ mod tests {
 
     #[test]
     fn lltostr_and_strtoll() {
-        assert_eq!(lltostr(-42, 10), b"-42");
-        assert_eq!(lltostr(255, 16), b"ff");
+        assert_eq!(lltostr(-42, 10).unwrap(), b"-42");
+        assert_eq!(lltostr(255, 16).unwrap(), b"0xff");
+        assert_eq!(lltostr(0, 16).unwrap(), b"0x0");
+        assert_eq!(lltostr(8, 8).unwrap(), b"010");
+        assert_eq!(lltostr(0, 10).unwrap(), b"0");
+        assert_eq!(lltostr(5, 1), None);
         assert_eq!(strtoll(b"  -17xyz", 10), -17);
         assert_eq!(strtoll(b"0x1f", 0), 31);
         assert_eq!(strtoll(b"017", 0), 15);
     }
 
     #[test]
-    fn find_and_rfind() {
-        assert_eq!(find(b"hello world", b"o", 0), 4);
-        assert_eq!(find(b"hello world", b"o", 5), 7);
-        assert_eq!(rfind(b"hello world", b"o", 11), 7);
-        assert_eq!(rfind(b"hello world", b"o", 6), 4);
-        assert_eq!(find(b"abc", b"z", 0), -1);
+    fn index_and_rindex_as_dtrace() {
+        assert_eq!(index(b"hello world", b"o", None), 4);
+        assert_eq!(index(b"hello world", b"o", Some(5)), 7);
+        assert_eq!(rindex(b"hello world", b"o", None), 7);
+        assert_eq!(rindex(b"hello world", b"o", Some(6)), 4);
+        assert_eq!(index(b"abc", b"z", None), -1);
+        assert_eq!(index(b"hello", b"", Some(9)), 5);
+        assert_eq!(rindex(b"hello", b"", Some(-1)), 0);
+        assert_eq!(rindex(b"hello", b"", None), 5);
+        assert_eq!(index(b"", b"", Some(3)), 0);
+    }
+
+    #[test]
+    fn substr_as_dtrace() {
+        let t = |i, c| String::from_utf8(substr(b"hello", i, c, 256)).unwrap();
+        assert_eq!(t(1, None), "ello");
+        assert_eq!(t(-3, None), "llo");
+        assert_eq!(t(-10, Some(3)), "");
+        assert_eq!(t(-7, Some(4)), "he");
+        assert_eq!(t(0, Some(-1)), "hell");
+        assert_eq!(t(1, Some(-10)), "");
+        assert_eq!(t(10, None), "");
     }
 }
