@@ -171,7 +171,16 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     for (si, range) in clause_ranges.iter().enumerate() {
         for ci in range.clone() {
             for desc in &program.clauses[ci].probes {
-                let found = registry.matching(desc);
+                let found = match registry.matching(desc) {
+                    Ok(f) => f,
+                    Err(msg) => {
+                        let err = CompileError::new(desc.span, msg);
+                        return Err(match sources[si].origin {
+                            Origin::Description => plain(&sources[si], &err.message),
+                            Origin::Script(_) => render(&err, &sources[si]),
+                        });
+                    }
+                };
                 if found.is_empty() && !zdefs {
                     let err = CompileError::new(
                         desc.span,

@@ -4,6 +4,7 @@ mod cli;
 mod compile;
 mod glob;
 mod list;
+mod pidprov;
 mod preprocess;
 mod probes;
 mod selfctx;

@@ -8,6 +8,7 @@ use udtrace_lang::ast::ProbeDesc;
 use udtrace_runtime::Probe;
 
 use crate::glob;
+use crate::pidprov::PidProvider;
 
 pub const BEGIN: u32 = 1;
 pub const END: u32 = 2;
@@ -74,11 +75,13 @@ fn period_from_rate(hz: u64) -> Option<u64> {
 
 pub struct Registry {
     probes: Vec<Rc<Probe>>,
+    /// The pid provider's probes, created on demand; they share the id space.
+    pub pid: PidProvider,
 }
 
 impl Default for Registry {
     fn default() -> Registry {
-        let mut r = Registry { probes: Vec::new() };
+        let mut r = Registry { probes: Vec::new(), pid: PidProvider::default() };
         for name in ["BEGIN", "END", "ERROR"] {
             r.add("dtrace", name);
         }
@@ -105,9 +108,21 @@ impl Registry {
         self.probes.get(id.checked_sub(1)? as usize).cloned()
     }
 
-    /// Every probe the description matches, creating a timer probe when the description
-    /// names one exactly (no globs) that does not exist yet.
-    pub fn matching(&mut self, d: &ProbeDesc) -> Vec<Rc<Probe>> {
+    /// Every probe the description matches, creating pid probes, and a timer probe when
+    /// the description names one exactly (no globs), on demand. `Err` is DTrace's
+    /// message for a description the pid provider rejects.
+    pub fn matching(&mut self, d: &ProbeDesc) -> Result<Vec<Rc<Probe>>, String> {
+        let known = self.pid.probes().len();
+        let mut next = self.probes.len() as u32 + 1;
+        if let Some(found) = self.pid.matching(d, &mut next)? {
+            let new: Vec<Rc<Probe>> = self.pid.probes()[known..].iter().map(|p| Rc::clone(&p.probe)).collect();
+            self.probes.extend(new);
+            return Ok(found);
+        }
+        Ok(self.static_matching(d))
+    }
+
+    fn static_matching(&mut self, d: &ProbeDesc) -> Vec<Rc<Probe>> {
         let wants_profile = glob::matches(&d.provider, "profile") && d.module.is_empty() && d.function.is_empty();
         if wants_profile && !glob::is_glob(&d.name) && timer_period(&d.name).is_some() {
             let exists = self.probes.iter().any(|p| p.provider == "profile" && p.name == d.name);

@@ -1,0 +1,248 @@
+//! The pid provider's probes: `pid<N>:<module>:<function>:<name>` matched against
+//! what process N has mapped, as DTrace's dt_pid.c matches them (and with its
+//! messages). Each probe keeps the file offsets of its sites, for the backend.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use udtrace_lang::ast::ProbeDesc;
+use udtrace_runtime::Probe;
+use udtrace_target::debuginfo::{self, ObjectSymbols};
+use udtrace_target::modules;
+use udtrace_target::procfs::{self, LoadedObject};
+use udtrace_target::sites::{self, Sites};
+use udtrace_target::symbols::Function;
+
+use crate::glob;
+
+/// What kind of site a pid probe has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SiteKind {
+    Entry,
+    /// Every return site; `arg0` is the site's offset in the function.
+    Return,
+    Offset(u64),
+}
+
+/// One pid probe with everything the backend needs to arm it.
+#[derive(Debug, Clone)]
+pub struct PidProbe {
+    pub probe: Rc<Probe>,
+    pub pid: i32,
+    /// The object as udtrace can open it (through /proc/<pid>/root).
+    pub file: PathBuf,
+    pub kind: SiteKind,
+    /// The function's address in the file's virtual address space.
+    pub func_vaddr: u64,
+    /// (offset in the function, offset in the file) of each site.
+    pub sites: Vec<(u64, u64)>,
+}
+
+/// An object's symbols and bytes, loaded once per path.
+struct Loaded {
+    syms: ObjectSymbols,
+    data: Vec<u8>,
+}
+
+#[derive(Default)]
+pub struct PidProvider {
+    objects: HashMap<PathBuf, Rc<Loaded>>,
+    probes: Vec<PidProbe>,
+    /// (pid, file, function address, kind) → index in `probes`: one probe each.
+    index: HashMap<(i32, PathBuf, u64, SiteKind), usize>,
+}
+
+/// Parses the provider field: `Ok(None)` when it is not a pid provider at all.
+fn provider_pid(provider: &str) -> Result<Option<i32>, String> {
+    let Some(digits) = provider.strip_prefix("pid") else { return Ok(None) };
+    if glob::is_glob(provider) {
+        return Ok(None);
+    }
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("'{provider}' is not a valid provider"));
+    }
+    match digits.parse::<i32>() {
+        Ok(p) if p > 0 => Ok(Some(p)),
+        _ => Err(format!("'{provider}' does not contain a valid pid")),
+    }
+}
+
+impl PidProvider {
+    pub fn probes(&self) -> &[PidProbe] {
+        &self.probes
+    }
+
+    fn load(&mut self, file: &PathBuf) -> Result<Rc<Loaded>, String> {
+        if let Some(l) = self.objects.get(file) {
+            return Ok(Rc::clone(l));
+        }
+        let syms = debuginfo::load(file).map_err(|e| format!("failed to read {}: {e}", file.display()))?;
+        let data = std::fs::read(file).map_err(|e| format!("failed to read {}: {e}", file.display()))?;
+        let l = Rc::new(Loaded { syms, data });
+        self.objects.insert(file.clone(), Rc::clone(&l));
+        Ok(l)
+    }
+
+    /// Creates (or finds) the probes a description names. `next_id` numbers new probes.
+    /// `Ok(None)`: the description is not for the pid provider.
+    pub fn matching(&mut self, d: &ProbeDesc, next_id: &mut u32) -> Result<Option<Vec<Rc<Probe>>>, String> {
+        let Some(pid) = provider_pid(&d.provider)? else { return Ok(None) };
+        let exe = procfs::exe_path(pid).map_err(|_| format!("failed to grab process {pid}"))?;
+        let maps = procfs::read_maps(pid).map_err(|_| format!("failed to grab process {pid}"))?;
+        let objects = procfs::loaded_objects(&maps, &exe);
+        let module = if d.module.is_empty() { "*" } else { d.module.as_str() };
+        let func = if d.function.is_empty() { "*" } else { d.function.as_str() };
+        let name = if d.name.is_empty() { "*" } else { d.name.as_str() };
+
+        if func == "-" {
+            return self.absolute(pid, &d.module, name, &objects, next_id).map(Some);
+        }
+        let mut out = Vec::new();
+        for obj in objects.iter().filter(|o| !o.is_vdso) {
+            if !modules::module_matches(module, &obj.path, obj.is_main) {
+                continue;
+            }
+            let file = procfs::host_path(pid, &obj.path);
+            let loaded = self.load(&file)?;
+            let funcs: Vec<Function> = loaded.syms.table.matching(func).into_iter().cloned().collect();
+            if funcs.is_empty() && !glob::is_glob(func) && !glob::is_glob(module) {
+                return Err(format!("failed to lookup '{func}' in module '{module}'"));
+            }
+            let modname = modules::module_name(&obj.path).to_string();
+            for f in &funcs {
+                // _init and _fini are only probed when named (their sizes were once bogus).
+                if glob::is_glob(func) && (f.name == "_init" || f.name == "_fini") {
+                    continue;
+                }
+                self.per_function(pid, &file, &modname, f, name, &loaded, next_id, &mut out)?;
+            }
+        }
+        Ok(Some(out))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn per_function(
+        &mut self,
+        pid: i32,
+        file: &PathBuf,
+        modname: &str,
+        f: &Function,
+        name: &str,
+        loaded: &Loaded,
+        next_id: &mut u32,
+        out: &mut Vec<Rc<Probe>>,
+    ) -> Result<(), String> {
+        let Some(base) = loaded.syms.info.vaddr_to_offset(f.addr) else { return Ok(()) };
+        let code = || -> &[u8] {
+            let start = base as usize;
+            let end = start.saturating_add(f.size as usize).min(loaded.data.len());
+            loaded.data.get(start..end).unwrap_or(&[])
+        };
+        // Decoding is only needed for return and offset probes.
+        let mut decoded: Option<Sites> = None;
+        let mut sites = |decoded: &mut Option<Sites>| -> Sites {
+            decoded.get_or_insert_with(|| sites::decode(code(), f.addr)).clone()
+        };
+        let mut matched = 0;
+        if glob::matches(name, "return") {
+            let s = sites(&mut decoded);
+            if !s.returns.is_empty() {
+                let list = s.returns.iter().map(|&o| (u64::from(o), base + u64::from(o))).collect();
+                out.push(self.add(pid, file, modname, f, SiteKind::Return, "return".into(), list, next_id));
+            }
+            matched += 1;
+        }
+        if glob::matches(name, "entry") {
+            out.push(self.add(pid, file, modname, f, SiteKind::Entry, "entry".into(), vec![(0, base)], next_id));
+            matched += 1;
+        }
+        if !glob::is_glob(name) && matched == 0 {
+            let off = u64::from_str_radix(name, 16).map_err(|_| format!("'{name}' is an invalid probe name"))?;
+            if off >= f.size {
+                return Err(format!("offset 0x{off:x} outside of function '{}'", f.name));
+            }
+            let s = sites(&mut decoded);
+            if sites::check_offset(&s, f.size, off).is_err() {
+                return Err(format!("offset 0x{off:x} is not aligned on an instruction"));
+            }
+            out.push(self.add(pid, file, modname, f, SiteKind::Offset(off), format!("{off:x}"), vec![(off, base + off)], next_id));
+        } else if glob::is_glob(name) {
+            let s = sites(&mut decoded);
+            for &o in &s.insns {
+                let label = format!("{o:x}");
+                if glob::matches(name, &label) {
+                    let o = u64::from(o);
+                    out.push(self.add(pid, file, modname, f, SiteKind::Offset(o), label, vec![(o, base + o)], next_id));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `pid<N>::-:<address>`: a probe at an absolute address of the executable.
+    fn absolute(
+        &mut self,
+        pid: i32,
+        module: &str,
+        name: &str,
+        objects: &[LoadedObject],
+        next_id: &mut u32,
+    ) -> Result<Vec<Rc<Probe>>, String> {
+        let Some(main) = objects.iter().find(|o| o.is_main) else {
+            return Err(format!("process {pid} has no executable mapped"));
+        };
+        if !module.is_empty() && (glob::is_glob(module) || !modules::module_matches(module, &main.path, true)) {
+            return Err("only the a.out module is valid with the '-' function".into());
+        }
+        if glob::is_glob(name) {
+            return Err("only individual addresses may be specified with the '-' function".into());
+        }
+        let addr = u64::from_str_radix(name, 16).map_err(|_| format!("'{name}' is an invalid probe name"))?;
+        let file = procfs::host_path(pid, &main.path);
+        let loaded = self.load(&file)?;
+        let bias = main.bias(&loaded.syms.info).unwrap_or(0);
+        let vaddr = addr.wrapping_sub(bias);
+        let off = loaded.syms.info.vaddr_to_offset(vaddr).ok_or_else(|| format!("'{name}' is an invalid probe name"))?;
+        let f = Function { name: "-".into(), mangled: None, aliases: Vec::new(), addr: vaddr, size: 1 };
+        let modname = modules::module_name(&main.path).to_string();
+        Ok(vec![self.add(pid, &file, &modname, &f, SiteKind::Offset(0), name.to_string(), vec![(0, off)], next_id)])
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        pid: i32,
+        file: &PathBuf,
+        modname: &str,
+        f: &Function,
+        kind: SiteKind,
+        name: String,
+        sites: Vec<(u64, u64)>,
+        next_id: &mut u32,
+    ) -> Rc<Probe> {
+        let key = (pid, file.clone(), f.addr, kind);
+        if let Some(&i) = self.index.get(&key) {
+            return Rc::clone(&self.probes[i].probe);
+        }
+        let probe = Rc::new(Probe::new(*next_id, &format!("pid{pid}"), modname, &f.name, &name));
+        *next_id += 1;
+        self.index.insert(key, self.probes.len());
+        self.probes.push(PidProbe { probe: Rc::clone(&probe), pid, file: file.clone(), kind, func_vaddr: f.addr, sites });
+        probe
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::provider_pid;
+
+    #[test]
+    fn provider_names() {
+        assert_eq!(provider_pid("pid123"), Ok(Some(123)));
+        assert_eq!(provider_pid("syscall"), Ok(None));
+        assert_eq!(provider_pid("pid*"), Ok(None));
+        assert_eq!(provider_pid("pid0"), Err("'pid0' does not contain a valid pid".into()));
+        assert_eq!(provider_pid("pidx"), Err("'pidx' is not a valid provider".into()));
+    }
+}
