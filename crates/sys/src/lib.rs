@@ -3,4 +3,8 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod bpf;
+pub mod mmap;
+pub mod mount;
+pub mod perf;
 pub mod process;
