@@ -93,12 +93,11 @@ pub fn uprobe_pmu_type() -> Result<u32, AttachError> {
     text.trim().parse().map_err(|_| AttachError::Pmu { file: UPROBE_PMU_TYPE, reason: format!("unexpected contents {text:?}") })
 }
 
-/// Sites armed one perf event and one perf link each.
+/// Sites armed one perf event and one perf link each. Only the links are kept: each
+/// holds its perf event open, which halves the descriptors a large probe set needs.
 #[derive(Debug, Default)]
 pub struct PerfLinks {
-    // Links first: they hold the events, which close after.
     links: Vec<OwnedFd>,
-    events: Vec<OwnedFd>,
 }
 
 impl PerfLinks {
@@ -111,6 +110,7 @@ impl PerfLinks {
 }
 
 /// Arms each site with its own uprobe perf event on every process (`pid -1, cpu 0`).
+/// Each site takes one file descriptor: see [`raise_fd_limit`].
 pub fn attach_perf(prog: &Program, path: &Path, sites: &[Site]) -> Result<PerfLinks, AttachError> {
     check_kind(prog, ProgramKind::Uprobe)?;
     let pmu = uprobe_pmu_type()?;
@@ -121,7 +121,6 @@ pub fn attach_perf(prog: &Program, path: &Path, sites: &[Site]) -> Result<PerfLi
             .map_err(|source| AttachError::Uprobe { path: path.to_path_buf(), offset: s.offset, source })?;
         let link = link_perf_event(prog, &ev, s.cookie, || format!("uprobe {}:{:#x}", path.display(), s.offset))?;
         out.links.push(link);
-        out.events.push(ev);
     }
     Ok(out)
 }
@@ -135,4 +134,10 @@ pub(crate) fn link_perf_event(prog: &Program, ev: &OwnedFd, cookie: u64, what: i
 /// instruction program; a refusal of BPF as a whole also answers false.
 pub fn uprobe_multi_supported() -> bool {
     Program::load(ProgramKind::UprobeMulti, "udtrace_probe", &[mov64_imm(crate::insn::Reg::R0, 0), exit()]).is_ok()
+}
+
+/// Raises the soft open-file limit to the hard one (perf attachment needs one
+/// descriptor per site); returns the limit now in force.
+pub fn raise_fd_limit() -> io::Result<u64> {
+    udtrace_sys::rlimit::raise_nofile()
 }

@@ -8,3 +8,4 @@ pub mod mmap;
 pub mod mount;
 pub mod perf;
 pub mod process;
+pub mod rlimit;
