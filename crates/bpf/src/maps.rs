@@ -215,7 +215,7 @@ impl RingBuf {
     /// `size` must be the page size times a power of two.
     pub fn create(name: &str, size: usize) -> Result<RingBuf, MapError> {
         let page = udtrace_sys::mmap::page_size();
-        if size < page || size % page != 0 || !(size / page).is_power_of_two() || size > u32::MAX as usize {
+        if size < page || !size.is_multiple_of(page) || !(size / page).is_power_of_two() || size > u32::MAX as usize {
             return Err(MapError::RingSize { size, page });
         }
         Ok(RingBuf { fd: create(BPF_MAP_TYPE_RINGBUF, 0, 0, size as u32, name)?, size })

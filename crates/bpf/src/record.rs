@@ -121,7 +121,7 @@ pub struct RecordLayout {
 
 impl RecordLayout {
     pub fn new(plan: &RecordPlan) -> Result<RecordLayout, PlanError> {
-        if plan.stack_bytes % 8 != 0 || plan.stack_bytes > MAX_STACK_BYTES {
+        if !plan.stack_bytes.is_multiple_of(8) || plan.stack_bytes > MAX_STACK_BYTES {
             return Err(PlanError::StackBytes(plan.stack_bytes));
         }
         let mut off = OFF_STACK + plan.stack_bytes as usize;

@@ -239,3 +239,31 @@ fn verifier_refusal_carries_the_log() {
     assert!(e.log().contains("R2 !read_ok"), "log: {}", e.log());
     assert!(e.to_string().contains("verifier log"));
 }
+
+#[test]
+fn stack_capture_near_the_top_of_a_thread_stack_is_truncated_not_lost() {
+    if !common::bpf_available("stack near top") {
+        return;
+    }
+    let _g = common::serial();
+    let maps = ProbeMaps::create(1 << 18, 64).unwrap();
+    maps.traced.insert(&our_tgid(), &1).unwrap();
+    let plan = RecordPlan { stack_bytes: 16384, strings: vec![] };
+    let layout = RecordLayout::new(&plan).unwrap();
+    let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
+    let (exe, off) = common::own_function("udtrace_test_target");
+    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7 }], false).unwrap();
+    udtrace_test_target(1, 2);
+    // A fresh thread's first frames sit a few KiB below the end of its stack mapping.
+    std::thread::Builder::new().stack_size(64 << 10).spawn(|| udtrace_test_target(3, 4)).unwrap().join().unwrap();
+    let recs = drain(&maps);
+    assert_eq!(recs.len(), 2);
+    for r in &recs {
+        let f = layout.parse(r).unwrap();
+        assert!(!f.stack.is_empty(), "some stack is always readable at a function entry");
+        assert_eq!(f.stack_truncated, f.stack.len() < 16384);
+        let ret = u64::from_ne_bytes(f.stack[..8].try_into().unwrap());
+        assert!(ret.abs_diff(f.reg(PtReg::Ip)) < 1 << 26);
+        eprintln!("arg0 {} captured {} stack bytes", f.reg(PtReg::Di), f.stack.len());
+    }
+}

@@ -150,7 +150,7 @@ pub struct ProgSpec<'a> {
 }
 
 pub fn prog_load(spec: &mut ProgSpec<'_>) -> io::Result<OwnedFd> {
-    if spec.insns.len() % 8 != 0 {
+    if !spec.insns.len().is_multiple_of(8) {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "program length is not a multiple of 8 bytes"));
     }
     let mut a = Attr::new();

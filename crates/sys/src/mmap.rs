@@ -43,7 +43,7 @@ impl Mmap {
 
     /// Bounds and alignment are checked; a bad offset is a bug of the caller.
     fn at(&self, off: usize, size: usize) -> *mut u8 {
-        assert!(off.checked_add(size).is_some_and(|end| end <= self.len) && off % size == 0, "bad ring offset {off}");
+        assert!(off.checked_add(size).is_some_and(|end| end <= self.len) && off.is_multiple_of(size), "bad ring offset {off}");
         // SAFETY: in bounds, checked above.
         unsafe { self.ptr.as_ptr().add(off) }
     }

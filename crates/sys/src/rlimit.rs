@@ -16,5 +16,5 @@ pub fn raise_nofile() -> io::Result<u64> {
             return Err(io::Error::last_os_error());
         }
     }
-    Ok(r.rlim_cur as u64)
+    Ok(r.rlim_cur)
 }
