@@ -3,4 +3,9 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod bpf;
+pub mod mmap;
+pub mod mount;
+pub mod perf;
 pub mod process;
+pub mod rlimit;

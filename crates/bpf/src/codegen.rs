@@ -1,0 +1,159 @@
+//! The program every pid probe runs: keep only firings of traced processes, then write
+//! one fixed-size record (see [`crate::record`]) into the ring buffer.
+
+use thiserror::Error;
+
+use crate::insn::{helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, alu64_imm, AluOp, Asm, AsmError, Cond, Insn, Reg, Size};
+use crate::maps::{HashMap, MapError, PerCpuArray, RingBuf};
+use crate::record::{self, PlanError, PtReg, RecordLayout, RecordPlan};
+
+#[derive(Debug, Error)]
+pub enum CodegenError {
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("internal code generation error: {0}")]
+    Asm(#[from] AsmError),
+    #[error("a record of {record} bytes cannot fit in a ring buffer of {ring} bytes")]
+    RingTooSmall { record: usize, ring: usize },
+}
+
+/// The maps a uprobe program uses.
+pub struct ProbeMaps {
+    /// Processes (tgid) whose firings count; the value is unused.
+    pub traced: HashMap<u32, u32>,
+    pub ring: RingBuf,
+    /// Slot 0 counts, per CPU, records lost because the ring was full.
+    pub drops: PerCpuArray<u64>,
+}
+
+impl ProbeMaps {
+    pub fn create(ring_size: usize, max_traced: u32) -> Result<ProbeMaps, MapError> {
+        Ok(ProbeMaps {
+            traced: HashMap::create("udtrace_traced", max_traced)?,
+            ring: RingBuf::create("udtrace_ring", ring_size)?,
+            drops: PerCpuArray::create("udtrace_drops", 1)?,
+        })
+    }
+}
+
+/// Stack reads that fail as a whole are retried smaller, down to this size: near the
+/// top of a stack mapping the full read crosses its end.
+const MIN_STACK_TRY: u32 = 64;
+
+/// The generated uprobe program for `plan` (R6 = ctx, R7 = pid_tgid, R8 = record).
+pub fn uprobe_program(plan: &RecordPlan, maps: &ProbeMaps) -> Result<Vec<Insn>, CodegenError> {
+    let layout = RecordLayout::new(plan)?;
+    if layout.size + 8 > maps.ring.size() {
+        return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring.size() });
+    }
+    let off = |o: usize| o as i16; // fits: RecordLayout caps the size at i16::MAX
+    let mut a = Asm::new();
+    let out = a.label();
+    let have = a.label();
+
+    a.push(mov64_reg(Reg::R6, Reg::R1));
+    a.call(helper::GET_CURRENT_PID_TGID);
+    a.push(mov64_reg(Reg::R7, Reg::R0));
+
+    // Drop firings of processes that are not traced.
+    a.push(mov64_reg(Reg::R1, Reg::R7));
+    a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
+    a.push(stx(Size::W, Reg::R10, -4, Reg::R1));
+    a.push_wide(ld_map_fd(Reg::R1, maps.traced.raw_fd()));
+    a.push(mov64_reg(Reg::R2, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+
+    a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
+    a.push(mov64_imm(Reg::R2, layout.size as i32));
+    a.push(mov64_imm(Reg::R3, 0));
+    a.call(helper::RINGBUF_RESERVE);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, have);
+
+    // Ring full: count the loss on this CPU.
+    a.push(st(Size::W, Reg::R10, -4, 0));
+    a.push_wide(ld_map_fd(Reg::R1, maps.drops.raw_fd()));
+    a.push(mov64_reg(Reg::R2, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R0, 0));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, 1));
+    a.push(stx(Size::DW, Reg::R0, 0, Reg::R1));
+    a.ja(out);
+
+    a.bind(have);
+    a.push(mov64_reg(Reg::R8, Reg::R0));
+    a.push(stx(Size::DW, Reg::R8, off(record::OFF_PID_TGID), Reg::R7));
+    a.push(mov64_reg(Reg::R1, Reg::R6));
+    a.call(helper::GET_ATTACH_COOKIE);
+    a.push(stx(Size::DW, Reg::R8, off(record::OFF_COOKIE), Reg::R0));
+    a.call(helper::KTIME_GET_NS);
+    a.push(stx(Size::DW, Reg::R8, off(record::OFF_KTIME), Reg::R0));
+    a.call(helper::GET_SMP_PROCESSOR_ID);
+    a.push(stx(Size::W, Reg::R8, off(record::OFF_CPU), Reg::R0));
+    // Reserved memory is not zeroed.
+    a.push(st(Size::W, Reg::R8, off(record::OFF_FLAGS), 0));
+    a.push(st(Size::DW, Reg::R8, off(record::OFF_STACK_LEN), 0)); // and the reserved word
+    for i in 0..record::NUM_REGS {
+        a.push(ldx(Size::DW, Reg::R1, Reg::R6, (i * 8) as i16));
+        a.push(stx(Size::DW, Reg::R8, off(record::OFF_REGS + i * 8), Reg::R1));
+    }
+
+    if layout.stack_bytes > 0 {
+        emit_stack(&mut a, layout.stack_bytes)?;
+    }
+
+    for (cap, &(slot, max)) in plan.strings.iter().zip(&layout.strings) {
+        a.push(mov64_reg(Reg::R1, Reg::R8));
+        a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
+        a.push(mov64_imm(Reg::R2, max as i32));
+        a.push(ldx(Size::DW, Reg::R3, Reg::R6, cap.reg.offset() as i16));
+        a.call(helper::PROBE_READ_USER_STR);
+        a.push(stx(Size::W, Reg::R8, off(slot), Reg::R0));
+        a.push(st(Size::W, Reg::R8, off(slot + 4), 0));
+    }
+
+    a.push(mov64_reg(Reg::R1, Reg::R8));
+    a.push(mov64_imm(Reg::R2, 0));
+    a.call(helper::RINGBUF_SUBMIT);
+
+    a.bind(out);
+    a.push(mov64_imm(Reg::R0, 0));
+    a.exit();
+    Ok(a.finish()?)
+}
+
+/// Copies the user stack from `sp` up: the full size, or on a fault half of it, and so
+/// on down to MIN_STACK_TRY bytes. A failed read leaves zeros (the helper clears its
+/// destination), so bytes past `stack_len` are always zero.
+fn emit_stack(a: &mut Asm, stack_bytes: u32) -> Result<(), AsmError> {
+    let done = a.label();
+    let mut tries = vec![stack_bytes];
+    while let Some(&last) = tries.last() {
+        let next = (last / 2) & !7;
+        if next < MIN_STACK_TRY {
+            break;
+        }
+        tries.push(next);
+    }
+    for (k, &size) in tries.iter().enumerate() {
+        let next = a.label();
+        a.push(mov64_reg(Reg::R1, Reg::R8));
+        a.push(alu64_imm(AluOp::Add, Reg::R1, record::OFF_STACK as i32));
+        a.push(mov64_imm(Reg::R2, size as i32));
+        a.push(ldx(Size::DW, Reg::R3, Reg::R6, PtReg::Sp.offset() as i16));
+        a.call(helper::PROBE_READ_USER);
+        a.jmp_imm(Cond::Ne, Reg::R0, 0, next);
+        a.push(st(Size::W, Reg::R8, record::OFF_STACK_LEN as i16, size as i32));
+        if k > 0 {
+            a.push(st(Size::W, Reg::R8, record::OFF_FLAGS as i16, record::FLAG_STACK_TRUNCATED as i32));
+        }
+        a.ja(done);
+        a.bind(next);
+    }
+    a.push(st(Size::W, Reg::R8, record::OFF_FLAGS as i16, record::FLAG_STACK_TRUNCATED as i32));
+    a.bind(done);
+    Ok(())
+}

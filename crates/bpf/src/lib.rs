@@ -1,0 +1,24 @@
+//! udtrace's own BPF toolkit, built on `udtrace-sys` and nothing that needs clang or
+//! LLVM: an instruction emitter ([`insn`]), the uprobe program generator ([`codegen`])
+//! with the record layout it writes ([`record`]), typed maps ([`maps`]), program loading
+//! with the verifier log ([`prog`]), uprobe and tracepoint attachment ([`uprobe`],
+//! [`tracepoint`]) and the ring buffer reader ([`ringbuf`]).
+
+#![forbid(unsafe_code)]
+
+pub mod codegen;
+pub mod insn;
+pub mod maps;
+pub mod prog;
+pub mod record;
+pub mod ringbuf;
+pub mod tracepoint;
+pub mod uprobe;
+
+use std::io;
+
+/// Whether an error from the kernel means "BPF is not allowed here" (no privilege, or
+/// a kernel without the bpf system call), as opposed to a bug or a bad request.
+pub fn is_bpf_refusal(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOSYS))
+}

@@ -1,0 +1,256 @@
+//! The layout of one firing's record in the ring buffer, defined once: the code
+//! generator writes it and [`RecordLayout::parse`] reads it back. Pure, no I/O.
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  cookie (the probe site's bpf cookie)
+//!      8     8  pid_tgid (tgid << 32 | tid)
+//!     16     8  ktime_get_ns
+//!     24     4  cpu
+//!     28     4  flags (FLAG_STACK_TRUNCATED)
+//!     32     4  stack_len: bytes of user stack captured (<= stack_bytes)
+//!     36     4  reserved, 0
+//!     40   168  the 21 pt_regs registers, x86-64 order (see PtReg)
+//!    208     S  user stack from regs->sp, S = plan.stack_bytes (zeros past stack_len)
+//!  208+S        per string capture: i32 probe_read_user_str result (length with NUL,
+//!               or -errno), u32 reserved, then `max` bytes rounded up to 8
+//! ```
+
+use thiserror::Error;
+
+pub const OFF_COOKIE: usize = 0;
+pub const OFF_PID_TGID: usize = 8;
+pub const OFF_KTIME: usize = 16;
+pub const OFF_CPU: usize = 24;
+pub const OFF_FLAGS: usize = 28;
+pub const OFF_STACK_LEN: usize = 32;
+pub const OFF_REGS: usize = 40;
+pub const NUM_REGS: usize = 21;
+pub const OFF_STACK: usize = OFF_REGS + NUM_REGS * 8;
+
+/// Less user stack than asked for was readable (e.g. near the top of the stack mapping).
+pub const FLAG_STACK_TRUNCATED: u32 = 1;
+
+/// Upper bound of `stack_bytes`.
+pub const MAX_STACK_BYTES: u32 = 16384;
+/// Generated code addresses fields with 16-bit offsets from the record start.
+pub const MAX_RECORD_SIZE: usize = i16::MAX as usize;
+
+/// The registers of x86-64 `struct pt_regs`, in their order there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum PtReg {
+    R15 = 0,
+    R14,
+    R13,
+    R12,
+    Bp,
+    Bx,
+    R11,
+    R10,
+    R9,
+    R8,
+    Ax,
+    Cx,
+    Dx,
+    Si,
+    Di,
+    OrigAx,
+    Ip,
+    Cs,
+    Flags,
+    Sp,
+    Ss,
+}
+
+impl PtReg {
+    /// Byte offset in `struct pt_regs` (and index * 8 in [`Firing::regs`]).
+    pub fn offset(self) -> usize {
+        self as usize * 8
+    }
+
+    /// The argument registers of the System V x86-64 ABI, arg0..arg5.
+    pub const ARGS: [PtReg; 6] = [PtReg::Di, PtReg::Si, PtReg::Dx, PtReg::Cx, PtReg::R8, PtReg::R9];
+}
+
+/// A NUL-terminated user string read at the firing from the address in `reg`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StringCapture {
+    pub reg: PtReg,
+    /// Bytes reserved for it, NUL included.
+    pub max: u32,
+}
+
+/// What a probe's program records besides the fixed header and registers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordPlan {
+    /// User stack bytes copied from the stack pointer up: 0..=16384, a multiple of 8.
+    pub stack_bytes: u32,
+    pub strings: Vec<StringCapture>,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PlanError {
+    #[error("stack capture of {0} bytes: must be a multiple of 8 and at most 16384")]
+    StackBytes(u32),
+    #[error("string capture of {0} bytes: must be between 1 and 4096")]
+    StringMax(u32),
+    #[error("a record of {0} bytes is too large (at most 32767)")]
+    TooLarge(usize),
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum RecordError {
+    #[error("record of {got} bytes, expected {want}")]
+    Size { got: usize, want: usize },
+    #[error("record claims {0} bytes of stack, more than its plan")]
+    StackLen(u32),
+}
+
+/// The maximum length of a string capture; DTrace's strsize defaults to 256.
+pub const MAX_STRING: u32 = 4096;
+
+/// Offsets of a plan's record; build once per plan, use for codegen and parsing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordLayout {
+    pub stack_bytes: u32,
+    /// (offset of the slot, max) per string capture; data at offset + 8.
+    pub strings: Vec<(usize, u32)>,
+    pub size: usize,
+}
+
+impl RecordLayout {
+    pub fn new(plan: &RecordPlan) -> Result<RecordLayout, PlanError> {
+        if !plan.stack_bytes.is_multiple_of(8) || plan.stack_bytes > MAX_STACK_BYTES {
+            return Err(PlanError::StackBytes(plan.stack_bytes));
+        }
+        let mut off = OFF_STACK + plan.stack_bytes as usize;
+        let mut strings = Vec::with_capacity(plan.strings.len());
+        for s in &plan.strings {
+            if s.max == 0 || s.max > MAX_STRING {
+                return Err(PlanError::StringMax(s.max));
+            }
+            strings.push((off, s.max));
+            off += 8 + (s.max as usize).div_ceil(8) * 8;
+        }
+        if off > MAX_RECORD_SIZE {
+            return Err(PlanError::TooLarge(off));
+        }
+        Ok(RecordLayout { stack_bytes: plan.stack_bytes, strings, size: off })
+    }
+
+    pub fn parse<'a>(&self, rec: &'a [u8]) -> Result<Firing<'a>, RecordError> {
+        // The ring rounds nothing into the length; a record is exactly our size.
+        if rec.len() != self.size {
+            return Err(RecordError::Size { got: rec.len(), want: self.size });
+        }
+        let u64_at = |o: usize| u64::from_ne_bytes(rec[o..o + 8].try_into().expect("8 bytes"));
+        let u32_at = |o: usize| u32::from_ne_bytes(rec[o..o + 4].try_into().expect("4 bytes"));
+        let pid_tgid = u64_at(OFF_PID_TGID);
+        let mut regs = [0u64; NUM_REGS];
+        for (i, r) in regs.iter_mut().enumerate() {
+            *r = u64_at(OFF_REGS + i * 8);
+        }
+        let stack_len = u32_at(OFF_STACK_LEN);
+        if stack_len > self.stack_bytes {
+            return Err(RecordError::StackLen(stack_len));
+        }
+        let strings = self
+            .strings
+            .iter()
+            .map(|&(off, max)| {
+                let n = u32_at(off) as i32;
+                // The helper's length counts the NUL; <= 0 means the read faulted.
+                (n > 0).then(|| &rec[off + 8..off + 8 + (n as usize - 1).min(max as usize)])
+            })
+            .collect();
+        Ok(Firing {
+            cookie: u64_at(OFF_COOKIE),
+            pid: (pid_tgid >> 32) as u32,
+            tid: pid_tgid as u32,
+            ktime: u64_at(OFF_KTIME),
+            cpu: u32_at(OFF_CPU),
+            regs,
+            stack: &rec[OFF_STACK..OFF_STACK + stack_len as usize],
+            stack_truncated: u32_at(OFF_FLAGS) & FLAG_STACK_TRUNCATED != 0,
+            strings,
+        })
+    }
+}
+
+/// One firing as the program recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Firing<'a> {
+    pub cookie: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub ktime: u64,
+    pub cpu: u32,
+    pub regs: [u64; NUM_REGS],
+    /// The user stack from `sp` up, as much as was readable (empty if none).
+    pub stack: &'a [u8],
+    /// Less than `stack_bytes` could be read.
+    pub stack_truncated: bool,
+    /// Per string capture, the bytes before the NUL; None if the address faulted.
+    pub strings: Vec<Option<&'a [u8]>>,
+}
+
+impl Firing<'_> {
+    pub fn reg(&self, r: PtReg) -> u64 {
+        self.regs[r as usize]
+    }
+
+    /// arg0..arg5 from their registers.
+    pub fn arg(&self, n: usize) -> Option<u64> {
+        PtReg::ARGS.get(n).map(|&r| self.reg(r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_offsets() {
+        let plan = RecordPlan { stack_bytes: 64, strings: vec![StringCapture { reg: PtReg::Di, max: 5 }, StringCapture { reg: PtReg::Si, max: 16 }] };
+        let l = RecordLayout::new(&plan).unwrap();
+        assert_eq!(OFF_STACK, 208);
+        assert_eq!(l.strings, vec![(272, 5), (288, 16)]);
+        assert_eq!(l.size, 312);
+        assert_eq!(PtReg::Di.offset(), 112);
+        assert_eq!(PtReg::Sp.offset(), 152);
+        assert_eq!(PtReg::Ip.offset(), 128);
+    }
+
+    #[test]
+    fn bad_plans() {
+        assert_eq!(RecordLayout::new(&RecordPlan { stack_bytes: 12, strings: vec![] }), Err(PlanError::StackBytes(12)));
+        assert_eq!(RecordLayout::new(&RecordPlan { stack_bytes: 0, strings: vec![StringCapture { reg: PtReg::Di, max: 0 }] }), Err(PlanError::StringMax(0)));
+        let many = vec![StringCapture { reg: PtReg::Di, max: 4096 }; 5];
+        assert!(matches!(RecordLayout::new(&RecordPlan { stack_bytes: 16384, strings: many }), Err(PlanError::TooLarge(_))));
+    }
+
+    #[test]
+    fn parse_round_trip() {
+        let plan = RecordPlan { stack_bytes: 16, strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Si, max: 8 }] };
+        let l = RecordLayout::new(&plan).unwrap();
+        let mut r = vec![0u8; l.size];
+        r[0..8].copy_from_slice(&7u64.to_ne_bytes());
+        r[8..16].copy_from_slice(&((42u64 << 32) | 43).to_ne_bytes());
+        r[24..28].copy_from_slice(&1u32.to_ne_bytes());
+        r[28..32].copy_from_slice(&FLAG_STACK_TRUNCATED.to_ne_bytes());
+        r[32..36].copy_from_slice(&8u32.to_ne_bytes());
+        r[OFF_REGS + PtReg::Di.offset()..][..8].copy_from_slice(&99u64.to_ne_bytes());
+        let (s0, s1) = (l.strings[0].0, l.strings[1].0);
+        r[s0..s0 + 4].copy_from_slice(&3i32.to_ne_bytes());
+        r[s0 + 8..s0 + 11].copy_from_slice(b"hi\0");
+        r[s1..s1 + 4].copy_from_slice(&(-14i32).to_ne_bytes());
+        let f = l.parse(&r).unwrap();
+        assert_eq!((f.cookie, f.pid, f.tid, f.cpu), (7, 42, 43, 1));
+        assert_eq!(f.arg(0), Some(99));
+        assert_eq!(f.stack.len(), 8);
+        assert!(f.stack_truncated);
+        assert_eq!(f.strings, vec![Some(&b"hi"[..]), None]);
+        assert!(matches!(l.parse(&r[1..]), Err(RecordError::Size { .. })));
+    }
+}

@@ -1,0 +1,269 @@
+//! Uprobes on this test binary's own functions, through the generated program, both
+//! attachment ways, read back through the ring buffer.
+
+mod common;
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use udtrace_bpf::codegen::{uprobe_program, ProbeMaps};
+use udtrace_bpf::prog::{Program, ProgramKind};
+use udtrace_bpf::record::{PtReg, RecordLayout, RecordPlan, StringCapture};
+use udtrace_bpf::ringbuf::RingBufReader;
+use udtrace_bpf::uprobe::{self, Site};
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn udtrace_test_target(a: u64, b: u64) -> u64 {
+    black_box(a).wrapping_add(black_box(b))
+}
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn udtrace_test_multi_a(a: u64) -> u64 {
+    black_box(a) ^ 1
+}
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn udtrace_test_multi_b(a: u64) -> u64 {
+    black_box(a) ^ 2
+}
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn udtrace_test_multi_c(a: u64) -> u64 {
+    black_box(a) ^ 3
+}
+
+/// Takes the string's address as an integer so that any value, even 0, can be passed.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn udtrace_test_str(s: u64, n: u64) -> u64 {
+    black_box(s).wrapping_add(black_box(n))
+}
+
+fn our_tgid() -> u32 {
+    std::process::id()
+}
+
+/// Generates and loads the program for `plan` and `kind`.
+fn load(plan: &RecordPlan, maps: &ProbeMaps, kind: ProgramKind) -> Program {
+    let insns = uprobe_program(plan, maps).expect("codegen");
+    Program::load(kind, "udtrace_test", &insns).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Drains every record already in the ring.
+fn drain(maps: &ProbeMaps) -> Vec<Vec<u8>> {
+    let mut reader = RingBufReader::new(&maps.ring).expect("map ring");
+    let mut out = Vec::new();
+    reader.poll(Some(Duration::from_millis(10))).expect("poll");
+    reader.consume(|r| out.push(r.to_vec()));
+    out
+}
+
+fn check_target_firings(kind: ProgramKind) {
+    const N: u64 = 1000;
+    let maps = ProbeMaps::create(1 << 20, 64).unwrap();
+    maps.traced.insert(&our_tgid(), &1).unwrap();
+    let plan = RecordPlan::default();
+    let layout = RecordLayout::new(&plan).unwrap();
+    let prog = load(&plan, &maps, kind);
+    let (exe, off) = common::own_function("udtrace_test_target");
+    let site = [Site { offset: off, cookie: 7 }];
+    let _attached: Box<dyn std::any::Any> = match kind {
+        ProgramKind::UprobeMulti => Box::new(uprobe::attach_multi(&prog, &exe, &site, false).unwrap()),
+        _ => Box::new(uprobe::attach_perf(&prog, &exe, &site).unwrap()),
+    };
+    for i in 0..N {
+        udtrace_test_target(i, 2 * i);
+    }
+    let recs = drain(&maps);
+    assert_eq!(recs.len() as u64, N);
+    let mut last_ktime = 0;
+    for (i, r) in recs.iter().enumerate() {
+        let f = layout.parse(r).unwrap();
+        let i = i as u64;
+        assert_eq!(f.cookie, 7);
+        assert_eq!(f.pid, our_tgid());
+        assert_eq!(f.reg(PtReg::Di), i, "firing {i} in order");
+        assert_eq!(f.reg(PtReg::Si), 2 * i);
+        assert!(f.ktime >= last_ktime);
+        last_ktime = f.ktime;
+        assert!(f.stack.is_empty());
+    }
+    assert_eq!(maps.drops.sum(0).unwrap(), 0);
+}
+
+#[test]
+fn every_call_fires_once_in_order_uprobe_multi() {
+    if !common::bpf_available("uprobe_multi firing") {
+        return;
+    }
+    let _g = common::serial();
+    check_target_firings(ProgramKind::UprobeMulti);
+}
+
+#[test]
+fn every_call_fires_once_in_order_perf_event() {
+    if !common::bpf_available("perf uprobe firing") {
+        return;
+    }
+    let _g = common::serial();
+    check_target_firings(ProgramKind::Uprobe);
+}
+
+#[test]
+fn untraced_process_records_nothing() {
+    if !common::bpf_available("untraced process") {
+        return;
+    }
+    let _g = common::serial();
+    let maps = ProbeMaps::create(1 << 16, 64).unwrap();
+    // Some other tgid is traced, not ours.
+    maps.traced.insert(&1, &1).unwrap();
+    let prog = load(&RecordPlan::default(), &maps, ProgramKind::UprobeMulti);
+    let (exe, off) = common::own_function("udtrace_test_target");
+    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7 }], false).unwrap();
+    for i in 0..100 {
+        udtrace_test_target(i, i);
+    }
+    assert!(drain(&maps).is_empty());
+    assert_eq!(maps.drops.sum(0).unwrap(), 0);
+}
+
+#[test]
+fn multi_link_sites_carry_their_cookies() {
+    if !common::bpf_available("uprobe_multi cookies") {
+        return;
+    }
+    let _g = common::serial();
+    let maps = ProbeMaps::create(1 << 16, 64).unwrap();
+    maps.traced.insert(&our_tgid(), &1).unwrap();
+    let plan = RecordPlan::default();
+    let layout = RecordLayout::new(&plan).unwrap();
+    let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
+    let (exe, a) = common::own_function("udtrace_test_multi_a");
+    let (_, b) = common::own_function("udtrace_test_multi_b");
+    let (_, c) = common::own_function("udtrace_test_multi_c");
+    let sites = [Site { offset: a, cookie: 100 }, Site { offset: b, cookie: 200 }, Site { offset: c, cookie: 300 }];
+    let link = uprobe::attach_multi(&prog, &exe, &sites, false).unwrap();
+    let mut expect = Vec::new();
+    for i in 0..10u64 {
+        udtrace_test_multi_a(i);
+        expect.push((100, i));
+        if i % 2 == 0 {
+            udtrace_test_multi_b(i);
+            expect.push((200, i));
+        }
+        if i % 5 == 0 {
+            udtrace_test_multi_c(i);
+            expect.push((300, i));
+        }
+    }
+    drop(link);
+    // Detached: no more firings.
+    udtrace_test_multi_a(99);
+    let got: Vec<(u64, u64)> = drain(&maps).iter().map(|r| layout.parse(r).unwrap()).map(|f| (f.cookie, f.reg(PtReg::Di))).collect();
+    assert_eq!(got, expect);
+}
+
+#[test]
+fn strings_and_stack_are_captured() {
+    if !common::bpf_available("string capture") {
+        return;
+    }
+    let _g = common::serial();
+    let maps = ProbeMaps::create(1 << 16, 64).unwrap();
+    maps.traced.insert(&our_tgid(), &1).unwrap();
+    let plan = RecordPlan { stack_bytes: 256, strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Di, max: 64 }] };
+    let layout = RecordLayout::new(&plan).unwrap();
+    let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
+    let (exe, off) = common::own_function("udtrace_test_str");
+    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 1 }], false).unwrap();
+    let short = c"hi";
+    let long = c"hello, udtrace string capture";
+    udtrace_test_str(short.as_ptr() as u64, 1);
+    udtrace_test_str(long.as_ptr() as u64, 2);
+    udtrace_test_str(0, 3);
+    let recs = drain(&maps);
+    let fs: Vec<_> = recs.iter().map(|r| layout.parse(r).unwrap()).collect();
+    assert_eq!(fs.len(), 3);
+    assert_eq!(fs[0].strings, vec![Some(&b"hi"[..]), Some(&b"hi"[..])]);
+    // Cut to the slot: 7 bytes and the NUL.
+    assert_eq!(fs[1].strings, vec![Some(&b"hello, "[..]), Some(long.to_bytes())]);
+    assert_eq!(fs[2].strings, vec![None, None]);
+    for f in &fs {
+        assert_eq!(f.stack.len(), 256);
+        assert!(!f.stack_truncated);
+        // At a function's entry the stack's top word is the return address, which lies
+        // in this executable, near the probed function.
+        let ret = u64::from_ne_bytes(f.stack[..8].try_into().unwrap());
+        assert!(ret.abs_diff(f.reg(PtReg::Ip)) < 1 << 26, "return address {ret:#x} vs ip {:#x}", f.reg(PtReg::Ip));
+    }
+}
+
+#[test]
+fn a_full_ring_counts_drops() {
+    if !common::bpf_available("drop count") {
+        return;
+    }
+    let _g = common::serial();
+    let page = 4096;
+    let maps = ProbeMaps::create(page, 64).unwrap();
+    maps.traced.insert(&our_tgid(), &1).unwrap();
+    let plan = RecordPlan::default();
+    let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
+    let (exe, off) = common::own_function("udtrace_test_target");
+    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7 }], false).unwrap();
+    const N: u64 = 100;
+    for i in 0..N {
+        udtrace_test_target(i, i);
+    }
+    let kept = drain(&maps).len() as u64;
+    let drops = maps.drops.sum(0).unwrap();
+    let size = RecordLayout::new(&plan).unwrap().size as u64 + 8;
+    assert_eq!(kept, page as u64 / size, "a one-page ring holds whole records only");
+    assert_eq!(kept + drops, N);
+}
+
+#[test]
+fn verifier_refusal_carries_the_log() {
+    if !common::bpf_available("verifier log") {
+        return;
+    }
+    use udtrace_bpf::insn::{exit, ldx, Reg, Size};
+    // Reads R2, which is uninitialised at entry.
+    let bad = [ldx(Size::DW, Reg::R0, Reg::R2, 0), exit()];
+    let e = Program::load(ProgramKind::Uprobe, "udtrace_bad", &bad).unwrap_err();
+    assert!(e.log().contains("R2 !read_ok"), "log: {}", e.log());
+    assert!(e.to_string().contains("verifier log"));
+}
+
+#[test]
+fn stack_capture_near_the_top_of_a_thread_stack_is_truncated_not_lost() {
+    if !common::bpf_available("stack near top") {
+        return;
+    }
+    let _g = common::serial();
+    let maps = ProbeMaps::create(1 << 18, 64).unwrap();
+    maps.traced.insert(&our_tgid(), &1).unwrap();
+    let plan = RecordPlan { stack_bytes: 16384, strings: vec![] };
+    let layout = RecordLayout::new(&plan).unwrap();
+    let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
+    let (exe, off) = common::own_function("udtrace_test_target");
+    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7 }], false).unwrap();
+    udtrace_test_target(1, 2);
+    // A fresh thread's first frames sit a few KiB below the end of its stack mapping.
+    std::thread::Builder::new().stack_size(64 << 10).spawn(|| udtrace_test_target(3, 4)).unwrap().join().unwrap();
+    let recs = drain(&maps);
+    assert_eq!(recs.len(), 2);
+    for r in &recs {
+        let f = layout.parse(r).unwrap();
+        assert!(!f.stack.is_empty(), "some stack is always readable at a function entry");
+        assert_eq!(f.stack_truncated, f.stack.len() < 16384);
+        let ret = u64::from_ne_bytes(f.stack[..8].try_into().unwrap());
+        assert!(ret.abs_diff(f.reg(PtReg::Ip)) < 1 << 26);
+        eprintln!("arg0 {} captured {} stack bytes", f.reg(PtReg::Di), f.stack.len());
+    }
+}

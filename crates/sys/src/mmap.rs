@@ -1,0 +1,107 @@
+//! A shared mapping of a file descriptor (the BPF ring buffer), unmapped on drop, with
+//! the acquire/release accesses the ring's positions and record headers need.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+pub struct Mmap {
+    ptr: NonNull<u8>,
+    len: usize,
+    writable: bool,
+}
+
+// The mapping is plain shared memory; moving its owner between threads is fine.
+// SAFETY: Mmap hands out only atomics and shared slices; no thread-affine state.
+unsafe impl Send for Mmap {}
+
+impl Mmap {
+    /// Maps `len` bytes of `fd` at `offset`, shared, read-only or read-write.
+    pub fn map(fd: BorrowedFd<'_>, len: usize, offset: u64, writable: bool) -> io::Result<Mmap> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
+        }
+        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        // SAFETY: a fresh mapping at an address the kernel chooses; it aliases no Rust
+        // object.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), offset as libc::off_t) };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+        Ok(Mmap { ptr, len, writable })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bounds and alignment are checked; a bad offset is a bug of the caller.
+    fn at(&self, off: usize, size: usize) -> *mut u8 {
+        assert!(off.checked_add(size).is_some_and(|end| end <= self.len) && off.is_multiple_of(size), "bad ring offset {off}");
+        // SAFETY: in bounds, checked above.
+        unsafe { self.ptr.as_ptr().add(off) }
+    }
+
+    pub fn load_acquire_u64(&self, off: usize) -> u64 {
+        // SAFETY: aligned, in bounds and mapped for as long as `self`; the kernel only
+        // writes it atomically.
+        unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.load(Ordering::Acquire)
+    }
+
+    pub fn load_acquire_u32(&self, off: usize) -> u32 {
+        // SAFETY: as for load_acquire_u64.
+        unsafe { AtomicU32::from_ptr(self.at(off, 4).cast()) }.load(Ordering::Acquire)
+    }
+
+    /// Only for a writable mapping (the consumer page); a read-only one faults, so it
+    /// is refused.
+    pub fn store_release_u64(&self, off: usize, v: u64) {
+        assert!(self.writable, "store to a read-only mapping");
+        // SAFETY: as for load_acquire_u64, and the mapping is writable (checked above).
+        unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.store(v, Ordering::Release)
+    }
+
+    /// Bytes of the mapping. For the ring buffer these are bytes of a committed record,
+    /// which the kernel does not touch until the consumer position moves past them.
+    pub fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        assert!(off.checked_add(len).is_some_and(|end| end <= self.len), "bad ring range {off}+{len}");
+        // SAFETY: in bounds of a mapping that lives as long as the returned borrow.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) }
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `map` mapped; no borrow of it outlives `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+pub fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as usize
+    } else {
+        4096
+    }
+}
+
+/// Waits until `fd` is readable or `timeout_ms` passes (-1 = forever). Ok(false) on
+/// timeout or interruption by a signal.
+pub fn poll_readable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, its count is 1.
+    let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+    }
+    Ok(r > 0 && p.revents & libc::POLLIN != 0)
+}
