@@ -16,8 +16,10 @@ macro_rules! out {
     }};
 }
 
+mod backend;
 mod cli;
 mod compile;
+mod firing;
 mod glob;
 mod list;
 mod pidprov;

@@ -20,7 +20,14 @@ use crate::cli::{self, Cli, Mode};
 use crate::compile::{self, io_reason, Compiled};
 use crate::list;
 use crate::probes::{self, Registry, TimerKind};
+use crate::backend::{self, Bpf};
+use crate::firing::{FiringCtx, Procs};
+use crate::pidprov::PidProbe;
 use crate::selfctx::SelfContext;
+use std::cell::RefCell;
+use std::collections::HashSet;
+use udtrace_bpf::ringbuf::RingBufReader;
+use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_target::control::Target;
 
 pub const EXIT_FAILURE: i32 = 1;
@@ -173,10 +180,6 @@ pub fn run(cli: Cli) -> i32 {
         targets.finish();
         return 0;
     }
-    if compiled.ecbs.iter().any(|e| e.probe.provider.starts_with("pid")) {
-        targets.finish();
-        return fail("pid provider probes can be listed (-l) but not yet enabled: the bpf backend is not built yet");
-    }
     let quiet = compiled.options.quiet;
     if !quiet {
         for s in &compiled.sources {
@@ -194,6 +197,13 @@ pub fn run(cli: Cli) -> i32 {
     if compiled.options.destructive && !quiet {
         warn!("udtrace: allowing destructive actions");
     }
+    let backend = match arm(&compiled, &registry) {
+        Ok(b) => b,
+        Err(m) => {
+            targets.finish();
+            return fail(&m);
+        }
+    };
     let mut out: Box<dyn Write> = match &cli.output {
         Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
             Ok(f) => Box::new(io::BufWriter::new(f)),
@@ -204,13 +214,41 @@ pub fn run(cli: Cli) -> i32 {
         },
         None => Box::new(io::BufWriter::new(io::stdout())),
     };
-    let result = trace(&compiled, &me, &mut targets, &sfd, out.as_mut());
+    let result = trace(&compiled, &me, &mut targets, &sfd, backend.as_ref(), out.as_mut());
     targets.finish();
     match result {
         Ok(status) => status,
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
         Err(e) => fail(&format!("failed to write output: {}", io_reason(&e))),
     }
+}
+
+/// Arms the enabled pid probes, if any, and starts tracing their processes.
+fn arm(c: &Compiled, registry: &Registry) -> Result<Option<Bpf>, String> {
+    let enabled: HashSet<u32> = c.ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")).map(|e| e.probe.id).collect();
+    if enabled.is_empty() {
+        return Ok(None);
+    }
+    let probes: Vec<&PidProbe> = registry.pid.probes().iter().filter(|p| enabled.contains(&p.probe.id)).collect();
+    let mut plan = CapturePlan::default();
+    for e in c.ecbs.iter().filter(|e| enabled.contains(&e.probe.id)) {
+        plan.merge(&capture::plan(&c.program.clauses[e.clause]));
+    }
+    let bpf = Bpf::arm(&probes, &plan, c.options.bufsize, c.options.strsize.min(u64::from(u32::MAX)) as u32)?;
+    for p in backend::refused_probes(&bpf.refused, &probes) {
+        let q = &p.probe;
+        warn!(
+            "udtrace: failed to enable {}:{}:{}:{}: the kernel cannot place a uprobe on that instruction",
+            q.provider, q.module, q.function, q.name
+        );
+    }
+    let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    for pid in pids {
+        bpf.trace_pid(pid)?;
+    }
+    Ok(Some(bpf))
 }
 
 fn settings(c: &Compiled) -> Settings {
@@ -254,7 +292,14 @@ fn timers(c: &Compiled, start: Instant) -> Vec<Timer> {
     out
 }
 
-fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, out: &mut dyn Write) -> io::Result<i32> {
+fn trace(
+    c: &Compiled,
+    me: &SelfContext,
+    targets: &mut Targets,
+    sfd: &SignalFd,
+    backend: Option<&Bpf>,
+    out: &mut dyn Write,
+) -> io::Result<i32> {
     let seed = me.seed();
     let mut consumer = Consumer::new(Rc::clone(&c.program), settings(c), c.ecbs.clone(), seed);
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u32;
@@ -274,6 +319,41 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
     // As dtrace: BEGIN has fired and probes are armed; now the processes may run.
     targets.release();
     let mut timers = timers(c, Instant::now());
+    let procs = RefCell::new(Procs::new(wall_offset()));
+    let mut reader = match backend {
+        Some(b) => Some(RingBufReader::new(&b.maps.ring).map_err(|e| io::Error::other(e.to_string()))?),
+        None => None,
+    };
+    let mut drops_seen = Vec::new();
+    let mut last_drop_check = Instant::now();
+    let string_args: Vec<u8> = c.program.clauses.iter().fold(CapturePlan::default(), |mut p, cl| {
+        p.merge(&capture::plan(cl));
+        p
+    }).strings;
+    let ustackframes = c.options.ustackframes.min(u64::from(u32::MAX)) as u32;
+    let drain = |consumer: &mut Consumer, reader: &mut Option<RingBufReader>, out: &mut dyn Write| -> io::Result<Option<i32>> {
+        let (Some(b), Some(r)) = (backend, reader.as_mut()) else { return Ok(None) };
+        let mut result: io::Result<Option<i32>> = Ok(None);
+        r.consume(|bytes| {
+            let Ok(f) = b.layout.parse(bytes) else { return };
+            let Some(sites) = b.cookies.get(f.cookie as usize) else { return };
+            for site in sites.iter().filter(|s| s.pid as u32 == f.pid) {
+                let ctx = FiringCtx { f: &f, site: *site, procs: &procs, string_args: &string_args, ustackframes };
+                match consumer.fire(site.probe_id, f.cpu, &ctx, out) {
+                    Ok(fx) => {
+                        if let Some(s) = apply(&fx) {
+                            if let Ok(r) = result.as_mut() {
+                                r.get_or_insert(s);
+                            }
+                        }
+                    }
+                    Err(e) => result = Err(e),
+                }
+            }
+        });
+        out.flush()?;
+        result
+    };
     while !done {
         let now = Instant::now();
         let next = timers.iter().map(|t| t.next).min();
@@ -287,10 +367,26 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
                 .unwrap_or(PollTimeout::MAX),
             None => PollTimeout::NONE,
         };
-        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, timeout) {
+        let polled = match backend {
+            Some(b) => {
+                let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN), PollFd::new(b.maps.ring.as_fd(), PollFlags::POLLIN)];
+                poll(&mut fds, timeout)
+            }
+            None => poll(&mut [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)], timeout),
+        };
+        match polled {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(io::Error::from(e)),
+        }
+        if let Some(s) = drain(&mut consumer, &mut reader, out)? {
+            status = s;
+            break;
+        }
+        if let Some(b) = backend {
+            if last_drop_check.elapsed() >= Duration::from_secs(1) {
+                report_drops(b, &mut drops_seen);
+                last_drop_check = Instant::now();
+            }
         }
         if let Ok(Some(_)) = sfd.read_signal() {
             // dtrace prints a newline on the first interrupt, even when quiet.
@@ -322,12 +418,33 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
             break;
         }
     }
+    // Firings still in the ring happened before the end: they come before END.
+    if let Some(s) = drain(&mut consumer, &mut reader, out)? {
+        status = s;
+    }
+    if let Some(b) = backend {
+        report_drops(b, &mut drops_seen);
+    }
     if let Some(s) = fire(&mut consumer, probes::END, me.cpu(), out)? {
         status = s;
     }
     consumer.finish(out)?;
     out.flush()?;
     Ok(status)
+}
+
+/// dtrace's drop notice: `N drops on CPU C`.
+fn report_drops(b: &Bpf, seen: &mut Vec<u64>) {
+    for (cpu, n) in b.new_drops(seen) {
+        warn!("udtrace: {n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
+    }
+}
+
+/// CLOCK_REALTIME − CLOCK_MONOTONIC now, in ns.
+fn wall_offset() -> i64 {
+    use nix::time::{clock_gettime, ClockId};
+    let ns = |c| clock_gettime(c).map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec()).unwrap_or(0);
+    ns(ClockId::CLOCK_REALTIME) - ns(ClockId::CLOCK_MONOTONIC)
 }
 
 /// Applies a firing's effects that concern the session; returns the exit status when

@@ -1,0 +1,302 @@
+//! The context of a pid probe firing: built-ins from the record the kernel wrote at the
+//! instant of the firing, memory from what was captured (stack, strings) or, failing
+//! that, from the live process, and user stacks unwound from `.eh_frame` and symbolized
+//! as DTrace prints them (`libc.so.6`malloc+0x1a`).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use udtrace_bpf::record::{Firing, PtReg};
+use udtrace_lang::ir::Builtin;
+use udtrace_runtime::{Context, Value};
+use udtrace_target::debuginfo::{self, ObjectSymbols};
+use udtrace_target::procfs::{self, LoadedObject};
+use udtrace_target::unwind::{Snapshot, Unwinder};
+use udtrace_target::modules;
+
+use crate::backend::SiteTarget;
+use crate::pidprov::SiteKind;
+
+/// What udtrace remembers of a process: kept from its first firing so that output for a
+/// process that has since exited is still right.
+pub struct ProcInfo {
+    pub execname: String,
+    pub ppid: i64,
+    pub uid: i64,
+    pub gid: i64,
+    objects: Vec<(LoadedObject, u64 /*bias*/, Rc<ObjectSymbols>)>,
+    unwinder: Option<Unwinder>,
+}
+
+/// Per-process facts and per-file symbols, shared by all firings.
+#[derive(Default)]
+pub struct Procs {
+    procs: HashMap<u32, ProcInfo>,
+    files: HashMap<PathBuf, Rc<ObjectSymbols>>,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC, to turn ktime into walltimestamp.
+    pub wall_offset: i64,
+}
+
+fn status_ids(pid: u32) -> (i64, i64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("Uid:"), field("Gid:"))
+}
+
+impl Procs {
+    pub fn new(wall_offset: i64) -> Procs {
+        Procs { wall_offset, ..Procs::default() }
+    }
+
+    fn info(&mut self, pid: u32) -> &mut ProcInfo {
+        self.procs.entry(pid).or_insert_with(|| {
+            let (execname, ppid) = procfs::stat(pid as i32).map(|(c, p)| (c, i64::from(p))).unwrap_or_default();
+            let (uid, gid) = status_ids(pid);
+            ProcInfo { execname, ppid, uid, gid, objects: Vec::new(), unwinder: None }
+        })
+    }
+
+    /// Loads (once) the objects the process has mapped, for unwinding and symbols.
+    fn objects(&mut self, pid: u32) {
+        if self.info(pid).unwinder.is_some() {
+            return;
+        }
+        let exe = procfs::exe_path(pid as i32).unwrap_or_default();
+        let maps = procfs::read_maps(pid as i32).unwrap_or_default();
+        let mut unwinder = Unwinder::default();
+        let mut objects = Vec::new();
+        for obj in procfs::loaded_objects(&maps, &exe) {
+            if obj.is_vdso {
+                continue;
+            }
+            let file = procfs::host_path(pid as i32, &obj.path);
+            let syms = match self.files.get(&file) {
+                Some(s) => Rc::clone(s),
+                None => match debuginfo::load(&file) {
+                    Ok(s) => {
+                        let s = Rc::new(s);
+                        self.files.insert(file.clone(), Rc::clone(&s));
+                        s
+                    }
+                    Err(_) => continue,
+                },
+            };
+            let Some(bias) = obj.bias(&syms.info) else { continue };
+            let lo = obj.mappings.iter().map(|m| m.start).min().unwrap_or(0);
+            let hi = obj.mappings.iter().map(|m| m.end).max().unwrap_or(0);
+            unwinder.add_module(&obj.path, &syms.data, lo..hi, bias);
+            objects.push((obj, bias, syms));
+        }
+        let info = self.info(pid);
+        info.objects = objects;
+        info.unwinder = Some(unwinder);
+    }
+
+    /// `module`function+0xoff` for an address, as DTrace prints user frames.
+    fn symbolize(&mut self, pid: u32, addr: u64) -> String {
+        self.objects(pid);
+        let info = self.info(pid);
+        for (obj, bias, syms) in &info.objects {
+            if !obj.mappings.iter().any(|m| m.start <= addr && addr < m.end) {
+                continue;
+            }
+            let module = modules::module_name(&obj.path);
+            return match syms.table.lookup(addr.wrapping_sub(*bias)) {
+                Some((f, 0)) => format!("{module}`{}", f.name),
+                Some((f, off)) => format!("{module}`{}+0x{off:x}", f.name),
+                None => format!("{module}`0x{addr:x}"),
+            };
+        }
+        format!("0x{addr:x}")
+    }
+}
+
+/// DTrace's `uregs[]` numbering on amd64 (R_R15 = 0 … R_GSBASE = 27) onto pt_regs.
+fn ureg(n: u64) -> Option<PtReg> {
+    use PtReg::*;
+    Some(match n {
+        0 => R15,
+        1 => R14,
+        2 => R13,
+        3 => R12,
+        4 => R11,
+        5 => R10,
+        6 => R9,
+        7 => R8,
+        8 => Di,
+        9 => Si,
+        10 => Bp,
+        11 => Bx,
+        12 => Dx,
+        13 => Cx,
+        14 => Ax,
+        17 => Ip,
+        18 => Cs,
+        19 => Flags,
+        20 => Sp,
+        21 => Ss,
+        _ => return None,
+    })
+}
+
+pub struct FiringCtx<'a> {
+    pub f: &'a Firing<'a>,
+    pub site: SiteTarget,
+    pub procs: &'a RefCell<Procs>,
+    /// String captures: which argument register each slot of `f.strings` read.
+    pub string_args: &'a [u8],
+    pub ustackframes: u32,
+}
+
+impl FiringCtx<'_> {
+    fn stack_word(&self, off: usize) -> Option<u64> {
+        let b = self.f.stack.get(off..off + 8)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    }
+
+    fn arg(&self, n: u8) -> u64 {
+        // A return probe's arguments are the return site's offset and the return value.
+        if self.site.kind == SiteKind::Return {
+            return match n {
+                0 => self.site.offset,
+                1 => self.f.reg(PtReg::Ax),
+                _ => 0,
+            };
+        }
+        match n {
+            0..=5 => self.f.arg(usize::from(n)).unwrap_or(0),
+            // At a function's entry [sp] holds the return address; stack arguments follow.
+            _ => self.stack_word(8 * (usize::from(n) - 5)).unwrap_or(0),
+        }
+    }
+
+    fn captured(&self, addr: u64) -> Option<&[u8]> {
+        for (slot, &n) in self.string_args.iter().enumerate() {
+            if self.f.arg(usize::from(n)) == Some(addr) {
+                if let Some(Some(s)) = self.f.strings.get(slot) {
+                    return Some(s);
+                }
+            }
+        }
+        None
+    }
+}
+
+impl Context for FiringCtx<'_> {
+    fn builtin(&self, b: Builtin) -> Option<Value> {
+        let pid = self.f.pid;
+        Some(match b {
+            Builtin::Arg(n) => Value::int(self.arg(n) as i64),
+            Builtin::Pid => Value::int(i64::from(pid)),
+            Builtin::Tid => Value::int(i64::from(self.f.tid)),
+            Builtin::Cpu => Value::int(i64::from(self.f.cpu)),
+            Builtin::Timestamp => Value::int(self.f.ktime as i64),
+            // Per-thread CPU time is not recorded: vtimestamp follows the clock.
+            Builtin::Vtimestamp => Value::int(self.f.ktime as i64),
+            Builtin::Walltimestamp => Value::int(self.f.ktime as i64 + self.procs.borrow().wall_offset),
+            Builtin::Execname => Value::str(&self.procs.borrow_mut().info(pid).execname),
+            Builtin::Ppid => Value::int(self.procs.borrow_mut().info(pid).ppid),
+            Builtin::Uid => Value::int(self.procs.borrow_mut().info(pid).uid),
+            Builtin::Gid => Value::int(self.procs.borrow_mut().info(pid).gid),
+            Builtin::Ucaller => Value::int(match self.site.kind {
+                SiteKind::Entry => self.stack_word(0).unwrap_or(0) as i64,
+                _ => 0,
+            }),
+            Builtin::Errno => Value::int(0),
+            Builtin::Ustackdepth => Value::int(self.stack(true, None).len() as i64),
+            _ => return None,
+        })
+    }
+
+    fn register(&self, n: u64) -> Option<u64> {
+        ureg(n).map(|r| self.f.reg(r))
+    }
+
+    fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let sp = self.f.reg(PtReg::Sp);
+        if let Some(off) = addr.checked_sub(sp) {
+            if let Some(b) = self.f.stack.get(off as usize..off as usize + len) {
+                return Some(b.to_vec());
+            }
+        }
+        if let Some(s) = self.captured(addr) {
+            if s.len() >= len {
+                return Some(s[..len].to_vec());
+            }
+        }
+        let data = procfs::read_memory(self.f.pid as i32, addr, len).ok()?;
+        (data.len() == len).then_some(data)
+    }
+
+    fn read_string(&self, addr: u64, max: usize) -> Option<Vec<u8>> {
+        if addr == 0 {
+            return None;
+        }
+        if let Some(s) = self.captured(addr) {
+            return Some(s[..s.len().min(max.saturating_sub(1))].to_vec());
+        }
+        // Read the live process a chunk at a time up to the NUL.
+        let mut out = Vec::new();
+        let mut at = addr;
+        while out.len() + 1 < max {
+            let want = (max - 1 - out.len()).min(256);
+            let chunk = procfs::read_memory(self.f.pid as i32, at, want).ok()?;
+            if chunk.is_empty() {
+                break;
+            }
+            if let Some(nul) = chunk.iter().position(|&c| c == 0) {
+                out.extend_from_slice(&chunk[..nul]);
+                return Some(out);
+            }
+            at += chunk.len() as u64;
+            out.extend_from_slice(&chunk);
+        }
+        Some(out)
+    }
+
+    fn stack(&self, user: bool, frames: Option<u32>) -> Vec<String> {
+        if !user {
+            return Vec::new();
+        }
+        let max = frames.unwrap_or(self.ustackframes) as usize;
+        let pid = self.f.pid;
+        let mut procs = self.procs.borrow_mut();
+        procs.objects(pid);
+        let snap = Snapshot {
+            ip: self.f.reg(PtReg::Ip),
+            sp: self.f.reg(PtReg::Sp),
+            bp: self.f.reg(PtReg::Bp),
+            stack: self.f.stack,
+        };
+        let addrs = match procs.info(pid).unwinder.as_mut() {
+            Some(u) => u.unwind(&snap, max),
+            None => vec![snap.ip],
+        };
+        addrs.into_iter().map(|a| procs.symbolize(pid, a)).collect()
+    }
+
+    fn progenyof(&self, ancestor: i64) -> bool {
+        let mut cur = i64::from(self.f.pid);
+        for _ in 0..4096 {
+            if cur == ancestor {
+                return true;
+            }
+            if cur <= 1 {
+                return false;
+            }
+            match procfs::stat(cur as i32) {
+                Ok((_, pp)) => cur = i64::from(pp),
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+}
