@@ -12,6 +12,8 @@
 //! - `fixture-mini`         `fixture-stripped` plus `.gnu_debugdata` (xz'ed symbol table);
 //!   only when `xz` is installed
 //! - `fixture-cxx`          C++ executable
+//! - `probes`               firing tests: strings, a call chain without frame pointers,
+//!   threads, waiting (see its header)
 //!
 //! Kept to a few seconds: a handful of compiler runs, independent ones in parallel.
 
@@ -73,11 +75,20 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
             .arg("-Wl,--export-dynamic-symbol=target,--export-dynamic-symbol=tail");
         c
     };
+    // Firing tests: -fomit-frame-pointer so ustack() must unwind from .eh_frame.
+    let probes = spawn(Command::new("gcc").args(cflags).args([
+        "-fomit-frame-pointer",
+        "-pthread",
+        "-o",
+        &o("probes"),
+        &s("probes.c"),
+    ]))?;
     let pie = spawn(&mut exe("fixture", &["-fPIE", "-pie"]))?;
     let nopie = spawn(&mut exe("fixture-nopie", &["-fno-PIE", "-no-pie"]))?;
     wait(pie)?;
     wait(nopie)?;
     wait(cxx)?;
+    wait(probes)?;
 
     run(Command::new("strip").args(["--strip-all", "-o", &o("fixture-stripped"), &o("fixture")]))?;
 

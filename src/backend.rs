@@ -34,6 +34,8 @@ pub struct Bpf {
     _links: Vec<MultiLink>,
     /// Sites the kernel refused to probe, for the warning: (file, offset).
     pub refused: Vec<(PathBuf, u64)>,
+    /// Processes whose firings count.
+    pub pids: Vec<i32>,
 }
 
 /// Errors carry the whole story (verifier log included), ready for `udtrace: …`.
@@ -87,12 +89,14 @@ impl Bpf {
             let list: Vec<Site> = sites.iter().map(|(&offset, &cookie)| Site { offset, cookie }).collect();
             attach_file(&program, file, &list, &mut links, &mut refused)?;
         }
-        Ok(Bpf { maps, layout, cookies, _program: program, _links: links, refused })
+        Ok(Bpf { maps, layout, cookies, _program: program, _links: links, refused, pids: Vec::new() })
     }
 
     /// Counts a process's firings from now on.
-    pub fn trace_pid(&self, pid: i32) -> Result<(), Error> {
-        self.maps.traced.insert(&(pid as u32), &1).map_err(|e| format!("cannot trace pid {pid}: {e}"))
+    pub fn trace_pid(&mut self, pid: i32) -> Result<(), Error> {
+        self.maps.traced.insert(&(pid as u32), &1).map_err(|e| format!("cannot trace pid {pid}: {e}"))?;
+        self.pids.push(pid);
+        Ok(())
     }
 
     /// New drops per CPU since `seen` was last updated: (cpu, count).

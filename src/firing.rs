@@ -64,6 +64,13 @@ impl Procs {
         })
     }
 
+    /// Reads what udtrace needs of a process while it is alive and held (name, ids,
+    /// mapped objects), so firings consumed after it exits are still right.
+    pub fn remember(&mut self, pid: u32) {
+        self.info(pid);
+        self.objects(pid);
+    }
+
     /// Loads (once) the objects the process has mapped, for unwinding and symbols.
     fn objects(&mut self, pid: u32) {
         if self.info(pid).unwinder.is_some() {

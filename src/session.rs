@@ -234,7 +234,7 @@ fn arm(c: &Compiled, registry: &Registry) -> Result<Option<Bpf>, String> {
     for e in c.ecbs.iter().filter(|e| enabled.contains(&e.probe.id)) {
         plan.merge(&capture::plan(&c.program.clauses[e.clause]));
     }
-    let bpf = Bpf::arm(&probes, &plan, c.options.bufsize, c.options.strsize.min(u64::from(u32::MAX)) as u32)?;
+    let mut bpf = Bpf::arm(&probes, &plan, c.options.bufsize, c.options.strsize.min(u64::from(u32::MAX)) as u32)?;
     for p in backend::refused_probes(&bpf.refused, &probes) {
         let q = &p.probe;
         warn!(
@@ -312,6 +312,14 @@ fn trace(
         Ok(apply(&fx))
     };
 
+    // Remember traced processes while they are held: some exit before their firings
+    // are consumed.
+    let procs = RefCell::new(Procs::new(wall_offset()));
+    if let Some(b) = backend {
+        for pid in &b.pids {
+            procs.borrow_mut().remember(*pid as u32);
+        }
+    }
     if let Some(s) = fire(&mut consumer, probes::BEGIN, me.cpu(), out)? {
         status = s;
         done = true;
@@ -319,7 +327,7 @@ fn trace(
     // As dtrace: BEGIN has fired and probes are armed; now the processes may run.
     targets.release();
     let mut timers = timers(c, Instant::now());
-    let procs = RefCell::new(Procs::new(wall_offset()));
+
     let mut reader = match backend {
         Some(b) => Some(RingBufReader::new(&b.maps.ring).map_err(|e| io::Error::other(e.to_string()))?),
         None => None,

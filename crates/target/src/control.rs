@@ -55,6 +55,8 @@ pub struct Target {
     /// Threads currently ptrace-stopped by udtrace.
     held: Vec<i32>,
     exited: bool,
+    /// Released at least once: the process has run under tracing.
+    started: bool,
 }
 
 impl Target {
@@ -64,7 +66,7 @@ impl Target {
         let child = udtrace_sys::process::spawn_traced(argv)
             .map_err(|e| ControlError::Exec { cmd: cmd.clone(), reason: io_reason(&e) })?;
         let pid = child.id() as i32;
-        let mut t = Target { pid, child: Some(child), held: vec![pid], exited: false };
+        let mut t = Target { pid, child: Some(child), held: vec![pid], exited: false, started: false };
         let ctl = |e: Errno| ControlError::Control { pid, reason: reason(e) };
         // The exec stop (SIGTRAP from PTRACE_TRACEME).
         match waitpid(Pid::from_raw(pid), None).map_err(ctl)? {
@@ -128,7 +130,7 @@ impl Target {
             return Err(ControlError::Grab { pid, reason: "cannot grab udtrace itself".into() });
         }
         let tids = procfs::tasks(pid).map_err(|_| grab_err(Errno::ESRCH))?;
-        let mut t = Target { pid, child: None, held: Vec::new(), exited: false };
+        let mut t = Target { pid, child: None, held: Vec::new(), exited: false, started: false };
         for tid in tids {
             let p = Pid::from_raw(tid);
             match ptrace::seize(p, ptrace::Options::empty()) {
@@ -150,6 +152,9 @@ impl Target {
 
     /// Lets every held thread run on, untouched.
     pub fn release(&mut self) {
+        if !self.held.is_empty() {
+            self.started = true;
+        }
         for tid in self.held.drain(..) {
             let _ = ptrace::detach(Pid::from_raw(tid), None);
         }
@@ -172,18 +177,19 @@ impl Target {
         self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
-    /// Ends tracing of this process: a created one still running is killed (as dtrace
-    /// does), a grabbed one released.
+    /// Ends tracing of this process. A created command that never ran (the program
+    /// failed to compile, `-l`, `-e`) is killed while still held; any process that has
+    /// run under tracing runs on untouched.
     pub fn finish(&mut self) {
-        if let Some(c) = &mut self.child {
-            // Killed while still held, so a command that never ran does not run now.
-            if !self.exited {
-                let _ = c.kill();
+        match &mut self.child {
+            Some(c) if !self.started => {
+                if !self.exited {
+                    let _ = c.kill();
+                }
+                self.held.clear();
+                let _ = c.wait();
             }
-            self.held.clear();
-            let _ = c.wait();
-        } else {
-            self.release();
+            _ => self.release(),
         }
         self.exited = true;
     }
