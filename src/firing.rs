@@ -10,6 +10,7 @@ use std::rc::Rc;
 
 use udtrace_bpf::record::{Firing, PtReg};
 use udtrace_lang::ir::Builtin;
+use udtrace_lang::types::SymKind;
 use udtrace_runtime::{Context, Value};
 use udtrace_target::debuginfo::{self, ObjectSymbols};
 use udtrace_target::procfs::{self, LoadedObject};
@@ -109,6 +110,11 @@ impl Procs {
 
     /// `module`function+0xoff` for an address, as DTrace prints user frames.
     fn symbolize(&mut self, pid: u32, addr: u64) -> String {
+        self.symbol(pid, addr, SymKind::Addr).unwrap_or_else(|| format!("0x{addr:x}"))
+    }
+
+    /// An address as DTrace's usym/ufunc/umod/uaddr print it; `None` outside any object.
+    fn symbol(&mut self, pid: u32, addr: u64, kind: SymKind) -> Option<String> {
         self.objects(pid);
         let info = self.info(pid);
         for (obj, bias, syms) in &info.objects {
@@ -116,13 +122,16 @@ impl Procs {
                 continue;
             }
             let module = modules::module_name(&obj.path);
-            return match syms.table.lookup(addr.wrapping_sub(*bias)) {
-                Some((f, 0)) => format!("{module}`{}", f.name),
+            if kind == SymKind::Mod {
+                return Some(module.to_string());
+            }
+            return Some(match syms.table.lookup(addr.wrapping_sub(*bias)) {
+                Some((f, off)) if off == 0 || kind != SymKind::Addr => format!("{module}`{}", f.name),
                 Some((f, off)) => format!("{module}`{}+0x{off:x}", f.name),
                 None => format!("{module}`0x{addr:x}"),
-            };
+            });
         }
-        format!("0x{addr:x}")
+        None
     }
 }
 
@@ -288,6 +297,10 @@ impl Context for FiringCtx<'_> {
             None => vec![snap.ip],
         };
         addrs.into_iter().map(|a| procs.symbolize(pid, a)).collect()
+    }
+
+    fn symbol(&self, addr: u64, kind: SymKind) -> Option<String> {
+        self.procs.borrow_mut().symbol(self.f.pid, addr, kind)
     }
 
     fn progenyof(&self, ancestor: i64) -> bool {

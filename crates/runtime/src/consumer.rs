@@ -358,12 +358,14 @@ impl Consumer {
             }
             Action::Printf { format, args, .. } => {
                 let vals = args.iter().map(|e| self.eval(e, ctx)).collect::<EvalResult<Vec<_>>>()?;
-                let text = self.formats.printf(format, &vals, &self.settings);
+                let sym = |addr: u64, _user: bool| ctx.symbol(addr, udtrace_lang::types::SymKind::Addr);
+                let text = self.formats.printf(format, &vals, &self.settings, &sym);
                 rec.data.extend_from_slice(&text);
             }
             Action::System { format, args, .. } => {
                 let vals = args.iter().map(|e| self.eval(e, ctx)).collect::<EvalResult<Vec<_>>>()?;
-                let text = self.formats.printf(format, &vals, &self.settings);
+                let sym = |addr: u64, _user: bool| ctx.symbol(addr, udtrace_lang::types::SymKind::Addr);
+                let text = self.formats.printf(format, &vals, &self.settings, &sym);
                 fx.system.push(String::from_utf8_lossy(&text).into_owned());
             }
             Action::Printa { format, aggs } => {
@@ -541,6 +543,9 @@ impl Context for ProbeCtx<'_> {
     }
     fn progenyof(&self, pid: i64) -> bool {
         self.inner.progenyof(pid)
+    }
+    fn symbol(&self, addr: u64, kind: udtrace_lang::types::SymKind) -> Option<String> {
+        self.inner.symbol(addr, kind)
     }
 }
 

@@ -2,6 +2,7 @@
 //! process's memory and stack. Backends implement `Context`; the consumer only asks.
 
 use udtrace_lang::ir::Builtin;
+use udtrace_lang::types::SymKind;
 
 use crate::value::Value;
 
@@ -34,6 +35,12 @@ pub trait Context {
     fn progenyof(&self, _pid: i64) -> bool {
         false
     }
+
+    /// A user address as `usym`/`ufunc`/`umod`/`uaddr` print it (`libc.so.6`malloc`),
+    /// or `None` where nothing is known about it.
+    fn symbol(&self, _addr: u64, _kind: SymKind) -> Option<String> {
+        None
+    }
 }
 
 /// A context that overrides the probe arguments (the `ERROR` probe's `arg0..arg5`).
@@ -63,5 +70,8 @@ impl Context for WithArgs<'_> {
     }
     fn progenyof(&self, pid: i64) -> bool {
         self.inner.progenyof(pid)
+    }
+    fn symbol(&self, addr: u64, kind: SymKind) -> Option<String> {
+        self.inner.symbol(addr, kind)
     }
 }

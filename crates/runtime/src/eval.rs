@@ -542,7 +542,15 @@ impl Evaluator<'_> {
             Subr::Htons | Subr::Ntohs => int_of(ty, u64::from((n(0) as u16).swap_bytes())),
             Subr::Htonl | Subr::Ntohl => int_of(ty, u64::from((n(0) as u32).swap_bytes())),
             Subr::Htonll | Subr::Ntohll => int_of(ty, (n(0) as u64).swap_bytes()),
-            Subr::Symbol => int_of(ty, n(0) as u64),
+            // usym()/ufunc()/umod()/uaddr() print symbolically; keep the address when
+            // nothing is known about it.
+            Subr::Symbol => match ty {
+                Type::Symbol { kind, .. } => match self.ctx.symbol(n(0) as u64, *kind) {
+                    Some(s) => Value::Str(s.into_bytes()),
+                    None => int_of(ty, n(0) as u64),
+                },
+                _ => int_of(ty, n(0) as u64),
+            },
             Subr::Stack { .. } => unreachable!("handled above"),
         })
     }

@@ -61,9 +61,10 @@ impl FormatCache {
 
     /// printf's output; a run-time format error prints nothing (it was checked when
     /// compiling, so only impossible values get here).
-    pub fn printf(&self, fmt: &str, args: &[Value], s: &Settings) -> Vec<u8> {
+    /// `symbolize` turns addresses into symbols for `%a`/`%A` (address, user?).
+    pub fn printf(&self, fmt: &str, args: &[Value], s: &Settings, symbolize: &dyn Fn(u64, bool) -> Option<String>) -> Vec<u8> {
         match self.parsed.get(fmt) {
-            Some(f) => format(f, args, &format_ctx(s)).unwrap_or_default(),
+            Some(f) => format(f, args, &FormatCtx { symbolize: Some(symbolize), ..format_ctx(s) }).unwrap_or_default(),
             None => Vec::new(),
         }
     }
