@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use udtrace_bpf::codegen::{uprobe_program, ProbeMaps};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::record::{PtReg, RecordLayout, RecordPlan, StringCapture};
-use udtrace_bpf::uprobe::{attach_multi, MultiLink, Site};
+use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_lang::capture::CapturePlan;
 
 use crate::pidprov::{PidProbe, SiteKind};
@@ -72,10 +72,12 @@ impl Bpf {
             .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))?;
 
         let mut cookies: Vec<Vec<SiteTarget>> = Vec::new();
-        let mut by_file: BTreeMap<PathBuf, BTreeMap<u64, u64>> = BTreeMap::new();
+        // One link per (process, file): breakpoints go into that process only.
+        let mut by_file: BTreeMap<(i32, PathBuf), BTreeMap<u64, u64>> = BTreeMap::new();
         for p in probes {
+            // Unprobeable sites were set aside when the probe was made.
             for &(offset, file_off) in &p.sites {
-                let sites = by_file.entry(p.file.clone()).or_default();
+                let sites = by_file.entry((p.pid, p.file.clone())).or_default();
                 let cookie = *sites.entry(file_off).or_insert_with(|| {
                     cookies.push(Vec::new());
                     cookies.len() as u64 - 1
@@ -85,9 +87,9 @@ impl Bpf {
         }
         let mut links = Vec::new();
         let mut refused = Vec::new();
-        for (file, sites) in &by_file {
+        for ((pid, file), sites) in &by_file {
             let list: Vec<Site> = sites.iter().map(|(&offset, &cookie)| Site { offset, cookie }).collect();
-            attach_file(&program, file, &list, &mut links, &mut refused)?;
+            attach_file(&program, file, *pid as u32, &list, &mut links, &mut refused)?;
         }
         Ok(Bpf { maps, layout, cookies, _program: program, _links: links, refused, pids: Vec::new() })
     }
@@ -129,11 +131,12 @@ fn bpf_error(what: &str, detail: &str, os: Option<&std::io::Error>) -> Error {
 fn attach_file(
     program: &Program,
     file: &Path,
+    pid: u32,
     sites: &[Site],
     links: &mut Vec<MultiLink>,
     refused: &mut Vec<(PathBuf, u64)>,
 ) -> Result<(), Error> {
-    match attach_multi(program, file, sites, false) {
+    match attach_multi_pid(program, file, sites, false, pid) {
         Ok(l) => {
             links.push(l);
             Ok(())
@@ -144,8 +147,8 @@ fn attach_file(
                 return Ok(());
             }
             let (a, b) = sites.split_at(sites.len() / 2);
-            attach_file(program, file, a, links, refused)?;
-            attach_file(program, file, b, links, refused)
+            attach_file(program, file, pid, a, links, refused)?;
+            attach_file(program, file, pid, b, links, refused)
         }
         Err(e) => Err(bpf_error("arm probes", &e.to_string(), e.os_error())),
     }

@@ -36,8 +36,11 @@ pub struct PidProbe {
     pub kind: SiteKind,
     /// The function's address in the file's virtual address space.
     pub func_vaddr: u64,
-    /// (offset in the function, offset in the file) of each site.
+    /// (offset in the function, offset in the file) of each site the kernel can probe.
     pub sites: Vec<(u64, u64)>,
+    /// Offsets in the function of sites whose instruction the kernel refuses to probe
+    /// (`lock`-prefixed, VEX/EVEX): the probe does not fire there.
+    pub unprobeable: Vec<u64>,
 }
 
 
@@ -140,12 +143,12 @@ impl PidProvider {
             let s = sites(&mut decoded);
             if !s.returns.is_empty() {
                 let list = s.returns.iter().map(|&o| (u64::from(o), base + u64::from(o))).collect();
-                out.push(self.add(pid, file, modname, f, SiteKind::Return, "return".into(), list, next_id));
+                out.push(self.add(pid, file, modname, f, SiteKind::Return, "return".into(), list, &loaded.data, next_id));
             }
             matched += 1;
         }
         if glob::matches(name, "entry") {
-            out.push(self.add(pid, file, modname, f, SiteKind::Entry, "entry".into(), vec![(0, base)], next_id));
+            out.push(self.add(pid, file, modname, f, SiteKind::Entry, "entry".into(), vec![(0, base)], &loaded.data, next_id));
             matched += 1;
         }
         if !glob::is_glob(name) && matched == 0 {
@@ -157,14 +160,14 @@ impl PidProvider {
             if sites::check_offset(&s, f.size, off).is_err() {
                 return Err(format!("offset 0x{off:x} is not aligned on an instruction"));
             }
-            out.push(self.add(pid, file, modname, f, SiteKind::Offset(off), format!("{off:x}"), vec![(off, base + off)], next_id));
+            out.push(self.add(pid, file, modname, f, SiteKind::Offset(off), format!("{off:x}"), vec![(off, base + off)], &loaded.data, next_id));
         } else if glob::is_glob(name) {
             let s = sites(&mut decoded);
             for &o in &s.insns {
                 let label = format!("{o:x}");
                 if glob::matches(name, &label) {
                     let o = u64::from(o);
-                    out.push(self.add(pid, file, modname, f, SiteKind::Offset(o), label, vec![(o, base + o)], next_id));
+                    out.push(self.add(pid, file, modname, f, SiteKind::Offset(o), label, vec![(o, base + o)], &loaded.data, next_id));
                 }
             }
         }
@@ -197,7 +200,7 @@ impl PidProvider {
         let off = loaded.info.vaddr_to_offset(vaddr).ok_or_else(|| format!("'{name}' is an invalid probe name"))?;
         let f = Function { name: "-".into(), mangled: None, aliases: Vec::new(), addr: vaddr, size: 1, ifunc: false };
         let modname = modules::module_name(&main.path).to_string();
-        Ok(vec![self.add(pid, &file, &modname, &f, SiteKind::Offset(0), name.to_string(), vec![(0, off)], next_id)])
+        Ok(vec![self.add(pid, &file, &modname, &f, SiteKind::Offset(0), name.to_string(), vec![(0, off)], &loaded.data, next_id)])
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -210,6 +213,7 @@ impl PidProvider {
         kind: SiteKind,
         name: String,
         sites: Vec<(u64, u64)>,
+        data: &[u8],
         next_id: &mut u32,
     ) -> Rc<Probe> {
         let key = (pid, file.to_path_buf(), f.addr, kind);
@@ -219,7 +223,20 @@ impl PidProvider {
         let probe = Rc::new(Probe::new(*next_id, &format!("pid{pid}"), modname, &f.name, &name));
         *next_id += 1;
         self.index.insert(key, self.probes.len());
-        self.probes.push(PidProbe { probe: Rc::clone(&probe), pid, file: file.to_path_buf(), kind, func_vaddr: f.addr, sites });
+        let (sites, refused): (Vec<(u64, u64)>, Vec<(u64, u64)>) = sites.into_iter().partition(|&(off, file_off)| {
+            let code = data.get(file_off as usize..).unwrap_or(&[]);
+            sites::probeable(&code[..code.len().min(16)], f.addr + off)
+        });
+        let unprobeable = refused.into_iter().map(|(off, _)| off).collect();
+        self.probes.push(PidProbe {
+            probe: Rc::clone(&probe),
+            pid,
+            file: file.to_path_buf(),
+            kind,
+            func_vaddr: f.addr,
+            sites,
+            unprobeable,
+        });
         probe
     }
 }

@@ -32,6 +32,9 @@ use udtrace_target::control::Target;
 
 pub const EXIT_FAILURE: i32 = 1;
 
+/// How often firings are read from the ring buffer when it does not fill up.
+const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+
 fn fail(msg: &str) -> i32 {
     warn!("udtrace: {msg}");
     EXIT_FAILURE
@@ -235,12 +238,26 @@ fn arm(c: &Compiled, registry: &Registry) -> Result<Option<Bpf>, String> {
         plan.merge(&capture::plan(&c.program.clauses[e.clause]));
     }
     let mut bpf = Bpf::arm(&probes, &plan, c.options.bufsize, c.options.strsize.min(u64::from(u32::MAX)) as u32)?;
+    // Probes with sites the kernel refuses (checked up front, or refused anyway).
+    let mut unarmed: Vec<&PidProbe> = probes.iter().filter(|p| !p.unprobeable.is_empty()).copied().collect();
     for p in backend::refused_probes(&bpf.refused, &probes) {
+        if !unarmed.iter().any(|u| u.probe.id == p.probe.id) {
+            unarmed.push(p);
+        }
+    }
+    for p in unarmed.iter().take(5) {
         let q = &p.probe;
         warn!(
-            "udtrace: failed to enable {}:{}:{}:{}: the kernel cannot place a uprobe on that instruction",
-            q.provider, q.module, q.function, q.name
+            "udtrace: failed to enable {}:{}:{}:{}: the kernel cannot place a uprobe on its instruction{}",
+            q.provider,
+            q.module,
+            q.function,
+            q.name,
+            if p.sites.is_empty() { "" } else { " at some of its sites" }
         );
+    }
+    if unarmed.len() > 5 {
+        warn!("udtrace: ... and {} more probes on instructions the kernel cannot probe", unarmed.len() - 5);
     }
     let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).collect();
     pids.sort_unstable();
@@ -369,6 +386,10 @@ fn trace(
         if !targets.is_empty() {
             // Process exit is noticed by polling; 50 ms keeps the tail short.
             wait = Some(wait.map_or(Duration::from_millis(50), |w| w.min(Duration::from_millis(50))));
+        }
+        if backend.is_some() {
+            // Firings do not wake us (see the uprobe program): drain on a timer.
+            wait = Some(wait.map_or(DRAIN_INTERVAL, |w| w.min(DRAIN_INTERVAL)));
         }
         let timeout = match wait {
             Some(w) => PollTimeout::try_from(w.as_millis().min(60_000) as i32 + i32::from(w.subsec_nanos() % 1_000_000 != 0))

@@ -41,6 +41,12 @@ impl ProbeMaps {
 const MIN_STACK_TRY: u32 = 64;
 
 /// The generated uprobe program for `plan` (R6 = ctx, R7 = pid_tgid, R8 = record).
+/// bpf_ringbuf_query's flag for the bytes not yet consumed.
+const RB_AVAIL_DATA: i32 = 0;
+/// bpf_ringbuf_submit's flags.
+const RB_NO_WAKEUP: i32 = 1;
+const RB_FORCE_WAKEUP: i32 = 2;
+
 pub fn uprobe_program(plan: &RecordPlan, maps: &ProbeMaps) -> Result<Vec<Insn>, CodegenError> {
     let layout = RecordLayout::new(plan)?;
     if layout.size + 8 > maps.ring.size() {
@@ -115,8 +121,18 @@ pub fn uprobe_program(plan: &RecordPlan, maps: &ProbeMaps) -> Result<Vec<Insn>, 
         a.push(st(Size::W, Reg::R8, off(slot + 4), 0));
     }
 
+    // Waking the consumer on every record costs microseconds per firing. Like DTrace,
+    // whose consumer reads buffers on a timer, submit without a wakeup and let the
+    // consumer drain on its own schedule; wake it only when the ring fills up.
+    let quiet = a.label();
+    a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
+    a.push(mov64_imm(Reg::R2, RB_AVAIL_DATA));
+    a.call(helper::RINGBUF_QUERY);
+    a.push(mov64_imm(Reg::R2, RB_NO_WAKEUP));
+    a.jmp_imm(Cond::Le, Reg::R0, (maps.ring.size() / 4) as i32, quiet);
+    a.push(mov64_imm(Reg::R2, RB_FORCE_WAKEUP));
+    a.bind(quiet);
     a.push(mov64_reg(Reg::R1, Reg::R8));
-    a.push(mov64_imm(Reg::R2, 0));
     a.call(helper::RINGBUF_SUBMIT);
 
     a.bind(out);

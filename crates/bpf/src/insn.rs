@@ -219,6 +219,7 @@ pub mod helper {
     pub const RINGBUF_RESERVE: i32 = 131;
     pub const RINGBUF_SUBMIT: i32 = 132;
     pub const RINGBUF_DISCARD: i32 = 133;
+    pub const RINGBUF_QUERY: i32 = 134;
     pub const GET_ATTACH_COOKIE: i32 = 174;
 }
 

@@ -72,6 +72,13 @@ pub struct MultiLink {
 /// Arms every site of `path` with one LINK_CREATE, for every process (pid 0). `ret`
 /// makes them return probes (not used by udtrace, which probes return instructions).
 pub fn attach_multi(prog: &Program, path: &Path, sites: &[Site], ret: bool) -> Result<MultiLink, AttachError> {
+    attach_multi_pid(prog, path, sites, ret, 0)
+}
+
+/// As [`attach_multi`], but the breakpoints go only into process `pid` (0: every
+/// process mapping the file). Installing into every process that maps a file like
+/// libc costs seconds for thousands of sites; one process, milliseconds.
+pub fn attach_multi_pid(prog: &Program, path: &Path, sites: &[Site], ret: bool, pid: u32) -> Result<MultiLink, AttachError> {
     check_kind(prog, ProgramKind::UprobeMulti)?;
     if sites.is_empty() {
         return Err(AttachError::NoSites { path: path.to_path_buf() });
@@ -80,7 +87,7 @@ pub fn attach_multi(prog: &Program, path: &Path, sites: &[Site], ret: bool) -> R
     let offsets: Vec<u64> = sites.iter().map(|s| s.offset).collect();
     let cookies: Vec<u64> = sites.iter().map(|s| s.cookie).collect();
     let flags = if ret { sys::BPF_F_UPROBE_MULTI_RETURN } else { 0 };
-    let link = sys::link_create_uprobe_multi(prog.as_fd(), &cpath, &offsets, &cookies, flags, 0)
+    let link = sys::link_create_uprobe_multi(prog.as_fd(), &cpath, &offsets, &cookies, flags, pid)
         .map_err(|source| AttachError::Multi { path: path.to_path_buf(), count: sites.len(), source })?;
     Ok(MultiLink { _link: link })
 }

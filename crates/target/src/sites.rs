@@ -171,3 +171,44 @@ mod tests {
         assert_eq!(decode(&[], 0), Sites::default());
     }
 }
+
+/// Whether the kernel can place a uprobe on the instruction starting at `code[0]`.
+/// x86 uprobes refuse `lock`-prefixed instructions and VEX/EVEX/XOP-encoded ones
+/// (ENOTSUPP), and one refused site fails a whole uprobe_multi link.
+pub fn probeable(code: &[u8], vaddr: u64) -> bool {
+    let mut d = Decoder::with_ip(64, code, vaddr, DecoderOptions::NONE);
+    if !d.can_decode() {
+        return false;
+    }
+    let insn = d.decode();
+    if insn.is_invalid() || insn.has_lock_prefix() {
+        return false;
+    }
+    // Skip legacy prefixes and REX to the opcode: C4/C5 start VEX, 62 EVEX (both always,
+    // in 64-bit mode), and 8F with a map select of 8 or more XOP.
+    let mut i = 0;
+    while i < code.len() && matches!(code[i], 0x66 | 0x67 | 0xf2 | 0xf3 | 0x2e | 0x36 | 0x3e | 0x26 | 0x64 | 0x65 | 0x40..=0x4f) {
+        i += 1;
+    }
+    match code.get(i) {
+        Some(0xc4 | 0xc5 | 0x62) => false,
+        Some(0x8f) => code.get(i + 1).is_none_or(|b| b & 0x1f < 8),
+        Some(_) => true,
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod probeable_tests {
+    use super::probeable;
+
+    #[test]
+    fn refuses_what_the_kernel_refuses() {
+        assert!(probeable(&[0x55], 0), "push %rbp");
+        assert!(probeable(&[0x48, 0x8d, 0x44, 0x3f, 0x01], 0), "lea");
+        assert!(probeable(&[0xf3, 0x0f, 0x1e, 0xfa], 0), "endbr64");
+        assert!(!probeable(&[0xf0, 0x48, 0x0f, 0xb1, 0x0a], 0), "lock cmpxchg");
+        assert!(!probeable(&[0xc5, 0xfd, 0x6f, 0x07], 0), "vmovdqa (VEX)");
+        assert!(!probeable(&[], 0));
+    }
+}

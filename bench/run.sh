@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of udtrace against bpftrace on the same workloads, in one
+# interleaved run. Prints per-firing overhead (traced loop time minus untraced, per
+# call) for each tracer and the udtrace/bpftrace ratio, then start-up and arming times.
+#
+#   bench/run.sh            # ROUNDS=5 by default
+#   ROUNDS=9 bench/run.sh
+#
+# Needs root, gcc and bpftrace (apt-get install -y bpftrace). Not part of the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-5}
+command -v bpftrace >/dev/null || { echo "bench: bpftrace is not installed (apt-get install -y bpftrace)" >&2; exit 1; }
+cargo build --release --quiet
+U=$PWD/target/release/udtrace
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+gcc -O2 -pthread -o "$W/calls" bench/workloads/calls.c
+LIBC=$(ldd "$W/calls" | awk '/libc.so.6/ {print $3}')
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# The workload's own "N calls T ns" line, from whatever a tracer printed around it.
+loop_ns() { grep -Eo '^[0-9]+ calls [0-9]+ ns' | awk '{print $3}' | tail -1; }
+count_of() { grep -Eo '^ *[0-9]+ *$' | tr -d ' ' | tail -1; }
+
+# workload  mode  N  udtrace-description  bpftrace-probe
+WORKLOADS=(
+  "lea|lea|200000|pid\$target::f_lea:entry|uprobe:$W/calls:f_lea"
+  "push|push|1000000|pid\$target::f_push:entry|uprobe:$W/calls:f_push"
+  "malloc|malloc|1000000|pid\$target:libc:malloc:entry|uprobe:$LIBC:malloc"
+  "4 threads|threads|1000000|pid\$target::f_push:entry|uprobe:$W/calls:f_push"
+  "return|ret|1000000|pid\$target::f_lea:return|uretprobe:$W/calls:f_lea"
+)
+
+printf '%-10s %9s %12s %12s %14s %14s %8s\n' workload calls "udtrace n" "bpftrace n" "udtrace ns/f" "bpftrace ns/f" ratio
+for w in "${WORKLOADS[@]}"; do
+  IFS='|' read -r name mode n udesc bprobe <<<"$w"
+  : >"$W/base"; : >"$W/ud"; : >"$W/bt"
+  ucount=?; bcount=?
+  for _ in $(seq "$ROUNDS"); do
+    "$W/calls" "$mode" "$n" | loop_ns >>"$W/base"
+    out=$("$U" -q -n "$udesc { @ = count(); }" -c "$W/calls $mode $n" 2>&1)
+    echo "$out" | loop_ns >>"$W/ud"; ucount=$(echo "$out" | count_of)
+    out=$(bpftrace -e "$bprobe { @ = count(); }" -c "$W/calls $mode $n" 2>&1)
+    echo "$out" | loop_ns >>"$W/bt"; bcount=$(echo "$out" | grep -Eo '^@: [0-9]+' | awk '{print $2}')
+  done
+  base=$(median <"$W/base"); ud=$(median <"$W/ud"); bt=$(median <"$W/bt")
+  awk -v name="$name" -v n="$n" -v uc="$ucount" -v bc="$bcount" -v base="$base" -v ud="$ud" -v bt="$bt" 'BEGIN {
+    u = (ud - base) / n; b = (bt - base) / n;
+    printf "%-10s %9d %12s %12s %14.0f %14.0f %7.2fx\n", name, n, uc, bc, u, b, (b > 0 ? u / b : 0) }'
+done
+
+echo
+echo "start-up to exit, empty workload (median of $ROUNDS, ms):"
+: >"$W/ud"; : >"$W/bt"
+for _ in $(seq "$ROUNDS"); do
+  s=$(date +%s%N); "$U" -q -n 'pid$target::f_push:entry { @ = count(); }' -c "$W/calls push 0" >/dev/null 2>&1; e=$(date +%s%N)
+  echo $(( (e - s) / 1000000 )) >>"$W/ud"
+  s=$(date +%s%N); bpftrace -e "uprobe:$W/calls:f_push { @ = count(); }" -c "$W/calls push 0" >/dev/null 2>&1; e=$(date +%s%N)
+  echo $(( (e - s) / 1000000 )) >>"$W/bt"
+done
+printf '  udtrace %s ms, bpftrace %s ms\n' "$(median <"$W/ud")" "$(median <"$W/bt")"
+
+echo
+echo "arming every entry probe of libc (median of $ROUNDS, ms, start to exit):"
+: >"$W/ud"
+for _ in $(seq "$ROUNDS"); do
+  s=$(date +%s%N); "$U" -q -n 'pid$target:libc::entry { @ = count(); }' -c "$W/calls push 0" >"$W/out" 2>&1; e=$(date +%s%N)
+  echo $(( (e - s) / 1000000 )) >>"$W/ud"
+done
+probes=$("$U" -l -n 'pid$target:libc::entry' -c "$W/calls push 0" 2>/dev/null | tail -n +2 | wc -l)
+printf '  udtrace: %s probes in %s ms\n' "$probes" "$(median <"$W/ud")"
+s=$(date +%s%N); bpftrace -e "uprobe:$LIBC:mem* { @ = count(); }" -c "$W/calls push 0" >/dev/null 2>&1; e=$(date +%s%N)
+bn=$(bpftrace -l "uprobe:$LIBC:mem*" 2>/dev/null | wc -l)
+printf '  bpftrace: %s probes (mem* only: one perf uprobe each, slow to detach) in %s ms\n' "$bn" $(( (e - s) / 1000000 ))
