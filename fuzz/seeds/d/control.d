@@ -21,7 +21,7 @@ syscall::close:entry
 
 proc:::exec-success
 {
-	trace(curpsinfo->pr_psargs);
+	trace(execname);
 	stack();
 	ustack(5);
 	printf("%k", ustack());

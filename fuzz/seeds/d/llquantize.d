@@ -11,7 +11,7 @@ pid$target:::entry
 tick-5sec
 {
 	printa("%s %s\n%@d\n", @a);
-	printa(@b, @c);
+	printa("%@d %@d\n", @b, @c);
 	trunc(@c, 3);
 	exit(0);
 }

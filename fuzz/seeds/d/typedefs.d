@@ -21,7 +21,7 @@ string names[int];
 BEGIN
 {
 	hits = sizeof(point_t) + offsetof(struct point, y);
-	arr[1] = BLUE;
+	hits += arr[1] + BLUE;
 	names[3] = "three";
 	p = (struct list *)arg0;
 	v = p != NULL ? p->value : 0;
