@@ -128,8 +128,15 @@ pub fn fmt_float(out: &mut Vec<u8>, spec: &Spec, v: f64, conv: u8) {
     pad(out, spec, sign, body.as_bytes(), true);
 }
 
+/// The largest precision Rust's formatter accepts for both `{:.p$}` and `{:.p$e}`
+/// (it panics past u16::MAX, and `e` past one less). An f64 has only zero digits
+/// that far out, so the rest are appended by hand.
+const RUST_PREC_MAX: usize = u16::MAX as usize - 1;
+
 fn fixed_form(a: f64, prec: usize, alt: bool) -> String {
-    let mut s = format!("{a:.prec$}");
+    let p = prec.min(RUST_PREC_MAX);
+    let mut s = format!("{a:.p$}");
+    s.extend(std::iter::repeat_n('0', prec - p));
     if alt && prec == 0 {
         s.push('.');
     }
@@ -151,11 +158,14 @@ fn exp_form(a: f64, prec: usize, alt: bool, upper: bool) -> String {
 
 /// Rust's `{:.prec$e}` rounds correctly; split it into mantissa and exponent.
 fn split_exp(a: f64, prec: usize) -> (String, i32) {
-    let s = format!("{a:.prec$e}");
-    match s.split_once('e') {
+    let p = prec.min(RUST_PREC_MAX);
+    let s = format!("{a:.p$e}");
+    let (mut mant, exp) = match s.split_once('e') {
         Some((m, e)) => (m.to_string(), e.parse().unwrap_or(0)),
         None => (s, 0),
-    }
+    };
+    mant.extend(std::iter::repeat_n('0', prec - p));
+    (mant, exp)
 }
 
 /// C's `%g`: %e or %f depending on the exponent, trailing zeros removed unless `#`.
@@ -206,6 +216,18 @@ mod tests {
         assert_eq!(f(Spec { alt: true, ..d }, 2.0, b'g'), "2.00000");
         assert_eq!(f(Spec { width: 10, zero: true, ..d }, -1.5, b'f'), "-01.500000");
         assert_eq!(f(Spec { plus: true, ..d }, 0.0, b'e'), "+0.000000e+00");
+    }
+
+    #[test]
+    fn precision_past_rust_formatter_limit() {
+        // Rust's formatter panics on precisions over u16::MAX; C prints the zeros.
+        let d = Spec { prec: Some(MAX_FIELD), ..Spec::default() };
+        let e = f(d, 1.5, b'e');
+        assert!(e.starts_with("1.5000") && e.ends_with("0e+00") && e.len() == MAX_FIELD + 6, "{}", e.len());
+        assert_eq!(f(d, 1.5, b'f').len(), MAX_FIELD + 2);
+        // %g of a small value asks %f for a few more digits than its precision.
+        let g = Spec { prec: Some(u16::MAX as usize), alt: true, ..Spec::default() };
+        assert!(f(g, 0.0001, b'g').starts_with("0.000100000"));
     }
 
     #[test]

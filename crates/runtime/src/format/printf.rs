@@ -942,4 +942,16 @@ mod tests {
         let f = parse_format(b"%999999999999999999999d").unwrap();
         assert!(format(&f, &[Value::int(1)], &FormatCtx::default()).unwrap().len() <= cfmt::MAX_FIELD);
     }
+
+    #[test]
+    fn huge_float_precision_formats() {
+        // Fuzzer: "%*.*E" with a precision of 100000 panicked in Rust's formatter.
+        let f = parse_format(b"%*.*E").unwrap();
+        let args = [Value::int(0), Value::int(100_000), Value::int(1)];
+        assert!(format(&f, &args, &FormatCtx::default()).is_ok());
+        for fmt in [&b"%.99999f"[..], b"%.70000g", b"%#.65535G", b"%.65536e"] {
+            let f = parse_format(fmt).unwrap();
+            assert!(format(&f, &[Value::int(3)], &FormatCtx::default()).is_ok());
+        }
+    }
 }
