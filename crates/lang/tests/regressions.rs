@@ -1,0 +1,26 @@
+//! Inputs that once crashed, hung or exhausted the compiler front end, found by
+//! fuzzing (see `fuzz/`) or by probing what the fuzzer's findings suggested.
+//! Each must now compile or fail with an error, quickly and without a panic.
+
+use udtrace_lang::check::Checker;
+use udtrace_lang::diag::{render, Origin};
+use udtrace_lang::macros::MacroArgs;
+use udtrace_lang::parser::parse_script;
+
+/// Parses and checks `src` as a script; the rendered error, if any.
+fn compile(src: &str) -> Result<(), String> {
+    let origin = Origin::Script("t.d".into());
+    let program = parse_script(src).map_err(|e| render(&e, &origin, src))?;
+    let macros = MacroArgs::new(vec!["t.d".into()]);
+    let mut checker = Checker::new(&macros);
+    checker.add_source(&program, 0, src).map_err(|e| render(&e, &origin, src))
+}
+
+#[test]
+fn long_chains_are_rejected_not_a_stack_overflow() {
+    // `x = 1+1+…+1` with 4,000 terms overflowed the 8 MiB main stack in the
+    // checker (release build) and overflowed Drop with more.
+    let src = format!("BEGIN {{ x = {}1; }}", "1+".repeat(4000));
+    let e = compile(&src).unwrap_err();
+    assert!(e.contains("expression nesting too deep"), "{e}");
+}
