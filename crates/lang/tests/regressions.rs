@@ -24,3 +24,24 @@ fn long_chains_are_rejected_not_a_stack_overflow() {
     let e = compile(&src).unwrap_err();
     assert!(e.contains("expression nesting too deep"), "{e}");
 }
+
+#[test]
+fn deepest_accepted_expressions_check_on_a_test_thread() {
+    // The longest chain or deepest nesting the parser accepts must also check in a
+    // debug build on a 2 MiB test thread: the checker once took 12 KiB a level.
+    let shapes: [(&str, &str, &str); 7] = [
+        ("x = ", "1 + ", "1"),
+        ("x = ", "1 || ", "1"),
+        ("x = ", "!", "1"),
+        ("x = ", "(int)", "1"),
+        ("x = ", "1 ? 1 : ", "1"),
+        ("", "x = ", "1"),
+        ("", "if (1) ", "x = 1"),
+    ];
+    for (head, link, tail) in shapes {
+        let src = |n: usize| format!("BEGIN {{ {head}{}{tail}; }}", link.repeat(n));
+        let deepest = (1..400).rev().find(|&n| parse_script(&src(n)).is_ok()).unwrap();
+        assert!(deepest > 100, "{link:?}: only {deepest} accepted");
+        compile(&src(deepest)).unwrap_or_else(|e| panic!("{link:?} x{deepest}: {e}"));
+    }
+}
