@@ -954,4 +954,19 @@ mod tests {
             assert!(format(&f, &[Value::int(3)], &FormatCtx::default()).is_ok());
         }
     }
+
+    #[test]
+    fn many_huge_float_precisions_are_quick() {
+        // Fuzzer: a format of a few dozen "%.250000e" and "%.5000004g" took over a
+        // second under load in the fuzz build: each produced 65536 digits (and %g
+        // computed them twice before trimming them). Zeros are now appended in bulk.
+        let fmt = b"%.250000e %.50000g %.99999f ".repeat(30);
+        let f = parse_format(&fmt).unwrap();
+        let args = vec![Value::int(7); 90];
+        let start = std::time::Instant::now();
+        let out = format(&f, &args, &FormatCtx::default()).unwrap();
+        assert!(out.len() > 60 * 60_000);
+        // Generous even for a loaded debug build; it took seconds before.
+        assert!(start.elapsed().as_secs() < 3, "{:?}", start.elapsed());
+    }
 }
