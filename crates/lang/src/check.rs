@@ -62,10 +62,18 @@ pub struct Checker<'m> {
     inlines: HashMap<String, (Type, ast::Expr)>,
     /// Inline expansion depth, so a self-referencing inline is an error, not a hang.
     inline_depth: u32,
+    /// Source bytes that inline expansions may still re-check; see [`INLINE_BUDGET`].
+    inline_budget: usize,
     source: usize,
     /// Byte offsets where each line of the current source starts.
     line_starts: Vec<u32>,
 }
+
+/// Each reference to an inline re-checks its value, so inlines defined in terms
+/// of earlier ones (`b = a + a; c = b + b; …`) expand exponentially: 25 such lines
+/// took minutes. Expansions may re-check this many bytes of source per checker,
+/// far beyond what a real program needs.
+const INLINE_BUDGET: usize = 1 << 20;
 
 fn err<T>(span: Span, msg: impl Into<String>) -> Result<T> {
     Err(CompileError::new(span, msg))
@@ -221,6 +229,7 @@ impl<'m> Checker<'m> {
             aggs: HashMap::new(),
             inlines: HashMap::new(),
             inline_depth: 0,
+            inline_budget: INLINE_BUDGET,
             source: 0,
             line_starts: vec![0],
         }
@@ -1071,6 +1080,11 @@ impl<'m> Checker<'m> {
             if self.inline_depth > 64 {
                 return err(span, format!("inline {name} is defined in terms of itself"));
             }
+            let cost = value.span.range().len().max(1);
+            if cost > self.inline_budget {
+                return err(span, format!("inline {name} expands to too large an expression"));
+            }
+            self.inline_budget -= cost;
             self.inline_depth += 1;
             let v = self.rvalue(&value);
             self.inline_depth -= 1;

@@ -45,3 +45,20 @@ fn deepest_accepted_expressions_check_on_a_test_thread() {
         compile(&src(deepest)).unwrap_or_else(|e| panic!("{link:?} x{deepest}: {e}"));
     }
 }
+
+#[test]
+fn inlines_built_from_inlines_do_not_expand_exponentially() {
+    // Each inline doubling the previous one: 40 lines used to take hours.
+    let mut src = String::from("inline int a0 = 1;\n");
+    for i in 1..40 {
+        src += &format!("inline int a{i} = a{p} + a{p};\n", p = i - 1);
+    }
+    src += "BEGIN { x = a39; }\n";
+    let start = std::time::Instant::now();
+    let e = compile(&src).unwrap_err();
+    assert!(e.contains("expands to too large an expression"), "{e}");
+    assert!(start.elapsed().as_secs() < 5, "{:?}", start.elapsed());
+    // Modest reuse is unaffected.
+    let ok = "inline int a = 1;\ninline int b = a + a;\ninline int c = b * b;\nBEGIN { x = c + c + b; }\n";
+    compile(ok).unwrap();
+}
