@@ -356,7 +356,10 @@ impl<'m> Checker<'m> {
                         }
                         resolved.push((m.name.clone(), ty));
                     }
-                    self.prog.types.complete_record(id, resolved);
+                    if self.prog.types.complete_record(id, resolved).is_none() {
+                        let kw = if is_union { "union" } else { "struct" };
+                        return err(d.span, format!("{kw} {tag} is too large: its size overflows 64 bits"));
+                    }
                 }
                 ast::TypeDef::Enum { tag, values } => {
                     let id = self.prog.types.enums.len();

@@ -62,3 +62,10 @@ fn inlines_built_from_inlines_do_not_expand_exponentially() {
     let ok = "inline int a = 1;\ninline int b = a + a;\ninline int c = b * b;\nBEGIN { x = c + c + b; }\n";
     compile(ok).unwrap();
 }
+
+#[test]
+fn struct_too_large_for_64_bits_is_an_error() {
+    // Panicked on overflow while laying out the member after the array.
+    let e = compile("struct s { char a[18446744073709551615]; int b; }; BEGIN { y = offsetof(struct s, b); }").unwrap_err();
+    assert!(e.contains("struct s is too large"), "{e}");
+}
