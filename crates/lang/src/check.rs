@@ -62,10 +62,18 @@ pub struct Checker<'m> {
     inlines: HashMap<String, (Type, ast::Expr)>,
     /// Inline expansion depth, so a self-referencing inline is an error, not a hang.
     inline_depth: u32,
+    /// Source bytes that inline expansions may still re-check; see [`INLINE_BUDGET`].
+    inline_budget: usize,
     source: usize,
     /// Byte offsets where each line of the current source starts.
     line_starts: Vec<u32>,
 }
+
+/// Each reference to an inline re-checks its value, so inlines defined in terms
+/// of earlier ones (`b = a + a; c = b + b; …`) expand exponentially: 25 such lines
+/// took minutes. Expansions may re-check this many bytes of source per checker,
+/// far beyond what a real program needs.
+const INLINE_BUDGET: usize = 1 << 20;
 
 fn err<T>(span: Span, msg: impl Into<String>) -> Result<T> {
     Err(CompileError::new(span, msg))
@@ -221,6 +229,7 @@ impl<'m> Checker<'m> {
             aggs: HashMap::new(),
             inlines: HashMap::new(),
             inline_depth: 0,
+            inline_budget: INLINE_BUDGET,
             source: 0,
             line_starts: vec![0],
         }
@@ -347,7 +356,10 @@ impl<'m> Checker<'m> {
                         }
                         resolved.push((m.name.clone(), ty));
                     }
-                    self.prog.types.complete_record(id, resolved);
+                    if self.prog.types.complete_record(id, resolved).is_none() {
+                        let kw = if is_union { "union" } else { "struct" };
+                        return err(d.span, format!("{kw} {tag} is too large: its size overflows 64 bits"));
+                    }
                 }
                 ast::TypeDef::Enum { tag, values } => {
                     let id = self.prog.types.enums.len();
@@ -930,6 +942,9 @@ impl<'m> Checker<'m> {
         }
     }
 
+    /// Checks one expression. Each kind's work lives in its own method so that
+    /// this frame, which every level of a nested expression repeats, stays small
+    /// (a debug build kept all the arms' locals here: 12 KiB per level).
     pub fn expr(&mut self, e: &ast::Expr) -> Result<Expr> {
         use ast::ExprKind as K;
         let span = e.span;
@@ -944,23 +959,8 @@ impl<'m> Checker<'m> {
             K::Backquoted { name, .. } => {
                 err(span, format!("failed to resolve `{name}: kernel symbols are not available in user-space tracing"))
             }
-            K::Macro(name) | K::MacroStr(name) => {
-                let quoted = matches!(e.kind, K::MacroStr(_));
-                let reference = format!("{}{name}", if quoted { "$$" } else { "$" });
-                match self.macros.lookup(&reference) {
-                    Ok(MacroValue::Int(v)) if quoted => {
-                        Ok(mk(ExprKind::Str(Rc::from(v.to_string().as_bytes())), Type::String, span))
-                    }
-                    Ok(MacroValue::Int(v)) => {
-                        let ty = if i32::try_from(v).is_ok() { int_ty() } else { Type::int(8, true) };
-                        Ok(int_const(v as u64, ty, span))
-                    }
-                    Ok(MacroValue::Str(s)) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
-                    Ok(MacroValue::Ident(s)) => self.ident(&s, span),
-                    // dt_lex.l resolves macro references while parsing.
-                    Err(m) => Err(CompileError::new(span, m).unlabelled()),
-                }
-            }
+            K::Macro(name) => self.macro_ref(name, false, span),
+            K::MacroStr(name) => self.macro_ref(name, true, span),
             K::SelfVar(name) => self.scoped_var(VarScope::Thread, name, span),
             K::ThisVar(name) => self.scoped_var(VarScope::Clause, name, span),
             K::Agg(name) => err(span, format!("aggregation @{name} may not be used as an operand; use printa( ) to print it")),
@@ -972,101 +972,20 @@ impl<'m> Checker<'m> {
                 }
                 self.assign(*op, lhs, rhs, span)
             }
-            K::Ternary { cond, then, otherwise } => {
-                let c = self.rvalue(cond)?;
-                if !c.ty.is_scalar() {
-                    return err(cond.span, "operator ?: expression must be of scalar type");
-                }
-                let t = self.rvalue(then)?;
-                let o = self.rvalue(otherwise)?;
-                let ty = if t.ty.is_string() || o.ty.is_string() {
-                    if !(is_stringish(&t.ty) && is_stringish(&o.ty)) {
-                        return err(span, "operator ?: operands must have compatible types");
-                    }
-                    Type::String
-                } else if t.ty.is_arithmetic() && o.ty.is_arithmetic() {
-                    Type::Int(usual_arithmetic(&t.ty.int_shape().unwrap(), &o.ty.int_shape().unwrap()))
-                } else if t.ty == o.ty || (t.ty.is_pointer() && o.ty.is_scalar()) {
-                    t.ty.clone()
-                } else if o.ty.is_pointer() && t.ty.is_scalar() {
-                    o.ty.clone()
-                } else {
-                    return err(span, "operator ?: operands must have compatible types");
-                };
-                let t = self.convert(t, &ty);
-                let o = self.convert(o, &ty);
-                Ok(mk(ExprKind::Ternary { cond: Box::new(c), then: Box::new(t), otherwise: Box::new(o) }, ty, span))
-            }
-            K::IncDec { increment, prefix, operand } => {
-                let op = if *increment { "++" } else { "--" };
-                let (place, ty) = self.place(operand, Some(&Type::named_int(8, true, "int64_t")), op)?;
-                if !ty.is_scalar() {
-                    return err(span, format!("operator {op} requires operand of scalar type"));
-                }
-                Ok(mk(ExprKind::IncDec { target: place, increment: *increment, prefix: *prefix }, ty, span))
-            }
+            K::Ternary { cond, then, otherwise } => self.ternary(cond, then, otherwise, span),
+            K::IncDec { increment, prefix, operand } => self.incdec(*increment, *prefix, operand, span),
             K::Call { name, name_span, args } => self.call(name, *name_span, args, span),
             K::Index { base, index } => self.index(base, index, span),
             K::Member { base, field } => {
                 let b = self.rvalue(base)?;
                 self.member(b, field, span, ".")
             }
-            K::Arrow { base, field } => {
-                let b = self.rvalue(base)?;
-                let Some(pointee) = (match &b.ty {
-                    Type::Pointer(t) => Some((**t).clone()),
-                    _ => None,
-                }) else {
-                    return err(span, "operator -> must be applied to a pointer");
-                };
-                if !matches!(pointee, Type::Struct(_) | Type::Union(_)) {
-                    return err(
-                        span,
-                        format!(
-                            "operator -> cannot be applied to pointer to type \"{}\"; must be applied to a struct or union pointer",
-                            self.type_name(&pointee)
-                        ),
-                    );
-                }
-                let loaded = mk(ExprKind::Load(Box::new(b)), pointee, span);
-                self.member(loaded, field, span, "->")
-            }
-            K::Cast { ty, operand } => {
-                let to = self.resolve_type(ty)?;
-                let v = self.rvalue(operand)?;
-                self.cast(v, to, span)
-            }
-            K::SizeofType(t) => {
-                let ty = self.resolve_type(t)?;
-                match self.prog.types.size_of(&ty) {
-                    Some(n) => Ok(int_const(n, Type::named_int(8, false, "size_t"), span)),
-                    None => err(span, "cannot apply sizeof to an operand of unknown size"),
-                }
-            }
-            K::SizeofExpr(x) => {
-                let v = self.expr(x)?;
-                match self.prog.types.size_of(&v.ty) {
-                    Some(n) => Ok(int_const(n, Type::named_int(8, false, "size_t"), span)),
-                    None => err(span, "cannot apply sizeof to an operand of unknown size"),
-                }
-            }
-            K::Offsetof { ty, member } => {
-                let t = self.resolve_type(ty)?;
-                let (Type::Struct(id) | Type::Union(id)) = t else {
-                    return err(span, "offsetof operand must be a struct or union type");
-                };
-                match self.prog.types.field(id, member) {
-                    Some(f) => Ok(int_const(f.offset, Type::named_int(8, false, "size_t"), span)),
-                    None => err(span, format!("failed to determine offset of {member}: Unknown member name")),
-                }
-            }
-            K::Stringof(x) => {
-                let v = self.rvalue(x)?;
-                if !v.ty.is_scalar() && !v.ty.is_string() && !matches!(v.ty, Type::Array(..)) {
-                    return err(span, format!("cannot apply stringof to a value of type {}", self.type_name(&v.ty)));
-                }
-                Ok(mk(ExprKind::Cast(Box::new(v)), Type::String, span))
-            }
+            K::Arrow { base, field } => self.arrow(base, field, span),
+            K::Cast { ty, operand } => self.cast_expr(ty, operand, span),
+            K::SizeofType(t) => self.sizeof_type(t, span),
+            K::SizeofExpr(x) => self.sizeof_expr(x, span),
+            K::Offsetof { ty, member } => self.offsetof(ty, member, span),
+            K::Stringof(x) => self.stringof(x, span),
             K::Comma { lhs, rhs } => {
                 let l = self.expr(lhs)?;
                 let r = self.expr(rhs)?;
@@ -1074,6 +993,120 @@ impl<'m> Checker<'m> {
                 Ok(mk(ExprKind::Comma(Box::new(l), Box::new(r)), ty, span))
             }
         }
+    }
+
+    fn macro_ref(&mut self, name: &str, quoted: bool, span: Span) -> Result<Expr> {
+        let reference = format!("{}{name}", if quoted { "$$" } else { "$" });
+        match self.macros.lookup(&reference) {
+            Ok(MacroValue::Int(v)) if quoted => {
+                Ok(mk(ExprKind::Str(Rc::from(v.to_string().as_bytes())), Type::String, span))
+            }
+            Ok(MacroValue::Int(v)) => {
+                let ty = if i32::try_from(v).is_ok() { int_ty() } else { Type::int(8, true) };
+                Ok(int_const(v as u64, ty, span))
+            }
+            Ok(MacroValue::Str(s)) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
+            Ok(MacroValue::Ident(s)) => self.ident(&s, span),
+            // dt_lex.l resolves macro references while parsing.
+            Err(m) => Err(CompileError::new(span, m).unlabelled()),
+        }
+    }
+
+    fn ternary(&mut self, cond: &ast::Expr, then: &ast::Expr, otherwise: &ast::Expr, span: Span) -> Result<Expr> {
+        let c = self.rvalue(cond)?;
+        if !c.ty.is_scalar() {
+            return err(cond.span, "operator ?: expression must be of scalar type");
+        }
+        let t = self.rvalue(then)?;
+        let o = self.rvalue(otherwise)?;
+        let ty = if t.ty.is_string() || o.ty.is_string() {
+            if !(is_stringish(&t.ty) && is_stringish(&o.ty)) {
+                return err(span, "operator ?: operands must have compatible types");
+            }
+            Type::String
+        } else if t.ty.is_arithmetic() && o.ty.is_arithmetic() {
+            Type::Int(usual_arithmetic(&t.ty.int_shape().unwrap(), &o.ty.int_shape().unwrap()))
+        } else if t.ty == o.ty || (t.ty.is_pointer() && o.ty.is_scalar()) {
+            t.ty.clone()
+        } else if o.ty.is_pointer() && t.ty.is_scalar() {
+            o.ty.clone()
+        } else {
+            return err(span, "operator ?: operands must have compatible types");
+        };
+        let t = self.convert(t, &ty);
+        let o = self.convert(o, &ty);
+        Ok(mk(ExprKind::Ternary { cond: Box::new(c), then: Box::new(t), otherwise: Box::new(o) }, ty, span))
+    }
+
+    fn incdec(&mut self, increment: bool, prefix: bool, operand: &ast::Expr, span: Span) -> Result<Expr> {
+        let op = if increment { "++" } else { "--" };
+        let (place, ty) = self.place(operand, Some(&Type::named_int(8, true, "int64_t")), op)?;
+        if !ty.is_scalar() {
+            return err(span, format!("operator {op} requires operand of scalar type"));
+        }
+        Ok(mk(ExprKind::IncDec { target: place, increment, prefix }, ty, span))
+    }
+
+    fn arrow(&mut self, base: &ast::Expr, field: &str, span: Span) -> Result<Expr> {
+        let b = self.rvalue(base)?;
+        let Some(pointee) = (match &b.ty {
+            Type::Pointer(t) => Some((**t).clone()),
+            _ => None,
+        }) else {
+            return err(span, "operator -> must be applied to a pointer");
+        };
+        if !matches!(pointee, Type::Struct(_) | Type::Union(_)) {
+            return err(
+                span,
+                format!(
+                    "operator -> cannot be applied to pointer to type \"{}\"; must be applied to a struct or union pointer",
+                    self.type_name(&pointee)
+                ),
+            );
+        }
+        let loaded = mk(ExprKind::Load(Box::new(b)), pointee, span);
+        self.member(loaded, field, span, "->")
+    }
+
+    fn cast_expr(&mut self, ty: &ast::TypeName, operand: &ast::Expr, span: Span) -> Result<Expr> {
+        let to = self.resolve_type(ty)?;
+        let v = self.rvalue(operand)?;
+        self.cast(v, to, span)
+    }
+
+    fn sizeof_type(&mut self, t: &ast::TypeName, span: Span) -> Result<Expr> {
+        let ty = self.resolve_type(t)?;
+        match self.prog.types.size_of(&ty) {
+            Some(n) => Ok(int_const(n, Type::named_int(8, false, "size_t"), span)),
+            None => err(span, "cannot apply sizeof to an operand of unknown size"),
+        }
+    }
+
+    fn sizeof_expr(&mut self, x: &ast::Expr, span: Span) -> Result<Expr> {
+        let v = self.expr(x)?;
+        match self.prog.types.size_of(&v.ty) {
+            Some(n) => Ok(int_const(n, Type::named_int(8, false, "size_t"), span)),
+            None => err(span, "cannot apply sizeof to an operand of unknown size"),
+        }
+    }
+
+    fn offsetof(&mut self, ty: &ast::TypeName, member: &str, span: Span) -> Result<Expr> {
+        let t = self.resolve_type(ty)?;
+        let (Type::Struct(id) | Type::Union(id)) = t else {
+            return err(span, "offsetof operand must be a struct or union type");
+        };
+        match self.prog.types.field(id, member) {
+            Some(f) => Ok(int_const(f.offset, Type::named_int(8, false, "size_t"), span)),
+            None => err(span, format!("failed to determine offset of {member}: Unknown member name")),
+        }
+    }
+
+    fn stringof(&mut self, x: &ast::Expr, span: Span) -> Result<Expr> {
+        let v = self.rvalue(x)?;
+        if !v.ty.is_scalar() && !v.ty.is_string() && !matches!(v.ty, Type::Array(..)) {
+            return err(span, format!("cannot apply stringof to a value of type {}", self.type_name(&v.ty)));
+        }
+        Ok(mk(ExprKind::Cast(Box::new(v)), Type::String, span))
     }
 
     fn ident(&mut self, name: &str, span: Span) -> Result<Expr> {
@@ -1091,6 +1124,11 @@ impl<'m> Checker<'m> {
             if self.inline_depth > 64 {
                 return err(span, format!("inline {name} is defined in terms of itself"));
             }
+            let cost = value.span.range().len().max(1);
+            if cost > self.inline_budget {
+                return err(span, format!("inline {name} expands to too large an expression"));
+            }
+            self.inline_budget -= cost;
             self.inline_depth += 1;
             let v = self.rvalue(&value);
             self.inline_depth -= 1;

@@ -326,12 +326,21 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
+    /// Counts one link of a left-leaning chain (`a + b + c`, `a, b`, `a[1].b->c`)
+    /// as a level of nesting: the checker, the evaluator and even `Drop` recurse
+    /// once per link, so a long chain is as deep as nested parentheses. The loop
+    /// that builds the chain resets the depth when it returns; errors end the parse.
+    fn enter_link(&mut self) -> Result<()> {
+        self.enter()
+    }
+
     fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         self.enter()?;
         let r = f(self);
         self.depth -= 1;
         r
     }
+
 
     // ---- program items ----------------------------------------------------------
 
@@ -525,6 +534,7 @@ impl<'a> Parser<'a> {
 
     /// `expression`: assignment expressions joined by the comma operator.
     fn expr(&mut self) -> Result<Expr> {
+        let base = self.depth;
         let mut lhs = self.assign()?;
         while self.eat(",")?.is_some() {
             let rhs = self.assign()?;
@@ -536,7 +546,9 @@ impl<'a> Parser<'a> {
                 },
                 span,
             };
+            self.enter_link()?;
         }
+        self.depth = base;
         Ok(lhs)
     }
 
@@ -598,14 +610,16 @@ impl<'a> Parser<'a> {
     /// Precedence climbing over the binary operators, starting from an operand
     /// already parsed.
     fn binary_from(&mut self, mut lhs: Expr, min_prec: u8) -> Result<Expr> {
+        let base = self.depth;
         loop {
             let t = self.peek()?;
-            let Some((op, prec)) = binary_op(&t.kind) else {
-                return Ok(lhs);
+            let (op, prec) = match binary_op(&t.kind) {
+                Some((op, prec)) if prec >= min_prec => (op, prec),
+                _ => {
+                    self.depth = base;
+                    return Ok(lhs);
+                }
             };
-            if prec < min_prec {
-                return Ok(lhs);
-            }
             self.bump()?;
             let first = self.unary()?;
             let rhs = self.binary_from(first, prec + 1)?;
@@ -618,6 +632,7 @@ impl<'a> Parser<'a> {
                 },
                 span,
             };
+            self.enter_link()?;
         }
     }
 
@@ -716,10 +731,12 @@ impl<'a> Parser<'a> {
     }
 
     fn postfix(&mut self) -> Result<Expr> {
+        let base = self.depth;
         let mut e = self.primary()?;
         loop {
             let t = self.peek()?;
             let TokKind::Punct(p) = t.kind else {
+                self.depth = base;
                 return Ok(e);
             };
             e = match p {
@@ -765,8 +782,12 @@ impl<'a> Parser<'a> {
                     };
                     Expr { kind, span }
                 }
-                _ => return Ok(e),
+                _ => {
+                    self.depth = base;
+                    return Ok(e);
+                }
             };
+            self.enter_link()?;
         }
     }
 
@@ -2057,6 +2078,21 @@ mod tests {
             "} y; }".repeat(10_000)
         );
         assert_eq!(err(&structs).0, "expression nesting too deep");
+        // Left-leaning chains are as deep for the checker and for Drop: 100,000
+        // links overflowed the stack after parsing.
+        let chain = |link: &str, n: usize| format!("BEGIN {{ x = a{}; }}", link.repeat(n));
+        for src in [
+            chain(" + a", 100_000),
+            chain(" || a", 100_000),
+            chain(", a", 100_000),
+            chain(".b", 100_000),
+            chain("->b", 100_000),
+            chain("[1]", 100_000),
+            chain("++", 100_000),
+        ] {
+            assert_eq!(err(&src).0, "expression nesting too deep");
+        }
+        assert!(parse_program(&chain(" + a", 150), DescAlign::Name).is_ok());
         // Moderate nesting is fine.
         assert_eq!(e(&format!("{}a{}", "(".repeat(60), ")".repeat(60))), "a");
     }

@@ -298,8 +298,10 @@ impl TypeTable {
         id
     }
 
-    /// Lays out the members of a record with C's alignment rules and marks it complete.
-    pub fn complete_record(&mut self, id: RecordId, members: Vec<(String, Type)>) {
+    /// Lays out the members of a record with C's alignment rules and marks it
+    /// complete. `None`, leaving the record incomplete, if its size overflows u64
+    /// (members can be arrays of 2^64 - 1 bytes).
+    pub fn complete_record(&mut self, id: RecordId, members: Vec<(String, Type)>) -> Option<()> {
         let is_union = self.records[id].is_union;
         let mut fields = Vec::with_capacity(members.len());
         let (mut size, mut align) = (0u64, 1u64);
@@ -307,15 +309,17 @@ impl TypeTable {
             let a = self.align_of(&ty);
             let s = self.size_of(&ty).unwrap_or(0);
             align = align.max(a);
-            let offset = if is_union { 0 } else { size.div_ceil(a) * a };
-            size = if is_union { size.max(s) } else { offset + s };
+            let offset = if is_union { 0 } else { size.div_ceil(a).checked_mul(a)? };
+            size = if is_union { size.max(s) } else { offset.checked_add(s)? };
             fields.push(Field { name, ty, offset });
         }
+        let size = size.div_ceil(align).checked_mul(align)?;
         let r = &mut self.records[id];
         r.members = fields;
         r.align = align;
-        r.size = size.div_ceil(align) * align;
+        r.size = size;
         r.complete = true;
+        Some(())
     }
 
     pub fn field(&self, id: RecordId, name: &str) -> Option<&Field> {
@@ -406,6 +410,20 @@ mod tests {
         assert_eq!(IntType::plain(1, true).wrap(0xff), u64::MAX);
         assert_eq!(IntType::plain(1, false).wrap(0x1ff), 0xff);
         assert_eq!(IntType::plain(4, true).wrap(0x8000_0000) as i64, -2147483648);
+    }
+
+    #[test]
+    fn oversized_struct_is_refused_not_an_overflow() {
+        // `struct s { char a[18446744073709551615]; int b; }` overflowed the offset.
+        let mut t = TypeTable::default();
+        let id = t.record_tag(false, "s");
+        let huge = Type::Array(Box::new(Type::int(1, true)), u64::MAX);
+        assert!(t.complete_record(id, vec![("a".into(), huge.clone()), ("b".into(), Type::int(4, true))]).is_none());
+        assert!(!t.records[id].complete);
+        let id = t.record_tag(false, "t");
+        assert!(t.complete_record(id, vec![("b".into(), Type::int(4, true)), ("a".into(), huge.clone())]).is_none());
+        let u = t.record_tag(true, "u");
+        assert!(t.complete_record(u, vec![("a".into(), huge), ("b".into(), Type::int(4, true))]).is_none());
     }
 
     #[test]

@@ -128,8 +128,16 @@ pub fn fmt_float(out: &mut Vec<u8>, spec: &Spec, v: f64, conv: u8) {
     pad(out, spec, sign, body.as_bytes(), true);
 }
 
+/// Digits past which every f64 prints zeros: its exact decimal expansion has at
+/// most 1074 fractional digits (and 767 significant ones). Rust's formatter is
+/// asked for no more and the rest are appended by hand: it panics past u16::MAX
+/// digits, and appending zeros is cheaper than computing them.
+const EXACT_DIGITS: usize = 1100;
+
 fn fixed_form(a: f64, prec: usize, alt: bool) -> String {
-    let mut s = format!("{a:.prec$}");
+    let p = prec.min(EXACT_DIGITS);
+    let mut s = format!("{a:.p$}");
+    s.push_str(&"0".repeat(prec - p));
     if alt && prec == 0 {
         s.push('.');
     }
@@ -151,17 +159,26 @@ fn exp_form(a: f64, prec: usize, alt: bool, upper: bool) -> String {
 
 /// Rust's `{:.prec$e}` rounds correctly; split it into mantissa and exponent.
 fn split_exp(a: f64, prec: usize) -> (String, i32) {
-    let s = format!("{a:.prec$e}");
-    match s.split_once('e') {
+    let p = prec.min(EXACT_DIGITS);
+    let s = format!("{a:.p$e}");
+    let (mut mant, exp) = match s.split_once('e') {
         Some((m, e)) => (m.to_string(), e.parse().unwrap_or(0)),
         None => (s, 0),
-    }
+    };
+    mant.push_str(&"0".repeat(prec - p));
+    (mant, exp)
 }
 
 /// C's `%g`: %e or %f depending on the exponent, trailing zeros removed unless `#`.
 fn general_form(a: f64, prec: usize, alt: bool, upper: bool) -> String {
-    let p = if prec == 0 { 1 } else { prec };
-    let x = if a == 0.0 { 0 } else { split_exp(a, p - 1).1 };
+    // Without `#` the zeros past the exact digits are trimmed anyway; the %e/%f
+    // choice is unchanged as no f64 has a decimal exponent near EXACT_DIGITS.
+    let p = match prec {
+        0 => 1,
+        p if !alt => p.min(EXACT_DIGITS),
+        p => p,
+    };
+    let x = if a == 0.0 { 0 } else { split_exp(a, (p - 1).min(EXACT_DIGITS)).1 };
     let mut s = if (x as i64) < p as i64 && x >= -4 {
         fixed_form(a, (p as i64 - 1 - x as i64).max(0) as usize, alt)
     } else {
@@ -206,6 +223,34 @@ mod tests {
         assert_eq!(f(Spec { alt: true, ..d }, 2.0, b'g'), "2.00000");
         assert_eq!(f(Spec { width: 10, zero: true, ..d }, -1.5, b'f'), "-01.500000");
         assert_eq!(f(Spec { plus: true, ..d }, 0.0, b'e'), "+0.000000e+00");
+    }
+
+    #[test]
+    fn precision_past_rust_formatter_limit() {
+        // Rust's formatter panics on precisions over u16::MAX; C prints the zeros.
+        let d = Spec { prec: Some(MAX_FIELD), ..Spec::default() };
+        let e = f(d, 1.5, b'e');
+        assert!(e.starts_with("1.5000") && e.ends_with("0e+00") && e.len() == MAX_FIELD + 6, "{}", e.len());
+        assert_eq!(f(d, 1.5, b'f').len(), MAX_FIELD + 2);
+        // %g of a small value asks %f for a few more digits than its precision.
+        let g = Spec { prec: Some(u16::MAX as usize), alt: true, ..Spec::default() };
+        assert!(f(g, 0.0001, b'g').starts_with("0.000100000"));
+        // Without `#`, %g trims the zeros: a huge precision prints the exact value.
+        let exact = "0.1000000000000000055511151231257827021181583404541015625";
+        assert_eq!(f(Spec { prec: Some(70_000), ..Spec::default() }, 0.1, b'g'), exact);
+        assert_eq!(f(Spec { prec: Some(MAX_FIELD), alt: true, ..Spec::default() }, 0.1, b'g').len(), MAX_FIELD + 2);
+    }
+
+    #[test]
+    fn digits_past_exact_ones_are_zeros() {
+        // Appending zeros past EXACT_DIGITS must give what full formatting gives.
+        for v in [5e-324, 2.2250738585072014e-308, 0.1, 1.0 / 3.0, 1e300, 123456.789] {
+            for prec in [1074, EXACT_DIGITS, 1500, 4000] {
+                assert_eq!(fixed_form(v, prec, false), format!("{v:.prec$}"), "{v} {prec}");
+                let (m, e) = split_exp(v, prec);
+                assert_eq!(format!("{m}e{e}"), format!("{v:.prec$e}"), "{v} {prec}");
+            }
+        }
     }
 
     #[test]

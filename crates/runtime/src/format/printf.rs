@@ -942,4 +942,31 @@ mod tests {
         let f = parse_format(b"%999999999999999999999d").unwrap();
         assert!(format(&f, &[Value::int(1)], &FormatCtx::default()).unwrap().len() <= cfmt::MAX_FIELD);
     }
+
+    #[test]
+    fn huge_float_precision_formats() {
+        // Fuzzer: "%*.*E" with a precision of 100000 panicked in Rust's formatter.
+        let f = parse_format(b"%*.*E").unwrap();
+        let args = [Value::int(0), Value::int(100_000), Value::int(1)];
+        assert!(format(&f, &args, &FormatCtx::default()).is_ok());
+        for fmt in [&b"%.99999f"[..], b"%.70000g", b"%#.65535G", b"%.65536e"] {
+            let f = parse_format(fmt).unwrap();
+            assert!(format(&f, &[Value::int(3)], &FormatCtx::default()).is_ok());
+        }
+    }
+
+    #[test]
+    fn many_huge_float_precisions_are_quick() {
+        // Fuzzer: a format of a few dozen "%.250000e" and "%.5000004g" took over a
+        // second under load in the fuzz build: each produced 65536 digits (and %g
+        // computed them twice before trimming them). Zeros are now appended in bulk.
+        let fmt = b"%.250000e %.50000g %.99999f ".repeat(30);
+        let f = parse_format(&fmt).unwrap();
+        let args = vec![Value::int(7); 90];
+        let start = std::time::Instant::now();
+        let out = format(&f, &args, &FormatCtx::default()).unwrap();
+        assert!(out.len() > 60 * 60_000);
+        // Generous even for a loaded debug build; it took seconds before.
+        assert!(start.elapsed().as_secs() < 3, "{:?}", start.elapsed());
+    }
 }
