@@ -30,7 +30,7 @@ WORKLOADS=(
   "push|push|1000000|pid\$target::f_push:entry|uprobe:$W/calls:f_push"
   "malloc|malloc|1000000|pid\$target:libc:malloc:entry|uprobe:$LIBC:malloc"
   "4 threads|threads|1000000|pid\$target::f_push:entry|uprobe:$W/calls:f_push"
-  "return|ret|1000000|pid\$target::f_lea:return|uretprobe:$W/calls:f_lea"
+  "return|ret|200000|pid\$target::f_lea:return|uretprobe:$W/calls:f_lea"
 )
 
 printf '%-10s %9s %12s %12s %14s %14s %8s\n' workload calls "udtrace n" "bpftrace n" "udtrace ns/f" "bpftrace ns/f" ratio
