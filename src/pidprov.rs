@@ -223,7 +223,7 @@ impl PidProvider {
         let probe = Rc::new(Probe::new(*next_id, &format!("pid{pid}"), modname, &f.name, &name));
         *next_id += 1;
         self.index.insert(key, self.probes.len());
-        let (sites, refused): (Vec<(u64, u64)>, Vec<(u64, u64)>) = sites.into_iter().partition(|&(off, file_off)| {
+        let (sites, refused): (Vec<_>, Vec<_>) = sites.into_iter().partition(|&(off, file_off)| {
             let code = data.get(file_off as usize..).unwrap_or(&[]);
             sites::probeable(&code[..code.len().min(16)], f.addr + off)
         });
