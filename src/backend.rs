@@ -36,6 +36,8 @@ pub struct Bpf {
     pub refused: Vec<(PathBuf, u64)>,
     /// Processes whose firings count.
     pub pids: Vec<i32>,
+    /// The argument register (0..=5) behind each string slot of a record, in slot order.
+    pub string_args: Vec<u8>,
 }
 
 /// Errors carry the whole story (verifier log included), ready for `udtrace: …`.
@@ -91,7 +93,16 @@ impl Bpf {
             let list: Vec<Site> = sites.iter().map(|(&offset, &cookie)| Site { offset, cookie }).collect();
             attach_file(&program, file, *pid as u32, &list, &mut links, &mut refused)?;
         }
-        Ok(Bpf { maps, layout, cookies, _program: program, _links: links, refused, pids: Vec::new() })
+        Ok(Bpf {
+            maps,
+            layout,
+            cookies,
+            _program: program,
+            _links: links,
+            refused,
+            pids: Vec::new(),
+            string_args: plan.strings.clone(),
+        })
     }
 
     /// Counts a process's firings from now on.

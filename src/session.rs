@@ -351,10 +351,6 @@ fn trace(
     };
     let mut drops_seen = Vec::new();
     let mut last_drop_check = Instant::now();
-    let string_args: Vec<u8> = c.program.clauses.iter().fold(CapturePlan::default(), |mut p, cl| {
-        p.merge(&capture::plan(cl));
-        p
-    }).strings;
     let ustackframes = c.options.ustackframes.min(u64::from(u32::MAX)) as u32;
     let drain = |consumer: &mut Consumer, reader: &mut Option<RingBufReader>, out: &mut dyn Write| -> io::Result<Option<i32>> {
         let (Some(b), Some(r)) = (backend, reader.as_mut()) else { return Ok(None) };
@@ -363,7 +359,7 @@ fn trace(
             let Ok(f) = b.layout.parse(bytes) else { return };
             let Some(sites) = b.cookies.get(f.cookie as usize) else { return };
             for site in sites.iter().filter(|s| s.pid as u32 == f.pid) {
-                let ctx = FiringCtx { f: &f, site: *site, procs: &procs, string_args: &string_args, ustackframes };
+                let ctx = FiringCtx { f: &f, site: *site, procs: &procs, string_args: &b.string_args, ustackframes };
                 match consumer.fire(site.probe_id, f.cpu, &ctx, out) {
                     Ok(fx) => {
                         if let Some(s) = apply(&fx) {
