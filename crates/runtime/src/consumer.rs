@@ -11,7 +11,7 @@ use std::rc::Rc;
 use udtrace_lang::ir::{Action, AggKind, Builtin, CheckedProgram, Expr};
 
 use crate::agg::{AggFunc, Aggregation};
-use crate::context::{Context, WithArgs};
+use crate::context::{Context, Overlay};
 use crate::eval::{EvalResult, Evaluator, Fault, Variables};
 use crate::output;
 use crate::value::Value;
@@ -198,7 +198,11 @@ impl Consumer {
             return Ok(());
         }
         let args = [0, i64::from(ecb.epid), action as i64, -1, fault.code(), fault.address() as i64];
-        let ectx = WithArgs { inner: ctx, args };
+        let error_args = |b: Builtin| match b {
+            Builtin::Arg(n) if (n as usize) < args.len() => Some(Value::int(args[n as usize])),
+            _ => None,
+        };
+        let ectx = Overlay { inner: ctx, builtins: &error_args };
         for e in self.error_ecbs.clone() {
             if let Err((f, a)) = self.run_ecb(&e, cpu, &ectx, out, fx)? {
                 let p = &e.probe;
@@ -229,7 +233,20 @@ impl Consumer {
     ) -> io::Result<Result<(), (Fault, usize)>> {
         let prog = Rc::clone(&self.prog);
         let clause = &prog.clauses[ecb.clause];
-        let pctx = ProbeCtx { inner: ctx, probe: &ecb.probe, epid: ecb.epid, cpu };
+        let p = &ecb.probe;
+        let identity = |b: Builtin| {
+            Some(match b {
+                Builtin::Probeprov => Value::str(&p.provider),
+                Builtin::Probemod => Value::str(&p.module),
+                Builtin::Probefunc => Value::str(&p.function),
+                Builtin::Probename => Value::str(&p.name),
+                Builtin::Id => Value::int(i64::from(p.id)),
+                Builtin::Epid => Value::int(i64::from(ecb.epid)),
+                Builtin::Cpu => Value::int(i64::from(cpu)),
+                _ => return None,
+            })
+        };
+        let pctx = Overlay { inner: ctx, builtins: &identity };
         if let Some(pred) = &clause.predicate {
             match self.eval(pred, &pctx) {
                 Ok(v) if !truthy(&v) => return Ok(Ok(())),
@@ -506,47 +523,6 @@ struct Record {
     dropped: bool,
     /// Output of speculations committed by this clause, which follows its record.
     committed: Vec<u8>,
-}
-
-/// Adds the probe's identity to the backend's context.
-struct ProbeCtx<'a> {
-    inner: &'a dyn Context,
-    probe: &'a Probe,
-    epid: u32,
-    cpu: u32,
-}
-
-impl Context for ProbeCtx<'_> {
-    fn builtin(&self, b: Builtin) -> Option<Value> {
-        Some(match b {
-            Builtin::Probeprov => Value::str(&self.probe.provider),
-            Builtin::Probemod => Value::str(&self.probe.module),
-            Builtin::Probefunc => Value::str(&self.probe.function),
-            Builtin::Probename => Value::str(&self.probe.name),
-            Builtin::Id => Value::int(i64::from(self.probe.id)),
-            Builtin::Epid => Value::int(i64::from(self.epid)),
-            Builtin::Cpu => Value::int(i64::from(self.cpu)),
-            other => return self.inner.builtin(other),
-        })
-    }
-    fn register(&self, n: u64) -> Option<u64> {
-        self.inner.register(n)
-    }
-    fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        self.inner.read_memory(addr, len)
-    }
-    fn read_string(&self, addr: u64, max: usize) -> Option<Vec<u8>> {
-        self.inner.read_string(addr, max)
-    }
-    fn stack(&self, user: bool, frames: Option<u32>) -> Vec<String> {
-        self.inner.stack(user, frames)
-    }
-    fn progenyof(&self, pid: i64) -> bool {
-        self.inner.progenyof(pid)
-    }
-    fn symbol(&self, addr: u64, kind: udtrace_lang::types::SymKind) -> Option<String> {
-        self.inner.symbol(addr, kind)
-    }
 }
 
 fn truthy(v: &Value) -> bool {

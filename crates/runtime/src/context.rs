@@ -43,18 +43,17 @@ pub trait Context {
     }
 }
 
-/// A context that overrides the probe arguments (the `ERROR` probe's `arg0..arg5`).
-pub struct WithArgs<'a> {
+/// A context that answers some built-ins itself and passes everything else to
+/// `inner`: the probe's identity over a backend's context, the ERROR probe's
+/// arguments over the faulting firing's.
+pub struct Overlay<'a> {
     pub inner: &'a dyn Context,
-    pub args: [i64; 6],
+    pub builtins: &'a dyn Fn(Builtin) -> Option<Value>,
 }
 
-impl Context for WithArgs<'_> {
+impl Context for Overlay<'_> {
     fn builtin(&self, b: Builtin) -> Option<Value> {
-        match b {
-            Builtin::Arg(n) if (n as usize) < self.args.len() => Some(Value::int(self.args[n as usize])),
-            other => self.inner.builtin(other),
-        }
+        (self.builtins)(b).or_else(|| self.inner.builtin(b))
     }
     fn register(&self, n: u64) -> Option<u64> {
         self.inner.register(n)
