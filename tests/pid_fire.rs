@@ -34,6 +34,18 @@ impl Drop for Guard {
     }
 }
 
+/// Waits (up to 10 s) until `pid` has a file whose name contains `name` mapped: a
+/// process grabbed right after it was spawned may not have run its loader yet.
+fn wait_mapped(pid: &str, name: &str) {
+    for _ in 0..1000 {
+        if std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(name)) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("pid {pid} never mapped {name}");
+}
+
 fn udtrace_cmd(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_udtrace"));
     c.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -254,6 +266,7 @@ fn a_grabbed_process_finishes_untouched_after_sigint_and_sigterm() {
 
         let mut target = Guard::spawn(Command::new(fixture("probes")).args(["wait", "1000"]).stdin(Stdio::piped()).stdout(Stdio::piped()));
         let pid = target.child().id().to_string();
+        wait_mapped(&pid, "libc.so.6");
         let mut tracer = Guard::spawn(&mut udtrace_cmd(&["-q", "-n", "pid$target::work:entry { @ = count(); }", "-p", &pid]));
         // Let it arm, then stop it mid-trace.
         std::thread::sleep(Duration::from_millis(700));

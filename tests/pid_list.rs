@@ -23,6 +23,18 @@ impl Drop for Guard {
     }
 }
 
+/// Waits (up to 10 s) until `pid` has a file whose name contains `name` mapped: a
+/// process grabbed right after it was spawned may not have run its loader yet.
+fn wait_mapped(pid: &str, name: &str) {
+    for _ in 0..1000 {
+        if std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(name)) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("pid {pid} never mapped {name}");
+}
+
 fn udtrace(args: &[&str]) -> Output {
     let child = Command::new(env!("CARGO_BIN_EXE_udtrace"))
         .args(args)
@@ -162,6 +174,7 @@ fn offsets_listed_for_a_grabbed_process_match_objdump() {
             .expect("sh"),
     );
     let pid = guard.0.id().to_string();
+    wait_mapped(&pid, "libc.so.6");
     // sh is the grabbed process; its a.out is the shell, so name the fixture after exec
     // is not possible yet: list the shell's own main instead, then check the fixture
     // through -c below. Here we prove -p lists and releases.
