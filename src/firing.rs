@@ -53,8 +53,9 @@ fn status_ids(pid: u32) -> (i64, i64) {
 }
 
 impl Procs {
-    pub fn new(wall_offset: i64) -> Procs {
-        Procs { wall_offset, ..Procs::default() }
+    /// `files` are objects already loaded (when probes were matched): not read again.
+    pub fn new(wall_offset: i64, files: HashMap<PathBuf, Rc<ObjectSymbols>>) -> Procs {
+        Procs { wall_offset, files, ..Procs::default() }
     }
 
     fn info(&mut self, pid: u32) -> &mut ProcInfo {

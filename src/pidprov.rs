@@ -72,6 +72,11 @@ impl PidProvider {
         &self.probes
     }
 
+    /// The objects loaded while matching, by the path udtrace opened them with.
+    pub fn objects(&self) -> &HashMap<PathBuf, Rc<ObjectSymbols>> {
+        &self.objects
+    }
+
     fn load(&mut self, file: &PathBuf) -> Result<Rc<ObjectSymbols>, String> {
         if let Some(l) = self.objects.get(file) {
             return Ok(Rc::clone(l));

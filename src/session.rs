@@ -217,7 +217,7 @@ pub fn run(cli: Cli) -> i32 {
         },
         None => Box::new(io::BufWriter::new(io::stdout())),
     };
-    let result = trace(&compiled, &me, &mut targets, &sfd, backend.as_ref(), out.as_mut());
+    let result = trace(&compiled, &me, &mut targets, &sfd, backend.as_ref(), &registry, out.as_mut());
     targets.finish();
     match result {
         Ok(status) => status,
@@ -315,6 +315,7 @@ fn trace(
     targets: &mut Targets,
     sfd: &SignalFd,
     backend: Option<&Bpf>,
+    registry: &Registry,
     out: &mut dyn Write,
 ) -> io::Result<i32> {
     let seed = me.seed();
@@ -331,7 +332,7 @@ fn trace(
 
     // Remember traced processes while they are held: some exit before their firings
     // are consumed.
-    let procs = RefCell::new(Procs::new(wall_offset()));
+    let procs = RefCell::new(Procs::new(wall_offset(), registry.pid.objects().clone()));
     if let Some(b) = backend {
         for pid in &b.pids {
             procs.borrow_mut().remember(*pid as u32);
