@@ -1,15 +1,18 @@
 //! The bpf backend: one generated uprobe program, armed at every site of every enabled
-//! pid probe with one `uprobe_multi` link per file, filtered in the kernel by the map of
-//! traced processes, and delivering records through one ring buffer.
+//! pid probe with one `uprobe_multi` link per (process, file), filtered in the kernel by
+//! the map of traced processes, and delivering records through one ring buffer. A
+//! followed child gets its parent's links while it is held at its fork; a second
+//! program on the loader's debug hook stops a process when it maps new objects.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use udtrace_bpf::codegen::{uprobe_program, ProbeMaps};
+use udtrace_bpf::codegen::{hold_program, uprobe_program, ProbeMaps};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::record::{PtReg, RecordLayout, RecordPlan, StringCapture};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_lang::capture::CapturePlan;
+use udtrace_target::procfs;
 
 use crate::pidprov::{PidProbe, SiteKind};
 
@@ -30,20 +33,114 @@ pub struct Bpf {
     pub layout: RecordLayout,
     /// Indexed by cookie: every probe whose site this is.
     pub cookies: Vec<Vec<SiteTarget>>,
-    _program: Program,
-    _links: Vec<MultiLink>,
+    /// (file, file offset) → cookie: a site has one cookie in every process.
+    cookie_of: HashMap<(PathBuf, u64), u64>,
+    program: Program,
+    /// The loader hook, when processes are followed.
+    hold: Option<Hold>,
+    /// Processes whose firings count.
+    traced: HashSet<i32>,
+    /// Per file: whether it is armed per process (other processes map it too, like
+    /// libc) rather than once for every process (it is only the traced ones').
+    per_process: HashMap<PathBuf, bool>,
+    /// Files armed for every process, with their sites.
+    global: ProcLinks,
+    /// What is armed in each traced process, for per-process files.
+    procs: HashMap<i32, ProcLinks>,
     /// Sites the kernel refused to probe, for the warning: (file, offset).
     pub refused: Vec<(PathBuf, u64)>,
-    /// Processes whose firings count.
-    pub pids: Vec<i32>,
     /// The argument register (0..=5) behind each string slot of a record, in slot order.
     pub string_args: Vec<u8>,
+    closer: Closer,
+}
+
+/// The program on the dynamic loader's debug hook, the map of threads it signalled,
+/// and the loaders it is armed in (for every process).
+struct Hold {
+    program: Program,
+    holds: udtrace_bpf::maps::HashMap<u32, u32>,
+    links: HashMap<PathBuf, MultiLink>,
+}
+
+/// Links and the sites they arm, per file.
+#[derive(Default)]
+struct ProcLinks {
+    sites: BTreeMap<PathBuf, Vec<Site>>,
+    links: Vec<MultiLink>,
+}
+
+/// Closes links off the main thread. Removing a uprobe waits for an RCU grace period
+/// (50–100 ms here): closing the links of every exiting child in line would stall
+/// tracing. Links closed at once share grace periods, so each batch is closed by as
+/// many threads as it has links (up to a bound).
+struct Closer {
+    tx: Option<std::sync::mpsc::Sender<Vec<MultiLink>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+const CLOSE_THREADS: usize = 32;
+
+impl Closer {
+    fn new() -> Closer {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<MultiLink>>();
+        let thread = std::thread::Builder::new()
+            .name("udtrace-closer".into())
+            .spawn(move || {
+                while let Ok(mut batch) = rx.recv() {
+                    batch.extend(rx.try_iter().flatten());
+                    close_all(batch);
+                }
+            })
+            .ok();
+        Closer { tx: Some(tx), thread }
+    }
+
+    fn close(&self, links: Vec<MultiLink>) {
+        if links.is_empty() {
+            return;
+        }
+        if let Some(tx) = &self.tx {
+            // Without the thread (it could not start) the links close here.
+            let _ = tx.send(links);
+        }
+    }
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Closes links concurrently, so that their grace periods overlap.
+fn close_all(links: Vec<MultiLink>) {
+    let n = links.len();
+    if n <= 1 {
+        return;
+    }
+    let threads = n.min(CLOSE_THREADS);
+    let mut chunks: Vec<Vec<MultiLink>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, l) in links.into_iter().enumerate() {
+        chunks[i % threads].push(l);
+    }
+    std::thread::scope(|s| {
+        for c in chunks {
+            s.spawn(move || drop(c));
+        }
+    });
 }
 
 /// Errors carry the whole story (verifier log included), ready for `udtrace: …`.
 pub type Error = String;
 
 const ENOTSUPP: i32 = 524;
+
+/// The signal the loader hook stops a thread with: ignored by default, so that a
+/// process left with one pending (udtrace killed) is not disturbed.
+pub const HOLD_SIGNAL: i32 = libc::SIGURG;
 
 fn ring_size(bufsize: u64) -> usize {
     // A power-of-two number of pages, between 64 KiB and 256 MiB.
@@ -63,53 +160,151 @@ fn record_plan(plan: &CapturePlan, strsize: u32) -> RecordPlan {
 }
 
 impl Bpf {
-    /// Loads the program and arms every site of `probes` (each (file, offset) once).
-    pub fn arm(probes: &[&PidProbe], plan: &CapturePlan, bufsize: u64, strsize: u32) -> Result<Bpf, Error> {
+    /// Creates the maps and loads the programs; nothing is armed yet. `follow` adds the
+    /// loader hook program.
+    pub fn load(plan: &CapturePlan, bufsize: u64, strsize: u32, follow: bool) -> Result<Bpf, Error> {
         let _ = udtrace_bpf::uprobe::raise_fd_limit();
         let rplan = record_plan(plan, strsize);
         let layout = RecordLayout::new(&rplan).map_err(|e| format!("cannot lay out firing records: {e}"))?;
-        let maps = ProbeMaps::create(ring_size(bufsize), 65536).map_err(|e| bpf_error("create BPF maps", &e.to_string(), e.os_error()))?;
+        let maps_err = |e: udtrace_bpf::maps::MapError| bpf_error("create BPF maps", &e.to_string(), e.os_error());
+        let maps = ProbeMaps::create(ring_size(bufsize), 65536).map_err(maps_err)?;
         let insns = uprobe_program(&rplan, &maps).map_err(|e| format!("cannot generate the uprobe program: {e}"))?;
         let program = Program::load(ProgramKind::UprobeMulti, "udtrace_pid", &insns)
             .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))?;
-
-        let mut cookies: Vec<Vec<SiteTarget>> = Vec::new();
-        // One link per (process, file): breakpoints go into that process only.
-        let mut by_file: BTreeMap<(i32, PathBuf), BTreeMap<u64, u64>> = BTreeMap::new();
-        for p in probes {
-            // Unprobeable sites were set aside when the probe was made.
-            for &(offset, file_off) in &p.sites {
-                let sites = by_file.entry((p.pid, p.file.clone())).or_default();
-                let cookie = *sites.entry(file_off).or_insert_with(|| {
-                    cookies.push(Vec::new());
-                    cookies.len() as u64 - 1
-                });
-                cookies[cookie as usize].push(SiteTarget { probe_id: p.probe.id, pid: p.pid, kind: p.kind, offset });
-            }
-        }
-        let mut links = Vec::new();
-        let mut refused = Vec::new();
-        for ((pid, file), sites) in &by_file {
-            let list: Vec<Site> = sites.iter().map(|(&offset, &cookie)| Site { offset, cookie }).collect();
-            attach_file(&program, file, *pid as u32, &list, &mut links, &mut refused)?;
-        }
+        let hold = if follow {
+            let holds = udtrace_bpf::maps::HashMap::create("udtrace_holds", 65536).map_err(maps_err)?;
+            let insns = hold_program(&maps.traced, &holds, HOLD_SIGNAL).map_err(|e| format!("cannot generate the loader hook program: {e}"))?;
+            let program = Program::load(ProgramKind::UprobeMulti, "udtrace_hold", &insns)
+                .map_err(|e| bpf_error("load the loader hook program", &e.to_string(), Some(e.os_error())))?;
+            Some(Hold { program, holds, links: HashMap::new() })
+        } else {
+            None
+        };
         Ok(Bpf {
             maps,
             layout,
-            cookies,
-            _program: program,
-            _links: links,
-            refused,
-            pids: Vec::new(),
+            cookies: Vec::new(),
+            cookie_of: HashMap::new(),
+            program,
+            hold,
+            traced: HashSet::new(),
+            per_process: HashMap::new(),
+            global: ProcLinks::default(),
+            procs: HashMap::new(),
+            refused: Vec::new(),
             string_args: plan.strings.clone(),
+            closer: Closer::new(),
         })
+    }
+
+    /// Arms every site of `probes` for process `pid` (sites already armed there are
+    /// left as they are). Each probe's `pid` is the process whose probe it is.
+    pub fn arm(&mut self, pid: i32, probes: &[&PidProbe]) -> Result<(), Error> {
+        let mut new: BTreeMap<PathBuf, Vec<Site>> = BTreeMap::new();
+        for p in probes {
+            // Unprobeable sites were set aside when the probe was made.
+            for &(offset, file_off) in &p.sites {
+                let next = self.cookies.len() as u64;
+                let cookie = *self.cookie_of.entry((p.file.clone(), file_off)).or_insert(next);
+                if cookie == next {
+                    self.cookies.push(Vec::new());
+                }
+                let targets = &mut self.cookies[cookie as usize];
+                if !targets.iter().any(|t| t.probe_id == p.probe.id) {
+                    targets.push(SiteTarget { probe_id: p.probe.id, pid: p.pid, kind: p.kind, offset });
+                }
+                let list = new.entry(p.file.clone()).or_default();
+                if !list.iter().any(|s| s.offset == file_off) {
+                    list.push(Site { offset: file_off, cookie });
+                }
+            }
+        }
+        for (file, mut sites) in new {
+            let per_process = self.is_per_process(&file);
+            let links = if per_process { self.procs.entry(pid).or_default() } else { &mut self.global };
+            let armed = links.sites.get(&file);
+            sites.retain(|s| !armed.is_some_and(|a| a.iter().any(|o| o.offset == s.offset)));
+            if sites.is_empty() {
+                continue;
+            }
+            sites.sort_by_key(|s| s.offset);
+            attach_file(&self.program, &file, if per_process { pid as u32 } else { 0 }, &sites, &mut links.links, &mut self.refused)?;
+            links.sites.entry(file).or_default().extend(sites);
+        }
+        Ok(())
+    }
+
+    /// Decided once per file: a file that processes udtrace does not trace have mapped
+    /// is armed per process, so that their breakpoints cost them nothing (a system-wide
+    /// uprobe on libc would trap in every process). Any other file is armed once for
+    /// every process: children and later execs of it need no arming of their own, and
+    /// the kernel filter leaves out processes that are not traced.
+    fn is_per_process(&mut self, file: &Path) -> bool {
+        if let Some(&p) = self.per_process.get(file) {
+            return p;
+        }
+        let traced = &self.traced;
+        let p = procfs::mapped_by_any(&file.to_string_lossy(), |pid| traced.contains(&pid));
+        self.per_process.insert(file.to_path_buf(), p);
+        p
+    }
+
+    /// Arms the loader hook (`_dl_debug_state` at `offset` in the loader `file`) for
+    /// every process: it stops only traced ones. Once per loader.
+    pub fn arm_hook(&mut self, file: &Path, offset: u64) -> Result<(), Error> {
+        let Some(hold) = &mut self.hold else { return Ok(()) };
+        if hold.links.contains_key(file) {
+            return Ok(());
+        }
+        let link = attach_multi_pid(&hold.program, file, &[Site { offset, cookie: 0 }], false, 0)
+            .map_err(|e| bpf_error("arm the loader hook", &e.to_string(), e.os_error()))?;
+        hold.links.insert(file.to_path_buf(), link);
+        Ok(())
+    }
+
+    /// Whether thread `tid` was signalled by the loader hook (and forgets it).
+    pub fn take_hold(&self, tid: i32) -> bool {
+        self.hold.as_ref().is_some_and(|h| h.holds.remove(&(tid as u32)).unwrap_or(false))
     }
 
     /// Counts a process's firings from now on.
     pub fn trace_pid(&mut self, pid: i32) -> Result<(), Error> {
         self.maps.traced.insert(&(pid as u32), &1).map_err(|e| format!("cannot trace pid {pid}: {e}"))?;
-        self.pids.push(pid);
+        self.traced.insert(pid);
         Ok(())
+    }
+
+    /// A child of a traced process, held before its first instruction: its firings
+    /// count from its first instruction on, and it gets the per-process sites of its
+    /// parent (files armed for every process need nothing).
+    pub fn fork(&mut self, parent: i32, child: i32) -> Result<(), Error> {
+        self.trace_pid(child)?;
+        let Some(p) = self.procs.get(&parent) else { return Ok(()) };
+        let sites = p.sites.clone();
+        let links = self.procs.entry(child).or_default();
+        for (file, list) in sites {
+            attach_file(&self.program, &file, child as u32, &list, &mut links.links, &mut self.refused)?;
+            links.sites.insert(file, list);
+        }
+        Ok(())
+    }
+
+    /// A traced process ended.
+    pub fn exit(&mut self, pid: i32) {
+        // A process's links stay until it ends: they follow the process (not its
+        // image), so a library it maps again after exec is armed again by the kernel.
+        if let Some(p) = self.procs.remove(&pid) {
+            self.closer.close(p.links);
+        }
+        let _ = self.maps.traced.remove(&(pid as u32));
+        self.traced.remove(&pid);
+    }
+
+    /// Removes every loader hook (before the processes are let go).
+    pub fn drop_hooks(&mut self) {
+        if let Some(h) = &mut self.hold {
+            h.links.clear();
+        }
     }
 
     /// New drops per CPU since `seen` was last updated: (cpu, count).
@@ -124,6 +319,20 @@ impl Bpf {
             }
         }
         out
+    }
+}
+
+impl Drop for Bpf {
+    fn drop(&mut self) {
+        // Every link at once: one after the other, each would wait out a grace period.
+        let mut all = std::mem::take(&mut self.global.links);
+        for (_, p) in self.procs.drain() {
+            all.extend(p.links);
+        }
+        if let Some(h) = &mut self.hold {
+            all.extend(h.links.drain().map(|(_, l)| l));
+        }
+        self.closer.close(all);
     }
 }
 

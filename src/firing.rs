@@ -20,14 +20,18 @@ use udtrace_target::modules;
 use crate::backend::SiteTarget;
 use crate::pidprov::SiteKind;
 
-/// What udtrace remembers of a process: kept from its first firing so that output for a
-/// process that has since exited is still right.
+/// What udtrace remembers of a process: read while it is held (at its start, fork, exec
+/// or when it maps new objects) or at its first firing, so that output for a process
+/// that has since exited is still right.
 pub struct ProcInfo {
     pub execname: String,
     pub ppid: i64,
     pub uid: i64,
     pub gid: i64,
-    objects: Vec<(LoadedObject, u64 /*bias*/, Rc<ObjectSymbols>)>,
+    /// The objects it had mapped when last looked at.
+    mapped: Option<Rc<Vec<LoadedObject>>>,
+    /// `mapped` with symbols and load bias, resolved when first needed.
+    objects: Option<Vec<(LoadedObject, u64 /*bias*/, Rc<ObjectSymbols>)>>,
     unwinder: Option<Unwinder>,
 }
 
@@ -52,37 +56,85 @@ fn status_ids(pid: u32) -> (i64, i64) {
     (field("Uid:"), field("Gid:"))
 }
 
+fn read_info(pid: u32) -> ProcInfo {
+    let (execname, ppid) = procfs::stat(pid as i32).map(|(c, p)| (c, i64::from(p))).unwrap_or_default();
+    let (uid, gid) = status_ids(pid);
+    ProcInfo { execname, ppid, uid, gid, mapped: None, objects: None, unwinder: None }
+}
+
 impl Procs {
     /// `files` are objects already loaded (when probes were matched): not read again.
     pub fn new(wall_offset: i64, files: HashMap<PathBuf, Rc<ObjectSymbols>>) -> Procs {
         Procs { wall_offset, files, ..Procs::default() }
     }
 
+    /// Shares symbols loaded elsewhere since (objects matched after exec or dlopen).
+    pub fn share(&mut self, files: &HashMap<PathBuf, Rc<ObjectSymbols>>) {
+        for (path, syms) in files {
+            self.files.entry(path.clone()).or_insert_with(|| Rc::clone(syms));
+        }
+    }
+
     fn info(&mut self, pid: u32) -> &mut ProcInfo {
-        self.procs.entry(pid).or_insert_with(|| {
-            let (execname, ppid) = procfs::stat(pid as i32).map(|(c, p)| (c, i64::from(p))).unwrap_or_default();
-            let (uid, gid) = status_ids(pid);
-            ProcInfo { execname, ppid, uid, gid, objects: Vec::new(), unwinder: None }
-        })
+        self.procs.entry(pid).or_insert_with(|| read_info(pid))
     }
 
-    /// Reads what udtrace needs of a process while it is alive and held (name, ids,
-    /// mapped objects), so firings consumed after it exits are still right.
+    /// Reads (again) what udtrace needs of a live process: name, ids and mapped objects.
+    /// Called while it is held, so that firings consumed after it exits are right.
     pub fn remember(&mut self, pid: u32) {
-        self.info(pid);
-        self.objects(pid);
+        let mut info = read_info(pid);
+        let exe = procfs::exe_path(pid as i32).unwrap_or_default();
+        let maps = procfs::read_maps(pid as i32).unwrap_or_default();
+        info.mapped = Some(Rc::new(procfs::loaded_objects(&maps, &exe)));
+        self.procs.insert(pid, info);
     }
 
-    /// Loads (once) the objects the process has mapped, for unwinding and symbols.
+    /// A new child: a copy of its parent (same image, same ids) until it execs.
+    pub fn inherit(&mut self, child: u32, parent: u32) {
+        let p = self.info(parent);
+        let info = ProcInfo {
+            execname: p.execname.clone(),
+            ppid: i64::from(parent),
+            uid: p.uid,
+            gid: p.gid,
+            mapped: p.mapped.clone(),
+            objects: None,
+            unwinder: None,
+        };
+        self.procs.insert(child, info);
+    }
+
+    /// Whether `ancestor` is `pid` or one of its ancestors, by the parents remembered.
+    pub fn progenyof(&mut self, pid: u32, ancestor: i64) -> bool {
+        let mut cur = i64::from(pid);
+        for _ in 0..4096 {
+            if cur == ancestor {
+                return true;
+            }
+            if cur <= 1 {
+                return false;
+            }
+            cur = self.info(cur as u32).ppid;
+        }
+        false
+    }
+
+    /// Resolves (once) the objects the process has mapped, for unwinding and symbols.
     fn objects(&mut self, pid: u32) {
         if self.info(pid).unwinder.is_some() {
             return;
         }
-        let exe = procfs::exe_path(pid as i32).unwrap_or_default();
-        let maps = procfs::read_maps(pid as i32).unwrap_or_default();
+        let mapped = match &self.info(pid).mapped {
+            Some(m) => Rc::clone(m),
+            None => {
+                let exe = procfs::exe_path(pid as i32).unwrap_or_default();
+                let maps = procfs::read_maps(pid as i32).unwrap_or_default();
+                Rc::new(procfs::loaded_objects(&maps, &exe))
+            }
+        };
         let mut unwinder = Unwinder::default();
         let mut objects = Vec::new();
-        for obj in procfs::loaded_objects(&maps, &exe) {
+        for obj in mapped.iter() {
             if obj.is_vdso {
                 continue;
             }
@@ -102,10 +154,11 @@ impl Procs {
             let lo = obj.mappings.iter().map(|m| m.start).min().unwrap_or(0);
             let hi = obj.mappings.iter().map(|m| m.end).max().unwrap_or(0);
             unwinder.add_module(&obj.path, &syms.data, lo..hi, bias);
-            objects.push((obj, bias, syms));
+            objects.push((obj.clone(), bias, syms));
         }
         let info = self.info(pid);
-        info.objects = objects;
+        info.mapped = Some(mapped);
+        info.objects = Some(objects);
         info.unwinder = Some(unwinder);
     }
 
@@ -118,7 +171,7 @@ impl Procs {
     fn symbol(&mut self, pid: u32, addr: u64, kind: SymKind) -> Option<String> {
         self.objects(pid);
         let info = self.info(pid);
-        for (obj, bias, syms) in &info.objects {
+        for (obj, bias, syms) in info.objects.iter().flatten() {
             if !obj.mappings.iter().any(|m| m.start <= addr && addr < m.end) {
                 continue;
             }
@@ -305,19 +358,6 @@ impl Context for FiringCtx<'_> {
     }
 
     fn progenyof(&self, ancestor: i64) -> bool {
-        let mut cur = i64::from(self.f.pid);
-        for _ in 0..4096 {
-            if cur == ancestor {
-                return true;
-            }
-            if cur <= 1 {
-                return false;
-            }
-            match procfs::stat(cur as i32) {
-                Ok((_, pp)) => cur = i64::from(pp),
-                Err(_) => return false,
-            }
-        }
-        false
+        self.procs.borrow_mut().progenyof(self.f.pid, ancestor)
     }
 }

@@ -20,6 +20,7 @@ mod backend;
 mod cli;
 mod compile;
 mod firing;
+mod follow;
 mod glob;
 mod list;
 mod pidprov;

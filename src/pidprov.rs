@@ -77,6 +77,13 @@ impl PidProvider {
         &self.objects
     }
 
+    /// The file offset of function `name` in `file` (its symbols loaded once).
+    pub fn function_offset(&mut self, file: &PathBuf, name: &str) -> Option<u64> {
+        let l = self.load(file).ok()?;
+        let addr = l.table.matching(name).first()?.addr;
+        l.file_offset(addr)
+    }
+
     fn load(&mut self, file: &PathBuf) -> Result<Rc<ObjectSymbols>, String> {
         if let Some(l) = self.objects.get(file) {
             return Ok(Rc::clone(l));
@@ -93,23 +100,54 @@ impl PidProvider {
         let exe = procfs::exe_path(pid).map_err(|_| format!("failed to grab process {pid}"))?;
         let maps = procfs::read_maps(pid).map_err(|_| format!("failed to grab process {pid}"))?;
         let objects = procfs::loaded_objects(&maps, &exe);
+        if d.function == "-" {
+            let name = if d.name.is_empty() { "*" } else { d.name.as_str() };
+            return self.absolute(pid, &d.module, name, &objects, next_id).map(Some);
+        }
+        self.match_objects(d, pid, pid, &objects, true, next_id).map(Some)
+    }
+
+    /// For a process followed from `root` (a child, or `root` after exec or dlopen):
+    /// the probes of `pid<root>` descriptions in objects `pid` has newly mapped. What
+    /// does not match here is no error: the description may match elsewhere.
+    pub fn rematch(&mut self, d: &ProbeDesc, root: i32, pid: i32, objects: &[LoadedObject], next_id: &mut u32) -> Vec<Rc<Probe>> {
+        if provider_pid(&d.provider) != Ok(Some(root)) || d.function == "-" {
+            return Vec::new();
+        }
+        self.match_objects(d, root, pid, objects, false, next_id).unwrap_or_default()
+    }
+
+    /// Probes of `pid<owner>` in `objects` of process `pid`. `strict`: a function or
+    /// offset that is not there is an error (the description is being compiled).
+    fn match_objects(
+        &mut self,
+        d: &ProbeDesc,
+        owner: i32,
+        pid: i32,
+        objects: &[LoadedObject],
+        strict: bool,
+        next_id: &mut u32,
+    ) -> Result<Vec<Rc<Probe>>, String> {
         let module = if d.module.is_empty() { "*" } else { d.module.as_str() };
         let func = if d.function.is_empty() { "*" } else { d.function.as_str() };
         let name = if d.name.is_empty() { "*" } else { d.name.as_str() };
-
-        if func == "-" {
-            return self.absolute(pid, &d.module, name, &objects, next_id).map(Some);
-        }
         let mut out = Vec::new();
         for obj in objects.iter().filter(|o| !o.is_vdso) {
             if !modules::module_matches(module, &obj.path, obj.is_main) {
                 continue;
             }
             let file = procfs::host_path(pid, &obj.path);
-            let loaded = self.load(&file)?;
+            let loaded = match self.load(&file) {
+                Ok(l) => l,
+                Err(e) if strict => return Err(e),
+                Err(_) => continue,
+            };
             let funcs: Vec<Function> = loaded.table.matching(func).into_iter().cloned().collect();
             if funcs.is_empty() && !glob::is_glob(func) && !glob::is_glob(module) {
-                return Err(format!("failed to lookup '{func}' in module '{module}'"));
+                if strict {
+                    return Err(format!("failed to lookup '{func}' in module '{module}'"));
+                }
+                continue;
             }
             let modname = modules::module_name(&obj.path).to_string();
             for f in &funcs {
@@ -117,10 +155,13 @@ impl PidProvider {
                 if glob::is_glob(func) && (f.name == "_init" || f.name == "_fini") {
                     continue;
                 }
-                self.per_function(pid, &file, &modname, f, name, &loaded, next_id, &mut out)?;
+                let r = self.per_function(owner, &file, &modname, f, name, &loaded, next_id, &mut out);
+                if strict {
+                    r?;
+                }
             }
         }
-        Ok(Some(out))
+        Ok(out)
     }
 
     #[allow(clippy::too_many_arguments)]

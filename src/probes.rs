@@ -9,6 +9,7 @@ use udtrace_runtime::Probe;
 
 use crate::glob;
 use crate::pidprov::PidProvider;
+use udtrace_target::procfs::LoadedObject;
 
 pub const BEGIN: u32 = 1;
 pub const END: u32 = 2;
@@ -120,6 +121,17 @@ impl Registry {
             return Ok(found);
         }
         Ok(self.static_matching(d))
+    }
+
+    /// The probes `pid<root>` descriptions have in objects process `pid` newly mapped
+    /// (see [`PidProvider::rematch`]); new ones join the registry.
+    pub fn rematch(&mut self, d: &ProbeDesc, root: i32, pid: i32, objects: &[LoadedObject]) -> Vec<Rc<Probe>> {
+        let known = self.pid.probes().len();
+        let mut next = self.probes.len() as u32 + 1;
+        let found = self.pid.rematch(d, root, pid, objects, &mut next);
+        let new: Vec<Rc<Probe>> = self.pid.probes()[known..].iter().map(|p| Rc::clone(&p.probe)).collect();
+        self.probes.extend(new);
+        found
     }
 
     fn static_matching(&mut self, d: &ProbeDesc) -> Vec<Rc<Probe>> {

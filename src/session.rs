@@ -5,13 +5,13 @@
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::fd::AsFd;
-use std::os::unix::process::ExitStatusExt;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::WaitStatus;
 use udtrace_lang::macros::MacroArgs;
 use udtrace_runtime::consumer::Settings;
 use udtrace_runtime::{Consumer, Effects, Probe};
@@ -21,6 +21,8 @@ use crate::compile::{self, io_reason, Compiled};
 use crate::list;
 use crate::probes::{self, Registry, TimerKind};
 use crate::backend::{self, Bpf};
+use crate::follow::{Follower, World};
+use udtrace_target::follow::Event;
 use crate::firing::{FiringCtx, Procs};
 use crate::pidprov::PidProbe;
 use crate::selfctx::SelfContext;
@@ -55,6 +57,13 @@ impl Targets {
     fn first_pid(&self) -> Option<i64> {
         self.list.first().map(|t| i64::from(t.pid))
     }
+    fn pids(&self) -> Vec<i32> {
+        self.list.iter().map(|t| t.pid).collect()
+    }
+    /// A tree reported that a target ended.
+    fn exited(&mut self, pid: i32, status: WaitStatus) {
+        self.list.iter_mut().filter(|t| t.pid == pid).for_each(|t| t.set_exited(status));
+    }
     fn release(&mut self) {
         self.list.iter_mut().for_each(Target::release);
     }
@@ -75,14 +84,8 @@ impl Targets {
             }
             let pid = t.pid;
             match t.exit_status() {
-                Some(st) if st.signal().is_some() => {
-                    let sig = st.signal().unwrap_or(0);
-                    let name = Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| format!("signal {sig}"));
-                    warn!("udtrace: pid {pid} terminated by {name}");
-                }
-                Some(st) if st.code().unwrap_or(0) != 0 => {
-                    warn!("udtrace: pid {pid} exited with status {}", st.code().unwrap_or(0));
-                }
+                Some(WaitStatus::Signaled(_, sig, _)) => warn!("udtrace: pid {pid} terminated by {}", sig.as_str()),
+                Some(WaitStatus::Exited(_, code)) if code != 0 => warn!("udtrace: pid {pid} exited with status {code}"),
                 _ => warn!("udtrace: pid {pid} has exited"),
             }
         }
@@ -152,6 +155,8 @@ pub fn run(cli: Cli) -> i32 {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGINT);
     mask.add(Signal::SIGTERM);
+    // Followed processes' ptrace events are noticed through SIGCHLD.
+    mask.add(Signal::SIGCHLD);
     if let Err(e) = mask.thread_block() {
         return fail(&format!("failed to block signals: {e}"));
     }
@@ -200,7 +205,7 @@ pub fn run(cli: Cli) -> i32 {
     if compiled.options.destructive && !quiet {
         warn!("udtrace: allowing destructive actions");
     }
-    let backend = match arm(&compiled, &registry) {
+    let (mut backend, mut follower) = match arm(&compiled, &mut registry, &mut targets) {
         Ok(b) => b,
         Err(m) => {
             targets.finish();
@@ -217,7 +222,11 @@ pub fn run(cli: Cli) -> i32 {
         },
         None => Box::new(io::BufWriter::new(io::stdout())),
     };
-    let result = trace(&compiled, &me, &mut targets, &sfd, backend.as_ref(), &registry, out.as_mut());
+    let mut world = Tracing { backend: backend.as_mut(), follower: follower.as_mut(), registry: &mut registry };
+    let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, out.as_mut());
+    if let (Some(f), Some(b)) = (follower.as_mut(), backend.as_mut()) {
+        f.finish(b);
+    }
     targets.finish();
     match result {
         Ok(status) => status,
@@ -226,18 +235,33 @@ pub fn run(cli: Cli) -> i32 {
     }
 }
 
-/// Arms the enabled pid probes, if any, and starts tracing their processes.
-fn arm(c: &Compiled, registry: &Registry) -> Result<Option<Bpf>, String> {
+/// Arms the enabled pid probes, if any, and starts tracing their processes; `-c`/`-p`
+/// processes with pid descriptions are adopted by a follower (held until released).
+fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<(Option<Bpf>, Option<Follower>), String> {
+    let mut follower = Follower::new(c, &targets.pids());
     let enabled: HashSet<u32> = c.ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")).map(|e| e.probe.id).collect();
-    if enabled.is_empty() {
-        return Ok(None);
+    if enabled.is_empty() && follower.is_none() {
+        return Ok((None, None));
     }
     let probes: Vec<&PidProbe> = registry.pid.probes().iter().filter(|p| enabled.contains(&p.probe.id)).collect();
+    // Every clause with a pid description may be enabled on probes found later.
     let mut plan = CapturePlan::default();
-    for e in c.ecbs.iter().filter(|e| enabled.contains(&e.probe.id)) {
-        plan.merge(&capture::plan(&c.program.clauses[e.clause]));
+    for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| d.provider.starts_with("pid"))) {
+        plan.merge(&capture::plan(clause));
     }
-    let mut bpf = Bpf::arm(&probes, &plan, c.options.bufsize, c.options.strsize.min(u64::from(u32::MAX)) as u32)?;
+    let strsize = c.options.strsize.min(u64::from(u32::MAX)) as u32;
+    let mut bpf = Bpf::load(&plan, c.options.bufsize, strsize, follower.is_some())?;
+    let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    // Traced first: arming decides per file whether processes beyond these map it.
+    for &pid in &pids {
+        bpf.trace_pid(pid)?;
+    }
+    for &pid in &pids {
+        let mine: Vec<&PidProbe> = probes.iter().filter(|p| p.pid == pid).copied().collect();
+        bpf.arm(pid, &mine)?;
+    }
     // Probes with sites the kernel refuses (checked up front, or refused anyway).
     let mut unarmed: Vec<&PidProbe> = probes.iter().filter(|p| !p.unprobeable.is_empty()).copied().collect();
     for p in backend::refused_probes(&bpf.refused, &probes) {
@@ -259,13 +283,19 @@ fn arm(c: &Compiled, registry: &Registry) -> Result<Option<Bpf>, String> {
     if unarmed.len() > 5 {
         warn!("udtrace: ... and {} more probes on instructions the kernel cannot probe", unarmed.len() - 5);
     }
-    let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).collect();
-    pids.sort_unstable();
-    pids.dedup();
-    for pid in pids {
-        bpf.trace_pid(pid)?;
+    if let Some(f) = follower.as_mut() {
+        for t in targets.list.iter_mut() {
+            f.adopt(t, &mut bpf, registry)?;
+        }
     }
-    Ok(Some(bpf))
+    Ok((Some(bpf), follower))
+}
+
+/// What tracing drives besides the consumer.
+struct Tracing<'a> {
+    backend: Option<&'a mut Bpf>,
+    follower: Option<&'a mut Follower>,
+    registry: &'a mut Registry,
 }
 
 fn settings(c: &Compiled) -> Settings {
@@ -309,15 +339,7 @@ fn timers(c: &Compiled, start: Instant) -> Vec<Timer> {
     out
 }
 
-fn trace(
-    c: &Compiled,
-    me: &SelfContext,
-    targets: &mut Targets,
-    sfd: &SignalFd,
-    backend: Option<&Bpf>,
-    registry: &Registry,
-    out: &mut dyn Write,
-) -> io::Result<i32> {
+fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, w: &mut Tracing<'_>, out: &mut dyn Write) -> io::Result<i32> {
     let seed = me.seed();
     let mut consumer = Consumer::new(Rc::clone(&c.program), settings(c), c.ecbs.clone(), seed);
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u32;
@@ -332,59 +354,38 @@ fn trace(
 
     // Remember traced processes while they are held: some exit before their firings
     // are consumed.
-    let procs = RefCell::new(Procs::new(wall_offset(), registry.pid.objects().clone()));
-    if let Some(b) = backend {
-        for pid in &b.pids {
-            procs.borrow_mut().remember(*pid as u32);
-        }
+    let procs = RefCell::new(Procs::new(wall_offset(), w.registry.pid.objects().clone()));
+    for t in &targets.list {
+        procs.borrow_mut().remember(t.pid as u32);
     }
     if let Some(s) = fire(&mut consumer, probes::BEGIN, me.cpu(), out)? {
         status = s;
         done = true;
     }
     // As dtrace: BEGIN has fired and probes are armed; now the processes may run.
-    targets.release();
+    match w.follower.as_deref_mut() {
+        Some(f) => targets.pids().into_iter().for_each(|pid| f.tree.start(pid)),
+        None => targets.release(),
+    }
     let mut timers = timers(c, Instant::now());
 
-    let mut reader = match backend {
+    let mut reader = match w.backend.as_deref() {
         Some(b) => Some(RingBufReader::new(&b.maps.ring).map_err(|e| io::Error::other(e.to_string()))?),
         None => None,
     };
     let mut drops_seen = Vec::new();
     let mut last_drop_check = Instant::now();
     let ustackframes = c.options.ustackframes.min(u64::from(u32::MAX)) as u32;
-    let drain = |consumer: &mut Consumer, reader: &mut Option<RingBufReader>, out: &mut dyn Write| -> io::Result<Option<i32>> {
-        let (Some(b), Some(r)) = (backend, reader.as_mut()) else { return Ok(None) };
-        let mut result: io::Result<Option<i32>> = Ok(None);
-        r.consume(|bytes| {
-            let Ok(f) = b.layout.parse(bytes) else { return };
-            let Some(sites) = b.cookies.get(f.cookie as usize) else { return };
-            for site in sites.iter().filter(|s| s.pid as u32 == f.pid) {
-                let ctx = FiringCtx { f: &f, site: *site, procs: &procs, string_args: &b.string_args, ustackframes };
-                match consumer.fire(site.probe_id, f.cpu, &ctx, out) {
-                    Ok(fx) => {
-                        if let Some(s) = apply(&fx) {
-                            if let Ok(r) = result.as_mut() {
-                                r.get_or_insert(s);
-                            }
-                        }
-                    }
-                    Err(e) => result = Err(e),
-                }
-            }
-        });
-        out.flush()?;
-        result
-    };
+    let mut sink = Drain { reader: reader.as_mut(), procs: &procs, ustackframes };
     while !done {
         let now = Instant::now();
         let next = timers.iter().map(|t| t.next).min();
         let mut wait = next.map(|n| n.saturating_duration_since(now));
-        if !targets.is_empty() {
+        if !targets.is_empty() && w.follower.is_none() {
             // Process exit is noticed by polling; 50 ms keeps the tail short.
             wait = Some(wait.map_or(Duration::from_millis(50), |w| w.min(Duration::from_millis(50))));
         }
-        if backend.is_some() {
+        if w.backend.is_some() {
             // Firings do not wake us (see the uprobe program): drain on a timer.
             wait = Some(wait.map_or(DRAIN_INTERVAL, |w| w.min(DRAIN_INTERVAL)));
         }
@@ -393,7 +394,7 @@ fn trace(
                 .unwrap_or(PollTimeout::MAX),
             None => PollTimeout::NONE,
         };
-        let polled = match backend {
+        let polled = match w.backend.as_deref() {
             Some(b) => {
                 let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN), PollFd::new(b.maps.ring.as_fd(), PollFlags::POLLIN)];
                 poll(&mut fds, timeout)
@@ -404,20 +405,35 @@ fn trace(
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(io::Error::from(e)),
         }
-        if let Some(s) = drain(&mut consumer, &mut reader, out)? {
+        if let Some(s) = sink.drain(&mut consumer, w, out)? {
             status = s;
             break;
         }
-        if let Some(b) = backend {
+        if let Some(b) = w.backend.as_deref() {
             if last_drop_check.elapsed() >= Duration::from_secs(1) {
                 report_drops(b, &mut drops_seen);
                 last_drop_check = Instant::now();
             }
         }
-        if let Ok(Some(_)) = sfd.read_signal() {
+        let mut interrupted = false;
+        while let Ok(Some(info)) = sfd.read_signal() {
+            interrupted |= info.ssi_signo != Signal::SIGCHLD as u32;
+        }
+        if interrupted {
             // dtrace prints a newline on the first interrupt, even when quiet.
             out.write_all(b"\n")?;
             break;
+        }
+        if w.follower.is_some() {
+            if let Some(s) = follow_events(&mut sink, &mut consumer, w, targets, out)? {
+                status = s;
+                break;
+            }
+            if w.follower.as_deref().is_some_and(|f| f.tree.is_empty()) {
+                targets.reap(c.options.quiet);
+                break;
+            }
+            targets.reap(c.options.quiet);
         }
         let now = Instant::now();
         for t in timers.iter_mut() {
@@ -440,15 +456,15 @@ fn trace(
                 break;
             }
         }
-        if !targets.is_empty() && targets.reap(c.options.quiet) {
+        if w.follower.is_none() && !targets.is_empty() && targets.reap(c.options.quiet) {
             break;
         }
     }
     // Firings still in the ring happened before the end: they come before END.
-    if let Some(s) = drain(&mut consumer, &mut reader, out)? {
+    if let Some(s) = sink.drain(&mut consumer, w, out)? {
         status = s;
     }
-    if let Some(b) = backend {
+    if let Some(b) = w.backend.as_deref() {
         report_drops(b, &mut drops_seen);
     }
     if let Some(s) = fire(&mut consumer, probes::END, me.cpu(), out)? {
@@ -457,6 +473,63 @@ fn trace(
     consumer.finish(out)?;
     out.flush()?;
     Ok(status)
+}
+
+/// Handles what followed processes did since the last look. Firings are consumed
+/// before each event, so they are interpreted with what the process was when they
+/// happened. Returns the exit status when a firing asked to stop.
+fn follow_events(sink: &mut Drain<'_, '_>, consumer: &mut Consumer, w: &mut Tracing<'_>, targets: &mut Targets, out: &mut dyn Write) -> io::Result<Option<i32>> {
+    let Some(events) = w.follower.as_deref_mut().map(|f| f.tree.poll()) else { return Ok(None) };
+    let mut stop = None;
+    for ev in events {
+        if let Some(s) = sink.drain(consumer, w, out)? {
+            stop.get_or_insert(s);
+        }
+        if let Event::Exited { pid, status } = ev {
+            targets.exited(pid, status);
+        }
+        let (Some(f), Some(bpf)) = (w.follower.as_deref_mut(), w.backend.as_deref_mut()) else { break };
+        let mut world = World { bpf, registry: &mut *w.registry, consumer: &mut *consumer, procs: sink.procs };
+        f.handle(ev, &mut world);
+    }
+    Ok(stop)
+}
+
+/// Consumes the ring buffer's records: each firing runs the clauses of its probes.
+struct Drain<'r, 'p> {
+    reader: Option<&'r mut RingBufReader>,
+    procs: &'p RefCell<Procs>,
+    ustackframes: u32,
+}
+
+impl Drain<'_, '_> {
+    fn drain(&mut self, consumer: &mut Consumer, w: &Tracing<'_>, out: &mut dyn Write) -> io::Result<Option<i32>> {
+        let (Some(b), Some(r)) = (w.backend.as_deref(), self.reader.as_mut()) else { return Ok(None) };
+        let tree = w.follower.as_deref().map(|f| &f.tree);
+        let (procs, ustackframes) = (self.procs, self.ustackframes);
+        let mut result: io::Result<Option<i32>> = Ok(None);
+        r.consume(|bytes| {
+            let Ok(f) = b.layout.parse(bytes) else { return };
+            let Some(sites) = b.cookies.get(f.cookie as usize) else { return };
+            // A site shared by several roots' probes fires each only in its own tree.
+            let owner = tree.and_then(|t| t.root_of(f.pid as i32)).unwrap_or(f.pid as i32);
+            for site in sites.iter().filter(|s| s.pid == owner) {
+                let ctx = FiringCtx { f: &f, site: *site, procs, string_args: &b.string_args, ustackframes };
+                match consumer.fire(site.probe_id, f.cpu, &ctx, out) {
+                    Ok(fx) => {
+                        if let Some(s) = apply(&fx) {
+                            if let Ok(r) = result.as_mut() {
+                                r.get_or_insert(s);
+                            }
+                        }
+                    }
+                    Err(e) => result = Err(e),
+                }
+            }
+        });
+        out.flush()?;
+        result
+    }
 }
 
 /// dtrace's drop notice: `N drops on CPU C`.

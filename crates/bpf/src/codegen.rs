@@ -36,6 +36,40 @@ impl ProbeMaps {
     }
 }
 
+/// The program on the dynamic loader's debug hook (`_dl_debug_state`, called after
+/// each change to the list of loaded objects), armed for every process: in a traced
+/// one it marks the thread in `holds` and sends it `signal`, so that its tracer sees it
+/// stop before code of a new object runs. The mark tells that signal apart from one
+/// sent by anyone else.
+pub fn hold_program(traced: &HashMap<u32, u32>, holds: &HashMap<u32, u32>, signal: i32) -> Result<Vec<Insn>, CodegenError> {
+    let mut a = Asm::new();
+    let out = a.label();
+    a.call(helper::GET_CURRENT_PID_TGID);
+    a.push(mov64_reg(Reg::R6, Reg::R0));
+    a.push(stx(Size::W, Reg::R10, -4, Reg::R6)); // the thread id: the low half
+    a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
+    a.push(stx(Size::W, Reg::R10, -8, Reg::R0)); // the process id
+    a.push_wide(ld_map_fd(Reg::R1, traced.raw_fd()));
+    a.push(mov64_reg(Reg::R2, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R2, -8));
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+    a.push(st(Size::W, Reg::R10, -8, 1));
+    a.push_wide(ld_map_fd(Reg::R1, holds.raw_fd()));
+    a.push(mov64_reg(Reg::R2, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
+    a.push(mov64_reg(Reg::R3, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R3, -8));
+    a.push(mov64_imm(Reg::R4, 0));
+    a.call(helper::MAP_UPDATE_ELEM);
+    a.push(mov64_imm(Reg::R1, signal));
+    a.call(helper::SEND_SIGNAL_THREAD);
+    a.bind(out);
+    a.push(mov64_imm(Reg::R0, 0));
+    a.exit();
+    Ok(a.finish()?)
+}
+
 /// Stack reads that fail as a whole are retried smaller, down to this size: near the
 /// top of a stack mapping the full read crosses its end.
 const MIN_STACK_TRY: u32 = 64;

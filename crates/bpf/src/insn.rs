@@ -212,6 +212,7 @@ pub mod helper {
     pub const GET_CURRENT_UID_GID: i32 = 15;
     pub const GET_CURRENT_COMM: i32 = 16;
     pub const GET_CURRENT_TASK: i32 = 35;
+    pub const SEND_SIGNAL_THREAD: i32 = 117;
     pub const PROBE_READ_USER: i32 = 112;
     pub const PROBE_READ_KERNEL: i32 = 113;
     pub const PROBE_READ_USER_STR: i32 = 114;

@@ -8,7 +8,7 @@
 //! Records are 8-byte aligned.
 
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -28,21 +28,23 @@ pub enum RingBufError {
     Poll(io::Error),
 }
 
-/// The consumer side of one [`RingBuf`]; it keeps the map open through its mappings.
-pub struct RingBufReader<'a> {
-    ring: &'a RingBuf,
+/// The consumer side of one [`RingBuf`]; it keeps the map open through its own
+/// descriptor and mappings, so it does not borrow the map.
+pub struct RingBufReader {
+    ring: OwnedFd,
     consumer: Mmap,
     producer: Mmap,
     page: usize,
     mask: u64,
 }
 
-impl<'a> RingBufReader<'a> {
-    pub fn new(ring: &'a RingBuf) -> Result<RingBufReader<'a>, RingBufError> {
+impl RingBufReader {
+    pub fn new(ring: &RingBuf) -> Result<RingBufReader, RingBufError> {
         let page = page_size();
         let size = ring.size();
         let consumer = Mmap::map(ring.as_fd(), page, 0, true).map_err(RingBufError::Map)?;
         let producer = Mmap::map(ring.as_fd(), page + 2 * size, page as u64, false).map_err(RingBufError::Map)?;
+        let ring = ring.as_fd().try_clone_to_owned().map_err(RingBufError::Map)?;
         Ok(RingBufReader { ring, consumer, producer, page, mask: size as u64 - 1 })
     }
 

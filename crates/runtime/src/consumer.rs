@@ -150,6 +150,14 @@ impl Consumer {
         &mut self.settings
     }
 
+    /// Enables a clause on a probe that appeared while tracing (a followed process
+    /// exec'd or mapped a new object). Clauses on one probe stay in program order.
+    pub fn add_ecb(&mut self, e: Ecb) {
+        let list = self.by_probe.entry(e.probe.id).or_default();
+        let at = list.iter().position(|o| o.clause > e.clause).unwrap_or(list.len());
+        list.insert(at, e);
+    }
+
     /// Whether any clause is enabled on this probe.
     pub fn is_enabled(&self, probe_id: u32) -> bool {
         self.by_probe.contains_key(&probe_id)

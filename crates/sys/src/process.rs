@@ -1,26 +1,117 @@
-//! Starting a process under ptrace from its first instruction.
+//! Starting a process under ptrace from its first instruction, and the ptrace requests
+//! nix does not wrap.
 
+use std::ffi::CString;
 use std::io;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-/// Spawns `argv` with `PTRACE_TRACEME` set between fork and exec, so the child stops
-/// with SIGTRAP right after its exec, before the dynamic loader runs. The caller must
-/// `waitpid` for that stop. Errors are the exec's (a missing program, no permission).
-pub fn spawn_traced(argv: &[String]) -> io::Result<Child> {
-    let (prog, args) = argv.split_first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
-    let mut cmd = Command::new(prog);
-    cmd.args(args);
-    // SAFETY: the closure runs in the forked child before exec and only makes one
-    // async-signal-safe system call (ptrace(PTRACE_TRACEME)); it touches no locks and
-    // allocates nothing.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::ptrace(libc::PTRACE_TRACEME, 0, std::ptr::null_mut::<libc::c_void>(), std::ptr::null_mut::<libc::c_void>()) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
     }
-    cmd.spawn()
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 succeeded, so both are open descriptors owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn read_full(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: the destination is the unfilled rest of `buf`.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        match n {
+            0 => break,
+            n if n > 0 => got += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// Starts `argv` (searched in PATH) already seized with `PTRACE_SEIZE` and `options`, so
+/// that its exec is reported as a ptrace event stop before the dynamic loader runs.
+/// The child waits on a pipe between fork and exec until the parent has seized it.
+/// Returns the pid; the caller must wait for the exec stop. Errors are the exec's own
+/// (a missing program, no permission), with the child already reaped.
+pub fn spawn_seized(argv: &[String], options: libc::c_int) -> io::Result<i32> {
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte")))
+        .collect::<io::Result<_>>()?;
+    if args.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
+    }
+    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let (go_r, go_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    // SAFETY: udtrace is single-threaded when it starts commands, and the child only
+    // makes async-signal-safe calls (read, execvp, write, _exit) on memory prepared
+    // before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: (child) see above; every pointer refers to memory set up before fork.
+        unsafe {
+            let mut b = 0u8;
+            while libc::read(go_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1) < 0 {}
+            // The command starts as from a shell: no signals blocked (udtrace blocks the
+            // ones it reads through a signalfd), SIGPIPE at its default (Rust ignores it).
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            let errno = *libc::__errno_location();
+            let bytes = errno.to_ne_bytes();
+            libc::write(err_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(127);
+        }
+    }
+    drop(go_r);
+    drop(err_w);
+    let reap = |pid: i32| {
+        let mut st = 0;
+        // SAFETY: waiting for our own child; `st` is a valid out-pointer.
+        unsafe { libc::waitpid(pid, &mut st, libc::__WALL) };
+    };
+    // SAFETY: PTRACE_SEIZE takes no pointers; `options` travels in the data word.
+    let seized = cvt(unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0usize, options as usize) } as libc::c_int);
+    if let Err(e) = seized {
+        // SAFETY: killing our own child, still blocked before its exec.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        reap(pid);
+        return Err(e);
+    }
+    // SAFETY: writing one byte from a local.
+    unsafe { libc::write(go_w.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+    drop(go_w);
+    // End of file: the exec succeeded and closed the pipe. Four bytes: its errno.
+    let mut errno = [0u8; 4];
+    if read_full(&err_r, &mut errno)? == errno.len() {
+        reap(pid);
+        return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
+    }
+    Ok(pid)
+}
+
+/// `PTRACE_LISTEN`: lets a seized thread in group-stop stay stopped, as if untraced,
+/// while its tracer goes on; SIGCONT then wakes it with an event stop.
+pub fn ptrace_listen(tid: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_LISTEN takes no pointers.
+    cvt(unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid, 0usize, 0usize) } as libc::c_int).map(|_| ())
 }

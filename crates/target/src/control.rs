@@ -1,14 +1,14 @@
 //! Holding `-c` and `-p` processes while probes are armed.
 //!
-//! `-c` starts the command traced, lets the dynamic loader map its libraries (it runs
+//! `-c` starts the command seized, lets the dynamic loader map its libraries (it runs
 //! to the executable's entry point, as DTrace stops "after the loader, before main"),
 //! and holds it there. `-p` seizes every thread of a running process and interrupts
-//! it. `release` lets the process go on untouched.
+//! it. Then either `release` lets the process go on untouched, or a
+//! [`crate::follow::Tree`] adopts it to follow it and its children.
 
 use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::process::Child;
 
 use nix::errno::Errno;
 use nix::sys::ptrace;
@@ -50,34 +50,39 @@ fn io_reason(e: &io::Error) -> String {
 #[derive(Debug)]
 pub struct Target {
     pub pid: i32,
-    /// Set for `-c`: udtrace is its parent, and kills it if tracing ends first.
-    child: Option<Child>,
+    /// `-c`: udtrace is its parent, and kills it if tracing ends before it ran.
+    pub created: bool,
     /// Threads currently ptrace-stopped by udtrace.
-    held: Vec<i32>,
+    pub(crate) held: Vec<i32>,
     exited: bool,
-    /// Released at least once: the process has run under tracing.
+    status: Option<WaitStatus>,
+    /// Released (or adopted) at least once: the process has run under tracing.
     started: bool,
+    /// Controlled by a tree, which reports its end.
+    adopted: bool,
 }
+
+/// Options while a created command is held: it dies with udtrace until it is released.
+const HOLD_OPTIONS: ptrace::Options = ptrace::Options::PTRACE_O_TRACEEXEC.union(ptrace::Options::PTRACE_O_EXITKILL);
 
 impl Target {
     /// `-c`: starts `argv` and holds it at its entry point, libraries mapped.
     pub fn create(argv: &[String]) -> Result<Target, ControlError> {
         let cmd = argv.first().cloned().unwrap_or_default();
-        let child = udtrace_sys::process::spawn_traced(argv)
+        // Seized (not PTRACE_TRACEME) so that job-control stops can be passed on later.
+        // If udtrace dies before releasing it, the half-started command dies too.
+        let pid = udtrace_sys::process::spawn_seized(argv, HOLD_OPTIONS.bits())
             .map_err(|e| ControlError::Exec { cmd: cmd.clone(), reason: io_reason(&e) })?;
-        let pid = child.id() as i32;
-        let mut t = Target { pid, child: Some(child), held: vec![pid], exited: false, started: false };
+        let mut t = Target { pid, created: true, held: vec![pid], exited: false, status: None, started: false, adopted: false };
         let ctl = |e: Errno| ControlError::Control { pid, reason: reason(e) };
-        // The exec stop (SIGTRAP from PTRACE_TRACEME).
-        match waitpid(Pid::from_raw(pid), None).map_err(ctl)? {
-            WaitStatus::Stopped(_, Signal::SIGTRAP) => {}
+        match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::__WALL)).map_err(ctl)? {
+            WaitStatus::PtraceEvent(_, _, ev) if ev == nix::libc::PTRACE_EVENT_EXEC => {}
             other => {
                 t.exited = true;
+                t.held.clear();
                 return Err(ControlError::Exec { cmd, reason: format!("unexpected state {other:?}") });
             }
         }
-        // If udtrace dies before releasing it, the half-started command dies too.
-        ptrace::setoptions(Pid::from_raw(pid), ptrace::Options::PTRACE_O_EXITKILL).map_err(ctl)?;
         t.run_to_entry()?;
         Ok(t)
     }
@@ -130,7 +135,7 @@ impl Target {
             return Err(ControlError::Grab { pid, reason: "cannot grab udtrace itself".into() });
         }
         let tids = procfs::tasks(pid).map_err(|_| grab_err(Errno::ESRCH))?;
-        let mut t = Target { pid, child: None, held: Vec::new(), exited: false, started: false };
+        let mut t = Target { pid, created: false, held: Vec::new(), exited: false, status: None, started: false, adopted: false };
         for tid in tids {
             let p = Pid::from_raw(tid);
             match ptrace::seize(p, ptrace::Options::empty()) {
@@ -160,36 +165,54 @@ impl Target {
         }
     }
 
-    /// Whether the process has exited (reaping it when it is udtrace's child).
+    /// Whether the process has exited (reaping it when it is udtrace's child). Only for
+    /// released processes: an adopted one's end is reported by its tree.
     pub fn has_exited(&mut self) -> bool {
-        if self.exited {
-            return true;
+        if self.exited || self.adopted {
+            return self.exited;
         }
-        self.exited = match &mut self.child {
-            Some(c) => !matches!(c.try_wait(), Ok(None)),
-            None => !std::path::Path::new(&format!("/proc/{}", self.pid)).exists(),
-        };
+        if self.created {
+            match waitpid(Pid::from_raw(self.pid), Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::StillAlive) => {}
+                Ok(s @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => self.set_exited(s),
+                Ok(_) => {}
+                Err(_) => self.exited = true,
+            }
+        } else {
+            self.exited = !std::path::Path::new(&format!("/proc/{}", self.pid)).exists();
+        }
         self.exited
     }
 
-    /// Exit status of a `-c` command once it has exited.
-    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    /// Records the end of the process, as its tree or `has_exited` saw it.
+    pub fn set_exited(&mut self, status: WaitStatus) {
+        self.exited = true;
+        self.status = Some(status);
+        self.held.clear();
+    }
+
+    /// How a `-c` command ended: `Exited` or `Signaled`, once known.
+    pub fn exit_status(&self) -> Option<WaitStatus> {
+        self.status.filter(|_| self.created)
+    }
+
+    /// Marks the threads as handed over (to a tree that now controls them).
+    pub(crate) fn hand_over(&mut self) -> Vec<i32> {
+        self.started = true;
+        self.adopted = true;
+        std::mem::take(&mut self.held)
     }
 
     /// Ends tracing of this process. A created command that never ran (the program
     /// failed to compile, `-l`, `-e`) is killed while still held; any process that has
     /// run under tracing runs on untouched.
     pub fn finish(&mut self) {
-        match &mut self.child {
-            Some(c) if !self.started => {
-                if !self.exited {
-                    let _ = c.kill();
-                }
-                self.held.clear();
-                let _ = c.wait();
-            }
-            _ => self.release(),
+        if self.created && !self.started && !self.exited {
+            let _ = nix::sys::signal::kill(Pid::from_raw(self.pid), Signal::SIGKILL);
+            self.held.clear();
+            let _ = waitpid(Pid::from_raw(self.pid), Some(WaitPidFlag::__WALL));
+        } else {
+            self.release();
         }
         self.exited = true;
     }

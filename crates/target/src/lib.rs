@@ -8,6 +8,7 @@
 pub mod control;
 pub mod debuginfo;
 pub mod elf;
+pub mod follow;
 pub mod modules;
 pub mod procfs;
 pub mod sites;

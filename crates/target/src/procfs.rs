@@ -2,7 +2,7 @@
 //! its memory, its auxiliary vector, its name and parent.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
@@ -120,12 +120,43 @@ pub fn exe_path(pid: i32) -> io::Result<String> {
 
 /// A path of the target's as udtrace can open it, also across mount namespaces.
 pub fn host_path(pid: i32, path: &str) -> PathBuf {
-    let through_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    // The plain path when the process sees the same root as udtrace: then every
+    // process names a file the same way (one key for its symbols and probes).
+    let root = format!("/proc/{pid}/root");
+    if same_file(Path::new(&root), Path::new("/")) {
+        return PathBuf::from(path);
+    }
+    let through_root = PathBuf::from(format!("{root}{path}"));
     if through_root.exists() {
         through_root
     } else {
         PathBuf::from(path)
     }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// Whether any process for which `skip` says false has `path` mapped (as its maps
+/// name it). Reads every process's maps: for deciding once per file.
+pub fn mapped_by_any(path: &str, skip: impl Fn(i32) -> bool) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return true };
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        if skip(pid) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
+        if text.lines().any(|l| l.ends_with(path) && l.len() > path.len() && l.as_bytes()[l.len() - path.len() - 1] == b' ') {
+            return true;
+        }
+    }
+    false
 }
 
 /// Reads target memory without stopping it.

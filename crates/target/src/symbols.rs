@@ -146,6 +146,21 @@ impl SymbolTable {
         if pattern.is_empty() {
             return self.functions.iter().collect();
         }
+        if !crate::modules::is_glob(pattern) {
+            // A plain name: compared, not matched (tables have thousands of names).
+            return self
+                .functions
+                .iter()
+                .zip(&self.raw_names)
+                .filter(|(f, raw)| {
+                    f.name == pattern
+                        || f.mangled.as_deref() == Some(pattern)
+                        || f.aliases.iter().any(|a| a == pattern)
+                        || raw.iter().any(|r| r == pattern)
+                })
+                .map(|(f, _)| f)
+                .collect();
+        }
         self.functions
             .iter()
             .zip(&self.raw_names)

@@ -1,0 +1,360 @@
+//! Following process trees with ptrace events while every firing goes through BPF.
+//!
+//! A [`Tree`] adopts held `-c`/`-p` processes and keeps every thread seized with
+//! `PTRACE_O_TRACEFORK|VFORK|CLONE|EXEC`. The kernel then attaches each new child and
+//! stops it before its first instruction, and stops a process right after exec: both are
+//! reported as [`Event`]s and the process stays held until the caller has armed its
+//! probes and resumes it. These stops are ptrace stops, invisible to the real parent.
+//! Everything else is passed on as if untraced: signals are delivered, group-stops are
+//! left in place with `PTRACE_LISTEN` (so a shell sees its job stop and continue).
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::libc;
+use nix::sys::ptrace::{self, Options};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::control::{ControlError, Target};
+
+/// What a followed process did that needs the caller before it may go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// `child` was created by `parent` (fork, vfork, or clone without CLONE_THREAD) and
+    /// is held before its first instruction until [`Tree::release_child`].
+    Forked { parent: i32, child: i32 },
+    /// `pid` has exec'd and is held at the exec stop until [`Tree::resume`].
+    Exec { pid: i32 },
+    /// Thread `tid` of `pid` is about to take the hold signal; it waits in the stop
+    /// until [`Tree::resume`] says whether to deliver it.
+    Hold { pid: i32, tid: i32 },
+    /// Process `pid` has ended (`Exited` or `Signaled`).
+    Exited { pid: i32, status: WaitStatus },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Running,
+    /// In a stop reported as an event; waits for the caller.
+    Held,
+    /// A new thread or process whose first stop has not been seen yet; `release` says
+    /// whether it may run as soon as it comes.
+    Starting { release: bool },
+    /// A new process at its first stop, waiting for [`Tree::release_child`].
+    Born,
+    /// A new task not to be followed: detached at its first stop.
+    Unwanted,
+    /// In a group-stop, left stopped with PTRACE_LISTEN.
+    Listening,
+}
+
+#[derive(Debug)]
+struct Task {
+    tgid: i32,
+    state: State,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Proc {
+    root: i32,
+}
+
+#[derive(Debug)]
+pub struct Tree {
+    follow: bool,
+    hold_signal: Signal,
+    tasks: HashMap<i32, Task>,
+    /// Live processes.
+    procs: HashMap<i32, Proc>,
+    /// Every process ever followed → its parent in the tree and its root (kept after
+    /// it exits: its last firings may still be waiting to be consumed).
+    parents: HashMap<i32, (Option<i32>, i32)>,
+    /// New tasks whose first stop came before their creator's event.
+    early: HashSet<i32>,
+}
+
+fn is_stop_signal(sig: Signal) -> bool {
+    matches!(sig, Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)
+}
+
+impl Tree {
+    /// `follow`: new processes join the tree (otherwise only threads do, and the named
+    /// processes are still followed through exec). `hold_signal` is the signal whose
+    /// delivery stops are reported as [`Event::Hold`].
+    pub fn new(follow: bool, hold_signal: Signal) -> Tree {
+        Tree {
+            follow,
+            hold_signal,
+            tasks: HashMap::new(),
+            procs: HashMap::new(),
+            parents: HashMap::new(),
+            early: HashSet::new(),
+        }
+    }
+
+    fn options(&self) -> Options {
+        let mut o = Options::PTRACE_O_TRACECLONE | Options::PTRACE_O_TRACEEXEC;
+        if self.follow {
+            o |= Options::PTRACE_O_TRACEFORK | Options::PTRACE_O_TRACEVFORK;
+        }
+        o
+    }
+
+    /// Takes over a held target (its threads stay stopped): it becomes a root of the
+    /// tree. Call [`Tree::start`] to let it run.
+    pub fn adopt(&mut self, target: &mut Target) -> Result<(), ControlError> {
+        let pid = target.pid;
+        for tid in target.hand_over() {
+            ptrace::setoptions(Pid::from_raw(tid), self.options())
+                .map_err(|e| ControlError::Control { pid, reason: e.desc().to_string() })?;
+            self.tasks.insert(tid, Task { tgid: pid, state: State::Held });
+        }
+        self.procs.insert(pid, Proc { root: pid });
+        self.parents.insert(pid, (None, pid));
+        Ok(())
+    }
+
+    /// Lets every held thread of a root run.
+    pub fn start(&mut self, pid: i32) {
+        let tids: Vec<i32> = self.tasks.iter().filter(|(_, t)| t.tgid == pid && t.state == State::Held).map(|(&t, _)| t).collect();
+        for tid in tids {
+            self.resume(tid, None);
+        }
+    }
+
+    /// Live followed processes.
+    pub fn pids(&self) -> impl Iterator<Item = i32> + '_ {
+        self.procs.keys().copied()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+
+    /// The root (`-c`/`-p` process) a followed process descends from, also after it
+    /// exited.
+    pub fn root_of(&self, pid: i32) -> Option<i32> {
+        self.parents.get(&pid).map(|p| p.1)
+    }
+
+    /// The parent a followed process had in the tree, also after it exited.
+    pub fn parent_of(&self, pid: i32) -> Option<i32> {
+        self.parents.get(&pid).and_then(|p| p.0)
+    }
+
+    /// Lets a held thread go on; `sig` is delivered (a hold signal that was not ours).
+    pub fn resume(&mut self, tid: i32, sig: Option<Signal>) {
+        if let Some(t) = self.tasks.get_mut(&tid) {
+            t.state = State::Running;
+        }
+        let _ = ptrace::cont(Pid::from_raw(tid), sig);
+    }
+
+    /// Lets a new process reported by [`Event::Forked`] run its first instruction.
+    pub fn release_child(&mut self, child: i32) {
+        match self.tasks.get(&child).map(|t| t.state) {
+            Some(State::Born) => self.resume(child, None),
+            Some(State::Starting { .. }) => {
+                if let Some(t) = self.tasks.get_mut(&child) {
+                    t.state = State::Starting { release: true };
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Collects what happened since the last call, without blocking.
+    pub fn poll(&mut self) -> Vec<Event> {
+        let mut out = Vec::new();
+        loop {
+            match waitpid(None::<Pid>, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(st) => self.handle(st, &mut out),
+            }
+        }
+        out
+    }
+
+    fn handle(&mut self, st: WaitStatus, out: &mut Vec<Event>) {
+        match st {
+            WaitStatus::Exited(p, _) | WaitStatus::Signaled(p, _, _) => self.gone(p.as_raw(), st, out),
+            WaitStatus::Stopped(p, sig) => {
+                let tid = p.as_raw();
+                match self.tasks.get_mut(&tid) {
+                    Some(t) if sig == self.hold_signal => {
+                        t.state = State::Held;
+                        out.push(Event::Hold { pid: t.tgid, tid });
+                    }
+                    // Any other signal is delivered as it would have been.
+                    _ => {
+                        let _ = ptrace::cont(p, sig);
+                    }
+                }
+            }
+            WaitStatus::PtraceEvent(p, sig, ev) => {
+                let tid = p.as_raw();
+                match ev {
+                    libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE => {
+                        if let Ok(new) = ptrace::getevent(p) {
+                            self.created(tid, new as i32, ev, out);
+                        }
+                        let _ = ptrace::cont(p, None);
+                    }
+                    libc::PTRACE_EVENT_EXEC => {
+                        let former = ptrace::getevent(p).map(|f| f as i32).unwrap_or(tid);
+                        self.exec(tid, former);
+                        out.push(Event::Exec { pid: tid });
+                    }
+                    libc::PTRACE_EVENT_STOP => self.event_stop(tid, sig),
+                    _ => {
+                        let _ = ptrace::cont(p, None);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn created(&mut self, parent_tid: i32, new: i32, ev: i32, out: &mut Vec<Event>) {
+        let Some(tgid) = self.tasks.get(&parent_tid).map(|t| t.tgid) else { return };
+        let thread = ev == libc::PTRACE_EVENT_CLONE && std::path::Path::new(&format!("/proc/{tgid}/task/{new}")).exists();
+        let early = self.early.remove(&new);
+        if thread {
+            self.tasks.insert(new, Task { tgid, state: State::Starting { release: true } });
+        } else if self.follow {
+            let root = self.procs.get(&tgid).map_or(tgid, |p| p.root);
+            self.procs.insert(new, Proc { root });
+            self.parents.insert(new, (Some(tgid), root));
+            self.tasks.insert(new, Task { tgid: new, state: State::Starting { release: false } });
+            out.push(Event::Forked { parent: tgid, child: new });
+        } else {
+            self.tasks.insert(new, Task { tgid: new, state: State::Unwanted });
+        }
+        if early {
+            self.first_stop(new);
+        }
+    }
+
+    /// A new task's first stop.
+    fn first_stop(&mut self, tid: i32) {
+        let Some(t) = self.tasks.get_mut(&tid) else { return };
+        match t.state {
+            State::Starting { release: true } => self.resume(tid, None),
+            State::Starting { release: false } => t.state = State::Born,
+            State::Unwanted => {
+                self.tasks.remove(&tid);
+                let _ = ptrace::detach(Pid::from_raw(tid), None);
+            }
+            _ => {}
+        }
+    }
+
+    fn event_stop(&mut self, tid: i32, sig: Signal) {
+        let Some(t) = self.tasks.get_mut(&tid) else {
+            // A new task, reported before its creator's event.
+            self.early.insert(tid);
+            return;
+        };
+        match t.state {
+            State::Starting { .. } | State::Unwanted => self.first_stop(tid),
+            _ if is_stop_signal(sig) => {
+                // A group-stop: stay stopped as if untraced until SIGCONT.
+                t.state = State::Listening;
+                let _ = udtrace_sys::process::ptrace_listen(tid);
+            }
+            // Woken from a group-stop, or an interrupt: go on.
+            _ => self.resume(tid, None),
+        }
+    }
+
+    fn exec(&mut self, pid: i32, former: i32) {
+        // Every other thread is gone; the exec'ing one now has the leader's id.
+        self.tasks.retain(|&tid, t| t.tgid != pid || tid == pid);
+        if former != pid {
+            self.tasks.remove(&former);
+        }
+        self.tasks.insert(pid, Task { tgid: pid, state: State::Held });
+    }
+
+    fn gone(&mut self, tid: i32, status: WaitStatus, out: &mut Vec<Event>) {
+        self.early.remove(&tid);
+        let Some(t) = self.tasks.remove(&tid) else { return };
+        if t.tgid == tid {
+            self.tasks.retain(|_, o| o.tgid != tid);
+            if self.procs.remove(&tid).is_some() {
+                out.push(Event::Exited { pid: tid, status });
+            }
+        }
+    }
+
+    /// Lets every process go on untraced. Threads in a ptrace stop are detached at once;
+    /// running ones are interrupted first. A held thread's hold signal is dropped when
+    /// `ours(tid)` says udtrace sent it, delivered otherwise.
+    pub fn detach_all(&mut self, ours: &mut dyn FnMut(i32) -> bool) {
+        let mut waiting: HashSet<i32> = HashSet::new();
+        let tasks: Vec<(i32, State)> = self.tasks.iter().map(|(&tid, t)| (tid, t.state)).collect();
+        for (tid, state) in tasks {
+            let p = Pid::from_raw(tid);
+            match state {
+                State::Held | State::Born => {
+                    let _ = ptrace::detach(p, None);
+                }
+                _ => {
+                    if ptrace::interrupt(p).is_ok() || matches!(state, State::Starting { .. } | State::Unwanted) {
+                        waiting.insert(tid);
+                    }
+                }
+            }
+        }
+        for tid in self.early.drain() {
+            let _ = ptrace::detach(Pid::from_raw(tid), None);
+        }
+        self.tasks.clear();
+        self.procs.clear();
+        // Bounded: a thread that never stops (it is exiting) must not hang udtrace.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !waiting.is_empty() && Instant::now() < deadline {
+            let st = match waitpid(None::<Pid>, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                Err(Errno::EINTR) => continue,
+                Err(_) => break,
+                Ok(st) => st,
+            };
+            match st {
+                WaitStatus::Exited(p, _) | WaitStatus::Signaled(p, _, _) => {
+                    waiting.remove(&p.as_raw());
+                }
+                WaitStatus::Stopped(p, sig) => {
+                    let deliver = if sig == self.hold_signal && ours(p.as_raw()) { None } else { Some(sig) };
+                    let _ = ptrace::detach(p, deliver);
+                    waiting.remove(&p.as_raw());
+                }
+                WaitStatus::PtraceEvent(p, _, ev) => {
+                    // A child created meanwhile is attached too: it stops, then goes.
+                    if matches!(ev, libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE) {
+                        if let Ok(new) = ptrace::getevent(p) {
+                            waiting.insert(new as i32);
+                        }
+                    }
+                    let _ = ptrace::detach(p, None);
+                    waiting.remove(&p.as_raw());
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        if !self.tasks.is_empty() {
+            self.detach_all(&mut |_| false);
+        }
+    }
+}

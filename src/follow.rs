@@ -1,0 +1,193 @@
+//! Following `-c`/`-p` process trees: what udtrace does at each ptrace event of a
+//! [`Tree`] before the process may go on. A child gets its parent's probes while it is
+//! held at its fork; after exec, and whenever the loader has mapped new objects, the
+//! program's `pid<root>` descriptions are matched against what is new, the clauses are
+//! enabled on the probes found and the sites armed, and only then does the process run.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use nix::sys::signal::Signal;
+use udtrace_lang::ast::ProbeDesc;
+use udtrace_runtime::{Consumer, Ecb, Probe};
+use udtrace_target::control::{ControlError, Target};
+use udtrace_target::follow::{Event, Tree};
+use udtrace_target::procfs::{self, LoadedObject};
+
+use crate::backend::{Bpf, HOLD_SIGNAL};
+use crate::compile::Compiled;
+use crate::firing::Procs;
+use crate::pidprov::PidProbe;
+use crate::probes::Registry;
+
+/// The loader's hook, called after every change to the list of loaded objects.
+const LOADER_HOOK: &str = "_dl_debug_state";
+/// auxv: the interpreter's load address.
+const AT_BASE: u64 = 7;
+
+pub struct Follower {
+    pub tree: Tree,
+    /// (clause, description, the root it names) of every pid description naming a
+    /// root: matched again in new images of that root's tree.
+    descs: Vec<(usize, ProbeDesc, i32)>,
+    /// (clause, probe) pairs enabled so far.
+    enabled: HashSet<(usize, u32)>,
+    next_epid: u32,
+    /// Objects already matched in each process, by their path there.
+    seen: HashMap<i32, HashSet<String>>,
+    /// (description, file, is the executable) → its probes there: matching depends on
+    /// nothing else, and a forking server execs the same few images again and again.
+    matched: HashMap<(usize, PathBuf, bool), Vec<Rc<Probe>>>,
+}
+
+/// What a followed event may change besides the tree.
+pub struct World<'a> {
+    pub bpf: &'a mut Bpf,
+    pub registry: &'a mut Registry,
+    pub consumer: &'a mut Consumer,
+    pub procs: &'a RefCell<Procs>,
+}
+
+fn hold_signal() -> Signal {
+    Signal::try_from(HOLD_SIGNAL).unwrap_or(Signal::SIGURG)
+}
+
+impl Follower {
+    /// A follower when the program has pid descriptions for the targets' processes.
+    pub fn new(c: &Compiled, targets: &[i32]) -> Option<Follower> {
+        let mut descs = Vec::new();
+        for (ci, clause) in c.program.clauses.iter().enumerate() {
+            for d in &clause.probes {
+                let named = d.provider.strip_prefix("pid").and_then(|p| p.parse::<i32>().ok());
+                if let Some(root) = named.filter(|p| targets.contains(p)) {
+                    descs.push((ci, d.clone(), root));
+                }
+            }
+        }
+        if descs.is_empty() {
+            return None;
+        }
+        let enabled = c.ecbs.iter().map(|e| (e.clause, e.probe.id)).collect();
+        Some(Follower {
+            tree: Tree::new(!c.options.nofollow, hold_signal()),
+            descs,
+            enabled,
+            next_epid: c.ecbs.len() as u32 + 1,
+            seen: HashMap::new(),
+            matched: HashMap::new(),
+        })
+    }
+
+    /// Takes over a held target: the loader hook goes into it, and what it has mapped
+    /// now counts as matched (the descriptions were matched against it at compile time).
+    pub fn adopt(&mut self, target: &mut Target, bpf: &mut Bpf, registry: &mut Registry) -> Result<(), String> {
+        let pid = target.pid;
+        self.tree.adopt(target).map_err(|e: ControlError| e.to_string())?;
+        let objects = mapped(pid);
+        self.seen.insert(pid, objects.iter().map(|o| o.path.clone()).collect());
+        arm_hook(pid, &objects, bpf, registry)
+    }
+
+    /// Handles one event; the process it concerns goes on afterwards. Firings already
+    /// recorded must have been consumed: what is remembered of the process changes.
+    pub fn handle(&mut self, ev: Event, w: &mut World<'_>) {
+        match ev {
+            Event::Forked { parent, child } => {
+                if let Err(e) = w.bpf.fork(parent, child) {
+                    warn!("udtrace: failed to follow pid {child}: {e}");
+                }
+                w.procs.borrow_mut().inherit(child as u32, parent as u32);
+                let seen = self.seen.get(&parent).cloned().unwrap_or_default();
+                self.seen.insert(child, seen);
+                self.tree.release_child(child);
+            }
+            Event::Exec { pid } => {
+                self.seen.remove(&pid);
+                let objects = self.discover(pid, w);
+                if let Err(e) = arm_hook(pid, &objects, w.bpf, w.registry) {
+                    warn!("udtrace: pid {pid}: {e}");
+                }
+                w.procs.borrow_mut().remember(pid as u32);
+                self.tree.resume(pid, None);
+            }
+            Event::Hold { pid, tid } => {
+                if w.bpf.take_hold(tid) {
+                    self.discover(pid, w);
+                    w.procs.borrow_mut().remember(pid as u32);
+                    self.tree.resume(tid, None);
+                } else {
+                    self.tree.resume(tid, Some(hold_signal()));
+                }
+            }
+            Event::Exited { pid, .. } => {
+                w.bpf.exit(pid);
+                self.seen.remove(&pid);
+            }
+        }
+    }
+
+    /// Matches the descriptions against the objects `pid` has mapped since last time,
+    /// enables clauses on the probes found and arms them. Returns the new objects.
+    fn discover(&mut self, pid: i32, w: &mut World<'_>) -> Vec<LoadedObject> {
+        let Some(root) = self.tree.root_of(pid) else { return Vec::new() };
+        let seen = self.seen.entry(pid).or_default();
+        let new: Vec<LoadedObject> = mapped(pid).into_iter().filter(|o| !o.is_vdso && seen.insert(o.path.clone())).collect();
+        if new.is_empty() {
+            return new;
+        }
+        let mut found: Vec<Rc<Probe>> = Vec::new();
+        for obj in &new {
+            let file = procfs::host_path(pid, &obj.path);
+            for (i, (clause, d, _)) in self.descs.iter().enumerate().filter(|(_, d)| d.2 == root) {
+                let probes = self
+                    .matched
+                    .entry((i, file.clone(), obj.is_main))
+                    .or_insert_with(|| w.registry.rematch(d, root, pid, std::slice::from_ref(obj)));
+                for probe in probes.iter() {
+                    if self.enabled.insert((*clause, probe.id)) {
+                        w.consumer.add_ecb(Ecb { epid: self.next_epid, clause: *clause, probe: Rc::clone(probe) });
+                        self.next_epid += 1;
+                    }
+                    found.push(Rc::clone(probe));
+                }
+            }
+        }
+        if !found.is_empty() {
+            let ids: HashSet<u32> = found.iter().map(|p| p.id).collect();
+            let probes: Vec<&PidProbe> = w.registry.pid.probes().iter().filter(|p| ids.contains(&p.probe.id)).collect();
+            if let Err(e) = w.bpf.arm(pid, &probes) {
+                warn!("udtrace: pid {pid}: {e}");
+            }
+            w.procs.borrow_mut().share(w.registry.pid.objects());
+        }
+        new
+    }
+
+    /// Lets every followed process go on untraced: the loader hooks are removed first,
+    /// and a hold signal udtrace sent is not delivered.
+    pub fn finish(&mut self, bpf: &mut Bpf) {
+        bpf.drop_hooks();
+        self.tree.detach_all(&mut |tid| bpf.take_hold(tid));
+    }
+}
+
+fn mapped(pid: i32) -> Vec<LoadedObject> {
+    let exe = procfs::exe_path(pid).unwrap_or_default();
+    let maps = procfs::read_maps(pid).unwrap_or_default();
+    procfs::loaded_objects(&maps, &exe)
+}
+
+/// Puts the loader hook into `pid`'s dynamic loader (the object at AT_BASE), if it has
+/// one: statically linked programs load nothing later.
+fn arm_hook(pid: i32, objects: &[LoadedObject], bpf: &mut Bpf, registry: &mut Registry) -> Result<(), String> {
+    let base = procfs::auxv(pid).ok().and_then(|a| a.into_iter().find(|&(t, _)| t == AT_BASE)).map(|(_, v)| v);
+    let Some(base) = base.filter(|&b| b != 0) else { return Ok(()) };
+    let Some(ld) = objects.iter().find(|o| o.mappings.iter().any(|m| m.start == base)) else { return Ok(()) };
+    let file = procfs::host_path(pid, &ld.path);
+    match registry.pid.function_offset(&file, LOADER_HOOK) {
+        Some(off) => bpf.arm_hook(&file, off),
+        None => Ok(()),
+    }
+}
