@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use udtrace_bpf::codegen::{hold_program, uprobe_program, ProbeMaps};
+use udtrace_bpf::codegen::{exec_program, hold_program, uprobe_program, uprobe_program_for, ProbeMaps};
+use udtrace_bpf::maps::RingBuf;
+use udtrace_bpf::tracepoint::{self, TracepointLink};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::record::{PtReg, RecordLayout, RecordPlan, StringCapture};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
@@ -33,11 +35,15 @@ pub struct Bpf {
     pub layout: RecordLayout,
     /// Indexed by cookie: every probe whose site this is.
     pub cookies: Vec<Vec<SiteTarget>>,
-    /// (file, file offset) → cookie: a site has one cookie in every process.
-    cookie_of: HashMap<(PathBuf, u64), u64>,
+    /// (file, file offset, for `pid*`) → cookie: a site has one cookie in every
+    /// process, and another for the program of `pid*` probes.
+    cookie_of: HashMap<(PathBuf, u64, bool), u64>,
     program: Program,
-    /// The loader hook, when processes are followed.
+    /// The loader hook, when processes are followed or `pid*` probes enabled.
     hold: Option<Hold>,
+    /// For `pid*` probes: the program that records every process's firings, its
+    /// links, and the notices of processes that exec'd or loaded objects.
+    all: Option<AllProcs>,
     /// Processes whose firings count.
     traced: HashSet<i32>,
     /// Per file: whether it is armed per process (other processes map it too, like
@@ -60,6 +66,13 @@ struct Hold {
     program: Program,
     holds: udtrace_bpf::maps::HashMap<u32, u32>,
     links: HashMap<PathBuf, MultiLink>,
+}
+
+struct AllProcs {
+    program: Program,
+    links: ProcLinks,
+    events: RingBuf,
+    _exec: TracepointLink,
 }
 
 /// Links and the sites they arm, per file.
@@ -161,8 +174,8 @@ fn record_plan(plan: &CapturePlan, strsize: u32) -> RecordPlan {
 
 impl Bpf {
     /// Creates the maps and loads the programs; nothing is armed yet. `follow` adds the
-    /// loader hook program.
-    pub fn load(plan: &CapturePlan, bufsize: u64, strsize: u32, follow: bool) -> Result<Bpf, Error> {
+    /// loader hook program; `all` the program for `pid*` probes and the exec notices.
+    pub fn load(plan: &CapturePlan, bufsize: u64, strsize: u32, follow: bool, all: bool) -> Result<Bpf, Error> {
         let _ = udtrace_bpf::uprobe::raise_fd_limit();
         let rplan = record_plan(plan, strsize);
         let layout = RecordLayout::new(&rplan).map_err(|e| format!("cannot lay out firing records: {e}"))?;
@@ -171,9 +184,23 @@ impl Bpf {
         let insns = uprobe_program(&rplan, &maps).map_err(|e| format!("cannot generate the uprobe program: {e}"))?;
         let program = Program::load(ProgramKind::UprobeMulti, "udtrace_pid", &insns)
             .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))?;
-        let hold = if follow {
+        let all = if all {
+            let insns = uprobe_program_for(&rplan, &maps, false).map_err(|e| format!("cannot generate the uprobe program: {e}"))?;
+            let program = Program::load(ProgramKind::UprobeMulti, "udtrace_pidall", &insns)
+                .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))?;
+            let events = RingBuf::create("udtrace_events", 256 << 10).map_err(maps_err)?;
+            let insns = exec_program(&events).map_err(|e| format!("cannot generate the exec program: {e}"))?;
+            let exec = Program::load(ProgramKind::Tracepoint, "udtrace_exec", &insns)
+                .map_err(|e| bpf_error("load the exec program", &e.to_string(), Some(e.os_error())))?;
+            let link = tracepoint::attach(&exec, "sched", "sched_process_exec", 0).map_err(|e| format!("failed to watch execs: {e}"))?;
+            Some(AllProcs { program, links: ProcLinks::default(), events, _exec: link })
+        } else {
+            None
+        };
+        let hold = if follow || all.is_some() {
             let holds = udtrace_bpf::maps::HashMap::create("udtrace_holds", 65536).map_err(maps_err)?;
-            let insns = hold_program(&maps.traced, &holds, HOLD_SIGNAL).map_err(|e| format!("cannot generate the loader hook program: {e}"))?;
+            let insns = hold_program(&maps.traced, &holds, HOLD_SIGNAL, all.as_ref().map(|a| &a.events))
+                .map_err(|e| format!("cannot generate the loader hook program: {e}"))?;
             let program = Program::load(ProgramKind::UprobeMulti, "udtrace_hold", &insns)
                 .map_err(|e| bpf_error("load the loader hook program", &e.to_string(), Some(e.os_error())))?;
             Some(Hold { program, holds, links: HashMap::new() })
@@ -187,6 +214,7 @@ impl Bpf {
             cookie_of: HashMap::new(),
             program,
             hold,
+            all,
             traced: HashSet::new(),
             per_process: HashMap::new(),
             global: ProcLinks::default(),
@@ -205,7 +233,7 @@ impl Bpf {
             // Unprobeable sites were set aside when the probe was made.
             for &(offset, file_off) in &p.sites {
                 let next = self.cookies.len() as u64;
-                let cookie = *self.cookie_of.entry((p.file.clone(), file_off)).or_insert(next);
+                let cookie = *self.cookie_of.entry((p.file.clone(), file_off, false)).or_insert(next);
                 if cookie == next {
                     self.cookies.push(Vec::new());
                 }
@@ -232,6 +260,41 @@ impl Bpf {
             links.sites.entry(file).or_default().extend(sites);
         }
         Ok(())
+    }
+
+    /// Arms `pid*` probes for every process (each site once).
+    pub fn arm_all(&mut self, probes: &[&PidProbe]) -> Result<(), Error> {
+        let Some(all) = &mut self.all else { return Ok(()) };
+        let mut new: BTreeMap<PathBuf, Vec<Site>> = BTreeMap::new();
+        for p in probes {
+            for &(offset, file_off) in &p.sites {
+                let next = self.cookies.len() as u64;
+                let cookie = *self.cookie_of.entry((p.file.clone(), file_off, true)).or_insert(next);
+                if cookie == next {
+                    self.cookies.push(Vec::new());
+                }
+                let targets = &mut self.cookies[cookie as usize];
+                if !targets.iter().any(|t| t.probe_id == p.probe.id) {
+                    targets.push(SiteTarget { probe_id: p.probe.id, pid: 0, kind: p.kind, offset });
+                }
+                let armed = all.links.sites.get(&p.file).is_some_and(|a| a.iter().any(|s| s.offset == file_off));
+                let list = new.entry(p.file.clone()).or_default();
+                if !armed && !list.iter().any(|s| s.offset == file_off) {
+                    list.push(Site { offset: file_off, cookie });
+                }
+            }
+        }
+        for (file, mut sites) in new.into_iter().filter(|(_, s)| !s.is_empty()) {
+            sites.sort_by_key(|s| s.offset);
+            attach_file(&all.program, &file, 0, &sites, &mut all.links.links, &mut self.refused)?;
+            all.links.sites.entry(file).or_default().extend(sites);
+        }
+        Ok(())
+    }
+
+    /// The ring of process ids to look at for `pid*` probes (they exec'd or loaded).
+    pub fn events(&self) -> Option<&RingBuf> {
+        self.all.as_ref().map(|a| &a.events)
     }
 
     /// Decided once per file: a file that processes udtrace does not trace have mapped
@@ -331,6 +394,9 @@ impl Drop for Bpf {
         }
         if let Some(h) = &mut self.hold {
             all.extend(h.links.drain().map(|(_, l)| l));
+        }
+        if let Some(a) = &mut self.all {
+            all.append(&mut a.links.links);
         }
         self.closer.close(all);
     }

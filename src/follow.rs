@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use nix::sys::signal::Signal;
 use udtrace_lang::ast::ProbeDesc;
-use udtrace_runtime::{Consumer, Ecb, Probe};
+use udtrace_runtime::{Consumer, Probe};
 use udtrace_target::control::{ControlError, Target};
 use udtrace_target::follow::{Event, Tree};
 use udtrace_target::procfs::{self, LoadedObject};
@@ -19,7 +19,7 @@ use udtrace_target::procfs::{self, LoadedObject};
 use crate::backend::{Bpf, HOLD_SIGNAL};
 use crate::compile::Compiled;
 use crate::firing::Procs;
-use crate::pidprov::PidProbe;
+use crate::pidprov::{is_all_processes, PidProbe};
 use crate::probes::Registry;
 
 /// The loader's hook, called after every change to the list of loaded objects.
@@ -29,17 +29,107 @@ const AT_BASE: u64 = 7;
 
 pub struct Follower {
     pub tree: Tree,
-    /// (clause, description, the root it names) of every pid description naming a
-    /// root: matched again in new images of that root's tree.
-    descs: Vec<(usize, ProbeDesc, i32)>,
-    /// (clause, probe) pairs enabled so far.
-    enabled: HashSet<(usize, u32)>,
-    next_epid: u32,
+    rematcher: Rematcher,
     /// Objects already matched in each process, by their path there.
     seen: HashMap<i32, HashSet<String>>,
+}
+
+/// The pid descriptions matched again in objects that appear while tracing, and the
+/// clauses enabled on what they find.
+struct Rematcher {
+    /// (clause, description, owner): the root it names, or 0 for `pid*`.
+    descs: Vec<(usize, ProbeDesc, i32)>,
     /// (description, file, is the executable) → its probes there: matching depends on
     /// nothing else, and a forking server execs the same few images again and again.
     matched: HashMap<(usize, PathBuf, bool), Vec<Rc<Probe>>>,
+}
+
+impl Rematcher {
+    /// The probes of `owner`'s descriptions in `objects` of process `pid`, with their
+    /// clauses enabled.
+    fn probes_in(&mut self, owner: i32, pid: i32, objects: &[LoadedObject], registry: &mut Registry, consumer: &mut Consumer) -> Vec<Rc<Probe>> {
+        let mut found: Vec<Rc<Probe>> = Vec::new();
+        for obj in objects {
+            let file = procfs::host_path(pid, &obj.path);
+            for (i, (clause, d, _)) in self.descs.iter().enumerate().filter(|(_, d)| d.2 == owner) {
+                let probes = self
+                    .matched
+                    .entry((i, file.clone(), obj.is_main))
+                    .or_insert_with(|| registry.rematch(d, owner, pid, std::slice::from_ref(obj)));
+                for probe in probes.iter() {
+                    consumer.enable(*clause, Rc::clone(probe));
+                    found.push(Rc::clone(probe));
+                }
+            }
+        }
+        found
+    }
+}
+
+/// The pid probes (with their sites) behind `found`.
+fn pid_probes<'r>(registry: &'r Registry, found: &[Rc<Probe>]) -> Vec<&'r PidProbe> {
+    let ids: HashSet<u32> = found.iter().map(|p| p.id).collect();
+    registry.pid.probes().iter().filter(|p| ids.contains(&p.probe.id)).collect()
+}
+
+/// `pid*` descriptions: every process on the machine. Objects already armed are armed
+/// for every process; processes that exec or load objects are reported through the
+/// backend's event ring, and what they bring is matched and armed then.
+pub struct AllProcesses {
+    rematcher: Rematcher,
+}
+
+impl AllProcesses {
+    pub fn new(c: &Compiled) -> Option<AllProcesses> {
+        let descs: Vec<(usize, ProbeDesc, i32)> = c
+            .program
+            .clauses
+            .iter()
+            .enumerate()
+            .flat_map(|(ci, cl)| cl.probes.iter().filter(|d| is_all_processes(&d.provider)).map(move |d| (ci, d.clone(), 0)))
+            .collect();
+        (!descs.is_empty()).then(|| AllProcesses { rematcher: Rematcher { descs, matched: HashMap::new() } })
+    }
+
+    /// Arms what the descriptions matched at start, and the loader hooks of every
+    /// process (to hear of the objects they load).
+    pub fn start(&self, c: &Compiled, bpf: &mut Bpf, registry: &mut Registry) -> Result<(), String> {
+        let ids: HashSet<u32> = c.ecbs.iter().map(|e| e.probe.id).collect();
+        let probes: Vec<&PidProbe> = registry.pid.probes().iter().filter(|p| p.pid == 0 && ids.contains(&p.probe.id)).collect();
+        bpf.arm_all(&probes)?;
+        let mut loaders = HashSet::new();
+        for pid in procfs::all_pids().unwrap_or_default() {
+            let objects = mapped(pid);
+            if let Some(ld) = loader(pid, &objects) {
+                if loaders.insert(procfs::host_path(pid, &ld.path)) {
+                    arm_hook(pid, &objects, bpf, registry)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Process `pid` exec'd or loaded objects: matches and arms what is new.
+    pub fn look_at(&mut self, pid: i32, w: &mut World<'_>) {
+        let objects = mapped(pid);
+        let all_files = &mut w.registry.pid.all_files;
+        let new: Vec<LoadedObject> =
+            objects.iter().filter(|o| !o.is_vdso && all_files.insert((procfs::host_path(pid, &o.path), o.is_main))).cloned().collect();
+        w.procs.borrow_mut().remember(pid as u32);
+        if new.is_empty() {
+            return;
+        }
+        let found = self.rematcher.probes_in(0, pid, &new, w.registry, w.consumer);
+        if !found.is_empty() {
+            if let Err(e) = w.bpf.arm_all(&pid_probes(w.registry, &found)) {
+                warn!("udtrace: pid {pid}: {e}");
+            }
+            w.procs.borrow_mut().share(w.registry.pid.objects());
+        }
+        if let Err(e) = arm_hook(pid, &objects, w.bpf, w.registry) {
+            warn!("udtrace: pid {pid}: {e}");
+        }
+    }
 }
 
 /// What a followed event may change besides the tree.
@@ -57,7 +147,7 @@ fn hold_signal() -> Signal {
 impl Follower {
     /// A follower when the program has pid descriptions for the targets' processes.
     pub fn new(c: &Compiled, targets: &[i32]) -> Option<Follower> {
-        let mut descs = Vec::new();
+        let mut descs: Vec<(usize, ProbeDesc, i32)> = Vec::new();
         for (ci, clause) in c.program.clauses.iter().enumerate() {
             for d in &clause.probes {
                 let named = d.provider.strip_prefix("pid").and_then(|p| p.parse::<i32>().ok());
@@ -69,14 +159,10 @@ impl Follower {
         if descs.is_empty() {
             return None;
         }
-        let enabled = c.ecbs.iter().map(|e| (e.clause, e.probe.id)).collect();
         Some(Follower {
             tree: Tree::new(!c.options.nofollow, hold_signal()),
-            descs,
-            enabled,
-            next_epid: c.ecbs.len() as u32 + 1,
+            rematcher: Rematcher { descs, matched: HashMap::new() },
             seen: HashMap::new(),
-            matched: HashMap::new(),
         })
     }
 
@@ -137,27 +223,9 @@ impl Follower {
         if new.is_empty() {
             return new;
         }
-        let mut found: Vec<Rc<Probe>> = Vec::new();
-        for obj in &new {
-            let file = procfs::host_path(pid, &obj.path);
-            for (i, (clause, d, _)) in self.descs.iter().enumerate().filter(|(_, d)| d.2 == root) {
-                let probes = self
-                    .matched
-                    .entry((i, file.clone(), obj.is_main))
-                    .or_insert_with(|| w.registry.rematch(d, root, pid, std::slice::from_ref(obj)));
-                for probe in probes.iter() {
-                    if self.enabled.insert((*clause, probe.id)) {
-                        w.consumer.add_ecb(Ecb { epid: self.next_epid, clause: *clause, probe: Rc::clone(probe) });
-                        self.next_epid += 1;
-                    }
-                    found.push(Rc::clone(probe));
-                }
-            }
-        }
+        let found = self.rematcher.probes_in(root, pid, &new, w.registry, w.consumer);
         if !found.is_empty() {
-            let ids: HashSet<u32> = found.iter().map(|p| p.id).collect();
-            let probes: Vec<&PidProbe> = w.registry.pid.probes().iter().filter(|p| ids.contains(&p.probe.id)).collect();
-            if let Err(e) = w.bpf.arm(pid, &probes) {
+            if let Err(e) = w.bpf.arm(pid, &pid_probes(w.registry, &found)) {
                 warn!("udtrace: pid {pid}: {e}");
             }
             w.procs.borrow_mut().share(w.registry.pid.objects());
@@ -179,12 +247,17 @@ fn mapped(pid: i32) -> Vec<LoadedObject> {
     procfs::loaded_objects(&maps, &exe)
 }
 
-/// Puts the loader hook into `pid`'s dynamic loader (the object at AT_BASE), if it has
-/// one: statically linked programs load nothing later.
-fn arm_hook(pid: i32, objects: &[LoadedObject], bpf: &mut Bpf, registry: &mut Registry) -> Result<(), String> {
+/// `pid`'s dynamic loader: the object at AT_BASE (statically linked programs have none).
+fn loader(pid: i32, objects: &[LoadedObject]) -> Option<&LoadedObject> {
     let base = procfs::auxv(pid).ok().and_then(|a| a.into_iter().find(|&(t, _)| t == AT_BASE)).map(|(_, v)| v);
-    let Some(base) = base.filter(|&b| b != 0) else { return Ok(()) };
-    let Some(ld) = objects.iter().find(|o| o.mappings.iter().any(|m| m.start == base)) else { return Ok(()) };
+    let base = base.filter(|&b| b != 0)?;
+    objects.iter().find(|o| o.mappings.iter().any(|m| m.start == base))
+}
+
+/// Puts the loader hook into `pid`'s dynamic loader, if it has one: a statically
+/// linked program loads nothing later.
+fn arm_hook(pid: i32, objects: &[LoadedObject], bpf: &mut Bpf, registry: &mut Registry) -> Result<(), String> {
+    let Some(ld) = loader(pid, objects) else { return Ok(()) };
     let file = procfs::host_path(pid, &ld.path);
     match registry.pid.function_offset(&file, LOADER_HOOK) {
         Some(off) => bpf.arm_hook(&file, off),

@@ -2,7 +2,7 @@
 //! what process N has mapped, as DTrace's dt_pid.c matches them (and with its
 //! messages). Each probe keeps the file offsets of its sites, for the backend.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -50,6 +50,13 @@ pub struct PidProvider {
     probes: Vec<PidProbe>,
     /// (pid, file, function address, kind) → index in `probes`: one probe each.
     index: HashMap<(i32, PathBuf, u64, SiteKind), usize>,
+    /// (file, is the executable) of every object `pid*` descriptions were matched in.
+    pub all_files: HashSet<(PathBuf, bool)>,
+}
+
+/// Whether a provider glob names every process (`pid*`): probes of owner 0.
+pub fn is_all_processes(provider: &str) -> bool {
+    provider.starts_with("pid") && glob::is_glob(provider)
 }
 
 /// Parses the provider field: `Ok(None)` when it is not a pid provider at all.
@@ -105,6 +112,36 @@ impl PidProvider {
             return self.absolute(pid, &d.module, name, &objects, next_id).map(Some);
         }
         self.match_objects(d, pid, pid, &objects, true, next_id).map(Some)
+    }
+
+    /// A `pid*` description: its probes in every object of every process now running
+    /// (each file once). What does not match in one object is no error.
+    pub fn matching_all(&mut self, d: &ProbeDesc, next_id: &mut u32) -> Vec<Rc<Probe>> {
+        let me = std::process::id() as i32;
+        let mut out = Vec::new();
+        let mut done = HashSet::new();
+        for pid in procfs::all_pids().unwrap_or_default() {
+            if pid == me {
+                continue;
+            }
+            let (Ok(exe), Ok(maps)) = (procfs::exe_path(pid), procfs::read_maps(pid)) else { continue };
+            for obj in procfs::loaded_objects(&maps, &exe).into_iter().filter(|o| !o.is_vdso) {
+                let key = (procfs::host_path(pid, &obj.path), obj.is_main);
+                if done.insert(key.clone()) {
+                    self.all_files.insert(key);
+                    out.extend(self.match_objects(d, 0, pid, std::slice::from_ref(&obj), false, next_id).unwrap_or_default());
+                }
+            }
+        }
+        out
+    }
+
+    /// A `pid*` description's probes in objects process `pid` has newly mapped.
+    pub fn rematch_all(&mut self, d: &ProbeDesc, pid: i32, objects: &[LoadedObject], next_id: &mut u32) -> Vec<Rc<Probe>> {
+        if !is_all_processes(&d.provider) || d.function == "-" {
+            return Vec::new();
+        }
+        self.match_objects(d, 0, pid, objects, false, next_id).unwrap_or_default()
     }
 
     /// For a process followed from `root` (a child, or `root` after exec or dlopen):
@@ -266,7 +303,9 @@ impl PidProvider {
         if let Some(&i) = self.index.get(&key) {
             return Rc::clone(&self.probes[i].probe);
         }
-        let probe = Rc::new(Probe::new(*next_id, &format!("pid{pid}"), modname, &f.name, &name));
+        // Owner 0: a `pid*` probe, of every process.
+        let provider = if pid == 0 { "pid".to_string() } else { format!("pid{pid}") };
+        let probe = Rc::new(Probe::new(*next_id, &provider, modname, &f.name, &name));
         *next_id += 1;
         self.index.insert(key, self.probes.len());
         let (sites, refused): (Vec<_>, Vec<_>) = sites.into_iter().partition(|&(off, file_off)| {

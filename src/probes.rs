@@ -115,6 +115,12 @@ impl Registry {
     pub fn matching(&mut self, d: &ProbeDesc) -> Result<Vec<Rc<Probe>>, String> {
         let known = self.pid.probes().len();
         let mut next = self.probes.len() as u32 + 1;
+        if crate::pidprov::is_all_processes(&d.provider) {
+            let found = self.pid.matching_all(d, &mut next);
+            let new: Vec<Rc<Probe>> = self.pid.probes()[known..].iter().map(|p| Rc::clone(&p.probe)).collect();
+            self.probes.extend(new);
+            return Ok(found);
+        }
         if let Some(found) = self.pid.matching(d, &mut next)? {
             let new: Vec<Rc<Probe>> = self.pid.probes()[known..].iter().map(|p| Rc::clone(&p.probe)).collect();
             self.probes.extend(new);
@@ -123,12 +129,17 @@ impl Registry {
         Ok(self.static_matching(d))
     }
 
-    /// The probes `pid<root>` descriptions have in objects process `pid` newly mapped
-    /// (see [`PidProvider::rematch`]); new ones join the registry.
+    /// The probes `pid<root>` descriptions (`pid*` ones with `root` 0) have in objects
+    /// process `pid` newly mapped (see [`PidProvider::rematch`]); new ones join the
+    /// registry.
     pub fn rematch(&mut self, d: &ProbeDesc, root: i32, pid: i32, objects: &[LoadedObject]) -> Vec<Rc<Probe>> {
         let known = self.pid.probes().len();
         let mut next = self.probes.len() as u32 + 1;
-        let found = self.pid.rematch(d, root, pid, objects, &mut next);
+        let found = if root == 0 {
+            self.pid.rematch_all(d, pid, objects, &mut next)
+        } else {
+            self.pid.rematch(d, root, pid, objects, &mut next)
+        };
         let new: Vec<Rc<Probe>> = self.pid.probes()[known..].iter().map(|p| Rc::clone(&p.probe)).collect();
         self.probes.extend(new);
         found

@@ -21,7 +21,7 @@ use crate::compile::{self, io_reason, Compiled};
 use crate::list;
 use crate::probes::{self, Registry, TimerKind};
 use crate::backend::{self, Bpf};
-use crate::follow::{Follower, World};
+use crate::follow::{AllProcesses, Follower, World};
 use udtrace_target::follow::Event;
 use crate::firing::{FiringCtx, Procs};
 use crate::pidprov::PidProbe;
@@ -205,7 +205,7 @@ pub fn run(cli: Cli) -> i32 {
     if compiled.options.destructive && !quiet {
         warn!("udtrace: allowing destructive actions");
     }
-    let (mut backend, mut follower) = match arm(&compiled, &mut registry, &mut targets) {
+    let (mut backend, mut follower, mut all) = match arm(&compiled, &mut registry, &mut targets) {
         Ok(b) => b,
         Err(m) => {
             targets.finish();
@@ -222,7 +222,7 @@ pub fn run(cli: Cli) -> i32 {
         },
         None => Box::new(io::BufWriter::new(io::stdout())),
     };
-    let mut world = Tracing { backend: backend.as_mut(), follower: follower.as_mut(), registry: &mut registry };
+    let mut world = Tracing { backend: backend.as_mut(), follower: follower.as_mut(), all: all.as_mut(), registry: &mut registry };
     let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, out.as_mut());
     if let (Some(f), Some(b)) = (follower.as_mut(), backend.as_mut()) {
         f.finish(b);
@@ -237,20 +237,24 @@ pub fn run(cli: Cli) -> i32 {
 
 /// Arms the enabled pid probes, if any, and starts tracing their processes; `-c`/`-p`
 /// processes with pid descriptions are adopted by a follower (held until released).
-fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<(Option<Bpf>, Option<Follower>), String> {
+type Armed = (Option<Bpf>, Option<Follower>, Option<AllProcesses>);
+
+fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<Armed, String> {
     let mut follower = Follower::new(c, &targets.pids());
+    let all = AllProcesses::new(c);
     let enabled: HashSet<u32> = c.ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")).map(|e| e.probe.id).collect();
-    if enabled.is_empty() && follower.is_none() {
-        return Ok((None, None));
+    if enabled.is_empty() && follower.is_none() && all.is_none() {
+        return Ok((None, None, None));
     }
-    let probes: Vec<&PidProbe> = registry.pid.probes().iter().filter(|p| enabled.contains(&p.probe.id)).collect();
+    // `pid*` probes (owner 0) are armed for every process, apart.
+    let probes: Vec<&PidProbe> = registry.pid.probes().iter().filter(|p| p.pid != 0 && enabled.contains(&p.probe.id)).collect();
     // Every clause with a pid description may be enabled on probes found later.
     let mut plan = CapturePlan::default();
     for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| d.provider.starts_with("pid"))) {
         plan.merge(&capture::plan(clause));
     }
     let strsize = c.options.strsize.min(u64::from(u32::MAX)) as u32;
-    let mut bpf = Bpf::load(&plan, c.options.bufsize, strsize, follower.is_some())?;
+    let mut bpf = Bpf::load(&plan, c.options.bufsize, strsize, follower.is_some(), all.is_some())?;
     let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
     pids.sort_unstable();
     pids.dedup();
@@ -288,13 +292,17 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<(
             f.adopt(t, &mut bpf, registry)?;
         }
     }
-    Ok((Some(bpf), follower))
+    if let Some(a) = &all {
+        a.start(c, &mut bpf, registry)?;
+    }
+    Ok((Some(bpf), follower, all))
 }
 
 /// What tracing drives besides the consumer.
 struct Tracing<'a> {
     backend: Option<&'a mut Bpf>,
     follower: Option<&'a mut Follower>,
+    all: Option<&'a mut AllProcesses>,
     registry: &'a mut Registry,
 }
 
@@ -376,6 +384,10 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
     let mut drops_seen = Vec::new();
     let mut last_drop_check = Instant::now();
     let ustackframes = c.options.ustackframes.min(u64::from(u32::MAX)) as u32;
+    let mut events = match w.backend.as_deref().and_then(Bpf::events) {
+        Some(ring) => Some(RingBufReader::new(ring).map_err(|e| io::Error::other(e.to_string()))?),
+        None => None,
+    };
     let mut sink = Drain { reader: reader.as_mut(), procs: &procs, ustackframes };
     while !done {
         let now = Instant::now();
@@ -394,13 +406,15 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
                 .unwrap_or(PollTimeout::MAX),
             None => PollTimeout::NONE,
         };
-        let polled = match w.backend.as_deref() {
-            Some(b) => {
-                let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN), PollFd::new(b.maps.ring.as_fd(), PollFlags::POLLIN)];
-                poll(&mut fds, timeout)
+        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        if let Some(b) = w.backend.as_deref() {
+            fds.push(PollFd::new(b.maps.ring.as_fd(), PollFlags::POLLIN));
+            if let Some(ev) = b.events() {
+                fds.push(PollFd::new(ev.as_fd(), PollFlags::POLLIN));
             }
-            None => poll(&mut [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)], timeout),
-        };
+        }
+        let polled = poll(&mut fds, timeout);
+        drop(fds);
         match polled {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(io::Error::from(e)),
@@ -423,6 +437,12 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
             // dtrace prints a newline on the first interrupt, even when quiet.
             out.write_all(b"\n")?;
             break;
+        }
+        if let Some(r) = events.as_mut() {
+            if let Some(s) = all_events(r, &mut sink, &mut consumer, w, out)? {
+                status = s;
+                break;
+            }
         }
         if w.follower.is_some() {
             if let Some(s) = follow_events(&mut sink, &mut consumer, w, targets, out)? {
@@ -495,6 +515,30 @@ fn follow_events(sink: &mut Drain<'_, '_>, consumer: &mut Consumer, w: &mut Trac
     Ok(stop)
 }
 
+/// Processes that exec'd or loaded objects, for `pid*` descriptions: what they bring
+/// is matched and armed (firings before are consumed first).
+fn all_events(r: &mut RingBufReader, sink: &mut Drain<'_, '_>, consumer: &mut Consumer, w: &mut Tracing<'_>, out: &mut dyn Write) -> io::Result<Option<i32>> {
+    let mut pids: Vec<i32> = Vec::new();
+    r.consume(|b| {
+        if let Some(p) = b.get(..4) {
+            let pid = i32::from_ne_bytes([p[0], p[1], p[2], p[3]]);
+            if !pids.contains(&pid) {
+                pids.push(pid);
+            }
+        }
+    });
+    if pids.is_empty() {
+        return Ok(None);
+    }
+    let stop = sink.drain(consumer, w, out)?;
+    for pid in pids {
+        let (Some(a), Some(bpf)) = (w.all.as_deref_mut(), w.backend.as_deref_mut()) else { break };
+        let mut world = World { bpf, registry: &mut *w.registry, consumer: &mut *consumer, procs: sink.procs };
+        a.look_at(pid, &mut world);
+    }
+    Ok(stop)
+}
+
 /// Consumes the ring buffer's records: each firing runs the clauses of its probes.
 struct Drain<'r, 'p> {
     reader: Option<&'r mut RingBufReader>,
@@ -513,7 +557,7 @@ impl Drain<'_, '_> {
             let Some(sites) = b.cookies.get(f.cookie as usize) else { return };
             // A site shared by several roots' probes fires each only in its own tree.
             let owner = tree.and_then(|t| t.root_of(f.pid as i32)).unwrap_or(f.pid as i32);
-            for site in sites.iter().filter(|s| s.pid == owner) {
+            for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
                 let ctx = FiringCtx { f: &f, site: *site, procs, string_args: &b.string_args, ustackframes };
                 match consumer.fire(site.probe_id, f.cpu, &ctx, out) {
                     Ok(fx) => {

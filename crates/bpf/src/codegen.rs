@@ -39,11 +39,13 @@ impl ProbeMaps {
 /// The program on the dynamic loader's debug hook (`_dl_debug_state`, called after
 /// each change to the list of loaded objects), armed for every process: in a traced
 /// one it marks the thread in `holds` and sends it `signal`, so that its tracer sees it
-/// stop before code of a new object runs. The mark tells that signal apart from one
-/// sent by anyone else.
-pub fn hold_program(traced: &HashMap<u32, u32>, holds: &HashMap<u32, u32>, signal: i32) -> Result<Vec<Insn>, CodegenError> {
+/// stop before code of a new object runs (the mark tells that signal apart from one
+/// sent by anyone else). Any other process's id goes to `events`, when given, to have
+/// its new objects matched against `pid*` descriptions.
+pub fn hold_program(traced: &HashMap<u32, u32>, holds: &HashMap<u32, u32>, signal: i32, events: Option<&RingBuf>) -> Result<Vec<Insn>, CodegenError> {
     let mut a = Asm::new();
     let out = a.label();
+    let untraced = a.label();
     a.call(helper::GET_CURRENT_PID_TGID);
     a.push(mov64_reg(Reg::R6, Reg::R0));
     a.push(stx(Size::W, Reg::R10, -4, Reg::R6)); // the thread id: the low half
@@ -53,7 +55,7 @@ pub fn hold_program(traced: &HashMap<u32, u32>, holds: &HashMap<u32, u32>, signa
     a.push(mov64_reg(Reg::R2, Reg::R10));
     a.push(alu64_imm(AluOp::Add, Reg::R2, -8));
     a.call(helper::MAP_LOOKUP_ELEM);
-    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, untraced);
     a.push(st(Size::W, Reg::R10, -8, 1));
     a.push_wide(ld_map_fd(Reg::R1, holds.raw_fd()));
     a.push(mov64_reg(Reg::R2, Reg::R10));
@@ -64,7 +66,36 @@ pub fn hold_program(traced: &HashMap<u32, u32>, holds: &HashMap<u32, u32>, signa
     a.call(helper::MAP_UPDATE_ELEM);
     a.push(mov64_imm(Reg::R1, signal));
     a.call(helper::SEND_SIGNAL_THREAD);
+    a.ja(out);
+    a.bind(untraced);
+    if let Some(ring) = events {
+        emit_pid_event(&mut a, ring, -8);
+    }
     a.bind(out);
+    a.push(mov64_imm(Reg::R0, 0));
+    a.exit();
+    Ok(a.finish()?)
+}
+
+/// Writes the 4-byte process id stored at `fp + slot` to `ring` as one 8-byte event.
+fn emit_pid_event(a: &mut Asm, ring: &RingBuf, slot: i16) {
+    a.push(st(Size::W, Reg::R10, slot + 4, 0));
+    a.push_wide(ld_map_fd(Reg::R1, ring.raw_fd()));
+    a.push(mov64_reg(Reg::R2, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R2, i32::from(slot)));
+    a.push(mov64_imm(Reg::R3, 8));
+    a.push(mov64_imm(Reg::R4, 0));
+    a.call(helper::RINGBUF_OUTPUT);
+}
+
+/// The program on `sched:sched_process_exec`: the id of every process that has just
+/// exec'd goes to `events`, to have its new image matched against `pid*` descriptions.
+pub fn exec_program(events: &RingBuf) -> Result<Vec<Insn>, CodegenError> {
+    let mut a = Asm::new();
+    a.call(helper::GET_CURRENT_PID_TGID);
+    a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
+    a.push(stx(Size::W, Reg::R10, -8, Reg::R0));
+    emit_pid_event(&mut a, events, -8);
     a.push(mov64_imm(Reg::R0, 0));
     a.exit();
     Ok(a.finish()?)
@@ -82,6 +113,12 @@ const RB_NO_WAKEUP: i32 = 1;
 const RB_FORCE_WAKEUP: i32 = 2;
 
 pub fn uprobe_program(plan: &RecordPlan, maps: &ProbeMaps) -> Result<Vec<Insn>, CodegenError> {
+    uprobe_program_for(plan, maps, true)
+}
+
+/// As [`uprobe_program`]; `filtered: false` records firings of every process (the
+/// `pid*` probes, which mean all of them).
+pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filtered: bool) -> Result<Vec<Insn>, CodegenError> {
     let layout = RecordLayout::new(plan)?;
     if layout.size + 8 > maps.ring.size() {
         return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring.size() });
@@ -95,15 +132,17 @@ pub fn uprobe_program(plan: &RecordPlan, maps: &ProbeMaps) -> Result<Vec<Insn>, 
     a.call(helper::GET_CURRENT_PID_TGID);
     a.push(mov64_reg(Reg::R7, Reg::R0));
 
-    // Drop firings of processes that are not traced.
-    a.push(mov64_reg(Reg::R1, Reg::R7));
-    a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
-    a.push(stx(Size::W, Reg::R10, -4, Reg::R1));
-    a.push_wide(ld_map_fd(Reg::R1, maps.traced.raw_fd()));
-    a.push(mov64_reg(Reg::R2, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
-    a.call(helper::MAP_LOOKUP_ELEM);
-    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+    if filtered {
+        // Drop firings of processes that are not traced.
+        a.push(mov64_reg(Reg::R1, Reg::R7));
+        a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
+        a.push(stx(Size::W, Reg::R10, -4, Reg::R1));
+        a.push_wide(ld_map_fd(Reg::R1, maps.traced.raw_fd()));
+        a.push(mov64_reg(Reg::R2, Reg::R10));
+        a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
+        a.call(helper::MAP_LOOKUP_ELEM);
+        a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+    }
 
     a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
     a.push(mov64_imm(Reg::R2, layout.size as i32));

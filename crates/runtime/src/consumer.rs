@@ -151,11 +151,16 @@ impl Consumer {
     }
 
     /// Enables a clause on a probe that appeared while tracing (a followed process
-    /// exec'd or mapped a new object). Clauses on one probe stay in program order.
-    pub fn add_ecb(&mut self, e: Ecb) {
-        let list = self.by_probe.entry(e.probe.id).or_default();
-        let at = list.iter().position(|o| o.clause > e.clause).unwrap_or(list.len());
-        list.insert(at, e);
+    /// exec'd or mapped a new object), unless it already is. Clauses on one probe stay
+    /// in program order.
+    pub fn enable(&mut self, clause: usize, probe: Rc<Probe>) {
+        let epid = self.by_probe.values().flatten().map(|e| e.epid).max().unwrap_or(0) + 1;
+        let list = self.by_probe.entry(probe.id).or_default();
+        if list.iter().any(|o| o.clause == clause) {
+            return;
+        }
+        let at = list.iter().position(|o| o.clause > clause).unwrap_or(list.len());
+        list.insert(at, Ecb { epid, clause, probe });
     }
 
     /// Whether any clause is enabled on this probe.

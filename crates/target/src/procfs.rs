@@ -142,12 +142,19 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// Every process on the machine (as /proc lists them now).
+pub fn all_pids() -> io::Result<Vec<i32>> {
+    Ok(std::fs::read_dir("/proc")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .collect())
+}
+
 /// Whether any process for which `skip` says false has `path` mapped (as its maps
 /// name it). Reads every process's maps: for deciding once per file.
 pub fn mapped_by_any(path: &str, skip: impl Fn(i32) -> bool) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return true };
-    for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+    let Ok(pids) = all_pids() else { return true };
+    for pid in pids {
         if skip(pid) {
             continue;
         }
