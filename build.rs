@@ -14,6 +14,13 @@
 //! - `fixture-cxx`          C++ executable
 //! - `probes`               firing tests: strings, a call chain without frame pointers,
 //!   threads, waiting (see its header)
+//! - `libfollow.so`         follow-children fixtures' library: `target()`
+//! - `forker`               daemon forking/spawning/vforking workers, some exec'ing
+//!   `worker2` (see its header for the exact counts)
+//! - `worker2`              image exec'd by forker's workers: `helper()`, `target()`
+//! - `plugin.so`            `plugin_fn()`, loaded only by `dlopener` through dlopen
+//! - `dlopener`             dlopens `plugin.so` after a pause and calls `plugin_fn`
+//! - `jobctl`               stops, continues and kills a child, checking each with waitpid
 //!
 //! Kept to a few seconds: a handful of compiler runs, independent ones in parallel.
 
@@ -61,7 +68,40 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
                 .args(cflags)
                 .args(["-o", &o("fixture-cxx"), &s("cxx.cpp")]),
         )?;
+    let follow_lib = spawn(Command::new("gcc").args(cflags).args([
+        "-fPIC",
+        "-shared",
+        "-o",
+        &o("libfollow.so"),
+        &s("libfollow.c"),
+    ]))?;
+    let plugin = spawn(Command::new("gcc").args(cflags).args([
+        "-fPIC",
+        "-shared",
+        "-o",
+        &o("plugin.so"),
+        &s("plugin.c"),
+    ]))?;
+    let dlopener = spawn(Command::new("gcc").args(cflags).args([
+        "-o",
+        &o("dlopener"),
+        &s("dlopener.c"),
+        "-ldl",
+    ]))?;
     wait(lib)?;
+    wait(follow_lib)?;
+    // Follow-children fixtures: linked with libfollow.so, found next to them.
+    let follow_exe = |name: &str| {
+        let mut c = Command::new("gcc");
+        c.args(cflags)
+            .args(["-o", &o(name), &s(&format!("{name}.c"))])
+            .args(["-L", &out.display().to_string(), "-lfollow"])
+            .arg("-Wl,-rpath,$ORIGIN");
+        c
+    };
+    let forker = spawn(&mut follow_exe("forker"))?;
+    let worker2 = spawn(&mut follow_exe("worker2"))?;
+    let jobctl = spawn(&mut follow_exe("jobctl"))?;
     let exe = |name: &str, pie: &[&str]| {
         let mut c = Command::new("gcc");
         c.args(cflags)
@@ -89,6 +129,11 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     wait(nopie)?;
     wait(cxx)?;
     wait(probes)?;
+    wait(forker)?;
+    wait(worker2)?;
+    wait(jobctl)?;
+    wait(plugin)?;
+    wait(dlopener)?;
 
     run(Command::new("strip").args(["--strip-all", "-o", &o("fixture-stripped"), &o("fixture")]))?;
 
