@@ -156,8 +156,10 @@ const ENOTSUPP: i32 = 524;
 pub const HOLD_SIGNAL: i32 = libc::SIGURG;
 
 fn ring_size(bufsize: u64) -> usize {
-    // A power-of-two number of pages, between 64 KiB and 256 MiB.
-    let want = bufsize.clamp(64 << 10, 256 << 20);
+    // DTrace's bufsize is per CPU; the one ring serves them all. A power-of-two number
+    // of pages, between 64 KiB and 256 MiB.
+    let cpus = udtrace_bpf::maps::possible_cpus().unwrap_or(1).max(1) as u64;
+    let want = bufsize.saturating_mul(cpus).clamp(64 << 10, 256 << 20);
     want.next_power_of_two() as usize
 }
 
@@ -169,6 +171,7 @@ fn record_plan(plan: &CapturePlan, strsize: u32) -> RecordPlan {
             .iter()
             .map(|&n| StringCapture { reg: PtReg::ARGS[usize::from(n)], max: strsize.clamp(1, udtrace_bpf::record::MAX_STRING) })
             .collect(),
+        regs: plan.regs,
     }
 }
 

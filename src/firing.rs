@@ -189,10 +189,17 @@ impl Procs {
     }
 }
 
-/// DTrace's `uregs[]` numbering on amd64 (R_R15 = 0 … R_GSBASE = 27) onto pt_regs.
+/// DTrace's `uregs[]` numbering on amd64 onto pt_regs: 0..=18 name i386 registers and
+/// stand for their 64-bit ones (R_EIP is rip); from 19 on, the amd64 registers in the
+/// kernel's `REG_*` order (R_R15 = 19 … R_RSP = 39, R_SS = 40).
 fn ureg(n: u64) -> Option<PtReg> {
     use PtReg::*;
-    Some(match n {
+    const I386: [Option<PtReg>; 19] =
+        [None, None, None, None, Some(Di), Some(Si), Some(Bp), Some(Sp), Some(Bx), Some(Dx), Some(Cx), Some(Ax), None, None, Some(Ip), Some(Cs), Some(Flags), Some(Sp), Some(Ss)];
+    if let Some(&r) = I386.get(n as usize) {
+        return r;
+    }
+    Some(match n - 19 {
         0 => R15,
         1 => R14,
         2 => R13,

@@ -161,6 +161,27 @@ fn follows_forks_and_execs() {
 }
 
 #[test]
+fn progeny_and_the_dead_are_remembered() {
+    // Workers exit long before udtrace consumes their firings: the names, parents and
+    // mappings udtrace read while they were held must serve instead.
+    let (n, m, k) = (50u64, 3u64, 4u64);
+    let prog = "pid$target::target:entry /pid != $target && progenyof($target)/ { @c = count(); } \
+                pid$target::helper:entry /uregs[R_RDI] == arg0 && uregs[R_EDI] == arg0/ { @n[execname] = count(); @f[ufunc(uregs[R_PC])] = count(); } \
+                END { printa(\"children %@d\\n\", @c); printa(\"exec %s %@d\\n\", @n); }";
+    let cmd = format!("{} {n} {m} {k} fork", fixture("forker"));
+    let Some(out) = udtrace(&["-q", "-Z", "-n", prog, "-c", &cmd]) else { return };
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (total, helper) = forker_expected(n, m, k, "fork");
+    assert_eq!(labelled(&text, "children"), total - D, "every call but the daemon's own: {text}");
+    assert!(text.lines().any(|l| l.split_whitespace().eq(["exec", "worker2", &helper.to_string()])), "{text}");
+    assert!(
+        text.lines().any(|l| l.split_whitespace().eq(["worker2`helper", &helper.to_string()])),
+        "helper symbolized in exited workers: {text}"
+    );
+}
+
+#[test]
 fn nofollow_counts_only_the_daemon() {
     let Some(got) = traced_forker(&["-x", "nofollow"], 200, 5, 7, "fork") else { return };
     assert_eq!(got, (D, 0), "(target, helper) with -x nofollow: the daemon's own calls only");

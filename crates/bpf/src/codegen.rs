@@ -175,13 +175,15 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filtered: bool) -
     // Reserved memory is not zeroed.
     a.push(st(Size::W, Reg::R8, off(record::OFF_FLAGS), 0));
     a.push(st(Size::DW, Reg::R8, off(record::OFF_STACK_LEN), 0)); // and the reserved word
-    for i in 0..record::NUM_REGS {
-        a.push(ldx(Size::DW, Reg::R1, Reg::R6, (i * 8) as i16));
-        a.push(stx(Size::DW, Reg::R8, off(record::OFF_REGS + i * 8), Reg::R1));
+    if layout.regs {
+        for i in 0..record::NUM_REGS {
+            a.push(ldx(Size::DW, Reg::R1, Reg::R6, (i * 8) as i16));
+            a.push(stx(Size::DW, Reg::R8, off(record::OFF_REGS + i * 8), Reg::R1));
+        }
     }
 
     if layout.stack_bytes > 0 {
-        emit_stack(&mut a, layout.stack_bytes)?;
+        emit_stack(&mut a, layout.stack_bytes, layout.off_stack)?;
     }
 
     for (cap, &(slot, max)) in plan.strings.iter().zip(&layout.strings) {
@@ -217,7 +219,7 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filtered: bool) -
 /// Copies the user stack from `sp` up: the full size, or on a fault half of it, and so
 /// on down to MIN_STACK_TRY bytes. A failed read leaves zeros (the helper clears its
 /// destination), so bytes past `stack_len` are always zero.
-fn emit_stack(a: &mut Asm, stack_bytes: u32) -> Result<(), AsmError> {
+fn emit_stack(a: &mut Asm, stack_bytes: u32, off_stack: usize) -> Result<(), AsmError> {
     let done = a.label();
     let mut tries = vec![stack_bytes];
     while let Some(&last) = tries.last() {
@@ -230,7 +232,7 @@ fn emit_stack(a: &mut Asm, stack_bytes: u32) -> Result<(), AsmError> {
     for (k, &size) in tries.iter().enumerate() {
         let next = a.label();
         a.push(mov64_reg(Reg::R1, Reg::R8));
-        a.push(alu64_imm(AluOp::Add, Reg::R1, record::OFF_STACK as i32));
+        a.push(alu64_imm(AluOp::Add, Reg::R1, off_stack as i32));
         a.push(mov64_imm(Reg::R2, size as i32));
         a.push(ldx(Size::DW, Reg::R3, Reg::R6, PtReg::Sp.offset() as i16));
         a.call(helper::PROBE_READ_USER);

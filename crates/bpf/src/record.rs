@@ -10,9 +10,9 @@
 //!     28     4  flags (FLAG_STACK_TRUNCATED)
 //!     32     4  stack_len: bytes of user stack captured (<= stack_bytes)
 //!     36     4  reserved, 0
-//!     40   168  the 21 pt_regs registers, x86-64 order (see PtReg)
-//!    208     S  user stack from regs->sp, S = plan.stack_bytes (zeros past stack_len)
-//!  208+S        per string capture: i32 probe_read_user_str result (length with NUL,
+//!     40   168  the 21 pt_regs registers, x86-64 order (see PtReg), when plan.regs
+//!  R=208 or 40  user stack from regs->sp, S = plan.stack_bytes (zeros past stack_len)
+//!    R+S        per string capture: i32 probe_read_user_str result (length with NUL,
 //!               or -errno), u32 reserved, then `max` bytes rounded up to 8
 //! ```
 
@@ -81,12 +81,14 @@ pub struct StringCapture {
     pub max: u32,
 }
 
-/// What a probe's program records besides the fixed header and registers.
+/// What a probe's program records besides the fixed header.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordPlan {
     /// User stack bytes copied from the stack pointer up: 0..=16384, a multiple of 8.
     pub stack_bytes: u32,
     pub strings: Vec<StringCapture>,
+    /// Whether the registers are recorded (needed by stack and string captures too).
+    pub regs: bool,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -113,6 +115,9 @@ pub const MAX_STRING: u32 = 4096;
 /// Offsets of a plan's record; build once per plan, use for codegen and parsing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordLayout {
+    pub regs: bool,
+    /// Where the user stack starts: after the registers, or the header.
+    pub off_stack: usize,
     pub stack_bytes: u32,
     /// (offset of the slot, max) per string capture; data at offset + 8.
     pub strings: Vec<(usize, u32)>,
@@ -124,7 +129,9 @@ impl RecordLayout {
         if !plan.stack_bytes.is_multiple_of(8) || plan.stack_bytes > MAX_STACK_BYTES {
             return Err(PlanError::StackBytes(plan.stack_bytes));
         }
-        let mut off = OFF_STACK + plan.stack_bytes as usize;
+        let regs = plan.regs || plan.stack_bytes > 0 || !plan.strings.is_empty();
+        let off_stack = if regs { OFF_STACK } else { OFF_REGS };
+        let mut off = off_stack + plan.stack_bytes as usize;
         let mut strings = Vec::with_capacity(plan.strings.len());
         for s in &plan.strings {
             if s.max == 0 || s.max > MAX_STRING {
@@ -136,7 +143,7 @@ impl RecordLayout {
         if off > MAX_RECORD_SIZE {
             return Err(PlanError::TooLarge(off));
         }
-        Ok(RecordLayout { stack_bytes: plan.stack_bytes, strings, size: off })
+        Ok(RecordLayout { regs, off_stack, stack_bytes: plan.stack_bytes, strings, size: off })
     }
 
     pub fn parse<'a>(&self, rec: &'a [u8]) -> Result<Firing<'a>, RecordError> {
@@ -148,8 +155,10 @@ impl RecordLayout {
         let u32_at = |o: usize| u32::from_ne_bytes(rec[o..o + 4].try_into().expect("4 bytes"));
         let pid_tgid = u64_at(OFF_PID_TGID);
         let mut regs = [0u64; NUM_REGS];
-        for (i, r) in regs.iter_mut().enumerate() {
-            *r = u64_at(OFF_REGS + i * 8);
+        if self.regs {
+            for (i, r) in regs.iter_mut().enumerate() {
+                *r = u64_at(OFF_REGS + i * 8);
+            }
         }
         let stack_len = u32_at(OFF_STACK_LEN);
         if stack_len > self.stack_bytes {
@@ -171,7 +180,7 @@ impl RecordLayout {
             ktime: u64_at(OFF_KTIME),
             cpu: u32_at(OFF_CPU),
             regs,
-            stack: &rec[OFF_STACK..OFF_STACK + stack_len as usize],
+            stack: &rec[self.off_stack..self.off_stack + stack_len as usize],
             stack_truncated: u32_at(OFF_FLAGS) & FLAG_STACK_TRUNCATED != 0,
             strings,
         })
@@ -186,6 +195,7 @@ pub struct Firing<'a> {
     pub tid: u32,
     pub ktime: u64,
     pub cpu: u32,
+    /// Zeros when the plan records no registers.
     pub regs: [u64; NUM_REGS],
     /// The user stack from `sp` up, as much as was readable (empty if none).
     pub stack: &'a [u8],
@@ -212,7 +222,7 @@ mod tests {
 
     #[test]
     fn layout_offsets() {
-        let plan = RecordPlan { stack_bytes: 64, strings: vec![StringCapture { reg: PtReg::Di, max: 5 }, StringCapture { reg: PtReg::Si, max: 16 }] };
+        let plan = RecordPlan { stack_bytes: 64, strings: vec![StringCapture { reg: PtReg::Di, max: 5 }, StringCapture { reg: PtReg::Si, max: 16 }], regs: true };
         let l = RecordLayout::new(&plan).unwrap();
         assert_eq!(OFF_STACK, 208);
         assert_eq!(l.strings, vec![(272, 5), (288, 16)]);
@@ -224,15 +234,15 @@ mod tests {
 
     #[test]
     fn bad_plans() {
-        assert_eq!(RecordLayout::new(&RecordPlan { stack_bytes: 12, strings: vec![] }), Err(PlanError::StackBytes(12)));
-        assert_eq!(RecordLayout::new(&RecordPlan { stack_bytes: 0, strings: vec![StringCapture { reg: PtReg::Di, max: 0 }] }), Err(PlanError::StringMax(0)));
+        assert_eq!(RecordLayout::new(&RecordPlan { stack_bytes: 12, strings: vec![], regs: true }), Err(PlanError::StackBytes(12)));
+        assert_eq!(RecordLayout::new(&RecordPlan { stack_bytes: 0, strings: vec![StringCapture { reg: PtReg::Di, max: 0 }], regs: true }), Err(PlanError::StringMax(0)));
         let many = vec![StringCapture { reg: PtReg::Di, max: 4096 }; 5];
-        assert!(matches!(RecordLayout::new(&RecordPlan { stack_bytes: 16384, strings: many }), Err(PlanError::TooLarge(_))));
+        assert!(matches!(RecordLayout::new(&RecordPlan { stack_bytes: 16384, strings: many, regs: true }), Err(PlanError::TooLarge(_))));
     }
 
     #[test]
     fn parse_round_trip() {
-        let plan = RecordPlan { stack_bytes: 16, strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Si, max: 8 }] };
+        let plan = RecordPlan { stack_bytes: 16, strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Si, max: 8 }], regs: true };
         let l = RecordLayout::new(&plan).unwrap();
         let mut r = vec![0u8; l.size];
         r[0..8].copy_from_slice(&7u64.to_ne_bytes());
@@ -252,5 +262,15 @@ mod tests {
         assert!(f.stack_truncated);
         assert_eq!(f.strings, vec![Some(&b"hi"[..]), None]);
         assert!(matches!(l.parse(&r[1..]), Err(RecordError::Size { .. })));
+    }
+
+    #[test]
+    fn records_without_registers_are_header_only() {
+        let l = RecordLayout::new(&RecordPlan::default()).unwrap();
+        assert_eq!((l.regs, l.size), (false, OFF_REGS));
+        let mut r = vec![0u8; l.size];
+        r[8..16].copy_from_slice(&((5u64 << 32) | 6).to_ne_bytes());
+        let f = l.parse(&r).unwrap();
+        assert_eq!((f.pid, f.tid, f.arg(0)), (5, 6, Some(0)));
     }
 }

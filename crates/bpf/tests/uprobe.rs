@@ -66,7 +66,7 @@ fn check_target_firings(kind: ProgramKind) {
     const N: u64 = 1000;
     let maps = ProbeMaps::create(1 << 20, 64).unwrap();
     maps.traced.insert(&our_tgid(), &1).unwrap();
-    let plan = RecordPlan::default();
+    let plan = RecordPlan { regs: true, ..RecordPlan::default() };
     let layout = RecordLayout::new(&plan).unwrap();
     let prog = load(&plan, &maps, kind);
     let (exe, off) = common::own_function("udtrace_test_target");
@@ -122,7 +122,7 @@ fn untraced_process_records_nothing() {
     let maps = ProbeMaps::create(1 << 16, 64).unwrap();
     // Some other tgid is traced, not ours.
     maps.traced.insert(&1, &1).unwrap();
-    let prog = load(&RecordPlan::default(), &maps, ProgramKind::UprobeMulti);
+    let prog = load(&RecordPlan { regs: true, ..RecordPlan::default() }, &maps, ProgramKind::UprobeMulti);
     let (exe, off) = common::own_function("udtrace_test_target");
     let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7 }], false).unwrap();
     for i in 0..100 {
@@ -140,7 +140,7 @@ fn multi_link_sites_carry_their_cookies() {
     let _g = common::serial();
     let maps = ProbeMaps::create(1 << 16, 64).unwrap();
     maps.traced.insert(&our_tgid(), &1).unwrap();
-    let plan = RecordPlan::default();
+    let plan = RecordPlan { regs: true, ..RecordPlan::default() };
     let layout = RecordLayout::new(&plan).unwrap();
     let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
     let (exe, a) = common::own_function("udtrace_test_multi_a");
@@ -176,7 +176,7 @@ fn strings_and_stack_are_captured() {
     let _g = common::serial();
     let maps = ProbeMaps::create(1 << 16, 64).unwrap();
     maps.traced.insert(&our_tgid(), &1).unwrap();
-    let plan = RecordPlan { stack_bytes: 256, strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Di, max: 64 }] };
+    let plan = RecordPlan { stack_bytes: 256, strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Di, max: 64 }], regs: true };
     let layout = RecordLayout::new(&plan).unwrap();
     let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
     let (exe, off) = common::own_function("udtrace_test_str");
@@ -212,7 +212,7 @@ fn a_full_ring_counts_drops() {
     let page = 4096;
     let maps = ProbeMaps::create(page, 64).unwrap();
     maps.traced.insert(&our_tgid(), &1).unwrap();
-    let plan = RecordPlan::default();
+    let plan = RecordPlan { regs: true, ..RecordPlan::default() };
     let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
     let (exe, off) = common::own_function("udtrace_test_target");
     let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7 }], false).unwrap();
@@ -248,7 +248,7 @@ fn stack_capture_near_the_top_of_a_thread_stack_is_truncated_not_lost() {
     let _g = common::serial();
     let maps = ProbeMaps::create(1 << 18, 64).unwrap();
     maps.traced.insert(&our_tgid(), &1).unwrap();
-    let plan = RecordPlan { stack_bytes: 16384, strings: vec![] };
+    let plan = RecordPlan { stack_bytes: 16384, strings: vec![], regs: true };
     let layout = RecordLayout::new(&plan).unwrap();
     let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
     let (exe, off) = common::own_function("udtrace_test_target");

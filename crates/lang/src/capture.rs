@@ -1,7 +1,7 @@
 //! Capture plans: what a firing must record in the kernel, at the instant it happens,
-//! for a clause to be evaluated later in user space. Registers are always recorded;
-//! the plan adds user stack bytes (for `ustack()`, `ucaller`, stack arguments) and the
-//! strings behind `copyinstr(argN)`. Anything else a clause reads from the process is
+//! for a clause to be evaluated later in user space: the registers when it reads
+//! arguments or registers, user stack bytes (for `ustack()`, `ucaller`, stack
+//! arguments) and the strings behind `copyinstr(argN)`. Anything else a clause reads from the process is
 //! read from the live process when the consumer evaluates it.
 
 use crate::ir::{Action, Builtin, Clause, Expr, ExprKind, Place, Subr};
@@ -19,12 +19,16 @@ pub struct CapturePlan {
     pub stack_bytes: u32,
     /// `copyinstr(argN)`: the argument registers (0..=5) whose strings to copy.
     pub strings: Vec<u8>,
+    /// The registers: arguments, `uregs[]`, stacks. A clause that only counts or reads
+    /// the probe's identity needs none, and its firings cost less to record and read.
+    pub regs: bool,
 }
 
 impl CapturePlan {
     /// The union of two plans: one record layout serves several clauses.
     pub fn merge(&mut self, other: &CapturePlan) {
         self.stack_bytes = self.stack_bytes.max(other.stack_bytes);
+        self.regs |= other.regs;
         for s in &other.strings {
             if !self.strings.contains(s) {
                 self.strings.push(*s);
@@ -42,6 +46,8 @@ pub fn plan(c: &Clause) -> CapturePlan {
     }
     actions(&c.actions, &mut p);
     p.strings.sort_unstable();
+    // Stacks unwind from ip/sp/bp; string captures are matched to their argument.
+    p.regs |= p.stack_bytes > 0 || !p.strings.is_empty();
     p
 }
 
@@ -77,6 +83,9 @@ fn place(pl: &Place, p: &mut CapturePlan) {
 }
 
 fn expr(e: &Expr, p: &mut CapturePlan) {
+    if matches!(e.kind, ExprKind::Builtin(Builtin::Arg(_)) | ExprKind::Args(_) | ExprKind::Uregs(_)) {
+        p.regs = true;
+    }
     match &e.kind {
         ExprKind::Builtin(Builtin::Arg(n)) if *n >= 6 => p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES),
         ExprKind::Builtin(Builtin::Ucaller) => p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES),
@@ -138,7 +147,10 @@ mod tests {
 
     #[test]
     fn plans_follow_what_clauses_read() {
-        assert_eq!(plan_of("BEGIN { x = arg0; }"), CapturePlan::default());
+        assert_eq!(plan_of("BEGIN { x = 1; @ = count(); }"), CapturePlan::default());
+        assert_eq!(plan_of("BEGIN { x = arg0; }"), CapturePlan { regs: true, ..CapturePlan::default() });
+        assert!(plan_of("BEGIN { x = uregs[R_SP]; }").regs);
+        assert!(plan_of("BEGIN { @[ustack()] = count(); }").regs);
         assert_eq!(plan_of("BEGIN { printf(\"%s\", copyinstr(arg1)); }").strings, vec![1]);
         assert_eq!(plan_of("BEGIN /copyinstr(arg0) == \"a\"/ { @[copyinstr(arg2)] = count(); }").strings, vec![0, 2]);
         assert_eq!(plan_of("BEGIN { @[ustack()] = count(); }").stack_bytes, USTACK_BYTES);

@@ -1,5 +1,6 @@
 //! Named integer constants D programs may use without declaring them: signal numbers,
-//! `errno` values and `CLD_*` codes, with Linux x86-64's values (not Solaris's).
+//! `errno` values and `CLD_*` codes, with Linux x86-64's values (not Solaris's), and
+//! the `uregs[]` indices of DTrace's amd64 regs.d (its numbering, which udtrace maps).
 
 /// Looks up a D constant by name.
 pub fn lookup(name: &str) -> Option<i64> {
@@ -103,4 +104,48 @@ const CONSTANTS: &[(&str, i64)] = &[
     ("ECONNREFUSED", 111),
     ("ETIMEDOUT", 110),
     ("EINPROGRESS", 115),
+    // uregs[]: 0..=18 are i386 names (mapped to their 64-bit registers), then the amd64
+    // registers from 19 on, in the kernel's order (R15 first).
+    ("R_GS", 0),
+    ("R_FS", 1),
+    ("R_ES", 2),
+    ("R_DS", 3),
+    ("R_EDI", 4),
+    ("R_ESI", 5),
+    ("R_EBP", 6),
+    ("R_ESP", 7),
+    ("R_EBX", 8),
+    ("R_EDX", 9),
+    ("R_ECX", 10),
+    ("R_EAX", 11),
+    ("R_TRAPNO", 12),
+    ("R_ERR", 13),
+    ("R_EIP", 14),
+    ("R_CS", 15),
+    ("R_EFL", 16),
+    ("R_UESP", 17),
+    ("R_SS", 18),
+    ("R_PC", 14),
+    ("R_SP", 17),
+    ("R_PS", 16),
+    ("R_R0", 11),
+    ("R_R1", 8),
+    ("R_R15", 19),
+    ("R_R14", 20),
+    ("R_R13", 21),
+    ("R_R12", 22),
+    ("R_R11", 23),
+    ("R_R10", 24),
+    ("R_R9", 25),
+    ("R_R8", 26),
+    ("R_RDI", 27),
+    ("R_RSI", 28),
+    ("R_RBP", 29),
+    ("R_RBX", 30),
+    ("R_RDX", 31),
+    ("R_RCX", 32),
+    ("R_RAX", 33),
+    ("R_RIP", 36),
+    ("R_RFL", 38),
+    ("R_RSP", 39),
 ];
