@@ -316,13 +316,14 @@ impl Bpf {
     }
 
     /// Arms the loader hook (`_dl_debug_state` at `offset` in the loader `file`) for
-    /// every process: it stops only traced ones. Once per loader.
-    pub fn arm_hook(&mut self, file: &Path, offset: u64) -> Result<(), Error> {
+    /// every process: it stops only traced ones. Once per loader. `r_state`: the
+    /// distance from the hook to `_r_debug.r_state` (0 if unknown), the site's cookie.
+    pub fn arm_hook(&mut self, file: &Path, offset: u64, r_state: u64) -> Result<(), Error> {
         let Some(hold) = &mut self.hold else { return Ok(()) };
         if hold.links.contains_key(file) {
             return Ok(());
         }
-        let link = attach_multi_pid(&hold.program, file, &[Site { offset, cookie: 0 }], false, 0)
+        let link = attach_multi_pid(&hold.program, file, &[Site { offset, cookie: r_state }], false, 0)
             .map_err(|e| bpf_error("arm the loader hook", &e.to_string(), e.os_error()))?;
         hold.links.insert(file.to_path_buf(), link);
         Ok(())
@@ -355,6 +356,12 @@ impl Bpf {
         Ok(())
     }
 
+    /// Stops counting a process's firings (and stopping it at the loader hook).
+    pub fn untrace(&mut self, pid: i32) {
+        let _ = self.maps.traced.remove(&(pid as u32));
+        self.traced.remove(&pid);
+    }
+
     /// A traced process ended.
     pub fn exit(&mut self, pid: i32) {
         // A process's links stay until it ends: they follow the process (not its
@@ -362,8 +369,7 @@ impl Bpf {
         if let Some(p) = self.procs.remove(&pid) {
             self.closer.close(p.links);
         }
-        let _ = self.maps.traced.remove(&(pid as u32));
-        self.traced.remove(&pid);
+        self.untrace(pid);
     }
 
     /// Removes every loader hook (before the processes are let go).

@@ -13,7 +13,7 @@ use nix::sys::signal::Signal;
 use udtrace_lang::ast::ProbeDesc;
 use udtrace_runtime::{Consumer, Probe};
 use udtrace_target::control::{ControlError, Target};
-use udtrace_target::follow::{Event, Tree};
+use udtrace_target::follow::{Brief, Event, Tree};
 use udtrace_target::procfs::{self, LoadedObject};
 
 use crate::backend::{Bpf, HOLD_SIGNAL};
@@ -22,8 +22,8 @@ use crate::firing::Procs;
 use crate::pidprov::{is_all_processes, PidProbe};
 use crate::probes::Registry;
 
-/// The loader's hook, called after every change to the list of loaded objects.
-const LOADER_HOOK: &str = "_dl_debug_state";
+/// How long a `pid*` process with a new image may be held waiting for its loader.
+const BRIEF_HOLD: std::time::Duration = std::time::Duration::from_millis(100);
 /// auxv: the interpreter's load address.
 const AT_BASE: u64 = 7;
 
@@ -109,8 +109,29 @@ impl AllProcesses {
         Ok(())
     }
 
-    /// Process `pid` exec'd or loaded objects: matches and arms what is new.
+    /// Process `pid` exec'd or loaded objects: matches and arms what is new. A process
+    /// that exec'd an image never seen is held meanwhile (its loader is still mapping
+    /// libraries, unless udtrace was slow to hear of it), and once more at the loader
+    /// hook, so that the image and its libraries are armed before their code runs.
     pub fn look_at(&mut self, pid: i32, w: &mut World<'_>) {
+        let exe = procfs::exe_path(pid).ok().map(|e| procfs::host_path(pid, &e));
+        let unseen = exe.is_some_and(|e| !w.registry.pid.all_files.contains(&(e, true)));
+        let Some(mut brief) = unseen.then(|| Brief::seize(pid)).flatten() else {
+            self.match_new(pid, w);
+            return;
+        };
+        self.match_new(pid, w);
+        if w.bpf.trace_pid(pid).is_ok() {
+            if brief.run_until(hold_signal(), BRIEF_HOLD) {
+                w.bpf.take_hold(pid);
+                self.match_new(pid, w);
+            }
+            w.bpf.untrace(pid);
+        }
+        brief.release();
+    }
+
+    fn match_new(&mut self, pid: i32, w: &mut World<'_>) {
         let objects = mapped(pid);
         let all_files = &mut w.registry.pid.all_files;
         let new: Vec<LoadedObject> =
@@ -259,8 +280,8 @@ fn loader(pid: i32, objects: &[LoadedObject]) -> Option<&LoadedObject> {
 fn arm_hook(pid: i32, objects: &[LoadedObject], bpf: &mut Bpf, registry: &mut Registry) -> Result<(), String> {
     let Some(ld) = loader(pid, objects) else { return Ok(()) };
     let file = procfs::host_path(pid, &ld.path);
-    match registry.pid.function_offset(&file, LOADER_HOOK) {
-        Some(off) => bpf.arm_hook(&file, off),
+    match registry.pid.loader_hook(&file) {
+        Some((off, r_state)) => bpf.arm_hook(&file, off, r_state),
         None => Ok(()),
     }
 }

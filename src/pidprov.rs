@@ -84,11 +84,17 @@ impl PidProvider {
         &self.objects
     }
 
-    /// The file offset of function `name` in `file` (its symbols loaded once).
-    pub fn function_offset(&mut self, file: &PathBuf, name: &str) -> Option<u64> {
+    /// Where the loader hook goes in the dynamic loader `file`: the file offset of
+    /// `_dl_debug_state`, and the distance from it to `_r_debug.r_state` in memory (0 when
+    /// the loader has no `_r_debug`).
+    pub fn loader_hook(&mut self, file: &PathBuf) -> Option<(u64, u64)> {
         let l = self.load(file).ok()?;
-        let addr = l.table.matching(name).first()?.addr;
-        l.file_offset(addr)
+        let addr = l.table.matching("_dl_debug_state").first()?.addr;
+        let r_debug = l.info.symbols.iter().find(|s| s.defined && s.name == "_r_debug").map(|s| s.addr);
+        // struct r_debug { int r_version; struct link_map *r_map; ElfW(Addr) r_brk;
+        // enum r_state; ... }: r_state at 24 on x86-64.
+        let delta = r_debug.map_or(0, |r| (r + 24).wrapping_sub(addr));
+        Some((l.file_offset(addr)?, delta))
     }
 
     fn load(&mut self, file: &PathBuf) -> Result<Rc<ObjectSymbols>, String> {

@@ -297,6 +297,15 @@ fn all_processes_glob() {
     let (mut forker, mut worker) = (Guard(Some(forker)), Guard(Some(worker)));
     assert!(forker.child().wait().expect("forker").success());
     assert!(worker.child().wait().expect("worker2").success());
+    // ... and one whose executable and library no process had mapped: fresh copies,
+    // new files to udtrace, armed while the new process is briefly held.
+    let fresh = TempDir::new("fresh");
+    for f in ["worker2", "libfollow.so"] {
+        std::fs::copy(fixture(f), fresh.0.join(f)).expect("copy fixture");
+    }
+    let mut novel = Guard::spawn(Command::new(fresh.0.join("worker2")).arg("6").stdout(Stdio::null()));
+    let novel_pid = novel.child().id();
+    assert!(novel.child().wait().expect("fresh worker2").success());
     present.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
     assert!(present.child().wait().expect("worker2 wait").success());
     // Their firings are in the ring before the interrupt; udtrace drains it before END.
@@ -322,6 +331,7 @@ fn all_processes_glob() {
     assert_eq!(count_of(present_pid), 5, "process running before udtrace started: {text}");
     assert_eq!(count_of(forker_pid), D, "forker started after udtrace: {text}");
     assert_eq!(count_of(worker_pid), 7, "worker2 started after udtrace: {text}");
+    assert_eq!(count_of(novel_pid), 6, "a never-seen executable and library: {text}");
 }
 
 /// A private temporary directory for one test's files, removed when the test ends.

@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-use crate::insn::{helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, alu64_imm, AluOp, Asm, AsmError, Cond, Insn, Reg, Size};
+use crate::insn::{helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, alu64_imm, alu64_reg, AluOp, Asm, AsmError, Cond, Insn, Reg, Size};
 use crate::maps::{HashMap, MapError, PerCpuArray, RingBuf};
 use crate::record::{self, PlanError, PtReg, RecordLayout, RecordPlan};
 
@@ -42,10 +42,28 @@ impl ProbeMaps {
 /// stop before code of a new object runs (the mark tells that signal apart from one
 /// sent by anyone else). Any other process's id goes to `events`, when given, to have
 /// its new objects matched against `pid*` descriptions.
+///
+/// Only consistent states count: the bpf cookie is the distance from the hook to the
+/// loader's `_r_debug.r_state` (0: unknown, every call counts), and calls announcing
+/// an addition or removal in progress (r_state not RT_CONSISTENT) are let through.
 pub fn hold_program(traced: &HashMap<u32, u32>, holds: &HashMap<u32, u32>, signal: i32, events: Option<&RingBuf>) -> Result<Vec<Insn>, CodegenError> {
     let mut a = Asm::new();
     let out = a.label();
     let untraced = a.label();
+    let checked = a.label();
+    a.push(mov64_reg(Reg::R9, Reg::R1));
+    a.call(helper::GET_ATTACH_COOKIE);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, checked);
+    a.push(ldx(Size::DW, Reg::R3, Reg::R9, PtReg::Ip.offset() as i16));
+    a.push(alu64_reg(AluOp::Add, Reg::R3, Reg::R0));
+    a.push(mov64_reg(Reg::R1, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, -16));
+    a.push(mov64_imm(Reg::R2, 4));
+    a.call(helper::PROBE_READ_USER);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, checked);
+    a.push(ldx(Size::W, Reg::R1, Reg::R10, -16));
+    a.jmp_imm(Cond::Ne, Reg::R1, RT_CONSISTENT, out);
+    a.bind(checked);
     a.call(helper::GET_CURRENT_PID_TGID);
     a.push(mov64_reg(Reg::R6, Reg::R0));
     a.push(stx(Size::W, Reg::R10, -4, Reg::R6)); // the thread id: the low half
@@ -76,6 +94,9 @@ pub fn hold_program(traced: &HashMap<u32, u32>, holds: &HashMap<u32, u32>, signa
     a.exit();
     Ok(a.finish()?)
 }
+
+/// `enum r_state` of the loader's debugger interface: no change in progress.
+const RT_CONSISTENT: i32 = 0;
 
 /// Writes the 4-byte process id stored at `fp + slot` to `ring` as one 8-byte event.
 fn emit_pid_event(a: &mut Asm, ring: &RingBuf, slot: i16) {

@@ -358,3 +358,91 @@ impl Drop for Tree {
         }
     }
 }
+
+/// A process held for a moment without following it (a `pid*` process that exec'd an
+/// image udtrace has not seen): seized and stopped, then let go with [`Brief::release`]
+/// (or on drop). Its stops are ptrace stops, invisible to its parent.
+pub struct Brief {
+    pid: Pid,
+    held: bool,
+}
+
+impl Brief {
+    /// Seizes `pid` (single-threaded: it has just exec'd) and waits for it to stop.
+    pub fn seize(pid: i32) -> Option<Brief> {
+        let p = Pid::from_raw(pid);
+        ptrace::seize(p, Options::empty()).ok()?;
+        let mut b = Brief { pid: p, held: false };
+        if ptrace::interrupt(p).is_err() {
+            return None;
+        }
+        b.held = true;
+        b.held = b.wait_stop(Duration::from_secs(1)).is_some();
+        b.held.then_some(b)
+    }
+
+    /// Waits for the next stop: `Some(sig)` for a signal-delivery stop (the signal is
+    /// taken away), `Some(None)` for any other stop; `None` if it exited or the time
+    /// passed.
+    fn wait_stop(&mut self, limit: Duration) -> Option<Option<Signal>> {
+        let deadline = Instant::now() + limit;
+        loop {
+            match waitpid(self.pid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
+                Ok(WaitStatus::Stopped(_, sig)) => return Some(Some(sig)),
+                Ok(WaitStatus::PtraceEvent(..)) => return Some(None),
+                Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => {
+                    self.held = false;
+                    return None;
+                }
+                Ok(_) => return Some(None),
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// Lets it run until it takes `sig` (which it then does not get) and stops there, or
+    /// until `limit` passes (then it is stopped again). Other signals are delivered.
+    /// False if it exited.
+    pub fn run_until(&mut self, sig: Signal, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let _ = ptrace::cont(self.pid, None);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.wait_stop(left) {
+                Some(Some(s)) if s == sig => return true,
+                Some(Some(s)) => {
+                    let _ = ptrace::cont(self.pid, s);
+                }
+                Some(None) => {
+                    let _ = ptrace::cont(self.pid, None);
+                }
+                None if !self.held => return false,
+                None => {
+                    // Out of time: stop it again, to be let go like any other.
+                    let _ = ptrace::interrupt(self.pid);
+                    return self.wait_stop(Duration::from_secs(1)).is_some();
+                }
+            }
+        }
+    }
+
+    pub fn release(mut self) {
+        self.detach();
+    }
+
+    fn detach(&mut self) {
+        if std::mem::take(&mut self.held) {
+            let _ = ptrace::detach(self.pid, None);
+        }
+    }
+}
+
+impl Drop for Brief {
+    fn drop(&mut self) {
+        self.detach();
+    }
+}
