@@ -235,10 +235,11 @@ pub fn run(cli: Cli) -> i32 {
     }
 }
 
-/// Arms the enabled pid probes, if any, and starts tracing their processes; `-c`/`-p`
-/// processes with pid descriptions are adopted by a follower (held until released).
+/// The backend, the follower of `-c`/`-p` trees and the watcher of `pid*` processes.
 type Armed = (Option<Bpf>, Option<Follower>, Option<AllProcesses>);
 
+/// Arms the enabled pid probes, if any, and starts tracing their processes; `-c`/`-p`
+/// processes with pid descriptions are adopted by a follower (held until released).
 fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<Armed, String> {
     let mut follower = Follower::new(c, &targets.pids());
     let all = AllProcesses::new(c);
