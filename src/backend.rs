@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use udtrace_bpf::codegen::{exec_program, hold_program, uprobe_program, uprobe_program_for, ProbeMaps};
+use udtrace_bpf::codegen::{exec_program, hold_program, uprobe_program, uprobe_program_for, Filter, ProbeMaps};
 use udtrace_bpf::maps::RingBuf;
 use udtrace_bpf::tracepoint::{self, TracepointLink};
 use udtrace_bpf::prog::{Program, ProgramKind};
@@ -188,7 +188,7 @@ impl Bpf {
         let program = Program::load(ProgramKind::UprobeMulti, "udtrace_pid", &insns)
             .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))?;
         let all = if all {
-            let insns = uprobe_program_for(&rplan, &maps, false).map_err(|e| format!("cannot generate the uprobe program: {e}"))?;
+            let insns = uprobe_program_for(&rplan, &maps, Filter::AllBut(std::process::id())).map_err(|e| format!("cannot generate the uprobe program: {e}"))?;
             let program = Program::load(ProgramKind::UprobeMulti, "udtrace_pidall", &insns)
                 .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))?;
             let events = RingBuf::create("udtrace_events", 256 << 10).map_err(maps_err)?;

@@ -134,12 +134,21 @@ const RB_NO_WAKEUP: i32 = 1;
 const RB_FORCE_WAKEUP: i32 = 2;
 
 pub fn uprobe_program(plan: &RecordPlan, maps: &ProbeMaps) -> Result<Vec<Insn>, CodegenError> {
-    uprobe_program_for(plan, maps, true)
+    uprobe_program_for(plan, maps, Filter::Traced)
 }
 
-/// As [`uprobe_program`]; `filtered: false` records firings of every process (the
-/// `pid*` probes, which mean all of them).
-pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filtered: bool) -> Result<Vec<Insn>, CodegenError> {
+/// Whose firings a uprobe program records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    /// Processes in the traced map.
+    Traced,
+    /// Every process but this one (the `pid*` probes; the tracer itself is left out,
+    /// or its own work on each record would fire the probes again, without end).
+    AllBut(u32),
+}
+
+/// As [`uprobe_program`], for the processes `filter` names.
+pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter) -> Result<Vec<Insn>, CodegenError> {
     let layout = RecordLayout::new(plan)?;
     if layout.size + 8 > maps.ring.size() {
         return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring.size() });
@@ -153,16 +162,21 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filtered: bool) -
     a.call(helper::GET_CURRENT_PID_TGID);
     a.push(mov64_reg(Reg::R7, Reg::R0));
 
-    if filtered {
-        // Drop firings of processes that are not traced.
-        a.push(mov64_reg(Reg::R1, Reg::R7));
-        a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
-        a.push(stx(Size::W, Reg::R10, -4, Reg::R1));
-        a.push_wide(ld_map_fd(Reg::R1, maps.traced.raw_fd()));
-        a.push(mov64_reg(Reg::R2, Reg::R10));
-        a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
-        a.call(helper::MAP_LOOKUP_ELEM);
-        a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+    a.push(mov64_reg(Reg::R1, Reg::R7));
+    a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
+    match filter {
+        Filter::Traced => {
+            // Drop firings of processes that are not traced.
+            a.push(stx(Size::W, Reg::R10, -4, Reg::R1));
+            a.push_wide(ld_map_fd(Reg::R1, maps.traced.raw_fd()));
+            a.push(mov64_reg(Reg::R2, Reg::R10));
+            a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
+            a.call(helper::MAP_LOOKUP_ELEM);
+            a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+        }
+        Filter::AllBut(pid) => {
+            a.jmp_imm(Cond::Eq, Reg::R1, pid as i32, out);
+        }
     }
 
     a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
