@@ -5,92 +5,13 @@
 //! headers: forker.c, worker2.c, dlopener.c, jobctl.c).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-fn fixture(name: &str) -> String {
-    PathBuf::from(env!("UDTRACE_FIXTURES")).join(name).display().to_string()
-}
+mod util;
 
-/// Kills and reaps a spawned process when the test ends, even on failure.
-struct Guard(Option<Child>);
-
-impl Guard {
-    fn spawn(c: &mut Command) -> Guard {
-        Guard(Some(c.spawn().expect("spawn")))
-    }
-    fn child(&mut self) -> &mut Child {
-        self.0.as_mut().expect("child")
-    }
-    fn take(&mut self) -> Child {
-        self.0.take().expect("child")
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Waits (up to 10 s) until `pid` has a file whose name contains `name` mapped.
-fn wait_mapped(pid: u32, name: &str) {
-    for _ in 0..1000 {
-        if std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(name)) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("pid {pid} never mapped {name}");
-}
-
-fn udtrace_cmd(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_udtrace"));
-    c.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    c
-}
-
-/// Kills `pid` after 60 s: no test may hang.
-fn kill_after_deadline(pid: u32) {
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(60));
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-    });
-}
-
-/// Runs udtrace to completion (killed after 60 s); None when the kernel refuses BPF.
-fn udtrace(args: &[&str]) -> Option<Output> {
-    let mut g = Guard::spawn(&mut udtrace_cmd(args));
-    kill_after_deadline(g.child().id());
-    let out = g.take().wait_with_output().expect("udtrace finishes");
-    bpf_gate(&out)?;
-    Some(out)
-}
-
-/// Tests that need BPF skip only where the kernel refuses it, and never when
-/// UDTRACE_REQUIRE_BPF=1 (CI), where a refusal fails the test.
-fn bpf_gate(out: &Output) -> Option<()> {
-    let err = String::from_utf8_lossy(&out.stderr);
-    if err.contains("the kernel refused BPF") {
-        assert_ne!(std::env::var("UDTRACE_REQUIRE_BPF").as_deref(), Ok("1"), "BPF refused under UDTRACE_REQUIRE_BPF=1: {err}");
-        println!("skipped: the kernel refuses BPF here: {err}");
-        return None;
-    }
-    Some(())
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use util::{bpf_gate, fixture, kill_after_deadline, stderr, stdout, traced as udtrace, udtrace_cmd, wait_mapped, Guard, TempDir};
 
 /// The value printed by `printa("LABEL %@d\n", @x)`: the number after the word LABEL
 /// (anywhere on a line, since without -q it follows END's record prefix); 0 when absent
@@ -301,11 +222,11 @@ fn all_processes_glob() {
     // new files to udtrace, armed while the new process is briefly held.
     let fresh = TempDir::new("fresh");
     for f in ["worker2", "libfollow.so"] {
-        std::fs::copy(fixture(f), fresh.0.join(f)).expect("copy fixture");
+        std::fs::copy(fixture(f), fresh.path().join(f)).expect("copy fixture");
     }
     // Nobody holds it before udtrace hears of its exec: it runs niced so that the busy
     // test machine does not keep udtrace from the CPU longer than its loader runs.
-    let mut novel = Guard::spawn(Command::new("nice").args(["-n", "19"]).arg(fresh.0.join("worker2")).arg("6").stdout(Stdio::null()));
+    let mut novel = Guard::spawn(Command::new("nice").args(["-n", "19"]).arg(fresh.path().join("worker2")).arg("6").stdout(Stdio::null()));
     let novel_pid = novel.child().id();
     assert!(novel.child().wait().expect("fresh worker2").success());
     present.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
@@ -334,24 +255,6 @@ fn all_processes_glob() {
     assert_eq!(count_of(forker_pid), D, "forker started after udtrace: {text}");
     assert_eq!(count_of(worker_pid), 7, "worker2 started after udtrace: {text}");
     assert_eq!(count_of(novel_pid), 6, "a never-seen executable and library: {text}");
-}
-
-/// A private temporary directory for one test's files, removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("udtrace-follow-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("temp dir");
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Lines sorted: concurrent processes' lines may interleave in any order.
@@ -385,7 +288,7 @@ const TARGET_COUNT: &str = "pid$target::target:entry { @t = count(); } END { pri
 #[test]
 fn shell_under_c_behaves_as_untraced() {
     let tmp = TempDir::new("shell");
-    let dir = &tmp.0;
+    let dir = tmp.path();
     // A background job and a foreground one, then a distinctive exit status.
     let script = dir.join("jobs.sh");
     std::fs::write(
@@ -413,7 +316,7 @@ fn shell_under_c_behaves_as_untraced() {
 #[test]
 fn job_control_of_traced_children_passes_through() {
     let tmp = TempDir::new("jobs");
-    let dir = &tmp.0;
+    let dir = tmp.path();
     // A shell stopping and continuing a background job.
     let script = dir.join("stop.sh");
     std::fs::write(&script, "sleep 0.2 & kill -STOP $!; sleep 0.1; kill -CONT $!; wait $!; echo status=$?\n").expect("write script");

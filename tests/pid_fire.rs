@@ -2,84 +2,12 @@
 //! with exact counts, arguments, return values, strings, stacks and threads.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn fixture(name: &str) -> String {
-    PathBuf::from(env!("UDTRACE_FIXTURES")).join(name).display().to_string()
-}
+mod util;
 
-/// Kills and reaps a spawned process when the test ends, even on failure.
-struct Guard(Option<Child>);
-
-impl Guard {
-    fn spawn(c: &mut Command) -> Guard {
-        Guard(Some(c.spawn().expect("spawn")))
-    }
-    fn child(&mut self) -> &mut Child {
-        self.0.as_mut().expect("child")
-    }
-    fn take(&mut self) -> Child {
-        self.0.take().expect("child")
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Waits (up to 10 s) until `pid` has a file whose name contains `name` mapped: a
-/// process grabbed right after it was spawned may not have run its loader yet.
-fn wait_mapped(pid: &str, name: &str) {
-    for _ in 0..1000 {
-        if std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(name)) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    panic!("pid {pid} never mapped {name}");
-}
-
-fn udtrace_cmd(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_udtrace"));
-    c.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    c
-}
-
-/// Runs udtrace to completion (killed after 60 s: no test may hang).
-fn udtrace(args: &[&str]) -> Option<Output> {
-    let mut g = Guard::spawn(&mut udtrace_cmd(args));
-    let pid = g.child().id();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(60));
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-    });
-    let out = g.take().wait_with_output().expect("udtrace finishes");
-    bpf_gate(&out)?;
-    Some(out)
-}
-
-/// Tests that need BPF skip only where the kernel refuses it, and never when
-/// UDTRACE_REQUIRE_BPF=1 (CI), where a refusal fails the test.
-fn bpf_gate(out: &Output) -> Option<()> {
-    let err = String::from_utf8_lossy(&out.stderr);
-    if err.contains("the kernel refused BPF") {
-        assert_ne!(std::env::var("UDTRACE_REQUIRE_BPF").as_deref(), Ok("1"), "BPF refused under UDTRACE_REQUIRE_BPF=1: {err}");
-        println!("skipped: the kernel refuses BPF here: {err}");
-        return None;
-    }
-    Some(())
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use util::{bpf_gate, fixture, stdout, traced as udtrace, udtrace_cmd, wait_mapped, Guard};
 
 /// The lines of printed aggregation entries, split in whitespace-separated fields.
 fn agg_rows(text: &str) -> Vec<Vec<String>> {

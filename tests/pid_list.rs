@@ -2,16 +2,11 @@
 //! names, sites against objdump, and the pid provider's errors.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("UDTRACE_FIXTURES"))
-}
+mod util;
 
-fn fixture(name: &str) -> String {
-    fixtures().join(name).display().to_string()
-}
+use util::{fixture, wait_mapped};
 
 /// Kills and reaps a spawned process when the test ends, even on failure.
 struct Guard(Child);
@@ -21,18 +16,6 @@ impl Drop for Guard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// Waits (up to 10 s) until `pid` has a file whose name contains `name` mapped: a
-/// process grabbed right after it was spawned may not have run its loader yet.
-fn wait_mapped(pid: &str, name: &str) {
-    for _ in 0..1000 {
-        if std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(name)) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    panic!("pid {pid} never mapped {name}");
 }
 
 fn udtrace(args: &[&str]) -> Output {

@@ -123,3 +123,90 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+// Live processes: fixtures, guards, and udtrace runs that need BPF.
+
+/// A C fixture built by build.rs (tests/fixtures/).
+pub fn fixture(name: &str) -> String {
+    PathBuf::from(env!("UDTRACE_FIXTURES")).join(name).display().to_string()
+}
+
+/// Kills and reaps a spawned process when the test ends, even on failure.
+pub struct Guard(pub Option<Child>);
+
+impl Guard {
+    pub fn spawn(c: &mut Command) -> Guard {
+        Guard(Some(c.spawn().expect("spawn")))
+    }
+    pub fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("child")
+    }
+    pub fn take(&mut self) -> Child {
+        self.0.take().expect("child")
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Waits (up to 10 s) until `pid` has a file whose name contains `name` mapped: a
+/// process grabbed right after it was spawned may not have run its loader yet.
+pub fn wait_mapped(pid: impl std::fmt::Display, name: &str) {
+    for _ in 0..1000 {
+        if std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(name)) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("pid {pid} never mapped {name}");
+}
+
+/// A udtrace command with stdout and stderr piped and no stdin.
+pub fn udtrace_cmd(args: &[&str]) -> Command {
+    let mut c = udtrace(args);
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+/// Kills `pid` after 60 s: no test may hang.
+pub fn kill_after_deadline(pid: u32) {
+    thread::spawn(move || {
+        thread::sleep(Duration::from_secs(60));
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    });
+}
+
+/// Runs udtrace to completion (killed after 60 s); None when the kernel refuses BPF.
+pub fn traced(args: &[&str]) -> Option<std::process::Output> {
+    let mut g = Guard::spawn(&mut udtrace_cmd(args));
+    kill_after_deadline(g.child().id());
+    let out = g.take().wait_with_output().expect("udtrace finishes");
+    bpf_gate(&out)?;
+    Some(out)
+}
+
+/// Tests that need BPF skip only where the kernel refuses it, and never when
+/// UDTRACE_REQUIRE_BPF=1 (CI), where a refusal fails the test.
+pub fn bpf_gate(out: &std::process::Output) -> Option<()> {
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("the kernel refused BPF") {
+        assert_ne!(std::env::var("UDTRACE_REQUIRE_BPF").as_deref(), Ok("1"), "BPF refused under UDTRACE_REQUIRE_BPF=1: {err}");
+        println!("skipped: the kernel refuses BPF here: {err}");
+        return None;
+    }
+    Some(())
+}
+
+pub fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
