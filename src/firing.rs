@@ -79,13 +79,12 @@ impl Procs {
         self.procs.entry(pid).or_insert_with(|| read_info(pid))
     }
 
-    /// Reads (again) what udtrace needs of a live process: name, ids and mapped objects.
-    /// Called while it is held, so that firings consumed after it exits are right.
-    pub fn remember(&mut self, pid: u32) {
+    /// Reads (again) what udtrace needs of a live process, its name and ids, and keeps
+    /// `mapped`, the objects it has mapped now. Called while it is held, so that firings
+    /// consumed after it exits are right.
+    pub fn remember(&mut self, pid: u32, mapped: Vec<LoadedObject>) {
         let mut info = read_info(pid);
-        let exe = procfs::exe_path(pid as i32).unwrap_or_default();
-        let maps = procfs::read_maps(pid as i32).unwrap_or_default();
-        info.mapped = Some(Rc::new(procfs::loaded_objects(&maps, &exe)));
+        info.mapped = Some(Rc::new(mapped));
         self.procs.insert(pid, info);
     }
 
@@ -126,11 +125,7 @@ impl Procs {
         }
         let mapped = match &self.info(pid).mapped {
             Some(m) => Rc::clone(m),
-            None => {
-                let exe = procfs::exe_path(pid as i32).unwrap_or_default();
-                let maps = procfs::read_maps(pid as i32).unwrap_or_default();
-                Rc::new(procfs::loaded_objects(&maps, &exe))
-            }
+            None => Rc::new(procfs::objects_of(pid as i32).unwrap_or_default()),
         };
         let mut unwinder = Unwinder::default();
         let mut objects = Vec::new();

@@ -136,8 +136,8 @@ impl AllProcesses {
         let all_files = &mut w.registry.pid.all_files;
         let new: Vec<LoadedObject> =
             objects.iter().filter(|o| !o.is_vdso && all_files.insert((procfs::host_path(pid, &o.path), o.is_main))).cloned().collect();
-        w.procs.borrow_mut().remember(pid as u32);
         if new.is_empty() {
+            w.procs.borrow_mut().remember(pid as u32, objects);
             return;
         }
         let found = self.rematcher.probes_in(0, pid, &new, w.registry, w.consumer);
@@ -150,6 +150,7 @@ impl AllProcesses {
         if let Err(e) = arm_hook(pid, &objects, w.bpf, w.registry) {
             warn!("udtrace: pid {pid}: {e}");
         }
+        w.procs.borrow_mut().remember(pid as u32, objects);
     }
 }
 
@@ -216,13 +217,13 @@ impl Follower {
                 if let Err(e) = arm_hook(pid, &objects, w.bpf, w.registry) {
                     warn!("udtrace: pid {pid}: {e}");
                 }
-                w.procs.borrow_mut().remember(pid as u32);
+                w.procs.borrow_mut().remember(pid as u32, objects);
                 self.tree.resume(pid, None);
             }
             Event::Hold { pid, tid } => {
                 if w.bpf.take_hold(tid) {
-                    self.discover(pid, w);
-                    w.procs.borrow_mut().remember(pid as u32);
+                    let objects = self.discover(pid, w);
+                    w.procs.borrow_mut().remember(pid as u32, objects);
                     self.tree.resume(tid, None);
                 } else {
                     self.tree.resume(tid, Some(hold_signal()));
@@ -236,13 +237,14 @@ impl Follower {
     }
 
     /// Matches the descriptions against the objects `pid` has mapped since last time,
-    /// enables clauses on the probes found and arms them. Returns the new objects.
+    /// enables clauses on the probes found and arms them. Returns every object mapped.
     fn discover(&mut self, pid: i32, w: &mut World<'_>) -> Vec<LoadedObject> {
-        let Some(root) = self.tree.root_of(pid) else { return Vec::new() };
+        let objects = mapped(pid);
+        let Some(root) = self.tree.root_of(pid) else { return objects };
         let seen = self.seen.entry(pid).or_default();
-        let new: Vec<LoadedObject> = mapped(pid).into_iter().filter(|o| !o.is_vdso && seen.insert(o.path.clone())).collect();
+        let new: Vec<LoadedObject> = objects.iter().filter(|o| !o.is_vdso && seen.insert(o.path.clone())).cloned().collect();
         if new.is_empty() {
-            return new;
+            return objects;
         }
         let found = self.rematcher.probes_in(root, pid, &new, w.registry, w.consumer);
         if !found.is_empty() {
@@ -251,7 +253,7 @@ impl Follower {
             }
             w.procs.borrow_mut().share(w.registry.pid.objects());
         }
-        new
+        objects
     }
 
     /// Lets every followed process go on untraced: the loader hooks are removed first,
@@ -263,9 +265,7 @@ impl Follower {
 }
 
 fn mapped(pid: i32) -> Vec<LoadedObject> {
-    let exe = procfs::exe_path(pid).unwrap_or_default();
-    let maps = procfs::read_maps(pid).unwrap_or_default();
-    procfs::loaded_objects(&maps, &exe)
+    procfs::objects_of(pid).unwrap_or_default()
 }
 
 /// `pid`'s dynamic loader: the object at AT_BASE (statically linked programs have none).

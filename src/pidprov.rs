@@ -110,9 +110,7 @@ impl PidProvider {
     /// `Ok(None)`: the description is not for the pid provider.
     pub fn matching(&mut self, d: &ProbeDesc, next_id: &mut u32) -> Result<Option<Vec<Rc<Probe>>>, String> {
         let Some(pid) = provider_pid(&d.provider)? else { return Ok(None) };
-        let exe = procfs::exe_path(pid).map_err(|_| format!("failed to grab process {pid}"))?;
-        let maps = procfs::read_maps(pid).map_err(|_| format!("failed to grab process {pid}"))?;
-        let objects = procfs::loaded_objects(&maps, &exe);
+        let objects = procfs::objects_of(pid).map_err(|_| format!("failed to grab process {pid}"))?;
         if d.function == "-" {
             let name = if d.name.is_empty() { "*" } else { d.name.as_str() };
             return self.absolute(pid, &d.module, name, &objects, next_id).map(Some);
@@ -130,8 +128,8 @@ impl PidProvider {
             if pid == me {
                 continue;
             }
-            let (Ok(exe), Ok(maps)) = (procfs::exe_path(pid), procfs::read_maps(pid)) else { continue };
-            for obj in procfs::loaded_objects(&maps, &exe).into_iter().filter(|o| !o.is_vdso) {
+            let Ok(objects) = procfs::objects_of(pid) else { continue };
+            for obj in objects.into_iter().filter(|o| !o.is_vdso) {
                 let key = (procfs::host_path(pid, &obj.path), obj.is_main);
                 if done.insert(key.clone()) {
                     self.all_files.insert(key);

@@ -31,6 +31,7 @@ use std::collections::HashSet;
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_target::control::Target;
+use udtrace_target::procfs;
 
 pub const EXIT_FAILURE: i32 = 1;
 
@@ -365,7 +366,7 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
     // are consumed.
     let procs = RefCell::new(Procs::new(wall_offset(), w.registry.pid.objects().clone()));
     for t in &targets.list {
-        procs.borrow_mut().remember(t.pid as u32);
+        procs.borrow_mut().remember(t.pid as u32, procfs::objects_of(t.pid).unwrap_or_default());
     }
     if let Some(s) = fire(&mut consumer, probes::BEGIN, me.cpu(), out)? {
         status = s;

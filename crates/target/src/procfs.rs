@@ -111,6 +111,11 @@ pub fn read_maps(pid: i32) -> io::Result<Vec<Mapping>> {
     Ok(parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?))
 }
 
+/// The objects a live process has mapped now.
+pub fn objects_of(pid: i32) -> io::Result<Vec<LoadedObject>> {
+    Ok(loaded_objects(&read_maps(pid)?, &exe_path(pid)?))
+}
+
 /// The executable's path as maps shows it.
 pub fn exe_path(pid: i32) -> io::Result<String> {
     let p = std::fs::read_link(format!("/proc/{pid}/exe"))?;
