@@ -228,6 +228,21 @@ impl Bpf {
         })
     }
 
+    /// The cookie of probe `p`'s site at `file_off` (`offset` in its function), with `p`
+    /// among the probes it fires; `all`: in the program of `pid*` probes.
+    fn site_cookie(&mut self, p: &PidProbe, offset: u64, file_off: u64, all: bool) -> u64 {
+        let next = self.cookies.len() as u64;
+        let cookie = *self.cookie_of.entry((p.file.clone(), file_off, all)).or_insert(next);
+        if cookie == next {
+            self.cookies.push(Vec::new());
+        }
+        let targets = &mut self.cookies[cookie as usize];
+        if !targets.iter().any(|t| t.probe_id == p.probe.id) {
+            targets.push(SiteTarget { probe_id: p.probe.id, pid: if all { 0 } else { p.pid }, kind: p.kind, offset });
+        }
+        cookie
+    }
+
     /// Arms every site of `probes` for process `pid` (sites already armed there are
     /// left as they are). Each probe's `pid` is the process whose probe it is.
     pub fn arm(&mut self, pid: i32, probes: &[&PidProbe]) -> Result<(), Error> {
@@ -235,15 +250,7 @@ impl Bpf {
         for p in probes {
             // Unprobeable sites were set aside when the probe was made.
             for &(offset, file_off) in &p.sites {
-                let next = self.cookies.len() as u64;
-                let cookie = *self.cookie_of.entry((p.file.clone(), file_off, false)).or_insert(next);
-                if cookie == next {
-                    self.cookies.push(Vec::new());
-                }
-                let targets = &mut self.cookies[cookie as usize];
-                if !targets.iter().any(|t| t.probe_id == p.probe.id) {
-                    targets.push(SiteTarget { probe_id: p.probe.id, pid: p.pid, kind: p.kind, offset });
-                }
+                let cookie = self.site_cookie(p, offset, file_off, false);
                 let list = new.entry(p.file.clone()).or_default();
                 if !list.iter().any(|s| s.offset == file_off) {
                     list.push(Site { offset: file_off, cookie });
@@ -267,27 +274,26 @@ impl Bpf {
 
     /// Arms `pid*` probes for every process (each site once).
     pub fn arm_all(&mut self, probes: &[&PidProbe]) -> Result<(), Error> {
-        let Some(all) = &mut self.all else { return Ok(()) };
+        if self.all.is_none() {
+            return Ok(());
+        }
         let mut new: BTreeMap<PathBuf, Vec<Site>> = BTreeMap::new();
         for p in probes {
             for &(offset, file_off) in &p.sites {
-                let next = self.cookies.len() as u64;
-                let cookie = *self.cookie_of.entry((p.file.clone(), file_off, true)).or_insert(next);
-                if cookie == next {
-                    self.cookies.push(Vec::new());
-                }
-                let targets = &mut self.cookies[cookie as usize];
-                if !targets.iter().any(|t| t.probe_id == p.probe.id) {
-                    targets.push(SiteTarget { probe_id: p.probe.id, pid: 0, kind: p.kind, offset });
-                }
-                let armed = all.links.sites.get(&p.file).is_some_and(|a| a.iter().any(|s| s.offset == file_off));
+                let cookie = self.site_cookie(p, offset, file_off, true);
                 let list = new.entry(p.file.clone()).or_default();
-                if !armed && !list.iter().any(|s| s.offset == file_off) {
+                if !list.iter().any(|s| s.offset == file_off) {
                     list.push(Site { offset: file_off, cookie });
                 }
             }
         }
-        for (file, mut sites) in new.into_iter().filter(|(_, s)| !s.is_empty()) {
+        let Some(all) = &mut self.all else { return Ok(()) };
+        for (file, mut sites) in new {
+            let armed = all.links.sites.get(&file);
+            sites.retain(|s| !armed.is_some_and(|a| a.iter().any(|o| o.offset == s.offset)));
+            if sites.is_empty() {
+                continue;
+            }
             sites.sort_by_key(|s| s.offset);
             attach_file(&all.program, &file, 0, &sites, &mut all.links.links, &mut self.refused)?;
             all.links.sites.entry(file).or_default().extend(sites);

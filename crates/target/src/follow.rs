@@ -57,18 +57,13 @@ struct Task {
     state: State,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Proc {
-    root: i32,
-}
-
 #[derive(Debug)]
 pub struct Tree {
     follow: bool,
     hold_signal: Signal,
     tasks: HashMap<i32, Task>,
     /// Live processes.
-    procs: HashMap<i32, Proc>,
+    procs: HashSet<i32>,
     /// Every process ever followed → its parent in the tree and its root (kept after
     /// it exits: its last firings may still be waiting to be consumed).
     parents: HashMap<i32, (Option<i32>, i32)>,
@@ -89,7 +84,7 @@ impl Tree {
             follow,
             hold_signal,
             tasks: HashMap::new(),
-            procs: HashMap::new(),
+            procs: HashSet::new(),
             parents: HashMap::new(),
             early: HashSet::new(),
         }
@@ -112,7 +107,7 @@ impl Tree {
                 .map_err(|e| ControlError::Control { pid, reason: e.desc().to_string() })?;
             self.tasks.insert(tid, Task { tgid: pid, state: State::Held });
         }
-        self.procs.insert(pid, Proc { root: pid });
+        self.procs.insert(pid);
         self.parents.insert(pid, (None, pid));
         Ok(())
     }
@@ -127,7 +122,7 @@ impl Tree {
 
     /// Live followed processes.
     pub fn pids(&self) -> impl Iterator<Item = i32> + '_ {
-        self.procs.keys().copied()
+        self.procs.iter().copied()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -225,8 +220,8 @@ impl Tree {
         if thread {
             self.tasks.insert(new, Task { tgid, state: State::Starting { release: true } });
         } else if self.follow {
-            let root = self.procs.get(&tgid).map_or(tgid, |p| p.root);
-            self.procs.insert(new, Proc { root });
+            let root = self.root_of(tgid).unwrap_or(tgid);
+            self.procs.insert(new);
             self.parents.insert(new, (Some(tgid), root));
             self.tasks.insert(new, Task { tgid: new, state: State::Starting { release: false } });
             out.push(Event::Forked { parent: tgid, child: new });
@@ -284,7 +279,7 @@ impl Tree {
         let Some(t) = self.tasks.remove(&tid) else { return };
         if t.tgid == tid {
             self.tasks.retain(|_, o| o.tgid != tid);
-            if self.procs.remove(&tid).is_some() {
+            if self.procs.remove(&tid) {
                 out.push(Event::Exited { pid: tid, status });
             }
         }
