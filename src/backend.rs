@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use udtrace_bpf::codegen::{exec_program, hold_program, uprobe_program, uprobe_program_for, Filter, ProbeMaps};
+use udtrace_bpf::btf::Btf;
 use udtrace_bpf::maps::RingBuf;
+use udtrace_bpf::proc::{proc_program, AttachPoints, Hook, ProcLayout, ProcPlan, SyscallField, TaskOffsets};
 use udtrace_bpf::tracepoint::{self, TracepointLink};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::record::{PtReg, RecordLayout, RecordPlan, StringCapture};
@@ -57,7 +59,20 @@ pub struct Bpf {
     pub refused: Vec<(PathBuf, u64)>,
     /// The argument register (0..=5) behind each string slot of a record, in slot order.
     pub string_args: Vec<u8>,
+    /// The proc provider's programs, by hook.
+    proc: HashMap<Hook, ProcHook>,
     closer: Closer,
+}
+
+/// One proc hook: the layout of its records and its attachments.
+struct ProcHook {
+    layout: ProcLayout,
+    _links: Vec<ProcLink>,
+}
+
+enum ProcLink {
+    Raw(#[allow(dead_code)] tracepoint::RawTracepointLink),
+    Syscall(#[allow(dead_code)] TracepointLink),
 }
 
 /// The program on the dynamic loader's debug hook, the map of threads it signalled,
@@ -224,8 +239,52 @@ impl Bpf {
             procs: HashMap::new(),
             refused: Vec::new(),
             string_args: plan.strings.clone(),
+            proc: HashMap::new(),
             closer: Closer::new(),
         })
+    }
+
+    /// Loads and attaches the proc provider's program for each hook, recording what
+    /// `plan` asks; task data is read at offsets from the running kernel's BTF.
+    pub fn enable_proc(&mut self, hooks: &[(Hook, ProcPlan)]) -> Result<(), Error> {
+        if hooks.is_empty() {
+            return Ok(());
+        }
+        let btf = Btf::vmlinux().map_err(|e| format!("{e}\nudtrace: the proc provider needs a kernel with BTF (CONFIG_DEBUG_INFO_BTF)"))?;
+        let offsets = TaskOffsets::from_btf(&btf).map_err(|e| format!("cannot use the kernel's task data: {e}"))?;
+        for &(hook, plan) in hooks {
+            let layout = ProcLayout::new(hook, &plan);
+            let gen_err = |e: udtrace_bpf::codegen::CodegenError| format!("cannot generate the proc program: {e}");
+            let load_err = |e: udtrace_bpf::prog::LoadError| bpf_error("load the proc program", &e.to_string(), Some(e.os_error()));
+            let mut links = Vec::new();
+            match hook.attach_points() {
+                AttachPoints::Raw(name) => {
+                    let insns = proc_program(&layout, &offsets, &self.maps, None).map_err(gen_err)?;
+                    let prog = Program::load(ProgramKind::RawTracepoint, "udtrace_proc", &insns).map_err(load_err)?;
+                    let link = tracepoint::attach_raw(&prog, name).map_err(|e| format!("failed to enable proc probes on {name}: {e}"))?;
+                    links.push(ProcLink::Raw(link));
+                }
+                AttachPoints::Syscalls(names, field) => {
+                    for name in names {
+                        let fmt = tracepoint::format("syscalls", name).map_err(|e| format!("failed to enable proc probes: {e}"))?;
+                        let Some(f) = fmt.field(field) else {
+                            return Err(format!("failed to enable proc probes: syscalls:{name} has no field {field}"));
+                        };
+                        let insns = proc_program(&layout, &offsets, &self.maps, Some(SyscallField { offset: f.offset as i16 })).map_err(gen_err)?;
+                        let prog = Program::load(ProgramKind::Tracepoint, "udtrace_proc", &insns).map_err(load_err)?;
+                        let link = tracepoint::attach(&prog, "syscalls", name, 0).map_err(|e| format!("failed to enable proc probes on {name}: {e}"))?;
+                        links.push(ProcLink::Syscall(link));
+                    }
+                }
+            }
+            self.proc.insert(hook, ProcHook { layout, _links: links });
+        }
+        Ok(())
+    }
+
+    /// The layout of a proc hook's records.
+    pub fn proc_layout(&self, hook: Hook) -> Option<&ProcLayout> {
+        self.proc.get(&hook).map(|h| &h.layout)
     }
 
     /// The cookie of probe `p`'s site at `file_off` (`offset` in its function), with `p`
@@ -402,6 +461,7 @@ impl Bpf {
 
 impl Drop for Bpf {
     fn drop(&mut self) {
+        self.proc.clear();
         // Every link at once: one after the other, each would wait out a grace period.
         let mut all = std::mem::take(&mut self.global.links);
         for (_, p) in self.procs.drain() {

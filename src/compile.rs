@@ -147,6 +147,7 @@ pub fn io_reason(e: &std::io::Error) -> String {
 pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result<Compiled, Failure> {
     let options = &cli.options;
     let mut checker = Checker::new(macros);
+    checker.set_probe_args(&Registry::arg_types);
     let mut sources = Vec::new();
     let mut clause_ranges = Vec::new();
     for (i, p) in cli.programs.iter().enumerate() {

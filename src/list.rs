@@ -6,6 +6,8 @@ use udtrace_runtime::Probe;
 use crate::cli::Cli;
 use crate::compile::{full_name, Compiled};
 use crate::probes::Registry;
+use crate::procprov;
+use udtrace_lang::proc_types::ArgType;
 
 /// Lists as dtrace.c's list_prog() does: every probe description of every clause in
 /// program order, each followed by the probes it matches (so a probe named twice is
@@ -52,6 +54,8 @@ fn attributes(p: &Probe) -> [(&'static str, &'static str, &'static str); 2] {
         "dtrace" => [("Stable", "Stable", "Common"), ("Stable", "Stable", "Common")],
         // profile.c's profile_attr; empty module and function fields do not lower it.
         "profile" => [("Evolving", "Evolving", "Common"), ("Evolving", "Evolving", "Common")],
+        // The proc provider's (sdt's stab_attr) for provider, name and arguments.
+        "proc" => [("Evolving", "Evolving", "ISA"), ("Evolving", "Evolving", "ISA")],
         // The pid provider: function names and arguments are Private.
         _ => [("Private", "Private", "Unknown"), ("Private", "Private", "Unknown")],
     }
@@ -62,8 +66,24 @@ fn verbose(p: &Probe) -> String {
     let block = |title: &str, (names, data, class): (&str, &str, &str)| {
         format!("\t{title}\n\t\tIdentifier Names: {names}\n\t\tData Semantics:   {data}\n\t\tDependency Class: {class}\n\n")
     };
+    let types = match procprov::probe(&p.name).filter(|_| p.provider == "proc") {
+        Some(pp) if !pp.args.is_empty() => pp
+            .args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let t = match a {
+                    ArgType::Int(n) => n.to_string(),
+                    ArgType::String => "string".to_string(),
+                    ArgType::Ptr(n) => format!("{n} *"),
+                };
+                format!("\t\targs[{i}]: {t}\n")
+            })
+            .collect::<String>(),
+        _ => "\t\tNone\n".to_string(),
+    };
     format!(
-        "\n{}{}\tArgument Types\n\t\tNone\n\n",
+        "\n{}{}\tArgument Types\n{types}\n",
         block("Probe Description Attributes", desc),
         block("Argument Attributes", args)
     )

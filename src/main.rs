@@ -26,6 +26,7 @@ mod list;
 mod pidprov;
 mod preprocess;
 mod probes;
+mod procprov;
 mod selfctx;
 mod session;
 

@@ -1,6 +1,7 @@
-//! The probes udtrace can enable today: the `dtrace` provider (BEGIN, END, ERROR) and
-//! the `profile` provider's timer probes (`tick-<rate>`, `profile-<rate>`), created on
-//! demand for any valid rate as DTrace's profile provider does.
+//! The probes udtrace can enable: the `dtrace` provider (BEGIN, END, ERROR), the
+//! `profile` provider's timer probes (`tick-<rate>`, `profile-<rate>`), created on
+//! demand for any valid rate as DTrace's profile provider does, the `proc` provider's
+//! probes, and the pid provider's (see [`PidProvider`]).
 
 use std::rc::Rc;
 
@@ -8,6 +9,8 @@ use udtrace_lang::ast::ProbeDesc;
 use udtrace_runtime::Probe;
 
 use crate::glob;
+use crate::procprov;
+use udtrace_lang::proc_types::ArgType;
 use crate::pidprov::PidProvider;
 use udtrace_target::procfs::LoadedObject;
 
@@ -89,16 +92,36 @@ impl Default for Registry {
         for name in PRECREATED {
             r.add("profile", name);
         }
+        for p in procprov::PROBES {
+            r.add_full("proc", procprov::MODULE, p.function, p.name);
+        }
         r
     }
 }
 
 impl Registry {
     fn add(&mut self, provider: &str, name: &str) -> Rc<Probe> {
+        self.add_full(provider, "", "", name)
+    }
+
+    fn add_full(&mut self, provider: &str, module: &str, function: &str, name: &str) -> Rc<Probe> {
         let id = self.probes.len() as u32 + 1;
-        let p = Rc::new(Probe::new(id, provider, "", "", name));
+        let p = Rc::new(Probe::new(id, provider, module, function, name));
         self.probes.push(Rc::clone(&p));
         p
+    }
+
+    /// The argument types of each probe `d` matches among those with typed arguments
+    /// (the proc provider's); pid and other probes' are untyped.
+    pub fn arg_types(d: &ProbeDesc) -> Vec<Vec<ArgType>> {
+        if !glob::matches(&d.provider, "proc") || !glob::matches(&d.module, procprov::MODULE) {
+            return Vec::new();
+        }
+        procprov::PROBES
+            .iter()
+            .filter(|p| glob::matches(&d.function, p.function) && glob::matches(&d.name, p.name))
+            .map(|p| p.args.to_vec())
+            .collect()
     }
 
     pub fn all(&self) -> &[Rc<Probe>] {

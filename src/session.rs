@@ -27,7 +27,11 @@ use crate::firing::{FiringCtx, Procs};
 use crate::pidprov::PidProbe;
 use crate::selfctx::SelfContext;
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use crate::procprov::{self, Clocks, ProcCtx};
+use udtrace_bpf::proc::{self, Hook, ProcPlan};
+use udtrace_lang::types::TypeTable;
+use udtrace_runtime::Context;
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_target::control::Target;
@@ -245,7 +249,9 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<A
     let mut follower = Follower::new(c, &targets.pids());
     let all = AllProcesses::new(c);
     let enabled: HashSet<u32> = c.ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")).map(|e| e.probe.id).collect();
-    if enabled.is_empty() && follower.is_none() && all.is_none() {
+    let strsize = c.options.strsize.min(u64::from(u32::MAX)) as u32;
+    let proc_hooks = proc_hook_plans(c, strsize);
+    if enabled.is_empty() && follower.is_none() && all.is_none() && proc_hooks.is_empty() {
         return Ok((None, None, None));
     }
     // `pid*` probes (owner 0) are armed for every process, apart.
@@ -255,8 +261,8 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<A
     for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| d.provider.starts_with("pid"))) {
         plan.merge(&capture::plan(clause));
     }
-    let strsize = c.options.strsize.min(u64::from(u32::MAX)) as u32;
     let mut bpf = Bpf::load(&plan, c.options.bufsize, strsize, follower.is_some(), all.is_some())?;
+    bpf.enable_proc(&proc_hooks)?;
     let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
     pids.sort_unstable();
     pids.dedup();
@@ -298,6 +304,27 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<A
         a.start(c, &mut bpf, registry)?;
     }
     Ok((Some(bpf), follower, all))
+}
+
+/// The proc hooks the enabled proc probes need, each with what its records must carry
+/// for the clauses on its probes.
+fn proc_hook_plans(c: &Compiled, strsize: u32) -> Vec<(Hook, ProcPlan)> {
+    let mut plans: BTreeMap<Hook, ProcPlan> = BTreeMap::new();
+    for e in c.ecbs.iter().filter(|e| e.probe.provider == "proc") {
+        let Some(p) = procprov::probe(&e.probe.name) else { continue };
+        let clause = capture::plan(&c.program.clauses[e.clause]);
+        plans.entry(p.hook).or_default().merge(&procprov::hook_plan(p.hook, &clause, strsize));
+    }
+    plans.into_iter().collect()
+}
+
+/// The enabled proc probes' ids by name.
+fn proc_ids(c: &Compiled) -> HashMap<&'static str, u32> {
+    c.ecbs
+        .iter()
+        .filter(|e| e.probe.provider == "proc")
+        .filter_map(|e| procprov::probe(&e.probe.name).map(|p| (p.name, e.probe.id)))
+        .collect()
 }
 
 /// What tracing drives besides the consumer.
@@ -390,7 +417,8 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
         Some(ring) => Some(RingBufReader::new(ring).map_err(|e| io::Error::other(e.to_string()))?),
         None => None,
     };
-    let mut sink = Drain { reader: reader.as_mut(), procs: &procs, ustackframes };
+    let clocks = Clocks { wall: procs.borrow().wall_offset, boot: boot_offset() };
+    let mut sink = Drain { reader: reader.as_mut(), procs: &procs, ustackframes, proc_ids: proc_ids(c), types: &c.program.types, clocks };
     while !done {
         let now = Instant::now();
         let next = timers.iter().map(|t| t.next).min();
@@ -546,6 +574,11 @@ struct Drain<'r, 'p> {
     reader: Option<&'r mut RingBufReader>,
     procs: &'p RefCell<Procs>,
     ustackframes: u32,
+    /// The enabled proc probes, by name.
+    proc_ids: HashMap<&'static str, u32>,
+    /// The program's types: the proc provider's structs are laid out by them.
+    types: &'p TypeTable,
+    clocks: Clocks,
 }
 
 impl Drain<'_, '_> {
@@ -553,24 +586,33 @@ impl Drain<'_, '_> {
         let (Some(b), Some(r)) = (w.backend.as_deref(), self.reader.as_mut()) else { return Ok(None) };
         let tree = w.follower.as_deref().map(|f| &f.tree);
         let (procs, ustackframes) = (self.procs, self.ustackframes);
+        let (proc_ids, types, clocks) = (&self.proc_ids, self.types, self.clocks);
         let mut result: io::Result<Option<i32>> = Ok(None);
+        let mut run = |consumer: &mut Consumer, id: u32, cpu: u32, ctx: &dyn Context| match consumer.fire(id, cpu, ctx, out) {
+            Ok(fx) => {
+                if let (Some(s), Ok(r)) = (apply(&fx), result.as_mut()) {
+                    r.get_or_insert(s);
+                }
+            }
+            Err(e) => result = Err(e),
+        };
         r.consume(|bytes| {
+            if let Some(hook) = proc::hook_of(bytes) {
+                let Some(f) = b.proc_layout(hook).and_then(|l| l.parse(bytes).ok()) else { return };
+                for name in procprov::fired(&f) {
+                    if let Some(&id) = proc_ids.get(name) {
+                        run(consumer, id, f.cpu, &ProcCtx::new(&f, name, types, clocks));
+                    }
+                }
+                return;
+            }
             let Ok(f) = b.layout.parse(bytes) else { return };
             let Some(sites) = b.cookies.get(f.cookie as usize) else { return };
             // A site shared by several roots' probes fires each only in its own tree.
             let owner = tree.and_then(|t| t.root_of(f.pid as i32)).unwrap_or(f.pid as i32);
             for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
                 let ctx = FiringCtx { f: &f, site: *site, procs, string_args: &b.string_args, ustackframes };
-                match consumer.fire(site.probe_id, f.cpu, &ctx, out) {
-                    Ok(fx) => {
-                        if let Some(s) = apply(&fx) {
-                            if let Ok(r) = result.as_mut() {
-                                r.get_or_insert(s);
-                            }
-                        }
-                    }
-                    Err(e) => result = Err(e),
-                }
+                run(consumer, site.probe_id, f.cpu, &ctx);
             }
         });
         out.flush()?;
@@ -585,11 +627,20 @@ fn report_drops(b: &Bpf, seen: &mut Vec<u64>) {
     }
 }
 
+fn clock_ns(c: nix::time::ClockId) -> i64 {
+    nix::time::clock_gettime(c).map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec()).unwrap_or(0)
+}
+
 /// CLOCK_REALTIME − CLOCK_MONOTONIC now, in ns.
 fn wall_offset() -> i64 {
-    use nix::time::{clock_gettime, ClockId};
-    let ns = |c| clock_gettime(c).map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec()).unwrap_or(0);
-    ns(ClockId::CLOCK_REALTIME) - ns(ClockId::CLOCK_MONOTONIC)
+    use nix::time::ClockId;
+    clock_ns(ClockId::CLOCK_REALTIME) - clock_ns(ClockId::CLOCK_MONOTONIC)
+}
+
+/// CLOCK_REALTIME − CLOCK_BOOTTIME now, in ns (tasks' start times count from boot).
+fn boot_offset() -> i64 {
+    use nix::time::ClockId;
+    clock_ns(ClockId::CLOCK_REALTIME) - clock_ns(ClockId::CLOCK_BOOTTIME)
 }
 
 /// Applies a firing's effects that concern the session; returns the exit status when

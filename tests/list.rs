@@ -71,7 +71,28 @@ fn list_provider() {
     assert_eq!(out.stdout, format!("{HEADER}{}", dtrace_rows()));
 }
 
-/// A timer that does not exist yet is created by naming it, after the 16 probes that
+/// The proc provider's probes, in creation order after the profile provider's.
+const PROC: &[(&str, &str)] = &[
+    ("kernel_clone", "create"),
+    ("do_execveat_common", "exec"),
+    ("do_execveat_common", "exec-failure"),
+    ("do_execveat_common", "exec-success"),
+    ("do_exit", "exit"),
+    ("force_sig_fault", "fault"),
+    ("kernel_clone", "lwp-create"),
+    ("do_exit", "lwp-exit"),
+    ("ret_from_fork", "lwp-start"),
+    ("sys_rt_sigtimedwait", "signal-clear"),
+    ("send_signal_locked", "signal-discard"),
+    ("get_signal", "signal-handle"),
+    ("send_signal_locked", "signal-send"),
+    ("ret_from_fork", "start"),
+];
+
+/// Probes that exist from the start: dtrace's, the precreated timers, proc's.
+const PREDEFINED: u32 = 3 + 13 + 14;
+
+/// A timer that does not exist yet is created by naming it, after the probes that
 /// exist from the start.
 #[test]
 fn list_creates_timer_probe() {
@@ -79,7 +100,7 @@ fn list_creates_timer_probe() {
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert_eq!(
         out.stdout,
-        format!("{HEADER}{}", row(17, "profile", "", "", "tick-1s"))
+        format!("{HEADER}{}", row(PREDEFINED + 1, "profile", "", "", "tick-1s"))
     );
     // A precreated one keeps its id.
     let out = run_args(&["-l", "-n", "profile:::tick-1000"]);
@@ -96,6 +117,9 @@ fn list_everything() {
     let mut want = format!("{HEADER}{}", dtrace_rows());
     for (i, name) in PRECREATED.iter().enumerate() {
         want.push_str(&row(4 + i as u32, "profile", "", "", name));
+    }
+    for (i, (func, name)) in PROC.iter().enumerate() {
+        want.push_str(&row(17 + i as u32, "proc", "vmlinux", func, name));
     }
     assert_eq!(out.stdout, want);
 }
@@ -169,9 +193,24 @@ fn list_verbose() {
         out.stdout,
         format!(
             "{HEADER}{}{}",
-            row(17, "profile", "", "", "tick-1s"),
+            row(PREDEFINED + 1, "profile", "", "", "tick-1s"),
             attributes("Evolving")
         )
+    );
+}
+
+/// proc probes list their argument types, with sdt's attributes for the provider.
+#[test]
+fn list_proc_verbose() {
+    let out = run_args(&["-lv", "-n", "proc:::signal-send"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let attrs = "\n\tProbe Description Attributes\n\t\tIdentifier Names: Evolving\n\t\tData Semantics:   Evolving\n\t\tDependency Class: ISA\n\n\tArgument Attributes\n\t\tIdentifier Names: Evolving\n\t\tData Semantics:   Evolving\n\t\tDependency Class: ISA\n\n";
+    let types = "\tArgument Types\n\t\targs[0]: lwpsinfo_t *\n\t\targs[1]: psinfo_t *\n\t\targs[2]: int\n\n";
+    assert_eq!(out.stdout, format!("{HEADER}{}{attrs}{types}", row(29, "proc", "vmlinux", "send_signal_locked", "signal-send")));
+    let out = run_args(&["-l", "-n", "proc:::*start"]);
+    assert_eq!(
+        out.stdout,
+        format!("{HEADER}{}{}", row(25, "proc", "vmlinux", "ret_from_fork", "lwp-start"), row(30, "proc", "vmlinux", "ret_from_fork", "start"))
     );
 }
 

@@ -6,9 +6,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod btf;
 pub mod codegen;
 pub mod insn;
 pub mod maps;
+pub mod proc;
 pub mod prog;
 pub mod record;
 pub mod ringbuf;

@@ -10,6 +10,7 @@ use crate::insn::{encode, Insn};
 
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
+const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 
 /// What a program is loaded for; the kernel checks helpers and context against it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +21,9 @@ pub enum ProgramKind {
     /// accepts such a program only on uprobe_multi links.
     UprobeMulti,
     Tracepoint,
+    /// A raw tracepoint: its context is the tracepoint's arguments (task pointers and
+    /// all), not the formatted record.
+    RawTracepoint,
 }
 
 impl ProgramKind {
@@ -28,6 +32,7 @@ impl ProgramKind {
             ProgramKind::Uprobe => (BPF_PROG_TYPE_KPROBE, 0),
             ProgramKind::UprobeMulti => (BPF_PROG_TYPE_KPROBE, sys::BPF_TRACE_UPROBE_MULTI),
             ProgramKind::Tracepoint => (BPF_PROG_TYPE_TRACEPOINT, 0),
+            ProgramKind::RawTracepoint => (BPF_PROG_TYPE_RAW_TRACEPOINT, 0),
         }
     }
 }

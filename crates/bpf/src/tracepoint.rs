@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -141,6 +141,28 @@ pub fn attach(prog: &Program, group: &str, name: &str, cookie: u64) -> Result<Tr
     let event = perf::open_tracepoint(fmt.id, -1, 0).map_err(|source| TracepointError::Open { group: group.into(), name: name.into(), source })?;
     let link = link_perf_event(prog, &event, cookie, || format!("tracepoint {group}:{name}"))?;
     Ok(TracepointLink { _link: link, _event: event })
+}
+
+/// A RAW_TRACEPOINT program on a kernel tracepoint; detached on drop.
+#[derive(Debug)]
+pub struct RawTracepointLink {
+    _link: OwnedFd,
+}
+
+/// Attaches a RAW_TRACEPOINT program to the tracepoint `name` (no group: raw
+/// tracepoints are named by the kernel's `trace_<name>`), for every process.
+pub fn attach_raw(prog: &Program, name: &str) -> Result<RawTracepointLink, TracepointError> {
+    if prog.kind() != ProgramKind::RawTracepoint {
+        return Err(TracepointError::WrongKind(prog.kind()));
+    }
+    let cname = CString::new(name).map_err(|_| TracepointError::Open {
+        group: "raw".into(),
+        name: name.into(),
+        source: io::Error::from(io::ErrorKind::InvalidInput),
+    })?;
+    let link = udtrace_sys::bpf::raw_tracepoint_open(prog.as_fd(), &cname)
+        .map_err(|source| TracepointError::Open { group: "raw".into(), name: name.into(), source })?;
+    Ok(RawTracepointLink { _link: link })
 }
 
 #[cfg(test)]

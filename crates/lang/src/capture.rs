@@ -22,6 +22,12 @@ pub struct CapturePlan {
     /// The registers: arguments, `uregs[]`, stacks. A clause that only counts or reads
     /// the probe's identity needs none, and its firings cost less to record and read.
     pub regs: bool,
+    /// The proc provider's records: the current task's data (`curpsinfo`,
+    /// `curlwpsinfo`, `ppid`, `uid`, `gid`), the probe's arguments, and the ancestry
+    /// of the current process (`progenyof`).
+    pub cur_task: bool,
+    pub args: bool,
+    pub ancestors: bool,
 }
 
 impl CapturePlan {
@@ -29,6 +35,9 @@ impl CapturePlan {
     pub fn merge(&mut self, other: &CapturePlan) {
         self.stack_bytes = self.stack_bytes.max(other.stack_bytes);
         self.regs |= other.regs;
+        self.cur_task |= other.cur_task;
+        self.args |= other.args;
+        self.ancestors |= other.ancestors;
         for s in &other.strings {
             if !self.strings.contains(s) {
                 self.strings.push(*s);
@@ -85,6 +94,12 @@ fn place(pl: &Place, p: &mut CapturePlan) {
 fn expr(e: &Expr, p: &mut CapturePlan) {
     if matches!(e.kind, ExprKind::Builtin(Builtin::Arg(_)) | ExprKind::Args(_) | ExprKind::Uregs(_)) {
         p.regs = true;
+    }
+    match &e.kind {
+        ExprKind::Builtin(Builtin::Arg(_)) | ExprKind::Args(_) => p.args = true,
+        ExprKind::Builtin(Builtin::Curpsinfo | Builtin::Curlwpsinfo | Builtin::Ppid | Builtin::Uid | Builtin::Gid) => p.cur_task = true,
+        ExprKind::Call(Subr::Progenyof, _) => p.ancestors = true,
+        _ => {}
     }
     match &e.kind {
         ExprKind::Builtin(Builtin::Arg(n)) if *n >= 6 => p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES),
@@ -148,9 +163,12 @@ mod tests {
     #[test]
     fn plans_follow_what_clauses_read() {
         assert_eq!(plan_of("BEGIN { x = 1; @ = count(); }"), CapturePlan::default());
-        assert_eq!(plan_of("BEGIN { x = arg0; }"), CapturePlan { regs: true, ..CapturePlan::default() });
+        assert_eq!(plan_of("BEGIN { x = arg0; }"), CapturePlan { regs: true, args: true, ..CapturePlan::default() });
         assert!(plan_of("BEGIN { x = uregs[R_SP]; }").regs);
         assert!(plan_of("BEGIN { @[ustack()] = count(); }").regs);
+        let p = plan_of("BEGIN /progenyof(1)/ { trace(curpsinfo->pr_pid); }");
+        assert!(p.cur_task && p.ancestors && !p.args);
+        assert!(plan_of("BEGIN { trace(args[0]); }").args);
         assert_eq!(plan_of("BEGIN { printf(\"%s\", copyinstr(arg1)); }").strings, vec![1]);
         assert_eq!(plan_of("BEGIN /copyinstr(arg0) == \"a\"/ { @[copyinstr(arg2)] = count(); }").strings, vec![0, 2]);
         assert_eq!(plan_of("BEGIN { @[ustack()] = count(); }").stack_bytes, USTACK_BYTES);

@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use crate::ast::{self, BaseType, BinaryOp, Signedness, UnaryOp, VarScope};
 use crate::consts;
+use crate::proc_types::{self, ArgType};
 use crate::error::{CompileError, Result};
 use crate::ir::{
     Action, AggInfo, AggKind, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, PragmaOption, Subr, VarInfo,
@@ -67,7 +68,16 @@ pub struct Checker<'m> {
     source: usize,
     /// Byte offsets where each line of the current source starts.
     line_starts: Vec<u32>,
+    /// The argument types of the probes a description matches, where they are typed.
+    probe_args: Option<&'m ProbeArgs>,
+    /// The current clause's `args[]` types: `None` past the list or where its probes
+    /// disagree; no list at all where its probes are untyped (`int64_t` args).
+    clause_args: Option<Vec<Option<ArgType>>>,
 }
+
+/// Gives the argument types of the probes a description matches: `None` where they
+/// are untyped (the pid provider, BEGIN), else one list per matched probe.
+pub type ProbeArgs = dyn Fn(&ast::ProbeDesc) -> Vec<Vec<ArgType>>;
 
 /// Each reference to an inline re-checks its value, so inlines defined in terms
 /// of earlier ones (`b = a + a; c = b + b; …`) expand exponentially: 25 such lines
@@ -121,11 +131,23 @@ fn builtin_var(name: &str) -> Option<(Builtin, Type)> {
         "stackdepth" => (Builtin::Stackdepth, Type::named_int(4, false, "uint32_t")),
         "ustackdepth" => (Builtin::Ustackdepth, Type::named_int(4, false, "uint32_t")),
         "curthread" => (Builtin::Curthread, Type::Pointer(Box::new(Type::Void))),
+        // Typed by the checker: their struct types live in the program's type table.
+        "curpsinfo" => (Builtin::Curpsinfo, Type::Pointer(Box::new(Type::Void))),
+        "curlwpsinfo" => (Builtin::Curlwpsinfo, Type::Pointer(Box::new(Type::Void))),
         "ipl" => (Builtin::Ipl, Type::named_int(4, false, "uint_t")),
         "cwd" => (Builtin::Cwd, s),
         "root" => (Builtin::Root, s),
         _ => return None,
     })
+}
+
+/// The `args[]` types of a clause from those of every probe it enables: `None` when
+/// none are typed; a position where typed probes disagree (or some lack it) is `None`.
+fn clause_arg_types(lists: impl Iterator<Item = Vec<ArgType>>) -> Option<Vec<Option<ArgType>>> {
+    let lists: Vec<Vec<ArgType>> = lists.collect();
+    let longest = lists.iter().map(Vec::len).max()?;
+    let first = &lists[0];
+    Some((0..longest).map(|i| first.get(i).copied().filter(|t| lists.iter().all(|l| l.get(i) == Some(t)))).collect())
 }
 
 /// Names that are actions: statements only, never values.
@@ -232,7 +254,20 @@ impl<'m> Checker<'m> {
             inline_budget: INLINE_BUDGET,
             source: 0,
             line_starts: vec![0],
+            probe_args: None,
+            clause_args: None,
         }
+        .with_proc_types()
+    }
+
+    fn with_proc_types(mut self) -> Checker<'m> {
+        proc_types::install(&mut self.prog.types);
+        self
+    }
+
+    /// Types `args[]` in clauses whose probes have typed arguments.
+    pub fn set_probe_args(&mut self, f: &'m ProbeArgs) {
+        self.probe_args = Some(f);
     }
 
     /// Checks one source (one `-n`/`-s` argument) into the program. `source` is its
@@ -451,6 +486,7 @@ impl<'m> Checker<'m> {
 
     fn clause(&mut self, c: &ast::Clause) -> Result<Clause> {
         let probes = c.probes.iter().map(|p| self.probe_desc(p)).collect::<Result<Vec<_>>>()?;
+        self.clause_args = self.probe_args.and_then(|f| clause_arg_types(probes.iter().flat_map(f)));
         let predicate = match &c.predicate {
             Some(p) => {
                 if is_agg_target(p) {
@@ -1047,6 +1083,30 @@ impl<'m> Checker<'m> {
         Ok(mk(ExprKind::IncDec { target: place, increment, prefix }, ty, span))
     }
 
+    /// A pointer to a named type of the program (the proc provider's structs).
+    fn pointer_to(&self, typedef: &str) -> Type {
+        Type::Pointer(Box::new(self.prog.types.typedefs.get(typedef).cloned().unwrap_or(Type::Void)))
+    }
+
+    /// The type of `args[i]`: the probes' own where they are typed and `i` is a
+    /// constant, else `int64_t`.
+    fn arg_type(&self, i: &Expr, span: Span) -> Result<Type> {
+        let untyped = Type::named_int(8, true, "int64_t");
+        let Some(list) = &self.clause_args else { return Ok(untyped) };
+        let ExprKind::Int(n) = i.kind else { return Ok(untyped) };
+        match list.get(n as usize) {
+            Some(Some(ArgType::Int(name))) => Ok(self.prog.types.typedefs.get(*name).cloned().unwrap_or_else(|| match *name {
+                "int" => Type::int(4, true),
+                "char" => Type::int(1, true),
+                _ => untyped.clone(),
+            })),
+            Some(Some(ArgType::String)) => Ok(Type::String),
+            Some(Some(ArgType::Ptr(name))) => Ok(self.pointer_to(name)),
+            Some(None) => err(span, format!("args[{n}] has different types in the probes this clause enables")),
+            None => err(span, format!("index {n} is out of range for args[ ] of the probes this clause enables")),
+        }
+    }
+
     fn arrow(&mut self, base: &ast::Expr, field: &str, span: Span) -> Result<Expr> {
         let b = self.rvalue(base)?;
         let Some(pointee) = (match &b.ty {
@@ -1118,6 +1178,11 @@ impl<'m> Checker<'m> {
             return Ok(mk(ExprKind::Var(VarRef { scope: VarScope::Global, id }), info.ty.clone(), span));
         }
         if let Some((b, ty)) = builtin_var(name) {
+            let ty = match b {
+                Builtin::Curpsinfo => self.pointer_to("psinfo_t"),
+                Builtin::Curlwpsinfo => self.pointer_to("lwpsinfo_t"),
+                _ => ty,
+            };
             return Ok(mk(ExprKind::Builtin(b), ty, span));
         }
         if let Some((ty, value)) = self.inlines.get(name).cloned() {
@@ -1678,7 +1743,8 @@ impl<'m> Checker<'m> {
                     return err(i.span, format!("{n}[ ] index must be of integral type"));
                 }
                 let (kind, ty) = if n == "args" {
-                    (ExprKind::Args(Box::new(i)), Type::named_int(8, true, "int64_t"))
+                    let ty = self.arg_type(&i, span)?;
+                    (ExprKind::Args(Box::new(i)), ty)
                 } else {
                     (ExprKind::Uregs(Box::new(i)), Type::named_int(8, false, "uint64_t"))
                 };

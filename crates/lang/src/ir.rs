@@ -179,6 +179,9 @@ pub enum Builtin {
     Stackdepth,
     Ustackdepth,
     Curthread,
+    /// The proc provider's `psinfo_t *` and `lwpsinfo_t *` of the current thread.
+    Curpsinfo,
+    Curlwpsinfo,
     Ipl,
     Cwd,
     Root,

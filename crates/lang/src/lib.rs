@@ -12,6 +12,7 @@ pub mod lexer;
 pub mod macros;
 pub mod options;
 pub mod parser;
+pub mod proc_types;
 pub mod span;
 pub mod types;
 

@@ -304,6 +304,10 @@ impl Evaluator<'_> {
                     return Err(Fault::IllegalOperation);
                 }
                 match self.ctx.builtin(Builtin::Arg(n as u8)) {
+                    // A string argument (exec's path) is the address of its bytes.
+                    Some(Value::Int(i)) if e.ty.is_string() => {
+                        Value::Str(self.ctx.read_string(i.bits, self.strsize).ok_or(Fault::BadAddress(i.bits))?)
+                    }
                     Some(Value::Int(i)) => int_of(&e.ty, i.bits),
                     _ => zero_of(&e.ty, self.types),
                 }

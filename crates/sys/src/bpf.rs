@@ -15,6 +15,7 @@ const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 const BPF_LINK_CREATE: libc::c_long = 28;
 
 /// `enum bpf_attach_type` values used by udtrace.
@@ -191,6 +192,14 @@ pub fn link_create_uprobe_multi(prog: BorrowedFd<'_>, path: &CStr, offsets: &[u6
         .u32(52, flags)
         .u32(56, pid);
     sys_bpf_fd(BPF_LINK_CREATE, &mut a)
+}
+
+/// BPF_RAW_TRACEPOINT_OPEN: a RAW_TRACEPOINT program on the kernel tracepoint `name`
+/// (`sched_process_fork`); the program sees the tracepoint's own arguments.
+pub fn raw_tracepoint_open(prog: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
+    let mut a = Attr::new();
+    a.u64(0, ptr(name.as_ptr())).u32(8, prog.as_raw_fd() as u32);
+    sys_bpf_fd(BPF_RAW_TRACEPOINT_OPEN, &mut a)
 }
 
 #[cfg(test)]

@@ -1,0 +1,861 @@
+//! The proc provider's programs: one per kernel hook (a raw tracepoint, or a syscall
+//! tracepoint where Linux has no other), each writing one record of the layout below
+//! into the shared ring buffer, and the parser of those records. Task data is read
+//! with `bpf_probe_read_kernel` at offsets taken from the running kernel's BTF
+//! ([`TaskOffsets`]); what DTrace's translators make of it (psinfo_t, lwpsinfo_t) is
+//! left to user space. Pure: no I/O.
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  cookie: PROC_COOKIE | hook
+//!      8     8  pid_tgid of the current thread
+//!     16     8  ktime_get_ns
+//!     24     4  cpu
+//!     28     4  flags (FLAG_* below)
+//!     32    16  comm of the current thread
+//!     48    48  a[0..6]: the hook's own values (see Hook)
+//!     96        sections, each when the plan has it, in this order:
+//!               current task snapshot (SNAP_SIZE), other task snapshot (SNAP_SIZE),
+//!               siginfo (SIGINFO_SIZE), string (i32 length, u32 0, bytes rounded to 8),
+//!               ancestors (ANCESTORS u32 process ids, parent first)
+//! ```
+
+use thiserror::Error;
+
+use crate::btf::{Btf, BtfError};
+use crate::codegen::{CodegenError, ProbeMaps};
+use crate::insn::{alu64_imm, alu64_reg, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, Cond, Insn, Reg, Size};
+use crate::record::MAX_STRING;
+
+/// Set in the cookie of every proc record; uprobe records' cookies are small indices.
+pub const PROC_COOKIE: u64 = 1 << 62;
+
+/// The kernel hooks. `a[]` holds, per hook:
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Hook {
+    /// `sched_process_fork`, in the parent: a0 = the child's pid_tgid (tgid << 32 |
+    /// tid); the other snapshot is the child.
+    Fork = 1,
+    /// `sys_enter_execve(at)`: the string is the path.
+    ExecEnter,
+    /// `sys_exit_execve(at)` when it failed: a0 = the return value (−errno).
+    ExecFail,
+    /// `sched_process_exec`, in the new image.
+    ExecDone,
+    /// `sched_process_exit`, in each exiting thread: a0 = 1 when it is the last of its
+    /// process, a1 = the thread's exit code, a2 = signal_struct flags, a3 = the
+    /// group's exit code.
+    Exit,
+    /// `sys_exit_clone/clone3/fork/vfork` returning 0: the new thread's first return
+    /// to user mode.
+    Start,
+    /// `signal_generate`, in the sender: a0 = signal, a1 = group, a2 = result
+    /// (TRACE_SIGNAL_*), a3 = the siginfo pointer (0 and 1 are the kernel's "no info"
+    /// and "private" markers), a4 = the receiver's pid_tgid, a5 = si_code (0 without
+    /// siginfo); the other snapshot is the receiver.
+    Signal,
+    /// `signal_deliver` when a handler will run, in the receiver: a0 = signal, a1 =
+    /// handler address, a2 = sa_flags.
+    Deliver,
+    /// `sys_exit_rt_sigtimedwait` with a signal taken: a0 = the signal.
+    Clear,
+}
+
+impl Hook {
+    pub const ALL: [Hook; 9] =
+        [Hook::Fork, Hook::ExecEnter, Hook::ExecFail, Hook::ExecDone, Hook::Exit, Hook::Start, Hook::Signal, Hook::Deliver, Hook::Clear];
+
+    fn from_u8(v: u8) -> Option<Hook> {
+        Hook::ALL.iter().copied().find(|h| *h as u8 == v)
+    }
+
+    /// Whether the hook concerns a task other than the current one (its snapshot).
+    pub fn has_other(self) -> bool {
+        matches!(self, Hook::Fork | Hook::Signal)
+    }
+
+    /// Where the hook is attached: raw tracepoint names, or syscall tracepoints.
+    pub fn attach_points(self) -> AttachPoints {
+        match self {
+            Hook::Fork => AttachPoints::Raw("sched_process_fork"),
+            Hook::ExecDone => AttachPoints::Raw("sched_process_exec"),
+            Hook::Exit => AttachPoints::Raw("sched_process_exit"),
+            Hook::Signal => AttachPoints::Raw("signal_generate"),
+            Hook::Deliver => AttachPoints::Raw("signal_deliver"),
+            Hook::ExecEnter => AttachPoints::Syscalls(&["sys_enter_execve", "sys_enter_execveat"], "filename"),
+            Hook::ExecFail => AttachPoints::Syscalls(&["sys_exit_execve", "sys_exit_execveat"], "ret"),
+            Hook::Start => AttachPoints::Syscalls(&["sys_exit_clone", "sys_exit_clone3", "sys_exit_fork", "sys_exit_vfork"], "ret"),
+            Hook::Clear => AttachPoints::Syscalls(&["sys_exit_rt_sigtimedwait"], "ret"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachPoints {
+    /// A raw tracepoint.
+    Raw(&'static str),
+    /// Tracepoints of the `syscalls` group, and the field of their record the program
+    /// reads (one program per tracepoint: the field's offset differs).
+    Syscalls(&'static [&'static str], &'static str),
+}
+
+/// What a hook's records carry beyond the header: the union of what the clauses of
+/// its probes read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcPlan {
+    /// The current task's snapshot (curpsinfo, curlwpsinfo, ppid, uid, gid).
+    pub cur: bool,
+    /// The other task's snapshot and the siginfo (the probe's arguments).
+    pub args: bool,
+    /// The process ids of the current process's ancestors (progenyof).
+    pub ancestors: bool,
+    /// Bytes for the exec path (ExecEnter only); 0 = none.
+    pub string_max: u32,
+}
+
+impl ProcPlan {
+    pub fn merge(&mut self, o: &ProcPlan) {
+        self.cur |= o.cur;
+        self.args |= o.args;
+        self.ancestors |= o.ancestors;
+        self.string_max = self.string_max.max(o.string_max);
+    }
+}
+
+// The header.
+const OFF_COOKIE: usize = 0;
+const OFF_PID_TGID: usize = 8;
+const OFF_KTIME: usize = 16;
+const OFF_CPU: usize = 24;
+const OFF_FLAGS: usize = 28;
+const OFF_COMM: usize = 32;
+const OFF_A: usize = 48;
+pub const NUM_A: usize = 6;
+const HEADER: usize = OFF_A + NUM_A * 8;
+
+// A task snapshot: raw task data, translated in user space.
+const SNAP_TASK: usize = 0;
+const SNAP_TID: usize = 8; // tid, then tgid
+const SNAP_PPID: usize = 16;
+const SNAP_PGID: usize = 20;
+const SNAP_SID: usize = 24;
+const SNAP_NLWP: usize = 28;
+const SNAP_CRED: usize = 32; // uid gid suid sgid euid egid
+const SNAP_START: usize = 56;
+const SNAP_FNAME: usize = 64;
+const SNAP_STATE: usize = 80;
+const SNAP_EXIT_STATE: usize = 84;
+const SNAP_PRIO: usize = 88; // prio, then static_prio
+const SNAP_POLICY: usize = 96;
+const SNAP_CPU: usize = 100;
+const SNAP_ON_CPU: usize = 104;
+const SNAP_FLAGS: usize = 108;
+const SNAP_TTY: usize = 112;
+const SNAP_TTY_INDEX: usize = 120;
+const SNAP_TTY_MAJOR: usize = 124; // major, then minor_start
+const SNAP_ARGS: usize = 132; // psargs bytes read (0: none)
+const SNAP_ARG_START: usize = 136; // arg_start, then arg_end
+const SNAP_PSARGS: usize = 152;
+/// DTrace's PRARGSZ: pr_psargs holds this many bytes, NUL included.
+pub const PSARGS_SIZE: usize = 80;
+pub const SNAP_SIZE: usize = SNAP_PSARGS + PSARGS_SIZE;
+
+pub const SIGINFO_SIZE: usize = 48;
+pub const ANCESTORS: usize = 16;
+
+/// Offsets of a hook's record under a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcLayout {
+    pub hook: Hook,
+    pub cur: Option<usize>,
+    pub other: Option<usize>,
+    pub siginfo: Option<usize>,
+    /// (offset of the length word, max bytes)
+    pub string: Option<(usize, u32)>,
+    pub ancestors: Option<usize>,
+    pub size: usize,
+}
+
+impl ProcLayout {
+    pub fn new(hook: Hook, plan: &ProcPlan) -> ProcLayout {
+        let mut off = HEADER;
+        let mut take = |on: bool, size: usize| {
+            on.then(|| {
+                let at = off;
+                off += size;
+                at
+            })
+        };
+        let cur = take(plan.cur, SNAP_SIZE);
+        let other = take(plan.args && hook.has_other(), SNAP_SIZE);
+        let siginfo = take(plan.args && matches!(hook, Hook::Signal | Hook::Deliver), SIGINFO_SIZE);
+        let max = plan.string_max.clamp(1, MAX_STRING);
+        let string = take(hook == Hook::ExecEnter && plan.string_max > 0, 8 + (max as usize).div_ceil(8) * 8).map(|o| (o, max));
+        let ancestors = take(plan.ancestors, ANCESTORS * 4);
+        ProcLayout { hook, cur, other, siginfo, string, ancestors, size: off }
+    }
+}
+
+/// Where the fields the programs read lie in the running kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskOffsets {
+    pid: i16, // then tgid
+    real_parent: i16,
+    group_leader: i16,
+    comm: i16,
+    flags: i16,
+    mm: i16,
+    signal: i16,
+    real_cred: i16,
+    start_boottime: i16,
+    state: i16,
+    exit_state: i16,
+    exit_code: i16,
+    prio: i16, // then static_prio
+    policy: i16,
+    cpu: i16,
+    on_cpu: i16,
+    sig_nr_threads: i16,
+    sig_live: i16,
+    sig_pgid: i16,
+    sig_sid: i16,
+    sig_flags: i16,
+    sig_group_exit_code: i16,
+    sig_tty: i16,
+    pid_nr: i16,
+    cred_uid: i16, // through egid
+    mm_arg_start: i16, // then arg_end
+    tty_index: i16,
+    tty_driver: i16,
+    driver_major: i16, // then minor_start
+    ka_handler: i16,
+    ka_flags: i16,
+    siginfo_size: u32,
+    /// Whether sched_process_exit passes group_dead (Linux 6.16 on).
+    exit_group_dead: bool,
+}
+
+#[derive(Debug, Error)]
+pub enum OffsetsError {
+    #[error(transparent)]
+    Btf(#[from] BtfError),
+    #[error("the kernel's {0} is laid out differently from what udtrace reads")]
+    Layout(&'static str),
+}
+
+impl TaskOffsets {
+    pub fn from_btf(b: &Btf) -> Result<TaskOffsets, OffsetsError> {
+        let at = |s: &str, p: &str| -> Result<i16, OffsetsError> {
+            let pl = b.place(s, p)?;
+            i16::try_from(pl.offset).map_err(|_| OffsetsError::Layout("task data (an offset past 32 KiB)"))
+        };
+        let next_to = |a: i16, b: i16, size: i16, what: &'static str| if b == a + size { Ok(()) } else { Err(OffsetsError::Layout(what)) };
+        let pid = at("task_struct", "pid")?;
+        next_to(pid, at("task_struct", "tgid")?, 4, "task_struct (pid, tgid)")?;
+        let prio = at("task_struct", "prio")?;
+        next_to(prio, at("task_struct", "static_prio")?, 4, "task_struct (prio, static_prio)")?;
+        let cred_uid = at("cred", "uid")?;
+        for (i, f) in ["gid", "suid", "sgid", "euid", "egid"].iter().enumerate() {
+            next_to(cred_uid, at("cred", f)?, 4 * (i as i16 + 1), "struct cred (ids)")?;
+        }
+        let arg_start = at("mm_struct", "arg_start")?;
+        next_to(arg_start, at("mm_struct", "arg_end")?, 8, "mm_struct (arg_start, arg_end)")?;
+        let major = at("tty_driver", "major")?;
+        next_to(major, at("tty_driver", "minor_start")?, 4, "tty_driver (major, minor_start)")?;
+        let pids = at("signal_struct", "pids")?;
+        let pgid = b.enumerator("PIDTYPE_PGID")? as i16;
+        let sid = b.enumerator("PIDTYPE_SID")? as i16;
+        Ok(TaskOffsets {
+            pid,
+            real_parent: at("task_struct", "real_parent")?,
+            group_leader: at("task_struct", "group_leader")?,
+            comm: at("task_struct", "comm")?,
+            flags: at("task_struct", "flags")?,
+            mm: at("task_struct", "mm")?,
+            signal: at("task_struct", "signal")?,
+            real_cred: at("task_struct", "real_cred")?,
+            start_boottime: at("task_struct", "start_boottime")?,
+            state: at("task_struct", "__state")?,
+            exit_state: at("task_struct", "exit_state")?,
+            exit_code: at("task_struct", "exit_code")?,
+            prio,
+            policy: at("task_struct", "policy")?,
+            cpu: at("task_struct", "thread_info.cpu")?,
+            on_cpu: at("task_struct", "on_cpu")?,
+            sig_nr_threads: at("signal_struct", "nr_threads")?,
+            sig_live: at("signal_struct", "live")?,
+            sig_pgid: pids + 8 * pgid,
+            sig_sid: pids + 8 * sid,
+            sig_flags: at("signal_struct", "flags")?,
+            sig_group_exit_code: at("signal_struct", "group_exit_code")?,
+            sig_tty: at("signal_struct", "tty")?,
+            pid_nr: at("pid", "numbers[0].nr")?,
+            cred_uid,
+            mm_arg_start: arg_start,
+            tty_index: at("tty_struct", "index")?,
+            tty_driver: at("tty_struct", "driver")?,
+            driver_major: major,
+            ka_handler: at("k_sigaction", "sa.sa_handler")?,
+            ka_flags: at("k_sigaction", "sa.sa_flags")?,
+            siginfo_size: b.struct_size("kernel_siginfo")?.min(SIGINFO_SIZE as u32),
+            exit_group_dead: b.tracepoint_arity("sched_process_exit").is_some_and(|n| n >= 2),
+        })
+    }
+}
+
+/// PF_KTHREAD in task_struct.flags: kernel threads have no proc life cycle of interest.
+const PF_KTHREAD: i32 = 0x0020_0000;
+
+/// Stack slots of the generated programs (offsets from the frame pointer).
+const SCRATCH: i16 = -8;
+const CUR_TASK: i16 = -16;
+const OTHER_TASK: i16 = -24;
+const SIGNAL: i16 = -32;
+const TTY: i16 = -40;
+const PSLEN: i16 = -48;
+const KACTION: i16 = -104;
+const WALK: i16 = -112;
+/// a[i] is staged at A_SLOTS + 8 * i until the record exists.
+const A_SLOTS: i16 = -96;
+
+/// bpf_ringbuf_submit's flags: no wakeup (the consumer drains on a timer) unless the
+/// ring is a quarter full.
+const RB_AVAIL_DATA: i32 = 0;
+const RB_NO_WAKEUP: i32 = 1;
+const RB_FORCE_WAKEUP: i32 = 2;
+
+/// `*(fp + dst) = *(u64 *)(*(fp + base) + off)`: one pointer hop, faults read as 0.
+fn read_ptr(a: &mut Asm, dst: i16, base: i16, off: i16) {
+    a.push(ldx(Size::DW, Reg::R3, Reg::R10, base));
+    a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(off)));
+    a.push(mov64_reg(Reg::R1, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, i32::from(dst)));
+    a.push(mov64_imm(Reg::R2, 8));
+    a.call(helper::PROBE_READ_KERNEL);
+}
+
+/// `record[at..at + size] = *(*(fp + base) + off)` (zeros where it faults).
+fn read_into(a: &mut Asm, at: usize, size: i32, base: i16, off: i16) {
+    a.push(ldx(Size::DW, Reg::R3, Reg::R10, base));
+    a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(off)));
+    a.push(mov64_reg(Reg::R1, Reg::R8));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, at as i32));
+    a.push(mov64_imm(Reg::R2, size));
+    a.call(helper::PROBE_READ_KERNEL);
+}
+
+/// Whose user memory a snapshot may read its psargs from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UserRead {
+    /// The task runs in the current address space, or a copy of it (a fork child).
+    Yes,
+    /// Only when the task belongs to the current process.
+    IfSameProcess,
+}
+
+/// Writes the snapshot of the task whose pointer is at `fp + task` to `record + base`.
+fn emit_snapshot(a: &mut Asm, o: &TaskOffsets, task: i16, base: usize, user: UserRead) {
+    a.push(ldx(Size::DW, Reg::R1, Reg::R10, task));
+    a.push(stx(Size::DW, Reg::R8, (base + SNAP_TASK) as i16, Reg::R1));
+    read_into(a, base + SNAP_TID, 8, task, o.pid);
+    read_ptr(a, SCRATCH, task, o.real_parent);
+    read_into(a, base + SNAP_PPID, 4, SCRATCH, o.pid + 4);
+    read_ptr(a, SIGNAL, task, o.signal);
+    read_into(a, base + SNAP_NLWP, 4, SIGNAL, o.sig_nr_threads);
+    read_ptr(a, SCRATCH, SIGNAL, o.sig_pgid);
+    read_into(a, base + SNAP_PGID, 4, SCRATCH, o.pid_nr);
+    read_ptr(a, SCRATCH, SIGNAL, o.sig_sid);
+    read_into(a, base + SNAP_SID, 4, SCRATCH, o.pid_nr);
+    read_ptr(a, TTY, SIGNAL, o.sig_tty);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R10, TTY));
+    a.push(stx(Size::DW, Reg::R8, (base + SNAP_TTY) as i16, Reg::R1));
+    read_into(a, base + SNAP_TTY_INDEX, 4, TTY, o.tty_index);
+    read_ptr(a, SCRATCH, TTY, o.tty_driver);
+    read_into(a, base + SNAP_TTY_MAJOR, 8, SCRATCH, o.driver_major);
+    read_ptr(a, SCRATCH, task, o.real_cred);
+    read_into(a, base + SNAP_CRED, 24, SCRATCH, o.cred_uid);
+    read_into(a, base + SNAP_START, 8, task, o.start_boottime);
+    read_ptr(a, SCRATCH, task, o.group_leader);
+    read_into(a, base + SNAP_FNAME, 16, SCRATCH, o.comm);
+    read_into(a, base + SNAP_STATE, 4, task, o.state);
+    read_into(a, base + SNAP_EXIT_STATE, 4, task, o.exit_state);
+    read_into(a, base + SNAP_PRIO, 8, task, o.prio);
+    read_into(a, base + SNAP_POLICY, 4, task, o.policy);
+    read_into(a, base + SNAP_CPU, 4, task, o.cpu);
+    read_into(a, base + SNAP_ON_CPU, 4, task, o.on_cpu);
+    read_into(a, base + SNAP_FLAGS, 4, task, o.flags);
+    read_ptr(a, SCRATCH, task, o.mm);
+    read_into(a, base + SNAP_ARG_START, 16, SCRATCH, o.mm_arg_start);
+
+    // psargs: the first bytes of the argument strings, from user memory.
+    let skip = a.label();
+    a.push(st(Size::W, Reg::R8, (base + SNAP_ARGS) as i16, 0));
+    if user == UserRead::IfSameProcess {
+        a.push(ldx(Size::W, Reg::R1, Reg::R8, (base + SNAP_TID + 4) as i16));
+        a.push(mov64_reg(Reg::R2, Reg::R7));
+        a.push(alu64_imm(AluOp::Rsh, Reg::R2, 32));
+        a.jmp_reg(Cond::Ne, Reg::R1, Reg::R2, skip);
+    }
+    a.push(ldx(Size::DW, Reg::R2, Reg::R8, (base + SNAP_ARG_START + 8) as i16));
+    a.push(ldx(Size::DW, Reg::R3, Reg::R8, (base + SNAP_ARG_START) as i16));
+    a.push(alu64_reg(AluOp::Sub, Reg::R2, Reg::R3));
+    let bounded = a.label();
+    a.jmp_imm(Cond::Le, Reg::R2, PSARGS_SIZE as i32, bounded);
+    a.push(mov64_imm(Reg::R2, PSARGS_SIZE as i32));
+    a.bind(bounded);
+    a.jmp_imm(Cond::Eq, Reg::R2, 0, skip);
+    a.push(stx(Size::DW, Reg::R10, PSLEN, Reg::R2));
+    a.push(mov64_reg(Reg::R1, Reg::R8));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, (base + SNAP_PSARGS) as i32));
+    a.call(helper::PROBE_READ_USER);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, skip);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R10, PSLEN));
+    a.push(stx(Size::W, Reg::R8, (base + SNAP_ARGS) as i16, Reg::R1));
+    a.bind(skip);
+}
+
+/// Stages `a[i] = reg` before the record exists.
+fn stage(a: &mut Asm, i: usize, reg: Reg) {
+    a.push(stx(Size::DW, Reg::R10, A_SLOTS + 8 * i as i16, reg));
+}
+
+/// Reads the u64 argument `n` of a raw tracepoint into `reg`.
+fn raw_arg(a: &mut Asm, reg: Reg, n: i16) {
+    a.push(ldx(Size::DW, reg, Reg::R6, 8 * n));
+}
+
+/// Leaves when the task at `fp + task` is a kernel thread.
+fn skip_kthread(a: &mut Asm, task: i16, o: &TaskOffsets, out: crate::insn::Label) {
+    read_ptr(a, SCRATCH, task, o.flags);
+    a.push(ldx(Size::W, Reg::R1, Reg::R10, SCRATCH));
+    a.jmp_imm(Cond::Set, Reg::R1, PF_KTHREAD, out);
+}
+
+/// The field of a syscall tracepoint's record a program reads: its offset there.
+#[derive(Debug, Clone, Copy)]
+pub struct SyscallField {
+    pub offset: i16,
+}
+
+/// The program for `hook` under `layout`. Syscall hooks need the offset of their
+/// field (`filename` or `ret`) in the tracepoint's record.
+pub fn proc_program(layout: &ProcLayout, o: &TaskOffsets, maps: &ProbeMaps, field: Option<SyscallField>) -> Result<Vec<Insn>, CodegenError> {
+    let hook = layout.hook;
+    if layout.size + 8 > maps.ring.size() {
+        return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring.size() });
+    }
+    let mut a = Asm::new();
+    let out = a.label();
+    a.push(mov64_reg(Reg::R6, Reg::R1));
+    for i in 0..NUM_A {
+        a.push(st(Size::DW, Reg::R10, A_SLOTS + 8 * i as i16, 0));
+    }
+    a.call(helper::GET_CURRENT_TASK);
+    a.push(stx(Size::DW, Reg::R10, CUR_TASK, Reg::R0));
+    a.push(stx(Size::DW, Reg::R10, OTHER_TASK, Reg::R0));
+    let fld = field.map_or(16, |f| f.offset);
+
+    // Filter and stage the hook's values; leave early for events that are not ours.
+    match hook {
+        Hook::Fork => {
+            raw_arg(&mut a, Reg::R1, 1);
+            a.push(stx(Size::DW, Reg::R10, OTHER_TASK, Reg::R1));
+            skip_kthread(&mut a, OTHER_TASK, o, out);
+            read_ptr(&mut a, SCRATCH, OTHER_TASK, o.pid);
+            // pid then tgid, little-endian: tgid << 32 | tid.
+            a.push(ldx(Size::DW, Reg::R1, Reg::R10, SCRATCH));
+            stage(&mut a, 0, Reg::R1);
+        }
+        Hook::ExecEnter | Hook::ExecDone => {}
+        Hook::ExecFail => {
+            a.push(ldx(Size::DW, Reg::R1, Reg::R6, fld));
+            a.jmp_imm(Cond::Sge, Reg::R1, 0, out);
+            stage(&mut a, 0, Reg::R1);
+        }
+        Hook::Start => {
+            a.push(ldx(Size::DW, Reg::R1, Reg::R6, fld));
+            a.jmp_imm(Cond::Ne, Reg::R1, 0, out);
+        }
+        Hook::Clear => {
+            a.push(ldx(Size::DW, Reg::R1, Reg::R6, fld));
+            a.jmp_imm(Cond::Sle, Reg::R1, 0, out);
+            stage(&mut a, 0, Reg::R1);
+        }
+        Hook::Exit => {
+            skip_kthread(&mut a, CUR_TASK, o, out);
+            read_ptr(&mut a, SIGNAL, CUR_TASK, o.signal);
+            if o.exit_group_dead {
+                raw_arg(&mut a, Reg::R1, 1);
+                a.push(alu64_imm(AluOp::And, Reg::R1, 0xff));
+            } else {
+                // Without the argument: the live count has already dropped to 0.
+                read_ptr(&mut a, SCRATCH, SIGNAL, o.sig_live);
+                let done = a.label();
+                a.push(ldx(Size::W, Reg::R2, Reg::R10, SCRATCH));
+                a.push(mov64_imm(Reg::R1, 0));
+                a.jmp_imm(Cond::Ne, Reg::R2, 0, done);
+                a.push(mov64_imm(Reg::R1, 1));
+                a.bind(done);
+            }
+            stage(&mut a, 0, Reg::R1);
+            read_ptr(&mut a, SCRATCH, CUR_TASK, o.exit_code);
+            a.push(ldx(Size::W, Reg::R1, Reg::R10, SCRATCH));
+            stage(&mut a, 1, Reg::R1);
+            read_ptr(&mut a, SCRATCH, SIGNAL, o.sig_flags);
+            a.push(ldx(Size::W, Reg::R1, Reg::R10, SCRATCH));
+            stage(&mut a, 2, Reg::R1);
+            read_ptr(&mut a, SCRATCH, SIGNAL, o.sig_group_exit_code);
+            a.push(ldx(Size::W, Reg::R1, Reg::R10, SCRATCH));
+            stage(&mut a, 3, Reg::R1);
+        }
+        Hook::Signal => {
+            for (i, n) in [(0, 0), (1, 3), (2, 4), (3, 1)] {
+                raw_arg(&mut a, Reg::R1, n);
+                stage(&mut a, i, Reg::R1);
+            }
+            // sig, group and result are ints: keep their low halves, sign-extended.
+            for i in 0..3 {
+                a.push(ldx(Size::W, Reg::R1, Reg::R10, A_SLOTS + 8 * i));
+                a.push(alu64_imm(AluOp::Lsh, Reg::R1, 32));
+                a.push(alu64_imm(AluOp::Arsh, Reg::R1, 32));
+                stage(&mut a, i as usize, Reg::R1);
+            }
+            raw_arg(&mut a, Reg::R1, 2);
+            a.push(stx(Size::DW, Reg::R10, OTHER_TASK, Reg::R1));
+            read_ptr(&mut a, SCRATCH, OTHER_TASK, o.pid);
+            a.push(ldx(Size::DW, Reg::R1, Reg::R10, SCRATCH));
+            stage(&mut a, 4, Reg::R1);
+            // si_code (at 8 in the UAPI layout), to tell faults apart; the "no info"
+            // markers fault and read as 0.
+            a.push(mov64_reg(Reg::R1, Reg::R10));
+            a.push(alu64_imm(AluOp::Add, Reg::R1, i32::from(A_SLOTS + 8 * 5)));
+            a.push(mov64_imm(Reg::R2, 4));
+            raw_arg(&mut a, Reg::R3, 1);
+            a.push(alu64_imm(AluOp::Add, Reg::R3, 8));
+            a.call(helper::PROBE_READ_KERNEL);
+            a.push(ldx(Size::W, Reg::R1, Reg::R10, A_SLOTS + 8 * 5));
+            a.push(alu64_imm(AluOp::Lsh, Reg::R1, 32));
+            a.push(alu64_imm(AluOp::Arsh, Reg::R1, 32));
+            stage(&mut a, 5, Reg::R1);
+        }
+        Hook::Deliver => {
+            raw_arg(&mut a, Reg::R1, 2);
+            a.push(stx(Size::DW, Reg::R10, KACTION, Reg::R1));
+            read_ptr(&mut a, SCRATCH, KACTION, o.ka_handler);
+            a.push(ldx(Size::DW, Reg::R1, Reg::R10, SCRATCH));
+            // SIG_DFL (0) and SIG_IGN (1) run no handler.
+            a.jmp_imm(Cond::Le, Reg::R1, 1, out);
+            stage(&mut a, 1, Reg::R1);
+            read_ptr(&mut a, SCRATCH, KACTION, o.ka_flags);
+            a.push(ldx(Size::DW, Reg::R1, Reg::R10, SCRATCH));
+            stage(&mut a, 2, Reg::R1);
+            raw_arg(&mut a, Reg::R1, 0);
+            a.push(alu64_imm(AluOp::Lsh, Reg::R1, 32));
+            a.push(alu64_imm(AluOp::Arsh, Reg::R1, 32));
+            stage(&mut a, 0, Reg::R1);
+            raw_arg(&mut a, Reg::R1, 1);
+            stage(&mut a, 3, Reg::R1);
+        }
+    }
+
+    // The record.
+    let have = a.label();
+    a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
+    a.push(mov64_imm(Reg::R2, layout.size as i32));
+    a.push(mov64_imm(Reg::R3, 0));
+    a.call(helper::RINGBUF_RESERVE);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, have);
+    a.push(st(Size::W, Reg::R10, SCRATCH, 0));
+    a.push_wide(ld_map_fd(Reg::R1, maps.drops.raw_fd()));
+    a.push(mov64_reg(Reg::R2, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R2, i32::from(SCRATCH)));
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R0, 0));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, 1));
+    a.push(stx(Size::DW, Reg::R0, 0, Reg::R1));
+    a.ja(out);
+
+    a.bind(have);
+    a.push(mov64_reg(Reg::R8, Reg::R0));
+    a.push_wide(crate::insn::ld_imm64(Reg::R1, PROC_COOKIE | hook as u64));
+    a.push(stx(Size::DW, Reg::R8, OFF_COOKIE as i16, Reg::R1));
+    a.call(helper::GET_CURRENT_PID_TGID);
+    a.push(mov64_reg(Reg::R7, Reg::R0));
+    a.push(stx(Size::DW, Reg::R8, OFF_PID_TGID as i16, Reg::R0));
+    a.call(helper::KTIME_GET_NS);
+    a.push(stx(Size::DW, Reg::R8, OFF_KTIME as i16, Reg::R0));
+    a.call(helper::GET_SMP_PROCESSOR_ID);
+    a.push(stx(Size::W, Reg::R8, OFF_CPU as i16, Reg::R0));
+    a.push(st(Size::W, Reg::R8, OFF_FLAGS as i16, 0));
+    a.push(mov64_reg(Reg::R1, Reg::R8));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, OFF_COMM as i32));
+    a.push(mov64_imm(Reg::R2, 16));
+    a.call(helper::GET_CURRENT_COMM);
+    for i in 0..NUM_A {
+        a.push(ldx(Size::DW, Reg::R1, Reg::R10, A_SLOTS + 8 * i as i16));
+        a.push(stx(Size::DW, Reg::R8, (OFF_A + 8 * i) as i16, Reg::R1));
+    }
+    if let Some(base) = layout.cur {
+        emit_snapshot(&mut a, o, CUR_TASK, base, UserRead::Yes);
+    }
+    if let Some(base) = layout.other {
+        let user = if hook == Hook::Fork { UserRead::Yes } else { UserRead::IfSameProcess };
+        emit_snapshot(&mut a, o, OTHER_TASK, base, user);
+    }
+    if let Some(base) = layout.siginfo {
+        // Fault-reading "no info" markers (0, 1) leaves zeros, as wanted.
+        a.push(ldx(Size::DW, Reg::R3, Reg::R10, A_SLOTS + 8 * 3));
+        a.push(mov64_reg(Reg::R1, Reg::R8));
+        a.push(alu64_imm(AluOp::Add, Reg::R1, base as i32));
+        a.push(mov64_imm(Reg::R2, o.siginfo_size as i32));
+        a.call(helper::PROBE_READ_KERNEL);
+        if (o.siginfo_size as usize) < SIGINFO_SIZE {
+            for off in (o.siginfo_size as usize..SIGINFO_SIZE).step_by(4) {
+                a.push(st(Size::W, Reg::R8, (base + off) as i16, 0));
+            }
+        }
+    }
+    if let Some((base, max)) = layout.string {
+        a.push(ldx(Size::DW, Reg::R3, Reg::R6, fld));
+        a.push(mov64_reg(Reg::R1, Reg::R8));
+        a.push(alu64_imm(AluOp::Add, Reg::R1, (base + 8) as i32));
+        a.push(mov64_imm(Reg::R2, max as i32));
+        a.call(helper::PROBE_READ_USER_STR);
+        a.push(stx(Size::W, Reg::R8, base as i16, Reg::R0));
+        a.push(st(Size::W, Reg::R8, (base + 4) as i16, 0));
+    }
+    if let Some(base) = layout.ancestors {
+        // Parent first; past init the chain repeats init's parent (0).
+        let mut from = CUR_TASK;
+        for i in 0..ANCESTORS {
+            read_ptr(&mut a, SCRATCH, from, o.real_parent);
+            read_into(&mut a, base + 4 * i, 4, SCRATCH, o.pid + 4);
+            a.push(ldx(Size::DW, Reg::R1, Reg::R10, SCRATCH));
+            a.push(stx(Size::DW, Reg::R10, WALK, Reg::R1));
+            from = WALK;
+        }
+    }
+
+    let quiet = a.label();
+    a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
+    a.push(mov64_imm(Reg::R2, RB_AVAIL_DATA));
+    a.call(helper::RINGBUF_QUERY);
+    a.push(mov64_imm(Reg::R2, RB_NO_WAKEUP));
+    a.jmp_imm(Cond::Le, Reg::R0, (maps.ring.size() / 4) as i32, quiet);
+    a.push(mov64_imm(Reg::R2, RB_FORCE_WAKEUP));
+    a.bind(quiet);
+    a.push(mov64_reg(Reg::R1, Reg::R8));
+    a.call(helper::RINGBUF_SUBMIT);
+
+    a.bind(out);
+    a.push(mov64_imm(Reg::R0, 0));
+    a.exit();
+    Ok(a.finish()?)
+}
+
+/// A task as a snapshot recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TaskSnap {
+    pub task: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    pub ppid: u32,
+    pub pgid: u32,
+    pub sid: u32,
+    pub nlwp: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub euid: u32,
+    pub egid: u32,
+    /// ns since boot (CLOCK_BOOTTIME)
+    pub start_boottime: u64,
+    /// The process's name (its leader's comm).
+    pub fname: [u8; 16],
+    pub state: u32,
+    pub exit_state: u32,
+    pub prio: i32,
+    pub static_prio: i32,
+    pub policy: u32,
+    pub cpu: u32,
+    pub on_cpu: u32,
+    pub flags: u32,
+    /// The controlling tty (0: none), its index, its driver's major and first minor.
+    pub tty: u64,
+    pub tty_index: u32,
+    pub tty_major: u32,
+    pub tty_minor_start: u32,
+    pub arg_start: u64,
+    pub arg_end: u64,
+    /// The first bytes of the argument strings, when they could be read.
+    pub psargs: Option<Vec<u8>>,
+}
+
+/// One proc record, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcFiring {
+    pub hook: Hook,
+    pub pid: u32,
+    pub tid: u32,
+    pub ktime: u64,
+    pub cpu: u32,
+    pub comm: [u8; 16],
+    pub a: [u64; NUM_A],
+    pub cur: Option<TaskSnap>,
+    pub other: Option<TaskSnap>,
+    pub siginfo: Option<[u8; SIGINFO_SIZE]>,
+    /// The exec path; `Err(errno)` where it could not be read.
+    pub string: Option<Result<Vec<u8>, i32>>,
+    pub ancestors: Option<[u32; ANCESTORS]>,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ProcRecordError {
+    #[error("not a proc record")]
+    NotProc,
+    #[error("proc record of {got} bytes, expected {want}")]
+    Size { got: usize, want: usize },
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_ne_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_ne_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+
+/// The hook of a record, when it is a proc record.
+pub fn hook_of(rec: &[u8]) -> Option<Hook> {
+    let cookie = u64::from_ne_bytes(rec.get(..8)?.try_into().ok()?);
+    if cookie & PROC_COOKIE == 0 {
+        return None;
+    }
+    Hook::from_u8((cookie & 0xff) as u8)
+}
+
+fn snapshot(b: &[u8], base: usize) -> TaskSnap {
+    let at = |o: usize| u32_at(b, base + o);
+    let args = at(SNAP_ARGS) as usize;
+    TaskSnap {
+        task: u64_at(b, base + SNAP_TASK),
+        tid: at(SNAP_TID),
+        tgid: at(SNAP_TID + 4),
+        ppid: at(SNAP_PPID),
+        pgid: at(SNAP_PGID),
+        sid: at(SNAP_SID),
+        nlwp: at(SNAP_NLWP),
+        uid: at(SNAP_CRED),
+        gid: at(SNAP_CRED + 4),
+        euid: at(SNAP_CRED + 16),
+        egid: at(SNAP_CRED + 20),
+        start_boottime: u64_at(b, base + SNAP_START),
+        fname: b[base + SNAP_FNAME..base + SNAP_FNAME + 16].try_into().expect("16 bytes"),
+        state: at(SNAP_STATE),
+        exit_state: at(SNAP_EXIT_STATE),
+        prio: at(SNAP_PRIO) as i32,
+        static_prio: at(SNAP_PRIO + 4) as i32,
+        policy: at(SNAP_POLICY),
+        cpu: at(SNAP_CPU),
+        on_cpu: at(SNAP_ON_CPU),
+        flags: at(SNAP_FLAGS),
+        tty: u64_at(b, base + SNAP_TTY),
+        tty_index: at(SNAP_TTY_INDEX),
+        tty_major: at(SNAP_TTY_MAJOR),
+        tty_minor_start: at(SNAP_TTY_MAJOR + 4),
+        arg_start: u64_at(b, base + SNAP_ARG_START),
+        arg_end: u64_at(b, base + SNAP_ARG_START + 8),
+        psargs: (args > 0 && args <= PSARGS_SIZE).then(|| b[base + SNAP_PSARGS..base + SNAP_PSARGS + args].to_vec()),
+    }
+}
+
+impl ProcLayout {
+    pub fn parse(&self, b: &[u8]) -> Result<ProcFiring, ProcRecordError> {
+        if b.len() != self.size {
+            return Err(ProcRecordError::Size { got: b.len(), want: self.size });
+        }
+        if hook_of(b) != Some(self.hook) {
+            return Err(ProcRecordError::NotProc);
+        }
+        let pid_tgid = u64_at(b, OFF_PID_TGID);
+        let mut a = [0u64; NUM_A];
+        for (i, v) in a.iter_mut().enumerate() {
+            *v = u64_at(b, OFF_A + 8 * i);
+        }
+        let string = self.string.map(|(off, max)| {
+            let n = u32_at(b, off) as i32;
+            if n < 0 {
+                Err(-n)
+            } else {
+                let n = (n as usize).min(max as usize);
+                let bytes = &b[off + 8..off + 8 + n];
+                Ok(bytes.iter().position(|&c| c == 0).map_or(bytes, |z| &bytes[..z]).to_vec())
+            }
+        });
+        Ok(ProcFiring {
+            hook: self.hook,
+            pid: (pid_tgid >> 32) as u32,
+            tid: pid_tgid as u32,
+            ktime: u64_at(b, OFF_KTIME),
+            cpu: u32_at(b, OFF_CPU),
+            comm: b[OFF_COMM..OFF_COMM + 16].try_into().expect("16 bytes"),
+            a,
+            cur: self.cur.map(|o| snapshot(b, o)),
+            other: self.other.map(|o| snapshot(b, o)),
+            siginfo: self.siginfo.map(|o| b[o..o + SIGINFO_SIZE].try_into().expect("siginfo bytes")),
+            string,
+            ancestors: self.ancestors.map(|o| {
+                let mut out = [0u32; ANCESTORS];
+                for (i, v) in out.iter_mut().enumerate() {
+                    *v = u32_at(b, o + 4 * i);
+                }
+                out
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_hold_what_the_plan_asks() {
+        let none = ProcLayout::new(Hook::Signal, &ProcPlan::default());
+        assert_eq!(none.size, HEADER);
+        let all = ProcPlan { cur: true, args: true, ancestors: true, string_max: 256 };
+        let sig = ProcLayout::new(Hook::Signal, &all);
+        assert_eq!(sig.cur, Some(HEADER));
+        assert_eq!(sig.other, Some(HEADER + SNAP_SIZE));
+        assert_eq!(sig.siginfo, Some(HEADER + 2 * SNAP_SIZE));
+        assert_eq!(sig.string, None, "only exec has a path");
+        assert_eq!(sig.size, HEADER + 2 * SNAP_SIZE + SIGINFO_SIZE + 4 * ANCESTORS);
+        let exec = ProcLayout::new(Hook::ExecEnter, &all);
+        assert_eq!(exec.other, None);
+        assert_eq!(exec.string, Some((HEADER + SNAP_SIZE, 256)));
+        assert!(exec.size.is_multiple_of(8));
+    }
+
+    #[test]
+    fn records_parse_back() {
+        let plan = ProcPlan { cur: false, args: true, ancestors: false, string_max: 0 };
+        let l = ProcLayout::new(Hook::Fork, &plan);
+        let mut b = vec![0u8; l.size];
+        b[..8].copy_from_slice(&(PROC_COOKIE | Hook::Fork as u64).to_ne_bytes());
+        b[8..16].copy_from_slice(&(42u64 << 32 | 43).to_ne_bytes());
+        b[32..36].copy_from_slice(b"sh\0\0");
+        let base = l.other.unwrap();
+        b[base + SNAP_TID..base + SNAP_TID + 8].copy_from_slice(&(50u64 << 32 | 50).to_ne_bytes());
+        b[base + SNAP_ARGS..base + SNAP_ARGS + 4].copy_from_slice(&5u32.to_ne_bytes());
+        b[base + SNAP_PSARGS..base + SNAP_PSARGS + 5].copy_from_slice(b"a\0b\0c");
+        assert_eq!(hook_of(&b), Some(Hook::Fork));
+        let f = l.parse(&b).unwrap();
+        assert_eq!((f.pid, f.tid), (42, 43));
+        assert_eq!(&f.comm[..3], b"sh\0");
+        let o = f.other.unwrap();
+        assert_eq!((o.tid, o.tgid), (50, 50));
+        assert_eq!(o.psargs.as_deref(), Some(&b"a\0b\0c"[..]));
+        assert!(l.parse(&b[..l.size - 8]).is_err());
+        assert_eq!(hook_of(&[0u8; 8]), None, "a uprobe record's cookie");
+    }
+}
