@@ -101,17 +101,11 @@ pub fn fired(f: &ProcFiring) -> Vec<&'static str> {
         Hook::Exit => vec!["lwp-exit"],
         Hook::Start if f.pid == f.tid => vec!["start", "lwp-start"],
         Hook::Start => vec!["lwp-start"],
-        Hook::Signal => {
-            let mut out = Vec::with_capacity(3);
-            if is_fault(f) {
-                out.push("fault");
-            }
-            out.push("signal-send");
-            if f.a[2] == TRACE_SIGNAL_IGNORED {
-                out.push("signal-discard");
-            }
-            out
-        }
+        // As illumos's sigtoproc(): a signal the receiver ignores is discarded instead
+        // of sent.
+        Hook::Signal if f.a[2] == TRACE_SIGNAL_IGNORED => vec!["signal-discard"],
+        Hook::Signal if is_fault(f) => vec!["fault", "signal-send"],
+        Hook::Signal => vec!["signal-send"],
         Hook::Deliver => vec!["signal-handle"],
         Hook::Clear => vec!["signal-clear"],
     }
@@ -526,7 +520,7 @@ mod tests {
         assert_eq!(fired(&f), ["fault", "signal-send"]);
         f.a[5] = 0; // kill(2)'ed SIGSEGV: no fault
         f.a[2] = TRACE_SIGNAL_IGNORED;
-        assert_eq!(fired(&f), ["signal-send", "signal-discard"]);
+        assert_eq!(fired(&f), ["signal-discard"]);
     }
 
     #[test]
