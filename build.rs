@@ -21,6 +21,15 @@
 //! - `plugin.so`            `plugin_fn()`, loaded only by `dlopener` through dlopen
 //! - `dlopener`             dlopens `plugin.so` after a pause and calls `plugin_fn`
 //! - `jobctl`               stops, continues and kills a child, checking each with waitpid
+//! - `procexec`             proc provider: 6 children, 4 exec `execee` (one with a 200-byte
+//!   argument), 2 exec a missing file (ENOENT); see its header for the counts and psargs
+//! - `execee`               image exec'd by procexec's children: exits 0, does nothing else
+//! - `lifetimes`            proc provider: N short (10 ms) and M long (100 ms) children at once
+//! - `threads`              proc provider: T pthreads created and joined (lwp-create/start/exit)
+//! - `signals`              proc provider: signals sent, handled, discarded (SIG_IGN) and
+//!   taken by sigwait, and a SIGTERM'd child "sigchild"; exact counts in its header
+//! - `exits`                proc provider: children that exit(3), get SIGKILL, abort() with a
+//!   core dump (in the directory given) and fault on NULL
 //!
 //! Kept to a few seconds: a handful of compiler runs, independent ones in parallel.
 
@@ -102,6 +111,22 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     let forker = spawn(&mut follow_exe("forker"))?;
     let worker2 = spawn(&mut follow_exe("worker2"))?;
     let jobctl = spawn(&mut follow_exe("jobctl"))?;
+    // proc provider fixtures: plain C, no library of ours.
+    let plain = |name: &str, extra: &[&str]| {
+        let mut c = Command::new("gcc");
+        c.args(cflags)
+            .args(extra)
+            .args(["-o", &o(name), &s(&format!("{name}.c"))]);
+        c
+    };
+    let proc_fixtures = [
+        spawn(&mut plain("procexec", &[]))?,
+        spawn(&mut plain("execee", &[]))?,
+        spawn(&mut plain("lifetimes", &[]))?,
+        spawn(&mut plain("threads", &["-pthread"]))?,
+        spawn(&mut plain("signals", &[]))?,
+        spawn(&mut plain("exits", &[]))?,
+    ];
     let exe = |name: &str, pie: &[&str]| {
         let mut c = Command::new("gcc");
         c.args(cflags)
@@ -134,6 +159,9 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     wait(jobctl)?;
     wait(plugin)?;
     wait(dlopener)?;
+    for f in proc_fixtures {
+        wait(f)?;
+    }
 
     run(Command::new("strip").args(["--strip-all", "-o", &o("fixture-stripped"), &o("fixture")]))?;
 
