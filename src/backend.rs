@@ -252,6 +252,8 @@ impl Bpf {
         }
         let btf = Btf::vmlinux().map_err(|e| format!("{e}\nudtrace: the proc provider needs a kernel with BTF (CONFIG_DEBUG_INFO_BTF)"))?;
         let offsets = TaskOffsets::from_btf(&btf).map_err(|e| format!("cannot use the kernel's task data: {e}"))?;
+        let paths = udtrace_bpf::maps::HashMap::create("udtrace_paths", 65536)
+            .map_err(|e| bpf_error("create BPF maps", &e.to_string(), e.os_error()))?;
         for &(hook, plan) in hooks {
             let layout = ProcLayout::new(hook, &plan);
             let gen_err = |e: udtrace_bpf::codegen::CodegenError| format!("cannot generate the proc program: {e}");
@@ -259,7 +261,7 @@ impl Bpf {
             let mut links = Vec::new();
             match hook.attach_points() {
                 AttachPoints::Raw(name) => {
-                    let insns = proc_program(&layout, &offsets, &self.maps, None).map_err(gen_err)?;
+                    let insns = proc_program(&layout, &offsets, &self.maps, &paths, None).map_err(gen_err)?;
                     let prog = Program::load(ProgramKind::RawTracepoint, "udtrace_proc", &insns).map_err(load_err)?;
                     let link = tracepoint::attach_raw(&prog, name).map_err(|e| format!("failed to enable proc probes on {name}: {e}"))?;
                     links.push(ProcLink::Raw(link));
@@ -270,7 +272,7 @@ impl Bpf {
                         let Some(f) = fmt.field(field) else {
                             return Err(format!("failed to enable proc probes: syscalls:{name} has no field {field}"));
                         };
-                        let insns = proc_program(&layout, &offsets, &self.maps, Some(SyscallField { offset: f.offset as i16 })).map_err(gen_err)?;
+                        let insns = proc_program(&layout, &offsets, &self.maps, &paths, Some(SyscallField { offset: f.offset as i16 })).map_err(gen_err)?;
                         let prog = Program::load(ProgramKind::Tracepoint, "udtrace_proc", &insns).map_err(load_err)?;
                         let link = tracepoint::attach(&prog, "syscalls", name, 0).map_err(|e| format!("failed to enable proc probes on {name}: {e}"))?;
                         links.push(ProcLink::Syscall(link));

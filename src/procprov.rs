@@ -111,6 +111,15 @@ pub fn fired(f: &ProcFiring) -> Vec<&'static str> {
     }
 }
 
+/// For the outcome of an exec (its success or failure), the thread that started it.
+pub fn exec_outcome_of(f: &ProcFiring) -> Option<u32> {
+    match f.hook {
+        Hook::ExecDone => Some(f.a[0] as u32),
+        Hook::ExecFail => Some(f.tid),
+        _ => None,
+    }
+}
+
 /// The exit reason DTrace's `exit` probe gives: CLD_EXITED, CLD_KILLED or CLD_DUMPED,
 /// from the wait status the parent will see.
 fn exit_reason(f: &ProcFiring) -> i64 {
@@ -244,15 +253,20 @@ fn psinfo(types: &TypeTable, t: &TaskSnap, clocks: Clocks) -> Vec<u8> {
     i.time("pr_start", t.start_boottime as i64 + clocks.boot);
     let fname = cstr(&t.fname).to_vec();
     i.chars("pr_fname", &fname, proc_types::PRFNSZ as usize);
-    let (psargs, argc) = match args_of(t) {
-        Some((raw, whole)) => {
-            let argc = if whole { cstr_count(&raw) } else { 0 };
-            (join_args(&raw), argc)
-        }
-        None => (fname, 0),
+    let (psargs, counted) = match args_of(t) {
+        Some((raw, whole)) => (join_args(&raw), whole.then(|| cstr_count(&raw))),
+        None => (fname, None),
     };
     i.chars("pr_psargs", &psargs, proc_types::PRARGSZ as usize);
-    i.u32("pr_argc", argc);
+    // argc, argv and envp as the initial stack lays them out; else what the strings say.
+    match t.argc.filter(|&n| n < 1 << 20) {
+        Some(argc) => {
+            i.u32("pr_argc", argc as u32);
+            i.u64("pr_argv", t.start_stack + 8);
+            i.u64("pr_envp", t.start_stack + 8 * (argc + 2));
+        }
+        None => i.u32("pr_argc", counted.unwrap_or(0)),
+    }
     i.put("pr_dmodel", &[2]); // PR_MODEL_LP64
     i.bytes
 }

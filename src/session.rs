@@ -29,7 +29,7 @@ use crate::selfctx::SelfContext;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::procprov::{self, Clocks, ProcCtx};
-use udtrace_bpf::proc::{self, Hook, ProcPlan};
+use udtrace_bpf::proc::{self, Hook, ProcFiring, ProcPlan};
 use udtrace_lang::types::TypeTable;
 use udtrace_runtime::Context;
 use udtrace_bpf::ringbuf::RingBufReader;
@@ -315,6 +315,12 @@ fn proc_hook_plans(c: &Compiled, strsize: u32) -> Vec<(Hook, ProcPlan)> {
         let clause = capture::plan(&c.program.clauses[e.clause]);
         plans.entry(p.hook).or_default().merge(&procprov::hook_plan(p.hook, &clause, strsize));
     }
+    // An exec's path that could not be read at its start comes with its outcome.
+    if let Some(max) = plans.get(&Hook::ExecEnter).map(|p| p.string_max).filter(|&m| m > 0) {
+        for h in [Hook::ExecDone, Hook::ExecFail] {
+            plans.entry(h).or_default().string_max = max;
+        }
+    }
     plans.into_iter().collect()
 }
 
@@ -418,7 +424,15 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
         None => None,
     };
     let clocks = Clocks { wall: procs.borrow().wall_offset, boot: boot_offset() };
-    let mut sink = Drain { reader: reader.as_mut(), procs: &procs, ustackframes, proc_ids: proc_ids(c), types: &c.program.types, clocks };
+    let mut sink = Drain {
+        reader: reader.as_mut(),
+        procs: &procs,
+        ustackframes,
+        proc_ids: proc_ids(c),
+        types: &c.program.types,
+        clocks,
+        pending_exec: HashMap::new(),
+    };
     while !done {
         let now = Instant::now();
         let next = timers.iter().map(|t| t.next).min();
@@ -514,6 +528,9 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
     if let Some(s) = sink.drain(&mut consumer, w, out)? {
         status = s;
     }
+    if let Some(s) = sink.flush_execs(&mut consumer, out)? {
+        status = s;
+    }
     if let Some(b) = w.backend.as_deref() {
         report_drops(b, &mut drops_seen);
     }
@@ -579,14 +596,28 @@ struct Drain<'r, 'p> {
     /// The program's types: the proc provider's structs are laid out by them.
     types: &'p TypeTable,
     clocks: Clocks,
+    /// exec records waiting for their path, which their outcome brings (by thread).
+    pending_exec: HashMap<u32, ProcFiring>,
 }
 
 impl Drain<'_, '_> {
+    /// Fires the exec records still waiting for their path (their outcome never came).
+    fn flush_execs(&mut self, consumer: &mut Consumer, out: &mut dyn Write) -> io::Result<Option<i32>> {
+        let mut status = None;
+        for (_, f) in std::mem::take(&mut self.pending_exec) {
+            if let Some(&id) = self.proc_ids.get("exec") {
+                let fx = consumer.fire(id, f.cpu, &ProcCtx::new(&f, "exec", self.types, self.clocks), out)?;
+                status = status.or(apply(&fx));
+            }
+        }
+        Ok(status)
+    }
+
     fn drain(&mut self, consumer: &mut Consumer, w: &Tracing<'_>, out: &mut dyn Write) -> io::Result<Option<i32>> {
         let (Some(b), Some(r)) = (w.backend.as_deref(), self.reader.as_mut()) else { return Ok(None) };
         let tree = w.follower.as_deref().map(|f| &f.tree);
         let (procs, ustackframes) = (self.procs, self.ustackframes);
-        let (proc_ids, types, clocks) = (&self.proc_ids, self.types, self.clocks);
+        let (proc_ids, types, clocks, pending) = (&self.proc_ids, self.types, self.clocks, &mut self.pending_exec);
         let mut result: io::Result<Option<i32>> = Ok(None);
         let mut run = |consumer: &mut Consumer, id: u32, cpu: u32, ctx: &dyn Context| match consumer.fire(id, cpu, ctx, out) {
             Ok(fx) => {
@@ -599,10 +630,23 @@ impl Drain<'_, '_> {
         r.consume(|bytes| {
             if let Some(hook) = proc::hook_of(bytes) {
                 let Some(f) = b.proc_layout(hook).and_then(|l| l.parse(bytes).ok()) else { return };
-                for name in procprov::fired(&f) {
-                    if let Some(&id) = proc_ids.get(name) {
-                        run(consumer, id, f.cpu, &ProcCtx::new(&f, name, types, clocks));
+                let mut fire = |f: &ProcFiring| {
+                    for name in procprov::fired(f) {
+                        if let Some(&id) = proc_ids.get(name) {
+                            run(consumer, id, f.cpu, &ProcCtx::new(f, name, types, clocks));
+                        }
                     }
+                };
+                if let Some(thread) = procprov::exec_outcome_of(&f) {
+                    if let Some(mut exec) = pending.remove(&thread) {
+                        exec.string = f.string.clone().or(exec.string);
+                        fire(&exec);
+                    }
+                }
+                if hook == Hook::ExecEnter && matches!(f.string, Some(Err(_))) {
+                    pending.insert(f.tid, f);
+                } else {
+                    fire(&f);
                 }
                 return;
             }

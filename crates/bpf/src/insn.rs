@@ -206,6 +206,7 @@ pub fn exit() -> Insn {
 pub mod helper {
     pub const MAP_LOOKUP_ELEM: i32 = 1;
     pub const MAP_UPDATE_ELEM: i32 = 2;
+    pub const MAP_DELETE_ELEM: i32 = 3;
     pub const KTIME_GET_NS: i32 = 5;
     pub const GET_SMP_PROCESSOR_ID: i32 = 8;
     pub const GET_CURRENT_PID_TGID: i32 = 14;
@@ -216,6 +217,7 @@ pub mod helper {
     pub const PROBE_READ_USER: i32 = 112;
     pub const PROBE_READ_KERNEL: i32 = 113;
     pub const PROBE_READ_USER_STR: i32 = 114;
+    pub const PROBE_READ_KERNEL_STR: i32 = 115;
     pub const RINGBUF_OUTPUT: i32 = 130;
     pub const RINGBUF_RESERVE: i32 = 131;
     pub const RINGBUF_SUBMIT: i32 = 132;

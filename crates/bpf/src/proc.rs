@@ -24,6 +24,7 @@ use thiserror::Error;
 
 use crate::btf::{Btf, BtfError};
 use crate::codegen::{CodegenError, ProbeMaps};
+use crate::maps::HashMap;
 use crate::insn::{alu64_imm, alu64_reg, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, Cond, Insn, Reg, Size};
 use crate::record::MAX_STRING;
 
@@ -37,11 +38,17 @@ pub enum Hook {
     /// `sched_process_fork`, in the parent: a0 = the child's pid_tgid (tgid << 32 |
     /// tid); the other snapshot is the child.
     Fork = 1,
-    /// `sys_enter_execve(at)`: the string is the path.
+    /// `sys_enter_execve(at)`: the string is the path. It is read from user memory,
+    /// which fails where the page is not mapped in yet (a string literal in a fork
+    /// child); then the outcome's record brings it, and the path pointer waits in the
+    /// `paths` map (by thread) until then.
     ExecEnter,
-    /// `sys_exit_execve(at)` when it failed: a0 = the return value (−errno).
+    /// `sys_exit_execve(at)` when it failed: a0 = the return value (−errno); the
+    /// string is the path again (the kernel has read it, so its page is in now).
     ExecFail,
-    /// `sched_process_exec`, in the new image.
+    /// `sched_process_exec`, in the new image: a0 = the thread id before the exec
+    /// (a thread other than the leader takes the leader's); the string is the path
+    /// from the kernel's copy.
     ExecDone,
     /// `sched_process_exit`, in each exiting thread: a0 = 1 when it is the last of its
     /// process, a1 = the thread's exit code, a2 = signal_struct flags, a3 = the
@@ -156,7 +163,9 @@ const SNAP_TTY_INDEX: usize = 120;
 const SNAP_TTY_MAJOR: usize = 124; // major, then minor_start
 const SNAP_ARGS: usize = 132; // psargs bytes read (0: none)
 const SNAP_ARG_START: usize = 136; // arg_start, then arg_end
-const SNAP_PSARGS: usize = 152;
+const SNAP_START_STACK: usize = 152; // mm->start_stack, where argc is
+const SNAP_ARGC: usize = 160; // the u64 there (0 when unreadable)
+const SNAP_PSARGS: usize = 168;
 /// DTrace's PRARGSZ: pr_psargs holds this many bytes, NUL included.
 pub const PSARGS_SIZE: usize = 80;
 pub const SNAP_SIZE: usize = SNAP_PSARGS + PSARGS_SIZE;
@@ -191,7 +200,8 @@ impl ProcLayout {
         let other = take(plan.args && hook.has_other(), SNAP_SIZE);
         let siginfo = take(plan.args && matches!(hook, Hook::Signal | Hook::Deliver), SIGINFO_SIZE);
         let max = plan.string_max.clamp(1, MAX_STRING);
-        let string = take(hook == Hook::ExecEnter && plan.string_max > 0, 8 + (max as usize).div_ceil(8) * 8).map(|o| (o, max));
+        let execs = matches!(hook, Hook::ExecEnter | Hook::ExecFail | Hook::ExecDone);
+        let string = take(execs && plan.string_max > 0, 8 + (max as usize).div_ceil(8) * 8).map(|o| (o, max));
         let ancestors = take(plan.ancestors, ANCESTORS * 4);
         ProcLayout { hook, cur, other, siginfo, string, ancestors, size: off }
     }
@@ -226,9 +236,11 @@ pub struct TaskOffsets {
     pid_nr: i16,
     cred_uid: i16, // through egid
     mm_arg_start: i16, // then arg_end
+    mm_start_stack: i16,
     tty_index: i16,
     tty_driver: i16,
     driver_major: i16, // then minor_start
+    bprm_filename: i16,
     ka_handler: i16,
     ka_flags: i16,
     siginfo_size: u32,
@@ -293,9 +305,11 @@ impl TaskOffsets {
             pid_nr: at("pid", "numbers[0].nr")?,
             cred_uid,
             mm_arg_start: arg_start,
+            mm_start_stack: at("mm_struct", "start_stack")?,
             tty_index: at("tty_struct", "index")?,
             tty_driver: at("tty_struct", "driver")?,
             driver_major: major,
+            bprm_filename: at("linux_binprm", "filename")?,
             ka_handler: at("k_sigaction", "sa.sa_handler")?,
             ka_flags: at("k_sigaction", "sa.sa_flags")?,
             siginfo_size: b.struct_size("kernel_siginfo")?.min(SIGINFO_SIZE as u32),
@@ -387,6 +401,8 @@ fn emit_snapshot(a: &mut Asm, o: &TaskOffsets, task: i16, base: usize, user: Use
     read_into(a, base + SNAP_FLAGS, 4, task, o.flags);
     read_ptr(a, SCRATCH, task, o.mm);
     read_into(a, base + SNAP_ARG_START, 16, SCRATCH, o.mm_arg_start);
+    read_into(a, base + SNAP_START_STACK, 8, SCRATCH, o.mm_start_stack);
+    a.push(st(Size::DW, Reg::R8, (base + SNAP_ARGC) as i16, 0));
 
     // psargs: the first bytes of the argument strings, from user memory.
     let skip = a.label();
@@ -412,6 +428,12 @@ fn emit_snapshot(a: &mut Asm, o: &TaskOffsets, task: i16, base: usize, user: Use
     a.jmp_imm(Cond::Ne, Reg::R0, 0, skip);
     a.push(ldx(Size::DW, Reg::R1, Reg::R10, PSLEN));
     a.push(stx(Size::W, Reg::R8, (base + SNAP_ARGS) as i16, Reg::R1));
+    // argc: the word at the bottom of the initial stack (argv and envp follow it).
+    a.push(mov64_reg(Reg::R1, Reg::R8));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, (base + SNAP_ARGC) as i32));
+    a.push(mov64_imm(Reg::R2, 8));
+    a.push(ldx(Size::DW, Reg::R3, Reg::R8, (base + SNAP_START_STACK) as i16));
+    a.call(helper::PROBE_READ_USER);
     a.bind(skip);
 }
 
@@ -432,6 +454,70 @@ fn skip_kthread(a: &mut Asm, task: i16, o: &TaskOffsets, out: crate::insn::Label
     a.jmp_imm(Cond::Set, Reg::R1, PF_KTHREAD, out);
 }
 
+/// The exec path into the string section at `base`: from user memory at the exec's
+/// start (its pointer kept in `paths` for the outcome), again from user memory when it
+/// failed, from the kernel's copy when it succeeded.
+fn emit_path(a: &mut Asm, hook: Hook, base: usize, max: u32, fld: i16, o: &TaskOffsets, paths: &HashMap<u32, u64>) {
+    let key = |a: &mut Asm, reg: Reg| {
+        a.push(mov64_reg(reg, Reg::R10));
+        a.push(alu64_imm(AluOp::Add, reg, i32::from(SCRATCH)));
+    };
+    let read = |a: &mut Asm, helper_id: i32| {
+        a.push(mov64_reg(Reg::R1, Reg::R8));
+        a.push(alu64_imm(AluOp::Add, Reg::R1, (base + 8) as i32));
+        a.push(mov64_imm(Reg::R2, max as i32));
+        a.call(helper_id);
+        a.push(stx(Size::W, Reg::R8, base as i16, Reg::R0));
+    };
+    a.push(st(Size::W, Reg::R8, (base + 4) as i16, 0));
+    // No path: the length word holds -ENOENT.
+    a.push(st(Size::W, Reg::R8, base as i16, -2));
+    let done = a.label();
+    match hook {
+        Hook::ExecEnter => {
+            a.push(ldx(Size::DW, Reg::R3, Reg::R6, fld));
+            a.push(stx(Size::DW, Reg::R10, PSLEN, Reg::R3));
+            read(a, helper::PROBE_READ_USER_STR);
+            a.push(stx(Size::W, Reg::R10, SCRATCH, Reg::R7));
+            a.push_wide(ld_map_fd(Reg::R1, paths.raw_fd()));
+            key(a, Reg::R2);
+            a.push(mov64_reg(Reg::R3, Reg::R10));
+            a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(PSLEN)));
+            a.push(mov64_imm(Reg::R4, 0));
+            a.call(helper::MAP_UPDATE_ELEM);
+        }
+        Hook::ExecFail | Hook::ExecDone => {
+            // The thread's id before the exec: a0 for ExecDone, the current one else.
+            if hook == Hook::ExecDone {
+                a.push(ldx(Size::DW, Reg::R1, Reg::R10, A_SLOTS));
+                a.push(stx(Size::W, Reg::R10, SCRATCH, Reg::R1));
+            } else {
+                a.push(stx(Size::W, Reg::R10, SCRATCH, Reg::R7));
+            }
+            a.push_wide(ld_map_fd(Reg::R1, paths.raw_fd()));
+            key(a, Reg::R2);
+            a.call(helper::MAP_LOOKUP_ELEM);
+            a.jmp_imm(Cond::Eq, Reg::R0, 0, done);
+            if hook == Hook::ExecFail {
+                a.push(ldx(Size::DW, Reg::R3, Reg::R0, 0));
+                read(a, helper::PROBE_READ_USER_STR);
+            } else {
+                raw_arg(a, Reg::R3, 2);
+                a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(o.bprm_filename)));
+                a.push(stx(Size::DW, Reg::R10, PSLEN, Reg::R3));
+                read_ptr(a, PSLEN, PSLEN, 0);
+                a.push(ldx(Size::DW, Reg::R3, Reg::R10, PSLEN));
+                read(a, helper::PROBE_READ_KERNEL_STR);
+            }
+            a.push_wide(ld_map_fd(Reg::R1, paths.raw_fd()));
+            key(a, Reg::R2);
+            a.call(helper::MAP_DELETE_ELEM);
+        }
+        _ => {}
+    }
+    a.bind(done);
+}
+
 /// The field of a syscall tracepoint's record a program reads: its offset there.
 #[derive(Debug, Clone, Copy)]
 pub struct SyscallField {
@@ -440,7 +526,14 @@ pub struct SyscallField {
 
 /// The program for `hook` under `layout`. Syscall hooks need the offset of their
 /// field (`filename` or `ret`) in the tracepoint's record.
-pub fn proc_program(layout: &ProcLayout, o: &TaskOffsets, maps: &ProbeMaps, field: Option<SyscallField>) -> Result<Vec<Insn>, CodegenError> {
+/// `paths` holds exec path pointers by thread between an exec and its outcome.
+pub fn proc_program(
+    layout: &ProcLayout,
+    o: &TaskOffsets,
+    maps: &ProbeMaps,
+    paths: &HashMap<u32, u64>,
+    field: Option<SyscallField>,
+) -> Result<Vec<Insn>, CodegenError> {
     let hook = layout.hook;
     if layout.size + 8 > maps.ring.size() {
         return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring.size() });
@@ -467,7 +560,13 @@ pub fn proc_program(layout: &ProcLayout, o: &TaskOffsets, maps: &ProbeMaps, fiel
             a.push(ldx(Size::DW, Reg::R1, Reg::R10, SCRATCH));
             stage(&mut a, 0, Reg::R1);
         }
-        Hook::ExecEnter | Hook::ExecDone => {}
+        Hook::ExecEnter => {}
+        Hook::ExecDone => {
+            raw_arg(&mut a, Reg::R1, 1);
+            a.push(alu64_imm(AluOp::Lsh, Reg::R1, 32));
+            a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
+            stage(&mut a, 0, Reg::R1);
+        }
         Hook::ExecFail => {
             a.push(ldx(Size::DW, Reg::R1, Reg::R6, fld));
             a.jmp_imm(Cond::Sge, Reg::R1, 0, out);
@@ -618,13 +717,7 @@ pub fn proc_program(layout: &ProcLayout, o: &TaskOffsets, maps: &ProbeMaps, fiel
         }
     }
     if let Some((base, max)) = layout.string {
-        a.push(ldx(Size::DW, Reg::R3, Reg::R6, fld));
-        a.push(mov64_reg(Reg::R1, Reg::R8));
-        a.push(alu64_imm(AluOp::Add, Reg::R1, (base + 8) as i32));
-        a.push(mov64_imm(Reg::R2, max as i32));
-        a.call(helper::PROBE_READ_USER_STR);
-        a.push(stx(Size::W, Reg::R8, base as i16, Reg::R0));
-        a.push(st(Size::W, Reg::R8, (base + 4) as i16, 0));
+        emit_path(&mut a, hook, base, max, fld, o, paths);
     }
     if let Some(base) = layout.ancestors {
         // Parent first; past init the chain repeats init's parent (0).
@@ -688,6 +781,10 @@ pub struct TaskSnap {
     pub tty_minor_start: u32,
     pub arg_start: u64,
     pub arg_end: u64,
+    /// Where argc lies at the bottom of the initial stack, and its value when it could
+    /// be read (with psargs).
+    pub start_stack: u64,
+    pub argc: Option<u64>,
     /// The first bytes of the argument strings, when they could be read.
     pub psargs: Option<Vec<u8>>,
 }
@@ -765,6 +862,8 @@ fn snapshot(b: &[u8], base: usize) -> TaskSnap {
         tty_minor_start: at(SNAP_TTY_MAJOR + 4),
         arg_start: u64_at(b, base + SNAP_ARG_START),
         arg_end: u64_at(b, base + SNAP_ARG_START + 8),
+        start_stack: u64_at(b, base + SNAP_START_STACK),
+        argc: (args > 0).then(|| u64_at(b, base + SNAP_ARGC)),
         psargs: (args > 0 && args <= PSARGS_SIZE).then(|| b[base + SNAP_PSARGS..base + SNAP_PSARGS + args].to_vec()),
     }
 }

@@ -26,6 +26,7 @@ fn proc_hooks_record_a_child_life() {
     let btf = Btf::vmlinux().expect("kernel BTF");
     let offsets = TaskOffsets::from_btf(&btf).unwrap_or_else(|e| panic!("{e}"));
     let maps = ProbeMaps::create(1 << 22, 16).unwrap();
+    let paths = udtrace_bpf::maps::HashMap::<u32, u64>::create("udtrace_paths", 1024).unwrap();
     let plan = ProcPlan { cur: true, args: true, ancestors: true, string_max: 256 };
     let mut links = Vec::new();
     let mut layouts = Vec::new();
@@ -33,7 +34,7 @@ fn proc_hooks_record_a_child_life() {
         let layout = ProcLayout::new(hook, &plan);
         match hook.attach_points() {
             AttachPoints::Raw(name) => {
-                let insns = proc_program(&layout, &offsets, &maps, None).unwrap();
+                let insns = proc_program(&layout, &offsets, &maps, &paths, None).unwrap();
                 let prog = Program::load(ProgramKind::RawTracepoint, "udtrace_proc", &insns).unwrap_or_else(|e| panic!("{hook:?}: {e}"));
                 links.push(Link::Raw(tracepoint::attach_raw(&prog, name).unwrap_or_else(|e| panic!("{hook:?}: {e}"))));
             }
@@ -41,7 +42,7 @@ fn proc_hooks_record_a_child_life() {
                 for name in names {
                     let fmt = tracepoint::format("syscalls", name).unwrap();
                     let f = fmt.field(field).unwrap_or_else(|| panic!("{name} has no {field}"));
-                    let insns = proc_program(&layout, &offsets, &maps, Some(SyscallField { offset: f.offset as i16 })).unwrap();
+                    let insns = proc_program(&layout, &offsets, &maps, &paths, Some(SyscallField { offset: f.offset as i16 })).unwrap();
                     let prog = Program::load(ProgramKind::Tracepoint, "udtrace_proc", &insns).unwrap_or_else(|e| panic!("{hook:?}: {e}"));
                     links.push(Link::Tp(tracepoint::attach(&prog, "syscalls", name, 0).unwrap()));
                 }
@@ -74,6 +75,8 @@ fn proc_hooks_record_a_child_life() {
     assert_eq!(execs[0].string.as_ref().unwrap().as_deref().unwrap(), b"/bin/sh");
     let done: Vec<&ProcFiring> = seen.iter().filter(|f| f.hook == Hook::ExecDone && f.pid == child).collect();
     assert_eq!(done.len(), 2);
+    assert_eq!(done[0].string.as_ref().unwrap().as_deref().unwrap(), b"/bin/sh", "the kernel's copy of the path");
+    assert_eq!(done[0].a[0], u64::from(child), "the thread id before the exec");
     let ps = done[1].cur.as_ref().unwrap().psargs.clone().expect("psargs of the new image");
     assert_eq!(ps, b"/bin/sh\0-c\0exit 3\0xyz\0");
     let sig = seen.iter().find(|f| f.hook == Hook::Signal && f.pid == child && f.a[0] == 12).expect("SIGUSR2");
