@@ -47,6 +47,16 @@ UD_SIG='proc:::signal-send /args[2] == SIGUSR1/ { @[execname, args[2]] = count()
 BT_FE='tracepoint:sched:sched_process_exec { @execs[comm] = count(); } tracepoint:sched:sched_process_fork { @forks = count(); }'
 UD_FE='proc:::exec-success { @execs[execname] = count(); } proc:::create { @forks = count(); }'
 
+# Runs a command; its output goes to $W/out, and the CPU time (user + system, ns) it and
+# every process it waited for used is printed: the workload's, the kernel's work in
+# its hooks, and the tracer's own (bpftrace aggregates in the kernel, udtrace in its
+# consumer).
+cpu_run() {
+  local TIMEFORMAT='%3U %3S'
+  { time "$@" >"$W/out" 2>&1; } 2>"$W/cpu.t" || true
+  awk 'NF == 2 {printf "%.0f\n", ($1 + $2) * 1e9}' "$W/cpu.t"
+}
+
 median() { sort -n | awk 'NF {a[++n]=$1} END {if (!n) print ""; else print (n%2) ? a[(n+1)/2] : (a[n/2]+a[n/2+1])/2}'; }
 # The loop time from a workload's own line, whatever a tracer printed around it.
 sig_ns() { awk '$1 == "sigstorm:" && $3 == "signals" && $4 == "in" && $6 == "ns" {t=$5} END {if (t != "") print t}'; }
@@ -61,36 +71,43 @@ b_forks() { awk '$1 == "@forks:" {c=$2} END {print c+0}'; }
 u_forks() { awk 'NF == 1 && $1 ~ /^[0-9]+$/ {c=$1} END {print c+0}'; }
 
 for f in sig-base sig-bt sig-ud fe-base fe-bt fe-ud sig-btc sig-udc fe-btx fe-btf fe-udx fe-udf; do : >"$W/$f"; done
+for f in sig-base sig-bt sig-ud fe-base fe-bt fe-ud; do : >"$W/$f-cpu"; : >"$W/$f-cpu0"; done
 ud_sig_err=; ud_fe_err=
 echo "signals: sigstorm $NS (SIGUSR1 to itself, handled); fork+exec: forkexec $NF $EXE"
 echo "bpftrace tracepoint arguments: ${A}sig; $ROUNDS interleaved rounds"
 for _ in $(seq "$ROUNDS"); do
-  "$W/sigstorm" "$NS" | sig_ns >>"$W/sig-base"
+  cpu_run "$W/sigstorm" "$NS" >>"$W/sig-base-cpu"; sig_ns <"$W/out" >>"$W/sig-base"
+  cpu_run "$W/sigstorm" 0 >>"$W/sig-base-cpu0"
 
-  out=$(bpftrace -e "$BT_SIG" -c "$W/sigstorm $NS" 2>&1) || true
+  cpu_run bpftrace -e "$BT_SIG" -c "$W/sigstorm $NS" >>"$W/sig-bt-cpu"; out=$(cat "$W/out")
   echo "$out" | sig_ns >>"$W/sig-bt"; echo "$out" | b_sig >>"$W/sig-btc"
+  cpu_run bpftrace -e "$BT_SIG" -c "$W/sigstorm 0" >>"$W/sig-bt-cpu0"
 
-  rc=0; out=$("$U" -q -n "$UD_SIG" -c "$W/sigstorm $NS" 2>&1) || rc=$?
+  c=$(cpu_run "$U" -q -n "$UD_SIG" -c "$W/sigstorm $NS"); out=$(cat "$W/out")
   t=$(echo "$out" | sig_ns)
-  if [ "$rc" = 0 ] && [ -n "$t" ]; then
-    echo "$t" >>"$W/sig-ud"; echo "$out" | u_sig >>"$W/sig-udc"
+  if [ -n "$t" ] && ! echo "$out" | grep -q '^udtrace: '; then
+    echo "$t" >>"$W/sig-ud"; echo "$out" | u_sig >>"$W/sig-udc"; echo "$c" >>"$W/sig-ud-cpu"
+    cpu_run "$U" -q -n "$UD_SIG" -c "$W/sigstorm 0" >>"$W/sig-ud-cpu0"
   else
-    ud_sig_err=${ud_sig_err:-"exit $rc: $(echo "$out" | awk '$1 != "sigstorm:" {print; exit}')"}
+    ud_sig_err=${ud_sig_err:-"$(echo "$out" | awk '$1 != "sigstorm:" {print; exit}')"}
   fi
 
-  "$W/forkexec" "$NF" "$EXE" | fe_ns >>"$W/fe-base"
+  cpu_run "$W/forkexec" "$NF" "$EXE" >>"$W/fe-base-cpu"; fe_ns <"$W/out" >>"$W/fe-base"
+  cpu_run "$W/forkexec" 0 "$EXE" >>"$W/fe-base-cpu0"
 
-  out=$(bpftrace -e "$BT_FE" -c "$W/forkexec $NF $EXE" 2>&1) || true
+  cpu_run bpftrace -e "$BT_FE" -c "$W/forkexec $NF $EXE" >>"$W/fe-bt-cpu"; out=$(cat "$W/out")
   echo "$out" | fe_ns >>"$W/fe-bt"
   echo "$out" | b_execs >>"$W/fe-btx"; echo "$out" | b_forks >>"$W/fe-btf"
+  cpu_run bpftrace -e "$BT_FE" -c "$W/forkexec 0 $EXE" >>"$W/fe-bt-cpu0"
 
-  rc=0; out=$("$U" -q -n "$UD_FE" -c "$W/forkexec $NF $EXE" 2>&1) || rc=$?
+  c=$(cpu_run "$U" -q -n "$UD_FE" -c "$W/forkexec $NF $EXE"); out=$(cat "$W/out")
   t=$(echo "$out" | fe_ns)
-  if [ "$rc" = 0 ] && [ -n "$t" ]; then
-    echo "$t" >>"$W/fe-ud"
+  if [ -n "$t" ] && ! echo "$out" | grep -q '^udtrace: '; then
+    echo "$t" >>"$W/fe-ud"; echo "$c" >>"$W/fe-ud-cpu"
     echo "$out" | u_execs >>"$W/fe-udx"; echo "$out" | u_forks >>"$W/fe-udf"
+    cpu_run "$U" -q -n "$UD_FE" -c "$W/forkexec 0 $EXE" >>"$W/fe-ud-cpu0"
   else
-    ud_fe_err=${ud_fe_err:-"exit $rc: $(echo "$out" | awk '$1 != "forkexec:" {print; exit}')"}
+    ud_fe_err=${ud_fe_err:-"$(echo "$out" | awk '$1 != "forkexec:" {print; exit}')"}
   fi
 done
 
@@ -131,6 +148,19 @@ if [ -s "$W/fe-ud" ]; then
 else
   printf '%-22s %-9s %s\n' "" udtrace "failed ($ud_fe_err)"
 fi
+# CPU per event: (tracer + workload at N − at 0) − (workload at N − at 0), over events.
+cpu_per_event() { # tracer-prefix base-prefix events
+  local a b c d
+  a=$(median <"$1-cpu"); b=$(median <"$1-cpu0"); c=$(median <"$2-cpu"); d=$(median <"$2-cpu0")
+  [ -n "$a" ] && [ -n "$b" ] && [ -n "$c" ] && [ -n "$d" ] || return 0
+  awk -v a="$a" -v b="$b" -v c="$c" -v d="$d" -v n="$3" 'BEGIN {printf "%.0f", ((a - b) - (c - d)) / n}'
+}
+echo
+echo "CPU per event (user + system of workload and tracer, ns; startup cancelled out):"
+sbc=$(cpu_per_event "$W/sig-bt" "$W/sig-base" "$NS"); suc=$(cpu_per_event "$W/sig-ud" "$W/sig-base" "$NS")
+fbc=$(cpu_per_event "$W/fe-bt" "$W/fe-base" $((2 * NF))); fuc=$(cpu_per_event "$W/fe-ud" "$W/fe-base" $((2 * NF)))
+printf '  %-10s bpftrace %8s   udtrace %8s   udtrace/bpftrace %s\n' signals "$sbc" "${suc:--}" "$(ratio "$suc" "$sbc")"
+printf '  %-10s bpftrace %8s   udtrace %8s   udtrace/bpftrace %s\n' fork+exec "$fbc" "${fuc:--}" "$(ratio "$fuc" "$fbc")"
 sbase=$(median <"$W/sig-base"); fbase=$(median <"$W/fe-base")
 # Median loop time and the range over the rounds, in ms: the range is the noise floor.
 ms() { sort -n "$1" | awk 'NF {a[++n]=$1} END {if (!n) {print "-"; exit}

@@ -51,14 +51,27 @@ pub fn probe(name: &str) -> Option<&'static ProcProbe> {
     PROBES.iter().find(|p| p.name == name)
 }
 
-/// What one hook's records carry for the clauses enabled on its probes.
-pub fn hook_plan(hook: Hook, clause: &CapturePlan, strsize: u32) -> ProcPlan {
-    ProcPlan {
+/// What the records of a probe's hook carry for a clause enabled on it: the data
+/// behind the arguments it reads, and the current task's where it reads that.
+pub fn hook_plan(probe: &ProcProbe, clause: &CapturePlan, strsize: u32) -> ProcPlan {
+    let mut plan = ProcPlan {
         cur: clause.cur_task,
-        args: clause.args,
         ancestors: clause.ancestors,
-        string_max: if hook == Hook::ExecEnter && clause.args { strsize } else { 0 },
+        faults: probe.name == "fault",
+        ..ProcPlan::default()
+    };
+    for (i, a) in probe.args.iter().enumerate() {
+        if clause.args & 1 << i == 0 {
+            continue;
+        }
+        match a {
+            Ptr("siginfo_t") => plan.siginfo = true,
+            Ptr(_) => plan.other = true,
+            ArgType::String => plan.string_max = strsize,
+            Int(_) => {}
+        }
     }
+    plan
 }
 
 // Signals and codes the translation needs (Linux x86-64).

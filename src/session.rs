@@ -313,7 +313,7 @@ fn proc_hook_plans(c: &Compiled, strsize: u32) -> Vec<(Hook, ProcPlan)> {
     for e in c.ecbs.iter().filter(|e| e.probe.provider == "proc") {
         let Some(p) = procprov::probe(&e.probe.name) else { continue };
         let clause = capture::plan(&c.program.clauses[e.clause]);
-        plans.entry(p.hook).or_default().merge(&procprov::hook_plan(p.hook, &clause, strsize));
+        plans.entry(p.hook).or_default().merge(&procprov::hook_plan(p, &clause, strsize));
     }
     // An exec's path that could not be read at its start comes with its outcome.
     if let Some(max) = plans.get(&Hook::ExecEnter).map(|p| p.string_max).filter(|&m| m > 0) {

@@ -59,8 +59,8 @@ pub enum Hook {
     Start,
     /// `signal_generate`, in the sender: a0 = signal, a1 = group, a2 = result
     /// (TRACE_SIGNAL_*), a3 = the siginfo pointer (0 and 1 are the kernel's "no info"
-    /// and "private" markers), a4 = the receiver's pid_tgid, a5 = si_code (0 without
-    /// siginfo); the other snapshot is the receiver.
+    /// and "private" markers), and where faults are told apart a4 = the receiver's
+    /// pid_tgid, a5 = si_code (0 without siginfo); the other snapshot is the receiver.
     Signal,
     /// `signal_deliver` when a handler will run, in the receiver: a0 = signal, a1 =
     /// handler address, a2 = sa_flags.
@@ -113,8 +113,12 @@ pub enum AttachPoints {
 pub struct ProcPlan {
     /// The current task's snapshot (curpsinfo, curlwpsinfo, ppid, uid, gid).
     pub cur: bool,
-    /// The other task's snapshot and the siginfo (the probe's arguments).
-    pub args: bool,
+    /// The other task's snapshot (Fork, Signal: a psinfo or lwpsinfo argument).
+    pub other: bool,
+    /// The siginfo (Signal, Deliver).
+    pub siginfo: bool,
+    /// What tells a fault apart (Signal): the receiver's id and si_code.
+    pub faults: bool,
     /// The process ids of the current process's ancestors (progenyof).
     pub ancestors: bool,
     /// Bytes for the exec path (ExecEnter only); 0 = none.
@@ -124,7 +128,9 @@ pub struct ProcPlan {
 impl ProcPlan {
     pub fn merge(&mut self, o: &ProcPlan) {
         self.cur |= o.cur;
-        self.args |= o.args;
+        self.other |= o.other;
+        self.siginfo |= o.siginfo;
+        self.faults |= o.faults;
         self.ancestors |= o.ancestors;
         self.string_max = self.string_max.max(o.string_max);
     }
@@ -177,6 +183,8 @@ pub const ANCESTORS: usize = 16;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcLayout {
     pub hook: Hook,
+    /// a4 and a5 of Signal records are filled.
+    pub faults: bool,
     pub cur: Option<usize>,
     pub other: Option<usize>,
     pub siginfo: Option<usize>,
@@ -197,13 +205,13 @@ impl ProcLayout {
             })
         };
         let cur = take(plan.cur, SNAP_SIZE);
-        let other = take(plan.args && hook.has_other(), SNAP_SIZE);
-        let siginfo = take(plan.args && matches!(hook, Hook::Signal | Hook::Deliver), SIGINFO_SIZE);
+        let other = take(plan.other && hook.has_other(), SNAP_SIZE);
+        let siginfo = take(plan.siginfo && matches!(hook, Hook::Signal | Hook::Deliver), SIGINFO_SIZE);
         let max = plan.string_max.clamp(1, MAX_STRING);
         let execs = matches!(hook, Hook::ExecEnter | Hook::ExecFail | Hook::ExecDone);
         let string = take(execs && plan.string_max > 0, 8 + (max as usize).div_ceil(8) * 8).map(|o| (o, max));
         let ancestors = take(plan.ancestors, ANCESTORS * 4);
-        ProcLayout { hook, cur, other, siginfo, string, ancestors, size: off }
+        ProcLayout { hook, faults: plan.faults && hook == Hook::Signal, cur, other, siginfo, string, ancestors, size: off }
     }
 }
 
@@ -437,6 +445,21 @@ fn emit_snapshot(a: &mut Asm, o: &TaskOffsets, task: i16, base: usize, user: Use
     a.bind(skip);
 }
 
+/// Stages a5 = si_code of the siginfo in raw argument 1 (UAPI layout: at 8); the
+/// kernel's "no info" markers (0, 1) fault and read as 0.
+fn emit_si_code(a: &mut Asm) {
+    a.push(mov64_reg(Reg::R1, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, i32::from(A_SLOTS + 8 * 5)));
+    a.push(mov64_imm(Reg::R2, 4));
+    raw_arg(a, Reg::R3, 1);
+    a.push(alu64_imm(AluOp::Add, Reg::R3, 8));
+    a.call(helper::PROBE_READ_KERNEL);
+    a.push(ldx(Size::W, Reg::R1, Reg::R10, A_SLOTS + 8 * 5));
+    a.push(alu64_imm(AluOp::Lsh, Reg::R1, 32));
+    a.push(alu64_imm(AluOp::Arsh, Reg::R1, 32));
+    stage(a, 5, Reg::R1);
+}
+
 /// Stages `a[i] = reg` before the record exists.
 fn stage(a: &mut Asm, i: usize, reg: Reg) {
     a.push(stx(Size::DW, Reg::R10, A_SLOTS + 8 * i as i16, reg));
@@ -622,21 +645,12 @@ pub fn proc_program(
             }
             raw_arg(&mut a, Reg::R1, 2);
             a.push(stx(Size::DW, Reg::R10, OTHER_TASK, Reg::R1));
-            read_ptr(&mut a, SCRATCH, OTHER_TASK, o.pid);
-            a.push(ldx(Size::DW, Reg::R1, Reg::R10, SCRATCH));
-            stage(&mut a, 4, Reg::R1);
-            // si_code (at 8 in the UAPI layout), to tell faults apart; the "no info"
-            // markers fault and read as 0.
-            a.push(mov64_reg(Reg::R1, Reg::R10));
-            a.push(alu64_imm(AluOp::Add, Reg::R1, i32::from(A_SLOTS + 8 * 5)));
-            a.push(mov64_imm(Reg::R2, 4));
-            raw_arg(&mut a, Reg::R3, 1);
-            a.push(alu64_imm(AluOp::Add, Reg::R3, 8));
-            a.call(helper::PROBE_READ_KERNEL);
-            a.push(ldx(Size::W, Reg::R1, Reg::R10, A_SLOTS + 8 * 5));
-            a.push(alu64_imm(AluOp::Lsh, Reg::R1, 32));
-            a.push(alu64_imm(AluOp::Arsh, Reg::R1, 32));
-            stage(&mut a, 5, Reg::R1);
+            if layout.faults {
+                read_ptr(&mut a, SCRATCH, OTHER_TASK, o.pid);
+                a.push(ldx(Size::DW, Reg::R1, Reg::R10, SCRATCH));
+                stage(&mut a, 4, Reg::R1);
+                emit_si_code(&mut a);
+            }
         }
         Hook::Deliver => {
             raw_arg(&mut a, Reg::R1, 2);
@@ -922,7 +936,7 @@ mod tests {
     fn layouts_hold_what_the_plan_asks() {
         let none = ProcLayout::new(Hook::Signal, &ProcPlan::default());
         assert_eq!(none.size, HEADER);
-        let all = ProcPlan { cur: true, args: true, ancestors: true, string_max: 256 };
+        let all = ProcPlan { cur: true, other: true, siginfo: true, faults: true, ancestors: true, string_max: 256 };
         let sig = ProcLayout::new(Hook::Signal, &all);
         assert_eq!(sig.cur, Some(HEADER));
         assert_eq!(sig.other, Some(HEADER + SNAP_SIZE));
@@ -937,7 +951,7 @@ mod tests {
 
     #[test]
     fn records_parse_back() {
-        let plan = ProcPlan { cur: false, args: true, ancestors: false, string_max: 0 };
+        let plan = ProcPlan { other: true, ..ProcPlan::default() };
         let l = ProcLayout::new(Hook::Fork, &plan);
         let mut b = vec![0u8; l.size];
         b[..8].copy_from_slice(&(PROC_COOKIE | Hook::Fork as u64).to_ne_bytes());

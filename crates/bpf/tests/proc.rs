@@ -27,7 +27,7 @@ fn proc_hooks_record_a_child_life() {
     let offsets = TaskOffsets::from_btf(&btf).unwrap_or_else(|e| panic!("{e}"));
     let maps = ProbeMaps::create(1 << 22, 16).unwrap();
     let paths = udtrace_bpf::maps::HashMap::<u32, u64>::create("udtrace_paths", 1024).unwrap();
-    let plan = ProcPlan { cur: true, args: true, ancestors: true, string_max: 256 };
+    let plan = ProcPlan { cur: true, other: true, siginfo: true, faults: true, ancestors: true, string_max: 256 };
     let mut links = Vec::new();
     let mut layouts = Vec::new();
     for hook in Hook::ALL {

@@ -26,7 +26,8 @@ pub struct CapturePlan {
     /// `curlwpsinfo`, `ppid`, `uid`, `gid`), the probe's arguments, and the ancestry
     /// of the current process (`progenyof`).
     pub cur_task: bool,
-    pub args: bool,
+    /// Bit n: `args[n]` (or `argn`) is read; a computed index sets them all.
+    pub args: u16,
     pub ancestors: bool,
 }
 
@@ -96,7 +97,13 @@ fn expr(e: &Expr, p: &mut CapturePlan) {
         p.regs = true;
     }
     match &e.kind {
-        ExprKind::Builtin(Builtin::Arg(_)) | ExprKind::Args(_) => p.args = true,
+        ExprKind::Builtin(Builtin::Arg(n)) => p.args |= 1 << n,
+        ExprKind::Args(i) => {
+            p.args |= match i.kind {
+                ExprKind::Int(n) if n < 16 => 1 << n,
+                _ => u16::MAX,
+            }
+        }
         ExprKind::Builtin(Builtin::Curpsinfo | Builtin::Curlwpsinfo | Builtin::Ppid | Builtin::Uid | Builtin::Gid) => p.cur_task = true,
         ExprKind::Call(Subr::Progenyof, _) => p.ancestors = true,
         _ => {}
@@ -163,12 +170,13 @@ mod tests {
     #[test]
     fn plans_follow_what_clauses_read() {
         assert_eq!(plan_of("BEGIN { x = 1; @ = count(); }"), CapturePlan::default());
-        assert_eq!(plan_of("BEGIN { x = arg0; }"), CapturePlan { regs: true, args: true, ..CapturePlan::default() });
+        assert_eq!(plan_of("BEGIN { x = arg0; }"), CapturePlan { regs: true, args: 1, ..CapturePlan::default() });
         assert!(plan_of("BEGIN { x = uregs[R_SP]; }").regs);
         assert!(plan_of("BEGIN { @[ustack()] = count(); }").regs);
         let p = plan_of("BEGIN /progenyof(1)/ { trace(curpsinfo->pr_pid); }");
-        assert!(p.cur_task && p.ancestors && !p.args);
-        assert!(plan_of("BEGIN { trace(args[0]); }").args);
+        assert!(p.cur_task && p.ancestors && p.args == 0);
+        assert_eq!(plan_of("BEGIN { trace(args[2]); trace(arg1); }").args, 0b110);
+        assert_eq!(plan_of("BEGIN { trace(args[arg0]); }").args, u16::MAX);
         assert_eq!(plan_of("BEGIN { printf(\"%s\", copyinstr(arg1)); }").strings, vec![1]);
         assert_eq!(plan_of("BEGIN /copyinstr(arg0) == \"a\"/ { @[copyinstr(arg2)] = count(); }").strings, vec![0, 2]);
         assert_eq!(plan_of("BEGIN { @[ustack()] = count(); }").stack_bytes, USTACK_BYTES);
