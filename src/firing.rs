@@ -18,6 +18,8 @@ use udtrace_target::unwind::{Snapshot, Unwinder};
 use udtrace_target::modules;
 
 use crate::backend::SiteTarget;
+use crate::procprov::{Clocks, CurrentFromProc};
+use udtrace_lang::types::TypeTable;
 use crate::pidprov::SiteKind;
 
 /// What udtrace remembers of a process: read while it is held (at its start, fork, exec
@@ -226,6 +228,9 @@ pub struct FiringCtx<'a> {
     /// String captures: which argument register each slot of `f.strings` read.
     pub string_args: &'a [u8],
     pub ustackframes: u32,
+    /// For `curpsinfo` and `curlwpsinfo`: the program's types and the clocks.
+    pub types: &'a TypeTable,
+    pub clocks: Clocks,
 }
 
 impl FiringCtx<'_> {
@@ -284,6 +289,7 @@ impl Context for FiringCtx<'_> {
             }),
             Builtin::Errno => Value::int(0),
             Builtin::Ustackdepth => Value::int(self.stack(true, None).len() as i64),
+            Builtin::Curpsinfo | Builtin::Curlwpsinfo => return CurrentFromProc::builtin(b),
             _ => return None,
         })
     }
@@ -293,6 +299,11 @@ impl Context for FiringCtx<'_> {
     }
 
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        if CurrentFromProc::covers(addr) {
+            let execname = self.procs.borrow_mut().info(self.f.pid).execname.clone();
+            let cur = CurrentFromProc { pid: self.f.pid, tid: self.f.tid, cpu: self.f.cpu, comm: &execname, types: self.types, clocks: self.clocks };
+            return cur.read(addr, len);
+        }
         let sp = self.f.reg(PtReg::Sp);
         if let Some(off) = addr.checked_sub(sp) {
             if let Some(b) = self.f.stack.get(off as usize..off as usize + len) {

@@ -387,6 +387,96 @@ fn siginfo(types: &TypeTable, f: &ProcFiring, raw: &[u8; SIGINFO_SIZE]) -> Vec<u
     i.bytes
 }
 
+/// A task as /proc shows it now: for `curpsinfo` in probes whose records carry no
+/// task data (the pid provider's). The thread is taken as running on `cpu`, as it was
+/// at its firing.
+pub fn snapshot_from_proc(pid: u32, tid: u32, cpu: u32) -> Option<TaskSnap> {
+    let (_, f) = udtrace_target::procfs::task_stat(pid as i32, tid as i32).ok()?;
+    let (_, leader) = udtrace_target::procfs::task_stat(pid as i32, pid as i32).ok()?;
+    let num = |v: &[String], i: usize| v.get(i).and_then(|x| x.parse::<i64>().ok()).unwrap_or(0);
+    let comm = udtrace_target::procfs::stat(pid as i32).map(|(c, _)| c).unwrap_or_default();
+    let mut fname = [0u8; 16];
+    let n = comm.len().min(15);
+    fname[..n].copy_from_slice(&comm.as_bytes()[..n]);
+    let uids = udtrace_target::procfs::status_numbers(pid as i32, "Uid:").unwrap_or_default();
+    let gids = udtrace_target::procfs::status_numbers(pid as i32, "Gid:").unwrap_or_default();
+    let id = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0) as u32;
+    // Fields after comm: 0 state, 1 ppid, 2 pgrp, 3 session, 4 tty_nr, 15 priority,
+    // 16 nice, 17 num_threads, 19 starttime (ticks), 36 processor, 38 policy.
+    let tty_nr = num(&f, 4) as u64;
+    // USER_HZ, in which /proc counts start times: 100 on every Linux architecture.
+    let hz = 100;
+    Some(TaskSnap {
+        task: 0,
+        tid,
+        tgid: pid,
+        ppid: num(&f, 1) as u32,
+        pgid: num(&f, 2) as u32,
+        sid: num(&f, 3) as u32,
+        nlwp: num(&f, 17) as u32,
+        uid: id(&uids, 0),
+        euid: id(&uids, 1),
+        gid: id(&gids, 0),
+        egid: id(&gids, 1),
+        start_boottime: (num(&leader, 19) as u64).saturating_mul(1_000_000_000 / hz),
+        fname,
+        state: 0,
+        exit_state: 0,
+        prio: num(&f, 15) as i32 + 100,
+        static_prio: num(&f, 16) as i32 + 120,
+        policy: num(&f, 38) as u32,
+        cpu,
+        on_cpu: 1,
+        flags: 0,
+        tty: u64::from(tty_nr != 0),
+        tty_index: 0,
+        tty_major: ((tty_nr >> 8) & 0xfff) as u32,
+        tty_minor_start: ((tty_nr & 0xff) | ((tty_nr >> 12) & 0xfff00)) as u32,
+        arg_start: 0,
+        arg_end: 0,
+        start_stack: 0,
+        argc: None,
+        psargs: None,
+    })
+}
+
+/// `curpsinfo`/`curlwpsinfo` of a pid probe firing, translated from /proc when read:
+/// the addresses the built-ins give, and the struct bytes behind them.
+pub struct CurrentFromProc<'a> {
+    pub pid: u32,
+    pub tid: u32,
+    pub cpu: u32,
+    pub comm: &'a str,
+    pub types: &'a TypeTable,
+    pub clocks: Clocks,
+}
+
+impl CurrentFromProc<'_> {
+    pub fn builtin(b: Builtin) -> Option<Value> {
+        match b {
+            Builtin::Curpsinfo => Some(Value::int(CUR_PSINFO as i64)),
+            Builtin::Curlwpsinfo => Some(Value::int(CUR_LWPSINFO as i64)),
+            _ => None,
+        }
+    }
+
+    pub fn covers(addr: u64) -> bool {
+        matches!(addr & !0xfff, CUR_PSINFO | CUR_LWPSINFO)
+    }
+
+    /// The bytes at `addr` when it lies in one of the two structs.
+    pub fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let base = addr & !0xfff;
+        let img = match base {
+            CUR_PSINFO => psinfo(self.types, &snapshot_from_proc(self.pid, self.tid, self.cpu)?, self.clocks),
+            CUR_LWPSINFO => lwpsinfo(self.types, &snapshot_from_proc(self.pid, self.tid, self.cpu)?, self.comm.as_bytes(), self.clocks),
+            _ => return None,
+        };
+        let off = (addr - base) as usize;
+        img.get(off..off + len).map(<[u8]>::to_vec)
+    }
+}
+
 /// The context of one proc probe firing.
 pub struct ProcCtx<'a> {
     pub f: &'a ProcFiring,

@@ -655,7 +655,7 @@ impl Drain<'_, '_> {
             // A site shared by several roots' probes fires each only in its own tree.
             let owner = tree.and_then(|t| t.root_of(f.pid as i32)).unwrap_or(f.pid as i32);
             for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
-                let ctx = FiringCtx { f: &f, site: *site, procs, string_args: &b.string_args, ustackframes };
+                let ctx = FiringCtx { f: &f, site: *site, procs, string_args: &b.string_args, ustackframes, types, clocks };
                 run(consumer, site.probe_id, f.cpu, &ctx);
             }
         });

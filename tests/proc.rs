@@ -217,3 +217,14 @@ fn storms_arrive_whole_or_drops_are_told() {
     let complete = tagged(&text, "created") == [n.to_string()] && tagged(&text, "exited") == [n.to_string()];
     assert!(complete || err.contains(" drop"), "neither complete nor drops reported: {err}\n{text}");
 }
+
+/// `curpsinfo` and `curlwpsinfo` in pid probes, translated from /proc when read.
+#[test]
+fn curpsinfo_in_pid_probes() {
+    let _s = serial();
+    let script = r#"pid$target::classify:entry /i++ == 0/ {
+            printf("cur %s %d %d %d %s\n", stringof(curpsinfo->pr_fname), curpsinfo->pr_pid == pid, curpsinfo->pr_ppid == ppid, curlwpsinfo->pr_lwpid == tid, stringof(curlwpsinfo->pr_clname));
+        }"#;
+    let Some(text) = run(script, &format!("{} 10", fixture("fixture"))) else { return };
+    assert_eq!(tagged(&text, "cur"), ["fixture 1 1 1 TS"], "{text}");
+}

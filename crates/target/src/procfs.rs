@@ -206,6 +206,22 @@ pub fn stat(pid: i32) -> io::Result<(String, i32)> {
     Ok((comm, ppid))
 }
 
+/// A thread's `stat` line: its comm and the fields after it (field 3, the state, is
+/// index 0).
+pub fn task_stat(pid: i32, tid: i32) -> io::Result<(String, Vec<String>)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))?;
+    let open = s.find('(').ok_or_else(|| io::Error::other("bad stat"))?;
+    let close = s.rfind(')').ok_or_else(|| io::Error::other("bad stat"))?;
+    Ok((s[open + 1..close].to_string(), s[close + 1..].split_whitespace().map(str::to_string).collect()))
+}
+
+/// The numbers of a `status` line (`Uid:` gives real, effective, saved, fs).
+pub fn status_numbers(pid: i32, name: &str) -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find_map(|l| l.strip_prefix(name))?;
+    Some(line.split_whitespace().filter_map(|v| v.parse().ok()).collect())
+}
+
 /// Thread ids of a process.
 pub fn tasks(pid: i32) -> io::Result<Vec<i32>> {
     let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
