@@ -156,7 +156,6 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter) -
     let off = |o: usize| o as i16; // fits: RecordLayout caps the size at i16::MAX
     let mut a = Asm::new();
     let out = a.label();
-    let have = a.label();
 
     a.push(mov64_reg(Reg::R6, Reg::R1));
     a.call(helper::GET_CURRENT_PID_TGID);
@@ -179,26 +178,7 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter) -
         }
     }
 
-    a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
-    a.push(mov64_imm(Reg::R2, layout.size as i32));
-    a.push(mov64_imm(Reg::R3, 0));
-    a.call(helper::RINGBUF_RESERVE);
-    a.jmp_imm(Cond::Ne, Reg::R0, 0, have);
-
-    // Ring full: count the loss on this CPU.
-    a.push(st(Size::W, Reg::R10, -4, 0));
-    a.push_wide(ld_map_fd(Reg::R1, maps.drops.raw_fd()));
-    a.push(mov64_reg(Reg::R2, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
-    a.call(helper::MAP_LOOKUP_ELEM);
-    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
-    a.push(ldx(Size::DW, Reg::R1, Reg::R0, 0));
-    a.push(alu64_imm(AluOp::Add, Reg::R1, 1));
-    a.push(stx(Size::DW, Reg::R0, 0, Reg::R1));
-    a.ja(out);
-
-    a.bind(have);
-    a.push(mov64_reg(Reg::R8, Reg::R0));
+    emit_reserve(&mut a, maps, layout.size, out);
     a.push(stx(Size::DW, Reg::R8, off(record::OFF_PID_TGID), Reg::R7));
     a.push(mov64_reg(Reg::R1, Reg::R6));
     a.call(helper::GET_ATTACH_COOKIE);
@@ -231,9 +211,42 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter) -
         a.push(st(Size::W, Reg::R8, off(slot + 4), 0));
     }
 
-    // Waking the consumer on every record costs microseconds per firing. Like DTrace,
-    // whose consumer reads buffers on a timer, submit without a wakeup and let the
-    // consumer drain on its own schedule; wake it only when the ring fills up.
+    emit_submit(&mut a, maps);
+
+    a.bind(out);
+    a.push(mov64_imm(Reg::R0, 0));
+    a.exit();
+    Ok(a.finish()?)
+}
+
+/// Reserves a record of `size` bytes in the ring into R8; when the ring is full,
+/// counts the loss on this CPU and jumps to `out`. Clobbers R0–R5.
+pub(crate) fn emit_reserve(a: &mut Asm, maps: &ProbeMaps, size: usize, out: crate::insn::Label) {
+    let have = a.label();
+    a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
+    a.push(mov64_imm(Reg::R2, size as i32));
+    a.push(mov64_imm(Reg::R3, 0));
+    a.call(helper::RINGBUF_RESERVE);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, have);
+    a.push(st(Size::W, Reg::R10, -4, 0));
+    a.push_wide(ld_map_fd(Reg::R1, maps.drops.raw_fd()));
+    a.push(mov64_reg(Reg::R2, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R0, 0));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, 1));
+    a.push(stx(Size::DW, Reg::R0, 0, Reg::R1));
+    a.ja(out);
+    a.bind(have);
+    a.push(mov64_reg(Reg::R8, Reg::R0));
+}
+
+/// Submits the record in R8. Waking the consumer on every record costs microseconds
+/// per firing. Like DTrace, whose consumer reads buffers on a timer, submit without a
+/// wakeup and let the consumer drain on its own schedule; wake it only when the ring
+/// is a quarter full.
+pub(crate) fn emit_submit(a: &mut Asm, maps: &ProbeMaps) {
     let quiet = a.label();
     a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
     a.push(mov64_imm(Reg::R2, RB_AVAIL_DATA));
@@ -244,11 +257,6 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter) -
     a.bind(quiet);
     a.push(mov64_reg(Reg::R1, Reg::R8));
     a.call(helper::RINGBUF_SUBMIT);
-
-    a.bind(out);
-    a.push(mov64_imm(Reg::R0, 0));
-    a.exit();
-    Ok(a.finish()?)
 }
 
 /// Copies the user stack from `sp` up: the full size, or on a fault half of it, and so

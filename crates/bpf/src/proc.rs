@@ -23,7 +23,7 @@
 use thiserror::Error;
 
 use crate::btf::{Btf, BtfError};
-use crate::codegen::{CodegenError, ProbeMaps};
+use crate::codegen::{emit_reserve, emit_submit, CodegenError, ProbeMaps};
 use crate::maps::HashMap;
 use crate::insn::{alu64_imm, alu64_reg, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, Cond, Insn, Reg, Size};
 use crate::record::MAX_STRING;
@@ -341,11 +341,6 @@ const WALK: i16 = -112;
 /// a[i] is staged at A_SLOTS + 8 * i until the record exists.
 const A_SLOTS: i16 = -96;
 
-/// bpf_ringbuf_submit's flags: no wakeup (the consumer drains on a timer) unless the
-/// ring is a quarter full.
-const RB_AVAIL_DATA: i32 = 0;
-const RB_NO_WAKEUP: i32 = 1;
-const RB_FORCE_WAKEUP: i32 = 2;
 
 /// `*(fp + dst) = *(u64 *)(*(fp + base) + off)`: one pointer hop, faults read as 0.
 fn read_ptr(a: &mut Asm, dst: i16, base: i16, off: i16) {
@@ -673,25 +668,7 @@ pub fn proc_program(
     }
 
     // The record.
-    let have = a.label();
-    a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
-    a.push(mov64_imm(Reg::R2, layout.size as i32));
-    a.push(mov64_imm(Reg::R3, 0));
-    a.call(helper::RINGBUF_RESERVE);
-    a.jmp_imm(Cond::Ne, Reg::R0, 0, have);
-    a.push(st(Size::W, Reg::R10, SCRATCH, 0));
-    a.push_wide(ld_map_fd(Reg::R1, maps.drops.raw_fd()));
-    a.push(mov64_reg(Reg::R2, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R2, i32::from(SCRATCH)));
-    a.call(helper::MAP_LOOKUP_ELEM);
-    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
-    a.push(ldx(Size::DW, Reg::R1, Reg::R0, 0));
-    a.push(alu64_imm(AluOp::Add, Reg::R1, 1));
-    a.push(stx(Size::DW, Reg::R0, 0, Reg::R1));
-    a.ja(out);
-
-    a.bind(have);
-    a.push(mov64_reg(Reg::R8, Reg::R0));
+    emit_reserve(&mut a, maps, layout.size, out);
     a.push_wide(crate::insn::ld_imm64(Reg::R1, PROC_COOKIE | hook as u64));
     a.push(stx(Size::DW, Reg::R8, OFF_COOKIE as i16, Reg::R1));
     a.call(helper::GET_CURRENT_PID_TGID);
@@ -745,16 +722,7 @@ pub fn proc_program(
         }
     }
 
-    let quiet = a.label();
-    a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
-    a.push(mov64_imm(Reg::R2, RB_AVAIL_DATA));
-    a.call(helper::RINGBUF_QUERY);
-    a.push(mov64_imm(Reg::R2, RB_NO_WAKEUP));
-    a.jmp_imm(Cond::Le, Reg::R0, (maps.ring.size() / 4) as i32, quiet);
-    a.push(mov64_imm(Reg::R2, RB_FORCE_WAKEUP));
-    a.bind(quiet);
-    a.push(mov64_reg(Reg::R1, Reg::R8));
-    a.call(helper::RINGBUF_SUBMIT);
+    emit_submit(&mut a, maps);
 
     a.bind(out);
     a.push(mov64_imm(Reg::R0, 0));
