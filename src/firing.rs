@@ -46,16 +46,10 @@ pub struct Procs {
     pub wall_offset: i64,
 }
 
+/// The real user and group ids of a process (0 when unknown).
 fn status_ids(pid: u32) -> (i64, i64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("Uid:"), field("Gid:"))
+    let real = |name| procfs::status_numbers(pid as i32, name).and_then(|v| v.first().copied()).unwrap_or(0) as i64;
+    (real("Uid:"), real("Gid:"))
 }
 
 fn read_info(pid: u32) -> ProcInfo {

@@ -392,9 +392,8 @@ fn siginfo(types: &TypeTable, f: &ProcFiring, raw: &[u8; SIGINFO_SIZE]) -> Vec<u
 /// at its firing.
 pub fn snapshot_from_proc(pid: u32, tid: u32, cpu: u32) -> Option<TaskSnap> {
     let (_, f) = udtrace_target::procfs::task_stat(pid as i32, tid as i32).ok()?;
-    let (_, leader) = udtrace_target::procfs::task_stat(pid as i32, pid as i32).ok()?;
+    let (comm, leader) = udtrace_target::procfs::task_stat(pid as i32, pid as i32).ok()?;
     let num = |v: &[String], i: usize| v.get(i).and_then(|x| x.parse::<i64>().ok()).unwrap_or(0);
-    let comm = udtrace_target::procfs::stat(pid as i32).map(|(c, _)| c).unwrap_or_default();
     let mut fname = [0u8; 16];
     let n = comm.len().min(15);
     fname[..n].copy_from_slice(&comm.as_bytes()[..n]);
