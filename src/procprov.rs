@@ -426,7 +426,6 @@ pub fn snapshot_from_proc(pid: u32, tid: u32, cpu: u32) -> Option<TaskSnap> {
         policy: num(&f, 38) as u32,
         cpu,
         on_cpu: 1,
-        flags: 0,
         tty: u64::from(tty_nr != 0),
         tty_index: 0,
         tty_major: ((tty_nr >> 8) & 0xfff) as u32,
@@ -517,6 +516,15 @@ impl<'a> ProcCtx<'a> {
         v.unwrap_or(0)
     }
 
+    /// The translated struct an address lies in, and the offset there.
+    fn at(&self, addr: u64) -> Option<(Vec<u8>, usize)> {
+        let base = addr & !0xfff;
+        if !(IMAGES..=PATH).contains(&base) {
+            return None;
+        }
+        Some((self.image(base)?, (addr - base) as usize))
+    }
+
     /// The bytes of the struct at `base`, translated on first use.
     fn image(&self, base: u64) -> Option<Vec<u8>> {
         if let Some(b) = self.images.borrow().get(&base) {
@@ -567,23 +575,13 @@ impl Context for ProcCtx<'_> {
     }
 
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        let base = addr & !0xfff;
-        let off = (addr - base) as usize;
-        if !(IMAGES..=PATH).contains(&base) {
-            return None;
-        }
-        let img = self.image(base)?;
+        let (img, off) = self.at(addr)?;
         img.get(off..off + len).map(<[u8]>::to_vec)
     }
 
     fn read_string(&self, addr: u64, max: usize) -> Option<Vec<u8>> {
-        let base = addr & !0xfff;
-        if !(IMAGES..=PATH).contains(&base) {
-            return None;
-        }
-        let img = self.image(base)?;
-        let rest = img.get((addr - base) as usize..)?;
-        let s = cstr(rest);
+        let (img, off) = self.at(addr)?;
+        let s = cstr(img.get(off..)?);
         Some(s[..s.len().min(max.saturating_sub(1))].to_vec())
     }
 

@@ -11,7 +11,7 @@
 //!      8     8  pid_tgid of the current thread
 //!     16     8  ktime_get_ns
 //!     24     4  cpu
-//!     28     4  flags (FLAG_* below)
+//!     28     4  reserved, 0
 //!     32    16  comm of the current thread
 //!     48    48  a[0..6]: the hook's own values (see Hook)
 //!     96        sections, each when the plan has it, in this order:
@@ -163,7 +163,7 @@ const SNAP_PRIO: usize = 88; // prio, then static_prio
 const SNAP_POLICY: usize = 96;
 const SNAP_CPU: usize = 100;
 const SNAP_ON_CPU: usize = 104;
-const SNAP_FLAGS: usize = 108;
+// 108..112: unused
 const SNAP_TTY: usize = 112;
 const SNAP_TTY_INDEX: usize = 120;
 const SNAP_TTY_MAJOR: usize = 124; // major, then minor_start
@@ -401,7 +401,6 @@ fn emit_snapshot(a: &mut Asm, o: &TaskOffsets, task: i16, base: usize, user: Use
     read_into(a, base + SNAP_POLICY, 4, task, o.policy);
     read_into(a, base + SNAP_CPU, 4, task, o.cpu);
     read_into(a, base + SNAP_ON_CPU, 4, task, o.on_cpu);
-    read_into(a, base + SNAP_FLAGS, 4, task, o.flags);
     read_ptr(a, SCRATCH, task, o.mm);
     read_into(a, base + SNAP_ARG_START, 16, SCRATCH, o.mm_arg_start);
     read_into(a, base + SNAP_START_STACK, 8, SCRATCH, o.mm_start_stack);
@@ -755,7 +754,6 @@ pub struct TaskSnap {
     pub policy: u32,
     pub cpu: u32,
     pub on_cpu: u32,
-    pub flags: u32,
     /// The controlling tty (0: none), its index, its driver's major and first minor.
     pub tty: u64,
     pub tty_index: u32,
@@ -837,7 +835,6 @@ fn snapshot(b: &[u8], base: usize) -> TaskSnap {
         policy: at(SNAP_POLICY),
         cpu: at(SNAP_CPU),
         on_cpu: at(SNAP_ON_CPU),
-        flags: at(SNAP_FLAGS),
         tty: u64_at(b, base + SNAP_TTY),
         tty_index: at(SNAP_TTY_INDEX),
         tty_major: at(SNAP_TTY_MAJOR),
