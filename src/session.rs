@@ -605,8 +605,8 @@ impl Drain<'_, '_> {
     fn flush_execs(&mut self, consumer: &mut Consumer, out: &mut dyn Write) -> io::Result<Option<i32>> {
         let mut status = None;
         for (_, f) in std::mem::take(&mut self.pending_exec) {
-            if let Some(&id) = self.proc_ids.get("exec") {
-                let fx = consumer.fire(id, f.cpu, &ProcCtx::new(&f, "exec", self.types, self.clocks), out)?;
+            for (id, name) in enabled_probes(&f, &self.proc_ids) {
+                let fx = consumer.fire(id, f.cpu, &ProcCtx::new(&f, name, self.types, self.clocks), out)?;
                 status = status.or(apply(&fx));
             }
         }
@@ -631,10 +631,8 @@ impl Drain<'_, '_> {
             if let Some(hook) = proc::hook_of(bytes) {
                 let Some(f) = b.proc_layout(hook).and_then(|l| l.parse(bytes).ok()) else { return };
                 let mut fire = |f: &ProcFiring| {
-                    for name in procprov::fired(f) {
-                        if let Some(&id) = proc_ids.get(name) {
-                            run(consumer, id, f.cpu, &ProcCtx::new(f, name, types, clocks));
-                        }
+                    for (id, name) in enabled_probes(f, proc_ids) {
+                        run(consumer, id, f.cpu, &ProcCtx::new(f, name, types, clocks));
                     }
                 };
                 if let Some(thread) = procprov::exec_outcome_of(&f) {
@@ -662,6 +660,11 @@ impl Drain<'_, '_> {
         out.flush()?;
         result
     }
+}
+
+/// The enabled probes a proc record fires, in order: (id, name).
+fn enabled_probes(f: &ProcFiring, ids: &HashMap<&'static str, u32>) -> Vec<(u32, &'static str)> {
+    procprov::fired(f).into_iter().filter_map(|name| ids.get(name).map(|&id| (id, name))).collect()
 }
 
 /// dtrace's drop notice: `N drops on CPU C`.
