@@ -71,12 +71,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         &o("libfixture.so"),
         &s("libfixture.c"),
     ]))?;
-    let cxx =
-        spawn(
-            Command::new("g++")
-                .args(cflags)
-                .args(["-o", &o("fixture-cxx"), &s("cxx.cpp")]),
-        )?;
+    let cxx = spawn(Command::new("g++").args(cflags).args(["-o", &o("fixture-cxx"), &s("cxx.cpp")]))?;
     let follow_lib = spawn(Command::new("gcc").args(cflags).args([
         "-fPIC",
         "-shared",
@@ -84,19 +79,9 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         &o("libfollow.so"),
         &s("libfollow.c"),
     ]))?;
-    let plugin = spawn(Command::new("gcc").args(cflags).args([
-        "-fPIC",
-        "-shared",
-        "-o",
-        &o("plugin.so"),
-        &s("plugin.c"),
-    ]))?;
-    let dlopener = spawn(Command::new("gcc").args(cflags).args([
-        "-o",
-        &o("dlopener"),
-        &s("dlopener.c"),
-        "-ldl",
-    ]))?;
+    let plugin =
+        spawn(Command::new("gcc").args(cflags).args(["-fPIC", "-shared", "-o", &o("plugin.so"), &s("plugin.c")]))?;
+    let dlopener = spawn(Command::new("gcc").args(cflags).args(["-o", &o("dlopener"), &s("dlopener.c"), "-ldl"]))?;
     wait(lib)?;
     wait(follow_lib)?;
     // Follow-children fixtures: linked with libfollow.so, found next to them.
@@ -114,9 +99,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     // proc provider fixtures: plain C, no library of ours.
     let plain = |name: &str, extra: &[&str]| {
         let mut c = Command::new("gcc");
-        c.args(cflags)
-            .args(extra)
-            .args(["-o", &o(name), &s(&format!("{name}.c"))]);
+        c.args(cflags).args(extra).args(["-o", &o(name), &s(&format!("{name}.c"))]);
         c
     };
     let proc_fixtures = [
@@ -173,20 +156,13 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     std::fs::copy(&debug, dir.join(format!("{}.debug", &id[2..]))).map_err(|e| e.to_string())?;
     let strip_syms = ["--strip-debug", "--strip-unneeded", "-o"];
-    run(Command::new("strip")
-        .args(strip_syms)
-        .args([&o("fixture-split"), &o("fixture")]))?;
+    run(Command::new("strip").args(strip_syms).args([&o("fixture-split"), &o("fixture")]))?;
 
     // Separate debug info by debuglink, next to the binary (objcopy wants it there to
     // compute the CRC, and records only the base name).
     std::fs::copy(&debug, out.join("fixture-linked.debug")).map_err(|e| e.to_string())?;
-    run(Command::new("strip")
-        .args(strip_syms)
-        .args(["fixture-linked", "fixture"])
-        .current_dir(out))?;
-    run(Command::new("objcopy")
-        .args(["--add-gnu-debuglink=fixture-linked.debug", "fixture-linked"])
-        .current_dir(out))?;
+    run(Command::new("strip").args(strip_syms).args(["fixture-linked", "fixture"]).current_dir(out))?;
+    run(Command::new("objcopy").args(["--add-gnu-debuglink=fixture-linked.debug", "fixture-linked"]).current_dir(out))?;
 
     // Minidebuginfo as Fedora makes it: the symbol table of the debug file, xz'ed, in
     // .gnu_debugdata of a fully stripped binary.
@@ -226,10 +202,7 @@ fn run(c: &mut Command) -> Result<(), String> {
 
 /// The GNU build-id of an object, in hex, from `readelf -n` (binutils, already required).
 fn build_id(path: &str) -> Result<String, String> {
-    let out = Command::new("readelf")
-        .args(["-n", path])
-        .output()
-        .map_err(|e| format!("readelf: {e}"))?;
+    let out = Command::new("readelf").args(["-n", path]).output().map_err(|e| format!("readelf: {e}"))?;
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))

@@ -7,13 +7,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use udtrace_bpf::codegen::{exec_program, hold_program, uprobe_program, uprobe_program_for, Filter, ProbeMaps};
 use udtrace_bpf::btf::Btf;
+use udtrace_bpf::codegen::{exec_program, hold_program, uprobe_program, uprobe_program_for, Filter, ProbeMaps};
 use udtrace_bpf::maps::RingBuf;
 use udtrace_bpf::proc::{proc_program, AttachPoints, Hook, ProcLayout, ProcPlan, SyscallField, TaskOffsets};
-use udtrace_bpf::tracepoint::{self, TracepointLink};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::record::{PtReg, RecordLayout, RecordPlan, StringCapture};
+use udtrace_bpf::tracepoint::{self, TracepointLink};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_lang::capture::CapturePlan;
 use udtrace_target::procfs;
@@ -184,7 +184,10 @@ fn record_plan(plan: &CapturePlan, strsize: u32) -> RecordPlan {
         strings: plan
             .strings
             .iter()
-            .map(|&n| StringCapture { reg: PtReg::ARGS[usize::from(n)], max: strsize.clamp(1, udtrace_bpf::record::MAX_STRING) })
+            .map(|&n| StringCapture {
+                reg: PtReg::ARGS[usize::from(n)],
+                max: strsize.clamp(1, udtrace_bpf::record::MAX_STRING),
+            })
             .collect(),
         regs: plan.regs,
     }
@@ -203,14 +206,16 @@ impl Bpf {
         let program = Program::load(ProgramKind::UprobeMulti, "udtrace_pid", &insns)
             .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))?;
         let all = if all {
-            let insns = uprobe_program_for(&rplan, &maps, Filter::AllBut(std::process::id())).map_err(|e| format!("cannot generate the uprobe program: {e}"))?;
+            let insns = uprobe_program_for(&rplan, &maps, Filter::AllBut(std::process::id()))
+                .map_err(|e| format!("cannot generate the uprobe program: {e}"))?;
             let program = Program::load(ProgramKind::UprobeMulti, "udtrace_pidall", &insns)
                 .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))?;
             let events = RingBuf::create("udtrace_events", 256 << 10).map_err(maps_err)?;
             let insns = exec_program(&events).map_err(|e| format!("cannot generate the exec program: {e}"))?;
             let exec = Program::load(ProgramKind::Tracepoint, "udtrace_exec", &insns)
                 .map_err(|e| bpf_error("load the exec program", &e.to_string(), Some(e.os_error())))?;
-            let link = tracepoint::attach(&exec, "sched", "sched_process_exec", 0).map_err(|e| format!("failed to watch execs: {e}"))?;
+            let link = tracepoint::attach(&exec, "sched", "sched_process_exec", 0)
+                .map_err(|e| format!("failed to watch execs: {e}"))?;
             Some(AllProcs { program, links: ProcLinks::default(), events, _exec: link })
         } else {
             None
@@ -250,31 +255,45 @@ impl Bpf {
         if hooks.is_empty() {
             return Ok(());
         }
-        let btf = Btf::vmlinux().map_err(|e| format!("{e}\nudtrace: the proc provider needs a kernel with BTF (CONFIG_DEBUG_INFO_BTF)"))?;
+        let btf = Btf::vmlinux().map_err(|e| {
+            format!("{e}\n{}: the proc provider needs a kernel with BTF (CONFIG_DEBUG_INFO_BTF)", crate::cli::program())
+        })?;
         let offsets = TaskOffsets::from_btf(&btf).map_err(|e| format!("cannot use the kernel's task data: {e}"))?;
         let paths = udtrace_bpf::maps::HashMap::create("udtrace_paths", 65536)
             .map_err(|e| bpf_error("create BPF maps", &e.to_string(), e.os_error()))?;
         for &(hook, plan) in hooks {
             let layout = ProcLayout::new(hook, &plan);
             let gen_err = |e: udtrace_bpf::codegen::CodegenError| format!("cannot generate the proc program: {e}");
-            let load_err = |e: udtrace_bpf::prog::LoadError| bpf_error("load the proc program", &e.to_string(), Some(e.os_error()));
+            let load_err = |e: udtrace_bpf::prog::LoadError| {
+                bpf_error("load the proc program", &e.to_string(), Some(e.os_error()))
+            };
             let mut links = Vec::new();
             match hook.attach_points() {
                 AttachPoints::Raw(name) => {
                     let insns = proc_program(&layout, &offsets, &self.maps, &paths, None).map_err(gen_err)?;
                     let prog = Program::load(ProgramKind::RawTracepoint, "udtrace_proc", &insns).map_err(load_err)?;
-                    let link = tracepoint::attach_raw(&prog, name).map_err(|e| format!("failed to enable proc probes on {name}: {e}"))?;
+                    let link = tracepoint::attach_raw(&prog, name)
+                        .map_err(|e| format!("failed to enable proc probes on {name}: {e}"))?;
                     links.push(ProcLink::Raw(link));
                 }
                 AttachPoints::Syscalls(names, field) => {
                     for name in names {
-                        let fmt = tracepoint::format("syscalls", name).map_err(|e| format!("failed to enable proc probes: {e}"))?;
+                        let fmt = tracepoint::format("syscalls", name)
+                            .map_err(|e| format!("failed to enable proc probes: {e}"))?;
                         let Some(f) = fmt.field(field) else {
                             return Err(format!("failed to enable proc probes: syscalls:{name} has no field {field}"));
                         };
-                        let insns = proc_program(&layout, &offsets, &self.maps, &paths, Some(SyscallField { offset: f.offset as i16 })).map_err(gen_err)?;
+                        let insns = proc_program(
+                            &layout,
+                            &offsets,
+                            &self.maps,
+                            &paths,
+                            Some(SyscallField { offset: f.offset as i16 }),
+                        )
+                        .map_err(gen_err)?;
                         let prog = Program::load(ProgramKind::Tracepoint, "udtrace_proc", &insns).map_err(load_err)?;
-                        let link = tracepoint::attach(&prog, "syscalls", name, 0).map_err(|e| format!("failed to enable proc probes on {name}: {e}"))?;
+                        let link = tracepoint::attach(&prog, "syscalls", name, 0)
+                            .map_err(|e| format!("failed to enable proc probes on {name}: {e}"))?;
                         links.push(ProcLink::Syscall(link));
                     }
                 }
@@ -327,7 +346,14 @@ impl Bpf {
                 continue;
             }
             sites.sort_by_key(|s| s.offset);
-            attach_file(&self.program, &file, if per_process { pid as u32 } else { 0 }, &sites, &mut links.links, &mut self.refused)?;
+            attach_file(
+                &self.program,
+                &file,
+                if per_process { pid as u32 } else { 0 },
+                &sites,
+                &mut links.links,
+                &mut self.refused,
+            )?;
             links.sites.entry(file).or_default().extend(sites);
         }
         Ok(())
@@ -482,7 +508,8 @@ impl Drop for Bpf {
 fn bpf_error(what: &str, detail: &str, os: Option<&std::io::Error>) -> Error {
     if os.is_some_and(udtrace_bpf::is_bpf_refusal) {
         return format!(
-            "failed to {what}: {detail}\nudtrace: the kernel refused BPF: run as root (or with CAP_BPF and CAP_PERFMON), and check kernel.unprivileged_bpf_disabled and lockdown"
+            "failed to {what}: {detail}\n{}: the kernel refused BPF: run as root (or with CAP_BPF and CAP_PERFMON), and check kernel.unprivileged_bpf_disabled and lockdown",
+            crate::cli::program()
         );
     }
     format!("failed to {what}: {detail}")

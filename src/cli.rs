@@ -10,8 +10,24 @@ use std::path::PathBuf;
 
 use udtrace_lang::options::{self, CppArg, OptionName, Options, D_VERSION_STRING};
 
-/// Our name in every message, where dtrace uses `basename(argv[0])`.
+/// Our name when argv[0] gives none.
 pub const PROGRAM: &str = "udtrace";
+
+static PROGRAM_NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The name every message starts with: the base name of argv[0], as dtrace's
+/// (`dtrace:` when installed or linked as dtrace).
+pub fn program() -> &'static str {
+    PROGRAM_NAME.get().map_or(PROGRAM, String::as_str)
+}
+
+/// Takes the program name from argv[0]; only the first call counts.
+pub fn set_program(argv0: &std::ffi::OsStr) {
+    let base = std::path::Path::new(argv0).file_name().map(|b| b.to_string_lossy().into_owned());
+    if let Some(b) = base.filter(|b| !b.is_empty()) {
+        let _ = PROGRAM_NAME.set(b);
+    }
+}
 
 /// Exit status for bad usage, as dtrace's `E_USAGE`.
 pub const EXIT_USAGE: i32 = 2;
@@ -37,33 +53,15 @@ pub struct Flag {
 }
 
 const fn flag(short: char, arg: Option<&'static str>, help: &'static str) -> Flag {
-    Flag {
-        short,
-        arg,
-        probe: false,
-        help,
-        support: Support::Yes,
-    }
+    Flag { short, arg, probe: false, help, support: Support::Yes }
 }
 
 const fn probe_flag(short: char, arg: &'static str, help: &'static str) -> Flag {
-    Flag {
-        short,
-        arg: Some(arg),
-        probe: true,
-        help,
-        support: Support::Yes,
-    }
+    Flag { short, arg: Some(arg), probe: true, help, support: Support::Yes }
 }
 
 const fn unsupported(short: char, arg: Option<&'static str>, why: &'static str) -> Flag {
-    Flag {
-        short,
-        arg,
-        probe: false,
-        help: "",
-        support: Support::No(why),
-    }
+    Flag { short, arg, probe: false, help: "", support: Support::No(why) }
 }
 
 /// Every flag dtrace(1M) accepts (its getopt string
@@ -78,110 +76,38 @@ pub static FLAGS: &[Flag] = &[
     unsupported('A', None, "anonymous tracing is not supported"),
     flag('b', Some("bufsz"), "set trace buffer size"),
     unsupported('B', None, "buffered output handlers are not supported"),
-    flag(
-        'c',
-        Some("cmd"),
-        "run specified command and exit upon its completion",
-    ),
+    flag('c', Some("cmd"), "run specified command and exit upon its completion"),
     flag('C', None, "run cpp(1) preprocessor on script files"),
-    flag(
-        'D',
-        Some("name[=def]"),
-        "define symbol when invoking preprocessor",
-    ),
-    flag(
-        'e',
-        None,
-        "exit after compiling request but prior to enabling probes",
-    ),
-    probe_flag(
-        'f',
-        "[[ provider: ] module: ] func",
-        "enable or list probes matching the specified function name",
-    ),
+    flag('D', Some("name[=def]"), "define symbol when invoking preprocessor"),
+    flag('e', None, "exit after compiling request but prior to enabling probes"),
+    probe_flag('f', "[[ provider: ] module: ] func", "enable or list probes matching the specified function name"),
     flag('F', None, "coalesce trace output by function"),
-    unsupported(
-        'G',
-        None,
-        "generating ELF files with embedded programs is not supported",
-    ),
+    unsupported('G', None, "generating ELF files with embedded programs is not supported"),
     flag('h', None, "print this help and exit"),
     flag('H', None, "print included files when invoking preprocessor"),
-    probe_flag(
-        'i',
-        "probe-id",
-        "enable or list probes matching the specified probe id",
-    ),
-    flag(
-        'I',
-        Some("path"),
-        "add include directory to preprocessor search path",
-    ),
+    probe_flag('i', "probe-id", "enable or list probes matching the specified probe id"),
+    flag('I', Some("path"), "add include directory to preprocessor search path"),
     flag('l', None, "list probes matching specified criteria"),
-    flag(
-        'L',
-        Some("path"),
-        "add library directory to library search path",
-    ),
-    probe_flag(
-        'm',
-        "[ provider: ] module",
-        "enable or list probes matching the specified module name",
-    ),
+    flag('L', Some("path"), "add library directory to library search path"),
+    probe_flag('m', "[ provider: ] module", "enable or list probes matching the specified module name"),
     probe_flag(
         'n',
         "[[[ provider: ] module: ] func: ] name",
         "enable or list probes matching the specified probe name",
     ),
     flag('o', Some("output"), "set output file"),
-    flag(
-        'p',
-        Some("pid"),
-        "grab specified process-ID and cache its symbol tables",
-    ),
-    probe_flag(
-        'P',
-        "provider",
-        "enable or list probes matching the specified provider name",
-    ),
-    flag(
-        'q',
-        None,
-        "set quiet mode (only output explicitly traced data)",
-    ),
-    flag(
-        's',
-        Some("script"),
-        "enable or list probes according to the specified D script",
-    ),
+    flag('p', Some("pid"), "grab specified process-ID and cache its symbol tables"),
+    probe_flag('P', "provider", "enable or list probes matching the specified provider name"),
+    flag('q', None, "set quiet mode (only output explicitly traced data)"),
+    flag('s', Some("script"), "enable or list probes according to the specified D script"),
     flag('S', None, "print D compiler intermediate code"),
-    flag(
-        'U',
-        Some("name"),
-        "undefine symbol when invoking preprocessor",
-    ),
-    flag(
-        'v',
-        None,
-        "set verbose mode (report stability attributes, arguments)",
-    ),
+    flag('U', Some("name"), "undefine symbol when invoking preprocessor"),
+    flag('v', None, "set verbose mode (report stability attributes, arguments)"),
     flag('V', None, "report DTrace API version"),
     flag('w', None, "permit destructive actions"),
-    flag(
-        'x',
-        Some("opt[=val]"),
-        "enable or modify compiler and tracing options",
-    ),
-    flag(
-        'X',
-        Some("a|c|s|t"),
-        "specify ISO C conformance settings for preprocessor",
-    ),
-    flag(
-        'Z',
-        None,
-        "permit probe descriptions that match zero probes",
-    ),
+    flag('x', Some("opt[=val]"), "enable or modify compiler and tracing options"),
+    flag('X', Some("a|c|s|t"), "specify ISO C conformance settings for preprocessor"),
+    flag('Z', None, "permit probe descriptions that match zero probes"),
 ];
 
 fn find_flag(c: char) -> Option<&'static Flag> {
@@ -259,9 +185,7 @@ impl Cli {
             ProgramSource::Script(p) => p.to_string_lossy().into_owned(),
             _ => self.argv0.clone(),
         };
-        std::iter::once(zero)
-            .chain(self.macro_args.iter().cloned())
-            .collect()
+        std::iter::once(zero).chain(self.macro_args.iter().cloned()).collect()
     }
 }
 
@@ -282,17 +206,11 @@ pub const EXIT_ERROR: i32 = 1;
 
 impl UsageError {
     fn new(message: impl Into<String>) -> UsageError {
-        UsageError {
-            message: message.into(),
-            fatal: false,
-        }
+        UsageError { message: message.into(), fatal: false }
     }
 
     fn fatal(message: impl Into<String>) -> UsageError {
-        UsageError {
-            message: message.into(),
-            fatal: true,
-        }
+        UsageError { message: message.into(), fatal: true }
     }
 
     /// The text for stderr: the message line, then the synopsis (the whole usage
@@ -301,9 +219,9 @@ impl UsageError {
         if self.message.is_empty() {
             usage_text()
         } else if self.fatal {
-            format!("{PROGRAM}: {}\n", self.message)
+            format!("{}: {}\n", program(), self.message)
         } else {
-            format!("{PROGRAM}: {}\n{}", self.message, synopsis_text())
+            format!("{}: {}\n{}", program(), self.message, synopsis_text())
         }
     }
 
@@ -318,7 +236,7 @@ impl UsageError {
 
 impl fmt::Display for UsageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{PROGRAM}: {}", self.message)
+        write!(f, "{}: {}", program(), self.message)
     }
 }
 
@@ -326,15 +244,13 @@ impl std::error::Error for UsageError {}
 
 /// dtrace's `-V` line with our name: `udtrace: Sun D 1.13`.
 pub fn version_line() -> String {
-    format!("{PROGRAM}: {D_VERSION_STRING}")
+    format!("{}: {D_VERSION_STRING}", program())
 }
 
 /// dtrace sorts its flag letters alphabetically, lower case before upper.
 fn sorted_flags() -> Vec<&'static Flag> {
-    let mut v: Vec<&Flag> = FLAGS
-        .iter()
-        .filter(|f| f.support == Support::Yes && f.short.is_ascii_alphabetic())
-        .collect();
+    let mut v: Vec<&Flag> =
+        FLAGS.iter().filter(|f| f.support == Support::Yes && f.short.is_ascii_alphabetic()).collect();
     v.sort_by_key(|f| (f.short.to_ascii_lowercase(), f.short.is_ascii_uppercase()));
     v
 }
@@ -343,20 +259,11 @@ fn sorted_flags() -> Vec<&'static Flag> {
 /// after a usage error; built from the flag table.
 pub fn synopsis_text() -> String {
     let flags = sorted_flags();
-    let bare: String = flags
-        .iter()
-        .filter(|f| f.arg.is_none())
-        .map(|f| f.short)
-        .collect();
+    let bare: String = flags.iter().filter(|f| f.arg.is_none()).map(|f| f.short).collect();
     let mut groups = vec!["[-64]".to_string(), format!("[-{bare}]")];
-    groups.extend(
-        flags
-            .iter()
-            .filter(|f| !f.probe)
-            .filter_map(|f| f.arg.map(|a| format!("[-{} {a}]", f.short))),
-    );
+    groups.extend(flags.iter().filter(|f| !f.probe).filter_map(|f| f.arg.map(|a| format!("[-{} {a}]", f.short))));
     // Wrap the synopsis as dtrace does: continuation lines start with a tab.
-    let mut out = format!("Usage: {PROGRAM}");
+    let mut out = format!("Usage: {}", program());
     let mut width = out.len();
     for g in groups {
         if width + 1 + g.len() > 72 {
@@ -407,11 +314,8 @@ pub fn help_text() -> String {
 /// Splits a `-c` command into words at whitespace, as dtrace's `make_argv`: no
 /// quoting, so an argument with spaces needs a wrapper script.
 pub fn split_command(cmd: &str) -> Vec<String> {
-    let words: Vec<String> = cmd
-        .split(['\x0c', '\n', '\r', '\t', '\x0b', ' '])
-        .filter(|w| !w.is_empty())
-        .map(str::to_string)
-        .collect();
+    let words: Vec<String> =
+        cmd.split(['\x0c', '\n', '\r', '\t', '\x0b', ' ']).filter(|w| !w.is_empty()).map(str::to_string).collect();
     if words.is_empty() {
         vec![cmd.to_string()]
     } else {
@@ -420,17 +324,13 @@ pub fn split_command(cmd: &str) -> Vec<String> {
 }
 
 fn utf8(flag: char, v: OsString) -> Result<String, UsageError> {
-    v.into_string()
-        .map_err(|v| UsageError::new(format!("-{flag} {}: not valid UTF-8", v.to_string_lossy())))
+    v.into_string().map_err(|v| UsageError::new(format!("-{flag} {}: not valid UTF-8", v.to_string_lossy())))
 }
 
 /// Parses the command line; `args` starts with argv[0].
 pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, UsageError> {
     let mut args = args.into_iter();
-    let argv0 = args
-        .next()
-        .map(|a| a.to_string_lossy().into_owned())
-        .unwrap_or_else(|| PROGRAM.to_string());
+    let argv0 = args.next().map(|a| a.to_string_lossy().into_owned()).unwrap_or_else(|| PROGRAM.to_string());
     let rest: Vec<OsString> = args.collect();
     if rest.is_empty() {
         // dtrace with no arguments prints its usage and exits 2.
@@ -464,11 +364,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
                 (_, Some(v)) => v.to_string(),
                 (_, None) => String::new(),
             };
-            let what = if shown.is_empty() {
-                format!("-{flag}")
-            } else {
-                format!("-{flag} {shown}")
-            };
+            let what = if shown.is_empty() { format!("-{flag}") } else { format!("-{flag} {shown}") };
             UsageError::fatal(format!("failed to set {what}: {e}"))
         })
     };
@@ -478,21 +374,16 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(lexopt::Error::MissingValue { option }) => {
-                let c = option
-                    .as_deref()
-                    .and_then(|o| o.trim_start_matches('-').chars().next())
-                    .unwrap_or('?');
-                return Err(UsageError::new(format!(
-                    "option requires an argument -- {c}"
-                )));
+                let c = option.as_deref().and_then(|o| o.trim_start_matches('-').chars().next()).unwrap_or('?');
+                return Err(UsageError::new(format!("option requires an argument -- {c}")));
             }
             Err(e) => return Err(UsageError::new(e.to_string())),
         };
         let c = match arg {
             lexopt::Arg::Value(v) => {
-                let v = v.into_string().map_err(|v| {
-                    UsageError::new(format!("{}: not valid UTF-8", v.to_string_lossy()))
-                })?;
+                let v = v
+                    .into_string()
+                    .map_err(|v| UsageError::new(format!("{}: not valid UTF-8", v.to_string_lossy())))?;
                 cli.macro_args.push(v);
                 continue;
             }
@@ -513,9 +404,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
             return Err(UsageError::new(format!("illegal option -- {c}")));
         };
         let value = if f.arg.is_some() {
-            let v = parser
-                .value()
-                .map_err(|_| UsageError::new(format!("option requires an argument -- {c}")))?;
+            let v = parser.value().map_err(|_| UsageError::new(format!("option requires an argument -- {c}")))?;
             Some(v)
         } else {
             None
@@ -525,10 +414,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
         if let ('3' | '6', Some(v)) = (c, &value) {
             let want = if c == '3' { "2" } else { "4" };
             if v.as_os_str() != want {
-                return Err(UsageError::new(format!(
-                    "illegal option -- {c}{}",
-                    v.to_string_lossy()
-                )));
+                return Err(UsageError::new(format!("illegal option -- {c}{}", v.to_string_lossy())));
             }
         }
         if let Support::No(why) = f.support {
@@ -548,35 +434,24 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
                     'f' => Align::Function,
                     _ => Align::Name,
                 };
-                cli.programs
-                    .push(ProgramSource::Description { text, align });
+                cli.programs.push(ProgramSource::Description { text, align });
             }
             'i' => {
                 let text = utf8(c, value.unwrap_or_default())?;
                 let t = text.trim_start();
                 let end = t.find(|ch: char| !ch.is_ascii_digit()).unwrap_or(t.len());
-                let id = t[..end]
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|id| *id > 0)
-                    .ok_or_else(|| {
-                        UsageError::new(format!(
-                            "invalid probe specifier {text}: probe id must be a positive integer"
-                        ))
-                    })?;
+                let id = t[..end].parse::<u32>().ok().filter(|id| *id > 0).ok_or_else(|| {
+                    UsageError::new(format!("invalid probe specifier {text}: probe id must be a positive integer"))
+                })?;
                 cli.programs.push(ProgramSource::Id { id, text });
             }
-            's' => cli.programs.push(ProgramSource::Script(PathBuf::from(
-                value.unwrap_or_default(),
-            ))),
+            's' => cli.programs.push(ProgramSource::Script(PathBuf::from(value.unwrap_or_default()))),
             'c' => cli.commands.push(utf8(c, value.unwrap_or_default())?),
             'p' => {
                 let v = utf8(c, value.unwrap_or_default())?;
                 // dtrace: strtol, `fatal("invalid pid: %s")` if that leaves text over;
                 // any number is then grabbed, so `-p 0` fails as a missing process.
-                let pid = v
-                    .parse::<i32>()
-                    .map_err(|_| UsageError::fatal(format!("invalid pid: {v}")))?;
+                let pid = v.parse::<i32>().map_err(|_| UsageError::fatal(format!("invalid pid: {v}")))?;
                 cli.pids.push(pid);
             }
             'o' => cli.output = value.map(PathBuf::from),
@@ -588,36 +463,12 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
                 };
                 setopt(&mut cli.options, 'x', name, val)?;
             }
-            'b' => setopt(
-                &mut cli.options,
-                'b',
-                "bufsize",
-                Some(&utf8(c, value.unwrap_or_default())?),
-            )?,
-            'X' => setopt(
-                &mut cli.options,
-                'X',
-                "stdc",
-                Some(&utf8(c, value.unwrap_or_default())?),
-            )?,
-            'L' => setopt(
-                &mut cli.options,
-                'L',
-                "libdir",
-                Some(&utf8(c, value.unwrap_or_default())?),
-            )?,
-            'D' => cli
-                .options
-                .cpp_args
-                .push(CppArg::Define(utf8(c, value.unwrap_or_default())?)),
-            'U' => cli
-                .options
-                .cpp_args
-                .push(CppArg::Undef(utf8(c, value.unwrap_or_default())?)),
-            'I' => cli
-                .options
-                .cpp_args
-                .push(CppArg::Include(utf8(c, value.unwrap_or_default())?)),
+            'b' => setopt(&mut cli.options, 'b', "bufsize", Some(&utf8(c, value.unwrap_or_default())?))?,
+            'X' => setopt(&mut cli.options, 'X', "stdc", Some(&utf8(c, value.unwrap_or_default())?))?,
+            'L' => setopt(&mut cli.options, 'L', "libdir", Some(&utf8(c, value.unwrap_or_default())?))?,
+            'D' => cli.options.cpp_args.push(CppArg::Define(utf8(c, value.unwrap_or_default())?)),
+            'U' => cli.options.cpp_args.push(CppArg::Undef(utf8(c, value.unwrap_or_default())?)),
+            'I' => cli.options.cpp_args.push(CppArg::Include(utf8(c, value.unwrap_or_default())?)),
             'q' => cli.options.quiet = true,
             'F' => cli.options.flowindent = true,
             'w' => cli.options.destructive = true,
@@ -638,16 +489,13 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
         return Ok(cli);
     }
     if modes.len() > 1 {
-        return Err(UsageError::new(
-            "only one of the [-lV] options can be specified at a time",
-        ));
+        return Err(UsageError::new("only one of the [-lV] options can be specified at a time"));
     }
     match modes.first() {
         Some('l') => {
             cli.mode = Mode::List;
             // dtrace: -l implies -Z.
-            cli.options
-                .apply(OptionName::Zdefs, options::OptionValue::Set);
+            cli.options.apply(OptionName::Zdefs, options::OptionValue::Set);
         }
         Some('V') => cli.mode = Mode::Version,
         _ => {}
@@ -658,6 +506,9 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
 /// For main: parses the process's arguments, prints help, the version or a usage
 /// error and exits where dtrace would; otherwise returns the command line.
 pub fn parse_or_exit() -> Cli {
+    if let Some(argv0) = std::env::args_os().next() {
+        set_program(&argv0);
+    }
     match parse_args(std::env::args_os()) {
         Ok(cli) => match cli.mode {
             Mode::Help => {
@@ -671,7 +522,10 @@ pub fn parse_or_exit() -> Cli {
             Mode::Exec | Mode::List => cli,
         },
         Err(e) => {
-            { use std::io::Write as _; let _ = write!(std::io::stderr(), "{}", e.report()); }
+            {
+                use std::io::Write as _;
+                let _ = write!(std::io::stderr(), "{}", e.report());
+            }
             std::process::exit(e.exit_code());
         }
     }
@@ -683,18 +537,11 @@ mod tests {
     use udtrace_lang::options::BufPolicy;
 
     fn parse(v: &[&str]) -> Result<Cli, UsageError> {
-        parse_args(
-            std::iter::once("udtrace")
-                .chain(v.iter().copied())
-                .map(OsString::from),
-        )
+        parse_args(std::iter::once("udtrace").chain(v.iter().copied()).map(OsString::from))
     }
 
     fn desc(text: &str, align: Align) -> ProgramSource {
-        ProgramSource::Description {
-            text: text.to_string(),
-            align,
-        }
+        ProgramSource::Description { text: text.to_string(), align }
     }
 
     #[test]
@@ -707,14 +554,7 @@ mod tests {
         assert!(c.options.quiet);
         assert_eq!(c.programs, vec![ProgramSource::Script("x.d".into())]);
 
-        let c = parse(&[
-            "-xquiet",
-            "-xbufsize=1m",
-            "-x",
-            "switchrate=10hz",
-            "-nBEGIN",
-        ])
-        .unwrap();
+        let c = parse(&["-xquiet", "-xbufsize=1m", "-x", "switchrate=10hz", "-nBEGIN"]).unwrap();
         assert!(c.options.quiet);
         assert_eq!(c.options.bufsize, 1 << 20);
         assert_eq!(c.options.switchrate, 100_000_000);
@@ -727,11 +567,9 @@ mod tests {
 
     #[test]
     fn program_order_is_kept() {
-        let c = parse(&[
-            "-n", "BEGIN", "-s", "a.d", "-P", "proc", "-m", "libc", "-f", "malloc", "-i", "42",
-            "-s", "b.d",
-        ])
-        .unwrap();
+        let c =
+            parse(&["-n", "BEGIN", "-s", "a.d", "-P", "proc", "-m", "libc", "-f", "malloc", "-i", "42", "-s", "b.d"])
+                .unwrap();
         assert_eq!(
             c.programs,
             vec![
@@ -740,10 +578,7 @@ mod tests {
                 desc("proc", Align::Provider),
                 desc("libc", Align::Module),
                 desc("malloc", Align::Function),
-                ProgramSource::Id {
-                    id: 42,
-                    text: "42".into()
-                },
+                ProgramSource::Id { id: 42, text: "42".into() },
                 ProgramSource::Script("b.d".into()),
             ]
         );
@@ -754,10 +589,7 @@ mod tests {
         // What `#!/usr/bin/env -S udtrace -s` produces.
         let c = parse(&["-s", "./trace.d", "1234", "foo"]).unwrap();
         assert_eq!(c.macro_args, vec!["1234", "foo"]);
-        assert_eq!(
-            c.macro_argv(&c.programs[0]),
-            vec!["./trace.d", "1234", "foo"]
-        );
+        assert_eq!(c.macro_argv(&c.programs[0]), vec!["./trace.d", "1234", "foo"]);
         // `#!/usr/sbin/dtrace -qs` style: the flags arrive as one word.
         let c = parse(&["-qs", "./t.d", "a"]).unwrap();
         assert!(c.options.quiet);
@@ -795,35 +627,17 @@ mod tests {
         let e = parse(&["-k"]).unwrap_err();
         assert_eq!(e.to_string(), "udtrace: illegal option -- k");
         assert!(e.report().contains("Usage: udtrace"));
-        assert_eq!(
-            parse(&["-n"]).unwrap_err().message,
-            "option requires an argument -- n"
-        );
-        assert_eq!(
-            parse(&["-qs"]).unwrap_err().message,
-            "option requires an argument -- s"
-        );
-        assert_eq!(
-            parse(&["--frobnicate"]).unwrap_err().message,
-            "illegal option -- -frobnicate"
-        );
+        assert_eq!(parse(&["-n"]).unwrap_err().message, "option requires an argument -- n");
+        assert_eq!(parse(&["-qs"]).unwrap_err().message, "option requires an argument -- s");
+        assert_eq!(parse(&["--frobnicate"]).unwrap_err().message, "illegal option -- -frobnicate");
         assert_eq!(parse(&[]).unwrap_err().message, "");
-        assert!(parse(&[])
-            .unwrap_err()
-            .report()
-            .starts_with("Usage: udtrace"));
+        assert!(parse(&[]).unwrap_err().report().starts_with("Usage: udtrace"));
         assert_eq!(
             parse(&["-l", "-V"]).unwrap_err().message,
             "only one of the [-lV] options can be specified at a time"
         );
-        assert_eq!(
-            parse(&["-A"]).unwrap_err().message,
-            "-A: anonymous tracing is not supported"
-        );
-        assert_eq!(
-            parse(&["-32"]).unwrap_err().message,
-            "-32: 32-bit D programs are not supported"
-        );
+        assert_eq!(parse(&["-A"]).unwrap_err().message, "-A: anonymous tracing is not supported");
+        assert_eq!(parse(&["-32"]).unwrap_err().message, "-32: 32-bit D programs are not supported");
         assert_eq!(parse(&["-35"]).unwrap_err().message, "illegal option -- 35");
         assert!(parse(&["-64", "-n", "BEGIN"]).is_ok());
         assert_eq!(
@@ -847,20 +661,8 @@ mod tests {
             parse(&["-b", "4q"]).unwrap_err().message,
             "failed to set -b 4q: Invalid value for specified option"
         );
-        assert_eq!(
-            parse(&["-X", "z"]).unwrap_err().message,
-            "failed to set -X z: Invalid value for specified option"
-        );
-        let c = parse(&[
-            "-b",
-            "16m",
-            "-x",
-            "bufpolicy=ring",
-            "-xnofollow",
-            "-n",
-            "BEGIN",
-        ])
-        .unwrap();
+        assert_eq!(parse(&["-X", "z"]).unwrap_err().message, "failed to set -X z: Invalid value for specified option");
+        let c = parse(&["-b", "16m", "-x", "bufpolicy=ring", "-xnofollow", "-n", "BEGIN"]).unwrap();
         assert_eq!(c.options.bufsize, 16 << 20);
         assert_eq!(c.options.bufpolicy, BufPolicy::Ring);
         assert!(c.options.nofollow);
@@ -868,10 +670,7 @@ mod tests {
 
     #[test]
     fn preprocessor_flags_in_order() {
-        let c = parse(&[
-            "-C", "-DX=1", "-I", "/inc", "-U", "Y", "-D", "Z", "-H", "-s", "a.d",
-        ])
-        .unwrap();
+        let c = parse(&["-C", "-DX=1", "-I", "/inc", "-U", "Y", "-D", "Z", "-H", "-s", "a.d"]).unwrap();
         assert_eq!(
             c.options.cpp_args,
             vec![
@@ -904,25 +703,13 @@ mod tests {
     #[test]
     fn help_comes_from_the_table() {
         let h = help_text();
-        for f in FLAGS
-            .iter()
-            .filter(|f| f.support == Support::Yes && f.short.is_ascii_alphabetic())
-        {
-            assert!(
-                h.contains(&format!("\t-{}  {}\n", f.short, f.help)),
-                "-{}",
-                f.short
-            );
+        for f in FLAGS.iter().filter(|f| f.support == Support::Yes && f.short.is_ascii_alphabetic()) {
+            assert!(h.contains(&format!("\t-{}  {}\n", f.short, f.help)), "-{}", f.short);
         }
         assert!(!h.contains("-A  "));
         let u = usage_text();
-        assert!(
-            u.starts_with("Usage: udtrace [-64] [-CeFhHlqSvVwZ] [-b bufsz]"),
-            "{u}"
-        );
-        assert!(
-            u.contains("\t[-n [[[ provider: ] module: ] func: ] name [[ predicate ] action ]]\n")
-        );
+        assert!(u.starts_with("Usage: udtrace [-64] [-CeFhHlqSvVwZ] [-b bufsz]"), "{u}");
+        assert!(u.contains("\t[-n [[[ provider: ] module: ] func: ] name [[ predicate ] action ]]\n"));
         assert!(u.contains("\t[-i probe-id [[ predicate ] action ]] [ args ... ]\n"));
     }
 }

@@ -6,12 +6,12 @@ use std::rc::Rc;
 
 use udtrace_lang::ast::{self, ProbeDesc};
 use udtrace_lang::check::Checker;
-use udtrace_lang::diag::{self, Origin};
+use udtrace_lang::diag::{self, Origin, Style};
 use udtrace_lang::ir::CheckedProgram;
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::Options;
 use udtrace_lang::parser::{self, DescAlign};
-use udtrace_lang::CompileError;
+use udtrace_lang::{CompileError, Tag};
 use udtrace_runtime::Ecb;
 
 use crate::cli::{Align, Cli, ProgramSource};
@@ -40,35 +40,32 @@ pub struct Compiled {
 #[derive(Debug)]
 pub struct Failure(pub String);
 
-fn render(err: &CompileError, src: &SourceInfo) -> Failure {
-    let mut e = err.clone();
-    // dtrace names the clause region where it cannot name a line (descriptions).
-    if let (Origin::Description, Some(region)) = (&src.origin, e.label()) {
-        e.message = format!("in {region}: {}", e.message);
-    }
-    Failure(diag::render(&e, &src.origin, &src.text))
+fn render(err: &CompileError, src: &SourceInfo, style: Style) -> Failure {
+    Failure(diag::render(err, &src.origin, &src.text, style))
 }
 
 /// Renders an error that dtrace raises after parsing, at the lexer's last line
 /// (`xyerror` uses `yylineno`, which is one past the last newline at end of input):
 /// scripts get `line N:`, descriptions no place.
-fn at_end(src: &SourceInfo, msg: &str) -> Failure {
+fn at_end(src: &SourceInfo, tag: Tag, msg: &str, style: Style) -> Failure {
+    let end = src.text.len();
+    let err = CompileError::new(tag, udtrace_lang::Span::new(end, end), msg);
     match &src.origin {
-        Origin::Script(_) => {
-            let end = src.text.len();
-            let err = CompileError::new(udtrace_lang::Span::new(end, end), msg);
-            Failure(diag::render(&err, &src.origin, &src.text))
-        }
-        Origin::Description => plain(src, msg),
+        Origin::Script(_) => Failure(diag::render(&err, &src.origin, &src.text, style)),
+        Origin::Description => plain(src, &err, style),
     }
 }
 
 /// Renders an error that belongs to no place in the source (a line-less message).
-fn plain(src: &SourceInfo, msg: &str) -> Failure {
-    match &src.origin {
-        Origin::Script(path) => Failure(format!("failed to compile script {path}: {msg}")),
-        Origin::Description => Failure(format!("invalid probe specifier {}: {msg}", src.text)),
-    }
+fn plain(src: &SourceInfo, err: &CompileError, style: Style) -> Failure {
+    Failure(diag::render_unplaced(err, &src.origin, &src.text, style))
+}
+
+/// How compile errors are shown: tagged with `-x errtags`, with a source excerpt only
+/// for a person at a terminal.
+pub fn style(options: &Options) -> Style {
+    use std::io::IsTerminal;
+    Style { errtags: options.errtags, excerpt: std::io::stderr().is_terminal() }
 }
 
 fn align(a: Align) -> DescAlign {
@@ -104,7 +101,10 @@ fn load(p: &ProgramSource, options: &Options, registry: &Registry) -> Result<(So
         ProgramSource::Id { id, text } => {
             // `-i 3 {…}`: the id stands for that probe's full description.
             let Some(probe) = registry.by_id(*id) else {
-                return Err(Failure(format!("invalid probe specifier {text}: probe description {id} does not match any probes")));
+                let tag = if options.errtags { "[D_PDESC_ZERO] " } else { "" };
+                return Err(Failure(format!(
+                    "invalid probe specifier {text}: {tag}probe description {id} does not match any probes"
+                )));
             };
             let desc = format!("{}:{}:{}:{}", probe.provider, probe.module, probe.function, probe.name);
             let rest = text.trim_start().trim_start_matches(|c: char| c.is_ascii_digit());
@@ -129,7 +129,8 @@ fn load(p: &ProgramSource, options: &Options, registry: &Registry) -> Result<(So
             } else {
                 raw
             };
-            let info = SourceInfo { kind: "script", name: shown.clone(), text, origin: Origin::Script(shown), matched: 0 };
+            let info =
+                SourceInfo { kind: "script", name: shown.clone(), text, origin: Origin::Script(shown), matched: 0 };
             (info, DescAlign::Name, true)
         }
     })
@@ -146,6 +147,7 @@ pub fn io_reason(e: &std::io::Error) -> String {
 
 pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result<Compiled, Failure> {
     let options = &cli.options;
+    let style = style(options);
     let mut checker = Checker::new(macros);
     checker.set_probe_args(&Registry::arg_types);
     let mut sources = Vec::new();
@@ -153,19 +155,19 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     for (i, p) in cli.programs.iter().enumerate() {
         let (info, al, is_script) = load(p, options, registry)?;
         let parsed = if is_script { parser::parse_script(&info.text) } else { parser::parse_program(&info.text, al) };
-        let program = parsed.map_err(|e| render(&e, &info))?;
+        let program = parsed.map_err(|e| render(&e, &info, style))?;
         let before = checker.program().clauses.len();
-        checker.add_source(&program, i, &info.text).map_err(|e| render(&e, &info))?;
+        checker.add_source(&program, i, &info.text).map_err(|e| render(&e, &info, style))?;
         let after = checker.program().clauses.len();
         if after == before && !has_clause(&program) {
-            return Err(at_end(&info, "empty D program translation unit"));
+            return Err(at_end(&info, Tag::D_EMPTY, "empty D program translation unit", style));
         }
         clause_ranges.push(before..after);
         sources.push(info);
     }
     if let Err(e) = macros.check_unused() {
         if let Some(last) = sources.last() {
-            return Err(at_end(last, &e.to_string()));
+            return Err(at_end(last, Tag::D_MACRO_UNUSED, &e.to_string(), style));
         }
     }
     let program = checker.finish();
@@ -174,12 +176,13 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     let mut effective = options.clone();
     for o in &program.options {
         if let Err(e) = effective.set(&o.name, o.value.as_deref()) {
-            let err = CompileError::new(o.span, e.pragma_message());
-            return Err(render(&err, &sources[o.source]));
+            let err = CompileError::new(Tag::D_PRAGMA_OPTSET, o.span, e.pragma_message());
+            return Err(render(&err, &sources[o.source], style));
         }
     }
     let have_target = !cli.commands.is_empty() || !cli.pids.is_empty();
-    udtrace_runtime::output::validate_formats(&program, have_target).map_err(|(s, e)| render(&e, &sources[s]))?;
+    udtrace_runtime::output::validate_formats(&program, have_target)
+        .map_err(|(s, e)| render(&e, &sources[s], style))?;
 
     let zdefs = effective.zdefs;
     let mut ecbs = Vec::new();
@@ -188,24 +191,24 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
             for desc in &program.clauses[ci].probes {
                 let found = match registry.matching(desc) {
                     Ok(f) => f,
-                    Err(msg) => {
-                        let err = CompileError::new(desc.span, msg);
+                    Err((tag, msg)) => {
+                        let err = CompileError::new(tag, desc.span, msg);
                         return Err(match sources[si].origin {
-                            Origin::Description => plain(&sources[si], &err.message),
-                            Origin::Script(_) => render(&err, &sources[si]),
+                            Origin::Description => plain(&sources[si], &err, style),
+                            Origin::Script(_) => render(&err, &sources[si], style),
                         });
                     }
                 };
                 if found.is_empty() && !zdefs {
                     let err = CompileError::new(
+                        Tag::D_PDESC_ZERO,
                         desc.span,
                         format!("probe description {} does not match any probes", full_name(desc)),
                     );
-                    let mut f = render(&err, &sources[si]);
-                    if matches!(sources[si].origin, Origin::Description) {
-                        f = plain(&sources[si], &err.message);
-                    }
-                    return Err(f);
+                    return Err(match sources[si].origin {
+                        Origin::Description => plain(&sources[si], &err, style),
+                        Origin::Script(_) => render(&err, &sources[si], style),
+                    });
                 }
                 sources[si].matched += found.len();
                 for probe in found {

@@ -13,14 +13,14 @@ use udtrace_lang::ir::Builtin;
 use udtrace_lang::types::SymKind;
 use udtrace_runtime::{Context, Value};
 use udtrace_target::debuginfo::{self, ObjectSymbols};
+use udtrace_target::modules;
 use udtrace_target::procfs::{self, LoadedObject};
 use udtrace_target::unwind::{Snapshot, Unwinder};
-use udtrace_target::modules;
 
 use crate::backend::SiteTarget;
+use crate::pidprov::SiteKind;
 use crate::procprov::{Clocks, CurrentFromProc};
 use udtrace_lang::types::TypeTable;
-use crate::pidprov::SiteKind;
 
 /// What udtrace remembers of a process: read while it is held (at its start, fork, exec
 /// or when it maps new objects) or at its first firing, so that output for a process
@@ -185,8 +185,27 @@ impl Procs {
 /// kernel's `REG_*` order (R_R15 = 19 … R_RSP = 39, R_SS = 40).
 fn ureg(n: u64) -> Option<PtReg> {
     use PtReg::*;
-    const I386: [Option<PtReg>; 19] =
-        [None, None, None, None, Some(Di), Some(Si), Some(Bp), Some(Sp), Some(Bx), Some(Dx), Some(Cx), Some(Ax), None, None, Some(Ip), Some(Cs), Some(Flags), Some(Sp), Some(Ss)];
+    const I386: [Option<PtReg>; 19] = [
+        None,
+        None,
+        None,
+        None,
+        Some(Di),
+        Some(Si),
+        Some(Bp),
+        Some(Sp),
+        Some(Bx),
+        Some(Dx),
+        Some(Cx),
+        Some(Ax),
+        None,
+        None,
+        Some(Ip),
+        Some(Cs),
+        Some(Flags),
+        Some(Sp),
+        Some(Ss),
+    ];
     if let Some(&r) = I386.get(n as usize) {
         return r;
     }
@@ -295,7 +314,14 @@ impl Context for FiringCtx<'_> {
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
         if CurrentFromProc::covers(addr) {
             let execname = self.procs.borrow_mut().info(self.f.pid).execname.clone();
-            let cur = CurrentFromProc { pid: self.f.pid, tid: self.f.tid, cpu: self.f.cpu, comm: &execname, types: self.types, clocks: self.clocks };
+            let cur = CurrentFromProc {
+                pid: self.f.pid,
+                tid: self.f.tid,
+                cpu: self.f.cpu,
+                comm: &execname,
+                types: self.types,
+                clocks: self.clocks,
+            };
             return cur.read(addr, len);
         }
         let sp = self.f.reg(PtReg::Sp);

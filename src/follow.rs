@@ -47,7 +47,14 @@ struct Rematcher {
 impl Rematcher {
     /// The probes of `owner`'s descriptions in `objects` of process `pid`, with their
     /// clauses enabled.
-    fn probes_in(&mut self, owner: i32, pid: i32, objects: &[LoadedObject], registry: &mut Registry, consumer: &mut Consumer) -> Vec<Rc<Probe>> {
+    fn probes_in(
+        &mut self,
+        owner: i32,
+        pid: i32,
+        objects: &[LoadedObject],
+        registry: &mut Registry,
+        consumer: &mut Consumer,
+    ) -> Vec<Rc<Probe>> {
         let mut found: Vec<Rc<Probe>> = Vec::new();
         for obj in objects {
             let file = procfs::host_path(pid, &obj.path);
@@ -86,7 +93,9 @@ impl AllProcesses {
             .clauses
             .iter()
             .enumerate()
-            .flat_map(|(ci, cl)| cl.probes.iter().filter(|d| is_all_processes(&d.provider)).map(move |d| (ci, d.clone(), 0)))
+            .flat_map(|(ci, cl)| {
+                cl.probes.iter().filter(|d| is_all_processes(&d.provider)).map(move |d| (ci, d.clone(), 0))
+            })
             .collect();
         (!descs.is_empty()).then(|| AllProcesses { rematcher: Rematcher { descs, matched: HashMap::new() } })
     }
@@ -95,7 +104,8 @@ impl AllProcesses {
     /// process (to hear of the objects they load).
     pub fn start(&self, c: &Compiled, bpf: &mut Bpf, registry: &mut Registry) -> Result<(), String> {
         let ids: HashSet<u32> = c.ecbs.iter().map(|e| e.probe.id).collect();
-        let probes: Vec<&PidProbe> = registry.pid.probes().iter().filter(|p| p.pid == 0 && ids.contains(&p.probe.id)).collect();
+        let probes: Vec<&PidProbe> =
+            registry.pid.probes().iter().filter(|p| p.pid == 0 && ids.contains(&p.probe.id)).collect();
         bpf.arm_all(&probes)?;
         let mut loaders = HashSet::new();
         for pid in procfs::all_pids().unwrap_or_default() {
@@ -134,8 +144,11 @@ impl AllProcesses {
     fn match_new(&mut self, pid: i32, w: &mut World<'_>) {
         let objects = mapped(pid);
         let all_files = &mut w.registry.pid.all_files;
-        let new: Vec<LoadedObject> =
-            objects.iter().filter(|o| !o.is_vdso && all_files.insert((procfs::host_path(pid, &o.path), o.is_main))).cloned().collect();
+        let new: Vec<LoadedObject> = objects
+            .iter()
+            .filter(|o| !o.is_vdso && all_files.insert((procfs::host_path(pid, &o.path), o.is_main)))
+            .cloned()
+            .collect();
         if new.is_empty() {
             w.procs.borrow_mut().remember(pid as u32, objects);
             return;
@@ -143,12 +156,12 @@ impl AllProcesses {
         let found = self.rematcher.probes_in(0, pid, &new, w.registry, w.consumer);
         if !found.is_empty() {
             if let Err(e) = w.bpf.arm_all(&pid_probes(w.registry, &found)) {
-                warn!("udtrace: pid {pid}: {e}");
+                note!("pid {pid}: {e}");
             }
             w.procs.borrow_mut().share(w.registry.pid.objects());
         }
         if let Err(e) = arm_hook(pid, &objects, w.bpf, w.registry) {
-            warn!("udtrace: pid {pid}: {e}");
+            note!("pid {pid}: {e}");
         }
         w.procs.borrow_mut().remember(pid as u32, objects);
     }
@@ -204,7 +217,7 @@ impl Follower {
         match ev {
             Event::Forked { parent, child } => {
                 if let Err(e) = w.bpf.fork(parent, child) {
-                    warn!("udtrace: failed to follow pid {child}: {e}");
+                    note!("failed to follow pid {child}: {e}");
                 }
                 w.procs.borrow_mut().inherit(child as u32, parent as u32);
                 let seen = self.seen.get(&parent).cloned().unwrap_or_default();
@@ -215,7 +228,7 @@ impl Follower {
                 self.seen.remove(&pid);
                 let objects = self.discover(pid, w);
                 if let Err(e) = arm_hook(pid, &objects, w.bpf, w.registry) {
-                    warn!("udtrace: pid {pid}: {e}");
+                    note!("pid {pid}: {e}");
                 }
                 w.procs.borrow_mut().remember(pid as u32, objects);
                 self.tree.resume(pid, None);
@@ -242,14 +255,15 @@ impl Follower {
         let objects = mapped(pid);
         let Some(root) = self.tree.root_of(pid) else { return objects };
         let seen = self.seen.entry(pid).or_default();
-        let new: Vec<LoadedObject> = objects.iter().filter(|o| !o.is_vdso && seen.insert(o.path.clone())).cloned().collect();
+        let new: Vec<LoadedObject> =
+            objects.iter().filter(|o| !o.is_vdso && seen.insert(o.path.clone())).cloned().collect();
         if new.is_empty() {
             return objects;
         }
         let found = self.rematcher.probes_in(root, pid, &new, w.registry, w.consumer);
         if !found.is_empty() {
             if let Err(e) = w.bpf.arm(pid, &pid_probes(w.registry, &found)) {
-                warn!("udtrace: pid {pid}: {e}");
+                note!("pid {pid}: {e}");
             }
             w.procs.borrow_mut().share(w.registry.pid.objects());
         }

@@ -35,7 +35,7 @@ pub fn list(cli: &Cli, compiled: &Compiled, registry: &mut Registry) -> i32 {
                     // Printed in order with the table, as dtrace's error() interleaves.
                     out!("{out}");
                     out.clear();
-                    warn!("udtrace: failed to match {}: No probe matches description", full_name(desc));
+                    note!("failed to match {}: No probe matches description", full_name(desc));
                 }
                 for p in &found {
                     row(&mut out, p);
@@ -64,7 +64,9 @@ fn attributes(p: &Probe) -> [(&'static str, &'static str, &'static str); 2] {
 fn verbose(p: &Probe) -> String {
     let [desc, args] = attributes(p);
     let block = |title: &str, (names, data, class): (&str, &str, &str)| {
-        format!("\t{title}\n\t\tIdentifier Names: {names}\n\t\tData Semantics:   {data}\n\t\tDependency Class: {class}\n\n")
+        format!(
+            "\t{title}\n\t\tIdentifier Names: {names}\n\t\tData Semantics:   {data}\n\t\tDependency Class: {class}\n\n"
+        )
     };
     let types = match procprov::probe(&p.name).filter(|_| p.provider == "proc") {
         Some(pp) if !pp.args.is_empty() => pp

@@ -8,6 +8,14 @@ macro_rules! warn {
     }};
 }
 
+/// A message for stderr after the program name, as dtrace prints its own
+/// (`dtrace: …` when udtrace runs as dtrace).
+macro_rules! note {
+    ($($t:tt)*) => {{
+        warn!("{}: {}", crate::cli::program(), format_args!($($t)*));
+    }};
+}
+
 /// `print!` that never panics (`udtrace -l | head` closes the pipe early).
 macro_rules! out {
     ($($t:tt)*) => {{

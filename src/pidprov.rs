@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use udtrace_lang::ast::ProbeDesc;
+use udtrace_lang::Tag;
 use udtrace_runtime::Probe;
-use udtrace_target::debuginfo::{self, ObjectSymbols};
+use udtrace_target::debuginfo::{self, LoadError, ObjectSymbols};
 use udtrace_target::modules;
 use udtrace_target::procfs::{self, LoadedObject};
 use udtrace_target::sites::{self, Sites};
@@ -43,7 +44,6 @@ pub struct PidProbe {
     pub unprobeable: Vec<u64>,
 }
 
-
 #[derive(Default)]
 pub struct PidProvider {
     objects: HashMap<PathBuf, Rc<ObjectSymbols>>,
@@ -59,18 +59,21 @@ pub fn is_all_processes(provider: &str) -> bool {
     provider.starts_with("pid") && glob::is_glob(provider)
 }
 
+/// Why a pid description cannot be matched: DTrace's tag and message.
+pub type DescError = (Tag, String);
+
 /// Parses the provider field: `Ok(None)` when it is not a pid provider at all.
-fn provider_pid(provider: &str) -> Result<Option<i32>, String> {
+fn provider_pid(provider: &str) -> Result<Option<i32>, DescError> {
     let Some(digits) = provider.strip_prefix("pid") else { return Ok(None) };
     if glob::is_glob(provider) {
         return Ok(None);
     }
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("'{provider}' is not a valid provider"));
+        return Err((udtrace_lang::Tag::D_PROC_BADPROV, format!("'{provider}' is not a valid provider")));
     }
     match digits.parse::<i32>() {
         Ok(p) if p > 0 => Ok(Some(p)),
-        _ => Err(format!("'{provider}' does not contain a valid pid")),
+        _ => Err((udtrace_lang::Tag::D_PROC_BADPID, format!("'{provider}' does not contain a valid pid"))),
     }
 }
 
@@ -97,20 +100,21 @@ impl PidProvider {
         Some((l.file_offset(addr)?, delta))
     }
 
-    fn load(&mut self, file: &PathBuf) -> Result<Rc<ObjectSymbols>, String> {
+    fn load(&mut self, file: &PathBuf) -> Result<Rc<ObjectSymbols>, LoadError> {
         if let Some(l) = self.objects.get(file) {
             return Ok(Rc::clone(l));
         }
-        let l = Rc::new(debuginfo::load(file).map_err(|e| format!("failed to read {}: {e}", file.display()))?);
+        let l = Rc::new(debuginfo::load(file)?);
         self.objects.insert(file.clone(), Rc::clone(&l));
         Ok(l)
     }
 
     /// Creates (or finds) the probes a description names. `next_id` numbers new probes.
     /// `Ok(None)`: the description is not for the pid provider.
-    pub fn matching(&mut self, d: &ProbeDesc, next_id: &mut u32) -> Result<Option<Vec<Rc<Probe>>>, String> {
+    pub fn matching(&mut self, d: &ProbeDesc, next_id: &mut u32) -> Result<Option<Vec<Rc<Probe>>>, DescError> {
         let Some(pid) = provider_pid(&d.provider)? else { return Ok(None) };
-        let objects = procfs::objects_of(pid).map_err(|_| format!("failed to grab process {pid}"))?;
+        let objects =
+            procfs::objects_of(pid).map_err(|_| (Tag::D_PROC_GRAB, format!("failed to grab process {pid}")))?;
         if d.function == "-" {
             let name = if d.name.is_empty() { "*" } else { d.name.as_str() };
             return self.absolute(pid, &d.module, name, &objects, next_id).map(Some);
@@ -133,7 +137,9 @@ impl PidProvider {
                 let key = (procfs::host_path(pid, &obj.path), obj.is_main);
                 if done.insert(key.clone()) {
                     self.all_files.insert(key);
-                    out.extend(self.match_objects(d, 0, pid, std::slice::from_ref(&obj), false, next_id).unwrap_or_default());
+                    out.extend(
+                        self.match_objects(d, 0, pid, std::slice::from_ref(&obj), false, next_id).unwrap_or_default(),
+                    );
                 }
             }
         }
@@ -141,7 +147,13 @@ impl PidProvider {
     }
 
     /// A `pid*` description's probes in objects process `pid` has newly mapped.
-    pub fn rematch_all(&mut self, d: &ProbeDesc, pid: i32, objects: &[LoadedObject], next_id: &mut u32) -> Vec<Rc<Probe>> {
+    pub fn rematch_all(
+        &mut self,
+        d: &ProbeDesc,
+        pid: i32,
+        objects: &[LoadedObject],
+        next_id: &mut u32,
+    ) -> Vec<Rc<Probe>> {
         if !is_all_processes(&d.provider) || d.function == "-" {
             return Vec::new();
         }
@@ -151,7 +163,14 @@ impl PidProvider {
     /// For a process followed from `root` (a child, or `root` after exec or dlopen):
     /// the probes of `pid<root>` descriptions in objects `pid` has newly mapped. What
     /// does not match here is no error: the description may match elsewhere.
-    pub fn rematch(&mut self, d: &ProbeDesc, root: i32, pid: i32, objects: &[LoadedObject], next_id: &mut u32) -> Vec<Rc<Probe>> {
+    pub fn rematch(
+        &mut self,
+        d: &ProbeDesc,
+        root: i32,
+        pid: i32,
+        objects: &[LoadedObject],
+        next_id: &mut u32,
+    ) -> Vec<Rc<Probe>> {
         if provider_pid(&d.provider) != Ok(Some(root)) || d.function == "-" {
             return Vec::new();
         }
@@ -168,7 +187,7 @@ impl PidProvider {
         objects: &[LoadedObject],
         strict: bool,
         next_id: &mut u32,
-    ) -> Result<Vec<Rc<Probe>>, String> {
+    ) -> Result<Vec<Rc<Probe>>, DescError> {
         let module = if d.module.is_empty() { "*" } else { d.module.as_str() };
         let func = if d.function.is_empty() { "*" } else { d.function.as_str() };
         let name = if d.name.is_empty() { "*" } else { d.name.as_str() };
@@ -180,13 +199,16 @@ impl PidProvider {
             let file = procfs::host_path(pid, &obj.path);
             let loaded = match self.load(&file) {
                 Ok(l) => l,
-                Err(e) if strict => return Err(e),
+                // A mapping that is not an ELF object (a locale archive, a font) has
+                // no probes: never an error.
+                Err(LoadError::Elf { .. }) => continue,
+                Err(e) if strict => return Err((Tag::D_PROC_LIB, format!("failed to read {}: {e}", file.display()))),
                 Err(_) => continue,
             };
             let funcs: Vec<Function> = loaded.table.matching(func).into_iter().cloned().collect();
             if funcs.is_empty() && !glob::is_glob(func) && !glob::is_glob(module) {
                 if strict {
-                    return Err(format!("failed to lookup '{func}' in module '{module}'"));
+                    return Err((Tag::D_PROC_FUNC, format!("failed to lookup '{func}' in module '{module}'")));
                 }
                 continue;
             }
@@ -216,45 +238,84 @@ impl PidProvider {
         loaded: &ObjectSymbols,
         next_id: &mut u32,
         out: &mut Vec<Rc<Probe>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), DescError> {
         let Some(base) = loaded.file_offset(f.addr) else { return Ok(()) };
         // Decoding is only needed for return and offset probes.
         let mut decoded: Option<Sites> = None;
         let sites = |decoded: &mut Option<Sites>| -> Sites {
-            decoded
-                .get_or_insert_with(|| loaded.sites(f).unwrap_or_else(|| sites::decode(&[], f.addr)))
-                .clone()
+            decoded.get_or_insert_with(|| loaded.sites(f).unwrap_or_else(|| sites::decode(&[], f.addr))).clone()
         };
         let mut matched = 0;
         if glob::matches(name, "return") {
             let s = sites(&mut decoded);
             if !s.returns.is_empty() {
                 let list = s.returns.iter().map(|&o| (u64::from(o), base + u64::from(o))).collect();
-                out.push(self.add(pid, file, modname, f, SiteKind::Return, "return".into(), list, &loaded.data, next_id));
+                out.push(self.add(
+                    pid,
+                    file,
+                    modname,
+                    f,
+                    SiteKind::Return,
+                    "return".into(),
+                    list,
+                    &loaded.data,
+                    next_id,
+                ));
             }
             matched += 1;
         }
         if glob::matches(name, "entry") {
-            out.push(self.add(pid, file, modname, f, SiteKind::Entry, "entry".into(), vec![(0, base)], &loaded.data, next_id));
+            out.push(self.add(
+                pid,
+                file,
+                modname,
+                f,
+                SiteKind::Entry,
+                "entry".into(),
+                vec![(0, base)],
+                &loaded.data,
+                next_id,
+            ));
             matched += 1;
         }
         if !glob::is_glob(name) && matched == 0 {
-            let off = u64::from_str_radix(name, 16).map_err(|_| format!("'{name}' is an invalid probe name"))?;
+            let off = u64::from_str_radix(name, 16)
+                .map_err(|_| (Tag::D_PROC_NAME, format!("'{name}' is an invalid probe name")))?;
             if off >= f.size {
-                return Err(format!("offset 0x{off:x} outside of function '{}'", f.name));
+                return Err((Tag::D_PROC_OFF, format!("offset 0x{off:x} outside of function '{}'", f.name)));
             }
             let s = sites(&mut decoded);
             if sites::check_offset(&s, f.size, off).is_err() {
-                return Err(format!("offset 0x{off:x} is not aligned on an instruction"));
+                return Err((Tag::D_PROC_ALIGN, format!("offset 0x{off:x} is not aligned on an instruction")));
             }
-            out.push(self.add(pid, file, modname, f, SiteKind::Offset(off), format!("{off:x}"), vec![(off, base + off)], &loaded.data, next_id));
+            out.push(self.add(
+                pid,
+                file,
+                modname,
+                f,
+                SiteKind::Offset(off),
+                format!("{off:x}"),
+                vec![(off, base + off)],
+                &loaded.data,
+                next_id,
+            ));
         } else if glob::is_glob(name) {
             let s = sites(&mut decoded);
             for &o in &s.insns {
                 let label = format!("{o:x}");
                 if glob::matches(name, &label) {
                     let o = u64::from(o);
-                    out.push(self.add(pid, file, modname, f, SiteKind::Offset(o), label, vec![(o, base + o)], &loaded.data, next_id));
+                    out.push(self.add(
+                        pid,
+                        file,
+                        modname,
+                        f,
+                        SiteKind::Offset(o),
+                        label,
+                        vec![(o, base + o)],
+                        &loaded.data,
+                        next_id,
+                    ));
                 }
             }
         }
@@ -269,25 +330,37 @@ impl PidProvider {
         name: &str,
         objects: &[LoadedObject],
         next_id: &mut u32,
-    ) -> Result<Vec<Rc<Probe>>, String> {
+    ) -> Result<Vec<Rc<Probe>>, DescError> {
         let Some(main) = objects.iter().find(|o| o.is_main) else {
-            return Err(format!("process {pid} has no executable mapped"));
+            return Err((Tag::D_PROC_LIB, format!("process {pid} has no executable mapped")));
         };
         if !module.is_empty() && (glob::is_glob(module) || !modules::module_matches(module, &main.path, true)) {
-            return Err("only the a.out module is valid with the '-' function".into());
+            return Err((Tag::D_PROC_LIB, "only the a.out module is valid with the '-' function".into()));
         }
         if glob::is_glob(name) {
-            return Err("only individual addresses may be specified with the '-' function".into());
+            return Err((Tag::D_PROC_NAME, "only individual addresses may be specified with the '-' function".into()));
         }
-        let addr = u64::from_str_radix(name, 16).map_err(|_| format!("'{name}' is an invalid probe name"))?;
+        let invalid = || (Tag::D_PROC_NAME, format!("'{name}' is an invalid probe name"));
+        let addr = u64::from_str_radix(name, 16).map_err(|_| invalid())?;
         let file = procfs::host_path(pid, &main.path);
-        let loaded = self.load(&file)?;
+        let loaded =
+            self.load(&file).map_err(|e| (Tag::D_PROC_LIB, format!("failed to read {}: {e}", file.display())))?;
         let bias = main.bias(&loaded.info).unwrap_or(0);
         let vaddr = addr.wrapping_sub(bias);
-        let off = loaded.info.vaddr_to_offset(vaddr).ok_or_else(|| format!("'{name}' is an invalid probe name"))?;
+        let off = loaded.info.vaddr_to_offset(vaddr).ok_or_else(invalid)?;
         let f = Function { name: "-".into(), mangled: None, aliases: Vec::new(), addr: vaddr, size: 1, ifunc: false };
         let modname = modules::module_name(&main.path).to_string();
-        Ok(vec![self.add(pid, &file, &modname, &f, SiteKind::Offset(0), name.to_string(), vec![(0, off)], &loaded.data, next_id)])
+        Ok(vec![self.add(
+            pid,
+            &file,
+            &modname,
+            &f,
+            SiteKind::Offset(0),
+            name.to_string(),
+            vec![(0, off)],
+            &loaded.data,
+            next_id,
+        )])
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -339,7 +412,13 @@ mod tests {
         assert_eq!(provider_pid("pid123"), Ok(Some(123)));
         assert_eq!(provider_pid("syscall"), Ok(None));
         assert_eq!(provider_pid("pid*"), Ok(None));
-        assert_eq!(provider_pid("pid0"), Err("'pid0' does not contain a valid pid".into()));
-        assert_eq!(provider_pid("pidx"), Err("'pidx' is not a valid provider".into()));
+        assert_eq!(
+            provider_pid("pid0"),
+            Err((udtrace_lang::Tag::D_PROC_BADPID, "'pid0' does not contain a valid pid".into()))
+        );
+        assert_eq!(
+            provider_pid("pidx"),
+            Err((udtrace_lang::Tag::D_PROC_BADPROV, "'pidx' is not a valid provider".into()))
+        );
     }
 }

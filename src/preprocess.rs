@@ -46,9 +46,7 @@ impl fmt::Display for PreprocessError {
         match self {
             PreprocessError::NotFound { .. } => f.write_str("Preprocessor not found"),
             PreprocessError::Exec { .. } => f.write_str("Failed to exec preprocessor"),
-            PreprocessError::Failed { .. } => {
-                f.write_str("Preprocessor failed to process input program")
-            }
+            PreprocessError::Failed { .. } => f.write_str("Preprocessor failed to process input program"),
         }
     }
 }
@@ -89,15 +87,8 @@ pub fn cpp_args(path: Option<&Path>, options: &Options) -> Vec<String> {
         });
     }
     // `-x version=` lowers the version the program sees, as dt_reduce does.
-    let version = options
-        .version
-        .as_deref()
-        .and_then(options::parse_version)
-        .unwrap_or(options::D_VERSION);
-    v.push(format!(
-        "-D__SUNW_D_VERSION=0x{:08x}",
-        options::version_number(version)
-    ));
+    let version = options.version.as_deref().and_then(options::parse_version).unwrap_or(options::D_VERSION);
+    v.push(format!("-D__SUNW_D_VERSION=0x{:08x}", options::version_number(version)));
     // DTrace for Linux maps -Xa to C99 and -Xs to traditional cpp; -Xc/-Xt add nothing.
     match options.stdc.as_str() {
         "a" => v.push("-std=c99".to_string()),
@@ -120,11 +111,7 @@ pub fn cpp_args(path: Option<&Path>, options: &Options) -> Vec<String> {
 }
 
 /// Runs `source` (the text of the script at `path`) through cpp.
-pub fn preprocess(
-    source: &str,
-    path: Option<&Path>,
-    options: &Options,
-) -> Result<Preprocessed, PreprocessError> {
+pub fn preprocess(source: &str, path: Option<&Path>, options: &Options) -> Result<Preprocessed, PreprocessError> {
     // cpp would choke on `#!`: blank that line but keep its newline so that line
     // numbers stay right, as dtrace does.
     let body = match source.strip_prefix("#!") {
@@ -136,22 +123,14 @@ pub fn preprocess(
     };
     // A leading line marker makes cpp name the script, not "<stdin>", in its markers
     // and messages.
-    let name = path
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "<stdin>".to_string());
+    let name = path.map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|| "<stdin>".to_string());
     let input = format!("# 1 \"{}\"\n{body}", escape_marker(&name));
     let args = cpp_args(path, options);
 
     // An explicit cpppath is used alone; otherwise cpp, then gcc's preprocessor.
     let candidates: Vec<(String, Vec<String>)> = match &options.cpppath {
         Some(p) => vec![(p.clone(), vec![])],
-        None => vec![
-            ("cpp".to_string(), vec![]),
-            (
-                "gcc".to_string(),
-                vec!["-E".into(), "-x".into(), "c".into()],
-            ),
-        ],
+        None => vec![("cpp".to_string(), vec![]), ("gcc".to_string(), vec!["-E".into(), "-x".into(), "c".into()])],
     };
     let mut last_missing = String::new();
     for (cpp, pre) in candidates {
@@ -167,12 +146,7 @@ fn escape_marker(name: &str) -> String {
     name.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
-fn run(
-    cpp: &str,
-    pre: &[String],
-    args: &[String],
-    input: &str,
-) -> Result<Preprocessed, PreprocessError> {
+fn run(cpp: &str, pre: &[String], args: &[String], input: &str) -> Result<Preprocessed, PreprocessError> {
     let mut child = Command::new(cpp)
         .args(pre)
         .args(args)
@@ -182,14 +156,9 @@ fn run(
         .spawn()
         .map_err(|error| {
             if error.kind() == std::io::ErrorKind::NotFound {
-                PreprocessError::NotFound {
-                    cpp: cpp.to_string(),
-                }
+                PreprocessError::NotFound { cpp: cpp.to_string() }
             } else {
-                PreprocessError::Exec {
-                    cpp: cpp.to_string(),
-                    error,
-                }
+                PreprocessError::Exec { cpp: cpp.to_string(), error }
             }
         })?;
     // Feed stdin from another thread: cpp may fill its stdout pipe before it has
@@ -202,24 +171,13 @@ fn run(
             let _ = s.write_all(&data);
         }
     });
-    let out = child
-        .wait_with_output()
-        .map_err(|error| PreprocessError::Exec {
-            cpp: cpp.to_string(),
-            error,
-        })?;
+    let out = child.wait_with_output().map_err(|error| PreprocessError::Exec { cpp: cpp.to_string(), error })?;
     let _ = writer.join();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
-        return Err(PreprocessError::Failed {
-            cpp: cpp.to_string(),
-            stderr,
-        });
+        return Err(PreprocessError::Failed { cpp: cpp.to_string(), stderr });
     }
-    Ok(Preprocessed {
-        text: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr,
-    })
+    Ok(Preprocessed { text: String::from_utf8_lossy(&out.stdout).into_owned(), stderr })
 }
 
 #[cfg(test)]
@@ -234,8 +192,7 @@ mod tests {
         fn new(tag: &str) -> TempDir {
             static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
             let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let p =
-                std::env::temp_dir().join(format!("udtrace-cpp-{tag}-{}-{n}", std::process::id()));
+            let p = std::env::temp_dir().join(format!("udtrace-cpp-{tag}-{}-{n}", std::process::id()));
             std::fs::create_dir_all(&p).unwrap();
             TempDir(p)
         }
@@ -249,11 +206,7 @@ mod tests {
 
     /// The non-marker, non-blank lines of cpp output.
     fn code(p: &Preprocessed) -> Vec<String> {
-        p.text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .map(|l| l.trim().to_string())
-            .collect()
+        p.text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).map(|l| l.trim().to_string()).collect()
     }
 
     #[test]
@@ -268,18 +221,11 @@ mod tests {
         let name = script.to_string_lossy();
         let lines: Vec<&str> = p.text.lines().collect();
         let clause = lines.iter().position(|l| l.starts_with("BEGIN")).unwrap();
-        let marker = lines[..clause]
-            .iter()
-            .rev()
-            .find(|l| l.starts_with("# "))
-            .unwrap();
+        let marker = lines[..clause].iter().rev().find(|l| l.starts_with("# ")).unwrap();
         let mut line: usize = marker.split_whitespace().nth(1).unwrap().parse().unwrap();
         assert!(marker.contains(&*name), "{marker}");
         // Count the lines between that marker and the clause.
-        let mpos = lines[..clause]
-            .iter()
-            .rposition(|l| l.starts_with("# "))
-            .unwrap();
+        let mpos = lines[..clause].iter().rposition(|l| l.starts_with("# ")).unwrap();
         line += clause - mpos - 1;
         assert_eq!(line, 4);
         assert!(p.text.contains("limits.h"));
@@ -346,34 +292,20 @@ nolinux
     fn include_path_flag() {
         let dir = TempDir::new("ipath");
         std::fs::write(dir.0.join("probes.h"), "#define FN malloc\n").unwrap();
-        let o = Options {
-            cpp_args: vec![CppArg::Include(dir.0.to_string_lossy().into_owned())],
-            ..Options::default()
-        };
+        let o = Options { cpp_args: vec![CppArg::Include(dir.0.to_string_lossy().into_owned())], ..Options::default() };
         let p = preprocess("#include <probes.h>\npid$target::FN:entry {}\n", None, &o).unwrap();
         assert_eq!(code(&p), vec!["pid$target::malloc:entry {}"]);
     }
 
     #[test]
     fn cpp_errors_are_returned() {
-        let e = preprocess(
-            "#error no way\n",
-            Some(Path::new("bad.d")),
-            &Options::default(),
-        )
-        .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "Preprocessor failed to process input program"
-        );
+        let e = preprocess("#error no way\n", Some(Path::new("bad.d")), &Options::default()).unwrap_err();
+        assert_eq!(e.to_string(), "Preprocessor failed to process input program");
         let stderr = e.detail();
         assert!(stderr.contains("no way"), "{stderr}");
         assert!(stderr.contains("bad.d"), "{stderr}");
 
-        let o = Options {
-            cpppath: Some("/nonexistent/cpp".into()),
-            ..Options::default()
-        };
+        let o = Options { cpppath: Some("/nonexistent/cpp".into()), ..Options::default() };
         let e = preprocess("x\n", None, &o).unwrap_err();
         assert_eq!(e.to_string(), "Preprocessor not found");
     }

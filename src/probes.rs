@@ -9,9 +9,9 @@ use udtrace_lang::ast::ProbeDesc;
 use udtrace_runtime::Probe;
 
 use crate::glob;
+use crate::pidprov::PidProvider;
 use crate::procprov;
 use udtrace_lang::proc_types::ArgType;
-use crate::pidprov::PidProvider;
 use udtrace_target::procfs::LoadedObject;
 
 pub const BEGIN: u32 = 1;
@@ -135,7 +135,7 @@ impl Registry {
     /// Every probe the description matches, creating pid probes, and a timer probe when
     /// the description names one exactly (no globs), on demand. `Err` is DTrace's
     /// message for a description the pid provider rejects.
-    pub fn matching(&mut self, d: &ProbeDesc) -> Result<Vec<Rc<Probe>>, String> {
+    pub fn matching(&mut self, d: &ProbeDesc) -> Result<Vec<Rc<Probe>>, crate::pidprov::DescError> {
         let known = self.pid.probes().len();
         let mut next = self.probes.len() as u32 + 1;
         if crate::pidprov::is_all_processes(&d.provider) {

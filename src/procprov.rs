@@ -37,12 +37,22 @@ pub const PROBES: &[ProcProbe] = &[
     ProcProbe { name: "exec-success", function: "do_execveat_common", hook: Hook::ExecDone, args: &[] },
     ProcProbe { name: "exit", function: "do_exit", hook: Hook::Exit, args: &[Int("int")] },
     ProcProbe { name: "fault", function: "force_sig_fault", hook: Hook::Signal, args: &[Int("int"), Ptr("siginfo_t")] },
-    ProcProbe { name: "lwp-create", function: "kernel_clone", hook: Hook::Fork, args: &[Ptr("lwpsinfo_t"), Ptr("psinfo_t")] },
+    ProcProbe {
+        name: "lwp-create",
+        function: "kernel_clone",
+        hook: Hook::Fork,
+        args: &[Ptr("lwpsinfo_t"), Ptr("psinfo_t")],
+    },
     ProcProbe { name: "lwp-exit", function: "do_exit", hook: Hook::Exit, args: &[] },
     ProcProbe { name: "lwp-start", function: "ret_from_fork", hook: Hook::Start, args: &[] },
     ProcProbe { name: "signal-clear", function: "sys_rt_sigtimedwait", hook: Hook::Clear, args: &[Int("int")] },
     ProcProbe { name: "signal-discard", function: "send_signal_locked", hook: Hook::Signal, args: LWP_PS_SIG },
-    ProcProbe { name: "signal-handle", function: "get_signal", hook: Hook::Deliver, args: &[Int("int"), Ptr("siginfo_t"), Int("uintptr_t")] },
+    ProcProbe {
+        name: "signal-handle",
+        function: "get_signal",
+        hook: Hook::Deliver,
+        args: &[Int("int"), Ptr("siginfo_t"), Int("uintptr_t")],
+    },
     ProcProbe { name: "signal-send", function: "send_signal_locked", hook: Hook::Signal, args: LWP_PS_SIG },
     ProcProbe { name: "start", function: "ret_from_fork", hook: Hook::Start, args: &[] },
 ];
@@ -147,14 +157,14 @@ fn exit_reason(f: &ProcFiring) -> i64 {
 /// illumos's fault code for a fault signal and its code.
 fn fault_code(sig: u64, code: i64) -> i64 {
     match (sig, code) {
-        (SIGILL, _) => 1,                 // FLTILL
-        (SIGTRAP, 2) => 4,                // TRAP_TRACE: FLTTRACE
-        (SIGTRAP, _) => 3,                // FLTBPT
-        (SIGSEGV, 1) => 6,                // SEGV_MAPERR: FLTBOUNDS
-        (SIGSEGV, _) | (SIGBUS, _) => 5,  // FLTACCESS
-        (SIGFPE, 1) => 8,                 // FPE_INTDIV: FLTIZDIV
-        (SIGFPE, 2) => 7,                 // FPE_INTOVF: FLTIOVF
-        _ => 9,                           // FLTFPE
+        (SIGILL, _) => 1,                // FLTILL
+        (SIGTRAP, 2) => 4,               // TRAP_TRACE: FLTTRACE
+        (SIGTRAP, _) => 3,               // FLTBPT
+        (SIGSEGV, 1) => 6,               // SEGV_MAPERR: FLTBOUNDS
+        (SIGSEGV, _) | (SIGBUS, _) => 5, // FLTACCESS
+        (SIGFPE, 1) => 8,                // FPE_INTDIV: FLTIZDIV
+        (SIGFPE, 2) => 7,                // FPE_INTOVF: FLTIOVF
+        _ => 9,                          // FLTFPE
     }
 }
 
@@ -262,7 +272,10 @@ fn psinfo(types: &TypeTable, t: &TaskSnap, clocks: Clocks) -> Vec<u8> {
     i.u32("pr_gid", t.gid);
     i.u32("pr_egid", t.egid);
     i.u64("pr_addr", t.task);
-    i.u64("pr_ttydev", if t.tty == 0 { u64::MAX } else { makedev(t.tty_major, t.tty_minor_start.wrapping_add(t.tty_index)) });
+    i.u64(
+        "pr_ttydev",
+        if t.tty == 0 { u64::MAX } else { makedev(t.tty_major, t.tty_minor_start.wrapping_add(t.tty_index)) },
+    );
     i.time("pr_start", t.start_boottime as i64 + clocks.boot);
     let fname = cstr(&t.fname).to_vec();
     i.chars("pr_fname", &fname, proc_types::PRFNSZ as usize);
@@ -467,7 +480,12 @@ impl CurrentFromProc<'_> {
         let base = addr & !0xfff;
         let img = match base {
             CUR_PSINFO => psinfo(self.types, &snapshot_from_proc(self.pid, self.tid, self.cpu)?, self.clocks),
-            CUR_LWPSINFO => lwpsinfo(self.types, &snapshot_from_proc(self.pid, self.tid, self.cpu)?, self.comm.as_bytes(), self.clocks),
+            CUR_LWPSINFO => lwpsinfo(
+                self.types,
+                &snapshot_from_proc(self.pid, self.tid, self.cpu)?,
+                self.comm.as_bytes(),
+                self.clocks,
+            ),
             _ => return None,
         };
         let off = (addr - base) as usize;

@@ -2,7 +2,7 @@
 //! built-ins describe the udtrace process, as they describe dtrace in DTrace.
 
 use nix::time::{clock_gettime, ClockId};
-use nix::unistd::{getegid, geteuid, getgid, getpgrp, getpid, getppid, getsid, getuid, gettid};
+use nix::unistd::{getegid, geteuid, getgid, getpgrp, getpid, getppid, getsid, gettid, getuid};
 use udtrace_lang::ir::Builtin;
 use udtrace_runtime::{Context, Value};
 
@@ -24,7 +24,9 @@ fn ns(clock: ClockId) -> u64 {
 
 impl SelfContext {
     pub fn new() -> SelfContext {
-        let execname = std::fs::read_to_string("/proc/self/comm").map(|s| s.trim_end().to_string()).unwrap_or_else(|_| "udtrace".into());
+        let execname = std::fs::read_to_string("/proc/self/comm")
+            .map(|s| s.trim_end().to_string())
+            .unwrap_or_else(|_| "udtrace".into());
         SelfContext {
             pid: i64::from(getpid().as_raw()),
             ppid: i64::from(getppid().as_raw()),

@@ -16,25 +16,25 @@ use udtrace_lang::macros::MacroArgs;
 use udtrace_runtime::consumer::Settings;
 use udtrace_runtime::{Consumer, Effects, Probe};
 
+use crate::backend::{self, Bpf};
 use crate::cli::{self, Cli, Mode};
 use crate::compile::{self, io_reason, Compiled};
-use crate::list;
-use crate::probes::{self, Registry, TimerKind};
-use crate::backend::{self, Bpf};
-use crate::follow::{AllProcesses, Follower, World};
-use udtrace_target::follow::Event;
 use crate::firing::{FiringCtx, Procs};
+use crate::follow::{AllProcesses, Follower, World};
+use crate::list;
 use crate::pidprov::PidProbe;
+use crate::probes::{self, Registry, TimerKind};
+use crate::procprov::{self, Clocks, ProcCtx};
 use crate::selfctx::SelfContext;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use crate::procprov::{self, Clocks, ProcCtx};
 use udtrace_bpf::proc::{self, Hook, ProcFiring, ProcPlan};
-use udtrace_lang::types::TypeTable;
-use udtrace_runtime::Context;
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_lang::capture::{self, CapturePlan};
+use udtrace_lang::types::TypeTable;
+use udtrace_runtime::Context;
 use udtrace_target::control::Target;
+use udtrace_target::follow::Event;
 use udtrace_target::procfs;
 
 pub const EXIT_FAILURE: i32 = 1;
@@ -43,7 +43,7 @@ pub const EXIT_FAILURE: i32 = 1;
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 
 fn fail(msg: &str) -> i32 {
-    warn!("udtrace: {msg}");
+    note!("{msg}");
     EXIT_FAILURE
 }
 
@@ -89,9 +89,9 @@ impl Targets {
             }
             let pid = t.pid;
             match t.exit_status() {
-                Some(WaitStatus::Signaled(_, sig, _)) => warn!("udtrace: pid {pid} terminated by {}", sig.as_str()),
-                Some(WaitStatus::Exited(_, code)) if code != 0 => warn!("udtrace: pid {pid} exited with status {code}"),
-                _ => warn!("udtrace: pid {pid} has exited"),
+                Some(WaitStatus::Signaled(_, sig, _)) => note!("pid {pid} terminated by {}", sig.as_str()),
+                Some(WaitStatus::Exited(_, code)) if code != 0 => note!("pid {pid} exited with status {code}"),
+                _ => note!("pid {pid} has exited"),
             }
         }
         self.gone.iter().all(|g| *g)
@@ -197,7 +197,7 @@ pub fn run(cli: Cli) -> i32 {
     if !quiet {
         for s in &compiled.sources {
             let plural = if s.matched == 1 { "" } else { "s" };
-            warn!("udtrace: {} '{}' matched {} probe{plural}", s.kind, s.name, s.matched);
+            note!("{} '{}' matched {} probe{plural}", s.kind, s.name, s.matched);
         }
     }
     let total: usize = compiled.sources.iter().map(|s| s.matched).sum();
@@ -208,7 +208,7 @@ pub fn run(cli: Cli) -> i32 {
     }
     // dtrace's notice once tracing starts with -w (or `destructive` set).
     if compiled.options.destructive && !quiet {
-        warn!("udtrace: allowing destructive actions");
+        note!("allowing destructive actions");
     }
     let (mut backend, mut follower, mut all) = match arm(&compiled, &mut registry, &mut targets) {
         Ok(b) => b,
@@ -227,7 +227,8 @@ pub fn run(cli: Cli) -> i32 {
         },
         None => Box::new(io::BufWriter::new(io::stdout())),
     };
-    let mut world = Tracing { backend: backend.as_mut(), follower: follower.as_mut(), all: all.as_mut(), registry: &mut registry };
+    let mut world =
+        Tracing { backend: backend.as_mut(), follower: follower.as_mut(), all: all.as_mut(), registry: &mut registry };
     let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, out.as_mut());
     if let (Some(f), Some(b)) = (follower.as_mut(), backend.as_mut()) {
         f.finish(b);
@@ -248,14 +249,16 @@ type Armed = (Option<Bpf>, Option<Follower>, Option<AllProcesses>);
 fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<Armed, String> {
     let mut follower = Follower::new(c, &targets.pids());
     let all = AllProcesses::new(c);
-    let enabled: HashSet<u32> = c.ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")).map(|e| e.probe.id).collect();
+    let enabled: HashSet<u32> =
+        c.ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")).map(|e| e.probe.id).collect();
     let strsize = c.options.strsize.min(u64::from(u32::MAX)) as u32;
     let proc_hooks = proc_hook_plans(c, strsize);
     if enabled.is_empty() && follower.is_none() && all.is_none() && proc_hooks.is_empty() {
         return Ok((None, None, None));
     }
     // `pid*` probes (owner 0) are armed for every process, apart.
-    let probes: Vec<&PidProbe> = registry.pid.probes().iter().filter(|p| p.pid != 0 && enabled.contains(&p.probe.id)).collect();
+    let probes: Vec<&PidProbe> =
+        registry.pid.probes().iter().filter(|p| p.pid != 0 && enabled.contains(&p.probe.id)).collect();
     // Every clause with a pid description may be enabled on probes found later.
     let mut plan = CapturePlan::default();
     for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| d.provider.starts_with("pid"))) {
@@ -283,8 +286,8 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<A
     }
     for p in unarmed.iter().take(5) {
         let q = &p.probe;
-        warn!(
-            "udtrace: failed to enable {}:{}:{}:{}: the kernel cannot place a uprobe on its instruction{}",
+        note!(
+            "failed to enable {}:{}:{}:{}: the kernel cannot place a uprobe on its instruction{}",
             q.provider,
             q.module,
             q.function,
@@ -293,7 +296,7 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<A
         );
     }
     if unarmed.len() > 5 {
-        warn!("udtrace: ... and {} more probes on instructions the kernel cannot probe", unarmed.len() - 5);
+        note!("... and {} more probes on instructions the kernel cannot probe", unarmed.len() - 5);
     }
     if let Some(f) = follower.as_mut() {
         for t in targets.list.iter_mut() {
@@ -355,6 +358,7 @@ fn settings(c: &Compiled) -> Settings {
             keypos: o.aggsortkeypos as usize,
         },
         tz_offset: 0,
+        testing: std::env::var_os("_DTRACE_TESTING").is_some(),
     }
 }
 
@@ -382,7 +386,14 @@ fn timers(c: &Compiled, start: Instant) -> Vec<Timer> {
     out
 }
 
-fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, w: &mut Tracing<'_>, out: &mut dyn Write) -> io::Result<i32> {
+fn trace(
+    c: &Compiled,
+    me: &SelfContext,
+    targets: &mut Targets,
+    sfd: &SignalFd,
+    w: &mut Tracing<'_>,
+    out: &mut dyn Write,
+) -> io::Result<i32> {
     let seed = me.seed();
     let mut consumer = Consumer::new(Rc::clone(&c.program), settings(c), c.ecbs.clone(), seed);
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u32;
@@ -446,8 +457,10 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
             wait = Some(wait.map_or(DRAIN_INTERVAL, |w| w.min(DRAIN_INTERVAL)));
         }
         let timeout = match wait {
-            Some(w) => PollTimeout::try_from(w.as_millis().min(60_000) as i32 + i32::from(w.subsec_nanos() % 1_000_000 != 0))
-                .unwrap_or(PollTimeout::MAX),
+            Some(w) => {
+                PollTimeout::try_from(w.as_millis().min(60_000) as i32 + i32::from(w.subsec_nanos() % 1_000_000 != 0))
+                    .unwrap_or(PollTimeout::MAX)
+            }
             None => PollTimeout::NONE,
         };
         let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
@@ -478,8 +491,11 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
             interrupted |= info.ssi_signo != Signal::SIGCHLD as u32;
         }
         if interrupted {
-            // dtrace prints a newline on the first interrupt, even when quiet.
-            out.write_all(b"\n")?;
+            // dtrace prints a newline on the first interrupt, even when quiet, but not
+            // in testing mode, where it would land at a random place in the output.
+            if !consumer.settings().testing {
+                out.write_all(b"\n")?;
+            }
             break;
         }
         if let Some(r) = events.as_mut() {
@@ -545,7 +561,13 @@ fn trace(c: &Compiled, me: &SelfContext, targets: &mut Targets, sfd: &SignalFd, 
 /// Handles what followed processes did since the last look. Firings are consumed
 /// before each event, so they are interpreted with what the process was when they
 /// happened. Returns the exit status when a firing asked to stop.
-fn follow_events(sink: &mut Drain<'_, '_>, consumer: &mut Consumer, w: &mut Tracing<'_>, targets: &mut Targets, out: &mut dyn Write) -> io::Result<Option<i32>> {
+fn follow_events(
+    sink: &mut Drain<'_, '_>,
+    consumer: &mut Consumer,
+    w: &mut Tracing<'_>,
+    targets: &mut Targets,
+    out: &mut dyn Write,
+) -> io::Result<Option<i32>> {
     let Some(events) = w.follower.as_deref_mut().map(|f| f.tree.poll()) else { return Ok(None) };
     let mut stop = None;
     for ev in events {
@@ -564,7 +586,13 @@ fn follow_events(sink: &mut Drain<'_, '_>, consumer: &mut Consumer, w: &mut Trac
 
 /// Processes that exec'd or loaded objects, for `pid*` descriptions: what they bring
 /// is matched and armed (firings before are consumed first).
-fn all_events(r: &mut RingBufReader, sink: &mut Drain<'_, '_>, consumer: &mut Consumer, w: &mut Tracing<'_>, out: &mut dyn Write) -> io::Result<Option<i32>> {
+fn all_events(
+    r: &mut RingBufReader,
+    sink: &mut Drain<'_, '_>,
+    consumer: &mut Consumer,
+    w: &mut Tracing<'_>,
+    out: &mut dyn Write,
+) -> io::Result<Option<i32>> {
     let mut pids: Vec<i32> = Vec::new();
     r.consume(|b| {
         if let Some(p) = b.get(..4) {
@@ -619,14 +647,15 @@ impl Drain<'_, '_> {
         let (procs, ustackframes) = (self.procs, self.ustackframes);
         let (proc_ids, types, clocks, pending) = (&self.proc_ids, self.types, self.clocks, &mut self.pending_exec);
         let mut result: io::Result<Option<i32>> = Ok(None);
-        let mut run = |consumer: &mut Consumer, id: u32, cpu: u32, ctx: &dyn Context| match consumer.fire(id, cpu, ctx, out) {
-            Ok(fx) => {
-                if let (Some(s), Ok(r)) = (apply(&fx), result.as_mut()) {
-                    r.get_or_insert(s);
+        let mut run =
+            |consumer: &mut Consumer, id: u32, cpu: u32, ctx: &dyn Context| match consumer.fire(id, cpu, ctx, out) {
+                Ok(fx) => {
+                    if let (Some(s), Ok(r)) = (apply(&fx), result.as_mut()) {
+                        r.get_or_insert(s);
+                    }
                 }
-            }
-            Err(e) => result = Err(e),
-        };
+                Err(e) => result = Err(e),
+            };
         r.consume(|bytes| {
             if let Some(hook) = proc::hook_of(bytes) {
                 let Some(f) = b.proc_layout(hook).and_then(|l| l.parse(bytes).ok()) else { return };
@@ -653,7 +682,8 @@ impl Drain<'_, '_> {
             // A site shared by several roots' probes fires each only in its own tree.
             let owner = tree.and_then(|t| t.root_of(f.pid as i32)).unwrap_or(f.pid as i32);
             for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
-                let ctx = FiringCtx { f: &f, site: *site, procs, string_args: &b.string_args, ustackframes, types, clocks };
+                let ctx =
+                    FiringCtx { f: &f, site: *site, procs, string_args: &b.string_args, ustackframes, types, clocks };
                 run(consumer, site.probe_id, f.cpu, &ctx);
             }
         });
@@ -670,7 +700,7 @@ fn enabled_probes(f: &ProcFiring, ids: &HashMap<&'static str, u32>) -> Vec<(u32,
 /// dtrace's drop notice: `N drops on CPU C`.
 fn report_drops(b: &Bpf, seen: &mut Vec<u64>) {
     for (cpu, n) in b.new_drops(seen) {
-        warn!("udtrace: {n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
+        note!("{n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
     }
 }
 
@@ -694,7 +724,7 @@ fn boot_offset() -> i64 {
 /// the program asked to stop.
 fn apply(fx: &Effects) -> Option<i32> {
     for e in &fx.errors {
-        warn!("udtrace: {e}");
+        note!("{e}");
     }
     // setopt() requests were applied by the consumer as it ran them.
     fx.exit

@@ -62,16 +62,28 @@ fn pf(fmt: &str, args: &str) -> String {
 
 #[test]
 fn printf_integer_conversions() {
-    assert_eq!(pf("[%d][%i][%u][%x][%X][%o][%c][%%]", "-5, 42, -1, 255, 255, 8, 65"), "[-5][42][4294967295][ff][FF][10][A][%]");
+    assert_eq!(
+        pf("[%d][%i][%u][%x][%X][%o][%c][%%]", "-5, 42, -1, 255, 255, 8, 65"),
+        "[-5][42][4294967295][ff][FF][10][A][%]"
+    );
     // %d of an unsigned type prints it unsigned.
     assert_eq!(pf("[%d]", "(unsigned)-1"), "[4294967295]");
-    assert_eq!(pf("[%hd][%ld][%lld][%lu][%llx][%hx]", "(short)70000, (long)-1, (long long)-1, (unsigned long)-1, (long long)-1, (short)-1"), "[4464][-1][-1][18446744073709551615][ffffffffffffffff][ffff]");
+    assert_eq!(
+        pf(
+            "[%hd][%ld][%lld][%lu][%llx][%hx]",
+            "(short)70000, (long)-1, (long long)-1, (unsigned long)-1, (long long)-1, (short)-1"
+        ),
+        "[4464][-1][-1][18446744073709551615][ffffffffffffffff][ffff]"
+    );
 }
 
 #[test]
 fn printf_flags_widths_and_precisions() {
     assert_eq!(
-        pf("[%5d][%-5d][%05d][%+d][% d][%#x][%#o][%.3s][%10s][%-10s][%-*s][%*d][%.2d][%8.3x]", r#"42, 42, 42, 42, 42, 255, 8, "abcdef", "hi", "hi", 6, "ab", 4, 7, 3, 255"#),
+        pf(
+            "[%5d][%-5d][%05d][%+d][% d][%#x][%#o][%.3s][%10s][%-10s][%-*s][%*d][%.2d][%8.3x]",
+            r#"42, 42, 42, 42, 42, 255, 8, "abcdef", "hi", "hi", 6, "ab", 4, 7, 3, 255"#
+        ),
         "[   42][42   ][00042][+42][ 42][0xff][010][abc][        hi][hi        ][ab    ][   7][03][     0ff]"
     );
     assert_eq!(pf("[%c%c][%5c][%-3c]", "'A', 66, 67, 68"), "[AB][    C][D  ]");
@@ -94,7 +106,10 @@ fn printf_escaped_strings() {
 #[test]
 fn printf_time() {
     // One 365-day year after the epoch, in UTC.
-    let r = udtrace_env(&["-q", "-n", r#"BEGIN { printf("[%Y]\n", (int64_t)1000000000 * 86400 * 365); exit(0); }"#], &[("TZ", "UTC")]);
+    let r = udtrace_env(
+        &["-q", "-n", r#"BEGIN { printf("[%Y]\n", (int64_t)1000000000 * 86400 * 365); exit(0); }"#],
+        &[("TZ", "UTC")],
+    );
     assert_eq!(r.ok(), "[1971 Jan  1 00:00:00]\n\n");
 }
 
@@ -204,7 +219,10 @@ fn speculate_without_an_active_speculation_drops_the_record() {
     // An id past nspec is an illegal operation.
     let r = udtrace(&["-q", "-n", r#"BEGIN { speculate(5); printf("x"); } BEGIN { exit(0); }"#]);
     assert_eq!(r.stdout, "\n");
-    assert_eq!(r.stderr, "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): illegal operation in action #1\n");
+    assert_eq!(
+        r.stderr,
+        "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): illegal operation in action #1\n"
+    );
 }
 
 #[test]

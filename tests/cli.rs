@@ -24,10 +24,7 @@ fn clustered_q_and_n() {
 #[test]
 fn clustered_q_and_s() {
     let dir = TempDir::new("cli-qs");
-    let s = dir.write(
-        "a.d",
-        "BEGIN\n{\n    printf(\"from script\\n\");\n    exit(0);\n}\n",
-    );
+    let s = dir.write("a.d", "BEGIN\n{\n    printf(\"from script\\n\");\n    exit(0);\n}\n");
     let out = run_args(&[Path::new("-qs"), s.as_path()]);
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "from script\n\n");
@@ -41,15 +38,8 @@ fn mixed_n_and_s_keep_their_order() {
     let dir = TempDir::new("cli-order");
     let s = dir.write("s.d", "BEGIN { printf(\"s\\n\"); }\n");
     let s = s.to_str().unwrap();
-    let out = run_args(&[
-        "-q",
-        "-n",
-        "BEGIN { printf(\"n1\\n\"); }",
-        "-s",
-        s,
-        "-n",
-        "BEGIN { printf(\"n2\\n\"); exit(0); }",
-    ]);
+    let out =
+        run_args(&["-q", "-n", "BEGIN { printf(\"n1\\n\"); }", "-s", s, "-n", "BEGIN { printf(\"n2\\n\"); exit(0); }"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "n1\ns\nn2\n\n");
     let out = run_args(&["-q", "-s", s, "-n", "BEGIN { printf(\"n1\\n\"); exit(0); }"]);
@@ -69,12 +59,7 @@ fn matched_notices() {
         out.stderr,
         format!("udtrace: description 'BEGIN ' matched 1 probe\nudtrace: script '{s}' matched 2 probes\n")
     );
-    assert!(
-        out.stdout
-            .starts_with("CPU     ID                    FUNCTION:NAME\n"),
-        "{}",
-        out.stdout
-    );
+    assert!(out.stdout.starts_with("CPU     ID                    FUNCTION:NAME\n"), "{}", out.stdout);
 }
 
 /// dtrace's `dfatal("failed to set -x %s")`: the message alone, exit status 1.
@@ -82,16 +67,10 @@ fn matched_notices() {
 fn unknown_x_option() {
     let out = run_args(&["-x", "unknownopt", "-n", "BEGIN"]);
     assert_eq!(out.status, 1);
-    assert_eq!(
-        out.stderr,
-        "udtrace: failed to set -x unknownopt: Invalid option name\n"
-    );
+    assert_eq!(out.stderr, "udtrace: failed to set -x unknownopt: Invalid option name\n");
     let out = run_args(&["-xbufsize=lots", "-n", "BEGIN"]);
     assert_eq!(out.status, 1);
-    assert_eq!(
-        out.stderr,
-        "udtrace: failed to set -x bufsize: Invalid value for specified option\n"
-    );
+    assert_eq!(out.stderr, "udtrace: failed to set -x bufsize: Invalid value for specified option\n");
 }
 
 #[test]
@@ -139,9 +118,7 @@ fn help() {
     assert_eq!(out.status, 0);
     assert!(out.stdout.starts_with("Usage: udtrace "), "{}", out.stdout);
     assert!(out.stdout.contains("\tpredicate -> '/' D-expression '/'\n"));
-    assert!(out
-        .stdout
-        .contains("\t-q  set quiet mode (only output explicitly traced data)\n"));
+    assert!(out.stdout.contains("\t-q  set quiet mode (only output explicitly traced data)\n"));
 }
 
 /// dtrace with no arguments prints its usage on stderr and exits with E_USAGE.
@@ -151,9 +128,7 @@ fn no_arguments() {
     assert_eq!(out.status, 2);
     assert_eq!(out.stdout, "");
     assert!(out.stderr.starts_with("Usage: udtrace "), "{}", out.stderr);
-    assert!(out
-        .stderr
-        .contains("\t[-n [[[ provider: ] module: ] func: ] name [[ predicate ] action ]]\n"));
+    assert!(out.stderr.contains("\t[-n [[[ provider: ] module: ] func: ] name [[ predicate ] action ]]\n"));
 }
 
 /// getopt's complaint, then the usage, exit status 2.
@@ -163,27 +138,15 @@ fn bad_flags() {
     assert_eq!(out.status, 2);
     let mut lines = out.stderr.lines();
     assert_eq!(lines.next(), Some("udtrace: illegal option -- k"));
-    assert!(
-        lines
-            .next()
-            .is_some_and(|l| l.starts_with("Usage: udtrace ")),
-        "{}",
-        out.stderr
-    );
+    assert!(lines.next().is_some_and(|l| l.starts_with("Usage: udtrace ")), "{}", out.stderr);
 
     let out = run_args(&["-n"]);
     assert_eq!(out.status, 2);
-    assert_eq!(
-        out.first_err_line(),
-        "udtrace: option requires an argument -- n"
-    );
+    assert_eq!(out.first_err_line(), "udtrace: option requires an argument -- n");
 
     let out = run_args(&["-l", "-V"]);
     assert_eq!(out.status, 2);
-    assert_eq!(
-        out.first_err_line(),
-        "udtrace: only one of the [-lV] options can be specified at a time"
-    );
+    assert_eq!(out.first_err_line(), "udtrace: only one of the [-lV] options can be specified at a time");
 }
 
 /// `-p` takes a number (dtrace: `fatal("invalid pid: %s")`); a number that is no
@@ -195,10 +158,7 @@ fn bad_pids() {
     assert_eq!(out.stderr, "udtrace: invalid pid: abc\n");
     let out = run_args(&["-p", "0", "-n", "BEGIN"]);
     assert_eq!(out.status, 1);
-    assert_eq!(
-        out.stderr,
-        "udtrace: failed to grab pid 0: no such process\n"
-    );
+    assert_eq!(out.stderr, "udtrace: failed to grab pid 0: no such process\n");
 }
 
 /// `-o` appends (dtrace opens it with "a") and leaves stdout empty.
@@ -208,29 +168,17 @@ fn output_file() {
     let file = dir.path().join("out.txt");
     let file_s = file.to_str().unwrap();
     for _ in 0..2 {
-        let out = run_args(&[
-            "-q",
-            "-o",
-            file_s,
-            "-n",
-            "BEGIN { printf(\"to file\\n\"); exit(0); }",
-        ]);
+        let out = run_args(&["-q", "-o", file_s, "-n", "BEGIN { printf(\"to file\\n\"); exit(0); }"]);
         assert_eq!(out.status, 0, "{}", out.stderr);
         assert_eq!(out.stdout, "");
     }
-    assert_eq!(
-        std::fs::read_to_string(&file).unwrap(),
-        "to file\n\nto file\n\n"
-    );
-    let out = run_args(&[
-        "-q",
-        "-o",
-        "/nonexistent/dir/out.txt",
-        "-n",
-        "BEGIN { exit(0); }",
-    ]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "to file\n\nto file\n\n");
+    let out = run_args(&["-q", "-o", "/nonexistent/dir/out.txt", "-n", "BEGIN { exit(0); }"]);
     assert_eq!(out.status, 1);
-    assert_eq!(out.stderr, "udtrace: failed to open output file '/nonexistent/dir/out.txt': No such file or directory\n");
+    assert_eq!(
+        out.stderr,
+        "udtrace: failed to open output file '/nonexistent/dir/out.txt': No such file or directory\n"
+    );
 }
 
 /// -C runs the preprocessor with -D and -I; without -C a `#include` is an error.
@@ -238,10 +186,8 @@ fn output_file() {
 fn preprocessor() {
     let dir = TempDir::new("cli-cpp");
     dir.write("inc/defs.h", "#define GREETING \"hello\"\n");
-    let s = dir.write(
-        "cpp.d",
-        "#include \"defs.h\"\n\nBEGIN\n{\n    printf(\"%s %d\\n\", GREETING, VAL);\n    exit(0);\n}\n",
-    );
+    let s = dir
+        .write("cpp.d", "#include \"defs.h\"\n\nBEGIN\n{\n    printf(\"%s %d\\n\", GREETING, VAL);\n    exit(0);\n}\n");
     let inc = dir.path().join("inc");
     let mut cmd = udtrace(&[
         Path::new("-q"),
@@ -262,28 +208,16 @@ fn preprocessor() {
     assert_eq!(out.status, 1);
     assert_eq!(
         out.first_err_line(),
-        format!(
-            "udtrace: failed to compile script {}: line 1: invalid control directive: #include",
-            s.display()
-        )
+        format!("udtrace: failed to compile script {}: line 1: invalid control directive: #include", s.display())
     );
 
     // Line numbers after cpp are the original file's.
     let bad = dir.write("bad.d", "#include \"defs.h\"\n\nBEGIN\n{\n    x = ;\n}\n");
-    let out = run_args(&[
-        Path::new("-C"),
-        Path::new("-I"),
-        inc.as_path(),
-        Path::new("-s"),
-        bad.as_path(),
-    ]);
+    let out = run_args(&[Path::new("-C"), Path::new("-I"), inc.as_path(), Path::new("-s"), bad.as_path()]);
     assert_eq!(out.status, 1);
     assert_eq!(
         out.first_err_line(),
-        format!(
-            "udtrace: failed to compile script {}: line 5: syntax error near \";\"",
-            bad.display()
-        )
+        format!("udtrace: failed to compile script {}: line 5: syntax error near \";\"", bad.display())
     );
 }
 
@@ -292,10 +226,7 @@ fn preprocessor() {
 #[test]
 fn macro_arguments() {
     let dir = TempDir::new("cli-macros");
-    let s = dir.write(
-        "m.d",
-        "BEGIN\n{\n    printf(\"%d %s %s %s\\n\", $1 + 1, $$2, $$1, $$0);\n    exit(0);\n}\n",
-    );
+    let s = dir.write("m.d", "BEGIN\n{\n    printf(\"%d %s %s %s\\n\", $1 + 1, $$2, $$1, $$0);\n    exit(0);\n}\n");
     let s = s.to_str().unwrap();
     let out = run_args(&["-q", "-s", s, "41", "foo"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
@@ -310,7 +241,10 @@ fn macro_arguments() {
     );
     let out = run_args(&["-q", "-n", "BEGIN { exit(0); }", "extra"]);
     assert_eq!(out.status, 1);
-    assert_eq!(out.stderr, "udtrace: invalid probe specifier BEGIN { exit(0); }: extraneous argument 'extra' ($1 is not referenced)\n");
+    assert_eq!(
+        out.stderr,
+        "udtrace: invalid probe specifier BEGIN { exit(0); }: extraneous argument 'extra' ($1 is not referenced)\n"
+    );
 
     // -x defaultargs: missing arguments are 0 and "".
     let out = run_args(&["-q", "-x", "defaultargs", "-s", s]);
@@ -329,9 +263,9 @@ fn interpreter_line() {
     );
     std::fs::set_permissions(&s, std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin_dir = util::bin().parent().unwrap().to_path_buf();
-    let path = std::env::join_paths(std::iter::once(bin_dir).chain(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    )))
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
     .unwrap();
     let mut cmd = std::process::Command::new(&s);
     cmd.arg("world").env("PATH", path);
@@ -346,7 +280,10 @@ fn interpreter_line() {
 fn zdefs() {
     let out = run_args(&["-n", "nosuch:::probe", "-n", "BEGIN { exit(0); }"]);
     assert_eq!(out.status, 1);
-    assert_eq!(out.stderr, "udtrace: invalid probe specifier nosuch:::probe: probe description nosuch:::probe does not match any probes\n");
+    assert_eq!(
+        out.stderr,
+        "udtrace: invalid probe specifier nosuch:::probe: probe description nosuch:::probe does not match any probes\n"
+    );
     let out = run_args(&["-Z", "-n", "nosuch:::probe", "-n", "BEGIN { exit(0); }"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert_eq!(
@@ -368,10 +305,7 @@ fn no_programs() {
 fn destructive_flag() {
     let out = run_args(&["-w", "-n", "BEGIN { exit(0); }"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
-    assert_eq!(
-        out.stderr,
-        "udtrace: description 'BEGIN ' matched 1 probe\nudtrace: allowing destructive actions\n"
-    );
+    assert_eq!(out.stderr, "udtrace: description 'BEGIN ' matched 1 probe\nudtrace: allowing destructive actions\n");
     let out = run_args(&["-qw", "-n", "BEGIN { exit(0); }"]);
     assert_eq!(out.status, 0);
     assert_eq!(out.stderr, "");
@@ -388,10 +322,7 @@ fn flowindent_flag_is_accepted() {
 #[test]
 fn pragma_quiet() {
     let dir = TempDir::new("cli-pragma");
-    let s = dir.write(
-        "p.d",
-        "#pragma D option quiet\nBEGIN { printf(\"p\\n\"); exit(0); }\n",
-    );
+    let s = dir.write("p.d", "#pragma D option quiet\nBEGIN { printf(\"p\\n\"); exit(0); }\n");
     let out = run_args(&[Path::new("-s"), s.as_path()]);
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "p\n\n");

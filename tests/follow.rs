@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 mod util;
 
-use util::{bpf_gate, fixture, kill_after_deadline, stderr, stdout, traced as udtrace, udtrace_cmd, wait_mapped, Guard, TempDir};
+use util::{
+    bpf_gate, fixture, kill_after_deadline, stderr, stdout, traced as udtrace, udtrace_cmd, wait_mapped, Guard, TempDir,
+};
 
 /// The test of a never-seen executable under `pid*` races udtrace against the new
 /// process's loader (a known gap: see shared/design.md); it runs alone, so that the
@@ -35,7 +37,9 @@ fn labelled(text: &str, label: &str) -> u64 {
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.windows(2).find(|w| w[0] == label && w[1].bytes().all(|b| b.is_ascii_digit())).map(|w| w[1].parse().expect("count"))
+            f.windows(2)
+                .find(|w| w[0] == label && w[1].bytes().all(|b| b.is_ascii_digit()))
+                .map(|w| w[1].parse().expect("count"))
         })
         .collect();
     assert!(vals.len() <= 1, "{label} printed {} times: {text}", vals.len());
@@ -43,7 +47,8 @@ fn labelled(text: &str, label: &str) -> u64 {
 }
 
 /// Counts target() and helper() calls in every process of the traced tree.
-const TARGET_AND_HELPER: &str = "pid$target::target:entry { @t = count(); } pid$target::helper:entry { @h = count(); } \
+const TARGET_AND_HELPER: &str =
+    "pid$target::target:entry { @t = count(); } pid$target::helper:entry { @h = count(); } \
      END { printa(\"target %@d\\n\", @t); printa(\"helper %@d\\n\", @h); }";
 
 /// The daemon's own target() calls (forker.c's D).
@@ -131,14 +136,20 @@ fn unrelated_process_not_counted() {
     // The same binaries run untraced alongside: a daemon starting a worker every 5 ms,
     // far longer than the traced run lasts.
     let mut other = Guard::spawn(
-        Command::new(fixture("forker")).args(["100000", "5", "7", "fork", "5"]).stdout(Stdio::null()).stderr(Stdio::null()),
+        Command::new(fixture("forker"))
+            .args(["100000", "5", "7", "fork", "5"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
     );
     wait_mapped(other.child().id(), "libfollow.so");
     // Let it fork and exec a few workers before tracing starts.
     std::thread::sleep(Duration::from_millis(100));
     let (n, m, k) = (200, 5, 7);
     let Some(got) = traced_forker(&[], n, m, k, "fork") else { return };
-    assert!(other.child().try_wait().expect("try_wait").is_none(), "the untraced forker ran during the whole traced run");
+    assert!(
+        other.child().try_wait().expect("try_wait").is_none(),
+        "the untraced forker ran during the whole traced run"
+    );
     assert_eq!(got, forker_expected(n, m, k, "fork"), "(target, helper) of the traced tree only");
 }
 
@@ -204,7 +215,8 @@ fn line_reader(child: &mut Child) -> (mpsc::Receiver<String>, std::thread::JoinH
 fn all_processes_glob() {
     let _machine = alone();
     // One process already running (it has mapped libfollow.so and waits on stdin)...
-    let mut present = Guard::spawn(Command::new(fixture("worker2")).args(["5", "wait"]).stdin(Stdio::piped()).stdout(Stdio::null()));
+    let mut present =
+        Guard::spawn(Command::new(fixture("worker2")).args(["5", "wait"]).stdin(Stdio::piped()).stdout(Stdio::null()));
     let present_pid = present.child().id();
     wait_mapped(present_pid, "libfollow.so");
     let prog = "BEGIN { printf(\"armed\\n\"); } pid*::target:entry { @[pid] = count(); } \
@@ -248,7 +260,9 @@ fn all_processes_glob() {
     }
     // Nobody holds it before udtrace hears of its exec: it runs niced so that the busy
     // test machine does not keep udtrace from the CPU longer than its loader runs.
-    let mut novel = Guard::spawn(Command::new("nice").args(["-n", "19"]).arg(fresh.path().join("worker2")).arg("6").stdout(Stdio::null()));
+    let mut novel = Guard::spawn(
+        Command::new("nice").args(["-n", "19"]).arg(fresh.path().join("worker2")).arg("6").stdout(Stdio::null()),
+    );
     let novel_pid = novel.child().id();
     assert!(novel.child().wait().expect("fresh worker2").success());
     present.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
@@ -267,7 +281,8 @@ fn all_processes_glob() {
             .lines()
             .filter_map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() == 4 && f[0] == "pid" && f[1] == pid.to_string() && f[2] == "target").then(|| f[3].parse().expect("count"))
+                (f.len() == 4 && f[0] == "pid" && f[1] == pid.to_string() && f[2] == "target")
+                    .then(|| f[3].parse().expect("count"))
             })
             .collect();
         assert!(rows.len() <= 1, "pid {pid} printed twice: {text}");
@@ -289,7 +304,9 @@ fn sorted_lines(text: &str) -> Vec<String> {
 /// Runs `cmd` (split on blanks, as -c does) untraced (killed after 60 s).
 fn untraced(cmd: &str) -> Output {
     let argv: Vec<&str> = cmd.split_whitespace().collect();
-    let mut g = Guard::spawn(Command::new(argv[0]).args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
+    let mut g = Guard::spawn(
+        Command::new(argv[0]).args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()),
+    );
     kill_after_deadline(g.child().id());
     g.take().wait_with_output().expect("untraced run")
 }
@@ -314,11 +331,8 @@ fn shell_under_c_behaves_as_untraced() {
     let dir = tmp.path();
     // A background job and a foreground one, then a distinctive exit status.
     let script = dir.join("jobs.sh");
-    std::fs::write(
-        &script,
-        format!("{} 10 2 3 fork &\n{} 4\nwait\nexit 7\n", fixture("forker"), fixture("worker2")),
-    )
-    .expect("write script");
+    std::fs::write(&script, format!("{} 10 2 3 fork &\n{} 4\nwait\nexit 7\n", fixture("forker"), fixture("worker2")))
+        .expect("write script");
     let cmd = format!("bash {}", script.display());
     let plain = untraced(&cmd);
     assert_eq!(plain.status.code(), Some(7), "{}", stderr(&plain));
@@ -343,14 +357,19 @@ fn job_control_of_traced_children_passes_through() {
     let dir = tmp.path();
     // A shell stopping and continuing a background job.
     let script = dir.join("stop.sh");
-    std::fs::write(&script, "sleep 0.2 & kill -STOP $!; sleep 0.1; kill -CONT $!; wait $!; echo status=$?\n").expect("write script");
+    std::fs::write(&script, "sleep 0.2 & kill -STOP $!; sleep 0.1; kill -CONT $!; wait $!; echo status=$?\n")
+        .expect("write script");
     let cmd = format!("bash {}", script.display());
     let plain = untraced(&cmd);
     assert_eq!(stdout(&plain), "status=0\n");
     let Some((out, _)) = traced_to_file(dir, TARGET_COUNT, &cmd) else { return };
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), stdout(&plain), "{}", stderr(&out));
-    assert!(stderr(&out).lines().any(|l| l.starts_with("udtrace: pid ") && l.ends_with(" has exited")), "{}", stderr(&out));
+    assert!(
+        stderr(&out).lines().any(|l| l.starts_with("udtrace: pid ") && l.ends_with(" has exited")),
+        "{}",
+        stderr(&out)
+    );
 
     // A parent that waits for its child's stop, continue and death with waitpid.
     let cmd = fixture("jobctl");
@@ -361,7 +380,11 @@ fn job_control_of_traced_children_passes_through() {
     let Some((out, trace)) = traced_to_file(dir, TARGET_COUNT, &cmd) else { return };
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), want, "the child's stops reach its real parent: {}", stderr(&out));
-    assert!(stderr(&out).lines().any(|l| l.starts_with("udtrace: pid ") && l.ends_with(" has exited")), "{}", stderr(&out));
+    assert!(
+        stderr(&out).lines().any(|l| l.starts_with("udtrace: pid ") && l.ends_with(" has exited")),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(labelled(&trace, "target"), 1, "the child's one target() call: {trace}");
 }
 
@@ -370,6 +393,8 @@ fn all_processes_leave_udtrace_itself_out() {
     let _machine = shared();
     // udtrace's own mallocs, made while it consumes each firing, would fire the probe
     // again without end: the run never reaches its tick.
-    let Some(out) = udtrace(&["-Z", "-q", "-n", "pid*::malloc:entry { @ = count(); } tick-1s { exit(0); }"]) else { return };
+    let Some(out) = udtrace(&["-Z", "-q", "-n", "pid*::malloc:entry { @ = count(); } tick-1s { exit(0); }"]) else {
+        return;
+    };
     assert!(out.status.success(), "{}", stderr(&out));
 }

@@ -16,7 +16,10 @@ fn p(decls: &str, fmt: &str, args: &str) -> String {
 #[test]
 fn casts_truncate_and_extend() {
     // Conversions to a narrower type keep the low bits; signed ones sign-extend.
-    assert_eq!(p("", "%d %d %d %d", "(char)300, (unsigned char)-1, (short)70000, (unsigned short)-1"), "44 255 4464 65535");
+    assert_eq!(
+        p("", "%d %d %d %d", "(char)300, (unsigned char)-1, (short)70000, (unsigned short)-1"),
+        "44 255 4464 65535"
+    );
     assert_eq!(p("", "%d %d", "(int)4294967297, (long long)(int)-1"), "1 -1");
     assert_eq!(p("", "%d %d", "(unsigned)(unsigned char)-1, (int)(char)200"), "255 -56");
 }
@@ -35,7 +38,11 @@ fn usual_arithmetic_conversions_in_comparisons() {
 #[test]
 fn sizes_of_types_and_expressions() {
     assert_eq!(
-        p("", "%d %d %d %d %d %d", "sizeof (char), sizeof (short), sizeof (int), sizeof (long), sizeof (long long), sizeof (void *)"),
+        p(
+            "",
+            "%d %d %d %d %d %d",
+            "sizeof (char), sizeof (short), sizeof (int), sizeof (long), sizeof (long long), sizeof (void *)"
+        ),
         "1 2 4 8 8 8"
     );
     // int + long is long; a constant is int unless it needs more.
@@ -99,7 +106,11 @@ fn assignment_wraps_to_the_variable_type() {
 #[test]
 fn string_comparison() {
     assert_eq!(
-        p("", "%d %d %d %d %d %d", r#""abc" < "abd", "b" > "abc", "abc" == "abc", "abc" != "abd", "" < "a", "abc" <= "ab""#),
+        p(
+            "",
+            "%d %d %d %d %d %d",
+            r#""abc" < "abd", "b" > "abc", "abc" == "abc", "abc" != "abd", "" < "a", "abc" <= "ab""#
+        ),
         "1 1 1 1 1 0"
     );
     let out = quiet(r#"BEGIN { s = "x"; t = strjoin("x", ""); printf("%d\n", s == t); exit(0); }"#);
@@ -144,7 +155,8 @@ fn assigning_zero_deletes_an_element() {
     let out = quiet(r#"BEGIN { a["k"] = 5; a["k"] = 0; a["j"] = 1; printf("%d %d\n", a["k"], a["j"]); exit(0); }"#);
     assert_eq!(out, "0 1\n\n");
     // Thread-local arrays and string values too.
-    let out = quiet(r#"BEGIN { self->m["a"] = "one"; s["b"] = "two"; printf("%s %s\n", self->m["a"], s["b"]); exit(0); }"#);
+    let out =
+        quiet(r#"BEGIN { self->m["a"] = "one"; s["b"] = "two"; printf("%s %s\n", self->m["a"], s["b"]); exit(0); }"#);
     assert_eq!(out, "one two\n\n");
 }
 
@@ -205,7 +217,14 @@ fn if_else_chains() {
 #[test]
 fn macro_arguments() {
     // $N is an integer when it looks like one; $$N is always a string.
-    let r = udtrace(&["-q", "-n", r#"BEGIN { printf("%d %s %s %d\n", $1 + 1, $$2, $$1, $3); exit(0); }"#, "41", "hello", "0x10"]);
+    let r = udtrace(&[
+        "-q",
+        "-n",
+        r#"BEGIN { printf("%d %s %s %d\n", $1 + 1, $$2, $$1, $3); exit(0); }"#,
+        "41",
+        "hello",
+        "0x10",
+    ]);
     assert_eq!(r.ok(), "42 hello 41 16\n\n");
 }
 
@@ -214,7 +233,10 @@ fn a_missing_macro_argument_is_an_error() {
     // dt_lex.l raises it while parsing: no "in action list:" label.
     let r = udtrace(&["-n", "BEGIN { trace($3); }", "a", "b"]);
     assert_eq!(r.code, 1);
-    assert_eq!(r.first_error_line(), "udtrace: invalid probe specifier BEGIN { trace($3); }: macro argument $3 is not defined");
+    assert_eq!(
+        r.first_error_line(),
+        "udtrace: invalid probe specifier BEGIN { trace($3); }: macro argument $3 is not defined"
+    );
 }
 
 #[test]

@@ -13,12 +13,7 @@ fn row(id: u32, provider: &str, module: &str, function: &str, name: &str) -> Str
 }
 
 fn dtrace_rows() -> String {
-    [
-        row(1, "dtrace", "", "", "BEGIN"),
-        row(2, "dtrace", "", "", "END"),
-        row(3, "dtrace", "", "", "ERROR"),
-    ]
-    .concat()
+    [row(1, "dtrace", "", "", "BEGIN"), row(2, "dtrace", "", "", "END"), row(3, "dtrace", "", "", "ERROR")].concat()
 }
 
 /// The profile provider's probes that exist before anyone asks, in creation order.
@@ -41,23 +36,14 @@ const PRECREATED: &[&str] = &[
 #[test]
 fn header_is_dtrace_format() {
     // Guard the constant itself against the format string it stands for.
-    assert_eq!(
-        HEADER,
-        format!(
-            "{:>5} {:>10} {:>17} {:>33} {}\n",
-            "ID", "PROVIDER", "MODULE", "FUNCTION", "NAME"
-        )
-    );
+    assert_eq!(HEADER, format!("{:>5} {:>10} {:>17} {:>33} {}\n", "ID", "PROVIDER", "MODULE", "FUNCTION", "NAME"));
 }
 
 #[test]
 fn list_begin() {
     let out = run_args(&["-l", "-n", "BEGIN"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
-    assert_eq!(
-        out.stdout,
-        format!("{HEADER}{}", row(1, "dtrace", "", "", "BEGIN"))
-    );
+    assert_eq!(out.stdout, format!("{HEADER}{}", row(1, "dtrace", "", "", "BEGIN")));
     assert_eq!(out.stderr, "");
 }
 
@@ -98,16 +84,10 @@ const PREDEFINED: u32 = 3 + 13 + 14;
 fn list_creates_timer_probe() {
     let out = run_args(&["-l", "-n", "tick-1s"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
-    assert_eq!(
-        out.stdout,
-        format!("{HEADER}{}", row(PREDEFINED + 1, "profile", "", "", "tick-1s"))
-    );
+    assert_eq!(out.stdout, format!("{HEADER}{}", row(PREDEFINED + 1, "profile", "", "", "tick-1s")));
     // A precreated one keeps its id.
     let out = run_args(&["-l", "-n", "profile:::tick-1000"]);
-    assert_eq!(
-        out.stdout,
-        format!("{HEADER}{}", row(15, "profile", "", "", "tick-1000"))
-    );
+    assert_eq!(out.stdout, format!("{HEADER}{}", row(15, "profile", "", "", "tick-1000")));
 }
 
 #[test]
@@ -130,14 +110,8 @@ fn list_everything() {
 fn list_nothing_matches() {
     let out = run_args(&["-l", "-n", "nosuch:::probe", "-n", "END"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
-    assert_eq!(
-        out.stdout,
-        format!("{HEADER}{}", row(2, "dtrace", "", "", "END"))
-    );
-    assert_eq!(
-        out.stderr,
-        "udtrace: failed to match nosuch:::probe: No probe matches description\n"
-    );
+    assert_eq!(out.stdout, format!("{HEADER}{}", row(2, "dtrace", "", "", "END")));
+    assert_eq!(out.stderr, "udtrace: failed to match nosuch:::probe: No probe matches description\n");
 }
 
 /// Descriptions are listed in program order, each with its matches: a probe named
@@ -146,24 +120,14 @@ fn list_nothing_matches() {
 fn list_several_descriptions() {
     let out = run_args(&["-l", "-n", "END", "-n", "BEGIN", "-n", "dtrace:::BEGIN"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
-    let (begin, end) = (
-        row(1, "dtrace", "", "", "BEGIN"),
-        row(2, "dtrace", "", "", "END"),
-    );
+    let (begin, end) = (row(1, "dtrace", "", "", "BEGIN"), row(2, "dtrace", "", "", "END"));
     assert_eq!(out.stdout, format!("{HEADER}{end}{begin}{begin}"));
 
     let dir = util::TempDir::new("list-script");
     let s = dir.write("l.d", "END, BEGIN\n{\n}\n\ndtrace:::ERROR\n{\n}\n");
-    let out = run_args(&[
-        std::path::Path::new("-l"),
-        std::path::Path::new("-s"),
-        s.as_path(),
-    ]);
+    let out = run_args(&[std::path::Path::new("-l"), std::path::Path::new("-s"), s.as_path()]);
     assert_eq!(out.status, 0, "{}", out.stderr);
-    assert_eq!(
-        out.stdout,
-        format!("{HEADER}{end}{begin}{}", row(3, "dtrace", "", "", "ERROR"))
-    );
+    assert_eq!(out.stdout, format!("{HEADER}{end}{begin}{}", row(3, "dtrace", "", "", "ERROR")));
 }
 
 /// dtrace.c's print_probe_info(): the minimum attributes of the named fields
@@ -178,24 +142,13 @@ fn attributes(stability: &str) -> String {
 fn list_verbose() {
     let out = run_args(&["-l", "-v", "-n", "BEGIN"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
-    assert_eq!(
-        out.stdout,
-        format!(
-            "{HEADER}{}{}",
-            row(1, "dtrace", "", "", "BEGIN"),
-            attributes("Stable")
-        )
-    );
+    assert_eq!(out.stdout, format!("{HEADER}{}{}", row(1, "dtrace", "", "", "BEGIN"), attributes("Stable")));
     // The profile provider is Evolving (profile.c's profile_attr).
     let out = run_args(&["-lv", "-n", "tick-1s"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert_eq!(
         out.stdout,
-        format!(
-            "{HEADER}{}{}",
-            row(PREDEFINED + 1, "profile", "", "", "tick-1s"),
-            attributes("Evolving")
-        )
+        format!("{HEADER}{}{}", row(PREDEFINED + 1, "profile", "", "", "tick-1s"), attributes("Evolving"))
     );
 }
 
@@ -206,11 +159,18 @@ fn list_proc_verbose() {
     assert_eq!(out.status, 0, "{}", out.stderr);
     let attrs = "\n\tProbe Description Attributes\n\t\tIdentifier Names: Evolving\n\t\tData Semantics:   Evolving\n\t\tDependency Class: ISA\n\n\tArgument Attributes\n\t\tIdentifier Names: Evolving\n\t\tData Semantics:   Evolving\n\t\tDependency Class: ISA\n\n";
     let types = "\tArgument Types\n\t\targs[0]: lwpsinfo_t *\n\t\targs[1]: psinfo_t *\n\t\targs[2]: int\n\n";
-    assert_eq!(out.stdout, format!("{HEADER}{}{attrs}{types}", row(29, "proc", "vmlinux", "send_signal_locked", "signal-send")));
+    assert_eq!(
+        out.stdout,
+        format!("{HEADER}{}{attrs}{types}", row(29, "proc", "vmlinux", "send_signal_locked", "signal-send"))
+    );
     let out = run_args(&["-l", "-n", "proc:::*start"]);
     assert_eq!(
         out.stdout,
-        format!("{HEADER}{}{}", row(25, "proc", "vmlinux", "ret_from_fork", "lwp-start"), row(30, "proc", "vmlinux", "ret_from_fork", "start"))
+        format!(
+            "{HEADER}{}{}",
+            row(25, "proc", "vmlinux", "ret_from_fork", "lwp-start"),
+            row(30, "proc", "vmlinux", "ret_from_fork", "start")
+        )
     );
 }
 
@@ -219,9 +179,6 @@ fn list_proc_verbose() {
 fn list_with_broken_program() {
     let out = run_args(&["-l", "-n", "BEGIN { x = ; }"]);
     assert_eq!(out.status, 1);
-    assert_eq!(
-        out.first_err_line(),
-        "udtrace: invalid probe specifier BEGIN { x = ; }: syntax error near \";\""
-    );
+    assert_eq!(out.first_err_line(), "udtrace: invalid probe specifier BEGIN { x = ; }: syntax error near \";\"");
     assert_eq!(out.stdout, "");
 }

@@ -168,7 +168,8 @@ fn end_runs_after_exit() {
     let out = quiet(r#"BEGIN { printf("begin\n"); exit(0); } END { printf("end\n"); }"#);
     assert_eq!(out, "begin\nend\n\n");
     // exit() does not stop the rest of the clause or the firing's other clauses.
-    let out = quiet(r#"BEGIN { printf("a\n"); exit(0); printf("b\n"); } BEGIN { printf("c\n"); } END { printf("d\n"); }"#);
+    let out =
+        quiet(r#"BEGIN { printf("a\n"); exit(0); printf("b\n"); } BEGIN { printf("c\n"); } END { printf("d\n"); }"#);
     assert_eq!(out, "a\nb\nc\nd\n\n");
 }
 
@@ -194,10 +195,7 @@ fn divide_by_zero_reports_and_tracing_goes_on() {
     ]);
     assert_eq!(r.code, 0);
     // Errors are not notices: -q does not hide them.
-    assert_eq!(
-        r.stderr,
-        "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): divide-by-zero in action #1\n"
-    );
+    assert_eq!(r.stderr, "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): divide-by-zero in action #1\n");
     // ERROR fires at the fault, before the next clause; arg4 is DTRACEFLT_DIVZERO (4).
     assert_eq!(r.stdout, "fault epid=1 action=1 type=4\ngoes on\n\n");
 }
@@ -207,20 +205,14 @@ fn a_fault_discards_the_clause_record() {
     // The faulting clause's printf output before the fault is dropped with its record.
     let r = udtrace(&["-q", "-n", r#"int z; BEGIN { printf("lost\n"); trace(5 % z); } BEGIN { exit(0); }"#]);
     assert_eq!(r.stdout, "\n");
-    assert_eq!(
-        r.stderr,
-        "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): divide-by-zero in action #2\n"
-    );
+    assert_eq!(r.stderr, "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): divide-by-zero in action #2\n");
 }
 
 #[test]
 fn a_fault_in_the_predicate_names_the_predicate() {
     let r = udtrace(&["-q", "-n", r#"int z; BEGIN / 1 / z / { } BEGIN { exit(0); }"#]);
     assert_eq!(r.code, 0);
-    assert_eq!(
-        r.stderr,
-        "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): divide-by-zero in predicate\n"
-    );
+    assert_eq!(r.stderr, "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): divide-by-zero in predicate\n");
 }
 
 #[test]
@@ -232,4 +224,13 @@ fn constant_division_by_zero_is_a_compile_error() {
         r.first_error_line(),
         "udtrace: invalid probe specifier BEGIN { x = 1 / 0; }: expression contains division by zero"
     );
+}
+
+/// dtrace's testing mode (`_DTRACE_TESTING` set, as DTrace's own test suite runs it)
+/// drops the CPU and ID columns from the header and every record.
+#[test]
+fn testing_mode_drops_cpu_and_id() {
+    let r = udtrace_env(&["-n", "BEGIN { trace(7); exit(0); }"], &[("_DTRACE_TESTING", "t")]);
+    assert_eq!(r.code, 0);
+    assert_eq!(r.stdout, format!("{:>32}\n{:>32} {:>9}\n\n", "FUNCTION:NAME", ":BEGIN", 7));
 }

@@ -11,10 +11,7 @@ use util::{bpf_gate, fixture, stdout, traced as udtrace, udtrace_cmd, wait_mappe
 
 /// The lines of printed aggregation entries, split in whitespace-separated fields.
 fn agg_rows(text: &str) -> Vec<Vec<String>> {
-    text.lines()
-        .map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>())
-        .filter(|f| !f.is_empty())
-        .collect()
+    text.lines().map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>()).filter(|f| !f.is_empty()).collect()
 }
 
 #[test]
@@ -71,14 +68,18 @@ fn return_probes_give_site_offsets_and_values() {
         return;
     };
     // classify(i - n/2) for i in 0..10: five negative (-1), one zero (0), four positive (1).
-    let Some(out) = udtrace(&["-q", "-n", "pid$target::classify:return { @[arg0, arg1] = count(); }", "-c", &format!("{} 10", fixture("fixture"))]) else {
+    let Some(out) = udtrace(&[
+        "-q",
+        "-n",
+        "pid$target::classify:return { @[arg0, arg1] = count(); }",
+        "-c",
+        &format!("{} 10", fixture("fixture")),
+    ]) else {
         return;
     };
     let rows: Vec<Vec<String>> = agg_rows(&stdout(&out)).into_iter().filter(|r| r.len() == 3).collect();
-    let mut got: Vec<(u64, i64, u64)> = rows
-        .iter()
-        .map(|r| (r[0].parse().unwrap(), r[1].parse::<i64>().unwrap(), r[2].parse().unwrap()))
-        .collect();
+    let mut got: Vec<(u64, i64, u64)> =
+        rows.iter().map(|r| (r[0].parse().unwrap(), r[1].parse::<i64>().unwrap(), r[2].parse().unwrap())).collect();
     got.sort_unstable();
     let mut offs: Vec<u64> = got.iter().map(|g| g.0).collect();
     offs.sort_unstable();
@@ -99,7 +100,13 @@ fn every_instruction_of_a_straight_function_fires_exactly() {
     };
     let n = 300u64;
     // work() has no branches: every instruction runs once per call.
-    let Some(out) = udtrace(&["-q", "-n", "pid$target::work: { @[probename] = count(); }", "-c", &format!("{} spin {n} 0", fixture("probes"))]) else {
+    let Some(out) = udtrace(&[
+        "-q",
+        "-n",
+        "pid$target::work: { @[probename] = count(); }",
+        "-c",
+        &format!("{} spin {n} 0", fixture("probes")),
+    ]) else {
         return;
     };
     let rows: Vec<Vec<String>> = agg_rows(&stdout(&out)).into_iter().filter(|r| r.len() == 2).collect();
@@ -108,12 +115,19 @@ fn every_instruction_of_a_straight_function_fires_exactly() {
     }
     let mut names: Vec<String> = rows.iter().map(|r| r[0].clone()).collect();
     names.sort();
-    let mut want: Vec<String> = insns.iter().map(|o| format!("{o:x}")).chain(["entry".into(), "return".into()]).collect();
+    let mut want: Vec<String> =
+        insns.iter().map(|o| format!("{o:x}")).chain(["entry".into(), "return".into()]).collect();
     want.sort();
     assert_eq!(names, want);
     // A single offset probe.
     let second = format!("{:x}", insns[1]);
-    let Some(out) = udtrace(&["-q", "-n", &format!("pid$target::work:{second} {{ @ = count(); }}"), "-c", &format!("{} spin {n} 0", fixture("probes"))]) else {
+    let Some(out) = udtrace(&[
+        "-q",
+        "-n",
+        &format!("pid$target::work:{second} {{ @ = count(); }}"),
+        "-c",
+        &format!("{} spin {n} 0", fixture("probes")),
+    ]) else {
         return;
     };
     assert!(stdout(&out).lines().any(|l| l.trim() == n.to_string()), "{}", stdout(&out));
@@ -121,7 +135,13 @@ fn every_instruction_of_a_straight_function_fires_exactly() {
 
 #[test]
 fn copyinstr_shows_exact_strings_of_a_short_lived_process() {
-    let Some(out) = udtrace(&["-q", "-n", "pid$target::fx_open:entry { @[copyinstr(arg0), arg1] = count(); }", "-c", &format!("{} open 40", fixture("probes"))]) else {
+    let Some(out) = udtrace(&[
+        "-q",
+        "-n",
+        "pid$target::fx_open:entry { @[copyinstr(arg0), arg1] = count(); }",
+        "-c",
+        &format!("{} open 40", fixture("probes")),
+    ]) else {
         return;
     };
     let text = stdout(&out);
@@ -137,7 +157,13 @@ fn copyinstr_shows_exact_strings_of_a_short_lived_process() {
 
 #[test]
 fn ustack_walks_a_chain_without_frame_pointers() {
-    let Some(out) = udtrace(&["-q", "-n", "pid$target::chain_c:entry { @[ustack()] = count(); }", "-c", &format!("{} chain 7", fixture("probes"))]) else {
+    let Some(out) = udtrace(&[
+        "-q",
+        "-n",
+        "pid$target::chain_c:entry { @[ustack()] = count(); }",
+        "-c",
+        &format!("{} chain 7", fixture("probes")),
+    ]) else {
         return;
     };
     let text = stdout(&out);
@@ -153,7 +179,13 @@ fn ustack_walks_a_chain_without_frame_pointers() {
 
 #[test]
 fn ustack_of_a_libc_probe_starts_in_libc() {
-    let Some(out) = udtrace(&["-q", "-n", "pid$target:libc:nanosleep:entry { @[ustack(2)] = count(); }", "-c", &format!("{} spin 3 1", fixture("probes"))]) else {
+    let Some(out) = udtrace(&[
+        "-q",
+        "-n",
+        "pid$target:libc:nanosleep:entry { @[ustack(2)] = count(); }",
+        "-c",
+        &format!("{} spin 3 1", fixture("probes")),
+    ]) else {
         return;
     };
     let text = stdout(&out);
@@ -165,7 +197,13 @@ fn ustack_of_a_libc_probe_starts_in_libc() {
 #[test]
 fn threads_are_counted_exactly() {
     let m = 20000u64;
-    let Some(out) = udtrace(&["-q", "-n", "pid$target::thr_work:entry { @ = count(); }", "-c", &format!("{} threads {m}", fixture("probes"))]) else {
+    let Some(out) = udtrace(&[
+        "-q",
+        "-n",
+        "pid$target::thr_work:entry { @ = count(); }",
+        "-c",
+        &format!("{} threads {m}", fixture("probes")),
+    ]) else {
         return;
     };
     let text = stdout(&out);
@@ -176,7 +214,13 @@ fn threads_are_counted_exactly() {
 fn only_the_traced_process_is_counted() {
     // The same binary runs untraced alongside, calling work() 500 times.
     let mut other = Guard::spawn(Command::new(fixture("probes")).args(["spin", "500", "1"]).stdout(Stdio::null()));
-    let Some(out) = udtrace(&["-q", "-n", "pid$target::work:entry { @ = count(); }", "-c", &format!("{} spin 200 1", fixture("probes"))]) else {
+    let Some(out) = udtrace(&[
+        "-q",
+        "-n",
+        "pid$target::work:entry { @ = count(); }",
+        "-c",
+        &format!("{} spin 200 1", fixture("probes")),
+    ]) else {
         return;
     };
     let text = stdout(&out);
@@ -187,15 +231,19 @@ fn only_the_traced_process_is_counted() {
 #[test]
 fn a_grabbed_process_finishes_untouched_after_sigint_and_sigterm() {
     for sig in ["-INT", "-TERM"] {
-        let untraced = Command::new(fixture("probes")).args(["wait", "1000"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn();
+        let untraced =
+            Command::new(fixture("probes")).args(["wait", "1000"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn();
         let mut untraced = Guard(Some(untraced.expect("spawn")));
         untraced.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
         let expected = untraced.take().wait_with_output().expect("untraced");
 
-        let mut target = Guard::spawn(Command::new(fixture("probes")).args(["wait", "1000"]).stdin(Stdio::piped()).stdout(Stdio::piped()));
+        let mut target = Guard::spawn(
+            Command::new(fixture("probes")).args(["wait", "1000"]).stdin(Stdio::piped()).stdout(Stdio::piped()),
+        );
         let pid = target.child().id().to_string();
         wait_mapped(&pid, "libc.so.6");
-        let mut tracer = Guard::spawn(&mut udtrace_cmd(&["-q", "-n", "pid$target::work:entry { @ = count(); }", "-p", &pid]));
+        let mut tracer =
+            Guard::spawn(&mut udtrace_cmd(&["-q", "-n", "pid$target::work:entry { @ = count(); }", "-p", &pid]));
         // Let it arm, then stop it mid-trace.
         std::thread::sleep(Duration::from_millis(700));
         Command::new("kill").args([sig, &tracer.child().id().to_string()]).status().expect("kill");

@@ -167,7 +167,9 @@ fn offsets_listed_for_a_grabbed_process_match_objdump() {
     assert_eq!(r[0].0, format!("pid{pid}"));
     // Released untouched: it still reads its line and runs the fixture normally.
     guard.0.stdin.take().expect("stdin").write_all(b"go\n").expect("write");
-    let out = std::mem::replace(&mut guard.0, Command::new("true").spawn().expect("true")).wait_with_output().expect("output");
+    let out = std::mem::replace(&mut guard.0, Command::new("true").spawn().expect("true"))
+        .wait_with_output()
+        .expect("output");
     let untraced = Command::new(fixture("fixture")).arg("5").output().expect("fixture");
     assert_eq!(out.stdout, untraced.stdout);
     assert_eq!(out.status.code(), untraced.status.code());
@@ -200,7 +202,8 @@ fn created_process_runs_as_untraced() {
 
 #[test]
 fn target_is_the_created_pid() {
-    let out = udtrace(&["-q", "-n", "BEGIN { printf(\"%d\\n\", $target); }", "-c", &format!("{} 1", fixture("fixture"))]);
+    let out =
+        udtrace(&["-q", "-n", "BEGIN { printf(\"%d\\n\", $target); }", "-c", &format!("{} 1", fixture("fixture"))]);
     let text = String::from_utf8_lossy(&out.stdout);
     let first = text.lines().next().unwrap_or("");
     let pid: i32 = first.parse().unwrap_or_else(|_| panic!("pid line {first:?}"));

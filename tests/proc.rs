@@ -29,7 +29,11 @@ fn run(script: &str, command: &str) -> Option<String> {
 
 /// The lines starting with `tag `, without it, sorted.
 fn tagged(text: &str, tag: &str) -> Vec<String> {
-    let mut v: Vec<String> = text.lines().filter_map(|l| l.strip_prefix(tag).and_then(|r| r.strip_prefix(' '))).map(str::to_string).collect();
+    let mut v: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(tag).and_then(|r| r.strip_prefix(' ')))
+        .map(str::to_string)
+        .collect();
     v.sort();
     v
 }
@@ -68,7 +72,11 @@ fn psargs_of_execed_processes() {
     let mut lines: Vec<&str> = text.lines().filter(|l| l.starts_with("execee")).collect();
     lines.sort();
     let long = format!("execee {}", "x".repeat(72));
-    assert_eq!(lines, ["execee alpha beta gamma 3", "execee alpha beta gamma 3", "execee alpha beta gamma 3", long.as_str()], "{text}");
+    assert_eq!(
+        lines,
+        ["execee alpha beta gamma 3", "execee alpha beta gamma 3", "execee alpha beta gamma 3", long.as_str()],
+        "{text}"
+    );
     assert_eq!(tagged(&text, "ids"), ["1 1 1 2 1", "1 1 1 4 1", "1 1 1 4 1", "1 1 1 4 1"], "{text}");
 }
 
@@ -134,7 +142,10 @@ fn thread_lifetimes() {
 
 /// The address a fixture printed for a handler (`handler NAME 0x...`), in hex.
 fn handler(text: &str, name: &str) -> String {
-    let line = text.lines().find_map(|l| l.strip_prefix(&format!("handler {name} "))).unwrap_or_else(|| panic!("no {name}: {text}"));
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("handler {name} ")))
+        .unwrap_or_else(|| panic!("no {name}: {text}"));
     line.trim_start_matches("0x").to_string()
 }
 
@@ -164,7 +175,14 @@ fn signals_sent_discarded_handled_cleared() {
     // SIGCHLD is signals' own, at its exit, to its parent udtrace.
     assert_eq!(
         tagged(&text, "send"),
-        ["sigchild signals 17 1", "signals sigchild 15 1", "signals signals 1 1", "signals signals 10 3", "signals signals 12 2", "signals udtrace 17 1"],
+        [
+            "sigchild signals 17 1",
+            "signals sigchild 15 1",
+            "signals signals 1 1",
+            "signals signals 10 3",
+            "signals signals 12 2",
+            "signals udtrace 17 1"
+        ],
         "{text}"
     );
     assert_eq!(tagged(&text, "discard"), ["signals signals 28 4"], "{text}");
@@ -198,7 +216,13 @@ fn exit_reasons_and_faults() {
     let events: Vec<&str> = text.lines().filter(|l| l.starts_with("exit ") || l.starts_with("fault ")).collect();
     assert_eq!(
         events,
-        ["exit exit3 CLD_EXITED", "exit killed CLD_KILLED", "exit dumped CLD_DUMPED", "fault segv FLTBOUNDS 11 1 0", "exit segv CLD_KILLED"],
+        [
+            "exit exit3 CLD_EXITED",
+            "exit killed CLD_KILLED",
+            "exit dumped CLD_DUMPED",
+            "fault segv FLTBOUNDS 11 1 0",
+            "exit segv CLD_KILLED"
+        ],
         "{text}"
     );
 }
@@ -211,7 +235,9 @@ fn storms_arrive_whole_or_drops_are_told() {
     let script = r#"proc:::create /pid == $target/ { @c = count(); } proc:::exit /progenyof($target) && pid != $target/ { @x = count(); }
         END { printa("created %@d\n", @c); printa("exited %@d\n", @x); }"#;
     let n = 300;
-    let Some(out) = traced(&["-q", "-b", "4k", "-n", script, "-c", &format!("{} {n} 0", fixture("lifetimes"))]) else { return };
+    let Some(out) = traced(&["-q", "-b", "4k", "-n", script, "-c", &format!("{} {n} 0", fixture("lifetimes"))]) else {
+        return;
+    };
     let (text, err) = (stdout(&out), stderr(&out));
     assert!(out.status.success(), "{err}");
     let complete = tagged(&text, "created") == [n.to_string()] && tagged(&text, "exited") == [n.to_string()];

@@ -81,7 +81,16 @@ fn index_and_rindex() {
 #[test]
 fn strstr_strchr_strrchr() {
     assert_eq!(
-        eval("%s", &[r#"strstr("hello", "ll")"#, r#"strstr("hello", "hello")"#, r#"strchr("hello", 'l')"#, r#"strrchr("hello", 'l')"#, r#"strchr("a/b/c", '/')"#]),
+        eval(
+            "%s",
+            &[
+                r#"strstr("hello", "ll")"#,
+                r#"strstr("hello", "hello")"#,
+                r#"strchr("hello", 'l')"#,
+                r#"strrchr("hello", 'l')"#,
+                r#"strchr("a/b/c", '/')"#
+            ]
+        ),
         "llo|hello|llo|lo|/b/c"
     );
 }
@@ -110,7 +119,19 @@ fn basename_and_dirname() {
 #[test]
 fn lltostr_in_bases() {
     assert_eq!(
-        eval("%s", &["lltostr(12345)", "lltostr(-42)", "lltostr(0)", "lltostr(255, 16)", "lltostr(0, 16)", "lltostr(8, 8)", "lltostr(5, 2)", "lltostr(35, 36)"]),
+        eval(
+            "%s",
+            &[
+                "lltostr(12345)",
+                "lltostr(-42)",
+                "lltostr(0)",
+                "lltostr(255, 16)",
+                "lltostr(0, 16)",
+                "lltostr(8, 8)",
+                "lltostr(5, 2)",
+                "lltostr(35, 36)"
+            ]
+        ),
         // Base 16 gets "0x", base 8 a leading 0; only base 10 shows a sign.
         "12345|-42|0|0xff|0x0|010|101|z"
     );
@@ -129,13 +150,27 @@ fn lltostr_with_a_bad_base_faults() {
 
 #[test]
 fn toupper_and_tolower() {
-    assert_eq!(eval("%s", &[r#"toupper("Hello, World1")"#, r#"tolower("Hello, World1")"#]), "HELLO, WORLD1|hello, world1");
+    assert_eq!(
+        eval("%s", &[r#"toupper("Hello, World1")"#, r#"tolower("Hello, World1")"#]),
+        "HELLO, WORLD1|hello, world1"
+    );
 }
 
 #[test]
 fn strtoll_parses_in_a_base() {
     assert_eq!(
-        eval("%d", &[r#"strtoll("123")"#, r#"strtoll("-42")"#, r#"strtoll("  17xyz")"#, r#"strtoll("ff", 16)"#, r#"strtoll("0x1f", 16)"#, r#"strtoll("077", 8)"#, r#"strtoll("z", 36)"#]),
+        eval(
+            "%d",
+            &[
+                r#"strtoll("123")"#,
+                r#"strtoll("-42")"#,
+                r#"strtoll("  17xyz")"#,
+                r#"strtoll("ff", 16)"#,
+                r#"strtoll("0x1f", 16)"#,
+                r#"strtoll("077", 8)"#,
+                r#"strtoll("z", 36)"#
+            ]
+        ),
         "123|-42|17|255|31|63|35"
     );
 }
@@ -144,7 +179,17 @@ fn strtoll_parses_in_a_base() {
 fn byte_order_conversions() {
     // Little-endian host: hton* swap bytes, ntoh* undo it.
     assert_eq!(
-        eval("%x", &["htons(0x1234)", "htonl(0x12345678)", "htonll(0x0102030405060708)", "ntohs(0x3412)", "ntohl(0x78563412)", "ntohll(htonll(0xabcdef))"]),
+        eval(
+            "%x",
+            &[
+                "htons(0x1234)",
+                "htonl(0x12345678)",
+                "htonll(0x0102030405060708)",
+                "ntohs(0x3412)",
+                "ntohl(0x78563412)",
+                "ntohll(htonll(0xabcdef))"
+            ]
+        ),
         "3412|78563412|807060504030201|1234|12345678|abcdef"
     );
     // htons takes and returns a 16-bit value.
@@ -153,9 +198,8 @@ fn byte_order_conversions() {
 
 #[test]
 fn rand_gives_varying_ints() {
-    let out = quiet(
-        r#"BEGIN { i = 0; } tick-1ms /i < 20/ { printf("%d\n", rand()); i++; } tick-1ms /i == 20/ { exit(0); }"#,
-    );
+    let out =
+        quiet(r#"BEGIN { i = 0; } tick-1ms /i < 20/ { printf("%d\n", rand()); i++; } tick-1ms /i == 20/ { exit(0); }"#);
     let vals: Vec<i64> = out.lines().filter(|l| !l.is_empty()).map(|l| l.parse().unwrap()).collect();
     assert_eq!(vals.len(), 20);
     // rand() is an int: every value fits in 32 bits, and they are not all the same.

@@ -30,11 +30,7 @@ struct Objdump {
 
 fn objdump(path: &Path) -> Objdump {
     let run = |args: &[&str]| {
-        let out = Command::new("objdump")
-            .args(args)
-            .arg(path)
-            .output()
-            .unwrap();
+        let out = Command::new("objdump").args(args).arg(path).output().unwrap();
         assert!(out.status.success(), "objdump {args:?} {}", path.display());
         String::from_utf8(out.stdout).unwrap()
     };
@@ -82,11 +78,7 @@ fn mnemonic(text: &str) -> (&str, &str) {
     loop {
         let (m, ops) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
         let ops = ops.trim_start();
-        if matches!(
-            m,
-            "bnd" | "notrack" | "rep" | "repz" | "repnz" | "ds" | "cs" | "data16"
-        ) && !ops.is_empty()
-        {
+        if matches!(m, "bnd" | "notrack" | "rep" | "repz" | "repnz" | "ds" | "cs" | "data16") && !ops.is_empty() {
             rest = ops;
         } else {
             return (m, ops);
@@ -104,11 +96,7 @@ struct Expected {
 /// from objdump's text: `ret*`; `j*`/`loop*` with a direct target outside the function and
 /// its `.cold` parts; none of the latter if the function has an indirect `jmp`.
 fn expected(od: &Objdump, addr: u64, size: u64, parts: &[(u64, u64)]) -> Expected {
-    let mut e = Expected {
-        insns: vec![],
-        returns: vec![],
-        indirect: false,
-    };
+    let mut e = Expected { insns: vec![], returns: vec![], indirect: false };
     let mut tails = vec![];
     for (&a, text) in od.insns.range(addr..addr + size) {
         let off = (a - addr) as u32;
@@ -123,8 +111,7 @@ fn expected(od: &Objdump, addr: u64, size: u64, parts: &[(u64, u64)]) -> Expecte
             }
             let target = ops.split_whitespace().next().unwrap();
             let t = u64::from_str_radix(target, 16).unwrap();
-            let inside =
-                (addr..addr + size).contains(&t) || parts.iter().any(|&(a, b)| (a..b).contains(&t));
+            let inside = (addr..addr + size).contains(&t) || parts.iter().any(|&(a, b)| (a..b).contains(&t));
             if !inside {
                 tails.push(off);
             }
@@ -150,18 +137,8 @@ fn compare(path: &Path, obj: &ObjectSymbols) -> HashMap<String, (Vec<u32>, bool)
         .collect();
     theirs.sort();
     theirs.dedup_by_key(|f| f.0);
-    let ours: Vec<(u64, u64)> = obj
-        .table
-        .functions()
-        .iter()
-        .map(|f| (f.addr, f.size))
-        .collect();
-    assert_eq!(
-        ours,
-        theirs,
-        "{}: function addresses and sizes",
-        path.display()
-    );
+    let ours: Vec<(u64, u64)> = obj.table.functions().iter().map(|f| (f.addr, f.size)).collect();
+    assert_eq!(ours, theirs, "{}: function addresses and sizes", path.display());
 
     let mut facts = HashMap::new();
     for f in obj.table.functions() {
@@ -181,20 +158,10 @@ fn compare(path: &Path, obj: &ObjectSymbols) -> HashMap<String, (Vec<u32>, bool)
             if e.insns.contains(&(off as u32)) {
                 assert_eq!(r, Ok(()), "{what} +{off:#x}");
             } else {
-                assert_eq!(
-                    r,
-                    Err(OffsetError::InsideInstruction { off }),
-                    "{what} +{off:#x}"
-                );
+                assert_eq!(r, Err(OffsetError::InsideInstruction { off }), "{what} +{off:#x}");
             }
         }
-        assert_eq!(
-            check_offset(&s, f.size, f.size),
-            Err(OffsetError::PastEnd {
-                off: f.size,
-                size: f.size
-            })
-        );
+        assert_eq!(check_offset(&s, f.size, f.size), Err(OffsetError::PastEnd { off: f.size, size: f.size }));
         facts.insert(f.name.clone(), (s.returns.clone(), s.indirect_jump));
     }
     facts
@@ -224,21 +191,11 @@ fn check_c_fixture(name: &str) {
     );
     let (r, ind) = &facts["dispatch"];
     assert!(*ind, "jump table: dispatch() has no indirect jmp");
-    assert!(
-        r.iter().all(|&o| code_at("dispatch", o) == 0xc3),
-        "only rets with a jump table"
-    );
+    assert!(r.iter().all(|&o| code_at("dispatch", o) == 0xc3), "only rets with a jump table");
     // checked() jumps to checked.cold, which is not a return.
     let (r, _) = &facts["checked"];
-    assert_eq!(
-        r.len(),
-        1,
-        "checked: only its ret, not the jcc to checked.cold: {r:?}"
-    );
-    assert!(
-        facts.contains_key("checked.cold"),
-        "gcc made no checked.cold"
-    );
+    assert_eq!(r.len(), 1, "checked: only its ret, not the jcc to checked.cold: {r:?}");
+    assert!(facts.contains_key("checked.cold"), "gcc made no checked.cold");
 }
 
 #[test]
@@ -268,11 +225,7 @@ fn cxx_sites_match_objdump() {
     }
     let path = fixture("fixture-cxx");
     let facts = compare(&path, &debuginfo::load(&path).unwrap());
-    assert!(
-        facts.contains_key("Counter::bump(int)"),
-        "{:?}",
-        facts.keys()
-    );
+    assert!(facts.contains_key("Counter::bump(int)"), "{:?}", facts.keys());
 }
 
 /// The separate-debuginfo copy: functions come from the debug file, code from the stripped
@@ -287,10 +240,7 @@ fn split_debuginfo_sites_match_objdump() {
     assert!(obj.debug_file.is_some());
     // objdump reads symbols from the debug file, addresses/instructions from the binary.
     let od_syms = objdump(obj.debug_file.as_ref().unwrap());
-    let od = Objdump {
-        insns: objdump(&fixture("fixture-split")).insns,
-        funcs: od_syms.funcs,
-    };
+    let od = Objdump { insns: objdump(&fixture("fixture-split")).insns, funcs: od_syms.funcs };
     for f in obj.table.functions() {
         let s = obj.sites(f).unwrap();
         let e = expected(&od, f.addr, f.size, &obj.table.other_parts(f));

@@ -22,19 +22,11 @@ fn no_debug_root() -> PathBuf {
 }
 
 fn names(obj: &ObjectSymbols) -> BTreeSet<String> {
-    obj.table
-        .functions()
-        .iter()
-        .map(|f| f.name.clone())
-        .collect()
+    obj.table.functions().iter().map(|f| f.name.clone()).collect()
 }
 
 fn addrs(obj: &ObjectSymbols) -> Vec<(String, u64, u64)> {
-    obj.table
-        .functions()
-        .iter()
-        .map(|f| (f.name.clone(), f.addr, f.size))
-        .collect()
+    obj.table.functions().iter().map(|f| (f.name.clone(), f.addr, f.size)).collect()
 }
 
 const FIXTURE_FUNCTIONS: &[&str] = &[
@@ -80,16 +72,8 @@ fn fixture_functions_and_canonical_names() {
     }
     assert!(!obj.info.plt.is_empty());
     // Globs over the demangled names.
-    let m: BTreeSet<_> = obj
-        .table
-        .matching("c*")
-        .iter()
-        .map(|f| f.name.clone())
-        .collect();
-    assert_eq!(
-        m,
-        BTreeSet::from(["checked".into(), "checked.cold".into(), "classify".into()])
-    );
+    let m: BTreeSet<_> = obj.table.matching("c*").iter().map(|f| f.name.clone()).collect();
+    assert_eq!(m, BTreeSet::from(["checked".into(), "checked.cold".into(), "classify".into()]));
     // lookup: any address inside a function, with its offset.
     let t = &obj.table.matching("classify")[0];
     let (f, off) = obj.table.lookup(t.addr + 2).unwrap();
@@ -125,15 +109,11 @@ fn pie_and_non_pie() {
 
 #[test]
 fn stripped_has_only_dynsym_functions() {
-    let obj =
-        debuginfo::load_with_debug_root(&fixture("fixture-stripped"), &no_debug_root()).unwrap();
+    let obj = debuginfo::load_with_debug_root(&fixture("fixture-stripped"), &no_debug_root()).unwrap();
     assert_eq!(obj.info.symbols_from, SymbolSource::Dynsym);
     assert!(obj.debug_file.is_none());
     // build.rs exports exactly these two into .dynsym.
-    assert_eq!(
-        names(&obj),
-        BTreeSet::from(["tail".into(), "target".into()])
-    );
+    assert_eq!(names(&obj), BTreeSet::from(["tail".into(), "target".into()]));
     let full = debuginfo::load_with_debug_root(&fixture("fixture"), &no_debug_root()).unwrap();
     let t = &full.table.matching("target")[0];
     assert_eq!(obj.table.matching("target")[0].addr, t.addr);
@@ -146,21 +126,11 @@ fn separate_debuginfo_by_build_id_recovers_all_functions() {
     // Without the debug file: only what .dynsym holds.
     let bare = debuginfo::load_with_debug_root(&split, &no_debug_root()).unwrap();
     assert!(bare.debug_file.is_none());
-    assert_eq!(
-        names(&bare),
-        BTreeSet::from(["tail".into(), "target".into()])
-    );
+    assert_eq!(names(&bare), BTreeSet::from(["tail".into(), "target".into()]));
     // With the private build-id tree: everything, at the same addresses and sizes.
     let obj = debuginfo::load_with_debug_root(&split, &fixture("debug")).unwrap();
-    let dbg = obj
-        .debug_file
-        .as_ref()
-        .expect("debug file found by build-id");
-    assert!(
-        dbg.starts_with(fixture("debug/.build-id")),
-        "{}",
-        dbg.display()
-    );
+    let dbg = obj.debug_file.as_ref().expect("debug file found by build-id");
+    assert!(dbg.starts_with(fixture("debug/.build-id")), "{}", dbg.display());
     assert_eq!(addrs(&obj), addrs(&full));
     assert_eq!(obj.table.matching("fx_weak")[0].aliases, ["__fx_impl"]);
 }
@@ -168,13 +138,9 @@ fn separate_debuginfo_by_build_id_recovers_all_functions() {
 #[test]
 fn separate_debuginfo_by_debuglink() {
     let full = debuginfo::load_with_debug_root(&fixture("fixture"), &no_debug_root()).unwrap();
-    let obj =
-        debuginfo::load_with_debug_root(&fixture("fixture-linked"), &no_debug_root()).unwrap();
+    let obj = debuginfo::load_with_debug_root(&fixture("fixture-linked"), &no_debug_root()).unwrap();
     assert_eq!(obj.info.debuglink.as_deref(), Some("fixture-linked.debug"));
-    assert_eq!(
-        obj.debug_file.as_deref(),
-        Some(fixture("fixture-linked.debug").as_path())
-    );
+    assert_eq!(obj.debug_file.as_deref(), Some(fixture("fixture-linked.debug").as_path()));
     assert_eq!(addrs(&obj), addrs(&full));
 }
 
@@ -214,12 +180,7 @@ fn cxx_names_demangled_and_mangled() {
     let bump = obj.table.matching("Counter::bump(int)");
     assert_eq!(bump.len(), 1, "{:?}", names(&obj));
     assert_eq!(bump[0].mangled.as_deref(), Some("_ZN7Counter4bumpEi"));
-    for p in [
-        "_ZN7Counter4bumpEi",
-        "Counter::bump*",
-        "*bump*",
-        "_ZN7Counter4bump*",
-    ] {
+    for p in ["_ZN7Counter4bumpEi", "Counter::bump*", "*bump*", "_ZN7Counter4bump*"] {
         let m = obj.table.matching(p);
         assert_eq!(m.len(), 1, "{p}");
         assert_eq!(m[0].addr, bump[0].addr, "{p}");
@@ -238,11 +199,7 @@ fn executable_module_names() {
     for m in ["a.out", "fixture", path.as_str(), "fix*"] {
         assert!(module_matches(m, &path, true), "{m}");
     }
-    assert!(!module_matches(
-        "a.out",
-        &fixture("libfixture.so").display().to_string(),
-        false
-    ));
+    assert!(!module_matches("a.out", &fixture("libfixture.so").display().to_string(), false));
 }
 
 #[test]
@@ -263,10 +220,7 @@ fn libc_loads_with_its_debug_file() {
         start.elapsed(),
         obj.debug_file
     );
-    assert!(
-        obj.debug_file.is_some(),
-        "libc's debug file is installed on this machine"
-    );
+    assert!(obj.debug_file.is_some(), "libc's debug file is installed on this machine");
     for f in ["strlen", "malloc", "__strlen_avx2", "free"] {
         let m = obj.table.matching(f);
         assert_eq!(m.len(), 1, "{f}");
@@ -301,12 +255,7 @@ fn fixtures_run() {
     let want = run("fixture");
     assert_eq!(want.0, Some(0));
     assert!(want.1.starts_with("sum="), "{}", want.1);
-    for name in [
-        "fixture-nopie",
-        "fixture-stripped",
-        "fixture-split",
-        "fixture-linked",
-    ] {
+    for name in ["fixture-nopie", "fixture-stripped", "fixture-split", "fixture-linked"] {
         assert_eq!(run(name), want, "{name}");
     }
     let cxx = run("fixture-cxx");

@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use udtrace_lang::check::Checker;
-use udtrace_lang::diag::{render, Origin};
+use udtrace_lang::diag::{render, Origin, Style};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::Options;
 use udtrace_lang::parser::{parse_program, parse_script, DescAlign};
@@ -13,7 +13,7 @@ use udtrace_lang::CompileError;
 /// One compile of `src`; any error is rendered, as the binary would print it.
 fn compile(src: &str, script: bool, align: DescAlign, macros: &MacroArgs) {
     let origin = if script { Origin::Script("fuzz.d".into()) } else { Origin::Description };
-    let show = |e: &CompileError| assert!(!render(e, &origin, src).is_empty());
+    let show = |e: &CompileError| assert!(!render(e, &origin, src, Style { errtags: true, excerpt: true }).is_empty());
     let parsed = if script { parse_script(src) } else { parse_program(src, align) };
     let program = match parsed {
         Ok(p) => p,

@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 /// Long enough for a debug build on a busy 2-core machine; only a hang reaches it.
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The program name udtrace's messages start with when run as built.
+pub const NAME: &str = "udtrace";
+
 /// The udtrace binary cargo built for these tests.
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_udtrace"))
@@ -41,12 +44,8 @@ pub fn udtrace<S: AsRef<OsStr>>(args: &[S]) -> Command {
 
 /// Runs `cmd` with empty stdin, killing it if it outlives [`TIMEOUT`].
 pub fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     // Read both pipes on threads so a chatty child cannot block on a full pipe.
     let out = reader(&mut child, true);
     let err = reader(&mut child, false);
@@ -67,11 +66,7 @@ pub fn run(cmd: &mut Command) -> Output {
     let stderr = err.join().expect("stderr reader");
     // A signal death has no code: make it a status no test expects.
     let status = status.code().unwrap_or(-1);
-    Output {
-        status,
-        stdout,
-        stderr,
-    }
+    Output { status, stdout, stderr }
 }
 
 fn reader(child: &mut Child, stdout: bool) -> thread::JoinHandle<String> {
@@ -85,6 +80,25 @@ fn reader(child: &mut Child, stdout: bool) -> thread::JoinHandle<String> {
         let _ = pipe.read_to_end(&mut buf);
         String::from_utf8_lossy(&buf).into_owned()
     })
+}
+
+/// Runs udtrace with these arguments on a terminal, as a person would: through
+/// util-linux's `script`, whose pty carries both stdout and stderr. What the terminal
+/// showed is returned as `stderr` (carriage returns removed), `stdout` is empty.
+pub fn run_args_tty<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    let mut line = shell_quote(bin().as_os_str());
+    for a in args {
+        line.push(' ');
+        line.push_str(&shell_quote(a.as_ref()));
+    }
+    let mut cmd = Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"]);
+    let out = run(&mut cmd);
+    Output { status: out.status, stdout: String::new(), stderr: out.stdout.replace('\r', "") }
+}
+
+fn shell_quote(s: &OsStr) -> String {
+    format!("'{}'", s.to_string_lossy().replace('\'', "'\\''"))
 }
 
 /// Shorthand: run udtrace with these arguments.
@@ -196,7 +210,11 @@ pub fn traced(args: &[&str]) -> Option<std::process::Output> {
 pub fn bpf_gate(out: &std::process::Output) -> Option<()> {
     let err = String::from_utf8_lossy(&out.stderr);
     if err.contains("the kernel refused BPF") {
-        assert_ne!(std::env::var("UDTRACE_REQUIRE_BPF").as_deref(), Ok("1"), "BPF refused under UDTRACE_REQUIRE_BPF=1: {err}");
+        assert_ne!(
+            std::env::var("UDTRACE_REQUIRE_BPF").as_deref(),
+            Ok("1"),
+            "BPF refused under UDTRACE_REQUIRE_BPF=1: {err}"
+        );
         println!("skipped: the kernel refuses BPF here: {err}");
         return None;
     }

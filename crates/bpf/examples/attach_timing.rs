@@ -25,7 +25,11 @@ fn rustc_driver() -> PathBuf {
     std::fs::read_dir(&lib)
         .expect("sysroot lib")
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("librustc_driver") && n.ends_with(".so")))
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("librustc_driver") && n.ends_with(".so"))
+        })
         .expect("librustc_driver in the sysroot")
 }
 
@@ -72,7 +76,15 @@ fn main() {
     let path = std::env::args().nth(1).map(PathBuf::from).unwrap_or_else(rustc_driver);
     let offsets = function_offsets(&path);
     println!("{}: {} function entries", path.display(), offsets.len());
-    let mut holder = (std::env::args().len() == 1).then(|| Command::new("rustc").arg("-").stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn rustc -"));
+    let mut holder = (std::env::args().len() == 1).then(|| {
+        Command::new("rustc")
+            .arg("-")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn rustc -")
+    });
     std::thread::sleep(std::time::Duration::from_millis(300));
 
     let maps = ProbeMaps::create(1 << 20, 64).expect("maps");
@@ -88,10 +100,14 @@ fn main() {
             println!("only {} sites available, skipping {n}", usable.len());
             continue;
         }
-        let mut sites: Vec<Site> = usable[..n].iter().enumerate().map(|(i, &offset)| Site { offset, cookie: i as u64 }).collect();
+        let mut sites: Vec<Site> =
+            usable[..n].iter().enumerate().map(|(i, &offset)| Site { offset, cookie: i as u64 }).collect();
         let bad = refused(&multi, &path, &sites);
         if !bad.is_empty() {
-            println!("refused by the kernel (ENOTSUPP), left out: {:x?}", bad.iter().map(|s| s.offset).collect::<Vec<_>>());
+            println!(
+                "refused by the kernel (ENOTSUPP), left out: {:x?}",
+                bad.iter().map(|s| s.offset).collect::<Vec<_>>()
+            );
             usable.retain(|o| !bad.iter().any(|b| b.offset == *o));
             sites = usable[..n].iter().enumerate().map(|(i, &offset)| Site { offset, cookie: i as u64 }).collect();
         }
@@ -111,7 +127,8 @@ fn main() {
     if perf_n as u64 + 64 > limit || perf_n > usable.len() {
         println!("perf: {perf_n} sites cannot be opened (open-file limit {limit})");
     } else {
-        let sites: Vec<Site> = usable[..perf_n].iter().enumerate().map(|(i, &offset)| Site { offset, cookie: i as u64 }).collect();
+        let sites: Vec<Site> =
+            usable[..perf_n].iter().enumerate().map(|(i, &offset)| Site { offset, cookie: i as u64 }).collect();
         let t = Instant::now();
         let links = uprobe::attach_perf(&single, &path, &sites).expect("perf uprobes");
         println!("perf event   {perf_n:>6} sites: attach {:>9.2?}", t.elapsed());

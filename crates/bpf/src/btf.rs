@@ -54,7 +54,10 @@ struct Member {
 enum Kind {
     Int,
     Ptr,
-    Array { elem: u32, len: u32 },
+    Array {
+        elem: u32,
+        len: u32,
+    },
     Record(Vec<Member>),
     /// A function prototype: its parameters' type ids.
     Proto(Vec<u32>),
@@ -98,7 +101,8 @@ fn u32_at(b: &[u8], off: usize) -> Result<u32, BtfError> {
 impl Btf {
     /// The running kernel's BTF.
     pub fn vmlinux() -> Result<Btf, BtfError> {
-        let data = std::fs::read(VMLINUX).map_err(|e| BtfError::Read { path: VMLINUX.into(), reason: e.to_string() })?;
+        let data =
+            std::fs::read(VMLINUX).map_err(|e| BtfError::Read { path: VMLINUX.into(), reason: e.to_string() })?;
         Btf::parse(&data)
     }
 
@@ -152,7 +156,8 @@ impl Btf {
                         let ty = u32_at(types_bytes, pos + 4)?;
                         let raw = u32_at(types_bytes, pos + 8)?;
                         pos += 12;
-                        let (offset, bitfield) = if kind_flag { (raw & 0xff_ffff, raw >> 24 != 0) } else { (raw, false) };
+                        let (offset, bitfield) =
+                            if kind_flag { (raw & 0xff_ffff, raw >> 24 != 0) } else { (raw, false) };
                         members.push(Member { name: mname, ty, offset, bitfield });
                     }
                     if k == KIND_STRUCT && name != 0 {
@@ -288,7 +293,10 @@ impl Btf {
         for step in path.split('.') {
             let (field, index) = match step.split_once('[') {
                 Some((f, rest)) => {
-                    let i = rest.trim_end_matches(']').parse::<u32>().map_err(|_| BtfError::Malformed("bad index in path"))?;
+                    let i = rest
+                        .trim_end_matches(']')
+                        .parse::<u32>()
+                        .map_err(|_| BtfError::Malformed("bad index in path"))?;
                     (f, Some(i))
                 }
                 None => (step, None),

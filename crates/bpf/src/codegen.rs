@@ -3,7 +3,10 @@
 
 use thiserror::Error;
 
-use crate::insn::{helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, alu64_imm, alu64_reg, AluOp, Asm, AsmError, Cond, Insn, Reg, Size};
+use crate::insn::{
+    alu64_imm, alu64_reg, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, AsmError, Cond, Insn, Reg,
+    Size,
+};
 use crate::maps::{HashMap, MapError, PerCpuArray, RingBuf};
 use crate::record::{self, PlanError, PtReg, RecordLayout, RecordPlan};
 
@@ -46,7 +49,12 @@ impl ProbeMaps {
 /// Only consistent states count: the bpf cookie is the distance from the hook to the
 /// loader's `_r_debug.r_state` (0: unknown, every call counts), and calls announcing
 /// an addition or removal in progress (r_state not RT_CONSISTENT) are let through.
-pub fn hold_program(traced: &HashMap<u32, u32>, holds: &HashMap<u32, u32>, signal: i32, events: Option<&RingBuf>) -> Result<Vec<Insn>, CodegenError> {
+pub fn hold_program(
+    traced: &HashMap<u32, u32>,
+    holds: &HashMap<u32, u32>,
+    signal: i32,
+    events: Option<&RingBuf>,
+) -> Result<Vec<Insn>, CodegenError> {
     let mut a = Asm::new();
     let out = a.label();
     let untraced = a.label();

@@ -43,7 +43,13 @@ impl Insn {
     }
 
     pub fn decode(b: [u8; 8]) -> Insn {
-        Insn { code: b[0], dst: b[1] & 0xf, src: b[1] >> 4, off: i16::from_le_bytes([b[2], b[3]]), imm: i32::from_le_bytes([b[4], b[5], b[6], b[7]]) }
+        Insn {
+            code: b[0],
+            dst: b[1] & 0xf,
+            src: b[1] >> 4,
+            off: i16::from_le_bytes([b[2], b[3]]),
+            imm: i32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+        }
     }
 }
 

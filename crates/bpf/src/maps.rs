@@ -83,8 +83,15 @@ fn bytes_of<T: Pod>(v: &T) -> Vec<u8> {
     b
 }
 
-fn create(map_type: u32, key_size: usize, value_size: usize, max_entries: u32, name: &str) -> Result<OwnedFd, MapError> {
-    let spec = MapSpec { map_type, key_size: key_size as u32, value_size: value_size as u32, max_entries, flags: 0, name };
+fn create(
+    map_type: u32,
+    key_size: usize,
+    value_size: usize,
+    max_entries: u32,
+    name: &str,
+) -> Result<OwnedFd, MapError> {
+    let spec =
+        MapSpec { map_type, key_size: key_size as u32, value_size: value_size as u32, max_entries, flags: 0, name };
     sys::map_create(&spec).map_err(|source| MapError::Create { name: name.to_string(), source })
 }
 
@@ -100,7 +107,8 @@ impl<K: Pod, V: Pod> HashMap<K, V> {
     }
 
     pub fn insert(&self, key: &K, value: &V) -> Result<(), MapError> {
-        sys::map_update_elem(self.fd.as_fd(), &bytes_of(key), K::SIZE, &bytes_of(value), V::SIZE, BPF_ANY).map_err(MapError::Update)
+        sys::map_update_elem(self.fd.as_fd(), &bytes_of(key), K::SIZE, &bytes_of(value), V::SIZE, BPF_ANY)
+            .map_err(MapError::Update)
     }
 
     pub fn get(&self, key: &K) -> Result<Option<V>, MapError> {
@@ -135,7 +143,8 @@ impl<K: Pod, V: Pod> AsFd for HashMap<K, V> {
 
 /// The CPUs the kernel may ever bring up, from the kernel's list syntax ("0-3,8").
 pub fn possible_cpus() -> Result<usize, MapError> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").map_err(|e| MapError::Cpus(e.to_string()))?;
+    let text =
+        std::fs::read_to_string("/sys/devices/system/cpu/possible").map_err(|e| MapError::Cpus(e.to_string()))?;
     parse_cpu_count(&text).ok_or_else(|| MapError::Cpus(format!("unexpected contents {text:?}")))
 }
 
@@ -160,7 +169,11 @@ pub struct PerCpuArray<V: Pod> {
 impl<V: Pod> PerCpuArray<V> {
     pub fn create(name: &str, entries: u32) -> Result<Self, MapError> {
         let ncpus = possible_cpus()?;
-        Ok(PerCpuArray { fd: create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, V::SIZE, entries, name)?, ncpus, _types: PhantomData })
+        Ok(PerCpuArray {
+            fd: create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, V::SIZE, entries, name)?,
+            ncpus,
+            _types: PhantomData,
+        })
     }
 
     /// The kernel hands per-CPU values out with each value padded to 8 bytes.

@@ -24,8 +24,10 @@ use thiserror::Error;
 
 use crate::btf::{Btf, BtfError};
 use crate::codegen::{emit_reserve, emit_submit, CodegenError, ProbeMaps};
+use crate::insn::{
+    alu64_imm, alu64_reg, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, Cond, Insn, Reg, Size,
+};
 use crate::maps::HashMap;
-use crate::insn::{alu64_imm, alu64_reg, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, Cond, Insn, Reg, Size};
 use crate::record::MAX_STRING;
 
 /// Set in the cookie of every proc record; uprobe records' cookies are small indices.
@@ -70,8 +72,17 @@ pub enum Hook {
 }
 
 impl Hook {
-    pub const ALL: [Hook; 9] =
-        [Hook::Fork, Hook::ExecEnter, Hook::ExecFail, Hook::ExecDone, Hook::Exit, Hook::Start, Hook::Signal, Hook::Deliver, Hook::Clear];
+    pub const ALL: [Hook; 9] = [
+        Hook::Fork,
+        Hook::ExecEnter,
+        Hook::ExecFail,
+        Hook::ExecDone,
+        Hook::Exit,
+        Hook::Start,
+        Hook::Signal,
+        Hook::Deliver,
+        Hook::Clear,
+    ];
 
     fn from_u8(v: u8) -> Option<Hook> {
         Hook::ALL.iter().copied().find(|h| *h as u8 == v)
@@ -92,7 +103,9 @@ impl Hook {
             Hook::Deliver => AttachPoints::Raw("signal_deliver"),
             Hook::ExecEnter => AttachPoints::Syscalls(&["sys_enter_execve", "sys_enter_execveat"], "filename"),
             Hook::ExecFail => AttachPoints::Syscalls(&["sys_exit_execve", "sys_exit_execveat"], "ret"),
-            Hook::Start => AttachPoints::Syscalls(&["sys_exit_clone", "sys_exit_clone3", "sys_exit_fork", "sys_exit_vfork"], "ret"),
+            Hook::Start => {
+                AttachPoints::Syscalls(&["sys_exit_clone", "sys_exit_clone3", "sys_exit_fork", "sys_exit_vfork"], "ret")
+            }
             Hook::Clear => AttachPoints::Syscalls(&["sys_exit_rt_sigtimedwait"], "ret"),
         }
     }
@@ -211,7 +224,16 @@ impl ProcLayout {
         let execs = matches!(hook, Hook::ExecEnter | Hook::ExecFail | Hook::ExecDone);
         let string = take(execs && plan.string_max > 0, 8 + (max as usize).div_ceil(8) * 8).map(|o| (o, max));
         let ancestors = take(plan.ancestors, ANCESTORS * 4);
-        ProcLayout { hook, faults: plan.faults && hook == Hook::Signal, cur, other, siginfo, string, ancestors, size: off }
+        ProcLayout {
+            hook,
+            faults: plan.faults && hook == Hook::Signal,
+            cur,
+            other,
+            siginfo,
+            string,
+            ancestors,
+            size: off,
+        }
     }
 }
 
@@ -242,7 +264,7 @@ pub struct TaskOffsets {
     sig_group_exit_code: i16,
     sig_tty: i16,
     pid_nr: i16,
-    cred_uid: i16, // through egid
+    cred_uid: i16,     // through egid
     mm_arg_start: i16, // then arg_end
     mm_start_stack: i16,
     tty_index: i16,
@@ -270,7 +292,13 @@ impl TaskOffsets {
             let pl = b.place(s, p)?;
             i16::try_from(pl.offset).map_err(|_| OffsetsError::Layout("task data (an offset past 32 KiB)"))
         };
-        let next_to = |a: i16, b: i16, size: i16, what: &'static str| if b == a + size { Ok(()) } else { Err(OffsetsError::Layout(what)) };
+        let next_to = |a: i16, b: i16, size: i16, what: &'static str| {
+            if b == a + size {
+                Ok(())
+            } else {
+                Err(OffsetsError::Layout(what))
+            }
+        };
         let pid = at("task_struct", "pid")?;
         next_to(pid, at("task_struct", "tgid")?, 4, "task_struct (pid, tgid)")?;
         let prio = at("task_struct", "prio")?;
@@ -340,7 +368,6 @@ const KACTION: i16 = -104;
 const WALK: i16 = -112;
 /// a[i] is staged at A_SLOTS + 8 * i until the record exists.
 const A_SLOTS: i16 = -96;
-
 
 /// `*(fp + dst) = *(u64 *)(*(fp + base) + off)`: one pointer hop, faults read as 0.
 fn read_ptr(a: &mut Asm, dst: i16, base: i16, off: i16) {

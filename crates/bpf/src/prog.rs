@@ -74,7 +74,15 @@ impl Program {
     pub fn load(kind: ProgramKind, name: &str, insns: &[Insn]) -> Result<Program, LoadError> {
         let (prog_type, expected_attach_type) = kind.types();
         let code = encode(insns);
-        let mut spec = ProgSpec { prog_type, expected_attach_type, insns: &code, license: c"GPL", name, log_level: 0, log: &mut [] };
+        let mut spec = ProgSpec {
+            prog_type,
+            expected_attach_type,
+            insns: &code,
+            license: c"GPL",
+            name,
+            log_level: 0,
+            log: &mut [],
+        };
         match sys::prog_load(&mut spec) {
             Ok(fd) => return Ok(Program { fd, kind }),
             // Without privilege there is no verifier log to show.

@@ -222,7 +222,11 @@ mod tests {
 
     #[test]
     fn layout_offsets() {
-        let plan = RecordPlan { stack_bytes: 64, strings: vec![StringCapture { reg: PtReg::Di, max: 5 }, StringCapture { reg: PtReg::Si, max: 16 }], regs: true };
+        let plan = RecordPlan {
+            stack_bytes: 64,
+            strings: vec![StringCapture { reg: PtReg::Di, max: 5 }, StringCapture { reg: PtReg::Si, max: 16 }],
+            regs: true,
+        };
         let l = RecordLayout::new(&plan).unwrap();
         assert_eq!(OFF_STACK, 208);
         assert_eq!(l.strings, vec![(272, 5), (288, 16)]);
@@ -234,15 +238,32 @@ mod tests {
 
     #[test]
     fn bad_plans() {
-        assert_eq!(RecordLayout::new(&RecordPlan { stack_bytes: 12, strings: vec![], regs: true }), Err(PlanError::StackBytes(12)));
-        assert_eq!(RecordLayout::new(&RecordPlan { stack_bytes: 0, strings: vec![StringCapture { reg: PtReg::Di, max: 0 }], regs: true }), Err(PlanError::StringMax(0)));
+        assert_eq!(
+            RecordLayout::new(&RecordPlan { stack_bytes: 12, strings: vec![], regs: true }),
+            Err(PlanError::StackBytes(12))
+        );
+        assert_eq!(
+            RecordLayout::new(&RecordPlan {
+                stack_bytes: 0,
+                strings: vec![StringCapture { reg: PtReg::Di, max: 0 }],
+                regs: true
+            }),
+            Err(PlanError::StringMax(0))
+        );
         let many = vec![StringCapture { reg: PtReg::Di, max: 4096 }; 5];
-        assert!(matches!(RecordLayout::new(&RecordPlan { stack_bytes: 16384, strings: many, regs: true }), Err(PlanError::TooLarge(_))));
+        assert!(matches!(
+            RecordLayout::new(&RecordPlan { stack_bytes: 16384, strings: many, regs: true }),
+            Err(PlanError::TooLarge(_))
+        ));
     }
 
     #[test]
     fn parse_round_trip() {
-        let plan = RecordPlan { stack_bytes: 16, strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Si, max: 8 }], regs: true };
+        let plan = RecordPlan {
+            stack_bytes: 16,
+            strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Si, max: 8 }],
+            regs: true,
+        };
         let l = RecordLayout::new(&plan).unwrap();
         let mut r = vec![0u8; l.size];
         r[0..8].copy_from_slice(&7u64.to_ne_bytes());

@@ -69,7 +69,11 @@ fn event_dir(group: &str, name: &str) -> Result<PathBuf, TracepointError> {
 }
 
 fn read(group: &str, name: &str, file: &Path) -> Result<String, TracepointError> {
-    std::fs::read_to_string(file).map_err(|source| TracepointError::Missing { group: group.into(), name: name.into(), source })
+    std::fs::read_to_string(file).map_err(|source| TracepointError::Missing {
+        group: group.into(),
+        name: name.into(),
+        source,
+    })
 }
 
 /// Reads `events/<group>/<name>/id` and `format`.
@@ -77,9 +81,13 @@ pub fn format(group: &str, name: &str) -> Result<TracepointFormat, TracepointErr
     let dir = event_dir(group, name)?;
     let id_file = dir.join("id");
     let id_text = read(group, name, &id_file)?;
-    let id = id_text.trim().parse().map_err(|_| TracepointError::Parse { file: id_file, line: id_text.trim().to_string() })?;
+    let id = id_text
+        .trim()
+        .parse()
+        .map_err(|_| TracepointError::Parse { file: id_file, line: id_text.trim().to_string() })?;
     let fmt_file = dir.join("format");
-    let fields = parse_format(&read(group, name, &fmt_file)?).map_err(|line| TracepointError::Parse { file: fmt_file, line })?;
+    let fields =
+        parse_format(&read(group, name, &fmt_file)?).map_err(|line| TracepointError::Parse { file: fmt_file, line })?;
     Ok(TracepointFormat { id, fields })
 }
 
@@ -118,8 +126,17 @@ pub fn parse_format(text: &str) -> Result<Vec<Field>, String> {
             }
         }
         let decl = plain.trim_end();
-        let name = decl.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().filter(|n| !n.is_empty()).ok_or_else(bad)?;
-        fields.push(Field { name: name.to_string(), offset: offset.ok_or_else(bad)?, size: size.ok_or_else(bad)?, signed: signed.unwrap_or(false) });
+        let name = decl
+            .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .next()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(bad)?;
+        fields.push(Field {
+            name: name.to_string(),
+            offset: offset.ok_or_else(bad)?,
+            size: size.ok_or_else(bad)?,
+            signed: signed.unwrap_or(false),
+        });
     }
     Ok(fields)
 }
@@ -138,7 +155,11 @@ pub fn attach(prog: &Program, group: &str, name: &str, cookie: u64) -> Result<Tr
         return Err(TracepointError::WrongKind(prog.kind()));
     }
     let fmt = format(group, name)?;
-    let event = perf::open_tracepoint(fmt.id, -1, 0).map_err(|source| TracepointError::Open { group: group.into(), name: name.into(), source })?;
+    let event = perf::open_tracepoint(fmt.id, -1, 0).map_err(|source| TracepointError::Open {
+        group: group.into(),
+        name: name.into(),
+        source,
+    })?;
     let link = link_perf_event(prog, &event, cookie, || format!("tracepoint {group}:{name}"))?;
     Ok(TracepointLink { _link: link, _event: event })
 }
@@ -160,8 +181,11 @@ pub fn attach_raw(prog: &Program, name: &str) -> Result<RawTracepointLink, Trace
         name: name.into(),
         source: io::Error::from(io::ErrorKind::InvalidInput),
     })?;
-    let link = udtrace_sys::bpf::raw_tracepoint_open(prog.as_fd(), &cname)
-        .map_err(|source| TracepointError::Open { group: "raw".into(), name: name.into(), source })?;
+    let link = udtrace_sys::bpf::raw_tracepoint_open(prog.as_fd(), &cname).map_err(|source| TracepointError::Open {
+        group: "raw".into(),
+        name: name.into(),
+        source,
+    })?;
     Ok(RawTracepointLink { _link: link })
 }
 

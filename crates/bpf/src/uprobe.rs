@@ -45,7 +45,9 @@ pub enum AttachError {
 impl AttachError {
     pub fn os_error(&self) -> Option<&io::Error> {
         match self {
-            AttachError::Uprobe { source, .. } | AttachError::Multi { source, .. } | AttachError::Link { source, .. } => Some(source),
+            AttachError::Uprobe { source, .. }
+            | AttachError::Multi { source, .. }
+            | AttachError::Link { source, .. } => Some(source),
             _ => None,
         }
     }
@@ -78,7 +80,13 @@ pub fn attach_multi(prog: &Program, path: &Path, sites: &[Site], ret: bool) -> R
 /// As [`attach_multi`], but the breakpoints go only into process `pid` (0: every
 /// process mapping the file). Installing into every process that maps a file like
 /// libc costs seconds for thousands of sites; one process, milliseconds.
-pub fn attach_multi_pid(prog: &Program, path: &Path, sites: &[Site], ret: bool, pid: u32) -> Result<MultiLink, AttachError> {
+pub fn attach_multi_pid(
+    prog: &Program,
+    path: &Path,
+    sites: &[Site],
+    ret: bool,
+    pid: u32,
+) -> Result<MultiLink, AttachError> {
     check_kind(prog, ProgramKind::UprobeMulti)?;
     if sites.is_empty() {
         return Err(AttachError::NoSites { path: path.to_path_buf() });
@@ -96,8 +104,11 @@ const UPROBE_PMU_TYPE: &str = "/sys/bus/event_source/devices/uprobe/type";
 
 /// The dynamic PMU type of uprobes (8 on the project's machines, but not fixed).
 pub fn uprobe_pmu_type() -> Result<u32, AttachError> {
-    let text = std::fs::read_to_string(UPROBE_PMU_TYPE).map_err(|e| AttachError::Pmu { file: UPROBE_PMU_TYPE, reason: e.to_string() })?;
-    text.trim().parse().map_err(|_| AttachError::Pmu { file: UPROBE_PMU_TYPE, reason: format!("unexpected contents {text:?}") })
+    let text = std::fs::read_to_string(UPROBE_PMU_TYPE)
+        .map_err(|e| AttachError::Pmu { file: UPROBE_PMU_TYPE, reason: e.to_string() })?;
+    text.trim()
+        .parse()
+        .map_err(|_| AttachError::Pmu { file: UPROBE_PMU_TYPE, reason: format!("unexpected contents {text:?}") })
 }
 
 /// Sites armed one perf event and one perf link each. Only the links are kept: each
@@ -142,8 +153,11 @@ pub fn attach_perf(prog: &Program, path: &Path, sites: &[Site]) -> Result<PerfLi
     let cpath = c_path(path)?;
     let mut out = PerfLinks::default();
     for s in sites {
-        let ev = perf::open_uprobe(pmu, &cpath, s.offset, false, -1, 0)
-            .map_err(|source| AttachError::Uprobe { path: path.to_path_buf(), offset: s.offset, source })?;
+        let ev = perf::open_uprobe(pmu, &cpath, s.offset, false, -1, 0).map_err(|source| AttachError::Uprobe {
+            path: path.to_path_buf(),
+            offset: s.offset,
+            source,
+        })?;
         let link = link_perf_event(prog, &ev, s.cookie, || format!("uprobe {}:{:#x}", path.display(), s.offset))?;
         out.links.push(link);
     }
@@ -151,8 +165,14 @@ pub fn attach_perf(prog: &Program, path: &Path, sites: &[Site]) -> Result<PerfLi
 }
 
 /// A perf link carries the cookie (PERF_EVENT_IOC_SET_BPF cannot).
-pub(crate) fn link_perf_event(prog: &Program, ev: &OwnedFd, cookie: u64, what: impl Fn() -> String) -> Result<OwnedFd, AttachError> {
-    sys::link_create_perf_event(prog.as_fd(), ev.as_fd(), cookie).map_err(|source| AttachError::Link { what: what(), source })
+pub(crate) fn link_perf_event(
+    prog: &Program,
+    ev: &OwnedFd,
+    cookie: u64,
+    what: impl Fn() -> String,
+) -> Result<OwnedFd, AttachError> {
+    sys::link_create_perf_event(prog.as_fd(), ev.as_fd(), cookie)
+        .map_err(|source| AttachError::Link { what: what(), source })
 }
 
 /// Whether this kernel loads uprobe_multi programs (6.6 and later). Loads a two

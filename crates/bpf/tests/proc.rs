@@ -8,7 +8,9 @@ use std::process::Command;
 
 use udtrace_bpf::btf::Btf;
 use udtrace_bpf::codegen::ProbeMaps;
-use udtrace_bpf::proc::{hook_of, proc_program, AttachPoints, Hook, ProcFiring, ProcLayout, ProcPlan, SyscallField, TaskOffsets};
+use udtrace_bpf::proc::{
+    hook_of, proc_program, AttachPoints, Hook, ProcFiring, ProcLayout, ProcPlan, SyscallField, TaskOffsets,
+};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::tracepoint;
@@ -35,15 +37,19 @@ fn proc_hooks_record_a_child_life() {
         match hook.attach_points() {
             AttachPoints::Raw(name) => {
                 let insns = proc_program(&layout, &offsets, &maps, &paths, None).unwrap();
-                let prog = Program::load(ProgramKind::RawTracepoint, "udtrace_proc", &insns).unwrap_or_else(|e| panic!("{hook:?}: {e}"));
+                let prog = Program::load(ProgramKind::RawTracepoint, "udtrace_proc", &insns)
+                    .unwrap_or_else(|e| panic!("{hook:?}: {e}"));
                 links.push(Link::Raw(tracepoint::attach_raw(&prog, name).unwrap_or_else(|e| panic!("{hook:?}: {e}"))));
             }
             AttachPoints::Syscalls(names, field) => {
                 for name in names {
                     let fmt = tracepoint::format("syscalls", name).unwrap();
                     let f = fmt.field(field).unwrap_or_else(|| panic!("{name} has no {field}"));
-                    let insns = proc_program(&layout, &offsets, &maps, &paths, Some(SyscallField { offset: f.offset as i16 })).unwrap();
-                    let prog = Program::load(ProgramKind::Tracepoint, "udtrace_proc", &insns).unwrap_or_else(|e| panic!("{hook:?}: {e}"));
+                    let insns =
+                        proc_program(&layout, &offsets, &maps, &paths, Some(SyscallField { offset: f.offset as i16 }))
+                            .unwrap();
+                    let prog = Program::load(ProgramKind::Tracepoint, "udtrace_proc", &insns)
+                        .unwrap_or_else(|e| panic!("{hook:?}: {e}"));
                     links.push(Link::Tp(tracepoint::attach(&prog, "syscalls", name, 0).unwrap()));
                 }
             }
@@ -51,7 +57,10 @@ fn proc_hooks_record_a_child_life() {
         layouts.push(layout);
     }
     // sh runs `exit 3` after sending itself SIGUSR2, which it ignores by trap.
-    let status = Command::new("/bin/sh").args(["-c", "trap '' USR2; kill -USR2 $$; exec /bin/sh -c 'exit 3' xyz"]).status().unwrap();
+    let status = Command::new("/bin/sh")
+        .args(["-c", "trap '' USR2; kill -USR2 $$; exec /bin/sh -c 'exit 3' xyz"])
+        .status()
+        .unwrap();
     assert_eq!(status.code(), Some(3));
     drop(links);
     let mut reader = RingBufReader::new(&maps.ring).unwrap();

@@ -5,7 +5,9 @@ mod common;
 
 use std::process::Command;
 
-use udtrace_bpf::insn::{alu64_imm, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, Cond, Reg, Size};
+use udtrace_bpf::insn::{
+    alu64_imm, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, Cond, Reg, Size,
+};
 use udtrace_bpf::maps::PerCpuArray;
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::tracepoint;
@@ -41,7 +43,8 @@ fn fork_tracepoint_fires_for_our_children() {
     a.bind(out);
     a.push(mov64_imm(Reg::R0, 0));
     a.exit();
-    let prog = Program::load(ProgramKind::Tracepoint, "udtrace_fork", &a.finish().unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    let prog =
+        Program::load(ProgramKind::Tracepoint, "udtrace_fork", &a.finish().unwrap()).unwrap_or_else(|e| panic!("{e}"));
     let link = tracepoint::attach(&prog, "sched", "sched_process_fork", 0).unwrap();
     for _ in 0..3 {
         Command::new("true").status().unwrap();

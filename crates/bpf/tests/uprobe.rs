@@ -164,7 +164,8 @@ fn multi_link_sites_carry_their_cookies() {
     drop(link);
     // Detached: no more firings.
     udtrace_test_multi_a(99);
-    let got: Vec<(u64, u64)> = drain(&maps).iter().map(|r| layout.parse(r).unwrap()).map(|f| (f.cookie, f.reg(PtReg::Di))).collect();
+    let got: Vec<(u64, u64)> =
+        drain(&maps).iter().map(|r| layout.parse(r).unwrap()).map(|f| (f.cookie, f.reg(PtReg::Di))).collect();
     assert_eq!(got, expect);
 }
 
@@ -176,7 +177,11 @@ fn strings_and_stack_are_captured() {
     let _g = common::serial();
     let maps = ProbeMaps::create(1 << 16, 64).unwrap();
     maps.traced.insert(&our_tgid(), &1).unwrap();
-    let plan = RecordPlan { stack_bytes: 256, strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Di, max: 64 }], regs: true };
+    let plan = RecordPlan {
+        stack_bytes: 256,
+        strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Di, max: 64 }],
+        regs: true,
+    };
     let layout = RecordLayout::new(&plan).unwrap();
     let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
     let (exe, off) = common::own_function("udtrace_test_str");

@@ -166,12 +166,7 @@ pub enum Stmt {
     /// `expr;` — includes assignments, aggregation updates and action calls.
     Expr(Expr),
     /// `if (cond) stmt [else stmt]` — the extension newer DTraces accept.
-    If {
-        cond: Expr,
-        then: Vec<Stmt>,
-        otherwise: Option<Vec<Stmt>>,
-        span: Span,
-    },
+    If { cond: Expr, then: Vec<Stmt>, otherwise: Option<Vec<Stmt>>, span: Span },
     /// `;` alone
     Empty(Span),
 }
@@ -195,7 +190,10 @@ pub enum IntSuffix {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExprKind {
     /// Integer constant, already converted from decimal, octal (`017`) or hex.
-    Int { value: u64, suffix: IntSuffix },
+    Int {
+        value: u64,
+        suffix: IntSuffix,
+    },
     /// Character constant `'a'`, `'\n'`: the value of the (possibly multi-)char constant.
     Char(i64),
     /// String literal with escapes already decoded (`"a\tb"` → bytes a, TAB, b).
@@ -205,7 +203,10 @@ pub enum ExprKind {
     /// grammar is ambiguous.
     Ident(String),
     /// `` `sym`` or ``mod`sym`` — a kernel/module symbol reference.
-    Backquoted { module: Option<String>, name: String },
+    Backquoted {
+        module: Option<String>,
+        name: String,
+    },
     /// `$1`, `$target`, `$pid`, …: the name without `$`.
     Macro(String),
     /// `$$1`, `$$target`: the macro argument forced to a string.
@@ -216,33 +217,74 @@ pub enum ExprKind {
     ThisVar(String),
     /// `@name` (the name is empty for plain `@`).
     Agg(String),
-    Unary { op: UnaryOp, operand: Box<Expr> },
-    Binary { op: BinaryOp, lhs: Box<Expr>, rhs: Box<Expr> },
+    Unary {
+        op: UnaryOp,
+        operand: Box<Expr>,
+    },
+    Binary {
+        op: BinaryOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
     /// `lhs = rhs` (`op == None`) or `lhs op= rhs`.
-    Assign { op: Option<BinaryOp>, lhs: Box<Expr>, rhs: Box<Expr> },
-    Ternary { cond: Box<Expr>, then: Box<Expr>, otherwise: Box<Expr> },
+    Assign {
+        op: Option<BinaryOp>,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+    Ternary {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        otherwise: Box<Expr>,
+    },
     /// `++x`, `--x`, `x++`, `x--`.
-    IncDec { increment: bool, prefix: bool, operand: Box<Expr> },
+    IncDec {
+        increment: bool,
+        prefix: bool,
+        operand: Box<Expr>,
+    },
     /// `name(args)` — subroutines, actions and aggregating functions. The callee is
     /// always a plain identifier in D.
-    Call { name: String, name_span: Span, args: Vec<Expr> },
+    Call {
+        name: String,
+        name_span: Span,
+        args: Vec<Expr>,
+    },
     /// `base[i, j, …]`: associative array lookup, aggregation key, array or pointer
     /// index, `args[N]`, `uregs[R]`.
-    Index { base: Box<Expr>, index: Vec<Expr> },
+    Index {
+        base: Box<Expr>,
+        index: Vec<Expr>,
+    },
     /// `e.field`
-    Member { base: Box<Expr>, field: String },
+    Member {
+        base: Box<Expr>,
+        field: String,
+    },
     /// `e->field` (other than `self->`/`this->`)
-    Arrow { base: Box<Expr>, field: String },
+    Arrow {
+        base: Box<Expr>,
+        field: String,
+    },
     /// `(type) e`
-    Cast { ty: TypeName, operand: Box<Expr> },
+    Cast {
+        ty: TypeName,
+        operand: Box<Expr>,
+    },
     SizeofType(TypeName),
     SizeofExpr(Box<Expr>),
     /// `offsetof(type, member)`
-    Offsetof { ty: TypeName, member: String },
+    Offsetof {
+        ty: TypeName,
+        member: String,
+    },
     /// `stringof(e)` / `stringof e`
     Stringof(Box<Expr>),
     /// `e1, e2` — the comma operator.
-    Comma { lhs: Box<Expr>, rhs: Box<Expr> },
+    Comma {
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -64,8 +64,13 @@ pub fn plan(c: &Clause) -> CapturePlan {
 fn actions(list: &[Action], p: &mut CapturePlan) {
     for a in list {
         match a {
-            Action::Eval(e) | Action::Trace(e) | Action::Exit(e) | Action::Speculate(e) | Action::Commit(e)
-            | Action::Discard(e) | Action::Raise(e) => expr(e, p),
+            Action::Eval(e)
+            | Action::Trace(e)
+            | Action::Exit(e)
+            | Action::Speculate(e)
+            | Action::Commit(e)
+            | Action::Discard(e)
+            | Action::Raise(e) => expr(e, p),
             Action::Tracemem { addr, dsize, .. } => {
                 expr(addr, p);
                 if let Some(d) = dsize {
@@ -104,7 +109,9 @@ fn expr(e: &Expr, p: &mut CapturePlan) {
                 _ => u16::MAX,
             }
         }
-        ExprKind::Builtin(Builtin::Curpsinfo | Builtin::Curlwpsinfo | Builtin::Ppid | Builtin::Uid | Builtin::Gid) => p.cur_task = true,
+        ExprKind::Builtin(Builtin::Curpsinfo | Builtin::Curlwpsinfo | Builtin::Ppid | Builtin::Uid | Builtin::Gid) => {
+            p.cur_task = true
+        }
         ExprKind::Call(Subr::Progenyof, _) => p.ancestors = true,
         _ => {}
     }
@@ -127,7 +134,11 @@ fn expr(e: &Expr, p: &mut CapturePlan) {
         }
         ExprKind::Call(_, args) => args.iter().for_each(|a| expr(a, p)),
         ExprKind::ArrayGet { keys, .. } => keys.iter().for_each(|k| expr(k, p)),
-        ExprKind::Uregs(x) | ExprKind::Neg(x) | ExprKind::BitNot(x) | ExprKind::Not(x) | ExprKind::Cast(x)
+        ExprKind::Uregs(x)
+        | ExprKind::Neg(x)
+        | ExprKind::BitNot(x)
+        | ExprKind::Not(x)
+        | ExprKind::Cast(x)
         | ExprKind::Load(x) => expr(x, p),
         ExprKind::Field { base, .. } => expr(base, p),
         ExprKind::Binary { lhs, rhs, .. } | ExprKind::StrCmp { lhs, rhs, .. } | ExprKind::Logical { lhs, rhs, .. } => {

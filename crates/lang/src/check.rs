@@ -11,12 +11,12 @@ use std::rc::Rc;
 
 use crate::ast::{self, BaseType, BinaryOp, Signedness, UnaryOp, VarScope};
 use crate::consts;
-use crate::proc_types::{self, ArgType};
-use crate::error::{CompileError, Result};
+use crate::error::{CompileError, Region, Result, Tag};
 use crate::ir::{
     Action, AggInfo, AggKind, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, PragmaOption, Subr, VarInfo,
     VarRef,
 };
+use crate::proc_types::{self, ArgType};
 use crate::span::Span;
 use crate::types::{usual_arithmetic, IntType, SymKind, Type};
 
@@ -85,8 +85,8 @@ pub type ProbeArgs = dyn Fn(&ast::ProbeDesc) -> Vec<Vec<ArgType>>;
 /// far beyond what a real program needs.
 const INLINE_BUDGET: usize = 1 << 20;
 
-fn err<T>(span: Span, msg: impl Into<String>) -> Result<T> {
-    Err(CompileError::new(span, msg))
+fn err<T>(tag: Tag, span: Span, msg: impl Into<String>) -> Result<T> {
+    Err(CompileError::new(tag, span, msg))
 }
 
 fn int_ty() -> Type {
@@ -152,9 +152,30 @@ fn clause_arg_types(lists: impl Iterator<Item = Vec<ArgType>>) -> Option<Vec<Opt
 
 /// Names that are actions: statements only, never values.
 const ACTIONS: &[&str] = &[
-    "trace", "tracemem", "printf", "printa", "exit", "clear", "trunc", "normalize", "denormalize", "setopt",
-    "speculate", "commit", "discard", "system", "raise", "stop", "printm", "freopen", "ftruncate", "breakpoint",
-    "panic", "chill", "print", "jstack",
+    "trace",
+    "tracemem",
+    "printf",
+    "printa",
+    "exit",
+    "clear",
+    "trunc",
+    "normalize",
+    "denormalize",
+    "setopt",
+    "speculate",
+    "commit",
+    "discard",
+    "system",
+    "raise",
+    "stop",
+    "printm",
+    "freopen",
+    "ftruncate",
+    "breakpoint",
+    "panic",
+    "chill",
+    "print",
+    "jstack",
 ];
 
 fn subr_by_name(name: &str) -> Option<Subr> {
@@ -286,7 +307,7 @@ impl<'m> Checker<'m> {
                 ast::Item::TypeDecl(d) => self.type_decl(d)?,
                 ast::Item::Inline(i) => {
                     if self.inlines.contains_key(&i.name) || self.globals.contains_key(&i.name) {
-                        return err(i.span, format!("identifier redeclared: {}", i.name));
+                        return err(Tag::D_DECL_IDRED, i.span, format!("identifier redeclared: {}", i.name));
                     }
                     let ty = self.resolve_type(&i.ty)?;
                     // Check the value now so errors point at the definition.
@@ -316,12 +337,12 @@ impl<'m> Checker<'m> {
 
     fn pragma(&mut self, p: &ast::Pragma) -> Result<()> {
         let Some(first) = p.words.first() else {
-            return err(p.span, "invalid control directive: #pragma D");
+            return err(Tag::D_PRAGCTL_INVAL, p.span, "invalid control directive: #pragma D");
         };
         match first.as_str() {
             "option" => {
                 if p.words.len() < 2 {
-                    return err(p.span, "#pragma D option requires an option name");
+                    return err(Tag::D_PRAGMA_MALFORM, p.span, "#pragma D option requires an option name");
                 }
                 for w in &p.words[1..] {
                     let (name, value) = match w.split_once('=') {
@@ -334,14 +355,14 @@ impl<'m> Checker<'m> {
             }
             // Stability, dependency and binding directives have no effect on Linux.
             "attributes" | "binding" | "depends_on" | "error" | "line" | "ident" => Ok(()),
-            other => err(p.span, format!("invalid D pragma: {other}")),
+            other => err(Tag::D_PRAGMA_INVAL, p.span, format!("invalid D pragma: {other}")),
         }
     }
 
     fn var_decl(&mut self, d: &ast::VarDecl) -> Result<()> {
         let ty = self.resolve_type(&d.ty)?;
         if ty.is_void() {
-            return err(d.span, format!("cannot have void object: {}", d.name));
+            return err(Tag::D_DECL_VOIDOBJ, d.span, format!("cannot have void object: {}", d.name));
         }
         let keys = if d.keys.is_empty() {
             None
@@ -349,7 +370,7 @@ impl<'m> Checker<'m> {
             Some(d.keys.iter().map(|k| self.resolve_type(k)).collect::<Result<Vec<_>>>()?)
         };
         if builtin_var(&d.name).is_some() {
-            return err(d.span, format!("built-in identifier redeclared: {}", d.name));
+            return err(Tag::D_DECL_IDRED, d.span, format!("built-in identifier redeclared: {}", d.name));
         }
         let (map, list) = match d.scope {
             VarScope::Global => (&mut self.globals, &mut self.prog.globals),
@@ -359,7 +380,7 @@ impl<'m> Checker<'m> {
         if let Some(&id) = map.get(&d.name) {
             let prev = &list[id];
             if prev.ty != ty || prev.keys != keys {
-                return err(d.span, format!("identifier redeclared: {}", d.name));
+                return err(Tag::D_DECL_IDRED, d.span, format!("identifier redeclared: {}", d.name));
             }
             return Ok(());
         }
@@ -376,31 +397,39 @@ impl<'m> Checker<'m> {
                     let id = self.prog.types.record_tag(is_union, tag);
                     if self.prog.types.records[id].complete {
                         let kw = if is_union { "union" } else { "struct" };
-                        return err(d.span, format!("type redeclared: {kw} {tag}"));
+                        return err(Tag::D_DECL_TYPERED, d.span, format!("type redeclared: {kw} {tag}"));
                     }
                     let mut seen = Vec::new();
                     let mut resolved = Vec::new();
                     for m in members {
                         if seen.contains(&m.name) {
-                            return err(m.span, format!("member redeclared: {}", m.name));
+                            return err(Tag::D_UNKNOWN, m.span, format!("member redeclared: {}", m.name));
                         }
                         seen.push(m.name.clone());
                         let ty = self.resolve_type(&m.ty)?;
                         if self.prog.types.size_of(&ty).is_none() {
-                            return err(m.span, format!("incomplete type in declaration of member {}", m.name));
+                            return err(
+                                Tag::D_DECL_INCOMPLETE,
+                                m.span,
+                                format!("incomplete type in declaration of member {}", m.name),
+                            );
                         }
                         resolved.push((m.name.clone(), ty));
                     }
                     if self.prog.types.complete_record(id, resolved).is_none() {
                         let kw = if is_union { "union" } else { "struct" };
-                        return err(d.span, format!("{kw} {tag} is too large: its size overflows 64 bits"));
+                        return err(
+                            Tag::D_UNKNOWN,
+                            d.span,
+                            format!("{kw} {tag} is too large: its size overflows 64 bits"),
+                        );
                     }
                 }
                 ast::TypeDef::Enum { tag, values } => {
                     let id = self.prog.types.enums.len();
                     if !tag.is_empty() {
                         if self.prog.types.enum_tags.contains_key(tag) {
-                            return err(d.span, format!("type redeclared: enum {tag}"));
+                            return err(Tag::D_DECL_TYPERED, d.span, format!("type redeclared: enum {tag}"));
                         }
                         self.prog.types.enum_tags.insert(tag.clone(), id);
                     }
@@ -411,7 +440,7 @@ impl<'m> Checker<'m> {
                             next = self.const_int(v)?;
                         }
                         if self.prog.types.enumerators.contains_key(&e.name) || self.globals.contains_key(&e.name) {
-                            return err(e.span, format!("identifier redeclared: {}", e.name));
+                            return err(Tag::D_DECL_IDRED, e.span, format!("identifier redeclared: {}", e.name));
                         }
                         self.prog.types.enumerators.insert(e.name.clone(), (id, next));
                         self.prog.types.enums[id].values.push((e.name.clone(), next));
@@ -424,7 +453,7 @@ impl<'m> Checker<'m> {
             let ty = self.resolve_type(tn)?;
             if let Some(prev) = self.prog.types.typedefs.get(name) {
                 if *prev != ty {
-                    return err(d.span, format!("type redeclared: {name}"));
+                    return err(Tag::D_DECL_TYPERED, d.span, format!("type redeclared: {name}"));
                 }
             }
             self.prog.types.typedefs.insert(name.clone(), ty);
@@ -437,7 +466,7 @@ impl<'m> Checker<'m> {
         let x = self.expr(e)?;
         match fold(&x) {
             Some(v) => Ok(v as i64),
-            None => err(e.span, "expression must be an integer constant"),
+            None => err(Tag::D_DECL_ENCONST, e.span, "expression must be an integer constant"),
         }
     }
 
@@ -449,24 +478,24 @@ impl<'m> Checker<'m> {
             BaseType::Short(s) => Type::int(2, sign(*s)),
             BaseType::Int(s) => Type::int(4, sign(*s)),
             BaseType::Long(s) => Type::int(8, sign(*s)),
-            BaseType::LongLong(s) => Type::named_int(
-                8,
-                sign(*s),
-                if sign(*s) { "long long" } else { "unsigned long long" },
-            ),
+            BaseType::LongLong(s) => {
+                Type::named_int(8, sign(*s), if sign(*s) { "long long" } else { "unsigned long long" })
+            }
             BaseType::Float => Type::Float(4),
             BaseType::Double => Type::Float(8),
             BaseType::LongDouble => Type::Float(16),
             BaseType::String => Type::String,
             BaseType::Named(n) => match self.prog.types.typedefs.get(n) {
                 Some(t) => t.clone(),
-                None => return err(t.span, format!("failed to resolve type {n}: Unknown type name")),
+                None => return err(Tag::D_UNKNOWN, t.span, format!("failed to resolve type {n}: Unknown type name")),
             },
             BaseType::Struct(tag) => Type::Struct(self.prog.types.record_tag(false, tag)),
             BaseType::Union(tag) => Type::Union(self.prog.types.record_tag(true, tag)),
             BaseType::Enum(tag) => match self.prog.types.enum_tags.get(tag) {
                 Some(&id) => Type::Enum(id),
-                None => return err(t.span, format!("failed to resolve type enum {tag}: Unknown type name")),
+                None => {
+                    return err(Tag::D_UNKNOWN, t.span, format!("failed to resolve type enum {tag}: Unknown type name"))
+                }
             },
         };
         for _ in 0..t.pointers {
@@ -490,11 +519,13 @@ impl<'m> Checker<'m> {
         let predicate = match &c.predicate {
             Some(p) => {
                 if is_agg_target(p) {
-                    return err(p.span, "predicate result must be of scalar type").map_err(|e: CompileError| e.in_region("predicate"));
+                    return err(Tag::D_PRED_SCALAR, p.span, "predicate result must be of scalar type")
+                        .map_err(|e: CompileError| e.in_region(Region::Predicate));
                 }
-                let e = self.rvalue(p).map_err(|e| e.in_region("predicate"))?;
+                let e = self.rvalue(p).map_err(|e| e.in_region(Region::Predicate))?;
                 if !e.ty.is_scalar() {
-                    return err(p.span, "predicate result must be of scalar type").map_err(|e: CompileError| e.in_region("predicate"));
+                    return err(Tag::D_PRED_SCALAR, p.span, "predicate result must be of scalar type")
+                        .map_err(|e: CompileError| e.in_region(Region::Predicate));
                 }
                 Some(e)
             }
@@ -503,9 +534,9 @@ impl<'m> Checker<'m> {
         let (actions, records_data) = match &c.body {
             None => (Vec::new(), true),
             Some(stmts) => {
-                let actions = self.stmts(stmts).map_err(|e| e.in_region("action list"))?;
-                if let Err(m) = action_order(&actions) {
-                    return Err(CompileError::new(c.span, m).unlabelled());
+                let actions = self.stmts(stmts).map_err(|e| e.in_region(Region::ActionList))?;
+                if let Err((tag, m)) = action_order(&actions) {
+                    return Err(CompileError::new(tag, c.span, m).unlabelled());
                 }
                 let records = stmts.is_empty() || actions.iter().any(records_data);
                 (actions, records)
@@ -520,7 +551,11 @@ impl<'m> Checker<'m> {
         for field in [&mut out.provider, &mut out.module, &mut out.function, &mut out.name] {
             if field.contains('$') {
                 *field = self.macros.expand_field(field).map_err(|m| {
-                    CompileError::new(p.span, format!("invalid probe description \"{}\": {m}", p.text))
+                    CompileError::new(
+                        Tag::D_PDESC_INVAL,
+                        p.span,
+                        format!("invalid probe description \"{}\": {m}", p.text),
+                    )
                 })?;
             }
         }
@@ -536,7 +571,7 @@ impl<'m> Checker<'m> {
                 ast::Stmt::If { cond, then, otherwise, .. } => {
                     let c = self.rvalue(cond)?;
                     if !c.ty.is_scalar() && !c.ty.is_string() {
-                        return err(cond.span, "if-statement condition must be of scalar type");
+                        return err(Tag::D_OP_SCALAR, cond.span, "if-statement condition must be of scalar type");
                     }
                     let then = self.stmts(then)?;
                     let otherwise = match otherwise {
@@ -562,13 +597,21 @@ impl<'m> Checker<'m> {
                     None => None,
                 };
                 if args.len() > if name == "stack" { 1 } else { 2 } {
-                    return err(*name_span, format!("{name}( ) prototype mismatch: too many arguments"));
+                    return err(
+                        Tag::D_PROTO_LEN,
+                        *name_span,
+                        format!("{name}( ) prototype mismatch: too many arguments"),
+                    );
                 }
                 Ok(Action::Stack { user: name == "ustack", frames })
             }
             ast::ExprKind::Assign { op, lhs, rhs } if is_agg_target(lhs) => {
                 if op.is_some() {
-                    return err(e.span, "aggregations may only be assigned the result of an aggregating function");
+                    return err(
+                        Tag::D_AGG_FUNC,
+                        e.span,
+                        "aggregations may only be assigned the result of an aggregating function",
+                    );
                 }
                 self.agg_update(lhs, rhs)
             }
@@ -578,7 +621,7 @@ impl<'m> Checker<'m> {
                     _ => e,
                 };
                 let ast::ExprKind::Agg(n) = &name.kind else { unreachable!("is_agg_target checked the shape") };
-                err(e.span, format!("expression has null effect: @{n}"))
+                err(Tag::D_AGG_NULL, e.span, format!("expression has null effect: @{n}"))
             }
             _ => Ok(Action::Eval(self.expr(e)?)),
         }
@@ -594,16 +637,28 @@ impl<'m> Checker<'m> {
             _ => unreachable!("is_agg_target checked the shape"),
         };
         let ast::ExprKind::Call { name: fname, name_span, args } = &rhs.kind else {
-            return err(rhs.span, format!("@{name} must be assigned the result of an aggregating function"));
+            return err(
+                Tag::D_AGG_FUNC,
+                rhs.span,
+                format!("@{name} must be assigned the result of an aggregating function"),
+            );
         };
         let Some(kind) = AggKind::from_name(fname) else {
-            return err(rhs.span, format!("@{name} must be assigned the result of an aggregating function"));
+            return err(
+                Tag::D_AGG_FUNC,
+                rhs.span,
+                format!("@{name} must be assigned the result of an aggregating function"),
+            );
         };
         let mut keys = Vec::new();
         for k in key_exprs {
             let k = self.rvalue(k)?;
             if !k.ty.is_scalar() && !k.ty.is_string() && !matches!(k.ty, Type::Stack { .. }) {
-                return err(k.span, format!("aggregation key of type \"{}\" is not supported", self.type_name(&k.ty)));
+                return err(
+                    Tag::D_KEY_TYPE,
+                    k.span,
+                    format!("aggregation key of type \"{}\" is not supported", self.type_name(&k.ty)),
+                );
             }
             keys.push(self.string_if_char_array(k));
         }
@@ -618,10 +673,14 @@ impl<'m> Checker<'m> {
         };
         let min_args = nvals + nparams;
         if args.len() > max_args && max_args > min_args {
-            return err(*name_span, format!("{fname}( ) prototype mismatch: {} args passed, at most {max_args} expected", args.len()));
+            return err(
+                Tag::D_PROTO_LEN,
+                *name_span,
+                format!("{fname}( ) prototype mismatch: {} args passed, at most {max_args} expected", args.len()),
+            );
         }
         if args.len() < min_args || args.len() > max_args {
-            return err(*name_span, proto_len(fname, "( )", "arg", args.len(), min_args, max_args));
+            return err(Tag::D_PROTO_LEN, *name_span, proto_len(fname, "( )", "arg", args.len(), min_args, max_args));
         }
         let mut values = Vec::new();
         let mut params = Vec::new();
@@ -633,22 +692,37 @@ impl<'m> Checker<'m> {
             };
             if is_param {
                 let v = self.const_int(a).map_err(|_| {
-                    let msg = if kind == AggKind::Lquantize {
-                        format!("lquantize( ) argument #{i} must be an integer constant")
+                    let (tag, msg) = if kind == AggKind::Lquantize {
+                        let tag = [Tag::D_LQUANT_BASETYPE, Tag::D_LQUANT_LIMTYPE, Tag::D_LQUANT_STEPTYPE][i - 1];
+                        (tag, format!("lquantize( ) argument #{i} must be an integer constant"))
                     } else {
                         let what = ["factor", "low magnitude", "high magnitude", "linear steps per magnitude"][i - 1];
-                        format!("llquantize( ) argument #{i} ({what}) must be an integer constant")
+                        let tag = [
+                            Tag::D_LLQUANT_FACTORTYPE,
+                            Tag::D_LLQUANT_LMAGTYPE,
+                            Tag::D_LLQUANT_HMAGTYPE,
+                            Tag::D_LLQUANT_STEPTYPE,
+                        ][i - 1];
+                        (tag, format!("llquantize( ) argument #{i} ({what}) must be an integer constant"))
                     };
-                    CompileError::new(a.span, msg)
+                    CompileError::new(tag, a.span, msg)
                 })?;
                 params.push(v);
             } else {
                 let v = self.rvalue(a)?;
                 if !v.ty.is_arithmetic() {
                     if i == 0 {
-                        return err(a.span, format!("{fname}( ) argument #1 must be of scalar type"));
+                        return err(
+                            Tag::D_AGG_SCALAR,
+                            a.span,
+                            format!("{fname}( ) argument #1 must be of scalar type"),
+                        );
                     }
-                    return err(a.span, format!("{fname}( ) increment value (argument #{}) must be of scalar type", i + 1));
+                    return err(
+                        Tag::D_PROTO_ARG,
+                        a.span,
+                        format!("{fname}( ) increment value (argument #{}) must be of scalar type", i + 1),
+                    );
                 }
                 values.push(v);
             }
@@ -662,6 +736,7 @@ impl<'m> Checker<'m> {
                 let prev = &self.prog.aggs[id];
                 if prev.kind != kind {
                     return err(
+                        Tag::D_AGG_REDEF,
                         rhs.span,
                         format!(
                             "aggregation redefined: @{name}\n\t current: @{name} = {}( )\n\tprevious: @{name} = {}( ) : line {}",
@@ -679,7 +754,18 @@ impl<'m> Checker<'m> {
                     };
                     let i = prev.params.iter().zip(&params).position(|(a, b)| a != b).unwrap_or(0);
                     let what = format!("{} (argument #{})", names[i], i + 1);
+                    let tag = if kind == AggKind::Lquantize {
+                        [Tag::D_LQUANT_MATCHBASE, Tag::D_LQUANT_MATCHLIM, Tag::D_LQUANT_MATCHSTEP][i]
+                    } else {
+                        [
+                            Tag::D_LLQUANT_MATCHFACTOR,
+                            Tag::D_LLQUANT_MATCHLMAG,
+                            Tag::D_LLQUANT_MATCHHMAG,
+                            Tag::D_LLQUANT_MATCHSTEPS,
+                        ][i]
+                    };
                     return err(
+                        tag,
                         rhs.span,
                         format!(
                             "{}( ) {what} doesn't match previous declaration: expected {}, found {}",
@@ -691,11 +777,16 @@ impl<'m> Checker<'m> {
                 }
                 if prev.keys.len() != key_types.len() {
                     let n = prev.keys.len();
-                    return err(lhs.span, proto_len(&format!("@{name}"), "[ ]", "key", key_types.len(), n, n));
+                    return err(
+                        Tag::D_PROTO_LEN,
+                        lhs.span,
+                        proto_len(&format!("@{name}"), "[ ]", "key", key_types.len(), n, n),
+                    );
                 }
                 for (i, (a, b)) in prev.keys.iter().zip(&key_types).enumerate() {
                     if !same_kind(a, b) {
                         return err(
+                            Tag::D_PROTO_ARG,
                             keys[i].span,
                             format!(
                                 "@{name}[ ] key #{} is incompatible with prototype:\n\tprototype: {}\n\t      key: {}",
@@ -711,7 +802,14 @@ impl<'m> Checker<'m> {
             None => {
                 let id = self.prog.aggs.len();
                 let line = self.line_of(lhs.span);
-                self.prog.aggs.push(AggInfo { name: name.to_string(), kind, params, keys: key_types, span: lhs.span, line });
+                self.prog.aggs.push(AggInfo {
+                    name: name.to_string(),
+                    kind,
+                    params,
+                    keys: key_types,
+                    span: lhs.span,
+                    line,
+                });
                 self.aggs.insert(name.to_string(), id);
                 id
             }
@@ -720,14 +818,23 @@ impl<'m> Checker<'m> {
     }
 
     fn agg_ref(&mut self, e: &ast::Expr, fname: &str, argno: usize) -> Result<usize> {
+        // Each aggregation-taking action has its own tags for a non-aggregation and
+        // for an aggregation that does not exist.
+        let (tag, undefined) = match fname {
+            "clear" => (Tag::D_CLEAR_AGGARG, Tag::D_CLEAR_AGGBAD),
+            "normalize" | "denormalize" => (Tag::D_NORMALIZE_AGGARG, Tag::D_NORMALIZE_AGGBAD),
+            "trunc" => (Tag::D_TRUNC_AGGARG, Tag::D_TRUNC_AGGBAD),
+            _ => (Tag::D_PRINTA_AGGARG, Tag::D_PRINTA_AGGBAD),
+        };
         match &e.kind {
             ast::ExprKind::Agg(n) => match self.aggs.get(n) {
                 Some(&id) => Ok(id),
-                None => err(e.span, format!("undefined aggregation: @{n}")),
+                None => err(undefined, e.span, format!("undefined aggregation: @{n}")),
             },
             _ => {
                 let v = self.rvalue(e)?;
                 err(
+                    tag,
                     e.span,
                     format!(
                         "{fname}( ) argument #{argno} is incompatible with prototype:\n\tprototype: aggregation\n\t argument: {}",
@@ -754,7 +861,7 @@ impl<'m> Checker<'m> {
                 r.name,
                 plural(rn)
             );
-            return Err(CompileError::new(span, msg).unlabelled());
+            return Err(CompileError::new(Tag::D_PRINTA_AGGKEY, span, msg).unlabelled());
         }
         for (i, (a, b)) in l.keys.iter().zip(&r.keys).enumerate() {
             if !same_kind(a, b) {
@@ -768,7 +875,7 @@ impl<'m> Checker<'m> {
                     self.type_name(b),
                     n = i + 1
                 );
-                return Err(CompileError::new(span, msg).unlabelled());
+                return Err(CompileError::new(Tag::D_PRINTA_AGGPROTO, span, msg).unlabelled());
             }
         }
         Ok(())
@@ -776,7 +883,7 @@ impl<'m> Checker<'m> {
 
     fn arity(&self, name: &str, span: Span, args: &[ast::Expr], min: usize, max: usize) -> Result<()> {
         if args.len() < min || args.len() > max {
-            return err(span, proto_len(name, "( )", "arg", args.len(), min, max));
+            return err(Tag::D_PROTO_LEN, span, proto_len(name, "( )", "arg", args.len(), min, max));
         }
         Ok(())
     }
@@ -787,6 +894,7 @@ impl<'m> Checker<'m> {
             _ => {
                 let v = self.rvalue(e)?;
                 err(
+                    Tag::D_PRINTF_ARG_FMT,
                     e.span,
                     format!(
                         "{name}( ) argument #1 is incompatible with prototype:\n\tprototype: string constant\n\t argument: {}",
@@ -804,7 +912,7 @@ impl<'m> Checker<'m> {
                 self.arity(name, span, args, 1, 1)?;
                 let v = self.rvalue(&args[0])?;
                 if v.ty.is_void() {
-                    return err(args[0].span, "trace( ) may not be applied to a void expression");
+                    return err(Tag::D_TRACE_VOID, args[0].span, "trace( ) may not be applied to a void expression");
                 }
                 Action::Trace(v)
             }
@@ -816,10 +924,18 @@ impl<'m> Checker<'m> {
                 self.arity(name, span, args, 2, 3)?;
                 let addr = self.rvalue(&args[0])?;
                 let size = self.const_int(&args[1]).map_err(|_| {
-                    CompileError::new(args[1].span, "tracemem( ) argument #2 must be a non-zero positive integral constant expression")
+                    CompileError::new(
+                        Tag::D_TRACEMEM_SIZE,
+                        args[1].span,
+                        "tracemem( ) argument #2 must be a non-zero positive integral constant expression",
+                    )
                 })?;
                 if size <= 0 {
-                    return err(args[1].span, "tracemem( ) argument #2 must be a non-zero positive integral constant expression");
+                    return err(
+                        Tag::D_TRACEMEM_SIZE,
+                        args[1].span,
+                        "tracemem( ) argument #2 must be a non-zero positive integral constant expression",
+                    );
                 }
                 let dsize = match args.get(2) {
                     Some(a) => Some(self.rvalue(a)?),
@@ -834,7 +950,7 @@ impl<'m> Checker<'m> {
                 for a in &args[1..] {
                     let v = self.rvalue(a)?;
                     if v.ty.is_void() {
-                        return err(a.span, format!("{name}( ) argument is of type void"));
+                        return err(Tag::D_PRINTF_ARG_TYPE, a.span, format!("{name}( ) argument is of type void"));
                     }
                     vals.push(self.string_if_char_array(v));
                 }
@@ -851,7 +967,15 @@ impl<'m> Checker<'m> {
                     _ => (None, args),
                 };
                 if rest.is_empty() {
-                    return err(span, format!("printa( ) prototype mismatch: {} args passed, {} expected", args.len(), args.len() + 1));
+                    return err(
+                        Tag::D_PRINTA_PROTO,
+                        span,
+                        format!(
+                            "printa( ) prototype mismatch: {} args passed, {} expected",
+                            args.len(),
+                            args.len() + 1
+                        ),
+                    );
                 }
                 let skip = usize::from(format.is_some());
                 let aggs = rest
@@ -909,6 +1033,7 @@ impl<'m> Checker<'m> {
                         ast::ExprKind::Str(s) => strs.push(s.clone()),
                         _ => {
                             return err(
+                                Tag::D_PROTO_ARG,
                                 a.span,
                                 format!("setopt( ) argument #{} is incompatible with prototype:\n\tprototype: string constant\n\t argument: expression", i + 1),
                             )
@@ -947,6 +1072,7 @@ impl<'m> Checker<'m> {
             return Ok(());
         }
         err(
+            Tag::D_PROTO_ARG,
             v.span,
             format!(
                 "{fname}( ) argument #{argno} is incompatible with prototype:\n\tprototype: {proto}\n\t argument: {}",
@@ -962,7 +1088,7 @@ impl<'m> Checker<'m> {
     fn rvalue(&mut self, e: &ast::Expr) -> Result<Expr> {
         let x = self.expr(e)?;
         if x.ty.is_void() && !matches!(x.kind, ExprKind::Call(..)) {
-            return err(e.span, "void expression may not be used as a value");
+            return err(Tag::D_OP_INCOMPAT, e.span, "void expression may not be used as a value");
         }
         Ok(x)
     }
@@ -992,19 +1118,25 @@ impl<'m> Checker<'m> {
             K::Char(c) => Ok(int_const(*c as u64, Type::int(1, true), span)),
             K::Str(s) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
             K::Ident(name) => self.ident(name, span),
-            K::Backquoted { name, .. } => {
-                err(span, format!("failed to resolve `{name}: kernel symbols are not available in user-space tracing"))
-            }
+            K::Backquoted { name, .. } => err(
+                Tag::D_IDENT_UNDEF,
+                span,
+                format!("failed to resolve `{name}: kernel symbols are not available in user-space tracing"),
+            ),
             K::Macro(name) => self.macro_ref(name, false, span),
             K::MacroStr(name) => self.macro_ref(name, true, span),
             K::SelfVar(name) => self.scoped_var(VarScope::Thread, name, span),
             K::ThisVar(name) => self.scoped_var(VarScope::Clause, name, span),
-            K::Agg(name) => err(span, format!("aggregation @{name} may not be used as an operand; use printa( ) to print it")),
+            K::Agg(name) => err(
+                Tag::D_OP_DYN,
+                span,
+                format!("aggregation @{name} may not be used as an operand; use printa( ) to print it"),
+            ),
             K::Unary { op, operand } => self.unary(*op, operand, span),
             K::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, span),
             K::Assign { op, lhs, rhs } => {
                 if is_agg_target(lhs) {
-                    return err(span, "aggregating function may only be used as a statement");
+                    return err(Tag::D_AGG_FUNC, span, "aggregating function may only be used as a statement");
                 }
                 self.assign(*op, lhs, rhs, span)
             }
@@ -1044,20 +1176,20 @@ impl<'m> Checker<'m> {
             Ok(MacroValue::Str(s)) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
             Ok(MacroValue::Ident(s)) => self.ident(&s, span),
             // dt_lex.l resolves macro references while parsing.
-            Err(m) => Err(CompileError::new(span, m).unlabelled()),
+            Err(m) => Err(CompileError::new(Tag::D_OP_SCALAR, span, m).unlabelled()),
         }
     }
 
     fn ternary(&mut self, cond: &ast::Expr, then: &ast::Expr, otherwise: &ast::Expr, span: Span) -> Result<Expr> {
         let c = self.rvalue(cond)?;
         if !c.ty.is_scalar() {
-            return err(cond.span, "operator ?: expression must be of scalar type");
+            return err(Tag::D_OP_SCALAR, cond.span, "operator ?: expression must be of scalar type");
         }
         let t = self.rvalue(then)?;
         let o = self.rvalue(otherwise)?;
         let ty = if t.ty.is_string() || o.ty.is_string() {
             if !(is_stringish(&t.ty) && is_stringish(&o.ty)) {
-                return err(span, "operator ?: operands must have compatible types");
+                return err(Tag::D_OP_INCOMPAT, span, "operator ?: operands must have compatible types");
             }
             Type::String
         } else if t.ty.is_arithmetic() && o.ty.is_arithmetic() {
@@ -1067,7 +1199,7 @@ impl<'m> Checker<'m> {
         } else if o.ty.is_pointer() && t.ty.is_scalar() {
             o.ty.clone()
         } else {
-            return err(span, "operator ?: operands must have compatible types");
+            return err(Tag::D_OP_INCOMPAT, span, "operator ?: operands must have compatible types");
         };
         let t = self.convert(t, &ty);
         let o = self.convert(o, &ty);
@@ -1078,7 +1210,7 @@ impl<'m> Checker<'m> {
         let op = if increment { "++" } else { "--" };
         let (place, ty) = self.place(operand, Some(&Type::named_int(8, true, "int64_t")), op)?;
         if !ty.is_scalar() {
-            return err(span, format!("operator {op} requires operand of scalar type"));
+            return err(Tag::D_OP_SCALAR, span, format!("operator {op} requires operand of scalar type"));
         }
         Ok(mk(ExprKind::IncDec { target: place, increment, prefix }, ty, span))
     }
@@ -1095,15 +1227,23 @@ impl<'m> Checker<'m> {
         let Some(list) = &self.clause_args else { return Ok(untyped) };
         let ExprKind::Int(n) = i.kind else { return Ok(untyped) };
         match list.get(n as usize) {
-            Some(Some(ArgType::Int(name))) => Ok(self.prog.types.typedefs.get(*name).cloned().unwrap_or_else(|| match *name {
-                "int" => Type::int(4, true),
-                "char" => Type::int(1, true),
-                _ => untyped.clone(),
-            })),
+            Some(Some(ArgType::Int(name))) => {
+                Ok(self.prog.types.typedefs.get(*name).cloned().unwrap_or_else(|| match *name {
+                    "int" => Type::int(4, true),
+                    "char" => Type::int(1, true),
+                    _ => untyped.clone(),
+                }))
+            }
             Some(Some(ArgType::String)) => Ok(Type::String),
             Some(Some(ArgType::Ptr(name))) => Ok(self.pointer_to(name)),
-            Some(None) => err(span, format!("args[{n}] has different types in the probes this clause enables")),
-            None => err(span, format!("index {n} is out of range for args[ ] of the probes this clause enables")),
+            Some(None) => {
+                err(Tag::D_ARGS_TYPE, span, format!("args[{n}] has different types in the probes this clause enables"))
+            }
+            None => err(
+                Tag::D_ARGS_IDX,
+                span,
+                format!("index {n} is out of range for args[ ] of the probes this clause enables"),
+            ),
         }
     }
 
@@ -1113,10 +1253,11 @@ impl<'m> Checker<'m> {
             Type::Pointer(t) => Some((**t).clone()),
             _ => None,
         }) else {
-            return err(span, "operator -> must be applied to a pointer");
+            return err(Tag::D_OP_PTR, span, "operator -> must be applied to a pointer");
         };
         if !matches!(pointee, Type::Struct(_) | Type::Union(_)) {
             return err(
+                Tag::D_OP_SOU,
                 span,
                 format!(
                     "operator -> cannot be applied to pointer to type \"{}\"; must be applied to a struct or union pointer",
@@ -1138,7 +1279,7 @@ impl<'m> Checker<'m> {
         let ty = self.resolve_type(t)?;
         match self.prog.types.size_of(&ty) {
             Some(n) => Ok(int_const(n, Type::named_int(8, false, "size_t"), span)),
-            None => err(span, "cannot apply sizeof to an operand of unknown size"),
+            None => err(Tag::D_SIZEOF_TYPE, span, "cannot apply sizeof to an operand of unknown size"),
         }
     }
 
@@ -1146,25 +1287,29 @@ impl<'m> Checker<'m> {
         let v = self.expr(x)?;
         match self.prog.types.size_of(&v.ty) {
             Some(n) => Ok(int_const(n, Type::named_int(8, false, "size_t"), span)),
-            None => err(span, "cannot apply sizeof to an operand of unknown size"),
+            None => err(Tag::D_SIZEOF_TYPE, span, "cannot apply sizeof to an operand of unknown size"),
         }
     }
 
     fn offsetof(&mut self, ty: &ast::TypeName, member: &str, span: Span) -> Result<Expr> {
         let t = self.resolve_type(ty)?;
         let (Type::Struct(id) | Type::Union(id)) = t else {
-            return err(span, "offsetof operand must be a struct or union type");
+            return err(Tag::D_OFFSETOF_TYPE, span, "offsetof operand must be a struct or union type");
         };
         match self.prog.types.field(id, member) {
             Some(f) => Ok(int_const(f.offset, Type::named_int(8, false, "size_t"), span)),
-            None => err(span, format!("failed to determine offset of {member}: Unknown member name")),
+            None => err(Tag::D_UNKNOWN, span, format!("failed to determine offset of {member}: Unknown member name")),
         }
     }
 
     fn stringof(&mut self, x: &ast::Expr, span: Span) -> Result<Expr> {
         let v = self.rvalue(x)?;
         if !v.ty.is_scalar() && !v.ty.is_string() && !matches!(v.ty, Type::Array(..)) {
-            return err(span, format!("cannot apply stringof to a value of type {}", self.type_name(&v.ty)));
+            return err(
+                Tag::D_STRINGOF_TYPE,
+                span,
+                format!("cannot apply stringof to a value of type {}", self.type_name(&v.ty)),
+            );
         }
         Ok(mk(ExprKind::Cast(Box::new(v)), Type::String, span))
     }
@@ -1173,7 +1318,7 @@ impl<'m> Checker<'m> {
         if let Some(&id) = self.globals.get(name) {
             let info = &self.prog.globals[id];
             if info.keys.is_some() {
-                return err(span, format!("associative array {name} may not be used without a key"));
+                return err(Tag::D_ARR_BADREF, span, format!("associative array {name} may not be used without a key"));
             }
             return Ok(mk(ExprKind::Var(VarRef { scope: VarScope::Global, id }), info.ty.clone(), span));
         }
@@ -1187,11 +1332,11 @@ impl<'m> Checker<'m> {
         }
         if let Some((ty, value)) = self.inlines.get(name).cloned() {
             if self.inline_depth > 64 {
-                return err(span, format!("inline {name} is defined in terms of itself"));
+                return err(Tag::D_UNKNOWN, span, format!("inline {name} is defined in terms of itself"));
             }
             let cost = value.span.range().len().max(1);
             if cost > self.inline_budget {
-                return err(span, format!("inline {name} expands to too large an expression"));
+                return err(Tag::D_UNKNOWN, span, format!("inline {name} expands to too large an expression"));
             }
             self.inline_budget -= cost;
             self.inline_depth += 1;
@@ -1212,12 +1357,16 @@ impl<'m> Checker<'m> {
             return Ok(int_const(v as u64, int_ty(), span));
         }
         if name == "args" || name == "uregs" {
-            return err(span, format!("{name}[ ] may not be referenced without an index"));
+            return err(Tag::D_IDENT_BADREF, span, format!("{name}[ ] may not be referenced without an index"));
         }
         if subr_by_name(name).is_some() || ACTIONS.contains(&name) || AggKind::from_name(name).is_some() {
-            return err(span, format!("{name}( ) may not be used as a variable: it is a function"));
+            return err(
+                Tag::D_IDENT_BADREF,
+                span,
+                format!("{name}( ) may not be used as a variable: it is a function"),
+            );
         }
-        err(span, format!("failed to resolve {name}: Unknown variable name"))
+        err(Tag::D_IDENT_UNDEF, span, format!("failed to resolve {name}: Unknown variable name"))
     }
 
     fn scoped_var(&mut self, scope: VarScope, name: &str, span: Span) -> Result<Expr> {
@@ -1229,11 +1378,15 @@ impl<'m> Checker<'m> {
             Some(&id) => {
                 let info = &list[id];
                 if info.keys.is_some() {
-                    return err(span, format!("associative array {prefix}{name} may not be used without a key"));
+                    return err(
+                        Tag::D_ARR_BADREF,
+                        span,
+                        format!("associative array {prefix}{name} may not be used without a key"),
+                    );
                 }
                 Ok(mk(ExprKind::Var(VarRef { scope, id }), info.ty.clone(), span))
             }
-            None => err(span, format!("{prefix}{name} has not yet been declared or assigned")),
+            None => err(Tag::D_VAR_UNDEF, span, format!("{prefix}{name} has not yet been declared or assigned")),
         }
     }
 
@@ -1282,13 +1435,21 @@ impl<'m> Checker<'m> {
         if let Some((scope, name)) = named(&target.kind) {
             if scope == VarScope::Global && self.lookup_var(scope, &name).is_none() {
                 if builtin_var(&name).is_some() || name == "args" || name == "uregs" {
-                    return err(target.span, format!("operator {op} can only be applied to a writable variable"));
+                    return err(
+                        Tag::D_OP_WRITE,
+                        target.span,
+                        format!("operator {op} can only be applied to a writable variable"),
+                    );
                 }
                 if self.inlines.contains_key(&name)
                     || self.prog.types.enumerators.contains_key(&name)
                     || consts::lookup(&name).is_some()
                 {
-                    return err(target.span, format!("operator {op} requires modifiable lvalue as an operand"));
+                    return err(
+                        Tag::D_OP_LVAL,
+                        target.span,
+                        format!("operator {op} requires modifiable lvalue as an operand"),
+                    );
                 }
             }
             let r = match self.lookup_var(scope, &name) {
@@ -1301,13 +1462,21 @@ impl<'m> Checker<'m> {
                             VarScope::Thread => "self->",
                             VarScope::Clause => "this->",
                         };
-                        return err(target.span, format!("failed to resolve {prefix}{name}: Unknown variable name"));
+                        return err(
+                            Tag::D_IDENT_UNDEF,
+                            target.span,
+                            format!("failed to resolve {prefix}{name}: Unknown variable name"),
+                        );
                     }
                 },
             };
             let info = self.var_info(r);
             if info.keys.is_some() {
-                return err(target.span, format!("associative array {name} may not be used without a key"));
+                return err(
+                    Tag::D_ARR_BADREF,
+                    target.span,
+                    format!("associative array {name} may not be used without a key"),
+                );
             }
             return Ok((Place::Var(r), info.ty.clone()));
         }
@@ -1329,7 +1498,13 @@ impl<'m> Checker<'m> {
                                     let kt = keys.iter().map(|k| implicit_type(&k.ty)).collect();
                                     self.declare(scope, &name, implicit_type(t), Some(kt))
                                 }
-                                None => return err(base.span, format!("failed to resolve {name}: Unknown variable name")),
+                                None => {
+                                    return err(
+                                        Tag::D_IDENT_UNDEF,
+                                        base.span,
+                                        format!("failed to resolve {name}: Unknown variable name"),
+                                    )
+                                }
                             },
                         };
                         let keys = self.check_keys(r, &name, keys, target.span)?;
@@ -1345,25 +1520,35 @@ impl<'m> Checker<'m> {
                 let (bplace, bty) = self.place(base, None, op)?;
                 if let Type::Struct(id) | Type::Union(id) = bty {
                     if let Some(f) = self.prog.types.field(id, field).cloned() {
-                        let place = Place::Field { base: Box::new(bplace), record: bty.clone(), offset: f.offset, ty: f.ty.clone() };
+                        let place = Place::Field {
+                            base: Box::new(bplace),
+                            record: bty.clone(),
+                            offset: f.offset,
+                            ty: f.ty.clone(),
+                        };
                         return Ok((place, f.ty));
                     }
-                    return err(target.span, format!("{field} is not a member of {}", self.type_name(&bty)));
+                    return err(
+                        Tag::D_TYPE_MEMBER,
+                        target.span,
+                        format!("{field} is not a member of {}", self.type_name(&bty)),
+                    );
                 }
             }
         }
-        err(target.span, format!("operator {op} requires modifiable lvalue as an operand"))
+        err(Tag::D_OP_LVAL, target.span, format!("operator {op} requires modifiable lvalue as an operand"))
     }
 
     fn check_keys(&self, r: VarRef, name: &str, keys: Vec<Expr>, span: Span) -> Result<Vec<Expr>> {
         let proto = self.var_info(r).keys.clone().unwrap_or_default();
         if proto.len() != keys.len() {
-            return err(span, proto_len(name, "[ ]", "key", keys.len(), proto.len(), proto.len()));
+            return err(Tag::D_PROTO_LEN, span, proto_len(name, "[ ]", "key", keys.len(), proto.len(), proto.len()));
         }
         let mut out = Vec::with_capacity(keys.len());
         for (i, (k, p)) in keys.into_iter().zip(&proto).enumerate() {
             if !same_kind(p, &k.ty) {
                 return err(
+                    Tag::D_PROTO_ARG,
                     k.span,
                     format!(
                         "{name}[ ] key #{} is incompatible with prototype:\n\tprototype: {}\n\t      key: {}",
@@ -1381,7 +1566,7 @@ impl<'m> Checker<'m> {
     fn assign(&mut self, op: Option<BinaryOp>, lhs: &ast::Expr, rhs: &ast::Expr, span: Span) -> Result<Expr> {
         let value = self.rvalue(rhs)?;
         if value.ty.is_void() {
-            return err(rhs.span, "operator = cannot be applied to a void expression");
+            return err(Tag::D_OP_INCOMPAT, rhs.span, "operator = cannot be applied to a void expression");
         }
         let opsym = op.map(|o| format!("{}=", o.symbol())).unwrap_or_else(|| "=".into());
         let implicit = if op.is_none() { Some(value.ty.clone()) } else { None };
@@ -1389,10 +1574,11 @@ impl<'m> Checker<'m> {
         if let Some(o) = op {
             // dt_node_op2 refuses `/= 0` and `%= 0` as it refuses `/ 0`.
             if matches!(o, BinaryOp::Div | BinaryOp::Mod) && value.ty.is_arithmetic() && fold(&value) == Some(0) {
-                return err(span, "expression contains division by zero");
+                return err(Tag::D_DIV_ZERO, span, "expression contains division by zero");
             }
             if !ty.is_scalar() || !value.ty.is_arithmetic() {
                 return err(
+                    Tag::D_OP_INCOMPAT,
                     span,
                     format!(
                         "operands have incompatible types: \"{}\" {opsym} \"{}\"",
@@ -1401,9 +1587,12 @@ impl<'m> Checker<'m> {
                     ),
                 );
             }
-            let int_only = matches!(o, BinaryOp::Mod | BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr);
+            let int_only = matches!(
+                o,
+                BinaryOp::Mod | BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr
+            );
             if int_only && ty.is_pointer() {
-                return err(span, format!("operator {opsym} requires operands of integral type"));
+                return err(Tag::D_OP_INT, span, format!("operator {opsym} requires operands of integral type"));
             }
         } else {
             self.check_assignable(&ty, &value, &opsym, span)?;
@@ -1423,12 +1612,9 @@ impl<'m> Checker<'m> {
             return Ok(());
         }
         err(
+            Tag::D_OP_INCOMPAT,
             span,
-            format!(
-                "operands have incompatible types: \"{}\" {op} \"{}\"",
-                self.type_name(to),
-                self.type_name(&v.ty)
-            ),
+            format!("operands have incompatible types: \"{}\" {op} \"{}\"", self.type_name(to), self.type_name(&v.ty)),
         )
     }
 
@@ -1470,6 +1656,7 @@ impl<'m> Checker<'m> {
         };
         if !ok {
             return err(
+                Tag::D_CAST_INVAL,
                 span,
                 format!("invalid cast expression: \"{}\" to \"{}\"", self.type_name(&v.ty), self.type_name(&to)),
             );
@@ -1483,24 +1670,28 @@ impl<'m> Checker<'m> {
     fn unary(&mut self, op: UnaryOp, operand: &ast::Expr, span: Span) -> Result<Expr> {
         if is_agg_target(operand) {
             // DTrace types a bare `@a` as <DYN>, which no unary operator accepts.
-            return err(
-                span,
-                match op {
-                    UnaryOp::Neg | UnaryOp::Plus => format!("operator {} requires an operand of arithmetic type", op_sym(op)),
-                    UnaryOp::BitNot => "operator ~ requires an operand of integral type".to_string(),
-                    UnaryOp::Not => "operator ! requires an operand of scalar type".to_string(),
-                    UnaryOp::Deref => "cannot dereference non-pointer type".to_string(),
-                    UnaryOp::AddrOf => "cannot take address of dynamic variable".to_string(),
-                },
-            );
+            let (tag, msg) = match op {
+                UnaryOp::Neg | UnaryOp::Plus => {
+                    (Tag::D_OP_ARITH, format!("operator {} requires an operand of arithmetic type", op_sym(op)))
+                }
+                UnaryOp::BitNot => (Tag::D_OP_INT, "operator ~ requires an operand of integral type".to_string()),
+                UnaryOp::Not => (Tag::D_OP_SCALAR, "operator ! requires an operand of scalar type".to_string()),
+                UnaryOp::Deref => (Tag::D_DEREF_NONPTR, "cannot dereference non-pointer type".to_string()),
+                UnaryOp::AddrOf => (Tag::D_ADDROF_VAR, "cannot take address of dynamic variable".to_string()),
+            };
+            return err(tag, span, msg);
         }
         let v = self.rvalue(operand)?;
         let sym = op_sym(op);
         match op {
             UnaryOp::Neg | UnaryOp::Plus | UnaryOp::BitNot => {
                 if !v.ty.is_arithmetic() {
-                    let what = if op == UnaryOp::BitNot { "integral" } else { "arithmetic" };
-                    return err(span, format!("operator {sym} requires an operand of {what} type"));
+                    let (tag, what) = if op == UnaryOp::BitNot {
+                        (Tag::D_OP_INT, "integral")
+                    } else {
+                        (Tag::D_OP_ARITH, "arithmetic")
+                    };
+                    return err(tag, span, format!("operator {sym} requires an operand of {what} type"));
                 }
                 let shape = crate::types::promote(&v.ty.int_shape().unwrap());
                 let ty = Type::Int(shape.clone());
@@ -1521,16 +1712,16 @@ impl<'m> Checker<'m> {
             }
             UnaryOp::Not => {
                 if !v.ty.is_scalar() {
-                    return err(span, "operator ! requires an operand of scalar type");
+                    return err(Tag::D_OP_SCALAR, span, "operator ! requires an operand of scalar type");
                 }
                 Ok(mk(ExprKind::Not(Box::new(v)), int_ty(), span))
             }
             UnaryOp::Deref => {
                 let Some(t) = v.ty.pointee().cloned() else {
-                    return err(span, "cannot dereference non-pointer type");
+                    return err(Tag::D_DEREF_NONPTR, span, "cannot dereference non-pointer type");
                 };
                 if t.is_void() {
-                    return err(span, "cannot dereference pointer to void");
+                    return err(Tag::D_DEREF_VOID, span, "cannot dereference pointer to void");
                 }
                 Ok(mk(ExprKind::Load(Box::new(v)), t, span))
             }
@@ -1539,8 +1730,10 @@ impl<'m> Checker<'m> {
                     let ty = Type::Pointer(Box::new(v.ty));
                     Ok(mk(addr.kind, ty, span))
                 }
-                ExprKind::Var(_) | ExprKind::ArrayGet { .. } => err(span, "cannot take address of dynamic variable"),
-                _ => err(span, "unacceptable operand for unary & operator"),
+                ExprKind::Var(_) | ExprKind::ArrayGet { .. } => {
+                    err(Tag::D_ADDROF_VAR, span, "cannot take address of dynamic variable")
+                }
+                _ => err(Tag::D_ADDROF_LVAL, span, "unacceptable operand for unary & operator"),
             },
         }
     }
@@ -1554,6 +1747,7 @@ impl<'m> Checker<'m> {
         let r = self.rvalue(rhs)?;
         let incompatible = |this: &Self| {
             err(
+                Tag::D_OP_INCOMPAT,
                 span,
                 format!(
                     "operands have incompatible types: \"{}\" {} \"{}\"",
@@ -1567,7 +1761,11 @@ impl<'m> Checker<'m> {
             LogAnd | LogOr | LogXor => {
                 for x in [&l, &r] {
                     if !x.ty.is_scalar() {
-                        return err(span, format!("operator {} requires operands of scalar type", op.symbol()));
+                        return err(
+                            Tag::D_OP_SCALAR,
+                            span,
+                            format!("operator {} requires operands of scalar type", op.symbol()),
+                        );
                     }
                 }
                 Ok(mk(ExprKind::Logical { op, lhs: Box::new(l), rhs: Box::new(r) }, int_ty(), span))
@@ -1588,7 +1786,11 @@ impl<'m> Checker<'m> {
                 if let (Some(a), Some(b)) = (fold(&l), fold(&r)) {
                     return Ok(int_const(u64::from(compare(op, a, b, shape.signed)), int_ty(), span));
                 }
-                Ok(mk(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r), signed: shape.signed }, int_ty(), span))
+                Ok(mk(
+                    ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r), signed: shape.signed },
+                    int_ty(),
+                    span,
+                ))
             }
             _ => self.arith(op, l, r, span),
         }
@@ -1609,17 +1811,17 @@ impl<'m> Checker<'m> {
         let l = name(self, lhs)?;
         let r = name(self, rhs)?;
         let sym = op.symbol();
-        err(
-            span,
-            match op {
-                LogAnd | LogOr | LogXor => format!("operator {sym} requires operands of scalar type"),
-                Mul | Div => format!("operator {sym} requires operands of arithmetic type"),
-                Mod | BitAnd | BitOr | BitXor | Shl | Shr => format!("operator {sym} requires operands of integral type"),
-                Add | Sub | Lt | Le | Gt | Ge | Eq | Ne => {
-                    format!("operands have incompatible types: \"{l}\" {sym} \"{r}\"")
-                }
-            },
-        )
+        let (tag, msg) = match op {
+            LogAnd | LogOr | LogXor => (Tag::D_OP_SCALAR, format!("operator {sym} requires operands of scalar type")),
+            Mul | Div => (Tag::D_OP_ARITH, format!("operator {sym} requires operands of arithmetic type")),
+            Mod | BitAnd | BitOr | BitXor | Shl | Shr => {
+                (Tag::D_OP_INT, format!("operator {sym} requires operands of integral type"))
+            }
+            Add | Sub | Lt | Le | Gt | Ge | Eq | Ne => {
+                (Tag::D_OP_INCOMPAT, format!("operands have incompatible types: \"{l}\" {sym} \"{r}\""))
+            }
+        };
+        err(tag, span, msg)
     }
 
     fn arith(&mut self, op: BinaryOp, l: Expr, r: Expr, span: Span) -> Result<Expr> {
@@ -1634,6 +1836,7 @@ impl<'m> Checker<'m> {
             if !x.ty.is_arithmetic() {
                 if matches!(op, Add | Sub) {
                     return err(
+                        Tag::D_OP_INCOMPAT,
                         span,
                         format!(
                             "operands have incompatible types: \"{}\" {} \"{}\"",
@@ -1643,15 +1846,15 @@ impl<'m> Checker<'m> {
                         ),
                     );
                 }
-                let kind = if integral { "integral" } else { "arithmetic" };
-                return err(span, format!("operator {} requires operands of {kind} type", op.symbol()));
+                let (tag, kind) = if integral { (Tag::D_OP_INT, "integral") } else { (Tag::D_OP_ARITH, "arithmetic") };
+                return err(tag, span, format!("operator {} requires operands of {kind} type", op.symbol()));
             }
         }
         let (ls, rs) = (l.ty.int_shape().unwrap(), r.ty.int_shape().unwrap());
         let shape = if matches!(op, Shl | Shr) { crate::types::promote(&ls) } else { usual_arithmetic(&ls, &rs) };
         if matches!(op, Div | Mod) && fold(&r) == Some(0) {
             // dt_node_op2 raises this while parsing, outside any clause region.
-            return Err(CompileError::new(span, "expression contains division by zero").unlabelled());
+            return Err(CompileError::new(Tag::D_DIV_ZERO, span, "expression contains division by zero").unlabelled());
         }
         let ty = Type::Int(shape.clone());
         if let (Some(a), Some(b)) = (fold(&l), fold(&r)) {
@@ -1670,14 +1873,23 @@ impl<'m> Checker<'m> {
         match (l.ty.pointee().is_some(), r.ty.pointee().is_some()) {
             (true, true) if op == BinaryOp::Sub => {
                 let n = size_of(self, &l.ty);
-                let diff = mk(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r), signed: true }, long.clone(), span);
+                let diff =
+                    mk(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r), signed: true }, long.clone(), span);
                 let n = int_const(n, long.clone(), span);
-                Ok(mk(ExprKind::Binary { op: BinaryOp::Div, lhs: Box::new(diff), rhs: Box::new(n), signed: true }, long, span))
+                Ok(mk(
+                    ExprKind::Binary { op: BinaryOp::Div, lhs: Box::new(diff), rhs: Box::new(n), signed: true },
+                    long,
+                    span,
+                ))
             }
             (true, false) | (false, true) => {
                 let (p, i) = if l.ty.pointee().is_some() { (l, r) } else { (r, l) };
                 if !i.ty.is_arithmetic() {
-                    return err(span, format!("operator {} requires an integral operand with a pointer", op.symbol()));
+                    return err(
+                        Tag::D_OP_INCOMPAT,
+                        span,
+                        format!("operator {} requires an integral operand with a pointer", op.symbol()),
+                    );
                 }
                 let ty = match &p.ty {
                     Type::Array(t, _) => Type::Pointer(t.clone()),
@@ -1685,10 +1897,15 @@ impl<'m> Checker<'m> {
                 };
                 let n = int_const(size_of(self, &p.ty), long.clone(), span);
                 let i = self.convert(i, &long);
-                let scaled = mk(ExprKind::Binary { op: BinaryOp::Mul, lhs: Box::new(i), rhs: Box::new(n), signed: true }, long, span);
+                let scaled = mk(
+                    ExprKind::Binary { op: BinaryOp::Mul, lhs: Box::new(i), rhs: Box::new(n), signed: true },
+                    long,
+                    span,
+                );
                 Ok(mk(ExprKind::Binary { op, lhs: Box::new(p), rhs: Box::new(scaled), signed: false }, ty, span))
             }
             _ => err(
+                Tag::D_OP_INCOMPAT,
                 span,
                 format!(
                     "operands have incompatible types: \"{}\" {} \"{}\"",
@@ -1703,16 +1920,24 @@ impl<'m> Checker<'m> {
     fn member(&mut self, base: Expr, field: &str, span: Span, op: &str) -> Result<Expr> {
         let (Type::Struct(id) | Type::Union(id)) = base.ty else {
             return err(
+                Tag::D_OP_SOU,
                 span,
-                format!("operator {op} cannot be applied to type \"{}\"; must be applied to a struct or union", self.type_name(&base.ty)),
+                format!(
+                    "operator {op} cannot be applied to type \"{}\"; must be applied to a struct or union",
+                    self.type_name(&base.ty)
+                ),
             );
         };
         if !self.prog.types.records[id].complete {
             let tag = self.prog.types.records[id].tag.clone();
-            return err(span, format!("operator {op} cannot be applied to a forward declaration: no {tag} definition is available"));
+            return err(
+                Tag::D_OP_INCOMPLETE,
+                span,
+                format!("operator {op} cannot be applied to a forward declaration: no {tag} definition is available"),
+            );
         }
         let Some(f) = self.prog.types.field(id, field).cloned() else {
-            return err(span, format!("{field} is not a member of {}", self.type_name(&base.ty)));
+            return err(Tag::D_TYPE_MEMBER, span, format!("{field} is not a member of {}", self.type_name(&base.ty)));
         };
         match base.kind {
             // Traced memory: read the member at its own address.
@@ -1733,14 +1958,20 @@ impl<'m> Checker<'m> {
     fn index(&mut self, base: &ast::Expr, index: &[ast::Expr], span: Span) -> Result<Expr> {
         use ast::ExprKind as K;
         match &base.kind {
-            K::Agg(n) => return err(span, format!("aggregation @{n} may not be used as an operand; use printa( ) to print it")),
+            K::Agg(n) => {
+                return err(
+                    Tag::D_AGG_MDIM,
+                    span,
+                    format!("aggregation @{n} may not be used as an operand; use printa( ) to print it"),
+                )
+            }
             K::Ident(n) if (n == "args" || n == "uregs") && !self.globals.contains_key(n) => {
                 if index.len() != 1 {
-                    return err(span, format!("{n}[ ] takes exactly one index"));
+                    return err(Tag::D_ARGS_IDX, span, format!("{n}[ ] takes exactly one index"));
                 }
                 let i = self.rvalue(&index[0])?;
                 if !i.ty.is_arithmetic() {
-                    return err(i.span, format!("{n}[ ] index must be of integral type"));
+                    return err(Tag::D_PROTO_ARG, i.span, format!("{n}[ ] index must be of integral type"));
                 }
                 let (kind, ty) = if n == "args" {
                     let ty = self.arg_type(&i, span)?;
@@ -1766,7 +1997,11 @@ impl<'m> Checker<'m> {
                     }
                 } else if builtin_var(n).is_none() {
                     let prefix = if scope == VarScope::Thread { "self->" } else { "" };
-                    return err(base.span, format!("failed to resolve {prefix}{n}: Unknown variable name"));
+                    return err(
+                        Tag::D_IDENT_UNDEF,
+                        base.span,
+                        format!("failed to resolve {prefix}{n}: Unknown variable name"),
+                    );
                 }
             }
             _ => {}
@@ -1774,10 +2009,14 @@ impl<'m> Checker<'m> {
         // Pointer or array indexing reads traced memory.
         let b = self.rvalue(base)?;
         let Some(elem) = b.ty.pointee().cloned() else {
-            return err(span, format!("operator [ ] cannot be applied to operand of type \"{}\"", self.type_name(&b.ty)));
+            return err(
+                Tag::D_OP_ARRFUN,
+                span,
+                format!("operator [ ] cannot be applied to operand of type \"{}\"", self.type_name(&b.ty)),
+            );
         };
         if index.len() != 1 {
-            return err(span, "operator [ ] takes exactly one index for a pointer or array");
+            return err(Tag::D_OP_ARRFUN, span, "operator [ ] takes exactly one index for a pointer or array");
         }
         let i = self.rvalue(&index[0])?;
         let at = self.pointer_arith(BinaryOp::Add, b, i, span)?;
@@ -1786,20 +2025,32 @@ impl<'m> Checker<'m> {
 
     fn call(&mut self, name: &str, name_span: Span, args: &[ast::Expr], span: Span) -> Result<Expr> {
         if ACTIONS.contains(&name) {
-            return err(name_span, format!("{name}( ) may not be used in an expression: it is an action"));
+            return err(
+                Tag::D_OP_ACT,
+                name_span,
+                format!("{name}( ) may not be used in an expression: it is an action"),
+            );
         }
         if AggKind::from_name(name).is_some() {
-            return err(name_span, format!("{name}( ) may only be used as the value of an aggregation"));
+            return err(
+                Tag::D_CG_EXPR,
+                name_span,
+                format!("{name}( ) may only be used as the value of an aggregation"),
+            );
         }
         let Some(subr) = subr_by_name(name) else {
             if builtin_var(name).is_some() || self.globals.contains_key(name) {
-                return err(name_span, format!("scalar '{name}' may not be referenced as a function"));
+                return err(
+                    Tag::D_FUNC_IDKIND,
+                    name_span,
+                    format!("scalar '{name}' may not be referenced as a function"),
+                );
             }
-            return err(name_span, format!("undefined function name: {name}"));
+            return err(Tag::D_FUNC_UNDEF, name_span, format!("undefined function name: {name}"));
         };
         let (proto, reqs, min, ret) = subr_proto(subr);
         if args.len() < min || args.len() > reqs.len() {
-            return err(name_span, proto_len(name, "( )", "arg", args.len(), min, reqs.len()));
+            return err(Tag::D_PROTO_LEN, name_span, proto_len(name, "( )", "arg", args.len(), min, reqs.len()));
         }
         let mut vals = Vec::with_capacity(args.len());
         for (i, (a, req)) in args.iter().zip(reqs).enumerate() {
@@ -1817,6 +2068,7 @@ impl<'m> Checker<'m> {
             };
             if !ok {
                 return err(
+                    Tag::D_PROTO_ARG,
                     a.span,
                     format!(
                         "{name}( ) argument #{} is incompatible with prototype:\n\tprototype: {}\n\t argument: {}",
@@ -1973,53 +2225,53 @@ pub fn const_arith(op: BinaryOp, a: u64, b: u64, shape: &IntType) -> Option<u64>
 /// dt_stmt_append's rules for speculate(), commit() and what may follow them in one
 /// clause, with its messages. Aggregations count as data-recording here; expression
 /// statements, destructive actions and discard() do not.
-fn action_order(actions: &[Action]) -> std::result::Result<(), &'static str> {
+fn action_order(actions: &[Action]) -> std::result::Result<(), (Tag, &'static str)> {
     let (mut commit, mut speculate, mut datarec) = (false, false, false);
     for (i, a) in actions.iter().enumerate() {
         match a {
             Action::Commit(_) => {
                 if commit {
-                    return Err("commit( ) may not follow commit( )");
+                    return Err((Tag::D_COMM_DREC, "commit( ) may not follow commit( )"));
                 }
                 if datarec {
-                    return Err("commit( ) may not follow data-recording action(s)");
+                    return Err((Tag::D_COMM_DREC, "commit( ) may not follow data-recording action(s)"));
                 }
                 if actions[i..].iter().any(|t| matches!(t, Action::AggUpdate { .. })) {
-                    return Err("aggregating actions may not follow commit( )");
+                    return Err((Tag::D_AGG_COMM, "aggregating actions may not follow commit( )"));
                 }
                 commit = true;
             }
             Action::Speculate(_) => {
                 if speculate {
-                    return Err("speculate( ) may not follow speculate( )");
+                    return Err((Tag::D_SPEC_SPEC, "speculate( ) may not follow speculate( )"));
                 }
                 if commit {
-                    return Err("speculate( ) may not follow commit( )");
+                    return Err((Tag::D_SPEC_COMM, "speculate( ) may not follow commit( )"));
                 }
                 if datarec {
-                    return Err("speculate( ) may not follow data-recording action(s)");
+                    return Err((Tag::D_SPEC_DREC, "speculate( ) may not follow data-recording action(s)"));
                 }
                 speculate = true;
             }
             Action::AggUpdate { .. } => {
                 if speculate {
-                    return Err("aggregating actions may not follow speculate( )");
+                    return Err((Tag::D_AGG_SPEC, "aggregating actions may not follow speculate( )"));
                 }
                 datarec = true;
             }
             _ => {
                 let destructive = matches!(a, Action::Raise(_) | Action::Stop | Action::System { .. });
                 if speculate && destructive {
-                    return Err("destructive actions may not follow speculate( )");
+                    return Err((Tag::D_ACT_SPEC, "destructive actions may not follow speculate( )"));
                 }
                 if speculate && matches!(a, Action::Exit(_)) {
-                    return Err("exit( ) may not follow speculate( )");
+                    return Err((Tag::D_EXIT_SPEC, "exit( ) may not follow speculate( )"));
                 }
                 if destructive || matches!(a, Action::Discard(_) | Action::Eval(_) | Action::Nop) {
                     continue;
                 }
                 if commit {
-                    return Err("data-recording actions may not follow commit( )");
+                    return Err((Tag::D_DREC_COMM, "data-recording actions may not follow commit( )"));
                 }
                 if !speculate {
                     datarec = true;

@@ -1,5 +1,7 @@
-//! Rendering compile errors as dtrace words them, followed by a snippet of the
-//! source line with a caret under the error.
+//! Rendering compile errors as dtrace words them: with `-x errtags` the error's
+//! `[D_…]` tag first, then the place (`line N:`, or the clause region for `-n`
+//! descriptions), then the message. A person at a terminal also gets a snippet of the
+//! source line with a caret under the error; redirected output gets dtrace's one line.
 //!
 //! Line numbers honour C preprocessor line markers (`# 12 "file.d"`, `#line 12`),
 //! which appear when a script went through cpp (`-C`): the line reported is the line
@@ -23,28 +25,63 @@ pub enum Origin {
     Description,
 }
 
+/// How an error is shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Style {
+    /// `-x errtags`: prefix the error's tag, `[D_SYNTAX] `.
+    pub errtags: bool,
+    /// Follow the message with the source line and a caret (for a terminal).
+    pub excerpt: bool,
+}
+
+/// The tag prefix `-x errtags` asks for, or nothing.
+pub fn tag_prefix(err: &CompileError, style: Style) -> String {
+    if style.errtags {
+        format!("[{}] ", err.tag)
+    } else {
+        String::new()
+    }
+}
+
 /// The whole message for `err` in `src`, without the leading program name and
-/// without a trailing newline: dtrace's one-line message, then the snippet.
-pub fn render(err: &CompileError, origin: &Origin, src: &str) -> String {
+/// without a trailing newline: dtrace's one-line message, then (for a terminal) the
+/// snippet.
+pub fn render(err: &CompileError, origin: &Origin, src: &str, style: Style) -> String {
     let map = LineMap::new(src, origin);
     let range = clamp(src, err.span.range());
     let line = map.line_index(range.start);
+    let tag = tag_prefix(err, style);
     let mut out = match origin {
         Origin::Script(path) => {
             let place = match map.foreign_file(line) {
                 Some(file) => format!("\"{file}\", line {}", map.numbers[line]),
                 None => format!("line {}", map.numbers[line]),
             };
-            format!("failed to compile script {path}: {place}: {}", err.message)
+            format!("failed to compile script {path}: {tag}{place}: {}", err.message)
         }
-        Origin::Description => format!("invalid probe specifier {src}: {}", err.message),
+        // dtrace names the clause region where it cannot name a line.
+        Origin::Description => match err.label() {
+            Some(region) => format!("invalid probe specifier {src}: {tag}in {region}: {}", err.message),
+            None => format!("invalid probe specifier {src}: {tag}{}", err.message),
+        },
     };
-    let snippet = snippet(&map, line, range);
-    if !snippet.is_empty() {
-        out.push('\n');
-        out.push_str(&snippet);
+    if style.excerpt {
+        let snippet = snippet(&map, line, range);
+        if !snippet.is_empty() {
+            out.push('\n');
+            out.push_str(&snippet);
+        }
     }
     out
+}
+
+/// An error that belongs to no place in the source (a line-less message).
+pub fn render_unplaced(err: &CompileError, origin: &Origin, src: &str, style: Style) -> String {
+    let tag = tag_prefix(err, style);
+    match origin {
+        Origin::Script(path) => format!("failed to compile script {path}: {tag}{}", err.message),
+        Origin::Description => format!("invalid probe specifier {src}: {tag}{}", err.message),
+    }
 }
 
 /// Clamps a span to the source and to character boundaries, so that a bad span can
@@ -63,15 +100,9 @@ fn clamp(src: &str, r: Range<usize>) -> Range<usize> {
 
 /// The caret snippet, rendered by codespan with colours off.
 fn snippet(map: &LineMap, line: usize, range: Range<usize>) -> String {
-    let file = MappedFile {
-        map,
-        name: map.display_name(line),
-    };
+    let file = MappedFile { map, name: map.display_name(line) };
     let diagnostic = Diagnostic::error().with_labels(vec![Label::primary((), range)]);
-    let config = Config {
-        chars: Chars::ascii(),
-        ..Config::default()
-    };
+    let config = Config { chars: Chars::ascii(), ..Config::default() };
     let mut writer = NoColor::new(Vec::new());
     if term::emit(&mut writer, &config, &file, &diagnostic).is_err() {
         return String::new();
@@ -124,14 +155,7 @@ impl<'a> LineMap<'a> {
             Origin::Script(path) => path.clone(),
             Origin::Description => "<description>".to_string(),
         };
-        LineMap {
-            src,
-            starts,
-            numbers,
-            files,
-            main_name,
-            first_marker_file,
-        }
+        LineMap { src, starts, numbers, files, main_name, first_marker_file }
     }
 
     fn line_index(&self, byte: usize) -> usize {
@@ -159,8 +183,7 @@ impl<'a> LineMap<'a> {
     }
 
     fn display_name(&self, line: usize) -> String {
-        self.foreign_file(line)
-            .map_or_else(|| self.main_name.clone(), str::to_string)
+        self.foreign_file(line).map_or_else(|| self.main_name.clone(), str::to_string)
     }
 }
 
@@ -202,10 +225,7 @@ impl<'f> Files<'f> for MappedFile<'f> {
         }
         self.map
             .line_range(line_index)
-            .ok_or(files::Error::LineTooLarge {
-                given: line_index,
-                max: self.map.starts.len().saturating_sub(1),
-            })
+            .ok_or(files::Error::LineTooLarge { given: line_index, max: self.map.starts.len().saturating_sub(1) })
     }
 }
 
@@ -215,9 +235,11 @@ mod tests {
     use crate::parser::{parse_program, parse_script, DescAlign};
     use crate::span::Span;
 
+    const TTY: Style = Style { errtags: false, excerpt: true };
+
     fn script_err(src: &str) -> String {
         let e = parse_script(src).unwrap_err();
-        render(&e, &Origin::Script("x.d".into()), src)
+        render(&e, &Origin::Script("x.d".into()), src, TTY)
     }
 
     #[test]
@@ -225,17 +247,11 @@ mod tests {
         let src = "BEGIN\n{\n\tx = ;\n}\n";
         let out = script_err(src);
         let mut lines = out.lines();
-        assert_eq!(
-            lines.next(),
-            Some("failed to compile script x.d: line 3: syntax error near \";\"")
-        );
+        assert_eq!(lines.next(), Some("failed to compile script x.d: line 3: syntax error near \";\""));
         let rest: Vec<&str> = lines.collect();
         assert!(rest[0].contains("x.d:3:6"), "{out}");
         assert!(rest.iter().any(|l| l.ends_with("x = ;")), "{out}");
-        let caret = rest
-            .iter()
-            .find(|l| l.trim_end().ends_with('^'))
-            .expect(&out);
+        let caret = rest.iter().find(|l| l.trim_end().ends_with('^')).expect(&out);
         let code = rest.iter().find(|l| l.ends_with("x = ;")).unwrap();
         // The caret sits under the `;`.
         assert_eq!(caret.trim_end().len(), code.len());
@@ -246,7 +262,7 @@ mod tests {
     fn description_error() {
         let src = "BEGIN { x = ; }";
         let e = parse_program(src, DescAlign::Name).unwrap_err();
-        let out = render(&e, &Origin::Description, src);
+        let out = render(&e, &Origin::Description, src, TTY);
         let expected = "invalid probe specifier BEGIN { x = ; }: syntax error near \";\"\n  --> <description>:1:13\n  |\n1 | BEGIN { x = ; }\n  |             ^";
         assert_eq!(out, expected);
     }
@@ -255,21 +271,14 @@ mod tests {
     fn end_of_input() {
         let src = "BEGIN {\n";
         let out = script_err(src);
-        assert!(
-            out.starts_with("failed to compile script x.d: line 2: syntax error near end of input"),
-            "{out}"
-        );
+        assert!(out.starts_with("failed to compile script x.d: line 2: syntax error near end of input"), "{out}");
     }
 
     #[test]
     fn cpp_line_markers_give_original_lines() {
-        let src =
-            "# 1 \"x.d\"\n# 1 \"<built-in>\"\n# 1 \"x.d\"\n\n\n# 7 \"x.d\"\nBEGIN\n{\n\tx = ;\n}\n";
+        let src = "# 1 \"x.d\"\n# 1 \"<built-in>\"\n# 1 \"x.d\"\n\n\n# 7 \"x.d\"\nBEGIN\n{\n\tx = ;\n}\n";
         let out = script_err(src);
-        assert!(
-            out.starts_with("failed to compile script x.d: line 9: syntax error"),
-            "{out}"
-        );
+        assert!(out.starts_with("failed to compile script x.d: line 9: syntax error"), "{out}");
         assert!(out.contains("x.d:9:6"), "{out}");
         assert!(out.contains("\n9 |     x = ;"), "{out}");
     }
@@ -278,13 +287,8 @@ mod tests {
     fn errors_in_included_files_name_them() {
         let src = "# 1 \"/dev/fd/5\"\n# 1 \"defs.h\" 1\nint x y;\n# 3 \"/dev/fd/5\" 2\nBEGIN {}\n";
         let e = parse_script(src).unwrap_err();
-        let out = render(&e, &Origin::Script("x.d".into()), src);
-        assert!(
-            out.starts_with(
-                "failed to compile script x.d: \"defs.h\", line 1: syntax error near \"y\""
-            ),
-            "{out}"
-        );
+        let out = render(&e, &Origin::Script("x.d".into()), src, TTY);
+        assert!(out.starts_with("failed to compile script x.d: \"defs.h\", line 1: syntax error near \"y\""), "{out}");
         assert!(out.contains("defs.h:1:"), "{out}");
         let src = "#line 20\nBEGIN { x = ; }\n";
         assert!(script_err(src).starts_with("failed to compile script x.d: line 20:"));
@@ -293,28 +297,40 @@ mod tests {
     #[test]
     fn odd_spans_do_not_break_rendering() {
         let src = "é\n";
-        for span in [
-            Span::new(1, 2),
-            Span::new(0, 99),
-            Span::new(50, 60),
-            Span::new(3, 1),
-        ] {
-            let e = CompileError::new(span, "m");
-            let out = render(&e, &Origin::Script("x.d".into()), src);
-            assert!(
-                out.starts_with("failed to compile script x.d: line "),
-                "{out}"
-            );
+        for span in [Span::new(1, 2), Span::new(0, 99), Span::new(50, 60), Span::new(3, 1)] {
+            let e = CompileError::new(crate::Tag::D_UNKNOWN, span, "m");
+            let out = render(&e, &Origin::Script("x.d".into()), src, TTY);
+            assert!(out.starts_with("failed to compile script x.d: line "), "{out}");
         }
-        let e = CompileError::new(Span::new(0, 0), "m");
-        assert!(render(&e, &Origin::Description, "").starts_with("invalid probe specifier : m"));
+        let e = CompileError::new(crate::Tag::D_UNKNOWN, Span::new(0, 0), "m");
+        assert!(render(&e, &Origin::Description, "", TTY).starts_with("invalid probe specifier : m"));
+    }
+
+    #[test]
+    fn errtags_and_plain_output() {
+        let src = "BEGIN\n{\n\tx = ;\n}\n";
+        let e = parse_script(src).unwrap_err();
+        let style = Style { errtags: true, excerpt: false };
+        assert_eq!(
+            render(&e, &Origin::Script("x.d".into()), src, style),
+            "failed to compile script x.d: [D_SYNTAX] line 3: syntax error near \";\""
+        );
+        let e = CompileError::new(crate::Tag::D_PROTO_LEN, Span::new(6, 13), "m")
+            .in_region(crate::error::Region::ActionList);
+        assert_eq!(
+            render(&e, &Origin::Description, "BEGIN{trace()}", style),
+            "invalid probe specifier BEGIN{trace()}: [D_PROTO_LEN] in action list: m"
+        );
     }
 
     #[test]
     fn multi_line_span() {
         let src = "BEGIN { x = \"a\nb\"; }";
         let e = parse_program(src, DescAlign::Name).unwrap_err();
-        let out = render(&e, &Origin::Description, src);
-        assert!(out.starts_with("invalid probe specifier BEGIN { x = \"a\nb\"; }: newline encountered in string literal"), "{out}");
+        let out = render(&e, &Origin::Description, src, TTY);
+        assert!(
+            out.starts_with("invalid probe specifier BEGIN { x = \"a\nb\"; }: newline encountered in string literal"),
+            "{out}"
+        );
     }
 }

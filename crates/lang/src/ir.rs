@@ -122,24 +122,59 @@ pub enum Action {
     /// An expression evaluated for its effect (assignments, `++`, …).
     Eval(Expr),
     Trace(Expr),
-    Tracemem { addr: Expr, size: u64, dsize: Option<Expr> },
-    Printf { format: Rc<str>, format_span: Span, args: Vec<Expr> },
-    Printa { format: Option<(Rc<str>, Span)>, aggs: Vec<usize> },
-    AggUpdate { agg: usize, keys: Vec<Expr>, args: Vec<Expr> },
+    Tracemem {
+        addr: Expr,
+        size: u64,
+        dsize: Option<Expr>,
+    },
+    Printf {
+        format: Rc<str>,
+        format_span: Span,
+        args: Vec<Expr>,
+    },
+    Printa {
+        format: Option<(Rc<str>, Span)>,
+        aggs: Vec<usize>,
+    },
+    AggUpdate {
+        agg: usize,
+        keys: Vec<Expr>,
+        args: Vec<Expr>,
+    },
     Exit(Expr),
     Clear(usize),
-    Trunc { agg: usize, keep: Option<Expr> },
-    Normalize { agg: usize, factor: Expr },
+    Trunc {
+        agg: usize,
+        keep: Option<Expr>,
+    },
+    Normalize {
+        agg: usize,
+        factor: Expr,
+    },
     Denormalize(usize),
-    Setopt { name: String, value: Option<String> },
+    Setopt {
+        name: String,
+        value: Option<String>,
+    },
     Speculate(Expr),
     Commit(Expr),
     Discard(Expr),
     /// `stack()`/`ustack()` as actions: trace the stack.
-    Stack { user: bool, frames: Option<u32> },
-    If { cond: Expr, then: Vec<Action>, otherwise: Vec<Action> },
+    Stack {
+        user: bool,
+        frames: Option<u32>,
+    },
+    If {
+        cond: Expr,
+        then: Vec<Action>,
+        otherwise: Vec<Action>,
+    },
     /// `system(fmt, …)` (destructive; needs `-w`).
-    System { format: Rc<str>, format_span: Span, args: Vec<Expr> },
+    System {
+        format: Rc<str>,
+        format_span: Span,
+        args: Vec<Expr>,
+    },
     Raise(Expr),
     Stop,
     /// `printm`, `freopen`, … accepted for compatibility but doing nothing here.
@@ -217,7 +252,9 @@ pub enum Subr {
     Ntohl,
     Ntohll,
     /// `stack()`/`ustack()` used as a value (an aggregation key).
-    Stack { user: bool },
+    Stack {
+        user: bool,
+    },
     /// `usym()`, `ufunc()`, …: only the type changes.
     Symbol,
 }
@@ -229,7 +266,10 @@ pub enum ExprKind {
     Str(Rc<[u8]>),
     Var(VarRef),
     /// `a[k…]` for an associative array (global or `self->`).
-    ArrayGet { var: VarRef, keys: Vec<Expr> },
+    ArrayGet {
+        var: VarRef,
+        keys: Vec<Expr>,
+    },
     Builtin(Builtin),
     /// `args[i]`
     Args(Box<Expr>),
@@ -240,21 +280,49 @@ pub enum ExprKind {
     Not(Box<Expr>),
     /// Arithmetic, bitwise, shifts and integer comparisons, computed in `shape`
     /// (the operands' converted type). Pointer arithmetic is already scaled.
-    Binary { op: BinaryOp, lhs: Box<Expr>, rhs: Box<Expr>, signed: bool },
+    Binary {
+        op: BinaryOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+        signed: bool,
+    },
     /// String comparisons: strcmp semantics.
-    StrCmp { op: BinaryOp, lhs: Box<Expr>, rhs: Box<Expr> },
+    StrCmp {
+        op: BinaryOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
     /// `&&`, `||`, `^^` (short-circuit where C does).
-    Logical { op: BinaryOp, lhs: Box<Expr>, rhs: Box<Expr> },
-    Ternary { cond: Box<Expr>, then: Box<Expr>, otherwise: Box<Expr> },
-    Assign { target: Place, op: Option<BinaryOp>, value: Box<Expr> },
-    IncDec { target: Place, increment: bool, prefix: bool },
+    Logical {
+        op: BinaryOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+    Ternary {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        otherwise: Box<Expr>,
+    },
+    Assign {
+        target: Place,
+        op: Option<BinaryOp>,
+        value: Box<Expr>,
+    },
+    IncDec {
+        target: Place,
+        increment: bool,
+        prefix: bool,
+    },
     /// A conversion to `ty`: integer truncation/extension, or a `char *` read as a string.
     Cast(Box<Expr>),
     Call(Subr, Vec<Expr>),
     /// Reads `ty` from the traced process's memory at the address `addr` evaluates to.
     Load(Box<Expr>),
     /// A member of a struct value held in a D variable (the base is bytes).
-    Field { base: Box<Expr>, offset: u64 },
+    Field {
+        base: Box<Expr>,
+        offset: u64,
+    },
     Comma(Box<Expr>, Box<Expr>),
 }
 
@@ -262,8 +330,16 @@ pub enum ExprKind {
 #[derive(Debug, Clone)]
 pub enum Place {
     Var(VarRef),
-    Array { var: VarRef, keys: Vec<Expr> },
+    Array {
+        var: VarRef,
+        keys: Vec<Expr>,
+    },
     /// A member of a struct or union held in a D variable (`s.x`, `a[k].x`):
     /// `ty` at byte `offset` of `base`, whose type is `record`.
-    Field { base: Box<Place>, record: Type, offset: u64, ty: Type },
+    Field {
+        base: Box<Place>,
+        record: Type,
+        offset: u64,
+        ty: Type,
+    },
 }

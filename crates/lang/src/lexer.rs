@@ -10,7 +10,7 @@
 //! trivia; `#pragma D …` lines are collected for the parser to turn into items.
 
 use crate::ast::{IntSuffix, Pragma};
-use crate::error::{CompileError, Result};
+use crate::error::{CompileError, Result, Tag};
 use crate::span::Span;
 
 /// Which of DTrace's lexer states applies at a position.
@@ -142,22 +142,20 @@ pub const KEYWORDS: &[&str] = &[
 
 /// Three- and two-character operators, longest first so that matching is greedy.
 const LONG_PUNCT: &[&str] = &[
-    "<<=", ">>=", "...", "&&", "^^", "||", "==", "!=", "<=", ">=", "<<", ">>", "+=", "-=", "*=",
-    "/=", "%=", "&=", "^=", "|=", "++", "--", "->",
+    "<<=", ">>=", "...", "&&", "^^", "||", "==", "!=", "<=", ">=", "<<", ">>", "+=", "-=", "*=", "/=", "%=", "&=",
+    "^=", "|=", "++", "--", "->",
 ];
 const SHORT_PUNCT: &[&str] = &[
-    "|", "^", "&", "<", ">", "+", "-", "*", "%", "~", "!", "?", ":", ".", "=", ",", ";", "(", ")",
-    "[", "]", "{", "}",
+    "|", "^", "&", "<", ">", "+", "-", "*", "%", "~", "!", "?", ":", ".", "=", ",", ";", "(", ")", "[", "]", "{", "}",
 ];
 
 /// A `syntax error near "x"` error for the character at `pos`.
 pub fn near_char(src: &str, pos: usize) -> CompileError {
     match src.get(pos..).and_then(|s| s.chars().next()) {
-        Some(c) => CompileError::new(
-            Span::new(pos, pos + c.len_utf8()),
-            format!("syntax error near \"{c}\""),
-        ),
-        None => CompileError::new(Span::new(pos, pos), "syntax error near end of input"),
+        Some(c) => {
+            CompileError::new(Tag::D_SYNTAX, Span::new(pos, pos + c.len_utf8()), format!("syntax error near \"{c}\""))
+        }
+        None => CompileError::new(Tag::D_SYNTAX, Span::new(pos, pos), "syntax error near end of input"),
     }
 }
 
@@ -252,14 +250,12 @@ fn control_words(text: &str, base: usize) -> Result<(Vec<(CtlWord, Span)>, ())> 
             let Some(end) = end else {
                 // The control line ends inside the string.
                 return Err(CompileError::new(
+                    Tag::D_STR_NL,
                     Span::new(base + start, base + b.len()),
                     "newline encountered in string literal",
                 ));
             };
-            out.push((
-                CtlWord::Str(bytes_to_string(bytes)),
-                Span::new(base + start, base + end),
-            ));
+            out.push((CtlWord::Str(bytes_to_string(bytes)), Span::new(base + start, base + end)));
             i = end;
         } else {
             let start = i;
@@ -306,12 +302,7 @@ fn bytes_to_string(bytes: Vec<u8>) -> String {
 /// escapes. Returns the bytes and the offset just past the closing quote, or `None`
 /// for the end when a newline or the end of `text` came first (the caller words the
 /// error). The offset of the newline is then `text.len()` or the newline position.
-fn scan_quoted(
-    text: &str,
-    start: usize,
-    quote: u8,
-    _base: usize,
-) -> Result<(Vec<u8>, Option<usize>)> {
+fn scan_quoted(text: &str, start: usize, quote: u8, _base: usize) -> Result<(Vec<u8>, Option<usize>)> {
     let b = text.as_bytes();
     let mut i = start + 1;
     let mut out = Vec::new();
@@ -402,20 +393,12 @@ pub struct Lexer<'a> {
 
 impl<'a> Lexer<'a> {
     pub fn new(src: &'a str) -> Lexer<'a> {
-        Lexer {
-            src,
-            pragmas: Vec::new(),
-            ctl_done: 0,
-        }
+        Lexer { src, pragmas: Vec::new(), ctl_done: 0 }
     }
 
     /// The `#pragma D` lines that start before `before`, removed from the queue.
     pub fn take_pragmas(&mut self, before: usize) -> Vec<Pragma> {
-        let n = self
-            .pragmas
-            .iter()
-            .take_while(|p| (p.span.start as usize) < before)
-            .count();
+        let n = self.pragmas.iter().take_while(|p| (p.span.start as usize) < before).count();
         self.pragmas.drain(..n).collect()
     }
 
@@ -426,10 +409,7 @@ impl<'a> Lexer<'a> {
         let pos = self.skip_trivia(pos, mode)?;
         let b = self.src.as_bytes();
         if pos >= b.len() {
-            return Ok(Token {
-                kind: TokKind::Eof,
-                span: Span::new(b.len(), b.len()),
-            });
+            return Ok(Token { kind: TokKind::Eof, span: Span::new(b.len(), b.len()) });
         }
         match mode {
             Mode::Outer => self.lex_outer(pos, is_type),
@@ -480,19 +460,13 @@ impl<'a> Lexer<'a> {
                 return Ok(i + 2);
             }
             if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
-                return Err(CompileError::new(
-                    Span::new(i, i + 2),
-                    "/* encountered inside a comment",
-                ));
+                return Err(CompileError::new(Tag::D_SYNTAX, Span::new(i, i + 2), "/* encountered inside a comment"));
             }
             i += 1;
         }
         // dtrace raises this from input() at end of file, so its line is the last
         // one (yylineno counts every newline of the comment), not the comment's.
-        Err(CompileError::new(
-            Span::new(b.len(), b.len()),
-            "end-of-file encountered before matching */",
-        ))
+        Err(CompileError::new(Tag::D_SYNTAX, Span::new(b.len(), b.len()), "end-of-file encountered before matching */"))
     }
 
     /// Processes the control line whose `#` is at `hash`; returns the offset after
@@ -502,6 +476,7 @@ impl<'a> Lexer<'a> {
         let end = line_end(b, hash);
         if end >= b.len() {
             return Err(CompileError::new(
+                Tag::D_SYNTAX,
                 Span::new(hash, b.len()),
                 "end-of-file encountered before end of control line",
             ));
@@ -527,7 +502,7 @@ impl<'a> Lexer<'a> {
             let name = match word {
                 CtlWord::Int(..) => return check_line_args(&words[i..], "line"),
                 CtlWord::Str(_) => {
-                    return Err(CompileError::new(*span, "invalid control directive"))
+                    return Err(CompileError::new(Tag::D_PRAGCTL_INVAL, *span, "invalid control directive"))
                 }
                 CtlWord::Word(w) => w.as_str(),
             };
@@ -552,6 +527,7 @@ impl<'a> Lexer<'a> {
                 // Unknown pragmas are ignored (K&R A12.8), as DTrace does.
                 _ if kind == Kind::Pragma => Ok(()),
                 _ => Err(CompileError::new(
+                    Tag::D_PRAGCTL_INVAL,
                     Span::new(line.start as usize, span.end as usize),
                     format!("invalid control directive: #{name}"),
                 )),
@@ -572,10 +548,7 @@ impl<'a> Lexer<'a> {
                 b'/' => "/",
                 _ => ",",
             };
-            return Ok(Token {
-                kind: TokKind::Punct(p),
-                span: Span::new(pos, pos + 1),
-            });
+            return Ok(Token { kind: TokKind::Punct(p), span: Span::new(pos, pos + 1) });
         }
         if !is_pspec_start(c) {
             return Err(near_char(self.src, pos));
@@ -587,15 +560,9 @@ impl<'a> Lexer<'a> {
         let run = &self.src[pos..end];
         if let Some(word) = declaration_start(run, is_type) {
             let span = Span::new(pos, pos + word.len());
-            return Ok(Token {
-                kind: TokKind::Ident(word.to_string()),
-                span,
-            });
+            return Ok(Token { kind: TokKind::Ident(word.to_string()), span });
         }
-        Ok(Token {
-            kind: TokKind::PSpec(run.to_string()),
-            span: Span::new(pos, end),
-        })
+        Ok(Token { kind: TokKind::PSpec(run.to_string()), span: Span::new(pos, end) })
     }
 
     fn lex_expr(&mut self, pos: usize) -> Result<Token> {
@@ -618,10 +585,7 @@ impl<'a> Lexer<'a> {
         let rest = &self.src[pos..];
         for p in LONG_PUNCT.iter().chain(SHORT_PUNCT) {
             if rest.starts_with(p) {
-                return Ok(Token {
-                    kind: TokKind::Punct(p),
-                    span: Span::new(pos, pos + p.len()),
-                });
+                return Ok(Token { kind: TokKind::Punct(p), span: Span::new(pos, pos + p.len()) });
             }
         }
         Err(near_char(self.src, pos))
@@ -640,8 +604,7 @@ impl<'a> Lexer<'a> {
             Some(i) => {
                 let module = &text[..i];
                 TokKind::Backquoted {
-                    module: (!module.is_empty())
-                        .then(|| module.trim_start_matches('`').to_string()),
+                    module: (!module.is_empty()).then(|| module.trim_start_matches('`').to_string()),
                     name: text[i + 1..].to_string(),
                 }
             }
@@ -668,31 +631,19 @@ impl<'a> Lexer<'a> {
             _ => return Err(near_char(self.src, pos)),
         }
         let name = self.src[start..end].to_string();
-        let kind = if dollars == 2 {
-            TokKind::MacroStr(name)
-        } else {
-            TokKind::Macro(name)
-        };
-        Ok(Token {
-            kind,
-            span: Span::new(pos, end),
-        })
+        let kind = if dollars == 2 { TokKind::MacroStr(name) } else { TokKind::Macro(name) };
+        Ok(Token { kind, span: Span::new(pos, end) })
     }
 
     fn lex_agg(&self, pos: usize) -> Token {
         let b = self.src.as_bytes();
         let mut end = pos + 1;
-        if b.get(end)
-            .is_some_and(|&c| c.is_ascii_alphabetic() || c == b'_')
-        {
+        if b.get(end).is_some_and(|&c| c.is_ascii_alphabetic() || c == b'_') {
             while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
                 end += 1;
             }
         }
-        Token {
-            kind: TokKind::Agg(self.src[pos + 1..end].to_string()),
-            span: Span::new(pos, end),
-        }
+        Token { kind: TokKind::Agg(self.src[pos + 1..end].to_string()), span: Span::new(pos, end) }
     }
 
     /// `/` is division unless the next non-blank character is end of input, `;`, `{`
@@ -700,10 +651,7 @@ impl<'a> Lexer<'a> {
     fn lex_slash(&self, pos: usize) -> Token {
         let b = self.src.as_bytes();
         if b.get(pos + 1) == Some(&b'=') {
-            return Token {
-                kind: TokKind::Punct("/="),
-                span: Span::new(pos, pos + 2),
-            };
+            return Token { kind: TokKind::Punct("/="), span: Span::new(pos, pos + 2) };
         }
         let mut i = pos + 1;
         while i < b.len() && is_ws(b[i]) {
@@ -713,19 +661,13 @@ impl<'a> Lexer<'a> {
             None | Some(b';' | b'{' | b'/') => TokKind::EPred,
             _ => TokKind::Punct("/"),
         };
-        Token {
-            kind,
-            span: Span::new(pos, pos + 1),
-        }
+        Token { kind, span: Span::new(pos, pos + 1) }
     }
 
     fn lex_string(&self, pos: usize) -> Result<Token> {
         let (bytes, end) = scan_quoted(self.src, pos, b'"', 0)?;
         match end {
-            Some(end) => Ok(Token {
-                kind: TokKind::Str(bytes_to_string(bytes)),
-                span: Span::new(pos, end),
-            }),
+            Some(end) => Ok(Token { kind: TokKind::Str(bytes_to_string(bytes)), span: Span::new(pos, end) }),
             None => Err(self.unterminated(pos, "newline encountered in string literal")),
         }
     }
@@ -737,17 +679,14 @@ impl<'a> Lexer<'a> {
         };
         let span = Span::new(pos, end);
         if end == pos + 2 {
-            return Err(CompileError::new(span, "empty character constant"));
+            return Err(CompileError::new(Tag::D_CHR_NULL, span, "empty character constant"));
         }
         if bytes.len() > 8 {
-            return Err(CompileError::new(span, "character constant is too long"));
+            return Err(CompileError::new(Tag::D_CHR_OFLOW, span, "character constant is too long"));
         }
         // The first character is the most significant byte, as in DTrace.
         let value = bytes.iter().fold(0u64, |v, &c| (v << 8) | u64::from(c));
-        Ok(Token {
-            kind: TokKind::Char(value as i64),
-            span,
-        })
+        Ok(Token { kind: TokKind::Char(value as i64), span })
     }
 
     /// The error for a string or character constant that is not closed: DTrace
@@ -755,8 +694,9 @@ impl<'a> Lexer<'a> {
     /// so it reports the quote itself.
     fn unterminated(&self, pos: usize, newline_msg: &str) -> CompileError {
         let end = line_end(self.src.as_bytes(), pos);
+        let tag = if newline_msg.contains("string") { Tag::D_STR_NL } else { Tag::D_CHR_NL };
         if end < self.src.len() {
-            CompileError::new(Span::new(pos, end), newline_msg)
+            CompileError::new(tag, Span::new(pos, end), newline_msg)
         } else {
             near_char(self.src, pos)
         }
@@ -779,6 +719,7 @@ impl<'a> Lexer<'a> {
             let fp_end = float_end(b, pos);
             if fp_end > int_end {
                 return Err(CompileError::new(
+                    Tag::D_SYNTAX,
                     Span::new(pos, fp_end),
                     "floating-point constants are not permitted",
                 ));
@@ -788,10 +729,7 @@ impl<'a> Lexer<'a> {
         let span = Span::new(pos, int_end);
         let value = int_value(text, &self.src[pos..digits_end], hex, span)?;
         let suffix = int_suffix(&self.src[digits_end..int_end]);
-        Ok(Token {
-            kind: TokKind::Int { value, suffix },
-            span,
-        })
+        Ok(Token { kind: TokKind::Int { value, suffix }, span })
     }
 }
 
@@ -815,10 +753,7 @@ fn declaration_start<'r>(run: &'r str, is_type: &dyn Fn(&str) -> bool) -> Option
 }
 
 fn line_end(b: &[u8], pos: usize) -> usize {
-    b[pos..]
-        .iter()
-        .position(|&c| c == b'\n')
-        .map_or(b.len(), |i| pos + i)
+    b[pos..].iter().position(|&c| c == b'\n').map_or(b.len(), |i| pos + i)
 }
 
 fn scan_while(b: &[u8], mut i: usize, f: impl Fn(u8) -> bool) -> usize {
@@ -831,20 +766,13 @@ fn scan_while(b: &[u8], mut i: usize, f: impl Fn(u8) -> bool) -> usize {
 /// Length of the longest valid integer suffix (`u`, `l`, `ul`, `lu`, `ll`, `ull`,
 /// `llu`, any case) at the start of `b`.
 fn int_suffix_len(b: &[u8]) -> usize {
-    let n = b
-        .iter()
-        .take(3)
-        .take_while(|c| matches!(c, b'u' | b'U' | b'l' | b'L'))
-        .count();
+    let n = b.iter().take(3).take_while(|c| matches!(c, b'u' | b'U' | b'l' | b'L')).count();
     (0..=n).rev().find(|&k| valid_suffix(&b[..k])).unwrap_or(0)
 }
 
 fn valid_suffix(s: &[u8]) -> bool {
     let lower: Vec<u8> = s.iter().map(u8::to_ascii_lowercase).collect();
-    matches!(
-        &lower[..],
-        b"" | b"u" | b"l" | b"ul" | b"lu" | b"ll" | b"ull" | b"llu"
-    )
+    matches!(&lower[..], b"" | b"u" | b"l" | b"ul" | b"lu" | b"ll" | b"ull" | b"llu")
 }
 
 fn int_suffix(s: &str) -> IntSuffix {
@@ -903,16 +831,14 @@ fn int_value(text: &str, digits: &str, hex: bool, span: Span) -> Result<u64> {
     for c in body.chars() {
         let Some(d) = c.to_digit(radix) else {
             return Err(CompileError::new(
+                Tag::D_INT_DIGIT,
                 span,
                 format!("constant {text} contains invalid digit {c}"),
             ));
         };
-        value = value
-            .checked_mul(u64::from(radix))
-            .and_then(|v| v.checked_add(u64::from(d)))
-            .ok_or_else(|| {
-                CompileError::new(span, format!("constant {text} results in integer overflow"))
-            })?;
+        value = value.checked_mul(u64::from(radix)).and_then(|v| v.checked_add(u64::from(d))).ok_or_else(|| {
+            CompileError::new(Tag::D_INT_OFLOW, span, format!("constant {text} results in integer overflow"))
+        })?;
     }
     Ok(value)
 }
@@ -933,10 +859,7 @@ fn check_line_args(args: &[(CtlWord, Span)], name: &str) -> Result<()> {
         (Some((_, a)), Some((_, z))) => a.to(*z),
         _ => Span::default(),
     };
-    Err(CompileError::new(
-        span,
-        format!("malformed #{name} <line> [ [\"file\"] state ]"),
-    ))
+    Err(CompileError::new(Tag::D_PRAGMA_MALFORM, span, format!("malformed #{name} <line> [ [\"file\"] state ]")))
 }
 
 /// `#error words…` stops compilation with the words, as DTrace prints them.
@@ -948,7 +871,7 @@ fn error_directive(args: &[(CtlWord, Span)], line: Span) -> CompileError {
             msg.push(' ');
         }
     }
-    CompileError::new(line, msg)
+    CompileError::new(Tag::D_PRAGERR, line, msg)
 }
 
 #[cfg(test)]
@@ -990,11 +913,7 @@ mod tests {
     fn integers() {
         assert_eq!(
             expr("017 0x1F 42"),
-            vec![
-                int(15, IntSuffix::None),
-                int(31, IntSuffix::None),
-                int(42, IntSuffix::None)
-            ]
+            vec![int(15, IntSuffix::None), int(31, IntSuffix::None), int(42, IntSuffix::None)]
         );
         assert_eq!(
             expr("1u 2UL 3lu 4ll 5ULL 6llu 7L"),
@@ -1008,10 +927,7 @@ mod tests {
                 int(7, IntSuffix::L)
             ]
         );
-        assert_eq!(
-            expr("18446744073709551615"),
-            vec![int(u64::MAX, IntSuffix::None)]
-        );
+        assert_eq!(expr("18446744073709551615"), vec![int(u64::MAX, IntSuffix::None)]);
         assert_eq!(expr("0"), vec![int(0, IntSuffix::None)]);
     }
 
@@ -1019,19 +935,10 @@ mod tests {
     fn integer_errors() {
         assert_eq!(
             err("x = 18446744073709551616;", Mode::Expr),
-            (
-                "constant 18446744073709551616 results in integer overflow".into(),
-                4..24
-            )
+            ("constant 18446744073709551616 results in integer overflow".into(), 4..24)
         );
-        assert_eq!(
-            err("089", Mode::Expr),
-            ("constant 089 contains invalid digit 8".into(), 0..3)
-        );
-        assert_eq!(
-            err("a + 1.5", Mode::Expr),
-            ("floating-point constants are not permitted".into(), 4..7)
-        );
+        assert_eq!(err("089", Mode::Expr), ("constant 089 contains invalid digit 8".into(), 0..3));
+        assert_eq!(err("a + 1.5", Mode::Expr), ("floating-point constants are not permitted".into(), 4..7));
         assert_eq!(err("2e10", Mode::Expr).1, 0..4);
         assert_eq!(err("10f", Mode::Expr).1, 0..3);
         assert_eq!(err(".5", Mode::Expr).1, 0..2);
@@ -1039,67 +946,31 @@ mod tests {
 
     #[test]
     fn strings_and_chars() {
-        assert_eq!(
-            expr(r#""a\tb\n\\\"\x41\101\0""#),
-            vec![TokKind::Str("a\tb\n\\\"AA\0".into())]
-        );
-        assert_eq!(
-            expr(r#""" "x""#),
-            vec![TokKind::Str("".into()), TokKind::Str("x".into())]
-        );
+        assert_eq!(expr(r#""a\tb\n\\\"\x41\101\0""#), vec![TokKind::Str("a\tb\n\\\"AA\0".into())]);
+        assert_eq!(expr(r#""" "x""#), vec![TokKind::Str("".into()), TokKind::Str("x".into())]);
         assert_eq!(
             expr(r"'a' '\n' 'ab' '\''"),
-            vec![
-                TokKind::Char(97),
-                TokKind::Char(10),
-                TokKind::Char(0x6162),
-                TokKind::Char(39)
-            ]
+            vec![TokKind::Char(97), TokKind::Char(10), TokKind::Char(0x6162), TokKind::Char(39)]
         );
     }
 
     #[test]
     fn literal_errors() {
-        assert_eq!(
-            err("\"abc\nx\"", Mode::Expr),
-            ("newline encountered in string literal".into(), 0..4)
-        );
-        assert_eq!(
-            err("x \"abc", Mode::Expr),
-            ("syntax error near \"\"\"".into(), 2..3)
-        );
-        assert_eq!(
-            err("''", Mode::Expr),
-            ("empty character constant".into(), 0..2)
-        );
-        assert_eq!(
-            err("'abcdefghi'", Mode::Expr),
-            ("character constant is too long".into(), 0..11)
-        );
-        assert_eq!(
-            err("'a\n'", Mode::Expr),
-            ("newline encountered in character constant".into(), 0..2)
-        );
+        assert_eq!(err("\"abc\nx\"", Mode::Expr), ("newline encountered in string literal".into(), 0..4));
+        assert_eq!(err("x \"abc", Mode::Expr), ("syntax error near \"\"\"".into(), 2..3));
+        assert_eq!(err("''", Mode::Expr), ("empty character constant".into(), 0..2));
+        assert_eq!(err("'abcdefghi'", Mode::Expr), ("character constant is too long".into(), 0..11));
+        assert_eq!(err("'a\n'", Mode::Expr), ("newline encountered in character constant".into(), 0..2));
     }
 
     #[test]
     fn comments() {
         assert_eq!(
             expr("a /* x */ b // c\n d"),
-            vec![
-                TokKind::Ident("a".into()),
-                TokKind::Ident("b".into()),
-                TokKind::Ident("d".into())
-            ]
+            vec![TokKind::Ident("a".into()), TokKind::Ident("b".into()), TokKind::Ident("d".into())]
         );
-        assert_eq!(
-            err("a /* x", Mode::Expr),
-            ("end-of-file encountered before matching */".into(), 6..6)
-        );
-        assert_eq!(
-            err("a /* x /* y */", Mode::Expr),
-            ("/* encountered inside a comment".into(), 7..9)
-        );
+        assert_eq!(err("a /* x", Mode::Expr), ("end-of-file encountered before matching */".into(), 6..6));
+        assert_eq!(err("a /* x /* y */", Mode::Expr), ("/* encountered inside a comment".into(), 7..9));
     }
 
     #[test]
@@ -1132,28 +1003,13 @@ mod tests {
                 TokKind::MacroStr("2".into()),
                 TokKind::Agg("".into()),
                 TokKind::Agg("cnt".into()),
-                TokKind::Backquoted {
-                    module: None,
-                    name: "sym".into()
-                },
-                TokKind::Backquoted {
-                    module: Some("libc".into()),
-                    name: "malloc".into()
-                }
+                TokKind::Backquoted { module: None, name: "sym".into() },
+                TokKind::Backquoted { module: Some("libc".into()), name: "malloc".into() }
             ]
         );
-        assert_eq!(
-            err("a $ b", Mode::Expr),
-            ("syntax error near \"$\"".into(), 2..3)
-        );
-        assert_eq!(
-            err("a é", Mode::Expr),
-            ("syntax error near \"é\"".into(), 2..4)
-        );
-        assert_eq!(
-            err("a # b", Mode::Expr),
-            ("syntax error near \"#\"".into(), 2..3)
-        );
+        assert_eq!(err("a $ b", Mode::Expr), ("syntax error near \"$\"".into(), 2..3));
+        assert_eq!(err("a é", Mode::Expr), ("syntax error near \"é\"".into(), 2..4));
+        assert_eq!(err("a # b", Mode::Expr), ("syntax error near \"#\"".into(), 2..3));
     }
 
     #[test]
@@ -1170,28 +1026,21 @@ mod tests {
         );
         assert_eq!(
             out("syscall::open*:entry/"),
-            vec![
-                TokKind::PSpec("syscall::open*:entry".into()),
-                TokKind::Punct("/")
-            ]
+            vec![TokKind::PSpec("syscall::open*:entry".into()), TokKind::Punct("/")]
         );
         assert_eq!(out("int"), vec![TokKind::Ident("int".into())]);
         assert_eq!(out("foo*"), vec![TokKind::PSpec("foo*".into())]);
         let mut lx = Lexer::new("uint32_t*x");
         let t = lx.lex(0, Mode::Outer, &|s| s == "uint32_t").unwrap();
-        assert_eq!(
-            (t.kind, t.span.range()),
-            (TokKind::Ident("uint32_t".into()), 0..8)
-        );
-        assert_eq!(
-            err("BEGIN ;", Mode::Outer),
-            ("syntax error near \";\"".into(), 6..7)
-        );
+        assert_eq!((t.kind, t.span.range()), (TokKind::Ident("uint32_t".into()), 0..8));
+        assert_eq!(err("BEGIN ;", Mode::Outer), ("syntax error near \";\"".into(), 6..7));
     }
 
     #[test]
     fn control_lines() {
-        let mut lx = Lexer::new("#!/usr/bin/env -S udtrace -s\n#pragma D option quiet\n# 12 \"x.d\"\n#pragma ident \"x\"\nBEGIN");
+        let mut lx = Lexer::new(
+            "#!/usr/bin/env -S udtrace -s\n#pragma D option quiet\n# 12 \"x.d\"\n#pragma ident \"x\"\nBEGIN",
+        );
         let t = lx.lex(0, Mode::Outer, &no_types).unwrap();
         assert_eq!(t.kind, TokKind::PSpec("BEGIN".into()));
         let p = lx.take_pragmas(t.span.start as usize);
@@ -1204,45 +1053,22 @@ mod tests {
 
     #[test]
     fn control_line_errors() {
-        assert_eq!(
-            err("#include <stdio.h>\n", Mode::Outer),
-            ("invalid control directive: #include".into(), 0..8)
-        );
-        assert_eq!(
-            err("  #define X 1\n", Mode::Outer),
-            ("invalid control directive: #define".into(), 2..9)
-        );
+        assert_eq!(err("#include <stdio.h>\n", Mode::Outer), ("invalid control directive: #include".into(), 0..8));
+        assert_eq!(err("  #define X 1\n", Mode::Outer), ("invalid control directive: #define".into(), 2..9));
         assert_eq!(
             err("#pragma D option quiet", Mode::Outer),
-            (
-                "end-of-file encountered before end of control line".into(),
-                0..22
-            )
+            ("end-of-file encountered before end of control line".into(), 0..22)
         );
-        assert_eq!(
-            err("#error stop here\n", Mode::Outer).0,
-            "#error: stop here "
-        );
-        assert_eq!(
-            err("#line x\n", Mode::Outer),
-            ("malformed #line <line> [ [\"file\"] state ]".into(), 6..7)
-        );
-        assert!(lex_all("#\n#pragma weak x\n", Mode::Outer)
-            .unwrap()
-            .is_empty());
+        assert_eq!(err("#error stop here\n", Mode::Outer).0, "#error: stop here ");
+        assert_eq!(err("#line x\n", Mode::Outer), ("malformed #line <line> [ [\"file\"] state ]".into(), 6..7));
+        assert!(lex_all("#\n#pragma weak x\n", Mode::Outer).unwrap().is_empty());
     }
 
     #[test]
     fn line_markers() {
-        assert_eq!(
-            line_marker("# 12 \"x.d\" 1"),
-            Some((12, Some("x.d".into())))
-        );
+        assert_eq!(line_marker("# 12 \"x.d\" 1"), Some((12, Some("x.d".into()))));
         assert_eq!(line_marker("#line 7"), Some((7, None)));
-        assert_eq!(
-            line_marker("  #pragma line 3 \"y\""),
-            Some((3, Some("y".into())))
-        );
+        assert_eq!(line_marker("  #pragma line 3 \"y\""), Some((3, Some("y".into()))));
         assert_eq!(line_marker("#pragma D option quiet"), None);
         assert_eq!(line_marker("x = 1;"), None);
     }

@@ -7,6 +7,7 @@ pub mod check;
 pub mod consts;
 pub mod diag;
 pub mod error;
+pub mod errtags;
 pub mod ir;
 pub mod lexer;
 pub mod macros;
@@ -16,5 +17,5 @@ pub mod proc_types;
 pub mod span;
 pub mod types;
 
-pub use error::CompileError;
+pub use error::{CompileError, Tag};
 pub use span::Span;

@@ -11,12 +11,7 @@ pub enum MacroValue {
     /// literal); `suffix` is any text after the digits (`u`, `l`, ...) for the parser
     /// to type or reject; `decimal` is false for octal and hex, which C types
     /// differently.
-    Int {
-        value: u64,
-        negative: bool,
-        suffix: String,
-        decimal: bool,
-    },
+    Int { value: u64, negative: bool, suffix: String, decimal: bool },
     /// A string token (escape sequences already converted).
     Str(String),
     /// An identifier (or type name) token: `$1` given as `foo` reads as `foo`.
@@ -25,21 +20,14 @@ pub enum MacroValue {
 
 impl MacroValue {
     fn int(value: u64) -> MacroValue {
-        MacroValue::Int {
-            value,
-            negative: false,
-            suffix: String::new(),
-            decimal: true,
-        }
+        MacroValue::Int { value, negative: false, suffix: String::new(), decimal: true }
     }
 
     /// The integer's value as D computes it (wrapping, like the negation of a u64
     /// literal), if this is an integer.
     pub fn as_i64(&self) -> Option<i64> {
         match self {
-            MacroValue::Int {
-                value, negative, ..
-            } => {
+            MacroValue::Int { value, negative, .. } => {
                 let v = *value as i64;
                 Some(if *negative { v.wrapping_neg() } else { v })
             }
@@ -109,11 +97,7 @@ pub struct MacroArgs {
 impl MacroArgs {
     pub fn new(args: Vec<String>) -> MacroArgs {
         let referenced = args.iter().map(|_| Cell::new(false)).collect();
-        MacroArgs {
-            args,
-            referenced,
-            ..MacroArgs::default()
-        }
+        MacroArgs { args, referenced, ..MacroArgs::default() }
     }
 
     fn mark(&self, i: usize) {
@@ -179,9 +163,7 @@ impl MacroArgs {
             }
             return classify(reference, text);
         }
-        let v = self
-            .variable(body)
-            .ok_or_else(|| MacroError::VarUndefined(reference.to_string()))?;
+        let v = self.variable(body).ok_or_else(|| MacroError::VarUndefined(reference.to_string()))?;
         Ok(if quoted {
             // libdtrace formats macro variables as unsigned ids for `$$`.
             MacroValue::Str((v as u32).to_string())
@@ -206,9 +188,7 @@ impl MacroArgs {
         let name = &var[1..];
         let value = if name.starts_with(|c: char| c.is_ascii_digit()) {
             // A number then literal text: `$1foo` reads argument 1 followed by "foo".
-            let end = name
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(name.len());
+            let end = name.find(|c: char| !c.is_ascii_digit()).unwrap_or(name.len());
             let i: usize = name[..end].parse().map_err(|_| bad())?;
             let arg = self.args.get(i).ok_or_else(bad)?;
             self.mark(i);
@@ -222,10 +202,8 @@ impl MacroArgs {
 
     /// Expands every field of a `provider:module:function:name` description.
     pub fn expand_description(&self, desc: &str) -> Result<String, MacroError> {
-        let fields: Result<Vec<String>, MacroError> = desc
-            .split(':')
-            .map(|f| self.expand_description_field(f))
-            .collect();
+        let fields: Result<Vec<String>, MacroError> =
+            desc.split(':').map(|f| self.expand_description_field(f)).collect();
         Ok(fields?.join(":"))
     }
 
@@ -234,10 +212,7 @@ impl MacroArgs {
     pub fn check_unused(&self) -> Result<(), MacroError> {
         let n = self.args.len();
         if n > 1 && !self.argref && !self.is_referenced(n - 1) {
-            return Err(MacroError::Extraneous {
-                arg: self.args[n - 1].clone(),
-                index: n - 1,
-            });
+            return Err(MacroError::Extraneous { arg: self.args[n - 1].clone(), index: n - 1 });
         }
         Ok(())
     }
@@ -248,11 +223,7 @@ impl MacroArgs {
 fn classify(reference: &str, text: &str) -> Result<MacroValue, MacroError> {
     if bad_ident_or_num(text) {
         let len = text.len();
-        let inner = if len != 1 && text.starts_with('"') && text.ends_with('"') {
-            &text[1..len - 1]
-        } else {
-            text
-        };
+        let inner = if len != 1 && text.starts_with('"') && text.ends_with('"') { &text[1..len - 1] } else { text };
         return Ok(MacroValue::Str(unescape(inner)));
     }
     let first = text.chars().next().unwrap_or(' ');
@@ -262,16 +233,9 @@ fn classify(reference: &str, text: &str) -> Result<MacroValue, MacroError> {
             '+' => (false, &text[1..]),
             _ => (false, text),
         };
-        let (value, suffix) = c_ulong_prefix(digits).ok_or_else(|| MacroError::Overflow {
-            reference: reference.to_string(),
-            text: digits.to_string(),
-        })?;
-        return Ok(MacroValue::Int {
-            value,
-            negative,
-            suffix: suffix.to_string(),
-            decimal: !digits.starts_with('0'),
-        });
+        let (value, suffix) = c_ulong_prefix(digits)
+            .ok_or_else(|| MacroError::Overflow { reference: reference.to_string(), text: digits.to_string() })?;
+        return Ok(MacroValue::Int { value, negative, suffix: suffix.to_string(), decimal: !digits.starts_with('0') });
     }
     Ok(MacroValue::Ident(text.to_string()))
 }
@@ -288,8 +252,7 @@ fn bad_ident_or_num(s: &str) -> bool {
             return false;
         }
     }
-    !s.chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '`')
+    !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '`')
 }
 
 /// `strtoull(s, &end, 0)` on unsigned digits: value and the rest. `None` on overflow.
@@ -306,9 +269,7 @@ fn c_ulong_prefix(s: &str) -> Option<(u64, &str)> {
     } else {
         (10, s)
     };
-    let end = digits
-        .find(|c: char| !c.is_digit(radix))
-        .unwrap_or(digits.len());
+    let end = digits.find(|c: char| !c.is_digit(radix)).unwrap_or(digits.len());
     if end == 0 {
         // strtoull consumed nothing: the whole text is the rest.
         return Some((0, s));
@@ -382,28 +343,14 @@ mod tests {
         assert_eq!(hex.as_i64(), Some(16));
         assert!(matches!(hex, MacroValue::Int { decimal: false, .. }));
         assert_eq!(m.lookup("$4").unwrap().as_i64(), Some(8));
-        assert!(
-            matches!(m.lookup("$5").unwrap(), MacroValue::Int { value: 5, ref suffix, .. } if suffix == "u")
-        );
+        assert!(matches!(m.lookup("$5").unwrap(), MacroValue::Int { value: 5, ref suffix, .. } if suffix == "u"));
     }
 
     #[test]
     fn identifiers_and_strings() {
-        let m = args(&[
-            "x.d",
-            "foo",
-            "hello world",
-            "\"quoted\"",
-            "1.5",
-            "",
-            "a`b",
-            "tab\\t",
-        ]);
+        let m = args(&["x.d", "foo", "hello world", "\"quoted\"", "1.5", "", "a`b", "tab\\t"]);
         assert_eq!(m.lookup("$1").unwrap(), MacroValue::Ident("foo".into()));
-        assert_eq!(
-            m.lookup("$2").unwrap(),
-            MacroValue::Str("hello world".into())
-        );
+        assert_eq!(m.lookup("$2").unwrap(), MacroValue::Str("hello world".into()));
         assert_eq!(m.lookup("$3").unwrap(), MacroValue::Str("quoted".into()));
         assert_eq!(m.lookup("$4").unwrap(), MacroValue::Str("1.5".into()));
         assert_eq!(m.lookup("$5").unwrap(), MacroValue::Str("".into()));
@@ -423,14 +370,8 @@ mod tests {
     #[test]
     fn undefined_arguments() {
         let m = args(&["x.d", "1"]);
-        assert_eq!(
-            m.lookup("$3").unwrap_err().to_string(),
-            "macro argument $3 is not defined"
-        );
-        assert_eq!(
-            m.lookup("$$3").unwrap_err().to_string(),
-            "macro argument $$3 is not defined"
-        );
+        assert_eq!(m.lookup("$3").unwrap_err().to_string(), "macro argument $3 is not defined");
+        assert_eq!(m.lookup("$$3").unwrap_err().to_string(), "macro argument $$3 is not defined");
         let mut d = args(&["x.d"]);
         d.defaultargs = true;
         // "0" reads like the literal 0, which C counts as octal.
@@ -457,24 +398,15 @@ mod tests {
         assert_eq!(m.lookup("$target").unwrap().as_i64(), Some(0));
         m.target = Some(4242);
         assert_eq!(m.lookup("$target").unwrap().as_i64(), Some(4242));
-        assert_eq!(
-            m.lookup("$nosuch").unwrap_err().to_string(),
-            "macro variable $nosuch is not defined"
-        );
+        assert_eq!(m.lookup("$nosuch").unwrap_err().to_string(), "macro variable $nosuch is not defined");
     }
 
     #[test]
     fn descriptions() {
         let mut m = args(&["x.d", "libc.so.6", "malloc"]);
         m.target = Some(77);
-        assert_eq!(
-            m.expand_description("pid$target:$1:$$2:entry").unwrap(),
-            "pid77:libc.so.6:malloc:entry"
-        );
-        assert_eq!(
-            m.expand_description("pid$1x:::").unwrap(),
-            "pidlibc.so.6x:::"
-        );
+        assert_eq!(m.expand_description("pid$target:$1:$$2:entry").unwrap(), "pid77:libc.so.6:malloc:entry");
+        assert_eq!(m.expand_description("pid$1x:::").unwrap(), "pidlibc.so.6x:::");
         assert_eq!(
             m.expand_description("pid$9:::").unwrap_err().to_string(),
             "Undefined macro variable in probe description"
@@ -486,10 +418,7 @@ mod tests {
     fn unused_last_argument() {
         let m = args(&["x.d", "1", "2"]);
         m.lookup("$1").unwrap();
-        assert_eq!(
-            m.check_unused().unwrap_err().to_string(),
-            "extraneous argument '2' ($2 is not referenced)"
-        );
+        assert_eq!(m.check_unused().unwrap_err().to_string(), "extraneous argument '2' ($2 is not referenced)");
         m.lookup("$2").unwrap();
         assert!(m.check_unused().is_ok());
         let mut r = args(&["x.d", "1"]);

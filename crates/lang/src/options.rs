@@ -220,10 +220,7 @@ impl fmt::Display for OptionName {
 
 /// Looks an option up by name (exact, case-sensitive, as `strcmp` in libdtrace).
 pub fn lookup(name: &str) -> Option<&'static OptionDef> {
-    OPTIONS
-        .binary_search_by(|d| d.text.cmp(name))
-        .ok()
-        .map(|i| &OPTIONS[i])
+    OPTIONS.binary_search_by(|d| d.text.cmp(name)).ok().map(|i| &OPTIONS[i])
 }
 
 /// A parsed option value.
@@ -285,28 +282,15 @@ impl OptionError {
     pub fn pragma_message(&self) -> String {
         match self.value() {
             None => format!("failed to set option '{}': {}", self.name(), self),
-            Some(v) => format!(
-                "failed to set option '{}' to '{}': {}",
-                self.name(),
-                v,
-                self
-            ),
+            Some(v) => format!("failed to set option '{}' to '{}': {}", self.name(), v, self),
         }
     }
 }
 
 /// Parses `name` and its optional value (the text after `=`) by the option's rules.
-pub fn parse_option(
-    name: &str,
-    value: Option<&str>,
-) -> Result<(OptionName, OptionValue), OptionError> {
-    let def = lookup(name).ok_or_else(|| OptionError::BadName {
-        name: name.to_string(),
-    })?;
-    let bad = || OptionError::BadValue {
-        name: name.to_string(),
-        value: value.map(str::to_string),
-    };
+pub fn parse_option(name: &str, value: Option<&str>) -> Result<(OptionName, OptionValue), OptionError> {
+    let def = lookup(name).ok_or_else(|| OptionError::BadName { name: name.to_string() })?;
+    let bad = || OptionError::BadValue { name: name.to_string(), value: value.map(str::to_string) };
     let v = match def.kind {
         Switch => match value {
             None => OptionValue::Set,
@@ -327,13 +311,7 @@ pub fn parse_option(
         },
         Choice(words, nocase) => {
             let s = value.ok_or_else(bad)?;
-            let found = words.iter().find(|w| {
-                if nocase {
-                    w.eq_ignore_ascii_case(s)
-                } else {
-                    **w == s
-                }
-            });
+            let found = words.iter().find(|w| if nocase { w.eq_ignore_ascii_case(s) } else { **w == s });
             OptionValue::Str(found.ok_or_else(bad)?.to_string())
         }
         Text => match value {
@@ -353,15 +331,10 @@ pub fn parse_option(
         }
         OptionKind::Version => {
             let s = value.ok_or_else(bad)?;
-            let v = parse_version(s).ok_or_else(|| OptionError::VersionInvalid {
-                name: name.to_string(),
-                value: s.to_string(),
-            })?;
+            let v = parse_version(s)
+                .ok_or_else(|| OptionError::VersionInvalid { name: name.to_string(), value: s.to_string() })?;
             if !DEFINED_VERSIONS.contains(&v) {
-                return Err(OptionError::VersionUndefined {
-                    name: name.to_string(),
-                    value: s.to_string(),
-                });
+                return Err(OptionError::VersionUndefined { name: name.to_string(), value: s.to_string() });
             }
             OptionValue::Str(s.to_string())
         }
@@ -416,9 +389,7 @@ fn c_ulong_prefix(s: &str) -> Option<(u64, &str)> {
     } else {
         (10, t)
     };
-    let end = digits
-        .find(|c: char| !c.is_digit(radix))
-        .unwrap_or(digits.len());
+    let end = digits.find(|c: char| !c.is_digit(radix)).unwrap_or(digits.len());
     if end == 0 {
         return None;
     }
@@ -564,9 +535,8 @@ pub fn parse_version(s: &str) -> Option<(u32, u32, u32)> {
 
 /// `dtrace_str2attr`: up to `name/data/class`, stability names then a class name.
 fn valid_attr(s: &str) -> bool {
-    const STABILITY: &[&str] = &[
-        "Internal", "Private", "Obsolete", "External", "Unstable", "Evolving", "Stable", "Standard",
-    ];
+    const STABILITY: &[&str] =
+        &["Internal", "Private", "Obsolete", "External", "Unstable", "Evolving", "Stable", "Standard"];
     const CLASS: &[&str] = &["Unknown", "CPU", "Platform", "Group", "ISA", "Common"];
     if s.is_empty() {
         return true;
@@ -884,14 +854,8 @@ mod tests {
     fn unknown_option() {
         let e = parse_option("foo", None).unwrap_err();
         assert_eq!(e.to_string(), "Invalid option name");
-        assert_eq!(
-            e.x_flag_message(),
-            "failed to set -x foo: Invalid option name"
-        );
-        assert_eq!(
-            e.pragma_message(),
-            "failed to set option 'foo': Invalid option name"
-        );
+        assert_eq!(e.x_flag_message(), "failed to set -x foo: Invalid option name");
+        assert_eq!(e.pragma_message(), "failed to set option 'foo': Invalid option name");
         // Names are case-sensitive, as in libdtrace.
         assert!(parse_option("Quiet", None).is_err());
     }
@@ -899,14 +863,8 @@ mod tests {
     #[test]
     fn bad_value_messages() {
         let e = parse_option("bufsize", Some("lots")).unwrap_err();
-        assert_eq!(
-            e.x_flag_message(),
-            "failed to set -x bufsize: Invalid value for specified option"
-        );
-        assert_eq!(
-            e.pragma_message(),
-            "failed to set option 'bufsize' to 'lots': Invalid value for specified option"
-        );
+        assert_eq!(e.x_flag_message(), "failed to set -x bufsize: Invalid value for specified option");
+        assert_eq!(e.pragma_message(), "failed to set option 'bufsize' to 'lots': Invalid value for specified option");
     }
 
     #[test]
@@ -924,10 +882,7 @@ mod tests {
         assert_eq!(parse_size(""), None);
         assert_eq!(parse_size("-1"), None);
         assert_eq!(parse_size("99999999999t"), None);
-        assert_eq!(
-            parse_option("bufsize", Some("8m")).unwrap(),
-            (OptionName::Bufsize, OptionValue::Int(8 << 20))
-        );
+        assert_eq!(parse_option("bufsize", Some("8m")).unwrap(), (OptionName::Bufsize, OptionValue::Int(8 << 20)));
     }
 
     #[test]
@@ -952,42 +907,24 @@ mod tests {
     #[test]
     fn toggles() {
         assert_eq!(parse_option("quiet", None).unwrap().1, OptionValue::Int(0));
-        assert_eq!(
-            parse_option("quiet", Some("yes")).unwrap().1,
-            OptionValue::Int(1)
-        );
-        assert_eq!(
-            parse_option("quiet", Some("OFF")).unwrap().1,
-            OptionValue::Unset
-        );
-        assert_eq!(
-            parse_option("quiet", Some("")).unwrap().1,
-            OptionValue::Unset
-        );
-        assert_eq!(
-            parse_option("stackframes", Some("40")).unwrap().1,
-            OptionValue::Int(40)
-        );
+        assert_eq!(parse_option("quiet", Some("yes")).unwrap().1, OptionValue::Int(1));
+        assert_eq!(parse_option("quiet", Some("OFF")).unwrap().1, OptionValue::Unset);
+        assert_eq!(parse_option("quiet", Some("")).unwrap().1, OptionValue::Unset);
+        assert_eq!(parse_option("stackframes", Some("40")).unwrap().1, OptionValue::Int(40));
         assert!(parse_option("stackframes", Some("forty")).is_err());
         assert!(parse_option("stackframes", Some("-1")).is_err());
     }
 
     #[test]
     fn switches_take_no_value() {
-        assert_eq!(
-            parse_option("zdefs", None).unwrap(),
-            (OptionName::Zdefs, OptionValue::Set)
-        );
+        assert_eq!(parse_option("zdefs", None).unwrap(), (OptionName::Zdefs, OptionValue::Set));
         assert!(parse_option("zdefs", Some("1")).is_err());
         assert!(parse_option("defaultargs", Some("yes")).is_err());
     }
 
     #[test]
     fn choices_versions_counts() {
-        assert_eq!(
-            parse_option("bufpolicy", Some("ring")).unwrap().1,
-            OptionValue::Str("ring".into())
-        );
+        assert_eq!(parse_option("bufpolicy", Some("ring")).unwrap().1, OptionValue::Str("ring".into()));
         assert!(parse_option("bufpolicy", Some("RING")).is_err());
         assert!(parse_option("bufpolicy", None).is_err());
         assert!(parse_option("linktype", Some("ELF")).is_ok());
@@ -996,15 +933,11 @@ mod tests {
         assert!(parse_option("version", Some("1.13")).is_ok());
         assert!(parse_option("version", Some("1.2.1")).is_ok());
         assert_eq!(
-            parse_option("version", Some("1.x"))
-                .unwrap_err()
-                .to_string(),
+            parse_option("version", Some("1.x")).unwrap_err().to_string(),
             "Version is not properly formatted or is too large"
         );
         assert_eq!(
-            parse_option("version", Some("1.99"))
-                .unwrap_err()
-                .to_string(),
+            parse_option("version", Some("1.99")).unwrap_err().to_string(),
             "Requested version is not supported by compiler"
         );
         assert!(parse_option("iregs", Some("0")).is_err());
@@ -1055,19 +988,12 @@ mod tests {
         o.set("incdir", Some("/tmp")).unwrap();
         assert_eq!(
             o.cpp_args,
-            vec![
-                CppArg::Define("X=1".into()),
-                CppArg::Undef("Y".into()),
-                CppArg::Include("/tmp".into())
-            ]
+            vec![CppArg::Define("X=1".into()), CppArg::Undef("Y".into()), CppArg::Include("/tmp".into())]
         );
         o.set("lazyload", None).unwrap();
         assert_eq!(o.other.get(&OptionName::Lazyload), Some(&OptionValue::Set));
         assert!(o.set("bogus", None).is_err());
-        assert_eq!(
-            parse_assignment("bufsize=2k").unwrap(),
-            (OptionName::Bufsize, OptionValue::Int(2048))
-        );
+        assert_eq!(parse_assignment("bufsize=2k").unwrap(), (OptionName::Bufsize, OptionValue::Int(2048)));
     }
 
     #[test]

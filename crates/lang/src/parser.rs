@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 
 use crate::ast::*;
-use crate::error::{CompileError, Result};
+use crate::error::{CompileError, Result, Tag};
 use crate::lexer::{Lexer, Mode, TokKind, Token, KEYWORDS};
 use crate::span::Span;
 
@@ -94,8 +94,8 @@ pub fn parse_script(src: &str) -> Result<Program> {
 
 /// The tokens that can start a type name in an expression (casts, `sizeof`).
 const TYPE_KEYWORDS: &[&str] = &[
-    "void", "char", "short", "int", "long", "signed", "unsigned", "float", "double", "string",
-    "struct", "union", "enum", "const", "volatile", "restrict",
+    "void", "char", "short", "int", "long", "signed", "unsigned", "float", "double", "string", "struct", "union",
+    "enum", "const", "volatile", "restrict",
 ];
 
 const ASSIGN_OPS: &[(&str, Option<BinaryOp>)] = &[
@@ -304,16 +304,14 @@ impl<'a> Parser<'a> {
             TokKind::Punct("]") if self.brackets <= 0 => "extra ] in input stream".into(),
             TokKind::Punct("}") if self.braces <= 0 => "extra } in input stream".into(),
             TokKind::EPred if self.parens > 0 => "closing ) expected in predicate before /".into(),
-            TokKind::EPred if self.brackets > 0 => {
-                "closing ] expected in predicate before /".into()
-            }
+            TokKind::EPred if self.brackets > 0 => "closing ] expected in predicate before /".into(),
             _ => {
                 let text = self.src.get(t.span.range()).unwrap_or("");
                 let text = text.split('\n').next().unwrap_or("");
                 format!("syntax error near \"{text}\"")
             }
         };
-        CompileError::new(t.span, msg)
+        CompileError::new(Tag::D_SYNTAX, t.span, msg)
     }
 
     /// Enters one level of nesting; fails past [`MAX_DEPTH`].
@@ -321,7 +319,7 @@ impl<'a> Parser<'a> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
             let t = self.peek()?;
-            return Err(CompileError::new(t.span, "expression nesting too deep"));
+            return Err(CompileError::new(Tag::D_SYNTAX, t.span, "expression nesting too deep"));
         }
         Ok(())
     }
@@ -340,7 +338,6 @@ impl<'a> Parser<'a> {
         self.depth -= 1;
         r
     }
-
 
     // ---- program items ----------------------------------------------------------
 
@@ -401,6 +398,7 @@ impl<'a> Parser<'a> {
             Some(stmts)
         } else if let Some(p) = &predicate {
             return Err(CompileError::new(
+                Tag::D_SYNTAX,
                 p.span,
                 "expected actions { } following probe description and predicate",
             ));
@@ -408,18 +406,14 @@ impl<'a> Parser<'a> {
             None
         } else if t.kind == TokKind::Eof {
             return Err(CompileError::new(
+                Tag::D_SYNTAX,
                 first.span.to(end),
                 "expected predicate and/or actions following probe description",
             ));
         } else {
             return Err(self.unexpected(&t));
         };
-        Ok(Clause {
-            probes,
-            predicate,
-            body,
-            span: first.span.to(end),
-        })
+        Ok(Clause { probes, predicate, body, span: first.span.to(end) })
     }
 
     /// Splits a probe description into its four fields, aligned as `self.align` says.
@@ -436,6 +430,7 @@ impl<'a> Parser<'a> {
         };
         if parts.len() > last + 1 {
             return Err(CompileError::new(
+                Tag::D_PDESC_INVAL,
                 t.span,
                 format!("invalid probe description \"{text}\": Overspecified probe description"),
             ));
@@ -445,14 +440,7 @@ impl<'a> Parser<'a> {
             fields[last - k] = (*part).to_string();
         }
         let [provider, module, function, name] = fields;
-        Ok(ProbeDesc {
-            text: text.clone(),
-            provider,
-            module,
-            function,
-            name,
-            span: t.span,
-        })
+        Ok(ProbeDesc { text: text.clone(), provider, module, function, name, span: t.span })
     }
 
     // ---- statements -------------------------------------------------------------
@@ -511,12 +499,7 @@ impl<'a> Parser<'a> {
             otherwise = Some(stmts);
             end = e;
         }
-        Ok(Stmt::If {
-            cond,
-            then,
-            otherwise,
-            span: kw.span.to(end),
-        })
+        Ok(Stmt::If { cond, then, otherwise, span: kw.span.to(end) })
     }
 
     fn statement_or_block(&mut self) -> Result<(Vec<Stmt>, Span)> {
@@ -539,13 +522,7 @@ impl<'a> Parser<'a> {
         while self.eat(",")?.is_some() {
             let rhs = self.assign()?;
             let span = lhs.span.to(rhs.span);
-            lhs = Expr {
-                kind: ExprKind::Comma {
-                    lhs: boxed(lhs),
-                    rhs: boxed(rhs),
-                },
-                span,
-            };
+            lhs = Expr { kind: ExprKind::Comma { lhs: boxed(lhs), rhs: boxed(rhs) }, span };
             self.enter_link()?;
         }
         self.depth = base;
@@ -570,11 +547,7 @@ impl<'a> Parser<'a> {
                 p.bump()?;
                 let rhs = p.assign()?;
                 let span = first.span.to(rhs.span);
-                let kind = ExprKind::Assign {
-                    op,
-                    lhs: boxed(first),
-                    rhs: boxed(rhs),
-                };
+                let kind = ExprKind::Assign { op, lhs: boxed(first), rhs: boxed(rhs) };
                 return Ok(Expr { kind, span });
             }
             let lhs = p.binary_from(first, 1)?;
@@ -599,11 +572,7 @@ impl<'a> Parser<'a> {
         self.expect(":")?;
         let otherwise = self.conditional()?;
         let span = cond.span.to(otherwise.span);
-        let kind = ExprKind::Ternary {
-            cond: boxed(cond),
-            then: boxed(then),
-            otherwise: boxed(otherwise),
-        };
+        let kind = ExprKind::Ternary { cond: boxed(cond), then: boxed(then), otherwise: boxed(otherwise) };
         Ok(Expr { kind, span })
     }
 
@@ -624,14 +593,7 @@ impl<'a> Parser<'a> {
             let first = self.unary()?;
             let rhs = self.binary_from(first, prec + 1)?;
             let span = lhs.span.to(rhs.span);
-            lhs = Expr {
-                kind: ExprKind::Binary {
-                    op,
-                    lhs: boxed(lhs),
-                    rhs: boxed(rhs),
-                },
-                span,
-            };
+            lhs = Expr { kind: ExprKind::Binary { op, lhs: boxed(lhs), rhs: boxed(rhs) }, span };
             self.enter_link()?;
         }
     }
@@ -663,23 +625,13 @@ impl<'a> Parser<'a> {
                 let operand = self.unary()?;
                 let span = t.span.to(operand.span);
                 let op = unary_op(s).unwrap_or(UnaryOp::Plus);
-                Ok(Expr {
-                    kind: ExprKind::Unary {
-                        op,
-                        operand: boxed(operand),
-                    },
-                    span,
-                })
+                Ok(Expr { kind: ExprKind::Unary { op, operand: boxed(operand) }, span })
             }
             TokKind::Punct(s @ ("++" | "--")) => {
                 self.bump()?;
                 let operand = self.unary()?;
                 let span = t.span.to(operand.span);
-                let kind = ExprKind::IncDec {
-                    increment: *s == "++",
-                    prefix: true,
-                    operand: boxed(operand),
-                };
+                let kind = ExprKind::IncDec { increment: *s == "++", prefix: true, operand: boxed(operand) };
                 Ok(Expr { kind, span })
             }
             TokKind::Ident(w) if w == "sizeof" => self.sizeof(t),
@@ -687,10 +639,7 @@ impl<'a> Parser<'a> {
                 self.bump()?;
                 let operand = self.unary()?;
                 let span = t.span.to(operand.span);
-                Ok(Expr {
-                    kind: ExprKind::Stringof(boxed(operand)),
-                    span,
-                })
+                Ok(Expr { kind: ExprKind::Stringof(boxed(operand)), span })
             }
             TokKind::Punct("(") if self.type_follows()? => {
                 self.bump()?;
@@ -698,13 +647,7 @@ impl<'a> Parser<'a> {
                 self.expect(")")?;
                 let operand = self.unary()?;
                 let span = t.span.to(operand.span);
-                Ok(Expr {
-                    kind: ExprKind::Cast {
-                        ty,
-                        operand: boxed(operand),
-                    },
-                    span,
-                })
+                Ok(Expr { kind: ExprKind::Cast { ty, operand: boxed(operand) }, span })
             }
             _ => self.postfix(),
         }
@@ -717,17 +660,11 @@ impl<'a> Parser<'a> {
             self.bump()?;
             let ty = self.type_name()?;
             let close = self.expect(")")?;
-            return Ok(Expr {
-                kind: ExprKind::SizeofType(ty),
-                span: kw.span.to(close.span),
-            });
+            return Ok(Expr { kind: ExprKind::SizeofType(ty), span: kw.span.to(close.span) });
         }
         let operand = self.unary()?;
         let span = kw.span.to(operand.span);
-        Ok(Expr {
-            kind: ExprKind::SizeofExpr(boxed(operand)),
-            span,
-        })
+        Ok(Expr { kind: ExprKind::SizeofExpr(boxed(operand)), span })
     }
 
     fn postfix(&mut self) -> Result<Expr> {
@@ -745,13 +682,7 @@ impl<'a> Parser<'a> {
                     let index = self.arguments()?;
                     let close = self.expect("]")?;
                     let span = e.span.to(close.span);
-                    Expr {
-                        kind: ExprKind::Index {
-                            base: boxed(e),
-                            index,
-                        },
-                        span,
-                    }
+                    Expr { kind: ExprKind::Index { base: boxed(e), index }, span }
                 }
                 "(" => self.call(e, &t)?,
                 "." | "->" => {
@@ -761,25 +692,15 @@ impl<'a> Parser<'a> {
                     let kind = match (&e.kind, p) {
                         (ExprKind::Ident(s), "->") if s == "self" => ExprKind::SelfVar(field),
                         (ExprKind::Ident(s), "->") if s == "this" => ExprKind::ThisVar(field),
-                        (_, "->") => ExprKind::Arrow {
-                            base: boxed(e),
-                            field,
-                        },
-                        _ => ExprKind::Member {
-                            base: boxed(e),
-                            field,
-                        },
+                        (_, "->") => ExprKind::Arrow { base: boxed(e), field },
+                        _ => ExprKind::Member { base: boxed(e), field },
                     };
                     Expr { kind, span }
                 }
                 "++" | "--" => {
                     self.bump()?;
                     let span = e.span.to(t.span);
-                    let kind = ExprKind::IncDec {
-                        increment: p == "++",
-                        prefix: false,
-                        operand: boxed(e),
-                    };
+                    let kind = ExprKind::IncDec { increment: p == "++", prefix: false, operand: boxed(e) };
                     Expr { kind, span }
                 }
                 _ => {
@@ -798,21 +719,10 @@ impl<'a> Parser<'a> {
             _ => return Err(self.unexpected(open)),
         };
         self.bump()?;
-        let args = if self.peek_punct(")")? {
-            Vec::new()
-        } else {
-            self.arguments()?
-        };
+        let args = if self.peek_punct(")")? { Vec::new() } else { self.arguments()? };
         let close = self.expect(")")?;
         let span = callee.span.to(close.span);
-        Ok(Expr {
-            kind: ExprKind::Call {
-                name,
-                name_span: callee.span,
-                args,
-            },
-            span,
-        })
+        Ok(Expr { kind: ExprKind::Call { name, name_span: callee.span, args }, span })
     }
 
     /// `argument_expression_list`: one or more assignment expressions.
@@ -844,28 +754,19 @@ impl<'a> Parser<'a> {
             TokKind::Ident(w) if w == "self" || w == "this" => ExprKind::Ident(w.clone()),
             TokKind::Ident(w) if KEYWORDS.contains(&w.as_str()) => return Err(self.unexpected(&t)),
             TokKind::Ident(w) => ExprKind::Ident(w.clone()),
-            TokKind::Int { value, suffix } => ExprKind::Int {
-                value: *value,
-                suffix: *suffix,
-            },
+            TokKind::Int { value, suffix } => ExprKind::Int { value: *value, suffix: *suffix },
             TokKind::Char(c) => ExprKind::Char(*c),
             TokKind::Str(s) => ExprKind::Str(s.clone()),
             TokKind::Macro(m) => ExprKind::Macro(m.clone()),
             TokKind::MacroStr(m) => ExprKind::MacroStr(m.clone()),
             TokKind::Agg(a) => ExprKind::Agg(a.clone()),
             TokKind::Backquoted { name, .. } if name.is_empty() => return Err(self.unexpected(&t)),
-            TokKind::Backquoted { module, name } => ExprKind::Backquoted {
-                module: module.clone(),
-                name: name.clone(),
-            },
+            TokKind::Backquoted { module, name } => ExprKind::Backquoted { module: module.clone(), name: name.clone() },
             TokKind::Punct("(") => {
                 self.bump()?;
                 let inner = self.expr()?;
                 let close = self.expect(")")?;
-                return Ok(Expr {
-                    kind: inner.kind,
-                    span: t.span.to(close.span),
-                });
+                return Ok(Expr { kind: inner.kind, span: t.span.to(close.span) });
             }
             _ => return Err(self.unexpected(&t)),
         };
@@ -885,10 +786,7 @@ impl<'a> Parser<'a> {
         };
         self.bump()?;
         let close = self.expect(")")?;
-        Ok(Expr {
-            kind: ExprKind::Offsetof { ty, member },
-            span: kw.span.to(close.span),
-        })
+        Ok(Expr { kind: ExprKind::Offsetof { ty, member }, span: kw.span.to(close.span) })
     }
 
     // ---- types ------------------------------------------------------------------
@@ -902,12 +800,7 @@ impl<'a> Parser<'a> {
         let pointers = self.pointers()?;
         let arrays = self.dimensions()?;
         let span = start.to(Span::new(self.pos, self.pos));
-        Ok(TypeName {
-            base,
-            pointers,
-            arrays,
-            span,
-        })
+        Ok(TypeName { base, pointers, arrays, span })
     }
 
     /// `*`s of a declarator, each optionally followed by qualifiers (dropped).
@@ -965,20 +858,16 @@ impl<'a> Parser<'a> {
                 "const" | "volatile" | "restrict" => {}
                 "signed" | "unsigned" => {
                     if s.sign.is_some() {
-                        return Err(CompileError::new(t.span, "invalid type combination"));
+                        return Err(CompileError::new(Tag::D_DECL_COMBO, t.span, "invalid type combination"));
                     }
-                    let sign = if w == "signed" {
-                        Signedness::Signed
-                    } else {
-                        Signedness::Unsigned
-                    };
+                    let sign = if w == "signed" { Signedness::Signed } else { Signedness::Unsigned };
                     s.sign = Some(sign);
                 }
                 "short" => s.shorts += 1,
                 "long" => s.longs += 1,
                 "char" | "int" | "void" | "float" | "double" | "string" => {
                     if s.core.is_some() {
-                        return Err(CompileError::new(t.span, "invalid type combination"));
+                        return Err(CompileError::new(Tag::D_DECL_COMBO, t.span, "invalid type combination"));
                     }
                     s.int_kw = w == "int";
                     s.core = Some(match w {
@@ -992,7 +881,7 @@ impl<'a> Parser<'a> {
                 }
                 "struct" | "union" | "enum" => {
                     if seen_type {
-                        return Err(CompileError::new(t.span, "invalid type combination"));
+                        return Err(CompileError::new(Tag::D_DECL_COMBO, t.span, "invalid type combination"));
                     }
                     s.span = Some(s.span.map_or(t.span, |sp| sp.to(t.span)));
                     let (base, def) = self.nested(|p| p.tagged_type(allow_def))?;
@@ -1030,7 +919,7 @@ impl<'a> Parser<'a> {
             (Some(BaseType::Char(_)), 0, 0) => Some(BaseType::Char(sign)),
             (Some(BaseType::Double), 0, 1) if s.sign.is_none() => Some(BaseType::LongDouble),
             (Some(core), _, _) if plain => Some(core.clone()),
-            _ => return Err(CompileError::new(span, "invalid type combination")),
+            _ => return Err(CompileError::new(Tag::D_DECL_COMBO, span, "invalid type combination")),
         };
         match base {
             Some(b) => Ok(b),
@@ -1083,18 +972,9 @@ impl<'a> Parser<'a> {
             return Ok((base, None));
         }
         let definition = match keyword.as_str() {
-            "enum" => TypeDef::Enum {
-                tag,
-                values: self.enumerators()?,
-            },
-            "struct" => TypeDef::Struct {
-                tag,
-                members: self.members()?,
-            },
-            _ => TypeDef::Union {
-                tag,
-                members: self.members()?,
-            },
+            "enum" => TypeDef::Enum { tag, values: self.enumerators()? },
+            "struct" => TypeDef::Struct { tag, members: self.members()? },
+            _ => TypeDef::Union { tag, members: self.members()? },
         };
         Ok((base, Some(definition)))
     }
@@ -1109,25 +989,12 @@ impl<'a> Parser<'a> {
             let base = self.base_type(&specs)?;
             if let Some(def) = specs.definition.clone() {
                 let span = start.to(Span::new(self.pos, self.pos));
-                self.items.push(Item::TypeDecl(TypeDecl {
-                    definition: Some(def),
-                    typedefs: vec![],
-                    span,
-                }));
+                self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
             }
             loop {
                 let d = self.declarator(false)?;
-                let ty = TypeName {
-                    base: base.clone(),
-                    pointers: d.pointers,
-                    arrays: d.arrays,
-                    span: d.span,
-                };
-                members.push(Member {
-                    name: d.name,
-                    ty,
-                    span: d.span,
-                });
+                let ty = TypeName { base: base.clone(), pointers: d.pointers, arrays: d.arrays, span: d.span };
+                members.push(Member { name: d.name, ty, span: d.span });
                 if self.eat(",")?.is_none() {
                     break;
                 }
@@ -1194,13 +1061,7 @@ impl<'a> Parser<'a> {
             self.expect("]")?;
         }
         let span = start.to(Span::new(self.pos, self.pos));
-        Ok(Declarator {
-            name,
-            pointers,
-            arrays,
-            keys,
-            span,
-        })
+        Ok(Declarator { name, pointers, arrays, keys, span })
     }
 
     // ---- declarations -------------------------------------------------------------
@@ -1212,9 +1073,7 @@ impl<'a> Parser<'a> {
         let t = self.peek()?;
         match &t.kind {
             TokKind::Ident(w) if w == "inline" => return self.inline(t),
-            TokKind::Ident(w) if w == "translator" || w == "provider" => {
-                return self.skip_definition()
-            }
+            TokKind::Ident(w) if w == "translator" || w == "provider" => return self.skip_definition(),
             _ => {}
         }
         let specs = self.specifiers(true, true)?;
@@ -1223,11 +1082,7 @@ impl<'a> Parser<'a> {
         if let Some(semi) = self.eat(";")? {
             if let Some(def) = specs.definition {
                 let span = start.to(semi.span);
-                self.items.push(Item::TypeDecl(TypeDecl {
-                    definition: Some(def),
-                    typedefs: vec![],
-                    span,
-                }));
+                self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
             }
             return Ok(());
         }
@@ -1244,35 +1099,20 @@ impl<'a> Parser<'a> {
             span: d.span,
         };
         if specs.is_typedef {
-            let typedefs: Vec<(String, TypeName)> =
-                decls.iter().map(|d| (d.name.clone(), ty(d))).collect();
+            let typedefs: Vec<(String, TypeName)> = decls.iter().map(|d| (d.name.clone(), ty(d))).collect();
             for (name, _) in &typedefs {
                 self.typedefs.insert(name.clone());
             }
             let definition = specs.definition;
-            self.items.push(Item::TypeDecl(TypeDecl {
-                definition,
-                typedefs,
-                span,
-            }));
+            self.items.push(Item::TypeDecl(TypeDecl { definition, typedefs, span }));
             return Ok(());
         }
         if let Some(def) = specs.definition {
-            self.items.push(Item::TypeDecl(TypeDecl {
-                definition: Some(def),
-                typedefs: vec![],
-                span,
-            }));
+            self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
         }
         let scope = specs.scope.unwrap_or(VarScope::Global);
         for d in &decls {
-            let decl = VarDecl {
-                scope,
-                ty: ty(d),
-                name: d.name.clone(),
-                keys: d.keys.clone(),
-                span: d.span,
-            };
+            let decl = VarDecl { scope, ty: ty(d), name: d.name.clone(), keys: d.keys.clone(), span: d.span };
             self.items.push(Item::VarDecl(decl));
         }
         Ok(())
@@ -1287,19 +1127,9 @@ impl<'a> Parser<'a> {
         self.expect("=")?;
         let value = self.assign()?;
         let semi = self.expect(";")?;
-        let ty = TypeName {
-            base,
-            pointers: d.pointers,
-            arrays: d.arrays,
-            span: d.span,
-        };
+        let ty = TypeName { base, pointers: d.pointers, arrays: d.arrays, span: d.span };
         let span = kw.span.to(semi.span);
-        self.items.push(Item::Inline(Inline {
-            ty,
-            name: d.name,
-            value,
-            span,
-        }));
+        self.items.push(Item::Inline(Inline { ty, name: d.name, value, span }));
         Ok(())
     }
 
@@ -1382,18 +1212,10 @@ mod tests {
                 let o = op.map_or("=".to_string(), |o| format!("{}=", o.symbol()));
                 format!("({o} {} {})", sx(lhs), sx(rhs))
             }
-            Ternary {
-                cond,
-                then,
-                otherwise,
-            } => {
+            Ternary { cond, then, otherwise } => {
                 format!("(? {} {} {})", sx(cond), sx(then), sx(otherwise))
             }
-            IncDec {
-                increment,
-                prefix,
-                operand,
-            } => {
+            IncDec { increment, prefix, operand } => {
                 let op = if *increment { "++" } else { "--" };
                 if *prefix {
                     format!("({op}pre {})", sx(operand))
@@ -1481,10 +1303,7 @@ mod tests {
         assert_eq!(e("(unsigned long long)x"), "(cast LongLong(Unsigned) x)");
         assert_eq!(e("(char)a[0]"), "(cast Char(Default) a[0])");
         assert_eq!(e("(string)(int)x"), "(cast String (cast Int(Default) x))");
-        assert_eq!(
-            e("sizeof(int) + sizeof x"),
-            "(+ (sizeof-type Int(Default)) (sizeof x))"
-        );
+        assert_eq!(e("sizeof(int) + sizeof x"), "(+ (sizeof-type Int(Default)) (sizeof x))");
         assert_eq!(e("sizeof(x)"), "(sizeof x)");
         assert_eq!(e("sizeof (char *)"), "(sizeof-type Char(Default)*)");
         assert_eq!(e("stringof(a)"), "(stringof a)");
@@ -1497,10 +1316,7 @@ mod tests {
         assert_eq!(e("self->x = this->y"), "(= self->x this->y)");
         assert_eq!(e("self->a->b"), "(-> self->a b)");
         assert_eq!(e("self->a[1]"), "self->a[1]");
-        assert_eq!(
-            e("@a[execname, pid] = count()"),
-            "(= @a[execname, pid] count())"
-        );
+        assert_eq!(e("@a[execname, pid] = count()"), "(= @a[execname, pid] count())");
         assert_eq!(e("@ = quantize(x)"), "(= @ quantize(x))");
         assert_eq!(e("$1 + $target"), "(+ $1 $target)");
         assert_eq!(e("$$1"), "$$1");
@@ -1508,10 +1324,7 @@ mod tests {
         assert_eq!(e("'a'"), "'97'");
         assert_eq!(e("\"s\\n\""), "\"s\\n\"");
         assert_eq!(e("f()"), "f()");
-        assert_eq!(
-            e("printf(\"%d %d\", a, b = 2)"),
-            "printf(\"%d %d\", a, (= b 2))"
-        );
+        assert_eq!(e("printf(\"%d %d\", a, b = 2)"), "printf(\"%d %d\", a, (= b 2))");
         assert_eq!(e("NULL"), "NULL");
         assert_eq!(e("0x10 + 010"), "(+ 16 8)");
     }
@@ -1519,24 +1332,13 @@ mod tests {
     #[test]
     fn spans() {
         let p = prog("BEGIN { x = a + b * c; }");
-        let Some([Stmt::Expr(x)]) = clause(&p, 0).body.as_deref() else {
-            panic!()
-        };
+        let Some([Stmt::Expr(x)]) = clause(&p, 0).body.as_deref() else { panic!() };
         assert_eq!(x.span.range(), 8..21);
-        let ExprKind::Assign { rhs, .. } = &x.kind else {
-            panic!()
-        };
+        let ExprKind::Assign { rhs, .. } = &x.kind else { panic!() };
         assert_eq!(rhs.span.range(), 12..21);
         let p = prog("BEGIN { f(1, (2)); }");
-        let Some([Stmt::Expr(x)]) = clause(&p, 0).body.as_deref() else {
-            panic!()
-        };
-        let ExprKind::Call {
-            name_span, args, ..
-        } = &x.kind
-        else {
-            panic!()
-        };
+        let Some([Stmt::Expr(x)]) = clause(&p, 0).body.as_deref() else { panic!() };
+        let ExprKind::Call { name_span, args, .. } = &x.kind else { panic!() };
         assert_eq!((x.span.range(), name_span.range()), (8..17, 8..9));
         assert_eq!(args[1].span.range(), 13..16);
         assert_eq!(clause(&p, 0).span.range(), 0..20);
@@ -1545,24 +1347,15 @@ mod tests {
     #[test]
     fn statements() {
         let p = prog("BEGIN { trace(1) }");
-        assert!(matches!(
-            clause(&p, 0).body.as_deref(),
-            Some([Stmt::Expr(_)])
-        ));
+        assert!(matches!(clause(&p, 0).body.as_deref(), Some([Stmt::Expr(_)])));
         let p = prog("BEGIN { a; b }");
         assert_eq!(clause(&p, 0).body.as_ref().map(Vec::len), Some(2));
         let p = prog("BEGIN { ; }");
-        assert!(matches!(
-            clause(&p, 0).body.as_deref(),
-            Some([Stmt::Empty(_)])
-        ));
+        assert!(matches!(clause(&p, 0).body.as_deref(), Some([Stmt::Empty(_)])));
         let p = prog("BEGIN {}");
         assert_eq!(clause(&p, 0).body, Some(vec![]));
         let p = prog("BEGIN { a;; }");
-        assert!(matches!(
-            clause(&p, 0).body.as_deref(),
-            Some([Stmt::Expr(_), Stmt::Empty(_)])
-        ));
+        assert!(matches!(clause(&p, 0).body.as_deref(), Some([Stmt::Expr(_), Stmt::Empty(_)])));
     }
 
     #[test]
@@ -1570,15 +1363,7 @@ mod tests {
         let p = prog("BEGIN { if (x) a = 1; else { b = 2; c = 3; } d = 4 }");
         let body = clause(&p, 0).body.as_ref().unwrap();
         assert_eq!(body.len(), 2);
-        let Stmt::If {
-            cond,
-            then,
-            otherwise,
-            span,
-        } = &body[0]
-        else {
-            panic!()
-        };
+        let Stmt::If { cond, then, otherwise, span } = &body[0] else { panic!() };
         assert_eq!(sx(cond), "x");
         assert_eq!(then.len(), 1);
         assert_eq!(otherwise.as_ref().map(Vec::len), Some(2));
@@ -1586,21 +1371,8 @@ mod tests {
         // A dangling else belongs to the nearest if.
         let p = prog("BEGIN { if (a) if (b) x; else y; }");
         let body = clause(&p, 0).body.as_ref().unwrap();
-        let Stmt::If {
-            then,
-            otherwise: None,
-            ..
-        } = &body[0]
-        else {
-            panic!("{body:?}")
-        };
-        assert!(matches!(
-            &then[0],
-            Stmt::If {
-                otherwise: Some(_),
-                ..
-            }
-        ));
+        let Stmt::If { then, otherwise: None, .. } = &body[0] else { panic!("{body:?}") };
+        assert!(matches!(&then[0], Stmt::If { otherwise: Some(_), .. }));
         let p = prog("BEGIN { if (a) { } }");
         let body = clause(&p, 0).body.as_ref().unwrap();
         assert!(matches!(&body[0], Stmt::If { then, otherwise: None, .. } if then.is_empty()));
@@ -1613,14 +1385,7 @@ mod tests {
         clause(&p, 0)
             .probes
             .iter()
-            .map(|d| {
-                [
-                    d.provider.clone(),
-                    d.module.clone(),
-                    d.function.clone(),
-                    d.name.clone(),
-                ]
-            })
+            .map(|d| [d.provider.clone(), d.module.clone(), d.function.clone(), d.name.clone()])
             .collect()
     }
 
@@ -1630,67 +1395,30 @@ mod tests {
 
     #[test]
     fn probe_descriptions() {
-        assert_eq!(
-            descs("BEGIN", DescAlign::Name),
-            vec![d4("", "", "", "BEGIN")]
-        );
-        assert_eq!(
-            descs("read:entry", DescAlign::Name),
-            vec![d4("", "", "read", "entry")]
-        );
-        assert_eq!(
-            descs("tick-1s { }", DescAlign::Name),
-            vec![d4("", "", "", "tick-1s")]
-        );
-        assert_eq!(
-            descs("profile-997hz{}", DescAlign::Name),
-            vec![d4("", "", "", "profile-997hz")]
-        );
+        assert_eq!(descs("BEGIN", DescAlign::Name), vec![d4("", "", "", "BEGIN")]);
+        assert_eq!(descs("read:entry", DescAlign::Name), vec![d4("", "", "read", "entry")]);
+        assert_eq!(descs("tick-1s { }", DescAlign::Name), vec![d4("", "", "", "tick-1s")]);
+        assert_eq!(descs("profile-997hz{}", DescAlign::Name), vec![d4("", "", "", "profile-997hz")]);
         assert_eq!(
             descs("pid$target:libc.so.6:malloc:entry", DescAlign::Name),
             vec![d4("pid$target", "libc.so.6", "malloc", "entry")]
         );
-        assert_eq!(
-            descs("syscall::open*:entry /x/ {}", DescAlign::Name),
-            vec![d4("syscall", "", "open*", "entry")]
-        );
-        assert_eq!(
-            descs("pid123:a.out:main:4", DescAlign::Name),
-            vec![d4("pid123", "a.out", "main", "4")]
-        );
+        assert_eq!(descs("syscall::open*:entry /x/ {}", DescAlign::Name), vec![d4("syscall", "", "open*", "entry")]);
+        assert_eq!(descs("pid123:a.out:main:4", DescAlign::Name), vec![d4("pid123", "a.out", "main", "4")]);
         assert_eq!(descs(":::", DescAlign::Name), vec![d4("", "", "", "")]);
         assert_eq!(
             descs("BEGIN,\n  syscall::read:entry ,END\n{}", DescAlign::Name),
-            vec![
-                d4("", "", "", "BEGIN"),
-                d4("syscall", "", "read", "entry"),
-                d4("", "", "", "END")
-            ]
+            vec![d4("", "", "", "BEGIN"), d4("syscall", "", "read", "entry"), d4("", "", "", "END")]
         );
         let p = prog("proc:::exec-success { }");
         assert_eq!(clause(&p, 0).probes[0].text, "proc:::exec-success");
         assert_eq!(clause(&p, 0).probes[0].span.range(), 0..19);
         // Other alignments (-f, -m, -P).
-        assert_eq!(
-            descs("malloc", DescAlign::Function),
-            vec![d4("", "", "malloc", "")]
-        );
-        assert_eq!(
-            descs("libc:malloc", DescAlign::Function),
-            vec![d4("", "libc", "malloc", "")]
-        );
-        assert_eq!(
-            descs("pid1:libc:malloc", DescAlign::Function),
-            vec![d4("pid1", "libc", "malloc", "")]
-        );
-        assert_eq!(
-            descs("libc", DescAlign::Module),
-            vec![d4("", "libc", "", "")]
-        );
-        assert_eq!(
-            descs("syscall", DescAlign::Provider),
-            vec![d4("syscall", "", "", "")]
-        );
+        assert_eq!(descs("malloc", DescAlign::Function), vec![d4("", "", "malloc", "")]);
+        assert_eq!(descs("libc:malloc", DescAlign::Function), vec![d4("", "libc", "malloc", "")]);
+        assert_eq!(descs("pid1:libc:malloc", DescAlign::Function), vec![d4("pid1", "libc", "malloc", "")]);
+        assert_eq!(descs("libc", DescAlign::Module), vec![d4("", "libc", "", "")]);
+        assert_eq!(descs("syscall", DescAlign::Provider), vec![d4("syscall", "", "", "")]);
     }
 
     #[test]
@@ -1709,15 +1437,8 @@ mod tests {
     }
 
     fn var(item: &Item) -> (VarScope, String, String, Vec<String>) {
-        let Item::VarDecl(v) = item else {
-            panic!("{item:?}")
-        };
-        (
-            v.scope,
-            ty(&v.ty),
-            v.name.clone(),
-            v.keys.iter().map(ty).collect(),
-        )
+        let Item::VarDecl(v) = item else { panic!("{item:?}") };
+        (v.scope, ty(&v.ty), v.name.clone(), v.keys.iter().map(ty).collect())
     }
 
     #[test]
@@ -1727,23 +1448,9 @@ mod tests {
         let g = VarScope::Global;
         assert_eq!(v[0], (g, "Int(Default)".into(), "x".into(), vec![]));
         assert_eq!(v[1], (g, "LongLong(Unsigned)".into(), "y".into(), vec![]));
-        assert_eq!(
-            v[2],
-            (VarScope::Thread, "Int(Default)".into(), "t".into(), vec![])
-        );
-        assert_eq!(
-            v[3],
-            (VarScope::Clause, "String".into(), "s".into(), vec![])
-        );
-        assert_eq!(
-            v[4],
-            (
-                g,
-                "Int(Default)".into(),
-                "a".into(),
-                vec!["String".into(), "Int(Default)".into()]
-            )
-        );
+        assert_eq!(v[2], (VarScope::Thread, "Int(Default)".into(), "t".into(), vec![]));
+        assert_eq!(v[3], (VarScope::Clause, "String".into(), "s".into(), vec![]));
+        assert_eq!(v[4], (g, "Int(Default)".into(), "a".into(), vec!["String".into(), "Int(Default)".into()]));
         assert_eq!(v[5], (g, "Char(Default)[16]".into(), "buf".into(), vec![]));
         assert_eq!(v[6].1, "Int(Default)*");
         assert_eq!(v[7], (g, "Int(Default)**".into(), "q".into(), vec![]));
@@ -1753,29 +1460,20 @@ mod tests {
         assert_eq!(v[11].1, "Char(Signed)");
         assert_eq!(v[12].1, "Short(Default)");
         assert_eq!(v[13].1, "Int(Unsigned)");
-        let Item::VarDecl(d) = &p.items[0] else {
-            panic!()
-        };
+        let Item::VarDecl(d) = &p.items[0] else { panic!() };
         assert_eq!(d.span.range(), 4..5);
     }
 
     #[test]
     fn type_declarations() {
         let p = prog("struct s { int a; char b[8]; struct t *p; };");
-        let Item::TypeDecl(TypeDecl {
-            definition: Some(TypeDef::Struct { tag, members }),
-            typedefs,
-            ..
-        }) = &p.items[0]
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, members }), typedefs, .. }) = &p.items[0]
         else {
             panic!("{:?}", p.items)
         };
         assert_eq!(tag, "s");
         assert!(typedefs.is_empty());
-        let m: Vec<(String, String)> = members
-            .iter()
-            .map(|m| (m.name.clone(), ty(&m.ty)))
-            .collect();
+        let m: Vec<(String, String)> = members.iter().map(|m| (m.name.clone(), ty(&m.ty))).collect();
         assert_eq!(
             m,
             vec![
@@ -1785,95 +1483,44 @@ mod tests {
             ]
         );
         let p = prog("union u { int a; long b; };");
-        assert!(matches!(
-            &p.items[0],
-            Item::TypeDecl(TypeDecl {
-                definition: Some(TypeDef::Union { .. }),
-                ..
-            })
-        ));
+        assert!(matches!(&p.items[0], Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Union { .. }), .. })));
         let p = prog("enum e { A, B = 3, C };");
-        let Item::TypeDecl(TypeDecl {
-            definition: Some(TypeDef::Enum { tag, values }),
-            ..
-        }) = &p.items[0]
-        else {
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Enum { tag, values }), .. }) = &p.items[0] else {
             panic!()
         };
         assert_eq!(tag, "e");
-        let v: Vec<(String, Option<String>)> = values
-            .iter()
-            .map(|v| (v.name.clone(), v.value.as_ref().map(sx)))
-            .collect();
-        assert_eq!(
-            v,
-            vec![
-                ("A".into(), None),
-                ("B".into(), Some("3".into())),
-                ("C".into(), None)
-            ]
-        );
+        let v: Vec<(String, Option<String>)> =
+            values.iter().map(|v| (v.name.clone(), v.value.as_ref().map(sx))).collect();
+        assert_eq!(v, vec![("A".into(), None), ("B".into(), Some("3".into())), ("C".into(), None)]);
     }
 
     #[test]
     fn typedefs() {
-        let p = prog(
-            "typedef unsigned int myint_t;\nmyint_t x;\nmyint_t *y;\nBEGIN { z = (myint_t)1; }",
-        );
-        let Item::TypeDecl(TypeDecl {
-            definition: None,
-            typedefs,
-            ..
-        }) = &p.items[0]
-        else {
-            panic!()
-        };
+        let p = prog("typedef unsigned int myint_t;\nmyint_t x;\nmyint_t *y;\nBEGIN { z = (myint_t)1; }");
+        let Item::TypeDecl(TypeDecl { definition: None, typedefs, .. }) = &p.items[0] else { panic!() };
         assert_eq!(typedefs[0].0, "myint_t");
         assert_eq!(ty(&typedefs[0].1), "Int(Unsigned)");
         assert_eq!(var(&p.items[1]).1, "myint_t");
         assert_eq!(var(&p.items[2]).1, "myint_t*");
-        let Some([Stmt::Expr(x)]) = clause(&p, 3).body.as_deref() else {
-            panic!()
-        };
+        let Some([Stmt::Expr(x)]) = clause(&p, 3).body.as_deref() else { panic!() };
         assert_eq!(sx(x), "(= z (cast myint_t 1))");
 
         let p = prog("typedef struct s { int a; } s_t, *s_p;");
-        let Item::TypeDecl(TypeDecl {
-            definition: Some(TypeDef::Struct { tag, .. }),
-            typedefs,
-            ..
-        }) = &p.items[0]
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), typedefs, .. }) = &p.items[0]
         else {
             panic!()
         };
         assert_eq!(tag, "s");
         let t: Vec<(String, String)> = typedefs.iter().map(|(n, t)| (n.clone(), ty(t))).collect();
-        assert_eq!(
-            t,
-            vec![
-                ("s_t".into(), "struct s".into()),
-                ("s_p".into(), "struct s*".into())
-            ]
-        );
+        assert_eq!(t, vec![("s_t".into(), "struct s".into()), ("s_p".into(), "struct s*".into())]);
 
         let p = prog("typedef struct { int a; } anon_t; typedef enum { X } e_t;");
-        let Item::TypeDecl(TypeDecl {
-            definition: Some(TypeDef::Struct { tag, .. }),
-            typedefs,
-            ..
-        }) = &p.items[0]
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), typedefs, .. }) = &p.items[0]
         else {
             panic!()
         };
-        assert_eq!(
-            (tag.as_str(), ty(&typedefs[0].1).as_str()),
-            ("__anon1", "struct __anon1")
-        );
-        let Item::TypeDecl(TypeDecl {
-            definition: Some(TypeDef::Enum { tag, .. }),
-            ..
-        }) = &p.items[1]
-        else {
+        assert_eq!((tag.as_str(), ty(&typedefs[0].1).as_str()), ("__anon1", "struct __anon1"));
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Enum { tag, .. }), .. }) = &p.items[1] else {
             panic!()
         };
         assert_eq!(tag, "__anon2");
@@ -1886,33 +1533,19 @@ mod tests {
         );
         // typedef int foo; struct s { foo foo; };
         let p = prog("typedef int foo; struct s { foo foo; };");
-        let Item::TypeDecl(TypeDecl {
-            definition: Some(TypeDef::Struct { members, .. }),
-            ..
-        }) = &p.items[1]
-        else {
+        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { members, .. }), .. }) = &p.items[1] else {
             panic!()
         };
-        assert_eq!(
-            (members[0].name.as_str(), ty(&members[0].ty).as_str()),
-            ("foo", "foo")
-        );
+        assert_eq!((members[0].name.as_str(), ty(&members[0].ty).as_str()), ("foo", "foo"));
     }
 
     #[test]
     fn inlines_translators_providers() {
         let p = prog("inline int LIMIT = 3 * 4;\ninline string NAME = \"x\";");
-        let Item::Inline(i) = &p.items[0] else {
-            panic!()
-        };
-        assert_eq!(
-            (i.name.as_str(), ty(&i.ty), sx(&i.value)),
-            ("LIMIT", "Int(Default)".into(), "(* 3 4)".into())
-        );
+        let Item::Inline(i) = &p.items[0] else { panic!() };
+        assert_eq!((i.name.as_str(), ty(&i.ty), sx(&i.value)), ("LIMIT", "Int(Default)".into(), "(* 3 4)".into()));
         assert_eq!(i.span.range(), 0..25);
-        let Item::Inline(i) = &p.items[1] else {
-            panic!()
-        };
+        let Item::Inline(i) = &p.items[1] else { panic!() };
         assert_eq!((ty(&i.ty), sx(&i.value)), ("String".into(), "\"x\"".into()));
         let p = prog("translator struct x < int *p > { a = p[0]; b = { }; };\nprovider foo { probe bar(int, char *); };\nBEGIN {}");
         assert_eq!(p.items.len(), 1);
@@ -1947,10 +1580,7 @@ mod tests {
         let e = parse_script("BEGIN, END").unwrap_err();
         assert_eq!(
             (e.message.as_str(), e.span.range()),
-            (
-                "expected predicate and/or actions following probe description",
-                0..10
-            )
+            ("expected predicate and/or actions following probe description", 0..10)
         );
     }
 
@@ -1964,54 +1594,22 @@ mod tests {
             ("BEGIN ;", near(";"), 6..7),
             ("BEGIN { foo(; }", near(";"), 12..13),
             ("BEGIN { x = (1 + 2; }", near(";"), 18..19),
-            (
-                "BEGIN { x = 1); }",
-                "extra ) in input stream".into(),
-                13..14,
-            ),
-            (
-                "BEGIN { x = a]; }",
-                "extra ] in input stream".into(),
-                13..14,
-            ),
+            ("BEGIN { x = 1); }", "extra ) in input stream".into(), 13..14),
+            ("BEGIN { x = a]; }", "extra ] in input stream".into(), 13..14),
             ("BEGIN { } }", near("}"), 10..11),
             ("BEGIN /x {", near("{"), 9..10),
-            (
-                "BEGIN /(x/ { }",
-                "closing ) expected in predicate before /".into(),
-                9..10,
-            ),
-            (
-                "BEGIN /a[x/ { }",
-                "closing ] expected in predicate before /".into(),
-                10..11,
-            ),
-            (
-                "BEGIN /x/",
-                "expected actions { } following probe description and predicate".into(),
-                7..8,
-            ),
-            (
-                "a:b:c:d:e",
-                "invalid probe description \"a:b:c:d:e\": Overspecified probe description".into(),
-                0..9,
-            ),
+            ("BEGIN /(x/ { }", "closing ) expected in predicate before /".into(), 9..10),
+            ("BEGIN /a[x/ { }", "closing ] expected in predicate before /".into(), 10..11),
+            ("BEGIN /x/", "expected actions { } following probe description and predicate".into(), 7..8),
+            ("a:b:c:d:e", "invalid probe description \"a:b:c:d:e\": Overspecified probe description".into(), 0..9),
             ("BEGIN { x = 1 + ; }", near(";"), 16..17),
             ("BEGIN { if x { } }", near("x"), 11..12),
             ("BEGIN { if (x) trace(1) }", near("}"), 24..25),
             ("BEGIN { else; }", near("else"), 8..12),
             ("int 3;", near("3"), 4..5),
             ("long char x;", "invalid type combination".into(), 0..9),
-            (
-                "unsigned signed x;",
-                "invalid type combination".into(),
-                9..15,
-            ),
-            (
-                "struct s x",
-                "syntax error near end of input".into(),
-                10..10,
-            ),
+            ("unsigned signed x;", "invalid type combination".into(), 9..15),
+            ("struct s x", "syntax error near end of input".into(), 10..10),
             ("inline int x 3;", near("3"), 13..14),
             ("BEGIN { (int)x = 1; }", near("="), 15..16),
             ("BEGIN { x->; }", near(";"), 11..12),
@@ -2025,26 +1623,14 @@ mod tests {
             ("BEGIN { self->x[; }", near(";"), 16..17),
             ("int a[string, 3];", near("3"), 14..15),
             ("BEGIN { x = \"a\" \"b\"; }", near("\"b\""), 16..19),
-            (
-                "BEGIN { printf(\"%d\\n\", 1) } x {",
-                "syntax error near end of input".into(),
-                31..31,
-            ),
+            ("BEGIN { printf(\"%d\\n\", 1) } x {", "syntax error near end of input".into(), 31..31),
             ("BEGIN { x = offsetof(struct s, 1); }", near("1"), 31..32),
             ("BEGIN { x = (struct { int a; })y; }", near("{"), 20..21),
             ("enum e { A, };", near("}"), 12..13),
             ("struct s { };", near("}"), 11..12),
             ("BEGIN { x = y\n+; }", near(";"), 15..16),
-            (
-                "BEGIN\n#define X 1\n{}",
-                "invalid control directive: #define".into(),
-                6..13,
-            ),
-            (
-                "BEGIN { x = 08; }",
-                "constant 08 contains invalid digit 8".into(),
-                12..14,
-            ),
+            ("BEGIN\n#define X 1\n{}", "invalid control directive: #define".into(), 6..13),
+            ("BEGIN { x = 08; }", "constant 08 contains invalid digit 8".into(), 12..14),
         ];
         let wrong: Vec<String> = cases
             .iter()
@@ -2072,11 +1658,7 @@ mod tests {
         }
         let ifs = format!("BEGIN {{ {} x; }}", "if (1) ".repeat(10_000));
         assert_eq!(err(&ifs).0, "expression nesting too deep");
-        let structs = format!(
-            "{} int x; {};",
-            "struct a { ".repeat(10_000),
-            "} y; }".repeat(10_000)
-        );
+        let structs = format!("{} int x; {};", "struct a { ".repeat(10_000), "} y; }".repeat(10_000));
         assert_eq!(err(&structs).0, "expression nesting too deep");
         // Left-leaning chains are as deep for the checker and for Drop: 100,000
         // links overflowed the stack after parsing.

@@ -160,6 +160,6 @@ mod tests {
         assert_eq!(offset_of(&t, "lwpsinfo_t", "pr_pri"), Some(32));
         assert_eq!(offset_of(&t, "siginfo_t", "si_addr"), Some(24));
         assert_eq!(size_of(&t, "timestruc_t"), Some(16));
-        assert!(size_of(&t, "psinfo_t").unwrap() % 8 == 0);
+        assert!(size_of(&t, "psinfo_t").unwrap().is_multiple_of(8));
     }
 }

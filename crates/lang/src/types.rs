@@ -87,9 +87,14 @@ pub enum Type {
     Union(RecordId),
     Enum(EnumId),
     /// The value of `stack()`/`ustack()`: only traced or used as an aggregation key.
-    Stack { user: bool },
+    Stack {
+        user: bool,
+    },
     /// `usym(x)`, `ufunc(x)`, …: an address that prints symbolically.
-    Symbol { user: bool, kind: SymKind },
+    Symbol {
+        user: bool,
+        kind: SymKind,
+    },
 }
 
 impl Type {
@@ -432,18 +437,17 @@ mod tests {
         let id = t.record_tag(false, "s");
         t.complete_record(
             id,
-            vec![
-                ("c".into(), Type::int(1, true)),
-                ("l".into(), Type::int(8, true)),
-                ("s".into(), Type::int(2, true)),
-            ],
+            vec![("c".into(), Type::int(1, true)), ("l".into(), Type::int(8, true)), ("s".into(), Type::int(2, true))],
         );
         let r = &t.records[id];
         assert_eq!(r.members[1].offset, 8);
         assert_eq!(r.members[2].offset, 16);
         assert_eq!(r.size, 24);
         let u = t.record_tag(true, "u");
-        t.complete_record(u, vec![("a".into(), Type::int(4, true)), ("b".into(), Type::Array(Box::new(Type::int(1, true)), 6))]);
+        t.complete_record(
+            u,
+            vec![("a".into(), Type::int(4, true)), ("b".into(), Type::Array(Box::new(Type::int(1, true)), 6))],
+        );
         assert_eq!(t.records[u].size, 8);
     }
 }

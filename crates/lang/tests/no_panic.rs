@@ -6,7 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use udtrace_lang::check::Checker;
-use udtrace_lang::diag::{render, Origin};
+use udtrace_lang::diag::{render, Origin, Style};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::parser::{parse_program, parse_script, DescAlign};
 
@@ -23,11 +23,64 @@ const SEEDS: &[&str] = &[
 
 /// Fragments that mutations splice in: they reach deeper than random bytes do.
 const TOKENS: &[&str] = &[
-    "(", ")", "{", "}", "[", "]", ";", ",", "/", "*", "->", "@", "$", "$$", "`", "\"", "'", "\\", ":",
-    "::", "#", "\n#pragma D option ", "\n# 7 \"x.d\"\n", "self->", "this->", "struct ", "sizeof(",
-    "stringof ", "offsetof(", "(int)", "(char *)", "0x", "1LL", "-", "?", "=", "++", "<<", "%",
-    "printf(\"%", "$1", "$$3", "$target", "\u{e9}", "\u{1f600}", "\0", "/*", "*/", "//", "typedef ",
-    "inline ", "if (", "else ", "count()", "quantize(", "BEGIN", "pid$1::$2:entry", "translator ",
+    "(",
+    ")",
+    "{",
+    "}",
+    "[",
+    "]",
+    ";",
+    ",",
+    "/",
+    "*",
+    "->",
+    "@",
+    "$",
+    "$$",
+    "`",
+    "\"",
+    "'",
+    "\\",
+    ":",
+    "::",
+    "#",
+    "\n#pragma D option ",
+    "\n# 7 \"x.d\"\n",
+    "self->",
+    "this->",
+    "struct ",
+    "sizeof(",
+    "stringof ",
+    "offsetof(",
+    "(int)",
+    "(char *)",
+    "0x",
+    "1LL",
+    "-",
+    "?",
+    "=",
+    "++",
+    "<<",
+    "%",
+    "printf(\"%",
+    "$1",
+    "$$3",
+    "$target",
+    "\u{e9}",
+    "\u{1f600}",
+    "\0",
+    "/*",
+    "*/",
+    "//",
+    "typedef ",
+    "inline ",
+    "if (",
+    "else ",
+    "count()",
+    "quantize(",
+    "BEGIN",
+    "pid$1::$2:entry",
+    "translator ",
 ];
 
 /// xorshift64*: tiny, fixed-seed and the same on every platform.
@@ -109,14 +162,14 @@ fn compile(src: &str) {
         let program = match parsed {
             Ok(p) => p,
             Err(e) => {
-                render(&e, origin, src);
+                render(&e, origin, src, Style { errtags: true, excerpt: true });
                 continue;
             }
         };
         let macros = macros();
         let mut checker = Checker::new(&macros);
         if let Err(e) = checker.add_source(&program, 0, src) {
-            render(&e, origin, src);
+            render(&e, origin, src, Style { errtags: true, excerpt: true });
         }
         let _ = macros.check_unused();
     }
@@ -125,11 +178,12 @@ fn compile(src: &str) {
 #[test]
 fn seeds_compile() {
     for seed in SEEDS {
-        let p = parse_script(seed).unwrap_or_else(|e| panic!("{}", render(&e, &Origin::Script("seed.d".into()), seed)));
+        let p = parse_script(seed)
+            .unwrap_or_else(|e| panic!("{}", render(&e, &Origin::Script("seed.d".into()), seed, Style::default())));
         let macros = macros();
         let mut checker = Checker::new(&macros);
         if let Err(e) = checker.add_source(&p, 0, seed) {
-            panic!("{}", render(&e, &Origin::Script("seed.d".into()), seed));
+            panic!("{}", render(&e, &Origin::Script("seed.d".into()), seed, Style::default()));
         }
     }
 }

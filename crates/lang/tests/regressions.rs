@@ -3,17 +3,17 @@
 //! Each must now compile or fail with an error, quickly and without a panic.
 
 use udtrace_lang::check::Checker;
-use udtrace_lang::diag::{render, Origin};
+use udtrace_lang::diag::{render, Origin, Style};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::parser::parse_script;
 
 /// Parses and checks `src` as a script; the rendered error, if any.
 fn compile(src: &str) -> Result<(), String> {
     let origin = Origin::Script("t.d".into());
-    let program = parse_script(src).map_err(|e| render(&e, &origin, src))?;
+    let program = parse_script(src).map_err(|e| render(&e, &origin, src, Style::default()))?;
     let macros = MacroArgs::new(vec!["t.d".into()]);
     let mut checker = Checker::new(&macros);
-    checker.add_source(&program, 0, src).map_err(|e| render(&e, &origin, src))
+    checker.add_source(&program, 0, src).map_err(|e| render(&e, &origin, src, Style::default()))
 }
 
 #[test]
@@ -66,6 +66,7 @@ fn inlines_built_from_inlines_do_not_expand_exponentially() {
 #[test]
 fn struct_too_large_for_64_bits_is_an_error() {
     // Panicked on overflow while laying out the member after the array.
-    let e = compile("struct s { char a[18446744073709551615]; int b; }; BEGIN { y = offsetof(struct s, b); }").unwrap_err();
+    let e =
+        compile("struct s { char a[18446744073709551615]; int b; }; BEGIN { y = offsetof(struct s, b); }").unwrap_err();
     assert!(e.contains("struct s is too large"), "{e}");
 }

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use thiserror::Error;
+use udtrace_lang::Tag;
 
 use crate::value::Value;
 
@@ -32,9 +33,7 @@ pub fn quantize_bucket_value(i: usize) -> i64 {
 /// label is >= it, a non-negative one to the last bucket whose label is <= it.
 pub fn quantize_bucket(val: i64) -> usize {
     if val < 0 {
-        (0..QUANTIZE_ZEROBUCKET)
-            .find(|&i| val <= quantize_bucket_value(i))
-            .unwrap_or(QUANTIZE_ZEROBUCKET - 1)
+        (0..QUANTIZE_ZEROBUCKET).find(|&i| val <= quantize_bucket_value(i)).unwrap_or(QUANTIZE_ZEROBUCKET - 1)
     } else {
         (QUANTIZE_ZEROBUCKET + 1..QUANTIZE_NBUCKETS)
             .find(|&i| val < quantize_bucket_value(i))
@@ -59,8 +58,8 @@ pub enum AggFunc {
 /// A rejected lquantize()/llquantize() parameter set or a bad aggregation operation;
 /// the text is DTrace's own message (without the trailing newline).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{0}")]
-pub struct AggError(pub String);
+#[error("{1}")]
+pub struct AggError(pub Tag, pub String);
 
 impl AggFunc {
     pub fn name(&self) -> &'static str {
@@ -79,10 +78,7 @@ impl AggFunc {
 
     /// True for the functions whose value prints as a distribution table.
     pub fn is_quantize(&self) -> bool {
-        matches!(
-            self,
-            AggFunc::Quantize | AggFunc::Lquantize { .. } | AggFunc::Llquantize { .. }
-        )
+        matches!(self, AggFunc::Quantize | AggFunc::Lquantize { .. } | AggFunc::Llquantize { .. })
     }
 
     /// Builds lquantize() from its constant arguments (`step` defaults to 1) with
@@ -95,17 +91,18 @@ impl AggFunc {
 
     /// Builds llquantize() from its four constant arguments with dt_cc.c's checks.
     pub fn llquantize(args: [i64; 4]) -> Result<AggFunc, AggError> {
-        const NAMES: [&str; 4] =
-            ["factor", "low magnitude", "high magnitude", "linear steps per magnitude"];
+        const NAMES: [&str; 4] = ["factor", "low magnitude", "high magnitude", "linear steps per magnitude"];
         let mut v = [0u16; 4];
         for (i, &a) in args.iter().enumerate() {
             // dt_cc.c compares the value as uint64_t, so negatives are too big too.
             if (a as u64) > u64::from(u16::MAX) {
-                return Err(AggError(format!(
-                    "llquantize( ) argument #{} ({}) must be an unsigned 16-bit quantity",
-                    i + 1,
-                    NAMES[i]
-                )));
+                let tag =
+                    [Tag::D_LLQUANT_FACTORVAL, Tag::D_LLQUANT_LMAGVAL, Tag::D_LLQUANT_HMAGVAL, Tag::D_LLQUANT_STEPVAL]
+                        [i];
+                return Err(AggError(
+                    tag,
+                    format!("llquantize( ) argument #{} ({}) must be an unsigned 16-bit quantity", i + 1, NAMES[i]),
+                ));
             }
             v[i] = a as u16;
         }
@@ -117,47 +114,55 @@ impl AggFunc {
     /// Checks lquantize()/llquantize() parameters in dt_cc.c's order; other functions
     /// have none.
     pub fn validate(&self) -> Result<(), AggError> {
-        let err = |s: &str| Err(AggError(s.to_string()));
+        let err = |tag: Tag, s: &str| Err(AggError(tag, s.to_string()));
         match *self {
             AggFunc::Lquantize { base, limit, step } => {
                 let i32r = i64::from(i32::MIN)..=i64::from(i32::MAX);
                 if !i32r.contains(&base) {
-                    return err("lquantize( ) argument #1 must be a 32-bit quantity");
+                    return err(Tag::D_LQUANT_BASEVAL, "lquantize( ) argument #1 must be a 32-bit quantity");
                 }
                 if !i32r.contains(&limit) {
-                    return err("lquantize( ) argument #2 must be a 32-bit quantity");
+                    return err(Tag::D_LQUANT_LIMVAL, "lquantize( ) argument #2 must be a 32-bit quantity");
                 }
                 if limit < base {
                     return err(
+                        Tag::D_LQUANT_MISMATCH,
                         "lquantize( ) base (argument #1) must be less than limit (argument #2)",
                     );
                 }
                 if step <= 0 {
                     return err(
+                        Tag::D_LQUANT_STEPVAL,
                         "lquantize( ) argument #3 must be a non-zero positive integer constant",
                     );
                 }
                 if step > i64::from(u16::MAX) {
-                    return err("lquantize( ) argument #3 must be a 16-bit quantity");
+                    return err(Tag::D_LQUANT_STEPVAL, "lquantize( ) argument #3 must be a 16-bit quantity");
                 }
                 let nlevels = (limit - base) / step;
                 if nlevels == 0 {
-                    return err("lquantize( ) step (argument #3) too large: must have at least one quantization level");
+                    return err(
+                        Tag::D_LQUANT_STEPLARGE,
+                        "lquantize( ) step (argument #3) too large: must have at least one quantization level",
+                    );
                 }
                 if nlevels > i64::from(u16::MAX) {
-                    return err("lquantize( ) step (argument #3) too small: number of quantization levels must be a 16-bit quantity");
+                    return err(Tag::D_LQUANT_STEPSMALL, "lquantize( ) step (argument #3) too small: number of quantization levels must be a 16-bit quantity");
                 }
                 Ok(())
             }
             AggFunc::Llquantize { factor, low, high, nsteps } => {
                 if factor < 2 {
-                    return err("llquantize( ) factor (argument #1) must be two or more");
+                    return err(Tag::D_LLQUANT_FACTORVAL, "llquantize( ) factor (argument #1) must be two or more");
                 }
                 if low >= high {
-                    return err("llquantize( ) high magnitude (argument #3) must be greater than low magnitude (argument #2)");
+                    return err(
+                        Tag::D_LLQUANT_HMAGVAL,
+                        "llquantize( ) high magnitude (argument #3) must be greater than low magnitude (argument #2)",
+                    );
                 }
                 if nsteps < factor {
-                    return err("llquantize( ) factor (argument #1) must be less than or equal to the number of linear steps per magnitude (argument #4)");
+                    return err(Tag::D_LLQUANT_STEPVAL, "llquantize( ) factor (argument #1) must be less than or equal to the number of linear steps per magnitude (argument #4)");
                 }
                 let (f, n) = (u64::from(factor), u64::from(nsteps));
                 let mut v = f;
@@ -165,7 +170,7 @@ impl AggFunc {
                     v *= f;
                 }
                 if n % f != 0 || v % n != 0 {
-                    return err("llquantize( ) factor (argument #1) must evenly divide the number of steps per magnitude (argument #4), and the number of steps per magnitude must evenly divide a power of the factor");
+                    return err(Tag::D_LLQUANT_STEPVAL, "llquantize( ) factor (argument #1) must evenly divide the number of steps per magnitude (argument #4), and the number of steps per magnitude must evenly divide a power of the factor");
                 }
                 let mut order: u64 = 1;
                 for _ in 0..=u32::from(high) + 1 {
@@ -173,7 +178,7 @@ impl AggFunc {
                         order = order.wrapping_mul(f);
                         continue;
                     }
-                    return Err(AggError(format!(
+                    return Err(AggError(Tag::D_LLQUANT_HMAGVAL, format!(
                         "llquantize( ) factor ({factor}) raised to power of high magnitude ({high}) plus 1 overflows 64-bits"
                     )));
                 }
@@ -234,13 +239,31 @@ pub enum AggState {
     Sum(i64),
     Min(i64),
     Max(i64),
-    Avg { count: i64, sum: i64 },
+    Avg {
+        count: i64,
+        sum: i64,
+    },
     /// `sumsq` is the 128-bit sum of squares of absolute values, as the kernel keeps it.
-    Stddev { count: u64, sum: i64, sumsq: u128 },
+    Stddev {
+        count: u64,
+        sum: i64,
+        sumsq: u128,
+    },
     Quantize(Vec<i64>),
     /// `bins[0]` is the underflow bin, `bins[levels + 1]` the overflow bin.
-    Lquantize { base: i32, step: u16, levels: u16, bins: Vec<i64> },
-    Llquantize { factor: u16, low: u16, high: u16, nsteps: u16, bins: Vec<i64> },
+    Lquantize {
+        base: i32,
+        step: u16,
+        levels: u16,
+        bins: Vec<i64>,
+    },
+    Llquantize {
+        factor: u16,
+        low: u16,
+        high: u16,
+        nsteps: u16,
+        bins: Vec<i64>,
+    },
 }
 
 /// What DTrace sorts aggregation values by (dt_aggregate_valcmp): the scalar result,
@@ -281,8 +304,7 @@ impl AggState {
                 // that a bad caller still cannot make us panic.
                 let base = base.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
                 let step = step.clamp(1, i64::from(u16::MAX)) as u16;
-                let levels = ((limit - i64::from(base)) / i64::from(step))
-                    .clamp(1, i64::from(u16::MAX)) as u16;
+                let levels = ((limit - i64::from(base)) / i64::from(step)).clamp(1, i64::from(u16::MAX)) as u16;
                 AggState::Lquantize { base, step, levels, bins: vec![0; levels as usize + 2] }
             }
             AggFunc::Llquantize { factor, low, high, nsteps } => {
@@ -321,7 +343,11 @@ impl AggState {
                     0
                 } else {
                     let level = (i64::from(val) - i64::from(*base)) / i64::from((*step).max(1));
-                    if level < i64::from(*levels) { level as usize + 1 } else { *levels as usize + 1 }
+                    if level < i64::from(*levels) {
+                        level as usize + 1
+                    } else {
+                        *levels as usize + 1
+                    }
                 };
                 if let Some(b) = bins.get_mut(i) {
                     *b = b.wrapping_add(incr);
@@ -343,9 +369,9 @@ impl AggState {
             AggState::Count(v) | AggState::Sum(v) | AggState::Min(v) | AggState::Max(v) => *v = 0,
             AggState::Avg { count, sum } => (*count, *sum) = (0, 0),
             AggState::Stddev { count, sum, sumsq } => (*count, *sum, *sumsq) = (0, 0, 0),
-            AggState::Quantize(b)
-            | AggState::Lquantize { bins: b, .. }
-            | AggState::Llquantize { bins: b, .. } => b.iter_mut().for_each(|x| *x = 0),
+            AggState::Quantize(b) | AggState::Lquantize { bins: b, .. } | AggState::Llquantize { bins: b, .. } => {
+                b.iter_mut().for_each(|x| *x = 0)
+            }
         }
     }
 
@@ -366,10 +392,7 @@ impl AggState {
         }
         let normal = normal.max(1);
         let avg_sq = sumsq / u128::from(normal) / u128::from(normal) / u128::from(count);
-        let norm_avg = sum
-            .wrapping_div(nonzero(normal as i64))
-            .wrapping_div(nonzero(count as i64))
-            .unsigned_abs();
+        let norm_avg = sum.wrapping_div(nonzero(normal as i64)).wrapping_div(nonzero(count as i64)).unsigned_abs();
         let diff = avg_sq.wrapping_sub(u128::from(norm_avg) * u128::from(norm_avg));
         diff.isqrt() as u64
     }
@@ -380,9 +403,7 @@ impl AggState {
         match *self {
             AggState::Count(v) | AggState::Sum(v) | AggState::Min(v) | AggState::Max(v) => Some(v),
             AggState::Avg { count, sum } => Some(AggState::avg(count, sum, 1)),
-            AggState::Stddev { count, sum, sumsq } => {
-                Some(AggState::stddev(count, sum, sumsq, 1) as i64)
-            }
+            AggState::Stddev { count, sum, sumsq } => Some(AggState::stddev(count, sum, sumsq, 1) as i64),
             _ => None,
         }
     }
@@ -393,8 +414,7 @@ impl AggState {
             AggState::Quantize(b) => {
                 let mut total: i128 = 0;
                 for (i, &c) in b.iter().enumerate() {
-                    total = total
-                        .saturating_add(i128::from(quantize_bucket_value(i)) * i128::from(c));
+                    total = total.saturating_add(i128::from(quantize_bucket_value(i)) * i128::from(c));
                 }
                 SortKey::Dist { total, zero: b.get(QUANTIZE_ZEROBUCKET).copied().unwrap_or(0) }
             }
@@ -433,7 +453,11 @@ impl AggState {
 }
 
 fn nonzero(v: i64) -> i64 {
-    if v == 0 { 1 } else { v }
+    if v == 0 {
+        1
+    } else {
+        v
+    }
 }
 
 /// One llquantize row label: bin i's lower bound; `under`/`over` mark the first
@@ -543,9 +567,7 @@ impl Aggregation {
         order.sort_by(|&a, &b| {
             let (ka, sa) = &self.entries[a];
             let (kb, sb) = &self.entries[b];
-            sa.value_for_sort()
-                .cmp(&sb.value_for_sort())
-                .then_with(|| crate::format::aggregation::key_cmp(ka, kb, 0))
+            sa.value_for_sort().cmp(&sb.value_for_sort()).then_with(|| crate::format::aggregation::key_cmp(ka, kb, 0))
         });
         if n >= 0 {
             order.reverse();
@@ -567,7 +589,7 @@ impl Aggregation {
     pub fn normalize(&mut self, normal: u64) -> Result<(), AggError> {
         if normal == 0 {
             self.normal = 1;
-            return Err(AggError("bad normalization value".to_string()));
+            return Err(AggError(Tag::D_UNKNOWN, "bad normalization value".to_string()));
         }
         self.normal = normal;
         Ok(())
@@ -609,23 +631,23 @@ mod tests {
     fn lquantize_checks() {
         assert!(AggFunc::lquantize(0, 100, Some(10)).is_ok());
         assert_eq!(
-            AggFunc::lquantize(10, 0, None).unwrap_err().0,
+            AggFunc::lquantize(10, 0, None).unwrap_err().1,
             "lquantize( ) base (argument #1) must be less than limit (argument #2)"
         );
         assert_eq!(
-            AggFunc::lquantize(0, 10, Some(20)).unwrap_err().0,
+            AggFunc::lquantize(0, 10, Some(20)).unwrap_err().1,
             "lquantize( ) step (argument #3) too large: must have at least one quantization level"
         );
         assert_eq!(
-            AggFunc::lquantize(0, 10, Some(0)).unwrap_err().0,
+            AggFunc::lquantize(0, 10, Some(0)).unwrap_err().1,
             "lquantize( ) argument #3 must be a non-zero positive integer constant"
         );
         assert_eq!(
-            AggFunc::lquantize(0, 1 << 40, None).unwrap_err().0,
+            AggFunc::lquantize(0, 1 << 40, None).unwrap_err().1,
             "lquantize( ) argument #2 must be a 32-bit quantity"
         );
         assert_eq!(
-            AggFunc::lquantize(0, 100000, Some(1)).unwrap_err().0,
+            AggFunc::lquantize(0, 100000, Some(1)).unwrap_err().1,
             "lquantize( ) step (argument #3) too small: number of quantization levels must be a 16-bit quantity"
         );
     }
@@ -634,24 +656,24 @@ mod tests {
     fn llquantize_checks() {
         assert!(AggFunc::llquantize([10, 0, 6, 20]).is_ok());
         assert_eq!(
-            AggFunc::llquantize([1, 0, 6, 20]).unwrap_err().0,
+            AggFunc::llquantize([1, 0, 6, 20]).unwrap_err().1,
             "llquantize( ) factor (argument #1) must be two or more"
         );
         assert_eq!(
-            AggFunc::llquantize([10, 6, 6, 20]).unwrap_err().0,
+            AggFunc::llquantize([10, 6, 6, 20]).unwrap_err().1,
             "llquantize( ) high magnitude (argument #3) must be greater than low magnitude (argument #2)"
         );
         assert_eq!(
-            AggFunc::llquantize([10, 0, 6, 5]).unwrap_err().0,
+            AggFunc::llquantize([10, 0, 6, 5]).unwrap_err().1,
             "llquantize( ) factor (argument #1) must be less than or equal to the number of linear steps per magnitude (argument #4)"
         );
-        assert!(AggFunc::llquantize([10, 0, 6, 15]).unwrap_err().0.contains("evenly divide"));
+        assert!(AggFunc::llquantize([10, 0, 6, 15]).unwrap_err().1.contains("evenly divide"));
         assert_eq!(
-            AggFunc::llquantize([10, 0, 30, 10]).unwrap_err().0,
+            AggFunc::llquantize([10, 0, 30, 10]).unwrap_err().1,
             "llquantize( ) factor (10) raised to power of high magnitude (30) plus 1 overflows 64-bits"
         );
         assert_eq!(
-            AggFunc::llquantize([-1, 0, 6, 10]).unwrap_err().0,
+            AggFunc::llquantize([-1, 0, 6, 10]).unwrap_err().1,
             "llquantize( ) argument #1 (factor) must be an unsigned 16-bit quantity"
         );
     }

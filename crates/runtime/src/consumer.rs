@@ -28,13 +28,7 @@ pub struct Probe {
 
 impl Probe {
     pub fn new(id: u32, provider: &str, module: &str, function: &str, name: &str) -> Probe {
-        Probe {
-            id,
-            provider: provider.into(),
-            module: module.into(),
-            function: function.into(),
-            name: name.into(),
-        }
+        Probe { id, provider: provider.into(), module: module.into(), function: function.into(), name: name.into() }
     }
 }
 
@@ -56,6 +50,9 @@ pub struct Settings {
     pub sort: output::SortOptions,
     /// Seconds east of UTC for `%Y` and `walltimestamp` printing.
     pub tz_offset: i64,
+    /// dtrace's testing mode (`_DTRACE_TESTING` in the environment): records and the
+    /// header lose their CPU and ID columns, which vary from run to run.
+    pub testing: bool,
 }
 
 impl Default for Settings {
@@ -67,6 +64,7 @@ impl Default for Settings {
             destructive: false,
             sort: output::SortOptions::default(),
             tz_offset: 0,
+            testing: false,
         }
     }
 }
@@ -112,11 +110,7 @@ impl Consumer {
     /// probe, provider `dtrace` name `ERROR`, run when a clause faults).
     pub fn new(prog: Rc<CheckedProgram>, settings: Settings, ecbs: Vec<Ecb>, seed: u64) -> Consumer {
         let vars = Variables::new(&prog.globals, &prog.clause_vars, &prog.types);
-        let aggs = prog
-            .aggs
-            .iter()
-            .map(|a| Aggregation::new(&a.name, agg_func(a.kind, &a.params)))
-            .collect::<Vec<_>>();
+        let aggs = prog.aggs.iter().map(|a| Aggregation::new(&a.name, agg_func(a.kind, &a.params))).collect::<Vec<_>>();
         let specs = (0..settings.nspec).map(|_| Speculation { active: false, buffer: Vec::new() }).collect();
         let mut by_probe: HashMap<u32, Vec<Ecb>> = HashMap::new();
         let mut error_ecbs = Vec::new();
@@ -272,7 +266,7 @@ impl Consumer {
         // the quiet setting of that moment.
         let prefixed = clause.records_data && !self.settings.quiet;
         if prefixed {
-            output::probe_prefix(&mut rec.data, cpu, &ecb.probe);
+            output::probe_prefix(&mut rec.data, cpu, &ecb.probe, &self.settings);
         }
         let mut counter = 0;
         let result = self.actions(&clause.actions, &pctx, &mut rec, fx, &mut counter);
@@ -296,7 +290,7 @@ impl Consumer {
             None if clause.records_data => {
                 // chew() considers the header once, at the first record, quiet or not.
                 if !self.header_printed && prefixed {
-                    out.write_all(output::HEADER.as_bytes())?;
+                    out.write_all(output::header(self.settings.testing).as_bytes())?;
                 }
                 self.header_printed = true;
                 out.write_all(&rec.data)?;
@@ -564,11 +558,8 @@ pub fn agg_func(kind: AggKind, p: &[i64]) -> AggFunc {
         AggKind::Stddev => AggFunc::Stddev,
         AggKind::Quantize => AggFunc::Quantize,
         AggKind::Lquantize => AggFunc::Lquantize { base: p[0], limit: p[1], step: p[2] },
-        AggKind::Llquantize => AggFunc::Llquantize {
-            factor: p[0] as u16,
-            low: p[1] as u16,
-            high: p[2] as u16,
-            nsteps: p[3] as u16,
-        },
+        AggKind::Llquantize => {
+            AggFunc::Llquantize { factor: p[0] as u16, low: p[1] as u16, high: p[2] as u16, nsteps: p[3] as u16 }
+        }
     }
 }

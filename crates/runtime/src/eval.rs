@@ -365,7 +365,8 @@ impl Evaluator<'_> {
                     None => self.coerce(v, &e.ty)?,
                     Some(op) => {
                         let cur = as_u64(&self.load(&place));
-                        let signed = e.ty.int_shape().map(|s| s.signed).unwrap_or(false) || matches!(v, Value::Int(Int { signed: true, .. }));
+                        let signed = e.ty.int_shape().map(|s| s.signed).unwrap_or(false)
+                            || matches!(v, Value::Int(Int { signed: true, .. }));
                         self.binary(*op, cur, as_u64(&v), signed, &e.ty)?
                     }
                 };

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use udtrace_lang::ir::{Action, AggKind, CheckedProgram};
 use udtrace_lang::types::{Type, TypeTable};
-use udtrace_lang::{CompileError, Span};
+use udtrace_lang::{CompileError, Span, Tag};
 
 use crate::agg::Aggregation;
 use crate::consumer::{Probe, Settings};
@@ -29,8 +29,21 @@ fn format_ctx(s: &Settings) -> FormatCtx<'static> {
     FormatCtx { tz_offset_secs: s.tz_offset, strsize: s.strsize, ..FormatCtx::default() }
 }
 
-pub fn probe_prefix(out: &mut Vec<u8>, cpu: u32, p: &Probe) {
-    trace::record_prefix(out, cpu, p.id, &p.function, &p.name);
+pub fn probe_prefix(out: &mut Vec<u8>, cpu: u32, p: &Probe, s: &Settings) {
+    if s.testing {
+        trace::testing_prefix(out, &p.function, &p.name);
+    } else {
+        trace::record_prefix(out, cpu, p.id, &p.function, &p.name);
+    }
+}
+
+/// The column header before the first record.
+pub fn header(testing: bool) -> &'static str {
+    if testing {
+        trace::TESTING_HEADER
+    } else {
+        trace::HEADER
+    }
 }
 
 pub fn trace_value(out: &mut Vec<u8>, v: &Value, s: &Settings) {
@@ -62,7 +75,13 @@ impl FormatCache {
     /// printf's output; a run-time format error prints nothing (it was checked when
     /// compiling, so only impossible values get here).
     /// `symbolize` turns addresses into symbols for `%a`/`%A` (address, user?).
-    pub fn printf(&self, fmt: &str, args: &[Value], s: &Settings, symbolize: &dyn Fn(u64, bool) -> Option<String>) -> Vec<u8> {
+    pub fn printf(
+        &self,
+        fmt: &str,
+        args: &[Value],
+        s: &Settings,
+        symbolize: &dyn Fn(u64, bool) -> Option<String>,
+    ) -> Vec<u8> {
         match self.parsed.get(fmt) {
             Some(f) => format(f, args, &FormatCtx { symbolize: Some(symbolize), ..format_ctx(s) }).unwrap_or_default(),
             None => Vec::new(),
@@ -125,11 +144,9 @@ pub fn validate_formats(prog: &CheckedProgram, have_target: bool) -> Result<(), 
 }
 
 fn validate_actions(prog: &CheckedProgram, actions: &[Action], have_target: bool) -> Result<(), CompileError> {
-    let err = |span: Span, e: FormatError| {
-        let msg = match e {
-            FormatError::Compile(m) | FormatError::Runtime(m) => m,
-        };
-        CompileError::new(span, msg)
+    let err = |span: Span, e: FormatError| match e {
+        FormatError::Compile(tag, m) => CompileError::new(tag, span, m),
+        FormatError::Runtime(m) => CompileError::new(Tag::D_UNKNOWN, span, m),
     };
     for a in actions {
         match a {
@@ -169,11 +186,13 @@ fn validate_actions(prog: &CheckedProgram, actions: &[Action], have_target: bool
             Action::AggUpdate { agg, .. } => {
                 let a = &prog.aggs[*agg];
                 let checked = match (a.kind, a.params.as_slice()) {
-                    (AggKind::Lquantize, &[base, limit, step]) => crate::agg::AggFunc::lquantize(base, limit, Some(step)).map(drop),
+                    (AggKind::Lquantize, &[base, limit, step]) => {
+                        crate::agg::AggFunc::lquantize(base, limit, Some(step)).map(drop)
+                    }
                     (AggKind::Llquantize, &[f, lo, hi, n]) => crate::agg::AggFunc::llquantize([f, lo, hi, n]).map(drop),
                     _ => Ok(()),
                 };
-                checked.map_err(|e| CompileError::new(a.span, e.0))?;
+                checked.map_err(|e| CompileError::new(e.0, a.span, e.1))?;
             }
             Action::If { then, otherwise, .. } => {
                 validate_actions(prog, then, have_target)?;

@@ -73,7 +73,8 @@ fn sys_bpf_fd(cmd: libc::c_long, attr: &mut Attr) -> io::Result<OwnedFd> {
 /// Object names are at most 15 bytes plus NUL; longer names are cut, not rejected.
 fn obj_name(name: &str) -> [u8; 16] {
     let mut out = [0u8; 16];
-    let clean: Vec<u8> = name.bytes().filter(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'.').take(15).collect();
+    let clean: Vec<u8> =
+        name.bytes().filter(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'.').take(15).collect();
     out[..clean.len()].copy_from_slice(&clean);
     out
 }
@@ -117,7 +118,14 @@ fn check_len(what: &str, got: usize, want: usize) -> io::Result<()> {
     }
 }
 
-pub fn map_update_elem(map: BorrowedFd<'_>, key: &[u8], key_size: usize, value: &[u8], value_size: usize, flags: u64) -> io::Result<()> {
+pub fn map_update_elem(
+    map: BorrowedFd<'_>,
+    key: &[u8],
+    key_size: usize,
+    value: &[u8],
+    value_size: usize,
+    flags: u64,
+) -> io::Result<()> {
     check_len("key", key.len(), key_size)?;
     check_len("value", value.len(), value_size)?;
     let mut a = elem_attr(map, key.as_ptr(), ptr(value.as_ptr()), flags);
@@ -125,7 +133,13 @@ pub fn map_update_elem(map: BorrowedFd<'_>, key: &[u8], key_size: usize, value: 
 }
 
 /// Fills `value`; ENOENT when the key is absent.
-pub fn map_lookup_elem(map: BorrowedFd<'_>, key: &[u8], key_size: usize, value: &mut [u8], value_size: usize) -> io::Result<()> {
+pub fn map_lookup_elem(
+    map: BorrowedFd<'_>,
+    key: &[u8],
+    key_size: usize,
+    value: &mut [u8],
+    value_size: usize,
+) -> io::Result<()> {
     check_len("key", key.len(), key_size)?;
     check_len("value", value.len(), value_size)?;
     let mut a = elem_attr(map, key.as_ptr(), ptr(value.as_mut_ptr()), 0);
@@ -178,9 +192,19 @@ pub fn link_create_perf_event(prog: BorrowedFd<'_>, perf_event: BorrowedFd<'_>, 
 
 /// LINK_CREATE of a uprobe_multi link: one file, many offsets, one cookie each.
 /// `pid` 0 means every process.
-pub fn link_create_uprobe_multi(prog: BorrowedFd<'_>, path: &CStr, offsets: &[u64], cookies: &[u64], flags: u32, pid: u32) -> io::Result<OwnedFd> {
+pub fn link_create_uprobe_multi(
+    prog: BorrowedFd<'_>,
+    path: &CStr,
+    offsets: &[u64],
+    cookies: &[u64],
+    flags: u32,
+    pid: u32,
+) -> io::Result<OwnedFd> {
     if offsets.len() != cookies.len() || offsets.is_empty() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "uprobe_multi needs one cookie per offset and at least one offset"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "uprobe_multi needs one cookie per offset and at least one offset",
+        ));
     }
     let mut a = Attr::new();
     a.u32(0, prog.as_raw_fd() as u32)

@@ -25,7 +25,9 @@ impl Mmap {
         let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
         // SAFETY: a fresh mapping at an address the kernel chooses; it aliases no Rust
         // object.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), offset as libc::off_t) };
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), offset as libc::off_t)
+        };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -43,7 +45,10 @@ impl Mmap {
 
     /// Bounds and alignment are checked; a bad offset is a bug of the caller.
     fn at(&self, off: usize, size: usize) -> *mut u8 {
-        assert!(off.checked_add(size).is_some_and(|end| end <= self.len) && off.is_multiple_of(size), "bad ring offset {off}");
+        assert!(
+            off.checked_add(size).is_some_and(|end| end <= self.len) && off.is_multiple_of(size),
+            "bad ring offset {off}"
+        );
         // SAFETY: in bounds, checked above.
         unsafe { self.ptr.as_ptr().add(off) }
     }

@@ -42,7 +42,9 @@ const CONFIG2: usize = 64;
 fn open(attr: &Attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
     // SAFETY: `attr` is a valid perf_event_attr of the size it declares; any pointer in it
     // (a uprobe's path) borrows memory the caller keeps alive across this call.
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.0.as_ptr(), pid, cpu, -1 as libc::c_int, PERF_FLAG_FD_CLOEXEC) };
+    let fd = unsafe {
+        libc::syscall(libc::SYS_perf_event_open, attr.0.as_ptr(), pid, cpu, -1 as libc::c_int, PERF_FLAG_FD_CLOEXEC)
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -52,9 +54,19 @@ fn open(attr: &Attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
 
 /// A uprobe (or uretprobe) at a file offset of `path`. `pid -1, cpu 0` watches every
 /// process; `pid N, cpu -1` one process.
-pub fn open_uprobe(pmu_type: u32, path: &CStr, file_offset: u64, retprobe: bool, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+pub fn open_uprobe(
+    pmu_type: u32,
+    path: &CStr,
+    file_offset: u64,
+    retprobe: bool,
+    pid: i32,
+    cpu: i32,
+) -> io::Result<OwnedFd> {
     let mut a = Attr::new(pmu_type);
-    a.u64(CONFIG, retprobe as u64).u64(CONFIG1, path.as_ptr() as usize as u64).u64(CONFIG2, file_offset).u64(SAMPLE_PERIOD, 1);
+    a.u64(CONFIG, retprobe as u64)
+        .u64(CONFIG1, path.as_ptr() as usize as u64)
+        .u64(CONFIG2, file_offset)
+        .u64(SAMPLE_PERIOD, 1);
     open(&a, pid, cpu)
 }
 

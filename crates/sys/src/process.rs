@@ -48,7 +48,10 @@ fn read_full(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
 pub fn spawn_seized(argv: &[String], options: libc::c_int) -> io::Result<i32> {
     let args: Vec<CString> = argv
         .iter()
-        .map(|a| CString::new(a.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte")))
+        .map(|a| {
+            CString::new(a.as_bytes())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte"))
+        })
         .collect::<io::Result<_>>()?;
     if args.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));

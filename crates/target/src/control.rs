@@ -73,7 +73,8 @@ impl Target {
         // If udtrace dies before releasing it, the half-started command dies too.
         let pid = udtrace_sys::process::spawn_seized(argv, HOLD_OPTIONS.bits())
             .map_err(|e| ControlError::Exec { cmd: cmd.clone(), reason: io_reason(&e) })?;
-        let mut t = Target { pid, created: true, held: vec![pid], exited: false, status: None, started: false, adopted: false };
+        let mut t =
+            Target { pid, created: true, held: vec![pid], exited: false, status: None, started: false, adopted: false };
         let ctl = |e: Errno| ControlError::Control { pid, reason: reason(e) };
         match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::__WALL)).map_err(ctl)? {
             WaitStatus::PtraceEvent(_, _, ev) if ev == nix::libc::PTRACE_EVENT_EXEC => {}
@@ -135,7 +136,15 @@ impl Target {
             return Err(ControlError::Grab { pid, reason: "cannot grab udtrace itself".into() });
         }
         let tids = procfs::tasks(pid).map_err(|_| grab_err(Errno::ESRCH))?;
-        let mut t = Target { pid, created: false, held: Vec::new(), exited: false, status: None, started: false, adopted: false };
+        let mut t = Target {
+            pid,
+            created: false,
+            held: Vec::new(),
+            exited: false,
+            status: None,
+            started: false,
+            adopted: false,
+        };
         for tid in tids {
             let p = Pid::from_raw(tid);
             match ptrace::seize(p, ptrace::Options::empty()) {

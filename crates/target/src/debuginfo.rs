@@ -13,10 +13,7 @@ pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: {source}")]
     Elf { path: PathBuf, source: ElfError },
 }
@@ -37,25 +34,18 @@ impl ObjectSymbols {
     pub fn code(&self, f: &Function) -> Option<&[u8]> {
         let start = self.info.vaddr_to_offset(f.addr)?;
         // The whole function must be in the same segment's file image.
-        let last = self
-            .info
-            .vaddr_to_offset(f.addr.checked_add(f.size.checked_sub(1)?)?)?;
+        let last = self.info.vaddr_to_offset(f.addr.checked_add(f.size.checked_sub(1)?)?)?;
         if last.checked_sub(start)? != f.size - 1 {
             return None;
         }
-        self.data
-            .get(usize::try_from(start).ok()?..=usize::try_from(last).ok()?)
+        self.data.get(usize::try_from(start).ok()?..=usize::try_from(last).ok()?)
     }
 
     /// Entry, return and offset sites of `f`, decoded from the file (None if its code is
     /// not in the file).
     pub fn sites(&self, f: &Function) -> Option<Sites> {
         let code = self.code(f)?;
-        Some(sites::decode_with_parts(
-            code,
-            f.addr,
-            &self.table.other_parts(f),
-        ))
+        Some(sites::decode_with_parts(code, f.addr, &self.table.other_parts(f)))
     }
 
     /// File offset of a virtual address: what a uprobe is attached at.
@@ -74,10 +64,7 @@ pub fn load(path: &Path) -> Result<ObjectSymbols, LoadError> {
 /// object, in its `.debug/` directory, and under `<root>/<object's directory>/`.
 pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymbols, LoadError> {
     let data = read(path)?;
-    let info = elf::parse(&data).map_err(|source| LoadError::Elf {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let info = elf::parse(&data).map_err(|source| LoadError::Elf { path: path.to_path_buf(), source })?;
 
     // A debug file that is missing, unreadable or malformed only costs symbols: the object
     // itself is still probeable through its own table.
@@ -92,10 +79,7 @@ pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymb
         }
         (dinfo.symbols_from == SymbolSource::Symtab).then_some((p, dinfo))
     });
-    let mini = info
-        .gnu_debugdata
-        .as_deref()
-        .and_then(|d| elf::parse(d).ok());
+    let mini = info.gnu_debugdata.as_deref().and_then(|d| elf::parse(d).ok());
 
     let mut sources: Vec<&[elf::RawSymbol]> = vec![&info.symbols];
     if let Some((_, d)) = &debug {
@@ -106,28 +90,17 @@ pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymb
     }
     let table = SymbolTable::from_symbols(&sources, &info.plt);
     let debug_file = debug.map(|(p, _)| p);
-    Ok(ObjectSymbols {
-        info,
-        table,
-        debug_file,
-        data,
-    })
+    Ok(ObjectSymbols { info, table, debug_file, data })
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
-    std::fs::read(path).map_err(|source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_path_buf(), source })
 }
 
 fn find_debug_file(path: &Path, info: &ElfInfo, root: &Path) -> Option<PathBuf> {
     if let Some(id) = info.build_id.as_deref().filter(|id| id.len() >= 2) {
         let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-        let p = root
-            .join(".build-id")
-            .join(&hex[..2])
-            .join(format!("{}.debug", &hex[2..]));
+        let p = root.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]));
         if p.is_file() {
             return Some(p);
         }
@@ -140,13 +113,8 @@ fn find_debug_file(path: &Path, info: &ElfInfo, root: &Path) -> Option<PathBuf> 
     let dir = path.parent().unwrap_or(Path::new("."));
     let abs_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let own = std::fs::canonicalize(path).ok();
-    [
-        dir.join(link),
-        dir.join(".debug").join(link),
-        root.join(abs_dir.strip_prefix("/").unwrap_or(&abs_dir))
-            .join(link),
-    ]
-    .into_iter()
-    // The object may carry a debuglink to its own name; it is not its own debug file.
-    .find(|p| p.is_file() && std::fs::canonicalize(p).ok() != own)
+    [dir.join(link), dir.join(".debug").join(link), root.join(abs_dir.strip_prefix("/").unwrap_or(&abs_dir)).join(link)]
+        .into_iter()
+        // The object may carry a debuglink to its own name; it is not its own debug file.
+        .find(|p| p.is_file() && std::fs::canonicalize(p).ok() != own)
 }

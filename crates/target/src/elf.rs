@@ -134,11 +134,7 @@ pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
 
     // A broken note or debuglink section only costs us the debug-file lookup.
     let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
-    let debuglink = file
-        .gnu_debuglink()
-        .ok()
-        .flatten()
-        .map(|(name, _crc)| String::from_utf8_lossy(name).into_owned());
+    let debuglink = file.gnu_debuglink().ok().flatten().map(|(name, _crc)| String::from_utf8_lossy(name).into_owned());
 
     let (table, symbols_from) = if !file.elf_symbol_table().is_empty() {
         (file.elf_symbol_table(), SymbolSource::Symtab)
@@ -151,11 +147,7 @@ pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
     // .dynsym keeps versions apart from names; spell non-default ones as .symtab does
     // (`pthread_kill@GLIBC_2.2.5`), else a compatibility function takes the plain name.
     let versions = match symbols_from {
-        SymbolSource::Dynsym => file
-            .elf_section_table()
-            .versions(endian, data)
-            .ok()
-            .flatten(),
+        SymbolSource::Dynsym => file.elf_section_table().versions(endian, data).ok().flatten(),
         _ => None,
     };
     let mut symbols = Vec::with_capacity(table.len());
@@ -187,14 +179,7 @@ pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
                 }
             }
         }
-        symbols.push(RawSymbol {
-            name,
-            addr: sym.st_value(endian),
-            size: sym.st_size(endian),
-            kind,
-            bind,
-            defined,
-        });
+        symbols.push(RawSymbol { name, addr: sym.st_value(endian), size: sym.st_size(endian), kind, bind, defined });
     }
 
     let mut plt = Vec::new();
@@ -206,22 +191,9 @@ pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
         }
     }
 
-    let gnu_debugdata = file
-        .section_by_name(".gnu_debugdata")
-        .and_then(|s| s.data().ok())
-        .and_then(inflate_xz);
+    let gnu_debugdata = file.section_by_name(".gnu_debugdata").and_then(|s| s.data().ok()).and_then(inflate_xz);
 
-    Ok(ElfInfo {
-        is_dyn,
-        entry,
-        build_id,
-        debuglink,
-        segments,
-        symbols,
-        symbols_from,
-        gnu_debugdata,
-        plt,
-    })
+    Ok(ElfInfo { is_dyn, entry, build_id, debuglink, segments, symbols, symbols_from, gnu_debugdata, plt })
 }
 
 /// Decompress `.gnu_debugdata` (an xz stream). A corrupt stream is treated like an absent
@@ -255,10 +227,7 @@ mod tests {
     #[test]
     fn rejects_non_elf_and_truncated() {
         assert!(matches!(parse(b""), Err(ElfError::NotElf)));
-        assert!(matches!(
-            parse(b"#!/bin/sh\n echo hi"),
-            Err(ElfError::NotElf)
-        ));
+        assert!(matches!(parse(b"#!/bin/sh\n echo hi"), Err(ElfError::NotElf)));
         let mut h = b"\x7fELF\x01\x01\x01\0\0\0\0\0\0\0\0\0".to_vec();
         assert!(matches!(parse(&h), Err(ElfError::Unsupported(_))));
         h[4] = 2;

@@ -42,7 +42,9 @@ enum State {
     Held,
     /// A new thread or process whose first stop has not been seen yet; `release` says
     /// whether it may run as soon as it comes.
-    Starting { release: bool },
+    Starting {
+        release: bool,
+    },
     /// A new process at its first stop, waiting for [`Tree::release_child`].
     Born,
     /// A new task not to be followed: detached at its first stop.
@@ -114,7 +116,8 @@ impl Tree {
 
     /// Lets every held thread of a root run.
     pub fn start(&mut self, pid: i32) {
-        let tids: Vec<i32> = self.tasks.iter().filter(|(_, t)| t.tgid == pid && t.state == State::Held).map(|(&t, _)| t).collect();
+        let tids: Vec<i32> =
+            self.tasks.iter().filter(|(_, t)| t.tgid == pid && t.state == State::Held).map(|(&t, _)| t).collect();
         for tid in tids {
             self.resume(tid, None);
         }
@@ -215,7 +218,8 @@ impl Tree {
 
     fn created(&mut self, parent_tid: i32, new: i32, ev: i32, out: &mut Vec<Event>) {
         let Some(tgid) = self.tasks.get(&parent_tid).map(|t| t.tgid) else { return };
-        let thread = ev == libc::PTRACE_EVENT_CLONE && std::path::Path::new(&format!("/proc/{tgid}/task/{new}")).exists();
+        let thread =
+            ev == libc::PTRACE_EVENT_CLONE && std::path::Path::new(&format!("/proc/{tgid}/task/{new}")).exists();
         let early = self.early.remove(&new);
         if thread {
             self.tasks.insert(new, Task { tgid, state: State::Starting { release: true } });

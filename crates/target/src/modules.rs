@@ -93,11 +93,7 @@ fn match_set(p: &[char], c: char) -> Option<(bool, usize)> {
             return Some((found != negate, i + 1));
         }
         first = false;
-        let (lo, width) = if lo == '\\' {
-            (*p.get(i + 1)?, 2)
-        } else {
-            (lo, 1)
-        };
+        let (lo, width) = if lo == '\\' { (*p.get(i + 1)?, 2) } else { (lo, 1) };
         i += width;
         if p.get(i) == Some(&'-') && p.get(i + 1).is_some_and(|&h| h != ']') {
             let hi = p[i + 1];
@@ -115,10 +111,7 @@ mod tests {
 
     #[test]
     fn basenames() {
-        assert_eq!(
-            module_name("/usr/lib/x86_64-linux-gnu/libc.so.6"),
-            "libc.so.6"
-        );
+        assert_eq!(module_name("/usr/lib/x86_64-linux-gnu/libc.so.6"), "libc.so.6");
         assert_eq!(module_name("a.out"), "a.out");
         assert_eq!(module_name("[vdso]"), "[vdso]");
     }
@@ -126,27 +119,10 @@ mod tests {
     #[test]
     fn module_rules() {
         let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
-        for m in [
-            "libc.so.6",
-            "libc.so",
-            "libc",
-            libc,
-            "libc*",
-            "*.so.6",
-            "/usr/lib/*",
-        ] {
+        for m in ["libc.so.6", "libc.so", "libc", libc, "libc*", "*.so.6", "/usr/lib/*"] {
             assert!(module_matches(m, libc, false), "{m}");
         }
-        for m in [
-            "lib",
-            "libc.s",
-            "libc.so.6.1",
-            "a.out",
-            "c.so.6",
-            "",
-            "libm",
-            "libc?",
-        ] {
+        for m in ["lib", "libc.s", "libc.so.6.1", "a.out", "c.so.6", "", "libm", "libc?"] {
             assert!(!module_matches(m, libc, false), "{m}");
         }
         assert!(module_matches("a.out", "/tmp/prog", true));

@@ -164,7 +164,10 @@ pub fn mapped_by_any(path: &str, skip: impl Fn(i32) -> bool) -> bool {
             continue;
         }
         let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
-        if text.lines().any(|l| l.ends_with(path) && l.len() > path.len() && l.as_bytes()[l.len() - path.len() - 1] == b' ') {
+        if text
+            .lines()
+            .any(|l| l.ends_with(path) && l.len() > path.len() && l.as_bytes()[l.len() - path.len() - 1] == b' ')
+        {
             return true;
         }
     }
@@ -175,8 +178,8 @@ pub fn mapped_by_any(path: &str, skip: impl Fn(i32) -> bool) -> bool {
 pub fn read_memory(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len];
     let remote = [RemoteIoVec { base: addr as usize, len }];
-    let n = process_vm_readv(Pid::from_raw(pid), &mut [io::IoSliceMut::new(&mut buf)], &remote)
-        .map_err(io::Error::from)?;
+    let n =
+        process_vm_readv(Pid::from_raw(pid), &mut [io::IoSliceMut::new(&mut buf)], &remote).map_err(io::Error::from)?;
     buf.truncate(n);
     Ok(buf)
 }

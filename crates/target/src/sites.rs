@@ -42,8 +42,7 @@ pub fn decode(code: &[u8], func_vaddr: u64) -> Sites {
 pub fn decode_with_parts(code: &[u8], func_vaddr: u64, other_parts: &[(u64, u64)]) -> Sites {
     let mut s = Sites::default();
     let end = func_vaddr.wrapping_add(code.len() as u64);
-    let inside =
-        |t: u64| (t >= func_vaddr && t < end) || other_parts.iter().any(|&(a, b)| t >= a && t < b);
+    let inside = |t: u64| (t >= func_vaddr && t < end) || other_parts.iter().any(|&(a, b)| t >= a && t < b);
     // Offsets are u32: no function is 4 GiB long; refuse to decode past that.
     let code = &code[..code.len().min(u32::MAX as usize)];
     let mut decoder = Decoder::with_ip(64, code, func_vaddr, DecoderOptions::NONE);
@@ -82,10 +81,8 @@ pub fn decode_with_parts(code: &[u8], func_vaddr: u64, other_parts: &[(u64, u64)
 /// operand is a near branch target except `call` and `xbegin` (its abort path). Done on
 /// operand kinds because iced's flow-control queries need its large `instr_info` tables.
 fn is_direct_branch(insn: &Instruction) -> bool {
-    matches!(
-        insn.op0_kind(),
-        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
-    ) && !matches!(insn.mnemonic(), Mnemonic::Call | Mnemonic::Xbegin)
+    matches!(insn.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+        && !matches!(insn.mnemonic(), Mnemonic::Call | Mnemonic::Xbegin)
 }
 
 /// Check an offset probe's offset against a decoded function of `size` bytes.
@@ -118,22 +115,14 @@ mod tests {
         assert!(!s.indirect_jump);
         assert_eq!(s.undecodable_at, None);
         assert_eq!(check_offset(&s, 8, 4), Ok(()));
-        assert_eq!(
-            check_offset(&s, 8, 5),
-            Err(OffsetError::InsideInstruction { off: 5 })
-        );
-        assert_eq!(
-            check_offset(&s, 8, 8),
-            Err(OffsetError::PastEnd { off: 8, size: 8 })
-        );
+        assert_eq!(check_offset(&s, 8, 5), Err(OffsetError::InsideInstruction { off: 5 }));
+        assert_eq!(check_offset(&s, 8, 8), Err(OffsetError::PastEnd { off: 8, size: 8 }));
     }
 
     #[test]
     fn ret_imm_tail_jmp_and_inner_jcc() {
         // 0: test edi,edi; 2: je +3 (-> 7, inside); 4: ret 8; 7: jmp rel32 out; c: ret
-        let code = [
-            0x85, 0xff, 0x74, 0x03, 0xc2, 0x08, 0x00, 0xe9, 0x00, 0x10, 0x00, 0x00, 0xc3,
-        ];
+        let code = [0x85, 0xff, 0x74, 0x03, 0xc2, 0x08, 0x00, 0xe9, 0x00, 0x10, 0x00, 0x00, 0xc3];
         let s = decode(&code, 0x4000);
         assert_eq!(s.insns, vec![0, 2, 4, 7, 12]);
         assert_eq!(s.returns, vec![4, 7, 12]);
@@ -162,10 +151,7 @@ mod tests {
         assert_eq!(s.insns, vec![0]);
         assert_eq!(s.undecodable_at, Some(1));
         assert_eq!(check_offset(&s, 4, 0), Ok(()));
-        assert_eq!(
-            check_offset(&s, 4, 2),
-            Err(OffsetError::Undecodable { off: 2, at: 1 })
-        );
+        assert_eq!(check_offset(&s, 4, 2), Err(OffsetError::Undecodable { off: 2, at: 1 }));
         // 0x06 (push es) is invalid in 64-bit mode.
         assert_eq!(decode(&[0x06], 0).undecodable_at, Some(0));
         assert_eq!(decode(&[], 0), Sites::default());
@@ -187,7 +173,9 @@ pub fn probeable(code: &[u8], vaddr: u64) -> bool {
     // Skip legacy prefixes and REX to the opcode: C4/C5 start VEX, 62 EVEX (both always,
     // in 64-bit mode), and 8F with a map select of 8 or more XOP.
     let mut i = 0;
-    while i < code.len() && matches!(code[i], 0x66 | 0x67 | 0xf2 | 0xf3 | 0x2e | 0x36 | 0x3e | 0x26 | 0x64 | 0x65 | 0x40..=0x4f) {
+    while i < code.len()
+        && matches!(code[i], 0x66 | 0x67 | 0xf2 | 0xf3 | 0x2e | 0x36 | 0x3e | 0x26 | 0x64 | 0x65 | 0x40..=0x4f)
+    {
         i += 1;
     }
     match code.get(i) {

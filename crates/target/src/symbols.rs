@@ -87,10 +87,7 @@ impl SymbolTable {
                     .expect("every address has a symbol");
                 let raw = unversioned(&best.name);
                 let demangled = demangle(raw);
-                let mut raw_names: Vec<String> = syms
-                    .iter()
-                    .map(|s| unversioned(&s.name).to_string())
-                    .collect();
+                let mut raw_names: Vec<String> = syms.iter().map(|s| unversioned(&s.name).to_string()).collect();
                 raw_names.sort();
                 raw_names.dedup();
                 let mut aliases: Vec<String> = raw_names
@@ -115,11 +112,7 @@ impl SymbolTable {
             .collect();
         entries.sort_by_key(|(f, _)| f.addr);
         let (functions, raw_names): (Vec<Function>, _) = entries.into_iter().unzip();
-        SymbolTable {
-            cold_groups: cold_groups(&functions),
-            functions,
-            raw_names,
-        }
+        SymbolTable { cold_groups: cold_groups(&functions), functions, raw_names }
     }
 
     /// Every function, by ascending address.
@@ -132,12 +125,7 @@ impl SymbolTable {
         let i = self.functions.partition_point(|f| f.addr <= addr);
         // Functions may nest (an alias with a smaller size); look back past the nearest
         // start for one that covers `addr`, a few entries at most in practice.
-        self.functions[..i]
-            .iter()
-            .rev()
-            .take(8)
-            .find(|f| addr - f.addr < f.size)
-            .map(|f| (f, addr - f.addr))
+        self.functions[..i].iter().rev().take(8).find(|f| addr - f.addr < f.size).map(|f| (f, addr - f.addr))
     }
 
     /// Functions whose demangled name, mangled name or any alias matches the DTrace glob
@@ -201,8 +189,7 @@ fn is_cold(f: &Function) -> bool {
 
 /// Group functions by stem, keeping only groups that hold a `.cold` piece.
 fn cold_groups(functions: &[Function]) -> HashMap<String, Vec<usize>> {
-    let stems: std::collections::HashSet<&str> =
-        functions.iter().filter(|f| is_cold(f)).map(stem).collect();
+    let stems: std::collections::HashSet<&str> = functions.iter().filter(|f| is_cold(f)).map(stem).collect();
     let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, f) in functions.iter().enumerate() {
         if stems.contains(stem(f)) {
@@ -233,9 +220,7 @@ fn is_rust_legacy(name: &str) -> bool {
     let core = name.split('.').next().unwrap_or(name);
     core.len() > 20 && {
         let tail = &core.as_bytes()[core.len() - 20..];
-        tail.starts_with(b"17h")
-            && tail[19] == b'E'
-            && tail[3..19].iter().all(u8::is_ascii_hexdigit)
+        tail.starts_with(b"17h") && tail[19] == b'E' && tail[3..19].iter().all(u8::is_ascii_hexdigit)
     }
 }
 
@@ -244,14 +229,7 @@ mod tests {
     use super::*;
 
     fn sym(name: &str, addr: u64, size: u64, kind: SymKind, bind: Bind) -> RawSymbol {
-        RawSymbol {
-            name: name.into(),
-            addr,
-            size,
-            kind,
-            bind,
-            defined: true,
-        }
+        RawSymbol { name: name.into(), addr, size, kind, bind, defined: true }
     }
     use Bind::*;
     use SymKind::*;
@@ -318,10 +296,7 @@ mod tests {
             sym("pthread_kill@GLIBC_2.2.5", 0x40, 4, Func, Global),
         ];
         let t = SymbolTable::from_symbols(&[&a, &b], &[]);
-        assert_eq!(
-            names(&t),
-            ["f", "g", "pthread_kill", "pthread_kill@GLIBC_2.2.5"]
-        );
+        assert_eq!(names(&t), ["f", "g", "pthread_kill", "pthread_kill@GLIBC_2.2.5"]);
         assert!(t.functions()[0].aliases.is_empty());
     }
 
@@ -353,19 +328,10 @@ mod tests {
 
     #[test]
     fn demangling() {
-        assert_eq!(
-            demangle("_ZN7Counter4bumpEi").unwrap(),
-            "Counter::bump(int)"
-        );
+        assert_eq!(demangle("_ZN7Counter4bumpEi").unwrap(), "Counter::bump(int)");
         assert_eq!(demangle("_ZN3foo3barE").unwrap(), "foo::bar");
-        assert_eq!(
-            demangle("_ZN4core3fmt5write17h0123456789abcdefE").unwrap(),
-            "core::fmt::write"
-        );
-        assert_eq!(
-            demangle("_RNvCs1234_7mycrate4main").unwrap(),
-            "mycrate::main"
-        );
+        assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE").unwrap(), "core::fmt::write");
+        assert_eq!(demangle("_RNvCs1234_7mycrate4main").unwrap(), "mycrate::main");
         assert_eq!(demangle("main"), None);
         assert_eq!(demangle("_Zgarbage"), None);
     }

@@ -41,7 +41,8 @@ pub fn own_function(symbol: &str) -> (PathBuf, u64) {
     let exe = std::env::current_exe().expect("current_exe");
     let data = std::fs::read(&exe).expect("read own executable");
     let file = object::File::parse(&*data).expect("parse own executable");
-    let addr = file.symbols().find(|s| s.name() == Ok(symbol)).unwrap_or_else(|| panic!("no symbol {symbol}")).address();
+    let addr =
+        file.symbols().find(|s| s.name() == Ok(symbol)).unwrap_or_else(|| panic!("no symbol {symbol}")).address();
     let off = file
         .segments()
         .find_map(|seg| {

@@ -79,7 +79,11 @@ pub fn key_cmp(a: &[Value], b: &[Value], keypos: usize) -> Ordering {
 }
 
 fn rev(o: Ordering, s: &SortOptions) -> Ordering {
-    if s.rev { o.reverse() } else { o }
+    if s.rev {
+        o.reverse()
+    } else {
+        o
+    }
 }
 
 /// The entries of one aggregation in DTrace's default order: by value, ties by key
@@ -106,9 +110,9 @@ fn print_value(out: &mut Vec<u8>, st: &AggState, normal: u64) {
         AggState::Avg { count, sum } => {
             out.extend_from_slice(format!(" {:>16}", AggState::avg(count, sum, normal)).as_bytes())
         }
-        AggState::Stddev { count, sum, sumsq } => out.extend_from_slice(
-            format!(" {:>16}", AggState::stddev(count, sum, sumsq, normal)).as_bytes(),
-        ),
+        AggState::Stddev { count, sum, sumsq } => {
+            out.extend_from_slice(format!(" {:>16}", AggState::stddev(count, sum, sumsq, normal)).as_bytes())
+        }
         _ => print_dist(out, st, normal),
     }
 }
@@ -237,8 +241,7 @@ pub fn printa_fmt(
         }
         _ => {
             for b in bundles(aggs, &o.sort) {
-                let v: Vec<AggValue> =
-                    b.states.iter().map(|(s, n)| AggValue { state: s, normal: *n }).collect();
+                let v: Vec<AggValue> = b.states.iter().map(|(s, n)| AggValue { state: s, normal: *n }).collect();
                 format_into(&mut out, fmt, b.key, &v, ctx)?;
             }
         }
@@ -282,7 +285,8 @@ mod tests {
         let max = agg(AggFunc::Max, &[(&[], 3), (&[], -9)]);
         assert_eq!(text(print_aggregation(&min, &o)), "               -9\n");
         assert_eq!(text(print_aggregation(&max, &o)), "                3\n");
-        let sd = agg(AggFunc::Stddev, &[(&[], 2), (&[], 4), (&[], 4), (&[], 4), (&[], 5), (&[], 5), (&[], 7), (&[], 9)]);
+        let sd =
+            agg(AggFunc::Stddev, &[(&[], 2), (&[], 4), (&[], 4), (&[], 4), (&[], 5), (&[], 5), (&[], 7), (&[], 9)]);
         assert_eq!(text(print_aggregation(&sd, &o)), "                2\n");
     }
 
@@ -291,12 +295,16 @@ mod tests {
         // Layout of the guide's "@counts[execname] = count()" output.
         let c = agg(
             AggFunc::Count,
-            &[(&[s("sed")], 0), (&[s("cat")], 0), (&[s("dtrace")], 0), (&[s("cat")], 0), (&[s("sed")], 0), (&[s("sed")], 0)],
+            &[
+                (&[s("sed")], 0),
+                (&[s("cat")], 0),
+                (&[s("dtrace")], 0),
+                (&[s("cat")], 0),
+                (&[s("sed")], 0),
+                (&[s("sed")], 0),
+            ],
         );
-        let want = format!(
-            "  {:<50} {:>16}\n  {:<50} {:>16}\n  {:<50} {:>16}\n",
-            "dtrace", 1, "cat", 2, "sed", 3
-        );
+        let want = format!("  {:<50} {:>16}\n  {:<50} {:>16}\n  {:<50} {:>16}\n", "dtrace", 1, "cat", 2, "sed", 3);
         assert_eq!(text(print_aggregation(&c, &AggPrintOpts::default())), want);
         let o = AggPrintOpts { sort: SortOptions { key: true, ..Default::default() }, ..Default::default() };
         let t = text(print_aggregation(&c, &o));
@@ -310,10 +318,7 @@ mod tests {
         let k = |v: i64, size: u8| Value::Int(Int { bits: v as u64, size, signed: true });
         let c = agg(AggFunc::Sum, &[(&[k(-1, 4)], 5), (&[k(1, 4)], 5), (&[k(7, 1)], 1)]);
         // Ties break on the key read as unsigned: 1 before -1 (0xffffffff).
-        let want = format!(
-            " {:>3} {:>16}\n {:>8} {:>16}\n {:>8} {:>16}\n",
-            7, 1, 1, 5, -1, 5
-        );
+        let want = format!(" {:>3} {:>16}\n {:>8} {:>16}\n {:>8} {:>16}\n", 7, 1, 1, 5, -1, 5);
         assert_eq!(text(print_aggregation(&c, &AggPrintOpts::default())), want);
         let two = agg(AggFunc::Count, &[(&[k(2, 2), Value::int(9)], 0)]);
         assert_eq!(text(print_aggregation(&two, &AggPrintOpts::default())), format!(" {:>5} {:>16} {:>16}\n", 2, 9, 1));
@@ -321,10 +326,7 @@ mod tests {
 
     #[test]
     fn keypos_changes_key_order() {
-        let c = agg(
-            AggFunc::Count,
-            &[(&[s("a"), s("z")], 0), (&[s("b"), s("y")], 0)],
-        );
+        let c = agg(AggFunc::Count, &[(&[s("a"), s("z")], 0), (&[s("b"), s("y")], 0)]);
         let o = AggPrintOpts { sort: SortOptions { keypos: 1, ..Default::default() }, ..Default::default() };
         assert!(text(print_aggregation(&c, &o)).starts_with("  b "));
         assert!(text(print_aggregation(&c, &AggPrintOpts::default())).starts_with("  a "));

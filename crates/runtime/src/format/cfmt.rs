@@ -189,11 +189,7 @@ fn general_form(a: f64, prec: usize, alt: bool, upper: bool) -> String {
             Some(i) => (s[..i].to_string(), s[i..].to_string()),
             None => (s.clone(), String::new()),
         };
-        let mant = if mant.contains('.') {
-            mant.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            mant
-        };
+        let mant = if mant.contains('.') { mant.trim_end_matches('0').trim_end_matches('.').to_string() } else { mant };
         s = mant + &exp;
     }
     s

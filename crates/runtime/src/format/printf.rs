@@ -13,6 +13,7 @@
 //! "z", "j", "t", and "%F".
 
 use thiserror::Error;
+use udtrace_lang::Tag;
 
 use super::cfmt::{self, Spec};
 use super::quantize;
@@ -53,8 +54,8 @@ pub enum ArgKind {
 /// compile-time texts are DTrace's, without the trailing newline.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum FormatError {
-    #[error("{0}")]
-    Compile(String),
+    #[error("{1}")]
+    Compile(Tag, String),
     #[error("{0}")]
     Runtime(String),
 }
@@ -161,7 +162,10 @@ pub struct Format {
 /// What one argument's type is, for [`Format::validate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TypeClass {
-    Int { size: u8, signed: bool },
+    Int {
+        size: u8,
+        signed: bool,
+    },
     Float,
     /// D `string`.
     Str,
@@ -201,8 +205,8 @@ pub struct ValidateOpts<'a> {
     pub have_target: bool,
 }
 
-fn compile(msg: String) -> FormatError {
-    FormatError::Compile(msg)
+fn compile(tag: Tag, msg: String) -> FormatError {
+    FormatError::Compile(tag, msg)
 }
 
 /// Parses a format string, refusing what dt_printf_create() refuses.
@@ -250,9 +254,10 @@ fn parse_conv(fmt: &[u8], pct: usize, argc: usize) -> Result<(Conv, usize), Form
     let mut p = pct + 1;
     loop {
         let Some(&ch) = fmt.get(p) else {
-            return Err(compile(format!(
-                "format conversion #{argc} name expected before end of format string"
-            )));
+            return Err(compile(
+                Tag::D_SYNTAX,
+                format!("format conversion #{argc} name expected before end of format string"),
+            ));
         };
         match ch {
             b'0'..=b'9' => {
@@ -281,9 +286,10 @@ fn parse_conv(fmt: &[u8], pct: usize, argc: usize) -> Result<(Conv, usize), Form
                 if *slot {
                     // illumos always says "precision" here (its test is on a
                     // non-zero flag value); we print what it prints.
-                    return Err(compile(format!(
-                        "format conversion #{argc} has more than one '*' specified for the output precision"
-                    )));
+                    return Err(compile(
+                        Tag::D_SYNTAX,
+                        format!("format conversion #{argc} has more than one '*' specified for the output precision"),
+                    ));
                 }
                 *slot = true;
             }
@@ -294,9 +300,10 @@ fn parse_conv(fmt: &[u8], pct: usize, argc: usize) -> Result<(Conv, usize), Form
             }
             b'.' => {
                 if dot {
-                    return Err(compile(format!(
-                        "format conversion #{argc} has more than one '.' specified"
-                    )));
+                    return Err(compile(
+                        Tag::D_SYNTAX,
+                        format!("format conversion #{argc} has more than one '.' specified"),
+                    ));
                 }
                 dot = true;
                 digits = 0;
@@ -306,15 +313,17 @@ fn parse_conv(fmt: &[u8], pct: usize, argc: usize) -> Result<(Conv, usize), Form
             b'\'' => c.group = true,
             b' ' => c.space = true,
             b'$' => {
-                return Err(compile(format!(
-                    "format conversion #{argc} uses unsupported positional format (%n$)"
-                )))
+                return Err(compile(
+                    Tag::D_SYNTAX,
+                    format!("format conversion #{argc} uses unsupported positional format (%n$)"),
+                ))
             }
             b'%' => {
                 if fmt[p - 1] != b'%' {
-                    return Err(compile(format!(
-                        "format conversion #{argc} cannot be combined with other format flags: %%"
-                    )));
+                    return Err(compile(
+                        Tag::D_SYNTAX,
+                        format!("format conversion #{argc} cannot be combined with other format flags: %%"),
+                    ));
                 }
                 c.ch = b'%';
                 c.name = "%".to_string();
@@ -329,10 +338,13 @@ fn parse_conv(fmt: &[u8], pct: usize, argc: usize) -> Result<(Conv, usize), Form
                 c.ch = ch;
                 c.name = format!("{len}{}", ch as char);
                 if !known(&len, ch) {
-                    return Err(compile(format!(
-                        "format conversion #{argc} is undefined: %{}",
-                        String::from_utf8_lossy(&fmt[p - len.len()..=p])
-                    )));
+                    return Err(compile(
+                        Tag::D_SYNTAX,
+                        format!(
+                            "format conversion #{argc} is undefined: %{}",
+                            String::from_utf8_lossy(&fmt[p - len.len()..=p])
+                        ),
+                    ));
                 }
                 return Ok((c, p + 1));
             }
@@ -393,7 +405,7 @@ impl Format {
     pub fn validate(&self, args: &[ArgType], o: &ValidateOpts) -> Result<(), FormatError> {
         let func = o.func;
         if self.empty {
-            return Err(compile(format!("{func}( ) format string is empty")));
+            return Err(compile(Tag::D_PRINTF_FMT_EMPTY, format!("{func}( ) format string is empty")));
         }
         let mut j = 0usize;
         let mut next = args.iter();
@@ -403,20 +415,17 @@ impl Format {
             }
             let i = c.number;
             // DTrace checks ".*" before "*" when both are present.
-            let dyns: Vec<&str> = [(c.dyn_prec, ".*"), (c.dyn_width, "*")]
-                .iter()
-                .filter(|d| d.0)
-                .map(|d| d.1)
-                .collect();
+            let dyns: Vec<&str> =
+                [(c.dyn_prec, ".*"), (c.dyn_width, "*")].iter().filter(|d| d.0).map(|d| d.1).collect();
             for d in dyns.iter().rev() {
                 let Some(a) = next.next() else {
-                    return Err(compile(format!(
+                    return Err(compile(Tag::D_PRINTF_DYN_PROTO, format!(
                         "{func}( ) prototype mismatch: conversion #{i} (%{}) is missing a corresponding \"{d}\" argument",
                         c.name
                     )));
                 };
                 if !matches!(a.class, TypeClass::Int { .. }) {
-                    return Err(compile(format!(
+                    return Err(compile(Tag::D_PRINTF_DYN_TYPE, format!(
                         "{func}( ) argument #{} is incompatible with conversion #{i} prototype:\n\tconversion: % {d} {}\n\t prototype: int\n\t  argument: {}",
                         j + o.foff + 1,
                         c.name,
@@ -427,9 +436,10 @@ impl Format {
             }
             let (vname, ty) = if c.agg {
                 let Some(is_count) = o.aggregation else {
-                    return Err(compile(format!(
-                        "%@ conversion requires an aggregation and is not for use with {func}( )"
-                    )));
+                    return Err(compile(
+                        Tag::D_PRINTF_AGG_CONV,
+                        format!("%@ conversion requires an aggregation and is not for use with {func}( )"),
+                    ));
                 };
                 let ty = if is_count {
                     ArgType { class: TypeClass::Int { size: 8, signed: false }, name: "uint64_t" }
@@ -439,16 +449,19 @@ impl Format {
                 ("aggregating action".to_string(), ty)
             } else {
                 let Some(a) = next.next() else {
-                    return Err(compile(format!(
+                    return Err(compile(
+                        Tag::D_PRINTF_ARG_PROTO,
+                        format!(
                         "{func}( ) prototype mismatch: conversion #{i} (%{}) is missing a corresponding value argument",
                         c.name
-                    )));
+                    ),
+                    ));
                 };
                 j += 1;
                 (format!("argument #{}", j + o.foff), *a)
             };
             if !accepts(c, &ty, o.have_target) {
-                return Err(compile(format!(
+                return Err(compile(Tag::D_PRINTF_ARG_TYPE, format!(
                     "{func}( ) {vname} is incompatible with conversion #{i} prototype:\n\tconversion: %{}\n\t prototype: {}\n\t  argument: {}",
                     c.name,
                     c.prototype(),
@@ -457,9 +470,10 @@ impl Format {
             }
         }
         if o.exact_len && next.next().is_some() {
-            return Err(compile(format!(
-                "{func}( ) prototype mismatch: only {j} arguments required by this format string"
-            )));
+            return Err(compile(
+                Tag::D_PRINTF_ARG_EXTRA,
+                format!("{func}( ) prototype mismatch: only {j} arguments required by this format string"),
+            ));
         }
         Ok(())
     }
@@ -553,12 +567,8 @@ pub fn format_into(
             out.push(b'%');
             continue;
         }
-        let missing = || {
-            FormatError::Runtime(format!(
-                "conversion #{} (%{}) has no corresponding record",
-                c.number, c.name
-            ))
-        };
+        let missing =
+            || FormatError::Runtime(format!("conversion #{} (%{}) has no corresponding record", c.number, c.name));
         let mut width = c.width as i64;
         let mut prec = c.prec as i64;
         if c.dyn_width {
@@ -579,9 +589,7 @@ pub fn format_into(
         };
         if c.agg {
             let Some(a) = aggs.get(agg_i.min(aggs.len().saturating_sub(1))) else {
-                return Err(FormatError::Runtime(
-                    "%@ conversion used without an aggregation".to_string(),
-                ));
+                return Err(FormatError::Runtime("%@ conversion used without an aggregation".to_string()));
             };
             agg_i += 1;
             format_agg(out, c, &spec, a);
@@ -602,9 +610,7 @@ pub fn format_into(
                 spec.width = 0;
             }
             let Value::Stack(frames) = v else { return Err(mismatch(c, v)) };
-            print_stack(out, frames, indent.min(cfmt::MAX_FIELD), |o, f| {
-                cfmt::fmt_str(o, &spec, f.as_bytes())
-            });
+            print_stack(out, frames, indent.min(cfmt::MAX_FIELD), |o, f| cfmt::fmt_str(o, &spec, f.as_bytes()));
             continue;
         }
         format_value(out, c, &spec, v, ctx)?;
@@ -613,12 +619,7 @@ pub fn format_into(
 }
 
 /// dt_print_stack's layout: a newline, then one line per frame, indented.
-pub fn print_stack(
-    out: &mut Vec<u8>,
-    frames: &[String],
-    indent: usize,
-    mut frame: impl FnMut(&mut Vec<u8>, &str),
-) {
+pub fn print_stack(out: &mut Vec<u8>, frames: &[String], indent: usize, mut frame: impl FnMut(&mut Vec<u8>, &str)) {
     out.push(b'\n');
     for f in frames {
         out.resize(out.len() + indent, b' ');
@@ -634,10 +635,7 @@ fn mismatch(c: &Conv, v: &Value) -> FormatError {
         Value::Bytes(_) => "raw bytes",
         Value::Stack(_) => "a stack",
     };
-    FormatError::Runtime(format!(
-        "conversion #{} (%{}) cannot format {what}",
-        c.number, c.name
-    ))
+    FormatError::Runtime(format!("conversion #{} (%{}) cannot format {what}", c.number, c.name))
 }
 
 /// dt_printf_getint: the record read as a C int.
@@ -672,13 +670,7 @@ fn unsigned(i: Int) -> u64 {
     i.bits & mask(i.size)
 }
 
-fn format_value(
-    out: &mut Vec<u8>,
-    c: &Conv,
-    spec: &Spec,
-    v: &Value,
-    ctx: &FormatCtx,
-) -> Result<(), FormatError> {
+fn format_value(out: &mut Vec<u8>, c: &Conv, spec: &Spec, v: &Value, ctx: &FormatCtx) -> Result<(), FormatError> {
     match (c.ch, v) {
         (b'd' | b'i', Value::Int(i)) if i.signed => cfmt::fmt_signed(out, spec, signed(*i)),
         (b'd' | b'i' | b'u', Value::Int(i)) => cfmt::fmt_unsigned(out, spec, unsigned(*i), 10),
@@ -705,10 +697,7 @@ fn format_value(
         (b'S', Value::Bytes(b)) => cfmt::fmt_str(out, spec, &escape(b, b.len())),
         (b'a' | b'A', Value::Int(i)) => {
             let addr = unsigned(*i);
-            let s = ctx
-                .symbolize
-                .and_then(|f| f(addr, c.ch == b'A'))
-                .unwrap_or_else(|| format!("0x{addr:x}"));
+            let s = ctx.symbolize.and_then(|f| f(addr, c.ch == b'A')).unwrap_or_else(|| format!("0x{addr:x}"));
             cfmt::fmt_str(out, spec, s.as_bytes());
         }
         (b'Y', Value::Int(i)) => {
@@ -730,17 +719,13 @@ fn format_agg(out: &mut Vec<u8>, c: &Conv, spec: &Spec, a: &AggValue) {
     let normal = a.normal.max(1);
     let (v, is_signed): (u64, bool) = match *a.state {
         AggState::Count(n) => ((n as u64) / normal, false),
-        AggState::Sum(n) | AggState::Min(n) | AggState::Max(n) => {
-            (n.wrapping_div(normal as i64) as u64, true)
-        }
+        AggState::Sum(n) | AggState::Min(n) | AggState::Max(n) => (n.wrapping_div(normal as i64) as u64, true),
         // pfprint_average divides in uint64_t.
         AggState::Avg { count, sum } => {
             let v = if count == 0 { 0 } else { (sum as u64) / normal / (count as u64) };
             (v, true)
         }
-        AggState::Stddev { count, sum, sumsq } => {
-            (AggState::stddev(count, sum, sumsq, normal), true)
-        }
+        AggState::Stddev { count, sum, sumsq } => (AggState::stddev(count, sum, sumsq, normal), true),
         _ => {
             quantize::print_dist(out, a.state, normal);
             return;
@@ -802,10 +787,35 @@ mod tests {
     #[test]
     fn integer_conversions() {
         let v = Value::int(42);
-        assert_eq!(p("%d|%5d|%-5d|%05d|%+d|% d", &[v.clone(), v.clone(), v.clone(), v.clone(), v.clone(), v.clone()]), "42|   42|42   |00042|+42| 42");
-        assert_eq!(p("%x %X %#x %o %#o %u", &[Value::int(255), Value::int(255), Value::int(255), Value::int(8), Value::int(8), Value::int(7)]), "ff FF 0xff 10 010 7");
+        assert_eq!(
+            p("%d|%5d|%-5d|%05d|%+d|% d", &[v.clone(), v.clone(), v.clone(), v.clone(), v.clone(), v.clone()]),
+            "42|   42|42   |00042|+42| 42"
+        );
+        assert_eq!(
+            p(
+                "%x %X %#x %o %#o %u",
+                &[Value::int(255), Value::int(255), Value::int(255), Value::int(8), Value::int(8), Value::int(7)]
+            ),
+            "ff FF 0xff 10 010 7"
+        );
         assert_eq!(p("%.3d|%8.3d|%-8.3d|", &[Value::int(7), Value::int(-7), Value::int(7)]), "007|    -007|007     |");
-        assert_eq!(p("%i %lld %hd %hhd %zu %jd %td %ld %lx", &[Value::int(1), Value::int(2), int(3, 2, true), int(4, 1, true), Value::int(5), Value::int(6), Value::int(7), Value::int(8), Value::int(255)]), "1 2 3 4 5 6 7 8 ff");
+        assert_eq!(
+            p(
+                "%i %lld %hd %hhd %zu %jd %td %ld %lx",
+                &[
+                    Value::int(1),
+                    Value::int(2),
+                    int(3, 2, true),
+                    int(4, 1, true),
+                    Value::int(5),
+                    Value::int(6),
+                    Value::int(7),
+                    Value::int(8),
+                    Value::int(255)
+                ]
+            ),
+            "1 2 3 4 5 6 7 8 ff"
+        );
         // Unsigned types print unsigned under %d; sizes mask hex.
         assert_eq!(p("%d", &[Value::Int(Int::u64(u64::MAX))]), "18446744073709551615");
         assert_eq!(p("%x %d %u", &[int(-1, 4, true), int(-1, 4, true), int(-1, 1, true)]), "ffffffff -1 255");
@@ -832,7 +842,10 @@ mod tests {
 
     #[test]
     fn strings_and_chars() {
-        assert_eq!(p("[%s][%10s][%-10s][%.2s]", &[Value::str("hi"), Value::str("hi"), Value::str("hi"), Value::str("hello")]), "[hi][        hi][hi        ][he]");
+        assert_eq!(
+            p("[%s][%10s][%-10s][%.2s]", &[Value::str("hi"), Value::str("hi"), Value::str("hi"), Value::str("hello")]),
+            "[hi][        hi][hi        ][he]"
+        );
         assert_eq!(p("%c%c|%3c", &[Value::int(104), Value::int(105), Value::int(33)]), "hi|  !");
         assert_eq!(p("%S", &[Value::Str(b"a\tb\"\\\x01\xff".to_vec())]), "a\\tb\\\"\\\\\\001\\377\\0");
         assert_eq!(p("%C", &[Value::int(10)]), "\\n");
@@ -841,7 +854,20 @@ mod tests {
 
     #[test]
     fn floats_on_integers() {
-        assert_eq!(p("%f %e %g %E %G %F", &[Value::int(3), Value::int(1500), Value::int(100000), Value::int(2), Value::int(1000000), Value::int(-1)]), "3.000000 1.500000e+03 100000 2.000000E+00 1E+06 -1.000000");
+        assert_eq!(
+            p(
+                "%f %e %g %E %G %F",
+                &[
+                    Value::int(3),
+                    Value::int(1500),
+                    Value::int(100000),
+                    Value::int(2),
+                    Value::int(1000000),
+                    Value::int(-1)
+                ]
+            ),
+            "3.000000 1.500000e+03 100000 2.000000E+00 1E+06 -1.000000"
+        );
         assert_eq!(p("%8.2f|", &[Value::int(5)]), "    5.00|");
     }
 

@@ -7,9 +7,7 @@
 //! kept on each side of the data; with both signs, half-width bars around a centre
 //! line. Checked against the Solaris Dynamic Tracing Guide's quantize example.
 
-use crate::agg::{
-    llquantize_labels, quantize_bucket_value, AggState, QUANTIZE_NBUCKETS, QUANTIZE_ZEROBUCKET,
-};
+use crate::agg::{llquantize_labels, quantize_bucket_value, AggState, QUANTIZE_NBUCKETS, QUANTIZE_ZEROBUCKET};
 
 const ATS: &[u8; 40] = b"@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@";
 const BAR: usize = 40;
@@ -25,9 +23,7 @@ pub fn ll_div_u64(v: i64, normal: u64) -> i64 {
 pub fn print_dist(out: &mut Vec<u8>, state: &AggState, normal: u64) {
     match state {
         AggState::Quantize(b) => print_quantize(out, b, normal),
-        AggState::Lquantize { base, step, levels, bins } => {
-            print_lquantize(out, *base, *step, *levels, bins, normal)
-        }
+        AggState::Lquantize { base, step, levels, bins } => print_lquantize(out, *base, *step, *levels, bins, normal),
         AggState::Llquantize { factor, low, high, nsteps, bins } => {
             print_llquantize(out, (*factor, *low, *high, *nsteps), bins, normal)
         }
@@ -37,8 +33,7 @@ pub fn print_dist(out: &mut Vec<u8>, state: &AggState, normal: u64) {
 
 fn header(out: &mut Vec<u8>) {
     out.extend_from_slice(
-        format!("\n{:>16} {:>41} {:<9}\n", "value", "------------- Distribution -------------", "count")
-            .as_bytes(),
+        format!("\n{:>16} {:>41} {:<9}\n", "value", "------------- Distribution -------------", "count").as_bytes(),
     );
 }
 
@@ -121,11 +116,7 @@ pub fn print_quantize(out: &mut Vec<u8>, bins: &[i64], normal: u64) {
     // dt_print_quantize's scan stops before the top bucket, so data there alone
     // also counts as "no data"; we keep that.
     let empty = (QUANTIZE_ZEROBUCKET - 1, QUANTIZE_ZEROBUCKET + 1);
-    let (first, last) = if bins[..QUANTIZE_NBUCKETS - 1].iter().all(|&c| c == 0) {
-        empty
-    } else {
-        range(bins, empty)
-    };
+    let (first, last) = if bins[..QUANTIZE_NBUCKETS - 1].iter().all(|&c| c == 0) { empty } else { range(bins, empty) };
     let s = scale(&bins[first..=last]);
     header(out);
     for (i, &c) in bins.iter().enumerate().take(last + 1).skip(first) {
@@ -194,8 +185,7 @@ mod tests {
         String::from_utf8(o).unwrap()
     }
 
-    const HDR: &str =
-        "\n           value  ------------- Distribution ------------- count    \n";
+    const HDR: &str = "\n           value  ------------- Distribution ------------- count    \n";
 
     #[test]
     fn quantize_single_value() {

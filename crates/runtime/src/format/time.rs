@@ -1,8 +1,7 @@
 //! Wall-clock renderings for `%Y` and `%T`, computed from nanoseconds and a fixed
 //! time-zone offset (the crate reads no clock and no zone files).
 
-const MONTHS: [&str; 12] =
-    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
 const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
 
 /// Broken-down local time.
@@ -45,10 +44,7 @@ fn tm(ns: i64, tz_offset_secs: i64) -> Tm {
 /// `%Y`: ctime(3C) rearranged as "2026 Nov 22 07:01:02" (day space-padded to 2).
 pub fn ymd_hms(ns: i64, tz_offset_secs: i64) -> String {
     let t = tm(ns, tz_offset_secs);
-    format!(
-        "{} {} {:>2} {:02}:{:02}:{:02}",
-        t.year, MONTHS[t.mon], t.mday, t.hour, t.min, t.sec
-    )
+    format!("{} {} {:>2} {:02}:{:02}:{:02}", t.year, MONTHS[t.mon], t.mday, t.hour, t.min, t.sec)
 }
 
 /// `%T`: RFC 822 form "%a, %d %b %G %T %Z".

@@ -10,6 +10,9 @@ use crate::value::Value;
 /// The column header printed before the first record unless quiet.
 pub const HEADER: &str = "CPU     ID                    FUNCTION:NAME\n";
 
+/// The header in dtrace's testing mode: "%32s\n".
+pub const TESTING_HEADER: &str = "                   FUNCTION:NAME\n";
+
 /// Default `stackindent` (libdtrace's _dtrace_stkindent).
 pub const STACK_INDENT: usize = 14;
 
@@ -44,6 +47,15 @@ pub fn record_prefix(out: &mut Vec<u8>, cpu: u32, probe_id: u32, func: &str, nam
     out.push(b' ');
 }
 
+/// A record's prefix in dtrace's testing mode: FUNCTION:NAME only ("%32s ").
+pub fn testing_prefix(out: &mut Vec<u8>, func: &str, name: &str) {
+    let mut fname = format!("{func}:{name}").into_bytes();
+    fname.truncate(FUNC_NAME_MAX);
+    out.resize(out.len() + 32usize.saturating_sub(fname.len()), b' ');
+    out.extend_from_slice(&fname);
+    out.push(b' ');
+}
+
 /// What ends a record: a newline unless quiet.
 pub fn record_end(out: &mut Vec<u8>, quiet: bool) {
     if !quiet {
@@ -54,9 +66,7 @@ pub fn record_end(out: &mut Vec<u8>, quiet: bool) {
 /// trace(): one datum as dt_consume_cpu prints it.
 pub fn trace_value(out: &mut Vec<u8>, v: &Value, o: &TraceOpts) {
     match v {
-        Value::Int(_) if o.quiet => {
-            out.extend_from_slice(int_by_size(v).unwrap_or(0).to_string().as_bytes())
-        }
+        Value::Int(_) if o.quiet => out.extend_from_slice(int_by_size(v).unwrap_or(0).to_string().as_bytes()),
         _ => print_datum(out, v, -33, o.quiet, o),
     }
 }
@@ -95,9 +105,7 @@ pub fn print_datum(out: &mut Vec<u8>, v: &Value, width: i32, quiet: bool, o: &Tr
             out.extend_from_slice(format!(" {n:>w$}").as_bytes());
         }
         Value::Stack(frames) => {
-            super::printf::print_stack(out, frames, o.stackindent, |o, f| {
-                o.extend_from_slice(f.as_bytes())
-            })
+            super::printf::print_stack(out, frames, o.stackindent, |o, f| o.extend_from_slice(f.as_bytes()))
         }
         Value::Str(s) => {
             // A string record is strsize bytes: the string, then NUL padding.
@@ -121,15 +129,7 @@ fn printable(c: u8) -> bool {
 
 /// dt_print_bytes on a record made of `body`, then (if `nul`) `pad` NUL bytes:
 /// printable text ending in NULs prints as a string, everything else as hex.
-fn print_bytes(
-    out: &mut Vec<u8>,
-    body: &[u8],
-    nul: bool,
-    pad: usize,
-    width: i32,
-    quiet: bool,
-    raw: bool,
-) {
+fn print_bytes(out: &mut Vec<u8>, body: &[u8], nul: bool, pad: usize, width: i32, quiet: bool, raw: bool) {
     let all = || {
         let mut v = body.to_vec();
         v.resize(body.len() + pad, 0);
@@ -201,6 +201,10 @@ mod tests {
     #[test]
     fn header_and_prefix() {
         assert_eq!(HEADER, "CPU     ID                    FUNCTION:NAME\n");
+        assert_eq!(TESTING_HEADER, format!("{:>32}\n", "FUNCTION:NAME"));
+        let mut out = Vec::new();
+        testing_prefix(&mut out, "", "BEGIN");
+        assert_eq!(out, format!("{:>32} ", ":BEGIN").into_bytes());
         assert_eq!(s(|o| record_prefix(o, 0, 1, "", "BEGIN")), "  0      1                           :BEGIN ");
         assert_eq!(
             s(|o| record_prefix(o, 3, 75432, "malloc", "entry")),
