@@ -350,6 +350,8 @@ fn settings(c: &Compiled) -> Settings {
         quiet: o.quiet,
         strsize: o.strsize.max(1) as usize,
         nspec: o.nspec.max(1) as usize,
+        specsize: o.specsize.min(usize::MAX as u64) as usize,
+        droptags: o.other.contains_key(&udtrace_lang::options::OptionName::Droptags),
         destructive: o.destructive,
         sort: udtrace_runtime::output::SortOptions {
             key: o.aggsortkey,
@@ -536,6 +538,7 @@ fn trace(
                 break;
             }
         }
+        report_consumer_drops(&mut consumer);
         if w.follower.is_none() && !targets.is_empty() && targets.reap(c.options.quiet) {
             break;
         }
@@ -553,6 +556,7 @@ fn trace(
     if let Some(s) = fire(&mut consumer, probes::END, me.cpu(), out)? {
         status = s;
     }
+    report_consumer_drops(&mut consumer);
     consumer.finish(out)?;
     out.flush()?;
     Ok(status)
@@ -695,6 +699,13 @@ impl Drain<'_, '_> {
 /// The enabled probes a proc record fires, in order: (id, name).
 fn enabled_probes(f: &ProcFiring, ids: &HashMap<&'static str, u32>) -> Vec<(u32, &'static str)> {
     procprov::fired(f).into_iter().filter_map(|name| ids.get(name).map(|&id| (id, name))).collect()
+}
+
+/// The consumer's drop notices (speculations), as dtrace's status handling prints them.
+fn report_consumer_drops(consumer: &mut Consumer) {
+    for n in consumer.drop_notes() {
+        note!("{n}");
+    }
 }
 
 /// dtrace's drop notice: `N drops on CPU C`.

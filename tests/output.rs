@@ -167,10 +167,11 @@ fn a_description_that_matches_nothing_is_an_error() {
 fn end_runs_after_exit() {
     let out = quiet(r#"BEGIN { printf("begin\n"); exit(0); } END { printf("end\n"); }"#);
     assert_eq!(out, "begin\nend\n\n");
-    // exit() does not stop the rest of the clause or the firing's other clauses.
+    // exit() does not stop the rest of its clause, but no other clause of the firing
+    // runs after it (DTrace's clauses check the activity state, now draining).
     let out =
         quiet(r#"BEGIN { printf("a\n"); exit(0); printf("b\n"); } BEGIN { printf("c\n"); } END { printf("d\n"); }"#);
-    assert_eq!(out, "a\nb\nc\nd\n\n");
+    assert_eq!(out, "a\nb\nd\n\n");
 }
 
 #[test]
@@ -180,8 +181,8 @@ fn end_record_line_uses_probe_2() {
     let lines: Vec<&str> = r.stdout.split_inclusive('\n').collect();
     let (cpu, _) = split_cpu(lines[1]);
     let (cpu2, _) = split_cpu(lines[2]);
-    // trace() of an int: " %8d" after the prefix's own trailing space.
-    let end = format!("{cpu2:>3} {:>6} {:>32}  {:>8}\n", 2, ":END", 7);
+    // trace() of an int: " %10d" after the prefix's own trailing space.
+    let end = format!("{cpu2:>3} {:>6} {:>32}  {:>10}\n", 2, ":END", 7);
     assert_eq!(r.stdout, format!("{HEADER}{}{end}\n", begin_line(cpu, "")));
 }
 
@@ -232,5 +233,5 @@ fn constant_division_by_zero_is_a_compile_error() {
 fn testing_mode_drops_cpu_and_id() {
     let r = udtrace_env(&["-n", "BEGIN { trace(7); exit(0); }"], &[("_DTRACE_TESTING", "t")]);
     assert_eq!(r.code, 0);
-    assert_eq!(r.stdout, format!("{:>32}\n{:>32} {:>9}\n\n", "FUNCTION:NAME", ":BEGIN", 7));
+    assert_eq!(r.stdout, format!("{:>32}\n{:>32} {:>11}\n\n", "FUNCTION:NAME", ":BEGIN", 7));
 }

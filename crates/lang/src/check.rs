@@ -535,9 +535,7 @@ impl<'m> Checker<'m> {
             None => (Vec::new(), true),
             Some(stmts) => {
                 let actions = self.stmts(stmts).map_err(|e| e.in_region(Region::ActionList))?;
-                if let Err((tag, m)) = action_order(&actions) {
-                    return Err(CompileError::new(tag, c.span, m).unlabelled());
-                }
+                crate::clsflags::check(stmts, &|name| ACTIONS.contains(&name) || name == "stack" || name == "ustack")?;
                 let records = stmts.is_empty() || actions.iter().any(records_data);
                 (actions, records)
             }
@@ -2220,66 +2218,6 @@ pub fn const_arith(op: BinaryOp, a: u64, b: u64, shape: &IntType) -> Option<u64>
         _ => return None,
     };
     Some(shape.wrap(v))
-}
-
-/// dt_stmt_append's rules for speculate(), commit() and what may follow them in one
-/// clause, with its messages. Aggregations count as data-recording here; expression
-/// statements, destructive actions and discard() do not.
-fn action_order(actions: &[Action]) -> std::result::Result<(), (Tag, &'static str)> {
-    let (mut commit, mut speculate, mut datarec) = (false, false, false);
-    for (i, a) in actions.iter().enumerate() {
-        match a {
-            Action::Commit(_) => {
-                if commit {
-                    return Err((Tag::D_COMM_DREC, "commit( ) may not follow commit( )"));
-                }
-                if datarec {
-                    return Err((Tag::D_COMM_DREC, "commit( ) may not follow data-recording action(s)"));
-                }
-                if actions[i..].iter().any(|t| matches!(t, Action::AggUpdate { .. })) {
-                    return Err((Tag::D_AGG_COMM, "aggregating actions may not follow commit( )"));
-                }
-                commit = true;
-            }
-            Action::Speculate(_) => {
-                if speculate {
-                    return Err((Tag::D_SPEC_SPEC, "speculate( ) may not follow speculate( )"));
-                }
-                if commit {
-                    return Err((Tag::D_SPEC_COMM, "speculate( ) may not follow commit( )"));
-                }
-                if datarec {
-                    return Err((Tag::D_SPEC_DREC, "speculate( ) may not follow data-recording action(s)"));
-                }
-                speculate = true;
-            }
-            Action::AggUpdate { .. } => {
-                if speculate {
-                    return Err((Tag::D_AGG_SPEC, "aggregating actions may not follow speculate( )"));
-                }
-                datarec = true;
-            }
-            _ => {
-                let destructive = matches!(a, Action::Raise(_) | Action::Stop | Action::System { .. });
-                if speculate && destructive {
-                    return Err((Tag::D_ACT_SPEC, "destructive actions may not follow speculate( )"));
-                }
-                if speculate && matches!(a, Action::Exit(_)) {
-                    return Err((Tag::D_EXIT_SPEC, "exit( ) may not follow speculate( )"));
-                }
-                if destructive || matches!(a, Action::Discard(_) | Action::Eval(_) | Action::Nop) {
-                    continue;
-                }
-                if commit {
-                    return Err((Tag::D_DREC_COMM, "data-recording actions may not follow commit( )"));
-                }
-                if !speculate {
-                    datarec = true;
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Whether an action records data (and so, without `-q`, prints a trace line).

@@ -4,6 +4,7 @@
 pub mod ast;
 pub mod capture;
 pub mod check;
+pub mod clsflags;
 pub mod consts;
 pub mod diag;
 pub mod error;

@@ -46,6 +46,10 @@ pub struct Settings {
     pub quiet: bool,
     pub strsize: usize,
     pub nspec: usize,
+    /// Bytes a speculation may hold (DTrace's specsize).
+    pub specsize: usize,
+    /// `-x droptags`: drop messages start with `[DTRACEDROP_…] `.
+    pub droptags: bool,
     pub destructive: bool,
     pub sort: output::SortOptions,
     /// Seconds east of UTC for `%Y` and `walltimestamp` printing.
@@ -61,6 +65,8 @@ impl Default for Settings {
             quiet: false,
             strsize: 256,
             nspec: 1,
+            specsize: 32 << 10,
+            droptags: false,
             destructive: false,
             sort: output::SortOptions::default(),
             tz_offset: 0,
@@ -85,10 +91,40 @@ pub struct Effects {
     pub stop: bool,
 }
 
+#[derive(Default)]
 struct Speculation {
     active: bool,
+    /// commit() or discard() ran: no more data goes in, and the buffer is free again
+    /// once the firing ends (when DTrace's consumer would have drained it).
+    draining: bool,
     /// Output of the speculating clauses, kept until commit or discard.
     buffer: Vec<u8>,
+    /// What the buffered records take in DTrace's speculation buffer.
+    size: usize,
+    /// How many records it holds, and whether any has a probe line (which needs the
+    /// column header when it is the first record printed).
+    records: usize,
+    prefixed: bool,
+}
+
+/// Drop counts DTrace reports through its status: each kind is reported when it grows.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Drops {
+    /// Speculated records that did not fit in specsize.
+    spec: u64,
+    /// speculation() with every buffer in use.
+    spec_unavail: u64,
+    /// speculation() with a buffer still draining.
+    spec_busy: u64,
+}
+
+/// How a clause's actions ended without a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    /// speculate() named no usable speculation, or the speculation is full: the
+    /// clause stops silently and its record goes nowhere (DTrace's BPF returns).
+    Abort,
 }
 
 pub struct Consumer {
@@ -97,12 +133,17 @@ pub struct Consumer {
     vars: Variables,
     aggs: Vec<Aggregation>,
     specs: Vec<Speculation>,
+    drops: Drops,
+    reported: Drops,
     header_printed: bool,
     rand: u64,
     strtok: Option<(Vec<u8>, usize)>,
     by_probe: HashMap<u32, Vec<Ecb>>,
     error_ecbs: Vec<Ecb>,
     formats: output::FormatCache,
+    /// exit() has run: tracing is draining. As in DTrace, no further clause runs
+    /// except END's (and ERROR's for a fault in those).
+    draining: bool,
 }
 
 impl Consumer {
@@ -111,7 +152,7 @@ impl Consumer {
     pub fn new(prog: Rc<CheckedProgram>, settings: Settings, ecbs: Vec<Ecb>, seed: u64) -> Consumer {
         let vars = Variables::new(&prog.globals, &prog.clause_vars, &prog.types);
         let aggs = prog.aggs.iter().map(|a| Aggregation::new(&a.name, agg_func(a.kind, &a.params))).collect::<Vec<_>>();
-        let specs = (0..settings.nspec).map(|_| Speculation { active: false, buffer: Vec::new() }).collect();
+        let specs = (0..settings.nspec).map(|_| Speculation::default()).collect();
         let mut by_probe: HashMap<u32, Vec<Ecb>> = HashMap::new();
         let mut error_ecbs = Vec::new();
         for e in ecbs {
@@ -127,13 +168,27 @@ impl Consumer {
             vars,
             aggs,
             specs,
+            drops: Drops::default(),
+            reported: Drops::default(),
             header_printed: false,
             rand: seed | 1,
             strtok: None,
             by_probe,
             error_ecbs,
             formats,
+            draining: false,
         }
+    }
+
+    /// Whether exit() has run.
+    pub fn is_draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Whether a clause on this probe may still run: DTrace's clauses check the
+    /// activity state, which exit() moves to draining, and only END's expect that.
+    fn may_run(&self, probe: &Probe) -> bool {
+        !self.draining || (probe.provider == "dtrace" && matches!(probe.name.as_str(), "END" | "ERROR"))
     }
 
     pub fn settings(&self) -> &Settings {
@@ -170,11 +225,56 @@ impl Consumer {
         };
         self.vars.reset_clause_locals();
         for ecb in &ecbs {
+            if !self.may_run(&ecb.probe) {
+                break;
+            }
             if let Err((fault, action)) = self.run_ecb(ecb, cpu, ctx, out, &mut fx)? {
                 self.report_fault(ecb, fault, action, cpu, ctx, out, &mut fx)?;
             }
         }
+        self.release_drained();
         Ok(fx)
+    }
+
+    /// Speculations committed or discarded in the firing that just ended are free for
+    /// speculation() again.
+    fn release_drained(&mut self) {
+        for s in self.specs.iter_mut().filter(|s| s.draining) {
+            *s = Speculation::default();
+        }
+    }
+
+    /// DTrace's drop messages for drops since the last call (without the program
+    /// name), as its status handler words them.
+    pub fn drop_notes(&mut self) -> Vec<String> {
+        let (now, was) = (self.drops, self.reported);
+        self.reported = now;
+        let kinds: [(u64, u64, &str, &str, &str); 3] = [
+            (now.spec, was.spec, "DTRACEDROP_SPEC", "speculative drop", ""),
+            (
+                now.spec_busy,
+                was.spec_busy,
+                "DTRACEDROP_SPECBUSY",
+                "failed speculation",
+                " (available buffer(s) still busy)",
+            ),
+            (
+                now.spec_unavail,
+                was.spec_unavail,
+                "DTRACEDROP_SPECUNAVAIL",
+                "failed speculation",
+                " (no speculative buffer available)",
+            ),
+        ];
+        kinds
+            .iter()
+            .filter(|k| k.0 > k.1)
+            .map(|&(n, o, tag, what, why)| {
+                let tag = if self.settings.droptags { format!("[{tag}] ") } else { String::new() };
+                let plural = if n - o > 1 { "s" } else { "" };
+                format!("{tag}{} {what}{plural}{why}", n - o)
+            })
+            .collect()
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -261,33 +361,29 @@ impl Consumer {
                 Err(f) => return Ok(Err((f, 0))),
             }
         }
-        let mut rec = Record { data: Vec::new(), spec: None, dropped: false, committed: Vec::new() };
+        let mut rec = Record { data: Vec::new(), spec: None, committed: Vec::new(), size: RECORD_HEADER };
+        // A clause that only commits or discards records nothing the consumer prints.
+        let records_data = clause.records_data && !commit_discard_only(&clause.actions);
         // dtrace(1M) prints the header and the prefix before the record's data, with
         // the quiet setting of that moment.
-        let prefixed = clause.records_data && !self.settings.quiet;
+        let prefixed = records_data && !self.settings.quiet;
         if prefixed {
             output::probe_prefix(&mut rec.data, cpu, &ecb.probe, &self.settings);
         }
         let mut counter = 0;
         let result = self.actions(&clause.actions, &pctx, &mut rec, fx, &mut counter);
-        if clause.records_data && !self.settings.quiet {
+        if records_data && !self.settings.quiet {
             rec.data.push(b'\n');
         }
-        // DTrace discards a faulting clause's record; the error line replaces it.
-        if let Err(f) = result {
-            return Ok(Err(f));
-        }
-        // speculate() to a speculation that is not active drops the record.
-        if rec.dropped {
-            return Ok(Ok(()));
+        match result {
+            // DTrace discards a faulting clause's record; the error line replaces it.
+            Err(f) => return Ok(Err(f)),
+            Ok(Flow::Abort) => return Ok(Ok(())),
+            Ok(Flow::Continue) => {}
         }
         match rec.spec {
-            Some(id) => {
-                if let Some(s) = self.specs.get_mut(id) {
-                    s.buffer.extend_from_slice(&rec.data);
-                }
-            }
-            None if clause.records_data => {
+            Some(id) => self.speculate_record(id, &rec, prefixed),
+            None if records_data => {
                 // chew() considers the header once, at the first record, quiet or not.
                 if !self.header_printed && prefixed {
                     out.write_all(output::header(self.settings.testing).as_bytes())?;
@@ -302,19 +398,52 @@ impl Consumer {
         Ok(Ok(()))
     }
 
+    /// Adds a speculated clause's record to its speculation, unless that would take
+    /// the speculation past specsize (a speculative drop, as DTrace's consumer counts).
+    fn speculate_record(&mut self, id: usize, rec: &Record, prefixed: bool) {
+        let Some(s) = self.specs.get_mut(id) else { return };
+        if s.size + rec.size > self.settings.specsize {
+            self.drops.spec += 1;
+            return;
+        }
+        s.size += rec.size;
+        s.records += 1;
+        s.prefixed |= prefixed;
+        s.buffer.extend_from_slice(&rec.data);
+    }
+
+    /// The output of a committed speculation, its records printed as if they had
+    /// just been consumed (the column header first if none was printed yet).
+    fn committed_output(&mut self, i: usize) -> Vec<u8> {
+        let s = &mut self.specs[i];
+        let mut out = Vec::new();
+        if s.records > 0 && !self.header_printed {
+            if s.prefixed {
+                out.extend_from_slice(output::header(self.settings.testing).as_bytes());
+            }
+            self.header_printed = true;
+        }
+        out.append(&mut s.buffer);
+        out
+    }
+
     fn eval(&mut self, e: &Expr, ctx: &dyn Context) -> EvalResult<Value> {
         let prog = Rc::clone(&self.prog);
-        let nspec = self.specs.len();
         let specs = &mut self.specs;
+        let drops = &mut self.drops;
+        // dt_speculation(): the first free buffer; none free is a failed speculation,
+        // "busy" when one is still draining.
         let mut alloc = || -> i64 {
-            match specs.iter().position(|s| !s.active) {
-                Some(i) if i < nspec => {
-                    specs[i].active = true;
-                    specs[i].buffer.clear();
-                    i as i64 + 1
-                }
-                _ => 0,
+            if let Some(i) = specs.iter().position(|s| !s.active && !s.draining) {
+                specs[i] = Speculation { active: true, ..Speculation::default() };
+                return i as i64 + 1;
             }
+            if specs.iter().any(|s| s.draining) {
+                drops.spec_busy += 1;
+            } else {
+                drops.spec_unavail += 1;
+            }
+            0
         };
         let mut ev = Evaluator {
             types: &prog.types,
@@ -338,13 +467,21 @@ impl Consumer {
         rec: &mut Record,
         fx: &mut Effects,
         counter: &mut usize,
-    ) -> Result<(), (Fault, usize)> {
+    ) -> Result<Flow, (Fault, usize)> {
         for a in actions {
             *counter += 1;
             let n = *counter;
-            self.action(a, ctx, rec, fx, counter).map_err(|f| (f, n))?;
+            if self.action(a, ctx, rec, fx, counter).map_err(|f| (f, n))? == Flow::Abort {
+                return Ok(Flow::Abort);
+            }
+            // DTrace checks each datum a speculating clause records against specsize
+            // and stops the clause at the first that does not fit.
+            if rec.spec.is_some() && rec.size > self.settings.specsize {
+                self.drops.spec += 1;
+                return Ok(Flow::Abort);
+            }
         }
-        Ok(())
+        Ok(Flow::Continue)
     }
 
     fn action(
@@ -354,13 +491,14 @@ impl Consumer {
         rec: &mut Record,
         fx: &mut Effects,
         counter: &mut usize,
-    ) -> EvalResult<()> {
+    ) -> EvalResult<Flow> {
         match a {
             Action::Eval(e) => {
                 self.eval(e, ctx)?;
             }
             Action::Trace(e) => {
                 let v = self.eval(e, ctx)?;
+                rec.add_datum(&v, self.settings.strsize);
                 output::trace_value(&mut rec.data, &v, &self.settings);
             }
             Action::Tracemem { addr, size, dsize } => {
@@ -378,10 +516,12 @@ impl Consumer {
                         data.truncate(i.bits.min(*size) as usize);
                     }
                 }
+                rec.add(*size as usize, 1);
                 output::tracemem(&mut rec.data, &data);
             }
             Action::Printf { format, args, .. } => {
                 let vals = args.iter().map(|e| self.eval(e, ctx)).collect::<EvalResult<Vec<_>>>()?;
+                vals.iter().for_each(|v| rec.add_datum(v, self.settings.strsize));
                 let sym = |addr: u64, _user: bool| ctx.symbol(addr, udtrace_lang::types::SymKind::Addr);
                 let text = self.formats.printf(format, &vals, &self.settings, &sym);
                 rec.data.extend_from_slice(&text);
@@ -417,6 +557,7 @@ impl Consumer {
             Action::Exit(e) => {
                 let v = self.eval(e, ctx)?;
                 fx.exit.get_or_insert(int(&v) as i32);
+                self.draining = true;
             }
             Action::Clear(id) => self.aggs[*id].clear(),
             Action::Trunc { agg, keep } => {
@@ -440,33 +581,44 @@ impl Consumer {
                 fx.setopts.push((name.clone(), value.clone()));
             }
             Action::Speculate(e) => {
-                // dtrace_speculation_buffer: an id past nspec is an illegal operation;
-                // 0 or an inactive speculation has no buffer, so the data is dropped.
-                let v = int(&self.eval(e, ctx)?);
-                match self.spec_index(v)? {
-                    Some(i) if self.specs[i].active => rec.spec = Some(i),
-                    _ => rec.dropped = true,
+                // dt_speculation_speculate: an id that names no active speculation
+                // (0, out of range, free, or already committed or discarded) ends
+                // the clause without a record or an error.
+                let v = int(&self.eval(e, ctx)?) as u32 as usize;
+                match v.checked_sub(1).filter(|&i| i < self.specs.len()) {
+                    Some(i) if self.specs[i].active && !self.specs[i].draining => rec.spec = Some(i),
+                    _ => return Ok(Flow::Abort),
                 }
             }
             Action::Commit(e) | Action::Discard(e) => {
-                let v = int(&self.eval(e, ctx)?);
-                if let Some(i) = self.spec_index(v)? {
-                    let s = &mut self.specs[i];
-                    if matches!(a, Action::Commit(_)) {
-                        rec.committed.extend_from_slice(&s.buffer);
+                // dt_speculation_set_drainable: an id past nspec is an illegal operation;
+                // 0 or a free speculation is nothing to do.
+                let v = int(&self.eval(e, ctx)?) as u32 as usize;
+                if v > self.specs.len() {
+                    return Err(Fault::IllegalOperation);
+                }
+                if let Some(i) = v.checked_sub(1) {
+                    if self.specs[i].active && !self.specs[i].draining {
+                        if matches!(a, Action::Commit(_)) {
+                            let text = self.committed_output(i);
+                            rec.committed.extend_from_slice(&text);
+                        }
+                        let s = &mut self.specs[i];
+                        s.draining = true;
+                        s.buffer.clear();
                     }
-                    s.buffer.clear();
-                    s.active = false;
                 }
             }
             Action::Stack { user, frames } => {
                 let frames = ctx.stack(*user, *frames);
-                output::trace_value(&mut rec.data, &Value::Stack(frames), &self.settings);
+                let v = Value::Stack(frames);
+                rec.add_datum(&v, self.settings.strsize);
+                output::trace_value(&mut rec.data, &v, &self.settings);
             }
             Action::If { cond, then, otherwise } => {
                 let c = self.eval(cond, ctx)?;
                 let branch = if truthy(&c) { then } else { otherwise };
-                self.actions(branch, ctx, rec, fx, counter).map_err(|(f, _)| f)?;
+                return self.actions(branch, ctx, rec, fx, counter).map_err(|(f, _)| f);
             }
             Action::Raise(e) => {
                 let sig = int(&self.eval(e, ctx)?);
@@ -475,17 +627,7 @@ impl Consumer {
             Action::Stop => fx.stop = true,
             Action::Nop => {}
         }
-        Ok(())
-    }
-
-    /// The buffer index of speculation `id`: `None` for 0 (no speculation), an
-    /// illegal operation past nspec (ids are unsigned, so negatives are too).
-    fn spec_index(&self, id: i64) -> EvalResult<Option<usize>> {
-        match id {
-            0 => Ok(None),
-            i if i > 0 && (i as usize) <= self.specs.len() => Ok(Some(i as usize - 1)),
-            _ => Err(Fault::IllegalOperation),
-        }
+        Ok(Flow::Continue)
     }
 
     /// Applies a `setopt()` to the options that change printing, with libdtrace's
@@ -526,10 +668,49 @@ impl Consumer {
 struct Record {
     data: Vec<u8>,
     spec: Option<usize>,
-    /// speculate() named no active speculation: the record goes nowhere.
-    dropped: bool,
     /// Output of speculations committed by this clause, which follows its record.
     committed: Vec<u8>,
+    /// The bytes this record takes in DTrace's buffers: the header, then each datum
+    /// at its alignment (what specsize limits).
+    size: usize,
+}
+
+/// The header of a DTrace output record, before its first datum.
+const RECORD_HEADER: usize = 16;
+
+impl Record {
+    fn add(&mut self, size: usize, align: usize) {
+        self.size = self.size.next_multiple_of(align.max(1)) + size;
+    }
+
+    /// Accounts for one recorded value as DTrace stores it: integers at their size,
+    /// strings as strsize + 1 bytes, other data at its length.
+    fn add_datum(&mut self, v: &Value, strsize: usize) {
+        match v {
+            Value::Int(i) => self.add(usize::from(i.size), usize::from(i.size)),
+            Value::Str(_) => self.add(strsize + 1, 1),
+            Value::Bytes(b) => self.add(b.len(), 1),
+            Value::Stack(f) => self.add(8 * (f.len() + 1), 8),
+        }
+    }
+}
+
+/// Whether a clause's only records are commit() and discard(): DTrace's consumer
+/// prints nothing for it, not even the probe line.
+fn commit_discard_only(actions: &[Action]) -> bool {
+    fn visit(actions: &[Action], seen: &mut bool) -> bool {
+        actions.iter().all(|a| match a {
+            Action::Commit(_) | Action::Discard(_) => {
+                *seen = true;
+                true
+            }
+            Action::Eval(_) | Action::AggUpdate { .. } | Action::Nop => true,
+            Action::If { then, otherwise, .. } => visit(then, seen) && visit(otherwise, seen),
+            _ => false,
+        })
+    }
+    let mut seen = false;
+    visit(actions, &mut seen) && seen
 }
 
 fn truthy(v: &Value) -> bool {

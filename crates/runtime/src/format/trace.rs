@@ -63,12 +63,63 @@ pub fn record_end(out: &mut Vec<u8>, quiet: bool) {
     }
 }
 
-/// trace(): one datum as dt_consume_cpu prints it.
+/// trace(): one datum as Oracle's dt_print_trace prints it. Integers print by the
+/// size and signedness of their D type ("%d"-like when quiet, right-aligned in 3, 5,
+/// 10 and 19 (signed) or 20 (unsigned 64-bit) columns otherwise); strings as text;
+/// structs, unions and arrays (char arrays too) as a hex dump.
 pub fn trace_value(out: &mut Vec<u8>, v: &Value, o: &TraceOpts) {
     match v {
-        Value::Int(_) if o.quiet => out.extend_from_slice(int_by_size(v).unwrap_or(0).to_string().as_bytes()),
-        _ => print_datum(out, v, -33, o.quiet, o),
+        Value::Int(i) if o.rawbytes => raw_dump(out, &i.bits.to_ne_bytes()[..usize::from(i.size).min(8)]),
+        Value::Int(i) => trace_int(out, i, o.quiet),
+        Value::Str(s) if o.rawbytes => {
+            // The record is strsize + 1 bytes: the string, then NULs.
+            let mut rec = s[..s.len().min(o.strsize)].to_vec();
+            rec.resize(o.strsize + 1, 0);
+            raw_dump(out, &rec);
+        }
+        Value::Str(s) => {
+            let s = &s[..s.len().min(o.strsize)];
+            if o.quiet {
+                out.extend_from_slice(s);
+            } else {
+                out.extend_from_slice(b"  ");
+                out.extend_from_slice(s);
+                out.resize(out.len() + 33usize.saturating_sub(s.len()), b' ');
+            }
+        }
+        Value::Bytes(b) => raw_dump(out, b),
+        Value::Stack(_) => print_datum(out, v, -33, o.quiet, o),
     }
+}
+
+fn trace_int(out: &mut Vec<u8>, i: &crate::value::Int, quiet: bool) {
+    let text = if i.signed {
+        match i.size {
+            1 => (i.bits as i8).to_string(),
+            2 => (i.bits as i16).to_string(),
+            4 => (i.bits as i32).to_string(),
+            _ => (i.bits as i64).to_string(),
+        }
+    } else {
+        match i.size {
+            1 => (i.bits as u8).to_string(),
+            2 => (i.bits as u16).to_string(),
+            4 => (i.bits as u32).to_string(),
+            _ => i.bits.to_string(),
+        }
+    };
+    if quiet {
+        out.extend_from_slice(text.as_bytes());
+        return;
+    }
+    let width = match (i.size, i.signed) {
+        (1, _) => 3,
+        (2, _) => 5,
+        (4, _) => 10,
+        (_, true) => 19,
+        _ => 20,
+    };
+    out.extend_from_slice(format!(" {text:>width$}").as_bytes());
 }
 
 /// tracemem(): always a hex dump.
@@ -215,15 +266,19 @@ mod tests {
     }
 
     #[test]
-    fn trace_integers_by_size() {
+    fn trace_integers_by_type() {
         let d = TraceOpts::default();
         let q = TraceOpts { quiet: true, ..d };
-        assert_eq!(s(|o| trace_value(o, &Value::int(-5), &d)), "               -5");
-        assert_eq!(s(|o| trace_value(o, &int(u32::MAX as u64, 4, false), &d)), "       -1");
-        assert_eq!(s(|o| trace_value(o, &int(-1i64 as u64, 2, true), &d)), " 65535");
-        assert_eq!(s(|o| trace_value(o, &int(-1i64 as u64, 1, true), &d)), " 255");
+        assert_eq!(s(|o| trace_value(o, &Value::int(-5), &d)), format!(" {:>19}", -5));
+        assert_eq!(s(|o| trace_value(o, &int(u64::MAX, 8, false), &d)), " 18446744073709551615");
+        assert_eq!(s(|o| trace_value(o, &int(u32::MAX as u64, 4, false), &d)), " 4294967295");
+        assert_eq!(s(|o| trace_value(o, &int(-1i64 as u64, 4, true), &d)), format!(" {:>10}", -1));
+        assert_eq!(s(|o| trace_value(o, &int(-1i64 as u64, 2, true), &d)), "    -1");
+        assert_eq!(s(|o| trace_value(o, &int(0xffff, 2, false), &d)), " 65535");
+        assert_eq!(s(|o| trace_value(o, &int(-1i64 as u64, 1, true), &d)), "  -1");
         assert_eq!(s(|o| trace_value(o, &Value::int(-5), &q)), "-5");
-        assert_eq!(s(|o| trace_value(o, &int(7, 1, false), &q)), "7");
+        assert_eq!(s(|o| trace_value(o, &int(-1i64 as u64, 1, true), &q)), "-1");
+        assert_eq!(s(|o| trace_value(o, &int(0xff, 1, false), &q)), "255");
     }
 
     #[test]
@@ -232,14 +287,17 @@ mod tests {
         let q = TraceOpts { quiet: true, ..d };
         assert_eq!(s(|o| trace_value(o, &Value::str("hello"), &d)), format!("  {:<33}", "hello"));
         assert_eq!(s(|o| trace_value(o, &Value::str("hello"), &q)), "hello");
-        // A string that fills strsize has no terminator: "  %-*s" even when quiet.
-        let small = TraceOpts { strsize: 5, ..q };
-        assert_eq!(s(|o| trace_value(o, &Value::str("hello"), &small)), format!("  {:<33}", "hello"));
-        // An empty string is not "printable characters then NUL": hex dump.
-        let t = TraceOpts { strsize: 4, ..d };
+        assert_eq!(s(|o| trace_value(o, &Value::str(""), &d)), format!("  {:<33}", ""));
+        // Strings are cut at strsize.
+        let small = TraceOpts { strsize: 3, ..q };
+        assert_eq!(s(|o| trace_value(o, &Value::str("hello"), &small)), "hel");
+    }
+
+    #[test]
+    fn trace_struct_bytes_as_hex() {
         assert_eq!(
-            s(|o| trace_value(o, &Value::str(""), &t)),
-            "\n             0  1  2  3  4  5  6  7  8  9  a  b  c  d  e  f  0123456789abcdef\n         0: 00 00 00 00                                      ....\n"
+            s(|o| trace_value(o, &Value::Bytes(b"4".to_vec()), &TraceOpts::default())),
+            "\n             0  1  2  3  4  5  6  7  8  9  a  b  c  d  e  f  0123456789abcdef\n         0: 34                                               4\n"
         );
     }
 

@@ -1,0 +1,251 @@
+//! Conformance of actions, aggregations, speculations and output with Oracle's
+//! DTrace for Linux (its libdtrace is the reference): what each prints, the order of
+//! clause execution, and the compile-time rules and errors of the action statements.
+
+mod common;
+
+use common::*;
+
+/// Runs a program in DTrace's testing mode (no CPU or ID columns).
+fn testing(args: &[&str]) -> Run {
+    udtrace_env(args, &[("_DTRACE_TESTING", "1")])
+}
+
+/// The error line of a compile failure with `-x errtags`, without the program name.
+fn tagged_error(program: &str) -> String {
+    let r = run_script(&["-x", "errtags"], program);
+    assert_eq!(r.code, 1, "must fail to compile: {program}\nstdout: {}", r.stdout);
+    let line = r.first_error_line();
+    line.split_once("prog.d: ").map_or(line, |(_, rest)| rest).to_string()
+}
+
+// ---- trace() --------------------------------------------------------------------
+
+#[test]
+fn trace_prints_integers_by_their_signedness() {
+    let out = quiet(
+        r#"BEGIN { trace((int8_t)-1); trace(" "); trace((int16_t)-1); trace(" "); trace((uint8_t)-1); trace(" ");
+        trace((uint16_t)-1); trace(" "); trace((uint32_t)-1); trace(" "); trace((uint64_t)-1); trace(" ");
+        trace((int64_t)-1); exit(0); }"#,
+    );
+    assert_eq!(out, "-1 -1 255 65535 4294967295 18446744073709551615 -1\n");
+}
+
+#[test]
+fn trace_columns_follow_the_type_size() {
+    let r =
+        testing(&["-n", "BEGIN { trace((short)-1); trace(7); trace((unsigned long long)7); trace(-7LL); exit(0); }"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let data = format!(" {:>5} {:>10} {:>20} {:>19}", -1, 7, 7, -7);
+    assert_eq!(r.stdout, format!("{:>32}\n{:>32} {data}\n\n", "FUNCTION:NAME", ":BEGIN"));
+}
+
+#[test]
+fn trace_of_a_struct_or_char_array_is_a_hex_dump() {
+    let out = quiet("struct s { char c; } st; BEGIN { st.c = '4'; trace(st); exit(0); }");
+    assert_eq!(
+        out,
+        "\n             0  1  2  3  4  5  6  7  8  9  a  b  c  d  e  f  0123456789abcdef\n         0: 34                                               4\n\n"
+    );
+}
+
+#[test]
+fn trace_of_an_empty_string_prints_it() {
+    let r = testing(&["-n", r#"BEGIN { trace(""); exit(0); }"#]);
+    assert_eq!(r.stdout, format!("{:>32}\n{:>32}   {:33}\n\n", "FUNCTION:NAME", ":BEGIN", ""));
+}
+
+// ---- exit() ---------------------------------------------------------------------
+
+#[test]
+fn no_clause_runs_after_exit_in_the_same_firing() {
+    let r = udtrace(&[
+        "-q",
+        "-n",
+        "BEGIN { exit(3); }",
+        "-n",
+        r#"BEGIN { printf("after exit\n"); }"#,
+        "-n",
+        r#"END { printf("end\n"); }"#,
+    ]);
+    assert_eq!(r.code, 3);
+    assert_eq!(r.stdout, "end\n\n");
+}
+
+#[test]
+fn every_end_clause_runs_after_exit_in_end() {
+    let out =
+        udtrace(&["-q", "-n", r#"END { printf("a\n"); exit(0); } END { printf("b\n"); }"#, "-n", "BEGIN { exit(0); }"]);
+    assert_eq!(out.stdout, "a\nb\n\n");
+}
+
+// ---- speculations -----------------------------------------------------------------
+
+#[test]
+fn one_clause_may_commit_several_speculations() {
+    let out = quiet(
+        r#"#pragma D option nspec=3
+        BEGIN { i = speculation(); j = speculation(); k = speculation(); }
+        BEGIN { speculate(i); printf("i\n"); }
+        BEGIN { speculate(j); printf("j\n"); }
+        BEGIN { speculate(k); printf("k\n"); }
+        BEGIN { commit(k); commit(j); commit(i); }
+        BEGIN { exit(0); }"#,
+    );
+    assert_eq!(out, "k\nj\ni\n\n");
+}
+
+#[test]
+fn a_commit_only_clause_prints_no_probe_line() {
+    let r = testing(&[
+        "-n",
+        "BEGIN { s = speculation(); } BEGIN { speculate(s); } BEGIN { commit(s); } BEGIN { exit(0); }",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // The speculated (empty) record and exit's record: the commit clause prints nothing.
+    assert_eq!(r.stdout, format!("{:>32}\n{:>32} \n{:>32} \n\n", "FUNCTION:NAME", ":BEGIN", ":BEGIN"));
+}
+
+#[test]
+fn discarded_data_never_prints() {
+    let out = quiet(
+        r#"BEGIN { s = speculation(); } BEGIN { speculate(s); printf("hidden\n"); }
+        BEGIN { discard(s); printf("shown\n"); } BEGIN { exit(0); }"#,
+    );
+    assert_eq!(out, "shown\n\n");
+}
+
+#[test]
+fn speculate_on_no_speculation_ends_the_clause_silently() {
+    for id in ["0", "-1", "3456710", "1"] {
+        let r = udtrace(&[
+            "-q",
+            "-n",
+            &format!(
+                r#"BEGIN {{ speculate({id}); n++; printf("not here\n"); }} BEGIN {{ printf("%d\n", n); exit(0); }}"#
+            ),
+        ]);
+        assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "0\n\n", ""), "speculate({id})");
+    }
+}
+
+#[test]
+fn commit_past_nspec_is_an_illegal_operation() {
+    let r = udtrace(&["-q", "-n", "BEGIN { commit(2); } ERROR { printf(\"fault %d\\n\", arg4); exit(1); }"]);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stdout, "fault 3\n\n");
+    assert!(r.stderr.contains("illegal operation"), "{}", r.stderr);
+    // 0 and a free speculation are nothing to commit or discard.
+    let out = quiet("BEGIN { commit(0); discard(1); } BEGIN { exit(0); }");
+    assert_eq!(out, "\n");
+}
+
+#[test]
+fn failed_speculations_are_reported_as_drops() {
+    let r = udtrace(&[
+        "-q",
+        "-n",
+        r#"BEGIN { a = speculation(); b = speculation(); c = speculation(); printf("%d %d %d\n", a, b, c); exit(0); }"#,
+    ]);
+    assert_eq!(r.code, 0);
+    assert_eq!(r.stdout, "1 0 0\n\n");
+    assert_eq!(r.stderr, "udtrace: 2 failed speculations (no speculative buffer available)\n");
+}
+
+#[test]
+fn a_speculation_freed_by_commit_is_busy_until_the_firing_ends() {
+    let r = udtrace(&[
+        "-q",
+        "-n",
+        r#"BEGIN { a = speculation(); commit(a); b = speculation(); }
+        tick-1ms { c = speculation(); printf("%d %d %d\n", a, b, c); exit(0); }"#,
+    ]);
+    assert_eq!(r.stdout, "1 0 1\n\n");
+    assert_eq!(r.stderr, "udtrace: 1 failed speculation (available buffer(s) still busy)\n");
+}
+
+/// A speculation holds specsize bytes of DTrace's records: a clause whose data does
+/// not fit stops there; a record that does not fit what is already held is dropped.
+#[test]
+fn specsize_limits_what_a_speculation_holds() {
+    let prog = r#"BEGIN { s = speculation(); }
+        BEGIN { speculate(s); printf("%d %d\n", 1LL, 2LL); n++; }
+        BEGIN { speculate(s); printf("%d\n", 3LL); n++; }
+        BEGIN { commit(s); }
+        BEGIN { printf("n=%d\n", n); exit(0); }"#;
+    let run = |size: &str| udtrace(&["-q", "-x", &format!("specsize={size}"), "-n", prog]);
+    // 16 bytes of header, 8 a datum: the first clause needs 32 bytes, the second 24.
+    let r = run("31");
+    assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("3\nn=1\n\n", "udtrace: 1 speculative drop\n"));
+    let r = run("55");
+    assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("1 2\nn=2\n\n", "udtrace: 1 speculative drop\n"));
+    let r = run("56");
+    assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("1 2\n3\nn=2\n\n", ""));
+}
+
+#[test]
+fn droptags_name_the_kind_of_drop() {
+    let r = udtrace(&[
+        "-q",
+        "-x",
+        "droptags",
+        "-x",
+        "specsize=20",
+        "-n",
+        r#"BEGIN { s = speculation(); speculate(s); trace("too long for 20 bytes"); } BEGIN { exit(0); }"#,
+    ]);
+    assert_eq!(r.stderr, "udtrace: [DTRACEDROP_SPEC] 1 speculative drop\n");
+}
+
+// ---- what may follow speculate() and commit() -------------------------------------
+
+#[test]
+fn speculation_rules_report_the_offending_statement() {
+    let cases = [
+        (
+            "BEGIN {\n speculate(1);\n\n @a = count();\n}",
+            "[D_AGG_SPEC] line 4: aggregating actions may not follow speculate( )",
+        ),
+        (
+            "BEGIN {\n commit(1);\n @a = count();\n}",
+            "[D_AGG_COMM] line 3: aggregating actions may not follow commit( )",
+        ),
+        (
+            "BEGIN {\n trace(1);\n commit(1);\n}",
+            "[D_COMM_DREC] line 3: commit( ) may not follow data-recording action(s)",
+        ),
+        (
+            "BEGIN {\n @a = count();\n commit(1);\n}",
+            "[D_COMM_DREC] line 3: commit( ) may not follow data-recording action(s)",
+        ),
+        ("BEGIN {\n commit(1);\n exit(0);\n}", "[D_DREC_COMM] line 3: data-recording actions may not follow commit( )"),
+        ("BEGIN {\n commit(1);\n speculate(1);\n}", "[D_SPEC_COMM] line 3: speculate( ) may not follow commit( )"),
+        (
+            "BEGIN {\n speculate(1);\n speculate(1);\n}",
+            "[D_SPEC_SPEC] line 3: speculate( ) may not follow speculate( )",
+        ),
+        (
+            "BEGIN {\n trace(1);\n speculate(1);\n}",
+            "[D_SPEC_DREC] line 3: speculate( ) may not follow data-recording action(s)",
+        ),
+        (
+            "BEGIN {\n speculate(1);\n raise(9);\n}",
+            "[D_ACT_SPEC] line 3: destructive actions may not follow speculate( )",
+        ),
+        ("BEGIN {\n speculate(1);\n exit(0);\n}", "[D_EXIT_SPEC] line 3: exit( ) may not follow speculate( )"),
+    ];
+    for (prog, want) in cases {
+        assert_eq!(tagged_error(prog), format!("{want}"), "{prog}");
+    }
+}
+
+#[test]
+fn statements_that_may_share_a_clause_with_speculations() {
+    // Expressions record nothing; discard() goes with anything; commits may repeat.
+    let out = quiet(
+        r#"BEGIN { x = 1; s = speculation(); speculate(s); x++; printf("%d\n", x); }
+        BEGIN { commit(s); x++; commit(s); discard(s); }
+        BEGIN { discard(s); printf("x=%d\n", x); exit(0); }"#,
+    );
+    assert_eq!(out, "2\nx=3\n\n");
+}
