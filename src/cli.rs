@@ -127,12 +127,10 @@ pub enum Align {
 /// One program on the command line, in command-line order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProgramSource {
-    /// `-P`, `-m`, `-f` or `-n`: a description, possibly followed by a predicate and
-    /// actions, compiled as a probe specifier aligned as `align` says.
+    /// `-P`, `-m`, `-f`, `-n` or `-i`: a description, possibly followed by a
+    /// predicate and actions, compiled as a probe specifier aligned as `align` says.
+    /// `-i` is `-n` (dtrace compiles both as names): a number there is a probe id.
     Description { text: String, align: Align },
-    /// `-i`: a probe id, possibly followed by a predicate and actions (`text` is the
-    /// whole argument).
-    Id { id: u32, text: String },
     /// `-s`: a D script file.
     Script(PathBuf),
 }
@@ -242,7 +240,7 @@ impl fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
-/// dtrace's `-V` line with our name: `udtrace: Sun D 1.13`.
+/// dtrace's `-V` line with our name: `udtrace: Oracle D 2.0`.
 pub fn version_line() -> String {
     format!("{}: {D_VERSION_STRING}", program())
 }
@@ -327,8 +325,24 @@ fn utf8(flag: char, v: OsString) -> Result<String, UsageError> {
     v.into_string().map_err(|v| UsageError::new(format!("-{flag} {}: not valid UTF-8", v.to_string_lossy())))
 }
 
-/// Parses the command line; `args` starts with argv[0].
-pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, UsageError> {
+/// Sets options from `DTRACE_OPT_<NAME>` environment variables, as dtrace does
+/// before it reads its flags (so flags override them). Bad values are ignored.
+fn apply_env_options(options: &mut Options, env: impl IntoIterator<Item = (OsString, OsString)>) {
+    for (k, v) in env {
+        let (Some(k), Some(v)) = (k.to_str(), v.to_str()) else { continue };
+        let Some(name) = k.strip_prefix("DTRACE_OPT_") else { continue };
+        let name = name.to_ascii_lowercase();
+        if options::lookup(&name).is_some() && k == format!("DTRACE_OPT_{}", name.to_ascii_uppercase()) {
+            let _ = options.set(&name, Some(v));
+        }
+    }
+}
+
+/// Parses the command line; `args` starts with argv[0]; `env` is the environment.
+pub fn parse_args(
+    args: impl IntoIterator<Item = OsString>,
+    env: impl IntoIterator<Item = (OsString, OsString)>,
+) -> Result<Cli, UsageError> {
     let mut args = args.into_iter();
     let argv0 = args.next().map(|a| a.to_string_lossy().into_owned()).unwrap_or_else(|| PROGRAM.to_string());
     let rest: Vec<OsString> = args.collect();
@@ -353,6 +367,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
         macro_args: Vec::new(),
         options: Options::default(),
     };
+    apply_env_options(&mut cli.options, env);
     let mut modes: Vec<char> = Vec::new();
 
     // Sets an option as a flag would, reporting failures in dtrace's words
@@ -426,7 +441,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
         }
         match c {
             '6' => {}
-            'P' | 'm' | 'f' | 'n' => {
+            'P' | 'm' | 'f' | 'n' | 'i' => {
                 let text = utf8(c, value.unwrap_or_default())?;
                 let align = match c {
                     'P' => Align::Provider,
@@ -435,15 +450,6 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Cli, Usage
                     _ => Align::Name,
                 };
                 cli.programs.push(ProgramSource::Description { text, align });
-            }
-            'i' => {
-                let text = utf8(c, value.unwrap_or_default())?;
-                let t = text.trim_start();
-                let end = t.find(|ch: char| !ch.is_ascii_digit()).unwrap_or(t.len());
-                let id = t[..end].parse::<u32>().ok().filter(|id| *id > 0).ok_or_else(|| {
-                    UsageError::new(format!("invalid probe specifier {text}: probe id must be a positive integer"))
-                })?;
-                cli.programs.push(ProgramSource::Id { id, text });
             }
             's' => cli.programs.push(ProgramSource::Script(PathBuf::from(value.unwrap_or_default()))),
             'c' => cli.commands.push(utf8(c, value.unwrap_or_default())?),
@@ -509,7 +515,7 @@ pub fn parse_or_exit() -> Cli {
     if let Some(argv0) = std::env::args_os().next() {
         set_program(&argv0);
     }
-    match parse_args(std::env::args_os()) {
+    match parse_args(std::env::args_os(), std::env::vars_os()) {
         Ok(cli) => match cli.mode {
             Mode::Help => {
                 out!("{}", help_text());
@@ -537,7 +543,7 @@ mod tests {
     use udtrace_lang::options::BufPolicy;
 
     fn parse(v: &[&str]) -> Result<Cli, UsageError> {
-        parse_args(std::iter::once("udtrace").chain(v.iter().copied()).map(OsString::from))
+        parse_args(std::iter::once("udtrace").chain(v.iter().copied()).map(OsString::from), [])
     }
 
     fn desc(text: &str, align: Align) -> ProgramSource {
@@ -578,7 +584,7 @@ mod tests {
                 desc("proc", Align::Provider),
                 desc("libc", Align::Module),
                 desc("malloc", Align::Function),
-                ProgramSource::Id { id: 42, text: "42".into() },
+                desc("42", Align::Name),
                 ProgramSource::Script("b.d".into()),
             ]
         );
@@ -640,10 +646,6 @@ mod tests {
         assert_eq!(parse(&["-32"]).unwrap_err().message, "-32: 32-bit D programs are not supported");
         assert_eq!(parse(&["-35"]).unwrap_err().message, "illegal option -- 35");
         assert!(parse(&["-64", "-n", "BEGIN"]).is_ok());
-        assert_eq!(
-            parse(&["-i", "abc"]).unwrap_err().message,
-            "invalid probe specifier abc: probe id must be a positive integer"
-        );
     }
 
     #[test]
@@ -687,6 +689,24 @@ mod tests {
     }
 
     #[test]
+    fn options_from_the_environment() {
+        let env = |k: &str, v: &str| (OsString::from(k), OsString::from(v));
+        let args = ["udtrace", "-n", "BEGIN"].map(OsString::from);
+        let c = parse_args(
+            args.clone(),
+            [env("DTRACE_OPT_STRSIZE", "512"), env("DTRACE_OPT_BUFSIZE", "lots"), env("DTRACE_OPT_quiet", "")],
+        )
+        .unwrap();
+        assert_eq!(c.options.strsize, 512);
+        // A bad value is ignored; a name not in upper case is no option variable.
+        assert_eq!(c.options.bufsize, Options::default().bufsize);
+        assert!(!c.options.quiet);
+        // The command line wins.
+        let args = ["udtrace", "-xstrsize=64", "-n", "BEGIN"].map(OsString::from);
+        assert_eq!(parse_args(args, [env("DTRACE_OPT_STRSIZE", "512")]).unwrap().options.strsize, 64);
+    }
+
+    #[test]
     fn modes() {
         assert_eq!(parse(&["-V"]).unwrap().mode, Mode::Version);
         assert_eq!(parse(&["-h"]).unwrap().mode, Mode::Help);
@@ -697,7 +717,7 @@ mod tests {
         let c = parse(&["-e", "-v", "-o", "out.txt", "-S", "-n", "BEGIN"]).unwrap();
         assert!(c.exit_after_compile && c.verbose && c.options.verbose);
         assert_eq!(c.output, Some(PathBuf::from("out.txt")));
-        assert_eq!(version_line(), "udtrace: Sun D 1.13");
+        assert_eq!(version_line(), "udtrace: Oracle D 2.0");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use udtrace_lang::ast::{self, ProbeDesc};
 use udtrace_lang::check::Checker;
 use udtrace_lang::diag::{self, Origin, Style};
-use udtrace_lang::ir::CheckedProgram;
+use udtrace_lang::ir::{Action, CheckedProgram};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::Options;
 use udtrace_lang::parser::{self, DescAlign};
@@ -86,7 +86,7 @@ fn description_name(text: &str) -> String {
 }
 
 /// Reads one command-line program: its text, how to parse it, how to name it.
-fn load(p: &ProgramSource, options: &Options, registry: &Registry) -> Result<(SourceInfo, DescAlign, bool), Failure> {
+fn load(p: &ProgramSource, options: &Options) -> Result<(SourceInfo, DescAlign, bool), Failure> {
     Ok(match p {
         ProgramSource::Description { text, align: a } => {
             let info = SourceInfo {
@@ -98,33 +98,13 @@ fn load(p: &ProgramSource, options: &Options, registry: &Registry) -> Result<(So
             };
             (info, align(*a), false)
         }
-        ProgramSource::Id { id, text } => {
-            // `-i 3 {…}`: the id stands for that probe's full description.
-            let Some(probe) = registry.by_id(*id) else {
-                let tag = if options.errtags { "[D_PDESC_ZERO] " } else { "" };
-                return Err(Failure(format!(
-                    "invalid probe specifier {text}: {tag}probe description {id} does not match any probes"
-                )));
-            };
-            let desc = format!("{}:{}:{}:{}", probe.provider, probe.module, probe.function, probe.name);
-            let rest = text.trim_start().trim_start_matches(|c: char| c.is_ascii_digit());
-            let full = format!("{desc}{rest}");
-            let info = SourceInfo {
-                kind: "description",
-                name: description_name(text),
-                text: full,
-                origin: Origin::Description,
-                matched: 0,
-            };
-            (info, DescAlign::Name, false)
-        }
         ProgramSource::Script(path) => {
             let shown = path.to_string_lossy().into_owned();
             let raw = std::fs::read(path).map_err(|e| Failure(format!("failed to open {shown}: {}", io_reason(&e))))?;
             let raw = String::from_utf8_lossy(&raw).into_owned();
             let text = if options.cpp {
-                preprocess::preprocess(&raw, Some(path), options)
-                    .map_err(|e| Failure(format!("failed to compile script {shown}: {e}\n{}", e.detail())))?
+                preprocess::preprocess(&raw, options)
+                    .map_err(|e| Failure(format!("failed to compile script {shown}: {e}")))?
                     .text
             } else {
                 raw
@@ -150,32 +130,35 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     let style = style(options);
     let mut checker = Checker::new(macros);
     checker.set_probe_args(&Registry::arg_types);
+    if let Some(v) = options.version.as_deref().and_then(udtrace_lang::options::parse_version) {
+        checker.set_version(v);
+    }
     let mut sources = Vec::new();
     let mut clause_ranges = Vec::new();
     for (i, p) in cli.programs.iter().enumerate() {
-        let (info, al, is_script) = load(p, options, registry)?;
+        let (info, al, is_script) = load(p, options)?;
         let parsed = if is_script { parser::parse_script(&info.text) } else { parser::parse_program(&info.text, al) };
-        let program = parsed.map_err(|e| render(&e, &info, style))?;
+        let mut program = parsed.map_err(|e| render(&e, &info, style))?;
+        resolve_probe_ids(&mut program, registry).map_err(|e| render(&e, &info, style))?;
         let before = checker.program().clauses.len();
+        macros.start_program();
         checker.add_source(&program, i, &info.text).map_err(|e| render(&e, &info, style))?;
         let after = checker.program().clauses.len();
         if after == before && !has_clause(&program) {
             return Err(at_end(&info, Tag::D_EMPTY, "empty D program translation unit", style));
         }
+        if let Err(e) = macros.check_unused() {
+            return Err(at_end(&info, Tag::D_MACRO_UNUSED, &e.to_string(), style));
+        }
         clause_ranges.push(before..after);
         sources.push(info);
-    }
-    if let Err(e) = macros.check_unused() {
-        if let Some(last) = sources.last() {
-            return Err(at_end(last, Tag::D_MACRO_UNUSED, &e.to_string(), style));
-        }
     }
     let program = checker.finish();
 
     // Pragmas apply in program order, after -x on the command line.
     let mut effective = options.clone();
     for o in &program.options {
-        if let Err(e) = effective.set(&o.name, o.value.as_deref()) {
+        if let Err(e) = effective.set_from_program(&o.name, o.value.as_deref()) {
             let err = CompileError::new(Tag::D_PRAGMA_OPTSET, o.span, e.pragma_message());
             return Err(render(&err, &sources[o.source], style));
         }
@@ -218,6 +201,58 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
         }
     }
     Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs })
+}
+
+/// Gives descriptions written as probe ids their probe's name, as dtrace's parser
+/// does when it reads them.
+fn resolve_probe_ids(program: &mut ast::Program, registry: &Registry) -> Result<(), CompileError> {
+    let clauses = program.items.iter_mut().filter_map(|i| match i {
+        ast::Item::Clause(c) => Some(c),
+        _ => None,
+    });
+    for desc in clauses.flat_map(|c| c.probes.iter_mut()) {
+        let Some(id) = desc.id else { continue };
+        let probe = registry.by_id(id).ok_or_else(|| {
+            CompileError::new(
+                Tag::D_PDESC_INVAL,
+                desc.span,
+                format!("invalid probe identifier {id}: Unknown probe identifier"),
+            )
+        })?;
+        desc.provider = probe.provider.clone();
+        desc.module = probe.module.clone();
+        desc.function = probe.function.clone();
+        desc.name = probe.name.clone();
+    }
+    Ok(())
+}
+
+/// dtrace_go()'s checks of a compiled program before anything is enabled; `Err` is
+/// libdtrace's reason, for `could not enable tracing: …`.
+pub fn enable_check(c: &Compiled) -> Result<(), &'static str> {
+    // An ERROR firing writes a 64-byte record (perf header, record header and five
+    // 64-bit values): the buffer must hold one; nothing fits in an empty buffer.
+    const ERROR_RECORD: u64 = 8 + 16 + 5 * 8;
+    let has_error_clause = c.ecbs.iter().any(|e| e.probe.provider == "dtrace" && e.probe.name == "ERROR");
+    if c.options.bufsize == 0 || (has_error_clause && c.options.bufsize < ERROR_RECORD) {
+        return Err("Enabling exceeds size of buffer");
+    }
+    let enabled: std::collections::HashSet<usize> = c.ecbs.iter().map(|e| e.clause).collect();
+    let destructive = enabled.iter().any(|&i| is_destructive(&c.program.clauses[i].actions));
+    if destructive && !c.options.destructive {
+        return Err("Destructive actions not allowed");
+    }
+    Ok(())
+}
+
+/// Whether actions include one that changes the traced system (`system`, `raise`,
+/// `stop`): those need `-w`.
+fn is_destructive(actions: &[Action]) -> bool {
+    actions.iter().any(|a| match a {
+        Action::System { .. } | Action::Raise(_) | Action::Stop => true,
+        Action::If { then, otherwise, .. } => is_destructive(then) || is_destructive(otherwise),
+        _ => false,
+    })
 }
 
 fn has_clause(p: &ast::Program) -> bool {

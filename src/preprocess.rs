@@ -1,52 +1,43 @@
 //! `-C`: runs a script through the system C preprocessor as dtrace does, with the
 //! macros DTrace for Linux predefines (`__linux`, `__unix`, `__SVR4`, `__SUNW_D=1`,
 //! `__SUNW_D_64`, `__Linux`, `__amd64`, `__SUNW_D_VERSION`, and `__GNUC__` removed)
-//! plus `__udtrace`, then the `-D/-U/-I` arguments in command-line order. Line markers
-//! are kept: the parser maps them back to the script's own lines.
+//! plus `__udtrace`, then the `-D/-U/-I` and `cppargs` arguments in command-line
+//! order. cpp reads the script as `/dev/stdin` and writes its messages (and the `-H`
+//! list of included files) straight to our stderr, as under dtrace. Line markers are
+//! kept: the parser maps them back to the script's own lines.
 
 use std::fmt;
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use udtrace_lang::options::{self, CppArg, Options};
 
-/// The preprocessed text, and what cpp wrote to stderr (warnings, and the `-H` list of
-/// included files, which dtrace lets through to the terminal).
+/// The preprocessed text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Preprocessed {
     pub text: String,
-    pub stderr: String,
 }
 
-/// Why preprocessing failed; `Display` is libdtrace's message for the case.
+/// Why preprocessing failed; `Display` is libdtrace's message for the case (cpp has
+/// said why on stderr already).
 #[derive(Debug)]
 pub enum PreprocessError {
     /// EDT_CPPENT.
-    NotFound { cpp: String },
+    NotFound,
     /// EDT_CPPEXEC.
-    Exec { cpp: String, error: std::io::Error },
-    /// EDT_CPPERR: cpp ran and failed; `stderr` is what it said.
-    Failed { cpp: String, stderr: String },
-}
-
-impl PreprocessError {
-    /// The preprocessor's own words, to show after libdtrace's message.
-    pub fn detail(&self) -> String {
-        match self {
-            PreprocessError::NotFound { cpp } => format!("{cpp} not found"),
-            PreprocessError::Exec { cpp, error } => format!("{cpp}: {error}"),
-            PreprocessError::Failed { cpp, stderr } => format!("{cpp}: {}", stderr.trim_end()),
-        }
-    }
+    Exec,
+    /// EDT_CPPERR: cpp ran and failed.
+    Failed,
 }
 
 impl fmt::Display for PreprocessError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PreprocessError::NotFound { .. } => f.write_str("Preprocessor not found"),
-            PreprocessError::Exec { .. } => f.write_str("Failed to exec preprocessor"),
-            PreprocessError::Failed { .. } => f.write_str("Preprocessor failed to process input program"),
+            PreprocessError::NotFound => f.write_str("Preprocessor not found"),
+            PreprocessError::Exec => f.write_str("Failed to exec preprocessor"),
+            PreprocessError::Failed => f.write_str("Preprocessor failed to process input program"),
         }
     }
 }
@@ -76,14 +67,15 @@ pub fn predefines() -> Vec<String> {
     v
 }
 
-/// The arguments after the preprocessor's name, for a script at `path` (if any).
-pub fn cpp_args(path: Option<&Path>, options: &Options) -> Vec<String> {
+/// The arguments after the preprocessor's name.
+pub fn cpp_args(options: &Options) -> Vec<String> {
     let mut v = predefines();
     for a in &options.cpp_args {
         v.push(match a {
             CppArg::Define(d) => format!("-D{d}"),
             CppArg::Undef(u) => format!("-U{u}"),
             CppArg::Include(i) => format!("-I{i}"),
+            CppArg::Raw(w) => w.clone(),
         });
     }
     // `-x version=` lowers the version the program sees, as dt_reduce does.
@@ -98,20 +90,12 @@ pub fn cpp_args(path: Option<&Path>, options: &Options) -> Vec<String> {
     if options.cpphdrs {
         v.push("-H".to_string());
     }
-    // cpp reads stdin, whose quote-include directory is the working directory (as for
-    // dtrace); the script's own directory is searched after it for `#include "x.h"`.
-    if let Some(dir) = path.and_then(Path::parent) {
-        if !dir.as_os_str().is_empty() {
-            v.push("-iquote".to_string());
-            v.push(dir.to_string_lossy().into_owned());
-        }
-    }
-    v.push("-".to_string());
+    v.push("/dev/stdin".to_string());
     v
 }
 
-/// Runs `source` (the text of the script at `path`) through cpp.
-pub fn preprocess(source: &str, path: Option<&Path>, options: &Options) -> Result<Preprocessed, PreprocessError> {
+/// Runs `source` (a script's text) through cpp.
+pub fn preprocess(source: &str, options: &Options) -> Result<Preprocessed, PreprocessError> {
     // cpp would choke on `#!`: blank that line but keep its newline so that line
     // numbers stay right, as dtrace does.
     let body = match source.strip_prefix("#!") {
@@ -121,44 +105,38 @@ pub fn preprocess(source: &str, path: Option<&Path>, options: &Options) -> Resul
         },
         None => source,
     };
-    // A leading line marker makes cpp name the script, not "<stdin>", in its markers
-    // and messages.
-    let name = path.map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|| "<stdin>".to_string());
-    let input = format!("# 1 \"{}\"\n{body}", escape_marker(&name));
-    let args = cpp_args(path, options);
+    let args = cpp_args(options);
 
     // An explicit cpppath is used alone; otherwise cpp, then gcc's preprocessor.
     let candidates: Vec<(String, Vec<String>)> = match &options.cpppath {
         Some(p) => vec![(p.clone(), vec![])],
         None => vec![("cpp".to_string(), vec![]), ("gcc".to_string(), vec!["-E".into(), "-x".into(), "c".into()])],
     };
-    let mut last_missing = String::new();
     for (cpp, pre) in candidates {
-        match run(&cpp, &pre, &args, &input) {
-            Err(PreprocessError::NotFound { cpp }) => last_missing = cpp,
+        match run(&cpp, &pre, &args, body) {
+            Err(PreprocessError::NotFound) => continue,
             other => return other,
         }
     }
-    Err(PreprocessError::NotFound { cpp: last_missing })
-}
-
-fn escape_marker(name: &str) -> String {
-    name.replace('\\', "\\\\").replace('"', "\\\"")
+    Err(PreprocessError::NotFound)
 }
 
 fn run(cpp: &str, pre: &[String], args: &[String], input: &str) -> Result<Preprocessed, PreprocessError> {
+    // dtrace runs the preprocessor under its base name (`cat: invalid option`).
+    let name = Path::new(cpp).file_name().map_or_else(|| cpp.to_string(), |n| n.to_string_lossy().into_owned());
     let mut child = Command::new(cpp)
+        .arg0(name)
         .args(pre)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::inherit())
         .spawn()
         .map_err(|error| {
             if error.kind() == std::io::ErrorKind::NotFound {
-                PreprocessError::NotFound { cpp: cpp.to_string() }
+                PreprocessError::NotFound
             } else {
-                PreprocessError::Exec { cpp: cpp.to_string(), error }
+                PreprocessError::Exec
             }
         })?;
     // Feed stdin from another thread: cpp may fill its stdout pipe before it has
@@ -171,13 +149,12 @@ fn run(cpp: &str, pre: &[String], args: &[String], input: &str) -> Result<Prepro
             let _ = s.write_all(&data);
         }
     });
-    let out = child.wait_with_output().map_err(|error| PreprocessError::Exec { cpp: cpp.to_string(), error })?;
+    let out = child.wait_with_output().map_err(|_| PreprocessError::Exec)?;
     let _ = writer.join();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
-        return Err(PreprocessError::Failed { cpp: cpp.to_string(), stderr });
+        return Err(PreprocessError::Failed);
     }
-    Ok(Preprocessed { text: String::from_utf8_lossy(&out.stdout).into_owned(), stderr })
+    Ok(Preprocessed { text: String::from_utf8_lossy(&out.stdout).into_owned() })
 }
 
 #[cfg(test)]
@@ -213,17 +190,18 @@ mod tests {
     fn defines_includes_and_markers() {
         let dir = TempDir::new("inc");
         std::fs::write(dir.0.join("limits.h"), "#define LIMIT 42\n").unwrap();
-        let script = dir.0.join("t.d");
         let src = "#!/usr/bin/env -S udtrace -Cs\n#include \"limits.h\"\n#define TWICE(x) ((x) * 2)\nBEGIN { trace(TWICE(LIMIT)); }\n";
-        let p = preprocess(src, Some(&script), &Options::default()).unwrap();
+        // As under dtrace, cpp reads /dev/stdin: a quoted include is found through -I.
+        let o = Options { cpp_args: vec![CppArg::Include(dir.0.to_string_lossy().into_owned())], ..Options::default() };
+        let p = preprocess(src, &o).unwrap();
         assert_eq!(code(&p), vec!["BEGIN { trace(((42) * 2)); }"]);
-        // A marker names the script and says the clause is on its line 4.
-        let name = script.to_string_lossy();
+        // A marker names the script's stand-in and says the clause is on its line 4.
+        let name = "/dev/stdin";
         let lines: Vec<&str> = p.text.lines().collect();
         let clause = lines.iter().position(|l| l.starts_with("BEGIN")).unwrap();
         let marker = lines[..clause].iter().rev().find(|l| l.starts_with("# ")).unwrap();
         let mut line: usize = marker.split_whitespace().nth(1).unwrap().parse().unwrap();
-        assert!(marker.contains(&*name), "{marker}");
+        assert!(marker.contains(name), "{marker}");
         // Count the lines between that marker and the clause.
         let mpos = lines[..clause].iter().rposition(|l| l.starts_with("# ")).unwrap();
         line += clause - mpos - 1;
@@ -240,19 +218,19 @@ linux_ok
 #ifndef __GNUC__
 no_gnuc
 #endif
-#if __SUNW_D_VERSION == 0x0100d000
+#if __SUNW_D_VERSION == 0x02000001
 version_ok
 #endif
 #ifdef __SUNW_D_64
 lp64
 #endif
 ";
-        let p = preprocess(src, None, &Options::default()).unwrap();
+        let p = preprocess(src, &Options::default()).unwrap();
         assert_eq!(code(&p), vec!["linux_ok", "no_gnuc", "version_ok", "lp64"]);
 
         let mut o = Options::default();
         o.set("version", Some("1.6.1")).unwrap();
-        let p = preprocess("__SUNW_D_VERSION\n", None, &o).unwrap();
+        let p = preprocess("__SUNW_D_VERSION\n", &o).unwrap();
         assert_eq!(code(&p), vec!["0x01006001"]);
     }
 
@@ -276,9 +254,9 @@ B
 nolinux
 #endif
 ";
-        let p = preprocess(src, None, &o).unwrap();
+        let p = preprocess(src, &o).unwrap();
         assert_eq!(code(&p), vec!["2", "nolinux"]);
-        let args = cpp_args(None, &o);
+        let args = cpp_args(&o);
         let d = args.iter().position(|a| a == "-DA=1").unwrap();
         let u = args.iter().position(|a| a == "-UA").unwrap();
         assert!(d < u);
@@ -293,20 +271,24 @@ nolinux
         let dir = TempDir::new("ipath");
         std::fs::write(dir.0.join("probes.h"), "#define FN malloc\n").unwrap();
         let o = Options { cpp_args: vec![CppArg::Include(dir.0.to_string_lossy().into_owned())], ..Options::default() };
-        let p = preprocess("#include <probes.h>\npid$target::FN:entry {}\n", None, &o).unwrap();
+        let p = preprocess("#include <probes.h>\npid$target::FN:entry {}\n", &o).unwrap();
         assert_eq!(code(&p), vec!["pid$target::malloc:entry {}"]);
     }
 
     #[test]
     fn cpp_errors_are_returned() {
-        let e = preprocess("#error no way\n", Some(Path::new("bad.d")), &Options::default()).unwrap_err();
+        let e = preprocess("#error no way\n", &Options::default()).unwrap_err();
         assert_eq!(e.to_string(), "Preprocessor failed to process input program");
-        let stderr = e.detail();
-        assert!(stderr.contains("no way"), "{stderr}");
-        assert!(stderr.contains("bad.d"), "{stderr}");
-
         let o = Options { cpppath: Some("/nonexistent/cpp".into()), ..Options::default() };
-        let e = preprocess("x\n", None, &o).unwrap_err();
+        let e = preprocess("x\n", &o).unwrap_err();
         assert_eq!(e.to_string(), "Preprocessor not found");
+    }
+
+    #[test]
+    fn cppargs_are_split_into_words() {
+        let mut o = Options::default();
+        o.set("cppargs", Some(" -DA=1\t-DB=2 ")).unwrap();
+        let p = preprocess("A B\n", &o).unwrap();
+        assert_eq!(code(&p), vec!["1 2"]);
     }
 }

@@ -206,6 +206,10 @@ pub fn run(cli: Cli) -> i32 {
         let what = if compiled.sources.is_empty() { "specified" } else { "matched" };
         return fail(&format!("no probes {what}"));
     }
+    if let Err(why) = compile::enable_check(&compiled) {
+        targets.finish();
+        return fail(&format!("could not enable tracing: {why}"));
+    }
     // dtrace's notice once tracing starts with -w (or `destructive` set).
     if compiled.options.destructive && !quiet {
         note!("allowing destructive actions");
@@ -414,7 +418,10 @@ fn trace(
     for t in &targets.list {
         procs.borrow_mut().remember(t.pid as u32, procfs::objects_of(t.pid).unwrap_or_default());
     }
-    if let Some(s) = fire(&mut consumer, probes::BEGIN, me.cpu(), out)? {
+    // `-x cpu`: probes fire on that CPU only; BEGIN, END and ticks run there.
+    let only_cpu = c.options.cpu.map(|n| n.min(u64::from(u32::MAX)) as u32);
+    let here = || only_cpu.unwrap_or_else(|| me.cpu());
+    if let Some(s) = fire(&mut consumer, probes::BEGIN, here(), out)? {
         status = s;
         done = true;
     }
@@ -445,6 +452,7 @@ fn trace(
         types: &c.program.types,
         clocks,
         pending_exec: HashMap::new(),
+        only_cpu,
     };
     while !done {
         let now = Instant::now();
@@ -522,7 +530,10 @@ fn trace(
             if t.next > now {
                 continue;
             }
-            let cpus = if t.kind == TimerKind::Profile { 0..ncpu } else { me.cpu()..me.cpu() + 1 };
+            let cpus = match (t.kind, only_cpu) {
+                (TimerKind::Profile, None) => 0..ncpu,
+                _ => here()..here() + 1,
+            };
             for cpu in cpus {
                 if let Some(s) = fire(&mut consumer, t.probe.id, cpu, out)? {
                     status = s;
@@ -553,7 +564,7 @@ fn trace(
     if let Some(b) = w.backend.as_deref() {
         report_drops(b, &mut drops_seen);
     }
-    if let Some(s) = fire(&mut consumer, probes::END, me.cpu(), out)? {
+    if let Some(s) = fire(&mut consumer, probes::END, here(), out)? {
         status = s;
     }
     report_consumer_drops(&mut consumer);
@@ -630,6 +641,8 @@ struct Drain<'r, 'p> {
     clocks: Clocks,
     /// exec records waiting for their path, which their outcome brings (by thread).
     pending_exec: HashMap<u32, ProcFiring>,
+    /// `-x cpu`: firings on other CPUs are not traced.
+    only_cpu: Option<u32>,
 }
 
 impl Drain<'_, '_> {
@@ -637,6 +650,9 @@ impl Drain<'_, '_> {
     fn flush_execs(&mut self, consumer: &mut Consumer, out: &mut dyn Write) -> io::Result<Option<i32>> {
         let mut status = None;
         for (_, f) in std::mem::take(&mut self.pending_exec) {
+            if self.only_cpu.is_some_and(|c| c != f.cpu) {
+                continue;
+            }
             for (id, name) in enabled_probes(&f, &self.proc_ids) {
                 let fx = consumer.fire(id, f.cpu, &ProcCtx::new(&f, name, self.types, self.clocks), out)?;
                 status = status.or(apply(&fx));
@@ -651,15 +667,20 @@ impl Drain<'_, '_> {
         let (procs, ustackframes) = (self.procs, self.ustackframes);
         let (proc_ids, types, clocks, pending) = (&self.proc_ids, self.types, self.clocks, &mut self.pending_exec);
         let mut result: io::Result<Option<i32>> = Ok(None);
-        let mut run =
-            |consumer: &mut Consumer, id: u32, cpu: u32, ctx: &dyn Context| match consumer.fire(id, cpu, ctx, out) {
+        let only_cpu = self.only_cpu;
+        let mut run = |consumer: &mut Consumer, id: u32, cpu: u32, ctx: &dyn Context| {
+            if only_cpu.is_some_and(|c| c != cpu) {
+                return;
+            }
+            match consumer.fire(id, cpu, ctx, out) {
                 Ok(fx) => {
                     if let (Some(s), Ok(r)) = (apply(&fx), result.as_mut()) {
                         r.get_or_insert(s);
                     }
                 }
                 Err(e) => result = Err(e),
-            };
+            }
+        };
         r.consume(|bytes| {
             if let Some(hook) = proc::hook_of(bytes) {
                 let Some(f) = b.proc_layout(hook).and_then(|l| l.parse(bytes).ok()) else { return };

@@ -10,7 +10,7 @@ use std::path::Path;
 use util::{run, run_args, udtrace, TempDir};
 
 /// DTrace's version line (`dtrace -V`): the D language version, under our name.
-const VERSION: &str = "udtrace: Sun D 1.13\n";
+const VERSION: &str = "udtrace: Oracle D 2.0\n";
 
 #[test]
 fn clustered_q_and_n() {

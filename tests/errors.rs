@@ -283,5 +283,5 @@ fn program_name_follows_argv0() {
     assert_eq!(out.status, 1);
     assert_eq!(out.first_err_line(), "dtrace: invalid probe specifier BEGIN { x = ; }: syntax error near \";\"");
     let out = util::run(std::process::Command::new(&link).arg("-V"));
-    assert_eq!(out.stdout, "dtrace: Sun D 1.13\n");
+    assert_eq!(out.stdout, "dtrace: Oracle D 2.0\n");
 }

@@ -188,17 +188,17 @@ fn end_record_line_uses_probe_2() {
 
 #[test]
 fn divide_by_zero_reports_and_tracing_goes_on() {
-    // z is a global int: 0. The faulting clause is EPID 1 and the division its action #1.
+    // z is a global int: 0. The faulting clause is dt_clause_0, on probe 1 (BEGIN).
     let r = udtrace(&[
         "-q",
         "-n",
-        r#"int z; BEGIN { trace(1 / z); } BEGIN { printf("goes on\n"); exit(0); } ERROR { printf("fault epid=%d action=%d type=%d\n", arg1, arg2, arg4); }"#,
+        r#"int z; BEGIN { trace(1 / z); } BEGIN { printf("goes on\n"); exit(0); } ERROR { printf("fault probe=%d clause=%d type=%d\n", arg1, arg2, arg4); }"#,
     ]);
     assert_eq!(r.code, 0);
     // Errors are not notices: -q does not hide them.
-    assert_eq!(r.stderr, "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): divide-by-zero in action #1\n");
+    assert_eq!(r.stderr, "udtrace: error in dt_clause_0 for probe ID 1 (dtrace:::BEGIN): divide-by-zero at BPF pc 2\n");
     // ERROR fires at the fault, before the next clause; arg4 is DTRACEFLT_DIVZERO (4).
-    assert_eq!(r.stdout, "fault epid=1 action=1 type=4\ngoes on\n\n");
+    assert_eq!(r.stdout, "fault probe=1 clause=0 type=4\ngoes on\n\n");
 }
 
 #[test]
@@ -206,14 +206,14 @@ fn a_fault_discards_the_clause_record() {
     // The faulting clause's printf output before the fault is dropped with its record.
     let r = udtrace(&["-q", "-n", r#"int z; BEGIN { printf("lost\n"); trace(5 % z); } BEGIN { exit(0); }"#]);
     assert_eq!(r.stdout, "\n");
-    assert_eq!(r.stderr, "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): divide-by-zero in action #2\n");
+    assert_eq!(r.stderr, "udtrace: error in dt_clause_0 for probe ID 1 (dtrace:::BEGIN): divide-by-zero at BPF pc 3\n");
 }
 
 #[test]
-fn a_fault_in_the_predicate_names_the_predicate() {
+fn a_fault_in_the_predicate_is_at_the_start_of_the_clause() {
     let r = udtrace(&["-q", "-n", r#"int z; BEGIN / 1 / z / { } BEGIN { exit(0); }"#]);
     assert_eq!(r.code, 0);
-    assert_eq!(r.stderr, "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): divide-by-zero in predicate\n");
+    assert_eq!(r.stderr, "udtrace: error in dt_clause_0 for probe ID 1 (dtrace:::BEGIN): divide-by-zero at BPF pc 1\n");
 }
 
 #[test]

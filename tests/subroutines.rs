@@ -144,7 +144,7 @@ fn lltostr_with_a_bad_base_faults() {
     assert_eq!(r.stdout, "\n");
     assert_eq!(
         r.stderr,
-        "udtrace: error on enabled probe ID 1 (ID 1: dtrace:::BEGIN): illegal operation in action #1\n"
+        "udtrace: error in dt_clause_0 for probe ID 1 (dtrace:::BEGIN): illegal operation at BPF pc 2\n"
     );
 }
 

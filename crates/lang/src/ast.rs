@@ -49,6 +49,9 @@ pub struct ProbeDesc {
     pub module: String,
     pub function: String,
     pub name: String,
+    /// A description written as a probe id (`-i 3`, or `3 { … }` in a program): the
+    /// fields are empty until the id is resolved to its probe's name.
+    pub id: Option<u32>,
     pub span: Span,
 }
 

@@ -33,16 +33,16 @@ pub enum MacroValue {
 /// Where macro references come from; the command line implements it.
 pub trait MacroEnv {
     /// `reference` keeps its `$` signs: `"$1"`, `"$$1"`, `"$target"`. `Err` carries
-    /// DTrace's message.
-    fn lookup(&self, reference: &str) -> std::result::Result<MacroValue, String>;
+    /// DTrace's tag and message.
+    fn lookup(&self, reference: &str) -> std::result::Result<MacroValue, (Tag, String)>;
     /// Substitutes a macro reference inside one probe description field (`pid$target`).
     fn expand_field(&self, field: &str) -> std::result::Result<String, String>;
 }
 
 impl MacroEnv for crate::macros::MacroArgs {
-    fn lookup(&self, reference: &str) -> std::result::Result<MacroValue, String> {
+    fn lookup(&self, reference: &str) -> std::result::Result<MacroValue, (Tag, String)> {
         use crate::macros::MacroValue as M;
-        match crate::macros::MacroArgs::lookup(self, reference).map_err(|e| e.to_string())? {
+        match crate::macros::MacroArgs::lookup(self, reference).map_err(|e| (e.tag(), e.to_string()))? {
             v @ M::Int { .. } => Ok(MacroValue::Int(v.as_i64().unwrap_or(0))),
             M::Str(s) => Ok(MacroValue::Str(s)),
             M::Ident(s) => Ok(MacroValue::Ident(s)),
@@ -70,6 +70,8 @@ pub struct Checker<'m> {
     line_starts: Vec<u32>,
     /// The argument types of the probes a description matches, where they are typed.
     probe_args: Option<&'m ProbeArgs>,
+    /// The D version compiled for (`version` option or pragma).
+    version: (u32, u32, u32),
     /// The current clause's `args[]` types: `None` past the list or where its probes
     /// disagree; no list at all where its probes are untyped (`int64_t` args).
     clause_args: Option<Vec<Option<ArgType>>>,
@@ -151,6 +153,23 @@ fn clause_arg_types(lists: impl Iterator<Item = Vec<ArgType>>) -> Option<Vec<Opt
 }
 
 /// Names that are actions: statements only, never values.
+/// The D version that introduced a built-in identifier (DTrace's bindings); the
+/// rest have been there since 1.0.
+fn ident_version(name: &str) -> (u32, u32, u32) {
+    match name {
+        "freopen" | "index" | "rindex" | "strchr" | "strrchr" | "strstr" | "strtok" | "substr" => (1, 1, 0),
+        "func" | "mod" | "setopt" | "sym" | "uaddr" | "ucaller" | "ufunc" | "umod" | "ustackdepth" | "usym" => {
+            (1, 2, 0)
+        }
+        "htonl" | "htonll" | "htons" | "ntohl" | "ntohll" | "ntohs" => (1, 3, 0),
+        "inet_ntoa" | "inet_ntoa6" | "inet_ntop" | "link_ntop" => (1, 5, 0),
+        "stddev" => (1, 6, 0),
+        "llquantize" | "pcap" => (1, 6, 4),
+        "print" => (2, 0, 0),
+        _ => (1, 0, 0),
+    }
+}
+
 const ACTIONS: &[&str] = &[
     "trace",
     "tracemem",
@@ -277,8 +296,24 @@ impl<'m> Checker<'m> {
             line_starts: vec![0],
             probe_args: None,
             clause_args: None,
+            version: crate::options::D_VERSION,
         }
         .with_proc_types()
+    }
+
+    /// The D version to compile for (`-x version`): built-in identifiers bound to a
+    /// later version are not defined.
+    pub fn set_version(&mut self, version: (u32, u32, u32)) {
+        self.version = version;
+    }
+
+    /// Whether `name` is a built-in variable or function of the D version compiled for.
+    fn is_builtin_ident(&self, name: &str) -> bool {
+        let builtin = builtin_var(name).is_some()
+            || subr_by_name(name).is_some()
+            || ACTIONS.contains(&name)
+            || AggKind::from_name(name).is_some();
+        builtin && ident_version(name) <= self.version
     }
 
     fn with_proc_types(mut self) -> Checker<'m> {
@@ -349,6 +384,12 @@ impl<'m> Checker<'m> {
                         Some((n, v)) => (n.to_string(), Some(v.to_string())),
                         None => (w.clone(), None),
                     };
+                    // The version applies to what follows it, as the pragma is read.
+                    if let Some(v) = value.as_deref().filter(|_| name == "version") {
+                        if let Some(v) = crate::options::parse_version(v) {
+                            self.version = self.version.min(v);
+                        }
+                    }
                     self.prog.options.push(PragmaOption { name, value, source: self.source, span: p.span });
                 }
                 Ok(())
@@ -369,7 +410,7 @@ impl<'m> Checker<'m> {
         } else {
             Some(d.keys.iter().map(|k| self.resolve_type(k)).collect::<Result<Vec<_>>>()?)
         };
-        if builtin_var(&d.name).is_some() {
+        if self.is_builtin_ident(&d.name) {
             return err(Tag::D_DECL_IDRED, d.span, format!("built-in identifier redeclared: {}", d.name));
         }
         let (map, list) = match d.scope {
@@ -515,6 +556,7 @@ impl<'m> Checker<'m> {
 
     fn clause(&mut self, c: &ast::Clause) -> Result<Clause> {
         let probes = c.probes.iter().map(|p| self.probe_desc(p)).collect::<Result<Vec<_>>>()?;
+        self.resolve_macros(c)?;
         self.clause_args = self.probe_args.and_then(|f| clause_arg_types(probes.iter().flat_map(f)));
         let predicate = match &c.predicate {
             Some(p) => {
@@ -1161,6 +1203,22 @@ impl<'m> Checker<'m> {
         }
     }
 
+    /// DTrace substitutes `$1`, `$target`… as it reads the text, so an undefined
+    /// reference is reported before any other error of its clause.
+    fn resolve_macros(&self, c: &ast::Clause) -> Result<()> {
+        let mut refs = Vec::new();
+        if let Some(p) = &c.predicate {
+            macro_refs(p, &mut refs);
+        }
+        stmt_macro_refs(c.body.as_deref().unwrap_or_default(), &mut refs);
+        for (reference, span) in refs {
+            if let Err((tag, m)) = self.macros.lookup(&reference) {
+                return Err(CompileError::new(tag, span, m).unlabelled());
+            }
+        }
+        Ok(())
+    }
+
     fn macro_ref(&mut self, name: &str, quoted: bool, span: Span) -> Result<Expr> {
         let reference = format!("{}{name}", if quoted { "$$" } else { "$" });
         match self.macros.lookup(&reference) {
@@ -1174,7 +1232,7 @@ impl<'m> Checker<'m> {
             Ok(MacroValue::Str(s)) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
             Ok(MacroValue::Ident(s)) => self.ident(&s, span),
             // dt_lex.l resolves macro references while parsing.
-            Err(m) => Err(CompileError::new(Tag::D_OP_SCALAR, span, m).unlabelled()),
+            Err((tag, m)) => Err(CompileError::new(tag, span, m).unlabelled()),
         }
     }
 
@@ -2228,5 +2286,60 @@ fn records_data(a: &Action) -> bool {
         Action::Eval(_) | Action::AggUpdate { .. } | Action::Stop | Action::Raise(_) | Action::Nop => false,
         Action::If { then, otherwise, .. } => then.iter().chain(otherwise).any(records_data),
         _ => true,
+    }
+}
+
+/// The macro references (`$1`, `$$1`, `$target`) in statements, in text order.
+fn stmt_macro_refs(stmts: &[ast::Stmt], out: &mut Vec<(String, Span)>) {
+    for s in stmts {
+        match s {
+            ast::Stmt::Expr(e) => macro_refs(e, out),
+            ast::Stmt::If { cond, then, otherwise, .. } => {
+                macro_refs(cond, out);
+                stmt_macro_refs(then, out);
+                stmt_macro_refs(otherwise.as_deref().unwrap_or_default(), out);
+            }
+            ast::Stmt::Empty(_) => {}
+        }
+    }
+}
+
+/// The macro references in an expression, in text order.
+fn macro_refs(e: &ast::Expr, out: &mut Vec<(String, Span)>) {
+    use ast::ExprKind as K;
+    match &e.kind {
+        K::Macro(m) => out.push((format!("${m}"), e.span)),
+        K::MacroStr(m) => out.push((format!("$${m}"), e.span)),
+        K::Int { .. }
+        | K::Char(_)
+        | K::Str(_)
+        | K::Ident(_)
+        | K::Backquoted { .. }
+        | K::SelfVar(_)
+        | K::ThisVar(_)
+        | K::Agg(_)
+        | K::SizeofType(_)
+        | K::Offsetof { .. } => {}
+        K::Unary { operand: x, .. }
+        | K::IncDec { operand: x, .. }
+        | K::Cast { operand: x, .. }
+        | K::SizeofExpr(x)
+        | K::Stringof(x)
+        | K::Member { base: x, .. }
+        | K::Arrow { base: x, .. } => macro_refs(x, out),
+        K::Binary { lhs, rhs, .. } | K::Assign { lhs, rhs, .. } | K::Comma { lhs, rhs } => {
+            macro_refs(lhs, out);
+            macro_refs(rhs, out);
+        }
+        K::Ternary { cond, then, otherwise } => {
+            for x in [cond, then, otherwise] {
+                macro_refs(x, out);
+            }
+        }
+        K::Call { args, .. } => args.iter().for_each(|a| macro_refs(a, out)),
+        K::Index { base, index } => {
+            macro_refs(base, out);
+            index.iter().for_each(|a| macro_refs(a, out));
+        }
     }
 }

@@ -66,6 +66,17 @@ const CONSTANTS: &[(&str, i64)] = &[
     ("FLTPAGE", 11),
     ("FLTWATCH", 12),
     ("FLTCPCOVF", 13),
+    // The fault codes of the ERROR probe's arg4 (DTrace's unistd.d).
+    ("DTRACEFLT_UNKNOWN", 0),
+    ("DTRACEFLT_BADADDR", 1),
+    ("DTRACEFLT_BADALIGN", 2),
+    ("DTRACEFLT_ILLOP", 3),
+    ("DTRACEFLT_DIVZERO", 4),
+    ("DTRACEFLT_NOSCRATCH", 5),
+    ("DTRACEFLT_KPRIV", 6),
+    ("DTRACEFLT_UPRIV", 7),
+    ("DTRACEFLT_TUPOFLOW", 8),
+    ("DTRACEFLT_BADSTACK", 9),
     // si_code values (Linux's).
     ("SI_USER", 0),
     ("SI_KERNEL", 0x80),

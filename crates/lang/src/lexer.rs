@@ -540,7 +540,8 @@ impl<'a> Lexer<'a> {
         let b = self.src.as_bytes();
         let c = b[pos];
         if c.is_ascii_digit() {
-            return self.lex_number(pos);
+            // DTrace's S2 has no floating-point rule: `4.56` is `4` then `.56`.
+            return self.lex_number(pos, false);
         }
         if matches!(c, b'{' | b'/' | b',') {
             let p = match c {
@@ -572,7 +573,7 @@ impl<'a> Lexer<'a> {
             return Ok(self.lex_ident(pos));
         }
         if c.is_ascii_digit() || (c == b'.' && b.get(pos + 1).is_some_and(u8::is_ascii_digit)) {
-            return self.lex_number(pos);
+            return self.lex_number(pos, true);
         }
         match c {
             b'$' => return self.lex_macro(pos),
@@ -702,8 +703,9 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    /// Integer constants, and the floating-point constants D rejects.
-    fn lex_number(&self, pos: usize) -> Result<Token> {
+    /// Integer constants, and (where `reject_floats`) the floating-point constants D
+    /// rejects.
+    fn lex_number(&self, pos: usize, reject_floats: bool) -> Result<Token> {
         let b = self.src.as_bytes();
         let hex = b[pos] == b'0'
             && matches!(b.get(pos + 1), Some(b'x' | b'X'))
@@ -715,7 +717,7 @@ impl<'a> Lexer<'a> {
         };
         let suffix_len = int_suffix_len(&b[digits_end..]);
         let int_end = digits_end + suffix_len;
-        if !hex {
+        if !hex && reject_floats {
             let fp_end = float_end(b, pos);
             if fp_end > int_end {
                 return Err(CompileError::new(

@@ -4,6 +4,8 @@
 
 use std::cell::Cell;
 
+use crate::errtags::Tag;
+
 /// What a macro reference stands for, decided as `dt_lex.l` decides it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MacroValue {
@@ -61,12 +63,12 @@ pub enum MacroError {
 
 impl MacroError {
     /// DTrace's error tag (shown with `-x errtags`).
-    pub fn tag(&self) -> &'static str {
+    pub fn tag(&self) -> Tag {
         match self {
-            MacroError::ArgUndefined(_) | MacroError::VarUndefined(_) => "D_MACRO_UNDEF",
-            MacroError::Overflow { .. } => "D_MACRO_OFLOW",
-            MacroError::Extraneous { .. } => "D_MACRO_UNUSED",
-            MacroError::BadDescriptionVariable(_) | MacroError::NotAReference(_) => "D_PDESC_INVAL",
+            MacroError::ArgUndefined(_) | MacroError::VarUndefined(_) => Tag::D_MACRO_UNDEF,
+            MacroError::Overflow { .. } => Tag::D_MACRO_OFLOW,
+            MacroError::Extraneous { .. } => Tag::D_MACRO_UNUSED,
+            MacroError::BadDescriptionVariable(_) | MacroError::NotAReference(_) => Tag::D_PDESC_INVAL,
         }
     }
 }
@@ -205,6 +207,12 @@ impl MacroArgs {
         let fields: Result<Vec<String>, MacroError> =
             desc.split(':').map(|f| self.expand_description_field(f)).collect();
         Ok(fields?.join(":"))
+    }
+
+    /// Forgets which arguments were referenced: dtrace checks each program on the
+    /// command line on its own.
+    pub fn start_program(&self) {
+        self.referenced.iter().for_each(|c| c.set(false));
     }
 
     /// DTrace's check after compiling: the last argument must have been used,

@@ -26,7 +26,7 @@ pub enum OptionKind {
     Text,
     /// A decimal count of at least `min` (`dt_opt_iregs`, `dt_opt_pgmax`, ...).
     Count { min: u64 },
-    /// A D language version such as `1.13`.
+    /// A D language version such as `2.0`.
     Version,
     /// A stability attribute triple `name/data/class` (`amin`).
     Attr,
@@ -250,6 +250,12 @@ pub enum OptionError {
     /// strsize above UINT_MAX: libdtrace reports strerror(EOVERFLOW).
     #[error("Value too large for defined data type")]
     Overflow { name: String, value: String },
+    /// EDT_NOREG: `iregs` below the 8 registers code is generated for.
+    #[error("Insufficient registers to generate code")]
+    NoRegisters { name: String, value: String },
+    /// EDT_BADOPTCTX: a `#pragma D option` for an option only the command line sets.
+    #[error("Option cannot be used from within a D program")]
+    BadContext { name: String, value: Option<String> },
 }
 
 impl OptionError {
@@ -259,17 +265,20 @@ impl OptionError {
             | OptionError::BadValue { name, .. }
             | OptionError::VersionInvalid { name, .. }
             | OptionError::VersionUndefined { name, .. }
-            | OptionError::Overflow { name, .. } => name,
+            | OptionError::Overflow { name, .. }
+            | OptionError::NoRegisters { name, .. }
+            | OptionError::BadContext { name, .. } => name,
         }
     }
 
     pub fn value(&self) -> Option<&str> {
         match self {
             OptionError::BadName { .. } => None,
-            OptionError::BadValue { value, .. } => value.as_deref(),
+            OptionError::BadValue { value, .. } | OptionError::BadContext { value, .. } => value.as_deref(),
             OptionError::VersionInvalid { value, .. }
             | OptionError::VersionUndefined { value, .. }
-            | OptionError::Overflow { value, .. } => Some(value),
+            | OptionError::Overflow { value, .. }
+            | OptionError::NoRegisters { value, .. } => Some(value),
         }
     }
 
@@ -351,17 +360,51 @@ pub fn parse_option(name: &str, value: Option<&str>) -> Result<(OptionName, Opti
             None => return Err(bad()),
         },
     };
-    if def.name == OptionName::Strsize {
-        if let OptionValue::Int(n) = v {
-            if n > u64::from(u32::MAX) {
-                return Err(OptionError::Overflow {
-                    name: name.to_string(),
-                    value: value.unwrap_or_default().to_string(),
-                });
-            }
-        }
-    }
+    check_range(def.name, &v, name, value)?;
     Ok((def.name, v))
+}
+
+/// The limits libdtrace puts on some options' values beyond their syntax.
+fn check_range(option: OptionName, v: &OptionValue, name: &str, value: Option<&str>) -> Result<(), OptionError> {
+    let OptionValue::Int(n) = *v else { return Ok(()) };
+    let text = || value.unwrap_or_default().to_string();
+    match option {
+        // A string must hold at least the 2-byte null-string marker.
+        OptionName::Strsize if n < 2 => {
+            Err(OptionError::BadValue { name: name.to_string(), value: value.map(str::to_string) })
+        }
+        OptionName::Strsize if n > u64::from(u32::MAX) => {
+            Err(OptionError::Overflow { name: name.to_string(), value: text() })
+        }
+        // Code is generated for exactly 8 integer registers.
+        OptionName::Iregs if n > 8 => {
+            Err(OptionError::BadValue { name: name.to_string(), value: value.map(str::to_string) })
+        }
+        OptionName::Iregs if n < 8 => Err(OptionError::NoRegisters { name: name.to_string(), value: text() }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a D program may set the option with `#pragma D option`: those that
+/// configure the preprocessor or the process (paths, locked memory) are for the
+/// command line only, as in libdtrace.
+pub fn settable_in_program(option: OptionName) -> bool {
+    use OptionName as N;
+    !matches!(
+        option,
+        N::Cppargs
+            | N::Cpphdrs
+            | N::Cpppath
+            | N::Ctfpath
+            | N::Define
+            | N::Incdir
+            | N::Ldpath
+            | N::Lockmem
+            | N::Modpath
+            | N::Procfspath
+            | N::Stdc
+            | N::Undef
+    )
 }
 
 /// Splits `name=value` as dtrace(1M) does for `-x` and dt_pragma.c for `#pragma D option`.
@@ -476,7 +519,9 @@ pub fn parse_time(s: &str) -> Option<u64> {
     n.checked_mul(*mul).filter(|v| *v <= i64::MAX as u64)
 }
 
-/// The D versions libdtrace defines (illumos `_dtrace_versions`), as (major, minor, micro).
+/// The D versions libdtrace defines, as (major, minor, micro): DTrace for Linux's
+/// (up to 1.6.4, then 2.0 and 2.0.1), and illumos's 1.7 to 1.13, which scripts
+/// written for illumos may name.
 const DEFINED_VERSIONS: &[(u32, u32, u32)] = &[
     (1, 0, 0),
     (1, 1, 0),
@@ -491,6 +536,7 @@ const DEFINED_VERSIONS: &[(u32, u32, u32)] = &[
     (1, 6, 1),
     (1, 6, 2),
     (1, 6, 3),
+    (1, 6, 4),
     (1, 7, 0),
     (1, 7, 1),
     (1, 8, 0),
@@ -502,11 +548,14 @@ const DEFINED_VERSIONS: &[(u32, u32, u32)] = &[
     (1, 12, 0),
     (1, 12, 1),
     (1, 13, 0),
+    (2, 0, 0),
+    (2, 0, 1),
 ];
 
-/// The D version udtrace implements, and the text `-V` prints after the program name.
-pub const D_VERSION: (u32, u32, u32) = (1, 13, 0);
-pub const D_VERSION_STRING: &str = "Sun D 1.13";
+/// The D version udtrace implements (DTrace for Linux's latest), and the text `-V`
+/// prints after the program name.
+pub const D_VERSION: (u32, u32, u32) = (2, 0, 1);
+pub const D_VERSION_STRING: &str = "Oracle D 2.0";
 
 /// The D version encoded as libdtrace's `DT_VERSION_NUMBER` (the value of the
 /// preprocessor's `__SUNW_D_VERSION`).
@@ -573,13 +622,15 @@ pub enum EvalTime {
     Main,
 }
 
-/// A preprocessor argument from `-D`, `-U`, `-I` or their options, kept in order
-/// because cpp applies them in order.
+/// A preprocessor argument from `-D`, `-U`, `-I`, their options or `cppargs`, kept
+/// in order because cpp applies them in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CppArg {
     Define(String),
     Undef(String),
     Include(String),
+    /// One word of `cppargs`, passed as it is.
+    Raw(String),
 }
 
 /// Every setting, starting from the values dtrace(1M) runs with: libdtrace's and the
@@ -707,6 +758,17 @@ impl Options {
         Ok(n)
     }
 
+    /// Parses and applies one `#pragma D option`, refusing the options a D program
+    /// may not set.
+    pub fn set_from_program(&mut self, name: &str, value: Option<&str>) -> Result<OptionName, OptionError> {
+        let (n, v) = parse_option(name, value)?;
+        if !settable_in_program(n) {
+            return Err(OptionError::BadContext { name: name.to_string(), value: value.map(str::to_string) });
+        }
+        self.apply(n, v.clone());
+        Ok(n)
+    }
+
     /// Applies an already parsed option.
     pub fn apply(&mut self, name: OptionName, value: OptionValue) {
         use OptionName as N;
@@ -774,6 +836,16 @@ impl Options {
             N::Define => self.cpp_args.extend(text.map(CppArg::Define)),
             N::Undef => self.cpp_args.extend(text.map(CppArg::Undef)),
             N::Incdir => self.cpp_args.extend(text.map(CppArg::Include)),
+            // Split at white space, as dt_opt_cpp_args does.
+            N::Cppargs => {
+                let words = text.unwrap_or_default();
+                self.cpp_args.extend(
+                    words
+                        .split(['\x0c', '\n', '\r', '\t', '\x0b', ' '])
+                        .filter(|w| !w.is_empty())
+                        .map(|w| CppArg::Raw(w.to_string())),
+                );
+            }
             N::Defaultargs => self.defaultargs = true,
             N::Empty => self.empty = true,
             N::Errtags => self.errtags = true,
@@ -932,6 +1004,7 @@ mod tests {
         assert!(parse_option("evaltime", Some("later")).is_err());
         assert!(parse_option("version", Some("1.13")).is_ok());
         assert!(parse_option("version", Some("1.2.1")).is_ok());
+        assert!(parse_option("version", Some("2.0")).is_ok());
         assert_eq!(
             parse_option("version", Some("1.x")).unwrap_err().to_string(),
             "Version is not properly formatted or is too large"
@@ -998,7 +1071,8 @@ mod tests {
 
     #[test]
     fn version_number_encoding() {
-        assert_eq!(version_number(D_VERSION), 0x0100_d000);
+        assert_eq!(version_number(D_VERSION), 0x0200_0001);
+        assert_eq!(version_number((1, 13, 0)), 0x0100_d000);
         assert_eq!(parse_version("1.13"), Some((1, 13, 0)));
         assert_eq!(parse_version("1.2.3.4"), None);
     }

@@ -348,7 +348,7 @@ impl<'a> Parser<'a> {
             self.flush_pragmas(t.span.start as usize);
             match &t.kind {
                 TokKind::Eof => break,
-                TokKind::PSpec(_) => {
+                TokKind::PSpec(_) | TokKind::Int { .. } => {
                     let c = self.clause()?;
                     self.items.push(Item::Clause(c));
                 }
@@ -370,7 +370,7 @@ impl<'a> Parser<'a> {
         let mut probes = vec![self.probe_desc(&first)?];
         while self.eat(",")?.is_some() {
             let t = self.peek()?;
-            if !matches!(t.kind, TokKind::PSpec(_)) {
+            if !matches!(t.kind, TokKind::PSpec(_) | TokKind::Int { .. }) {
                 return Err(self.unexpected(&t));
             }
             self.bump()?;
@@ -402,26 +402,35 @@ impl<'a> Parser<'a> {
                 p.span,
                 "expected actions { } following probe description and predicate",
             ));
-        } else if t.kind == TokKind::Eof && !self.script {
-            None
-        } else if t.kind == TokKind::Eof {
+        } else if self.script {
+            // dt_grammar.y reduces a bare description on any other token and, reading
+            // a file, refuses it there.
             return Err(CompileError::new(
                 Tag::D_SYNTAX,
                 first.span.to(end),
                 "expected predicate and/or actions following probe description",
             ));
+        } else if matches!(t.kind, TokKind::Eof | TokKind::PSpec(_) | TokKind::Int { .. } | TokKind::Ident(_)) {
+            // On the command line a bare description is a clause (`-n BEGIN`), and
+            // what follows starts the next item (`-n 'BEGIN END'` is two clauses).
+            None
         } else {
             return Err(self.unexpected(&t));
         };
         Ok(Clause { probes, predicate, body, span: first.span.to(end) })
     }
 
-    /// Splits a probe description into its four fields, aligned as `self.align` says.
+    /// Splits a probe description into its four fields, aligned as `self.align` says;
+    /// an integer is a probe id (dt_node_pdesc_by_id), allowed only where a name is.
     fn probe_desc(&self, t: &Token) -> Result<ProbeDesc> {
-        let TokKind::PSpec(text) = &t.kind else {
-            return Err(self.unexpected(t));
+        let text = match &t.kind {
+            TokKind::PSpec(text) => text,
+            TokKind::Int { value, .. } => return self.probe_id(*value, t.span),
+            _ => return Err(self.unexpected(t)),
         };
-        let parts: Vec<&str> = text.split(':').collect();
+        // dtrace_xstr2desc reads fields from the right and stops at the start of the
+        // text: a leading `:` ends the description rather than adding an empty field.
+        let parts: Vec<&str> = text.strip_prefix(':').unwrap_or(text).split(':').collect();
         let last = match self.align {
             DescAlign::Provider => 0,
             DescAlign::Module => 1,
@@ -440,7 +449,30 @@ impl<'a> Parser<'a> {
             fields[last - k] = (*part).to_string();
         }
         let [provider, module, function, name] = fields;
-        Ok(ProbeDesc { text: text.clone(), provider, module, function, name, span: t.span })
+        Ok(ProbeDesc { text: text.clone(), provider, module, function, name, id: None, span: t.span })
+    }
+
+    /// A probe description given as a probe id; the caller resolves it to a name.
+    fn probe_id(&self, value: u64, span: Span) -> Result<ProbeDesc> {
+        let id = u32::try_from(value).map_err(|_| {
+            CompileError::new(Tag::D_PDESC_INVAL, span, format!("identifier {value} exceeds maximum probe id"))
+        })?;
+        let field = match self.align {
+            DescAlign::Provider => Some("providers"),
+            DescAlign::Module => Some("modules"),
+            DescAlign::Function => Some("functions"),
+            DescAlign::Name => None,
+        };
+        if let Some(field) = field {
+            return Err(CompileError::new(
+                Tag::D_PDESC_INVAL,
+                span,
+                format!("probe identifier {value} not permitted when specifying {field}"),
+            ));
+        }
+        let text = value.to_string();
+        let none = String::new;
+        Ok(ProbeDesc { text, provider: none(), module: none(), function: none(), name: none(), id: Some(id), span })
     }
 
     // ---- statements -------------------------------------------------------------
@@ -1616,7 +1648,7 @@ mod tests {
             ("BEGIN { a[] = 1; }", near("]"), 10..11),
             ("BEGIN { int x; }", near("int"), 8..11),
             ("BEGIN { x = sizeof(int; }", near(";"), 22..23),
-            ("BEGIN END {}", near("END"), 6..9),
+            ("BEGIN } END", near("}"), 6..7),
             ("BEGIN, {}", near("{"), 7..8),
             ("BEGIN { 1(2); }", near("("), 9..10),
             ("BEGIN { x = a ? b; }", near(";"), 17..18),
@@ -1638,6 +1670,56 @@ mod tests {
             .map(|(src, _, _)| format!("{src:?} gave {:?}", err(src)))
             .collect();
         assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
+    #[test]
+    fn bare_descriptions_end_their_clause() {
+        // dt_grammar.y: on the command line a description without predicate or
+        // actions is a whole clause, so the next word starts another.
+        let p = parse_program("BEGIN END { exit(0); }", DescAlign::Name).unwrap();
+        let clauses: Vec<&Clause> = p
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Clause(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(clauses.len(), 2);
+        assert_eq!(clauses[0].body, None);
+        assert_eq!(clauses[1].probes[0].name, "END");
+        // In a script, it must have a predicate or actions whatever follows.
+        for src in ["BEGIN\nint i;\n{ }", "BEGIN\nexit(0);\n}", "define X 5\n"] {
+            let e = parse_script(src).unwrap_err();
+            assert_eq!(e.message, "expected predicate and/or actions following probe description", "{src}");
+            assert_eq!(e.span.start, 0, "{src}");
+        }
+    }
+
+    #[test]
+    fn probe_ids() {
+        let p = parse_program("4-2", DescAlign::Name).unwrap();
+        let descs: Vec<(Option<u32>, String)> = p
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Clause(c) => Some((c.probes[0].id, c.probes[0].name.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(descs, vec![(Some(4), String::new()), (None, "-2".to_string())]);
+        let e = parse_program("4.56", DescAlign::Function).unwrap_err();
+        assert_eq!(e.message, "probe identifier 4 not permitted when specifying functions");
+        let e = parse_program("4294967296", DescAlign::Name).unwrap_err();
+        assert_eq!(e.message, "identifier 4294967296 exceeds maximum probe id");
+    }
+
+    #[test]
+    fn leading_colon_adds_no_field() {
+        let p = parse_program("::read:", DescAlign::Function).unwrap();
+        let Some(Item::Clause(c)) = p.items.first() else { panic!("no clause") };
+        let d = &c.probes[0];
+        assert_eq!((d.provider.as_str(), d.module.as_str(), d.function.as_str()), ("", "read", ""));
     }
 
     #[test]

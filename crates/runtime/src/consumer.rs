@@ -80,7 +80,7 @@ impl Default for Settings {
 pub struct Effects {
     /// `exit(n)` ran: stop tracing, fire END, print, exit with n.
     pub exit: Option<i32>,
-    /// Lines for stderr (`error on enabled probe …`), each without the program name.
+    /// Lines for stderr (`error in dt_clause_0 for probe ID …`), each without the program name.
     pub errors: Vec<String>,
     /// Commands from `system()`, in order, for the session to run.
     pub system: Vec<String>,
@@ -277,6 +277,7 @@ impl Consumer {
             .collect()
     }
 
+    /// Reports a fault as dtrace does and fires the ERROR probe's clauses.
     #[allow(clippy::too_many_arguments)]
     fn report_fault(
         &mut self,
@@ -288,23 +289,15 @@ impl Consumer {
         out: &mut dyn Write,
         fx: &mut Effects,
     ) -> io::Result<()> {
-        let p = &ecb.probe;
-        let place = if action == 0 { "predicate".to_string() } else { format!("action #{action}") };
-        fx.errors.push(format!(
-            "error on enabled probe ID {} (ID {}: {}:{}:{}:{}): {} in {place}",
-            ecb.epid,
-            p.id,
-            p.provider,
-            p.module,
-            p.function,
-            p.name,
-            fault.describe()
-        ));
+        fx.errors.push(fault_message(ecb, fault, action));
         // A fault inside an ERROR clause is not reported through ERROR again.
+        let p = &ecb.probe;
         if p.provider == "dtrace" && p.name == "ERROR" {
             return Ok(());
         }
-        let args = [0, i64::from(ecb.epid), action as i64, -1, fault.code(), fault.address() as i64];
+        // DTrace's ERROR arguments: (unused), the faulting probe, the clause (its
+        // statement id), the place in the clause, the fault and its value.
+        let args = [0, i64::from(p.id), ecb.clause as i64, fault_pc(action), fault.code(), fault.address() as i64];
         let error_args = |b: Builtin| match b {
             Builtin::Arg(n) if (n as usize) < args.len() => Some(Value::int(args[n as usize])),
             _ => None,
@@ -312,17 +305,7 @@ impl Consumer {
         let ectx = Overlay { inner: ctx, builtins: &error_args };
         for e in self.error_ecbs.clone() {
             if let Err((f, a)) = self.run_ecb(&e, cpu, &ectx, out, fx)? {
-                let p = &e.probe;
-                fx.errors.push(format!(
-                    "error on enabled probe ID {} (ID {}: {}:{}:{}:{}): {} in action #{a}",
-                    e.epid,
-                    p.id,
-                    p.provider,
-                    p.module,
-                    p.function,
-                    p.name,
-                    f.describe()
-                ));
+                fx.errors.push(fault_message(&e, f, a));
             }
         }
         Ok(())
@@ -743,4 +726,28 @@ pub fn agg_func(kind: AggKind, p: &[i64]) -> AggFunc {
             AggFunc::Llquantize { factor: p[0] as u16, low: p[1] as u16, high: p[2] as u16, nsteps: p[3] as u16 }
         }
     }
+}
+
+/// Where in its clause a fault happened, for ERROR's `arg3` and the message: DTrace
+/// gives the BPF instruction offset; udtrace interprets clauses, so it counts the
+/// clause's parts in order: the predicate is 1, the first action 2, and so on.
+fn fault_pc(action: usize) -> i64 {
+    action as i64 + 1
+}
+
+/// dtrace's message for a fault: `error in dt_clause_N for probe ID P (desc): fault
+/// at BPF pc N`, clauses numbered from 0 in program order.
+fn fault_message(ecb: &Ecb, fault: Fault, action: usize) -> String {
+    let p = &ecb.probe;
+    format!(
+        "error in dt_clause_{} for probe ID {} ({}:{}:{}:{}): {} at BPF pc {}",
+        ecb.clause,
+        p.id,
+        p.provider,
+        p.module,
+        p.function,
+        p.name,
+        fault.describe(),
+        fault_pc(action)
+    )
 }

@@ -11,7 +11,7 @@ use udtrace_lang::types::{Type, TypeTable};
 use crate::context::Context;
 use crate::value::{Int, Value};
 
-/// A run-time fault: what DTrace reports as "error on enabled probe".
+/// A run-time fault: what DTrace reports as "error in dt_clause_N for probe ID …".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     DivideByZero,

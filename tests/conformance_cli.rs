@@ -1,0 +1,295 @@
+//! DTrace's command line, options, preprocessor and program flow, end to end: what
+//! dtrace (DTrace for Linux 2.0, `cmd/dtrace.c` and libdtrace) prints and how it
+//! exits, under our program name.
+
+mod util;
+
+use std::path::Path;
+
+use util::{run, run_args, udtrace, TempDir};
+
+fn err(out: &util::Output) -> &str {
+    out.first_err_line()
+}
+
+// ---- probe descriptions given as ids (-i, or a number in a program) ------------
+
+#[test]
+fn a_probe_id_names_its_probe() {
+    // Probe 1 is dtrace:::BEGIN, 2 END.
+    let out = run_args(&["-qi", "1 { printf(\"begin\\n\"); exit(0); }"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "begin\n\n");
+    let out = run_args(&["-l", "-i", "2"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert!(out
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .ends_with(" dtrace                                                     END"));
+}
+
+#[test]
+fn unknown_probe_ids_are_description_errors() {
+    let out = run_args(&["-i", "0"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(
+        out.stderr,
+        "udtrace: invalid probe specifier 0: invalid probe identifier 0: Unknown probe identifier\n"
+    );
+    // `-i` is not checked on the command line: "-3" is a description of that name.
+    let out = run_args(&["-i", "-3"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(out.stderr, "udtrace: invalid probe specifier -3: probe description :::-3 does not match any probes\n");
+}
+
+#[test]
+fn a_number_then_a_name_are_two_clauses() {
+    // dt_grammar.y: `2-2` reads as the probe id 2 and the description `-2`.
+    let out = run_args(&["-i", "2-2"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(out.stderr, "udtrace: invalid probe specifier 2-2: probe description :::-2 does not match any probes\n");
+    // Listing goes on past a description that matches nothing, and succeeds.
+    let out = run_args(&["-li", "2-2"]);
+    assert_eq!(out.status, 0);
+    assert_eq!(out.stdout.lines().count(), 2, "{}", out.stdout);
+    assert_eq!(out.stderr, "udtrace: failed to match :::-2: No probe matches description\n");
+}
+
+#[test]
+fn probe_ids_only_where_names_go() {
+    let out = run_args(&["-f", "4.56"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(
+        out.stderr,
+        "udtrace: invalid probe specifier 4.56: probe identifier 4 not permitted when specifying functions\n"
+    );
+    let out = run_args(&["-n", "4294967296"]);
+    assert_eq!(
+        out.stderr,
+        "udtrace: invalid probe specifier 4294967296: identifier 4294967296 exceeds maximum probe id\n"
+    );
+}
+
+#[test]
+fn a_leading_colon_ends_the_description() {
+    // dtrace_xstr2desc stops at the start of the text: `::read:` as a function
+    // description is module `read`, not an overspecified description.
+    let out = run_args(&["-f", "::read:"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(
+        out.stderr,
+        "udtrace: invalid probe specifier ::read:: probe description :read:: does not match any probes\n"
+    );
+}
+
+// ---- macro arguments -----------------------------------------------------------
+
+#[test]
+fn every_program_must_use_the_last_argument() {
+    // Each program on the command line is checked on its own, under its own name.
+    let out = run_args(&["-i", "1", "10", "-i", "2"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(out.stderr, "udtrace: invalid probe specifier 1: extraneous argument '10' ($1 is not referenced)\n");
+}
+
+#[test]
+fn an_undefined_macro_argument_comes_before_other_errors() {
+    let dir = TempDir::new("conf-macro");
+    let s = dir.write("m.d", "BEGIN\n{\n\tprint(\"%d %d\\n\", $1, $2);\n}\n");
+    let out = run_args(&[Path::new("-xerrtags"), Path::new("-s"), &s]);
+    assert_eq!(out.status, 1);
+    assert_eq!(
+        err(&out),
+        format!(
+            "udtrace: failed to compile script {}: [D_MACRO_UNDEF] line 3: macro argument $1 is not defined",
+            s.display()
+        )
+    );
+}
+
+// ---- scripts -------------------------------------------------------------------
+
+#[test]
+fn a_script_description_needs_a_predicate_or_actions() {
+    let dir = TempDir::new("conf-bare");
+    for text in ["BEGIN\nint i;\n{\n}\n", "BEGIN\n\texit(0);\n}\n", "define VALUE 5\n"] {
+        let s = dir.write("bare.d", text);
+        let out = run_args(&[Path::new("-s"), &s]);
+        assert_eq!(out.status, 1);
+        assert_eq!(
+            err(&out),
+            format!(
+                "udtrace: failed to compile script {}: line 1: expected predicate and/or actions following probe description",
+                s.display()
+            )
+        );
+    }
+    // On the command line a bare description is a clause of its own.
+    let out = run_args(&["-qn", "END BEGIN { exit(0); }"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+}
+
+// ---- the ERROR probe -----------------------------------------------------------
+
+#[test]
+fn faults_are_reported_with_their_clause_and_probe() {
+    let out = run_args(&[
+        "-qn",
+        "ERROR { printf(\"%d %d %d %d\\n\", arg1, arg2, arg4, arg5); exit(0); } BEGIN { *(char *)16; }",
+    ]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    // arg1 the probe (BEGIN), arg2 the clause (the second), arg4 DTRACEFLT_BADADDR,
+    // arg5 the address.
+    assert_eq!(out.stdout, "1 1 1 16\n\n");
+    assert_eq!(
+        out.stderr,
+        "udtrace: error in dt_clause_1 for probe ID 1 (dtrace:::BEGIN): invalid address (0x10) at BPF pc 2\n"
+    );
+}
+
+#[test]
+fn fault_codes_are_named() {
+    let out = run_args(&[
+        "-qn",
+        "BEGIN { printf(\"%d %d %d %d\\n\", DTRACEFLT_UNKNOWN, DTRACEFLT_BADADDR, DTRACEFLT_DIVZERO, DTRACEFLT_BADSTACK); exit(0); }",
+    ]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "0 1 4 9\n\n");
+}
+
+// ---- versions ------------------------------------------------------------------
+
+#[test]
+fn the_d_version_is_dtrace_for_linux_s() {
+    let out = run_args(&["-V"]);
+    assert_eq!(out.stdout, "udtrace: Oracle D 2.0\n");
+    let out = run_args(&["-xversion=2.0", "-qn", "BEGIN { exit(0); }"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let out = run_args(&["-C", "-qn", "BEGIN { exit(0); }"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+}
+
+#[test]
+fn identifiers_of_later_versions_are_free_names() {
+    // strstr() came with D 1.1: a 1.0 program may name a variable so.
+    let out = run_args(&["-qn", "#pragma D option version=1.0\nint strstr; BEGIN { exit(0); }"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let out = run_args(&["-qn", "int strstr; BEGIN { exit(0); }"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(
+        out.stderr,
+        "udtrace: invalid probe specifier int strstr; BEGIN { exit(0); }: built-in identifier redeclared: strstr\n"
+    );
+}
+
+// ---- options -------------------------------------------------------------------
+
+#[test]
+fn path_options_are_for_the_command_line_only() {
+    let dir = TempDir::new("conf-optset");
+    for opt in ["ldpath", "cpppath", "lockmem"] {
+        let s = dir.write("o.d", &format!("#pragma D option {opt}=1\nBEGIN {{ exit(0); }}\n"));
+        let out = run_args(&[Path::new("-xerrtags"), Path::new("-s"), &s]);
+        assert_eq!(out.status, 1, "{opt}");
+        assert_eq!(
+            err(&out),
+            format!(
+                "udtrace: failed to compile script {}: [D_PRAGMA_OPTSET] line 1: failed to set option '{opt}' to '1': Option cannot be used from within a D program",
+                s.display()
+            )
+        );
+    }
+}
+
+#[test]
+fn option_values_have_dtrace_s_limits() {
+    let out = run_args(&["-xstrsize=1", "-n", "BEGIN"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(out.stderr, "udtrace: failed to set -x strsize: Invalid value for specified option\n");
+    let out = run_args(&["-xiregs=7", "-n", "BEGIN"]);
+    assert_eq!(out.stderr, "udtrace: failed to set -x iregs: Insufficient registers to generate code\n");
+    let out = run_args(&["-xiregs=9", "-n", "BEGIN"]);
+    assert_eq!(out.stderr, "udtrace: failed to set -x iregs: Invalid value for specified option\n");
+    let out = run_args(&["-xiregs=8", "-qn", "BEGIN { exit(0); }"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+}
+
+#[test]
+fn options_come_from_the_environment_too() {
+    let out = run(udtrace(&["-n", "BEGIN { exit(0); }"]).env("DTRACE_OPT_QUIET", "yes"));
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "\n");
+    assert_eq!(out.stderr, "");
+}
+
+#[test]
+fn the_cpu_option_places_begin_end_and_ticks() {
+    for p in ["BEGIN", "tick-10ms", "profile-10ms"] {
+        let out = run_args(&["-xcpu=0", "-qn", &format!("{p} {{ trace(cpu); exit(0); }}")]);
+        assert_eq!(out.status, 0, "{p}: {}", out.stderr);
+        assert_eq!(out.stdout, "0\n", "{p}");
+    }
+}
+
+#[test]
+fn enabling_fails_on_a_buffer_without_room_for_a_fault() {
+    let prog = "BEGIN { exit(0); } ERROR { exit(1); }";
+    let out = run_args(&["-b59", "-n", prog]);
+    assert_eq!(out.status, 1);
+    assert_eq!(
+        out.stderr,
+        "udtrace: description 'BEGIN ' matched 2 probes\nudtrace: could not enable tracing: Enabling exceeds size of buffer\n"
+    );
+    let out = run_args(&["-q", "-b64", "-n", prog]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let out = run_args(&["-q", "-xbufsize=0", "-n", "BEGIN { exit(0); }"]);
+    assert_eq!(out.stderr, "udtrace: could not enable tracing: Enabling exceeds size of buffer\n");
+}
+
+#[test]
+fn destructive_actions_need_w() {
+    let out = run_args(&["-qn", "BEGIN { system(\"true\"); exit(0); }"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(out.stderr, "udtrace: could not enable tracing: Destructive actions not allowed\n");
+}
+
+// ---- the preprocessor ------------------------------------------------------------
+
+#[test]
+fn cpp_reads_the_script_as_stdin_and_speaks_for_itself() {
+    let dir = TempDir::new("conf-cpp");
+    let s = dir.write("bad.d", "\n#else\nBEGIN { exit(0); }\n");
+    let out = run_args(&[Path::new("-xcppargs=-fno-diagnostics-show-caret -fno-show-column"), Path::new("-Cs"), &s]);
+    assert_eq!(out.status, 1);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    // cpp's own words first, then dtrace's.
+    assert_eq!(lines.first().copied(), Some("/dev/stdin:2: error: #else without #if"), "{}", out.stderr);
+    assert_eq!(
+        lines.last().copied().unwrap_or(""),
+        format!("udtrace: failed to compile script {}: Preprocessor failed to process input program", s.display())
+    );
+}
+
+#[test]
+fn quoted_includes_are_found_through_include_paths() {
+    let dir = TempDir::new("conf-inc");
+    dir.write("sub/v.h", "#define V 7\n");
+    let s = dir.write("v.d", "#include \"v.h\"\nBEGIN { trace(V); exit(0); }\n");
+    let out = run_args(&[Path::new("-qCs"), &s]);
+    assert_eq!(out.status, 1, "found without -I: {}", out.stderr);
+    let inc = dir.path().join("sub");
+    let out = run_args(&[Path::new("-q"), Path::new("-I"), &inc, Path::new("-Cs"), &s]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "7\n");
+}
+
+#[test]
+fn cpp_runs_under_its_base_name() {
+    let dir = TempDir::new("conf-cpppath");
+    let s = dir.write("c.d", "BEGIN { exit(0); }\n");
+    let out = run_args(&[Path::new("-xcpppath=/bin/cat"), Path::new("-Cs"), &s]);
+    assert_eq!(out.status, 1);
+    assert!(out.stderr.starts_with("cat: "), "{}", out.stderr);
+}
