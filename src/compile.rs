@@ -129,6 +129,7 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     let options = &cli.options;
     let style = style(options);
     let mut checker = Checker::new(macros);
+    checker.set_scratchsize(options.scratchsize);
     checker.set_probe_args(&Registry::arg_types);
     if let Some(v) = options.version.as_deref().and_then(udtrace_lang::options::parse_version) {
         checker.set_version(v);

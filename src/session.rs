@@ -365,6 +365,7 @@ fn settings(c: &Compiled) -> Settings {
         },
         tz_offset: 0,
         testing: std::env::var_os("_DTRACE_TESTING").is_some(),
+        scratch_room: udtrace_lang::options::scratch_room(o.scratchsize),
     }
 }
 

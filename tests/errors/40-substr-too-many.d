@@ -1,2 +1,2 @@
-/* expect: substr( ) prototype mismatch: 4 args passed, at least 2 expected @ 2:15 */
+/* expect: substr( ) prototype mismatch: 4 args passed, at most 3 expected @ 2:15 */
 BEGIN { trace(substr("a", 1, 2, 3)); }

@@ -1,2 +1,2 @@
-/* expect: strlen( ) argument #1 is incompatible with prototype:\n\tprototype: const char *\n\t argument: int @ 2:22 */
+/* expect: strlen( ) argument #1 is incompatible with prototype:\n\tprototype: char *\n\t argument: int @ 2:22 */
 BEGIN { trace(strlen(1)); }

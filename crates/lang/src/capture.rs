@@ -92,8 +92,11 @@ fn actions(list: &[Action], p: &mut CapturePlan) {
 }
 
 fn place(pl: &Place, p: &mut CapturePlan) {
-    if let Place::Array { keys, .. } = pl {
-        keys.iter().for_each(|k| expr(k, p));
+    match pl {
+        Place::Array { keys, .. } => keys.iter().for_each(|k| expr(k, p)),
+        Place::Mem { addr, .. } => expr(addr, p),
+        Place::Field { base, .. } => place(base, p),
+        Place::Var(_) => {}
     }
 }
 

@@ -6,6 +6,9 @@
 //! `-n`/`-s` arguments into one consumer: a variable declared or first assigned in one
 //! source is known to the later ones.
 
+mod alloca;
+mod subr;
+
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -13,12 +16,13 @@ use crate::ast::{self, BaseType, BinaryOp, Signedness, UnaryOp, VarScope};
 use crate::consts;
 use crate::error::{CompileError, Region, Result, Tag};
 use crate::ir::{
-    Action, AggInfo, AggKind, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, PragmaOption, Subr, VarInfo,
+    Action, AggInfo, AggKind, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, PragmaOption, Taint, VarInfo,
     VarRef,
 };
 use crate::proc_types::{self, ArgType};
 use crate::span::Span;
-use crate::types::{usual_arithmetic, IntType, SymKind, Type};
+use crate::subrs;
+use crate::types::{usual_arithmetic, IntType, Type};
 
 /// The value of a macro reference (`$1`, `$$1`, `$target`, …) as the command line
 /// gives it.
@@ -75,6 +79,8 @@ pub struct Checker<'m> {
     /// The current clause's `args[]` types: `None` past the list or where its probes
     /// disagree; no list at all where its probes are untyped (`int64_t` args).
     clause_args: Option<Vec<Option<ArgType>>>,
+    /// Which variables hold alloca pointers; the scratch space size.
+    alloca: alloca::AllocaState,
 }
 
 /// Gives the argument types of the probes a description matches: `None` where they
@@ -96,7 +102,12 @@ fn int_ty() -> Type {
 }
 
 fn mk(kind: ExprKind, ty: Type, span: Span) -> Expr {
-    Expr { kind, ty, span }
+    Expr { kind, ty, span, taint: Taint::default() }
+}
+
+/// An expression computed from `from`, whose alloca taint it inherits.
+fn derived(kind: ExprKind, ty: Type, span: Span, from: Taint) -> Expr {
+    Expr { kind, ty, span, taint: from }
 }
 
 /// An integer constant of type `ty`.
@@ -197,89 +208,6 @@ const ACTIONS: &[&str] = &[
     "jstack",
 ];
 
-fn subr_by_name(name: &str) -> Option<Subr> {
-    Some(match name {
-        "strlen" => Subr::Strlen,
-        "strjoin" => Subr::Strjoin,
-        "substr" => Subr::Substr,
-        "index" => Subr::Index,
-        "rindex" => Subr::Rindex,
-        "strstr" => Subr::Strstr,
-        "strchr" => Subr::Strchr,
-        "strrchr" => Subr::Strrchr,
-        "strtok" => Subr::Strtok,
-        "basename" => Subr::Basename,
-        "dirname" => Subr::Dirname,
-        "lltostr" => Subr::Lltostr,
-        "strtoll" => Subr::Strtoll,
-        "toupper" => Subr::Toupper,
-        "tolower" => Subr::Tolower,
-        "rand" => Subr::Rand,
-        "speculation" => Subr::Speculation,
-        "copyinstr" => Subr::Copyinstr,
-        "copyin" => Subr::Copyin,
-        "progenyof" => Subr::Progenyof,
-        "htons" => Subr::Htons,
-        "htonl" => Subr::Htonl,
-        "htonll" => Subr::Htonll,
-        "ntohs" => Subr::Ntohs,
-        "ntohl" => Subr::Ntohl,
-        "ntohll" => Subr::Ntohll,
-        "stack" => Subr::Stack { user: false },
-        "ustack" => Subr::Stack { user: true },
-        "usym" | "ufunc" | "umod" | "uaddr" | "sym" | "func" | "mod" => Subr::Symbol,
-        _ => return None,
-    })
-}
-
-/// What a subroutine argument must be.
-#[derive(Clone, Copy)]
-enum ArgReq {
-    Str,
-    Int,
-    Any,
-}
-
-/// A subroutine's prototype as DTrace prints it, its argument requirements (the
-/// optional ones last) and its result type.
-fn subr_proto(s: Subr) -> (&'static str, &'static [ArgReq], usize, Type) {
-    use ArgReq::*;
-    let sz = Type::named_int(8, false, "size_t");
-    let i = int_ty();
-    let st = Type::String;
-    let u16t = Type::named_int(2, false, "uint16_t");
-    let u32t = Type::named_int(4, false, "uint32_t");
-    let u64t = Type::named_int(8, false, "uint64_t");
-    match s {
-        Subr::Strlen => ("size_t(const char *)", &[Str], 1, sz),
-        Subr::Strjoin => ("string(const char *, const char *)", &[Str, Str], 2, st),
-        Subr::Substr => ("string(const char *, int, [int])", &[Str, Int, Int], 2, st),
-        Subr::Index => ("int(const char *, const char *, [int])", &[Str, Str, Int], 2, i),
-        Subr::Rindex => ("int(const char *, const char *, [int])", &[Str, Str, Int], 2, i),
-        Subr::Strstr => ("string(const char *, const char *)", &[Str, Str], 2, st),
-        Subr::Strchr => ("string(const char *, char)", &[Str, Int], 2, st),
-        Subr::Strrchr => ("string(const char *, char)", &[Str, Int], 2, st),
-        Subr::Strtok => ("string(const char *, const char *)", &[Any, Str], 2, st),
-        Subr::Basename => ("string(const char *)", &[Str], 1, st),
-        Subr::Dirname => ("string(const char *)", &[Str], 1, st),
-        Subr::Lltostr => ("string(int64_t, [int])", &[Int, Int], 1, st),
-        Subr::Strtoll => ("int64_t(const char *, [int])", &[Str, Int], 1, Type::named_int(8, true, "int64_t")),
-        Subr::Toupper => ("string(const char *)", &[Str], 1, st),
-        Subr::Tolower => ("string(const char *)", &[Str], 1, st),
-        Subr::Rand => ("int(void)", &[], 0, i),
-        Subr::Speculation => ("int(void)", &[], 0, i),
-        Subr::Copyinstr => ("string(uintptr_t, [size_t])", &[Int, Int], 1, st),
-        Subr::Copyin => ("void *(uintptr_t, size_t)", &[Int, Int], 2, Type::Pointer(Box::new(Type::Void))),
-        Subr::Progenyof => ("int(pid_t)", &[Int], 1, i),
-        Subr::Htons | Subr::Ntohs => ("uint16_t(uint16_t)", &[Int], 1, u16t),
-        Subr::Htonl | Subr::Ntohl => ("uint32_t(uint32_t)", &[Int], 1, u32t),
-        Subr::Htonll | Subr::Ntohll => ("uint64_t(uint64_t)", &[Int], 1, u64t),
-        Subr::Stack { user: false } => ("stack(@)", &[Int], 0, Type::Stack { user: false }),
-        Subr::Stack { user: true } => ("stack(@)", &[Int, Int], 0, Type::Stack { user: true }),
-        Subr::Symbol => ("_symaddr(uintptr_t)", &[Int], 1, u64t),
-    }
-}
-
 impl<'m> Checker<'m> {
     pub fn new(macros: &'m dyn MacroEnv) -> Checker<'m> {
         Checker {
@@ -297,6 +225,7 @@ impl<'m> Checker<'m> {
             probe_args: None,
             clause_args: None,
             version: crate::options::D_VERSION,
+            alloca: alloca::AllocaState::default(),
         }
         .with_proc_types()
     }
@@ -310,7 +239,7 @@ impl<'m> Checker<'m> {
     /// Whether `name` is a built-in variable or function of the D version compiled for.
     fn is_builtin_ident(&self, name: &str) -> bool {
         let builtin = builtin_var(name).is_some()
-            || subr_by_name(name).is_some()
+            || subrs::find(name).is_some()
             || ACTIONS.contains(&name)
             || AggKind::from_name(name).is_some();
         builtin && ident_version(name) <= self.version
@@ -318,6 +247,7 @@ impl<'m> Checker<'m> {
 
     fn with_proc_types(mut self) -> Checker<'m> {
         proc_types::install(&mut self.prog.types);
+        crate::net_types::install(&mut self.prog.types);
         self
     }
 
@@ -390,6 +320,7 @@ impl<'m> Checker<'m> {
                             self.version = self.version.min(v);
                         }
                     }
+                    self.note_pragma_option(&name, value.as_deref());
                     self.prog.options.push(PragmaOption { name, value, source: self.source, span: p.span });
                 }
                 Ok(())
@@ -557,6 +488,7 @@ impl<'m> Checker<'m> {
     fn clause(&mut self, c: &ast::Clause) -> Result<Clause> {
         let probes = c.probes.iter().map(|p| self.probe_desc(p)).collect::<Result<Vec<_>>>()?;
         self.resolve_macros(c)?;
+        self.alloca.clause_span = c.probes.first().map_or(c.span, |p| p.span);
         self.clause_args = self.probe_args.and_then(|f| clause_arg_types(probes.iter().flat_map(f)));
         let predicate = match &c.predicate {
             Some(p) => {
@@ -1197,8 +1129,8 @@ impl<'m> Checker<'m> {
             K::Comma { lhs, rhs } => {
                 let l = self.expr(lhs)?;
                 let r = self.expr(rhs)?;
-                let ty = r.ty.clone();
-                Ok(mk(ExprKind::Comma(Box::new(l), Box::new(r)), ty, span))
+                let (ty, taint) = (r.ty.clone(), r.taint);
+                Ok(derived(ExprKind::Comma(Box::new(l), Box::new(r)), ty, span, taint))
             }
         }
     }
@@ -1259,7 +1191,11 @@ impl<'m> Checker<'m> {
         };
         let t = self.convert(t, &ty);
         let o = self.convert(o, &ty);
-        Ok(mk(ExprKind::Ternary { cond: Box::new(c), then: Box::new(t), otherwise: Box::new(o) }, ty, span))
+        // libdtrace: the result is an alloca pointer when the first branch is, and
+        // may not be stored when only one branch is.
+        let taint =
+            Taint { alloca: t.taint.alloca, mixed: t.taint.alloca != o.taint.alloca || t.taint.mixed || o.taint.mixed };
+        Ok(derived(ExprKind::Ternary { cond: Box::new(c), then: Box::new(t), otherwise: Box::new(o) }, ty, span, taint))
     }
 
     fn incdec(&mut self, increment: bool, prefix: bool, operand: &ast::Expr, span: Span) -> Result<Expr> {
@@ -1268,7 +1204,11 @@ impl<'m> Checker<'m> {
         if !ty.is_scalar() {
             return err(Tag::D_OP_SCALAR, span, format!("operator {op} requires operand of scalar type"));
         }
-        Ok(mk(ExprKind::IncDec { target: place, increment, prefix }, ty, span))
+        let taint = match &place {
+            Place::Var(r) | Place::Array { var: r, .. } => self.var_taint(*r),
+            Place::Field { .. } | Place::Mem { .. } => Taint::default(),
+        };
+        Ok(derived(ExprKind::IncDec { target: place, increment, prefix }, ty, span, taint))
     }
 
     /// A pointer to a named type of the program (the proc provider's structs).
@@ -1367,7 +1307,8 @@ impl<'m> Checker<'m> {
                 format!("cannot apply stringof to a value of type {}", self.type_name(&v.ty)),
             );
         }
-        Ok(mk(ExprKind::Cast(Box::new(v)), Type::String, span))
+        let taint = v.taint;
+        Ok(derived(ExprKind::Cast(Box::new(v)), Type::String, span, taint))
     }
 
     fn ident(&mut self, name: &str, span: Span) -> Result<Expr> {
@@ -1376,7 +1317,8 @@ impl<'m> Checker<'m> {
             if info.keys.is_some() {
                 return err(Tag::D_ARR_BADREF, span, format!("associative array {name} may not be used without a key"));
             }
-            return Ok(mk(ExprKind::Var(VarRef { scope: VarScope::Global, id }), info.ty.clone(), span));
+            let r = VarRef { scope: VarScope::Global, id };
+            return Ok(derived(ExprKind::Var(r), info.ty.clone(), span, self.var_taint(r)));
         }
         if let Some((b, ty)) = builtin_var(name) {
             let ty = match b {
@@ -1415,7 +1357,7 @@ impl<'m> Checker<'m> {
         if name == "args" || name == "uregs" {
             return err(Tag::D_IDENT_BADREF, span, format!("{name}[ ] may not be referenced without an index"));
         }
-        if subr_by_name(name).is_some() || ACTIONS.contains(&name) || AggKind::from_name(name).is_some() {
+        if subrs::find(name).is_some() || ACTIONS.contains(&name) || AggKind::from_name(name).is_some() {
             return err(
                 Tag::D_IDENT_BADREF,
                 span,
@@ -1440,7 +1382,8 @@ impl<'m> Checker<'m> {
                         format!("associative array {prefix}{name} may not be used without a key"),
                     );
                 }
-                Ok(mk(ExprKind::Var(VarRef { scope, id }), info.ty.clone(), span))
+                let r = VarRef { scope, id };
+                Ok(derived(ExprKind::Var(r), info.ty.clone(), span, self.var_taint(r)))
             }
             None => err(Tag::D_VAR_UNDEF, span, format!("{prefix}{name} has not yet been declared or assigned")),
         }
@@ -1592,6 +1535,9 @@ impl<'m> Checker<'m> {
                 }
             }
         }
+        if let Some(found) = self.memory_place(target, op)? {
+            return Ok(found);
+        }
         err(Tag::D_OP_LVAL, target.span, format!("operator {op} requires modifiable lvalue as an operand"))
     }
 
@@ -1632,6 +1578,16 @@ impl<'m> Checker<'m> {
             if matches!(o, BinaryOp::Div | BinaryOp::Mod) && value.ty.is_arithmetic() && fold(&value) == Some(0) {
                 return err(Tag::D_DIV_ZERO, span, "expression contains division by zero");
             }
+            if matches!(o, BinaryOp::Add | BinaryOp::Sub)
+                && !(ty.is_integer() && value.ty.is_integer())
+                && (!ty.is_pointer() || ty.pointee().is_some_and(Type::is_void))
+            {
+                return err(
+                    Tag::D_OP_VFPTR,
+                    span,
+                    format!("operator {opsym} requires left-hand scalar operand of known size"),
+                );
+            }
             if !ty.is_scalar() || !value.ty.is_arithmetic() {
                 return err(
                     Tag::D_OP_INCOMPAT,
@@ -1654,7 +1610,9 @@ impl<'m> Checker<'m> {
             self.check_assignable(&ty, &value, &opsym, span)?;
         }
         let value = if op.is_none() { self.convert(value, &ty) } else { value };
-        Ok(mk(ExprKind::Assign { target: place, op, value: Box::new(value) }, ty, span))
+        self.note_store(&place, &value, span)?;
+        let taint = value.taint;
+        Ok(derived(ExprKind::Assign { target: place, op, value: Box::new(value) }, ty, span, taint))
     }
 
     fn check_assignable(&self, to: &Type, v: &Expr, op: &str, span: Span) -> Result<()> {
@@ -1682,16 +1640,16 @@ impl<'m> Checker<'m> {
         }
         match ty {
             Type::String if !v.ty.is_string() => {
-                let span = v.span;
-                mk(ExprKind::Cast(Box::new(v)), Type::String, span)
+                let (span, taint) = (v.span, v.taint);
+                derived(ExprKind::Cast(Box::new(v)), Type::String, span, taint)
             }
             Type::Int(_) | Type::Enum(_) if v.ty.is_scalar() => {
-                let span = v.span;
+                let (span, taint) = (v.span, v.taint);
                 if let Some(c) = fold(&v) {
                     let shape = ty.int_shape().unwrap();
                     return int_const(shape.wrap(c), ty.clone(), span);
                 }
-                mk(ExprKind::Cast(Box::new(v)), ty.clone(), span)
+                derived(ExprKind::Cast(Box::new(v)), ty.clone(), span, taint)
             }
             _ => {
                 let mut v = v;
@@ -1720,7 +1678,9 @@ impl<'m> Checker<'m> {
         if let (Some(c), Some(shape)) = (fold(&v), to.int_shape()) {
             return Ok(int_const(shape.wrap(c), to, span));
         }
-        Ok(mk(ExprKind::Cast(Box::new(v)), to, span))
+        // libdtrace: "You cannot cast away allocaness."
+        let taint = v.taint;
+        Ok(derived(ExprKind::Cast(Box::new(v)), to, span, taint))
     }
 
     fn unary(&mut self, op: UnaryOp, operand: &ast::Expr, span: Span) -> Result<Expr> {
@@ -1760,9 +1720,10 @@ impl<'m> Checker<'m> {
                     return Ok(int_const(shape.wrap(r), ty, span));
                 }
                 let v = self.convert(v, &ty);
+                let taint = v.taint;
                 Ok(match op {
-                    UnaryOp::Neg => mk(ExprKind::Neg(Box::new(v)), ty, span),
-                    UnaryOp::BitNot => mk(ExprKind::BitNot(Box::new(v)), ty, span),
+                    UnaryOp::Neg => derived(ExprKind::Neg(Box::new(v)), ty, span, taint),
+                    UnaryOp::BitNot => derived(ExprKind::BitNot(Box::new(v)), ty, span, taint),
                     _ => v,
                 })
             }
@@ -1784,7 +1745,7 @@ impl<'m> Checker<'m> {
             UnaryOp::AddrOf => match v.kind {
                 ExprKind::Load(addr) => {
                     let ty = Type::Pointer(Box::new(v.ty));
-                    Ok(mk(addr.kind, ty, span))
+                    Ok(derived(addr.kind, ty, span, addr.taint))
                 }
                 ExprKind::Var(_) | ExprKind::ArrayGet { .. } => {
                     err(Tag::D_ADDROF_VAR, span, "cannot take address of dynamic variable")
@@ -1920,14 +1881,27 @@ impl<'m> Checker<'m> {
         }
         let l = self.convert(l, &ty);
         let r = if matches!(op, Shl | Shr) { r } else { self.convert(r, &ty) };
-        Ok(mk(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r), signed: shape.signed }, ty, span))
+        let taint = l.taint.or(r.taint);
+        Ok(derived(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r), signed: shape.signed }, ty, span, taint))
     }
 
     fn pointer_arith(&mut self, op: BinaryOp, l: Expr, r: Expr, span: Span) -> Result<Expr> {
+        let (l, r) = (decay(l), decay(r));
         let long = Type::int(8, true);
         let size_of = |this: &Self, t: &Type| this.prog.types.size_of(t.pointee().unwrap()).unwrap_or(1).max(1);
         match (l.ty.pointee().is_some(), r.ty.pointee().is_some()) {
             (true, true) if op == BinaryOp::Sub => {
+                if l.taint.alloca != r.taint.alloca {
+                    return err(
+                        Tag::D_OP_INCOMPAT,
+                        span,
+                        format!(
+                            "adding or subtracting pointers to alloca and non-alloca space is meaningless: \"{}\" - \"{}\"",
+                            self.type_name(&l.ty),
+                            self.type_name(&r.ty)
+                        ),
+                    );
+                }
                 let n = size_of(self, &l.ty);
                 let diff =
                     mk(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r), signed: true }, long.clone(), span);
@@ -1958,7 +1932,13 @@ impl<'m> Checker<'m> {
                     long,
                     span,
                 );
-                Ok(mk(ExprKind::Binary { op, lhs: Box::new(p), rhs: Box::new(scaled), signed: false }, ty, span))
+                let taint = p.taint.or(scaled.taint);
+                Ok(derived(
+                    ExprKind::Binary { op, lhs: Box::new(p), rhs: Box::new(scaled), signed: false },
+                    ty,
+                    span,
+                    taint,
+                ))
             }
             _ => err(
                 Tag::D_OP_INCOMPAT,
@@ -1998,12 +1978,13 @@ impl<'m> Checker<'m> {
         match base.kind {
             // Traced memory: read the member at its own address.
             ExprKind::Load(addr) => {
-                let ptr = mk(addr.kind, Type::int(8, false), addr.span);
+                let ptr = derived(addr.kind, Type::int(8, false), addr.span, addr.taint);
                 let off = int_const(f.offset, Type::int(8, false), span);
-                let at = mk(
+                let at = derived(
                     ExprKind::Binary { op: BinaryOp::Add, lhs: Box::new(ptr), rhs: Box::new(off), signed: false },
                     Type::Pointer(Box::new(f.ty.clone())),
                     span,
+                    addr.taint,
                 );
                 Ok(mk(ExprKind::Load(Box::new(at)), f.ty, span))
             }
@@ -2049,7 +2030,7 @@ impl<'m> Checker<'m> {
                         }
                         let keys = self.check_keys(r, n, keys, span)?;
                         let ty = self.var_info(r).ty.clone();
-                        return Ok(mk(ExprKind::ArrayGet { var: r, keys }, ty, span));
+                        return Ok(derived(ExprKind::ArrayGet { var: r, keys }, ty, span, self.var_taint(r)));
                     }
                 } else if builtin_var(n).is_none() {
                     let prefix = if scope == VarScope::Thread { "self->" } else { "" };
@@ -2063,7 +2044,7 @@ impl<'m> Checker<'m> {
             _ => {}
         }
         // Pointer or array indexing reads traced memory.
-        let b = self.rvalue(base)?;
+        let b = decay(self.rvalue(base)?);
         let Some(elem) = b.ty.pointee().cloned() else {
             return err(
                 Tag::D_OP_ARRFUN,
@@ -2094,7 +2075,7 @@ impl<'m> Checker<'m> {
                 format!("{name}( ) may only be used as the value of an aggregation"),
             );
         }
-        let Some(subr) = subr_by_name(name) else {
+        let Some((subr, proto)) = subrs::find(name) else {
             if builtin_var(name).is_some() || self.globals.contains_key(name) {
                 return err(
                     Tag::D_FUNC_IDKIND,
@@ -2104,56 +2085,7 @@ impl<'m> Checker<'m> {
             }
             return err(Tag::D_FUNC_UNDEF, name_span, format!("undefined function name: {name}"));
         };
-        let (proto, reqs, min, ret) = subr_proto(subr);
-        if args.len() < min || args.len() > reqs.len() {
-            return err(Tag::D_PROTO_LEN, name_span, proto_len(name, "( )", "arg", args.len(), min, reqs.len()));
-        }
-        let mut vals = Vec::with_capacity(args.len());
-        for (i, (a, req)) in args.iter().zip(reqs).enumerate() {
-            // stack(n)/ustack(n, s) take constants.
-            if matches!(subr, Subr::Stack { .. }) {
-                let v = self.const_int(a)?;
-                vals.push(int_const(v as u64, int_ty(), a.span));
-                continue;
-            }
-            let v = self.rvalue(a)?;
-            let ok = match req {
-                ArgReq::Str => is_stringish(&v.ty),
-                ArgReq::Int => v.ty.is_scalar(),
-                ArgReq::Any => true,
-            };
-            if !ok {
-                return err(
-                    Tag::D_PROTO_ARG,
-                    a.span,
-                    format!(
-                        "{name}( ) argument #{} is incompatible with prototype:\n\tprototype: {}\n\t argument: {}",
-                        i + 1,
-                        proto_param(proto, i),
-                        self.type_name(&v.ty)
-                    ),
-                );
-            }
-            let v = match req {
-                ArgReq::Str => self.convert(v, &Type::String),
-                _ => v,
-            };
-            vals.push(v);
-        }
-        let ret = match (subr, name) {
-            (Subr::Symbol, n) => {
-                let user = n.starts_with('u');
-                let kind = match n.trim_start_matches('u') {
-                    "sym" => SymKind::Sym,
-                    "mod" => SymKind::Mod,
-                    "func" => SymKind::Func,
-                    _ => SymKind::Addr,
-                };
-                Type::Symbol { user, kind }
-            }
-            _ => ret,
-        };
-        Ok(mk(ExprKind::Call(subr, vals), ret, span))
+        self.subr_call(name, name_span, subr, &proto, args, span)
     }
 }
 
@@ -2163,13 +2095,6 @@ fn proto_len(name: &str, suffix: &str, what: &str, passed: usize, min: usize, ma
     let plural = if passed == 1 { " " } else { "s " };
     let at_least = if min != max { "at least " } else { "" };
     format!("{name}{suffix} prototype mismatch: {passed} {what}{plural}passed, {at_least}{min} expected")
-}
-
-/// The type of parameter `i` in a prototype such as `string(const char *, int, [int])`:
-/// DTrace's D_PROTO_ARG names that type (`const char *`), not the whole prototype.
-fn proto_param(proto: &str, i: usize) -> &str {
-    let inner = proto.find('(').map_or("", |o| proto[o + 1..].trim_end_matches(')'));
-    inner.split(',').nth(i).map_or(proto, |p| p.trim().trim_start_matches('[').trim_end_matches(']'))
 }
 
 fn op_sym(op: UnaryOp) -> &'static str {
@@ -2188,6 +2113,17 @@ fn is_agg_target(e: &ast::Expr) -> bool {
         ast::ExprKind::Agg(_) => true,
         ast::ExprKind::Index { base, .. } => matches!(base.kind, ast::ExprKind::Agg(_)),
         _ => false,
+    }
+}
+
+/// An array read from memory used as a value: its address, a pointer to its first
+/// element (C's array-to-pointer decay).
+fn decay(e: Expr) -> Expr {
+    match (&e.ty, e.kind) {
+        (Type::Array(elem, _), ExprKind::Load(addr)) => {
+            derived(addr.kind, Type::Pointer(elem.clone()), e.span, addr.taint)
+        }
+        (_, kind) => Expr { kind, ..e },
     }
 }
 

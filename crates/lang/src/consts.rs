@@ -16,6 +16,11 @@ pub fn signal_name(sig: i64) -> Option<&'static str> {
 }
 
 const CONSTANTS: &[(&str, i64)] = &[
+    // DTrace's net.d: address families and link types for inet_ntop() and link_ntop().
+    ("AF_INET", 2),
+    ("AF_INET6", 10),
+    ("ARPHRD_ETHER", 1),
+    ("ARPHRD_INFINIBAND", 32),
     ("SIGHUP", 1),
     ("SIGINT", 2),
     ("SIGQUIT", 3),

@@ -186,6 +186,28 @@ pub struct Expr {
     pub kind: ExprKind,
     pub ty: Type,
     pub span: Span,
+    /// Whether the value derives from an `alloca()` pointer (see [`Taint`]).
+    pub taint: Taint,
+}
+
+/// DTrace's alloca taint. A pointer that `alloca()` (or `copyin()`) returned is an
+/// offset into the clause's scratch space, and so is everything computed from it;
+/// memory accesses through a tainted pointer go to scratch space, checked against
+/// what the clause allocated, and all others to the traced process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Taint {
+    pub alloca: bool,
+    /// A `?:` with one alloca and one non-alloca branch: no variable may hold it,
+    /// since whether it is an offset would depend on the branch taken.
+    pub mixed: bool,
+}
+
+impl Taint {
+    pub const ALLOCA: Taint = Taint { alloca: true, mixed: false };
+
+    pub fn or(self, other: Taint) -> Taint {
+        Taint { alloca: self.alloca || other.alloca, mixed: self.mixed || other.mixed }
+    }
 }
 
 /// Built-in variables.
@@ -257,6 +279,21 @@ pub enum Subr {
     },
     /// `usym()`, `ufunc()`, …: only the type changes.
     Symbol,
+    Alloca,
+    Bcopy,
+    Copyinto,
+    Copyout,
+    Copyoutstr,
+    Cleanpath,
+    Getmajor,
+    Getminor,
+    InetNtoa,
+    InetNtoa6,
+    InetNtop,
+    LinkNtop,
+    /// Subroutines on kernel objects (`mutex_owned()`, `d_path()`, …): DTrace's
+    /// prototypes are checked, but a program cannot use them here.
+    Kernel,
 }
 
 #[derive(Debug, Clone)]
@@ -340,6 +377,12 @@ pub enum Place {
         base: Box<Place>,
         record: Type,
         offset: u64,
+        ty: Type,
+    },
+    /// Memory through a pointer (`*p`, `p[i]`, `p->m`): scratch space when `addr` is
+    /// alloca-tainted; traced memory cannot be written.
+    Mem {
+        addr: Box<Expr>,
         ty: Type,
     },
 }

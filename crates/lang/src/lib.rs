@@ -12,10 +12,12 @@ pub mod errtags;
 pub mod ir;
 pub mod lexer;
 pub mod macros;
+pub mod net_types;
 pub mod options;
 pub mod parser;
 pub mod proc_types;
 pub mod span;
+pub mod subrs;
 pub mod types;
 
 pub use error::{CompileError, Tag};

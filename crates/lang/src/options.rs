@@ -656,6 +656,8 @@ pub struct Options {
     pub nspec: u64,
     pub quiet: bool,
     pub rawbytes: bool,
+    /// Bytes of scratch space for alloca() as given; see [`scratch_room`].
+    pub scratchsize: u64,
     pub specsize: u64,
     pub stackframes: u64,
     pub stackindent: u64,
@@ -715,6 +717,7 @@ impl Default for Options {
             nspec: 1,
             quiet: false,
             rawbytes: false,
+            scratchsize: 256,
             specsize: 32 << 10,
             stackframes: 20,
             stackindent: 14,
@@ -748,6 +751,16 @@ impl Default for Options {
             other: BTreeMap::new(),
         }
     }
+}
+
+/// The bytes a clause may allocate for a `scratchsize` option: libdtrace rounds the
+/// option up to 8 bytes after adding the 8 bytes that stand for NULL, and takes them
+/// off again.
+pub fn scratch_room(scratchsize: u64) -> u64 {
+    if scratchsize == 0 {
+        return 0;
+    }
+    scratchsize.saturating_add(8).div_ceil(8).saturating_mul(8) - 8
 }
 
 impl Options {
@@ -813,6 +826,7 @@ impl Options {
             N::Nspec => self.nspec = int.unwrap_or(dflt.nspec),
             N::Quiet => self.quiet = on,
             N::Rawbytes => self.rawbytes = on,
+            N::Scratchsize => self.scratchsize = int.unwrap_or(dflt.scratchsize),
             N::Specsize => self.specsize = int.unwrap_or(dflt.specsize),
             N::Stackframes => self.stackframes = int.unwrap_or(dflt.stackframes),
             N::Stackindent => self.stackindent = int.unwrap_or(dflt.stackindent),
@@ -920,6 +934,15 @@ mod tests {
         ] {
             assert!(lookup(n).is_some(), "{n}");
         }
+    }
+
+    #[test]
+    fn scratch_room_rounds_as_libdtrace() {
+        assert_eq!(scratch_room(256), 256);
+        assert_eq!(scratch_room(51), 56);
+        assert_eq!(scratch_room(9), 16);
+        assert_eq!(scratch_room(8), 8);
+        assert_eq!(scratch_room(0), 0);
     }
 
     #[test]

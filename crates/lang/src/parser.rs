@@ -71,6 +71,10 @@ pub const BUILTIN_TYPEDEFS: &[&str] = &[
     "projid_t",
     "major_t",
     "minor_t",
+    "ipaddr_t",
+    "in_addr_t",
+    "in_port_t",
+    "sa_family_t",
 ];
 
 /// Deepest nesting of expressions, statements and type definitions accepted. Each

@@ -14,6 +14,7 @@ use crate::agg::{AggFunc, Aggregation};
 use crate::context::{Context, Overlay};
 use crate::eval::{EvalResult, Evaluator, Fault, Variables};
 use crate::output;
+use crate::scratch::Scratch;
 use crate::value::Value;
 
 /// A probe as the consumer sees it: its id and its four-part name.
@@ -57,6 +58,9 @@ pub struct Settings {
     /// dtrace's testing mode (`_DTRACE_TESTING` in the environment): records and the
     /// header lose their CPU and ID columns, which vary from run to run.
     pub testing: bool,
+    /// Bytes of scratch space a clause may allocate (the scratchsize option, rounded
+    /// as libdtrace rounds it).
+    pub scratch_room: u64,
 }
 
 impl Default for Settings {
@@ -71,6 +75,7 @@ impl Default for Settings {
             sort: output::SortOptions::default(),
             tz_offset: 0,
             testing: false,
+            scratch_room: 256,
         }
     }
 }
@@ -138,6 +143,7 @@ pub struct Consumer {
     header_printed: bool,
     rand: u64,
     strtok: Option<(Vec<u8>, usize)>,
+    scratch: Scratch,
     by_probe: HashMap<u32, Vec<Ecb>>,
     error_ecbs: Vec<Ecb>,
     formats: output::FormatCache,
@@ -162,6 +168,7 @@ impl Consumer {
             by_probe.entry(e.probe.id).or_default().push(e);
         }
         let formats = output::FormatCache::new(&prog);
+        let scratch = Scratch::new(settings.scratch_room);
         Consumer {
             prog,
             settings,
@@ -173,6 +180,7 @@ impl Consumer {
             header_printed: false,
             rand: seed | 1,
             strtok: None,
+            scratch,
             by_probe,
             error_ecbs,
             formats,
@@ -337,6 +345,8 @@ impl Consumer {
             })
         };
         let pctx = Overlay { inner: ctx, builtins: &identity };
+        // Each clause starts with empty scratch space.
+        self.scratch.reset();
         if let Some(pred) = &clause.predicate {
             match self.eval(pred, &pctx) {
                 Ok(v) if !truthy(&v) => return Ok(Ok(())),
@@ -439,6 +449,7 @@ impl Consumer {
             rand: &mut self.rand,
             strtok: &mut self.strtok,
             speculation: &mut alloc,
+            scratch: &mut self.scratch,
         };
         ev.eval(e)
     }

@@ -9,6 +9,7 @@ use udtrace_lang::ir::{Builtin, Expr, ExprKind, Place, Subr, VarInfo, VarRef};
 use udtrace_lang::types::{Type, TypeTable};
 
 use crate::context::Context;
+use crate::scratch::Scratch;
 use crate::value::{Int, Value};
 
 /// A run-time fault: what DTrace reports as "error in dt_clause_N for probe ID …".
@@ -19,6 +20,10 @@ pub enum Fault {
     BadAddress(u64),
     /// An index out of range (`args[12]`, `uregs[99]`).
     IllegalOperation,
+    /// A size out of range for scratch space (or crossing its allocated end).
+    BadSize(u64),
+    /// alloca() beyond the scratchsize.
+    NoScratch,
 }
 
 impl Fault {
@@ -28,11 +33,13 @@ impl Fault {
             Fault::BadAddress(_) => 1,
             Fault::IllegalOperation => 3,
             Fault::DivideByZero => 4,
+            Fault::NoScratch => 5,
+            Fault::BadSize(_) => 10,
         }
     }
     pub fn address(self) -> u64 {
         match self {
-            Fault::BadAddress(a) => a,
+            Fault::BadAddress(a) | Fault::BadSize(a) => a,
             _ => 0,
         }
     }
@@ -42,6 +49,8 @@ impl Fault {
             Fault::DivideByZero => "divide-by-zero".into(),
             Fault::BadAddress(a) => format!("invalid address (0x{a:x})"),
             Fault::IllegalOperation => "illegal operation".into(),
+            Fault::BadSize(n) => format!("invalid size (0x{n:x})"),
+            Fault::NoScratch => "out of scratch space".into(),
         }
     }
 }
@@ -111,14 +120,16 @@ pub struct Evaluator<'a> {
     pub rand: &'a mut u64,
     pub strtok: &'a mut Option<(Vec<u8>, usize)>,
     pub speculation: &'a mut dyn FnMut() -> i64,
+    /// The clause's scratch space, which alloca-tainted pointers address.
+    pub scratch: &'a mut Scratch,
 }
 
-fn int_of(ty: &Type, bits: u64) -> Value {
+pub(crate) fn int_of(ty: &Type, bits: u64) -> Value {
     let shape = ty.int_shape().unwrap_or_else(|| udtrace_lang::types::IntType::plain(8, true));
     Value::Int(Int { bits: shape.wrap(bits), size: shape.size, signed: shape.signed })
 }
 
-fn as_u64(v: &Value) -> u64 {
+pub(crate) fn as_u64(v: &Value) -> u64 {
     match v {
         Value::Int(i) => i.bits,
         _ => 0,
@@ -193,6 +204,7 @@ impl Evaluator<'_> {
     /// assigned zero are deleted, which is how D programs free them.
     fn store(&mut self, place: &ResolvedPlace, v: Value) {
         match place {
+            ResolvedPlace::Scratch(at, ty) => self.store_scratch(*at, ty, v),
             ResolvedPlace::Field(base, record, offset, ty) => self.store_field(base, record, *offset, ty, v),
             ResolvedPlace::Var(r) => match r.scope {
                 VarScope::Global => self.vars.globals[r.id] = v,
@@ -240,11 +252,21 @@ impl Evaluator<'_> {
             Place::Field { base, record, offset, ty } => {
                 ResolvedPlace::Field(Box::new(self.resolve(base)?), record.clone(), *offset, ty.clone())
             }
+            Place::Mem { addr, ty } => {
+                let at = as_u64(&self.eval(addr)?);
+                // Only scratch space is writable; traced memory is read-only here.
+                if !addr.taint.alloca {
+                    return Err(Fault::BadAddress(at));
+                }
+                self.scratch.check(at, self.scratch_size_of(ty))?;
+                ResolvedPlace::Scratch(at, ty.clone())
+            }
         })
     }
 
     fn load(&mut self, place: &ResolvedPlace) -> Value {
         match place {
+            ResolvedPlace::Scratch(at, ty) => self.load_scratch(*at, ty).unwrap_or_else(|_| zero_of(ty, self.types)),
             ResolvedPlace::Var(r) => self.read_var(*r),
             ResolvedPlace::Array(r, keys) => self.read_array(*r, keys.clone()),
             ResolvedPlace::Field(base, record, offset, ty) => {
@@ -391,12 +413,20 @@ impl Evaluator<'_> {
             }
             ExprKind::Cast(x) => {
                 let v = self.eval(x)?;
-                self.coerce(v, &e.ty)?
+                match v {
+                    // A char pointer into scratch space read as a string.
+                    Value::Int(i) if e.ty.is_string() && x.taint.alloca => self.scratch_string(i.bits)?,
+                    v => self.coerce(v, &e.ty)?,
+                }
             }
             ExprKind::Call(subr, args) => self.call(*subr, args, &e.ty)?,
             ExprKind::Load(addr) => {
                 let a = as_u64(&self.eval(addr)?);
-                self.load_memory(a, &e.ty)?
+                if addr.taint.alloca {
+                    self.load_scratch(a, &e.ty)?
+                } else {
+                    self.load_memory(a, &e.ty)?
+                }
             }
             ExprKind::Field { base, offset } => {
                 let Value::Bytes(b) = self.eval(base)? else {
@@ -468,6 +498,9 @@ impl Evaluator<'_> {
             });
             return Ok(Value::Stack(self.ctx.stack(user, frames)));
         }
+        if let Some(v) = self.memory_subr(subr, args, ty)? {
+            return Ok(v);
+        }
         let vals = args.iter().map(|a| self.eval(a)).collect::<EvalResult<Vec<_>>>()?;
         let s = |i: usize| -> Vec<u8> { vals.get(i).cloned().map(bytes).unwrap_or_default() };
         let n = |i: usize| -> i64 { vals.get(i).map(as_u64).unwrap_or(0) as i64 };
@@ -538,11 +571,6 @@ impl Evaluator<'_> {
                 let v = self.ctx.read_string(addr, max).ok_or(Fault::BadAddress(addr))?;
                 self.clamp(v)
             }
-            Subr::Copyin => {
-                let addr = n(0) as u64;
-                let data = self.ctx.read_memory(addr, n(1).max(0) as usize).ok_or(Fault::BadAddress(addr))?;
-                Value::Bytes(data)
-            }
             Subr::Progenyof => int_of(ty, u64::from(self.ctx.progenyof(n(0)))),
             Subr::Htons | Subr::Ntohs => int_of(ty, u64::from((n(0) as u16).swap_bytes())),
             Subr::Htonl | Subr::Ntohl => int_of(ty, u64::from((n(0) as u32).swap_bytes())),
@@ -556,7 +584,22 @@ impl Evaluator<'_> {
                 },
                 _ => int_of(ty, n(0) as u64),
             },
-            Subr::Stack { .. } => unreachable!("handled above"),
+            Subr::Cleanpath => self.clamp(cleanpath(&s(0))),
+            // Linux's dev_t: 12 bits of major, 20 of minor.
+            Subr::Getmajor => int_of(ty, u64::from((n(0) as u32) >> 20)),
+            Subr::Getminor => int_of(ty, u64::from((n(0) as u32) & 0xfffff)),
+            Subr::Stack { .. }
+            | Subr::Alloca
+            | Subr::Copyin
+            | Subr::Copyinto
+            | Subr::Bcopy
+            | Subr::InetNtoa
+            | Subr::InetNtoa6
+            | Subr::InetNtop
+            | Subr::LinkNtop => unreachable!("handled above"),
+            // The checker refuses these: they act on kernel objects or write to the
+            // traced process.
+            Subr::Kernel | Subr::Copyout | Subr::Copyoutstr => return Err(Fault::IllegalOperation),
         })
     }
 
@@ -587,6 +630,8 @@ impl Evaluator<'_> {
 enum ResolvedPlace {
     Var(VarRef),
     Array(VarRef, Vec<Value>),
+    /// Memory in scratch space, at an offset.
+    Scratch(u64, Type),
     /// A member: the variable holding the record, the record's type, the member's
     /// offset and type.
     Field(Box<ResolvedPlace>, Type, u64, Type),
@@ -683,6 +728,30 @@ fn find(hay: &[u8], needle: &[u8], from: usize) -> i64 {
         return from as i64;
     }
     hay[from..].windows(needle.len()).position(|w| w == needle).map(|p| (p + from) as i64).unwrap_or(-1)
+}
+
+/// DTrace's cleanpath(): `.` components and repeated or trailing slashes removed,
+/// `..` taking out the component before it (never past the root); a relative path
+/// that cleans to nothing is `.`.
+pub fn cleanpath(p: &[u8]) -> Vec<u8> {
+    let absolute = p.first() == Some(&b'/');
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for comp in p.split(|&c| c == b'/') {
+        match comp {
+            b"" | b"." => {}
+            b".." if parts.last().is_some_and(|l| *l != b"..") => {
+                parts.pop();
+            }
+            b".." if absolute => {}
+            c => parts.push(c),
+        }
+    }
+    let mut out = if absolute { b"/".to_vec() } else { Vec::new() };
+    out.extend(parts.join(&b'/'));
+    if out.is_empty() && !p.is_empty() {
+        out.push(b'.');
+    }
+    out
 }
 
 /// basename(3) semantics: trailing slashes ignored; "" → "."; "/" → "/".
@@ -795,6 +864,24 @@ mod tests {
         ] {
             assert_eq!(basename(p.as_bytes()), b.as_bytes(), "basename {p}");
             assert_eq!(dirname(p.as_bytes()), d.as_bytes(), "dirname {p}");
+        }
+    }
+
+    #[test]
+    fn cleanpath_as_dtrace() {
+        for (p, c) in [
+            ("/foo/bar///baz/", "/foo/bar/baz"),
+            ("/foo/bar/../../baz/.//", "/baz"),
+            ("/../../", "/"),
+            ("./", "."),
+            ("", ""),
+            ("../..", "../.."),
+            ("a/..", "."),
+            ("a/../..", ".."),
+            ("/a/../..", "/"),
+            ("z/a/b/../../././c///d/e", "z/c/d/e"),
+        ] {
+            assert_eq!(cleanpath(p.as_bytes()), c.as_bytes(), "cleanpath {p}");
         }
     }
 

@@ -7,6 +7,8 @@ pub mod context;
 pub mod eval;
 pub mod format;
 pub mod output;
+pub mod scratch;
+mod subr;
 pub mod value;
 
 pub use consumer::{Consumer, Ecb, Effects, Probe, Settings};
