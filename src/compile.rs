@@ -7,7 +7,7 @@ use std::rc::Rc;
 use udtrace_lang::ast::{self, ProbeDesc};
 use udtrace_lang::check::Checker;
 use udtrace_lang::diag::{self, Origin, Style};
-use udtrace_lang::ir::{Action, CheckedProgram};
+use udtrace_lang::ir::CheckedProgram;
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::Options;
 use udtrace_lang::parser::{self, DescAlign};
@@ -239,21 +239,11 @@ pub fn enable_check(c: &Compiled) -> Result<(), &'static str> {
         return Err("Enabling exceeds size of buffer");
     }
     let enabled: std::collections::HashSet<usize> = c.ecbs.iter().map(|e| e.clause).collect();
-    let destructive = enabled.iter().any(|&i| is_destructive(&c.program.clauses[i].actions));
+    let destructive = enabled.iter().any(|&i| c.program.clauses[i].destructive);
     if destructive && !c.options.destructive {
         return Err("Destructive actions not allowed");
     }
     Ok(())
-}
-
-/// Whether actions include one that changes the traced system (`system`, `raise`,
-/// `stop`): those need `-w`.
-fn is_destructive(actions: &[Action]) -> bool {
-    actions.iter().any(|a| match a {
-        Action::System { .. } | Action::Raise(_) | Action::Stop => true,
-        Action::If { then, otherwise, .. } => is_destructive(then) || is_destructive(otherwise),
-        _ => false,
-    })
 }
 
 fn has_clause(p: &ast::Program) -> bool {

@@ -37,6 +37,7 @@ mod probes;
 mod procprov;
 mod selfctx;
 mod session;
+mod sink;
 
 fn main() {
     let cli = cli::parse_or_exit();

@@ -3,7 +3,7 @@
 //! remains. Exit status as dtrace's: the `exit()` value, 1 on failure.
 
 use std::fs::OpenOptions;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::WaitStatus;
 use udtrace_lang::macros::MacroArgs;
 use udtrace_runtime::consumer::Settings;
-use udtrace_runtime::{Consumer, Effects, Probe};
+use udtrace_runtime::{Consumer, Effects, Output, Probe};
 
 use crate::backend::{self, Bpf};
 use crate::cli::{self, Cli, Mode};
@@ -26,6 +26,7 @@ use crate::pidprov::PidProbe;
 use crate::probes::{self, Registry, TimerKind};
 use crate::procprov::{self, Clocks, ProcCtx};
 use crate::selfctx::SelfContext;
+use crate::sink::Sink;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use udtrace_bpf::proc::{self, Hook, ProcFiring, ProcPlan};
@@ -221,19 +222,19 @@ pub fn run(cli: Cli) -> i32 {
             return fail(&m);
         }
     };
-    let mut out: Box<dyn Write> = match &cli.output {
+    let mut out = match &cli.output {
         Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
-            Ok(f) => Box::new(io::BufWriter::new(f)),
+            Ok(f) => Sink::new(Box::new(io::BufWriter::new(f)), false),
             Err(e) => {
                 targets.finish();
                 return fail(&format!("failed to open output file '{}': {}", path.display(), io_reason(&e)));
             }
         },
-        None => Box::new(io::BufWriter::new(io::stdout())),
+        None => Sink::new(Box::new(io::BufWriter::new(io::stdout())), true),
     };
     let mut world =
         Tracing { backend: backend.as_mut(), follower: follower.as_mut(), all: all.as_mut(), registry: &mut registry };
-    let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, out.as_mut());
+    let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, &mut out);
     if let (Some(f), Some(b)) = (follower.as_mut(), backend.as_mut()) {
         f.finish(b);
     }
@@ -399,7 +400,7 @@ fn trace(
     targets: &mut Targets,
     sfd: &SignalFd,
     w: &mut Tracing<'_>,
-    out: &mut dyn Write,
+    out: &mut dyn Output,
 ) -> io::Result<i32> {
     let seed = me.seed();
     let mut consumer = Consumer::new(Rc::clone(&c.program), settings(c), c.ecbs.clone(), seed);
@@ -407,7 +408,7 @@ fn trace(
     let mut status = 0;
     let mut done = false;
 
-    let fire = |consumer: &mut Consumer, id: u32, cpu: u32, out: &mut dyn Write| -> io::Result<Option<i32>> {
+    let fire = |consumer: &mut Consumer, id: u32, cpu: u32, out: &mut dyn Output| -> io::Result<Option<i32>> {
         let fx = consumer.fire(id, cpu, me, out)?;
         out.flush()?;
         Ok(apply(&fx))
@@ -582,7 +583,7 @@ fn follow_events(
     consumer: &mut Consumer,
     w: &mut Tracing<'_>,
     targets: &mut Targets,
-    out: &mut dyn Write,
+    out: &mut dyn Output,
 ) -> io::Result<Option<i32>> {
     let Some(events) = w.follower.as_deref_mut().map(|f| f.tree.poll()) else { return Ok(None) };
     let mut stop = None;
@@ -607,7 +608,7 @@ fn all_events(
     sink: &mut Drain<'_, '_>,
     consumer: &mut Consumer,
     w: &mut Tracing<'_>,
-    out: &mut dyn Write,
+    out: &mut dyn Output,
 ) -> io::Result<Option<i32>> {
     let mut pids: Vec<i32> = Vec::new();
     r.consume(|b| {
@@ -648,7 +649,7 @@ struct Drain<'r, 'p> {
 
 impl Drain<'_, '_> {
     /// Fires the exec records still waiting for their path (their outcome never came).
-    fn flush_execs(&mut self, consumer: &mut Consumer, out: &mut dyn Write) -> io::Result<Option<i32>> {
+    fn flush_execs(&mut self, consumer: &mut Consumer, out: &mut dyn Output) -> io::Result<Option<i32>> {
         let mut status = None;
         for (_, f) in std::mem::take(&mut self.pending_exec) {
             if self.only_cpu.is_some_and(|c| c != f.cpu) {
@@ -662,7 +663,7 @@ impl Drain<'_, '_> {
         Ok(status)
     }
 
-    fn drain(&mut self, consumer: &mut Consumer, w: &Tracing<'_>, out: &mut dyn Write) -> io::Result<Option<i32>> {
+    fn drain(&mut self, consumer: &mut Consumer, w: &Tracing<'_>, out: &mut dyn Output) -> io::Result<Option<i32>> {
         let (Some(b), Some(r)) = (w.backend.as_deref(), self.reader.as_mut()) else { return Ok(None) };
         let tree = w.follower.as_deref().map(|f| &f.tree);
         let (procs, ustackframes) = (self.procs, self.ustackframes);
@@ -758,6 +759,13 @@ fn boot_offset() -> i64 {
 fn apply(fx: &Effects) -> Option<i32> {
     for e in &fx.errors {
         note!("{e}");
+    }
+    // raise() and stop(): the firing has already happened, so the signal comes a
+    // little later than in DTrace, which sends it from the probe.
+    for &(pid, sig) in &fx.signals {
+        if let Ok(sig) = Signal::try_from(sig) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+        }
     }
     // setopt() requests were applied by the consumer as it ran them.
     fx.exit

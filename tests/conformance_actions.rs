@@ -249,3 +249,130 @@ fn statements_that_may_share_a_clause_with_speculations() {
     );
     assert_eq!(out, "2\nx=3\n\n");
 }
+
+// ---- errors in clauses ------------------------------------------------------------
+
+#[test]
+fn faults_name_the_clause_and_the_probe() {
+    let r = udtrace(&["-q", "-n", "BEGIN { x = 1; } BEGIN { commit(5); } BEGIN { exit(0); }"]);
+    assert_eq!(
+        r.stderr,
+        "udtrace: error in dt_clause_1 for probe ID 1 (dtrace:::BEGIN): illegal operation at BPF pc 2\n"
+    );
+}
+
+#[test]
+fn a_fault_in_an_error_clause_is_a_double_error_drop() {
+    let r = udtrace(&["-q", "-x", "droptags", "-n", "BEGIN { commit(5); } ERROR { commit(7); } BEGIN { exit(0); }"]);
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "udtrace: error in dt_clause_0 for probe ID 1 (dtrace:::BEGIN): illegal operation at BPF pc 2",
+            "udtrace: [DTRACEDROP_DBLERROR] 1 error in ERROR probe enabling",
+        ]
+    );
+}
+
+#[test]
+fn setopt_errors_are_reported_and_tracing_goes_on() {
+    let r = udtrace(&[
+        "-q",
+        "-n",
+        r#"BEGIN { setopt("nosuchoption"); setopt("quiet", "sometimes"); setopt("bufsize", "1m"); printf("on\n"); exit(0); }"#,
+    ]);
+    assert_eq!(r.code, 0);
+    assert_eq!(r.stdout, "on\n\n");
+    let pre = "udtrace: error in dt_clause_0 for probe ID 1 (dtrace:::BEGIN): couldn't set option";
+    assert_eq!(
+        r.stderr,
+        format!(
+            "{pre} \"nosuchoption\" to \"1\": Invalid option name\n\n\
+             {pre} \"quiet\" to \"sometimes\": Invalid value for specified option\n\n\
+             {pre} \"bufsize\" to \"1m\": Operation illegal when tracing is active\n\n"
+        )
+    );
+}
+
+// ---- destructive actions -------------------------------------------------------------
+
+#[test]
+fn destructive_actions_need_w() {
+    for action in [r#"system("true")"#, r#"freopen("/dev/null")"#, "raise(0)", "stop()"] {
+        let r = udtrace(&["-q", "-n", &format!("BEGIN {{ {action}; exit(0); }}")]);
+        assert_eq!(r.code, 1, "{action}");
+        assert_eq!(r.stderr, "udtrace: could not enable tracing: Destructive actions not allowed\n", "{action}");
+    }
+}
+
+#[test]
+fn system_output_comes_in_order_with_traced_output() {
+    let r = udtrace(&[
+        "-wq",
+        "-n",
+        r#"BEGIN { printf("one "); system("echo %d %s", 2, "two"); printf("three\n"); }
+           BEGIN { system("echo four"); exit(0); }"#,
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout, "one 2 two\nthree\nfour\n\n");
+}
+
+#[test]
+fn system_runs_only_for_records_that_are_kept() {
+    // A fault discards the clause's record, and with it the command.
+    let r = udtrace(&["-wq", "-n", r#"int z; BEGIN { system("echo no"); x = 1 / z; } BEGIN { exit(0); }"#]);
+    assert_eq!(r.stdout, "\n");
+}
+
+#[test]
+fn freopen_sends_later_output_to_a_file_until_restored() {
+    let dir = temp_dir();
+    let file = dir.join("out.txt");
+    let f = file.to_str().unwrap();
+    let r = udtrace(&[
+        "-wq",
+        "-n",
+        &format!(
+            r#"BEGIN {{ printf("a\n"); freopen("{f}"); printf("b\n"); }}
+               BEGIN {{ printf("c\n"); freopen(""); printf("d\n"); exit(0); }}"#
+        ),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout, "a\nd\n\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "b\nc\n");
+}
+
+#[test]
+fn freopen_of_a_directory_fails_and_output_stays() {
+    let r = udtrace(&["-wq", "-n", r#"BEGIN { freopen("%s", "/"); printf("here\n"); exit(0); }"#]);
+    assert_eq!(r.stdout, "here\n\n");
+    assert_eq!(
+        r.stderr,
+        "udtrace: error in dt_clause_0 for probe ID 1 (dtrace:::BEGIN): couldn't freopen() \"/\": Is a directory\n"
+    );
+    assert_eq!(
+        tagged_error(r#"BEGIN { freopen("."); }"#),
+        r#"[D_FREOPEN_INVALID] line 1: freopen( ) argument #1 cannot be ".""#
+    );
+}
+
+#[test]
+fn raise_signals_the_firing_process() {
+    // BEGIN fires in udtrace itself, as in DTrace: raise(SIGTERM) ends it like ^C
+    // (with the newline dtrace prints at an interrupt).
+    let r =
+        udtrace(&["-wq", "-n", r#"BEGIN { raise(15); } tick-10s { printf("too late\n"); } END { printf("end\n"); }"#]);
+    assert_eq!(r.stdout, "\nend\n\n");
+    assert!(r.elapsed < std::time::Duration::from_secs(9), "{:?}", r.elapsed);
+}
+
+#[test]
+fn kernel_actions_are_errors() {
+    for a in ["panic()", "chill(10)", "breakpoint()"] {
+        let name = &a[..a.find('(').unwrap()];
+        assert_eq!(
+            tagged_error(&format!("BEGIN {{ {a}; }}")),
+            format!("[D_UNKNOWN] line 1: {name}( ) is not available: udtrace traces user space only")
+        );
+    }
+}

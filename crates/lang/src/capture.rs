@@ -77,7 +77,9 @@ fn actions(list: &[Action], p: &mut CapturePlan) {
                     expr(d, p);
                 }
             }
-            Action::Printf { args, .. } | Action::System { args, .. } => args.iter().for_each(|e| expr(e, p)),
+            Action::Printf { args, .. } | Action::System { args, .. } | Action::Freopen { args, .. } => {
+                args.iter().for_each(|e| expr(e, p))
+            }
             Action::AggUpdate { keys, args, .. } => keys.iter().chain(args).for_each(|e| expr(e, p)),
             Action::Trunc { keep: Some(e), .. } | Action::Normalize { factor: e, .. } => expr(e, p),
             Action::Stack { user: true, .. } => p.stack_bytes = p.stack_bytes.max(USTACK_BYTES),

@@ -33,16 +33,21 @@ struct Flags {
     speculate: bool,
     commit: bool,
     aggregation: bool,
+    destructive: bool,
 }
 
 const DESTRUCTIVE_ACTIONS: &[&str] = &["stop", "raise", "system", "freopen", "breakpoint", "panic", "chill"];
 const DESTRUCTIVE_SUBRS: &[&str] = &["copyout", "copyoutstr"];
+/// Destructive actions on the kernel, which a user-space tracer cannot take.
+const KERNEL_ACTIONS: &[&str] = &["breakpoint", "panic", "chill"];
 
 /// Checks a clause's statements against DTrace's speculation and commit rules.
 /// `is_action` says whether a called name is an action (rather than a subroutine).
-pub fn check(stmts: &[Stmt], is_action: &dyn Fn(&str) -> bool) -> Result<()> {
+/// Returns whether the clause has destructive actions (tracing it needs `-w`).
+pub fn check(stmts: &[Stmt], is_action: &dyn Fn(&str) -> bool) -> Result<bool> {
     let mut flags = Flags::default();
-    walk(stmts, is_action, &mut flags)
+    walk(stmts, is_action, &mut flags)?;
+    Ok(flags.destructive)
 }
 
 fn walk(stmts: &[Stmt], is_action: &dyn Fn(&str) -> bool, flags: &mut Flags) -> Result<()> {
@@ -58,7 +63,10 @@ fn walk(stmts: &[Stmt], is_action: &dyn Fn(&str) -> bool, flags: &mut Flags) -> 
             }
             Stmt::Expr(e) => match kind_of(e, is_action) {
                 Kind::None => destructive_calls(e, flags)?,
-                k => apply(flags, k, e)?,
+                k => {
+                    apply(flags, k, e)?;
+                    kernel_only(e)?;
+                }
             },
         }
     }
@@ -115,6 +123,20 @@ fn calls_any(e: &Expr, names: &[&str]) -> bool {
     }
 }
 
+/// breakpoint(), panic() and chill() act on the kernel: errors once the ordering
+/// rules have passed, as DTrace's code generator reports what it cannot generate.
+fn kernel_only(e: &Expr) -> Result<()> {
+    match &e.kind {
+        ExprKind::Call { name, .. } if KERNEL_ACTIONS.contains(&name.as_str()) => Err(CompileError::new(
+            Tag::D_UNKNOWN,
+            e.span,
+            format!("{name}( ) is not available: udtrace traces user space only"),
+        )
+        .unlabelled()),
+        _ => Ok(()),
+    }
+}
+
 fn fail(tag: Tag, e: &Expr, msg: &str) -> Result<()> {
     Err(CompileError::new(tag, e.span, msg).unlabelled())
 }
@@ -155,6 +177,9 @@ fn apply(f: &mut Flags, kind: Kind, e: &Expr) -> Result<()> {
             return Ok(());
         }
         Kind::Exit | Kind::Destructive | Kind::DataRecording => {}
+    }
+    if kind == Kind::Destructive {
+        f.destructive = true;
     }
     if f.speculate && kind == Kind::Destructive {
         return fail(Tag::D_ACT_SPEC, e, "destructive actions may not follow speculate( )");

@@ -114,6 +114,9 @@ pub struct Clause {
     /// clause that records data; a clause whose statements are all aggregations
     /// records none.
     pub records_data: bool,
+    /// It has destructive actions (system(), raise(), copyout(), …): tracing needs
+    /// `-w` to enable it.
+    pub destructive: bool,
     pub span: Span,
 }
 
@@ -175,9 +178,16 @@ pub enum Action {
         format_span: Span,
         args: Vec<Expr>,
     },
+    /// `freopen(fmt, …)` (destructive): later output appends to the file named; an
+    /// empty name restores the original output.
+    Freopen {
+        format: Rc<str>,
+        format_span: Span,
+        args: Vec<Expr>,
+    },
     Raise(Expr),
     Stop,
-    /// `printm`, `freopen`, … accepted for compatibility but doing nothing here.
+    /// `printm`, `ftruncate`, … accepted for compatibility but doing nothing here.
     Nop,
 }
 

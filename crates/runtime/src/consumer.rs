@@ -87,13 +87,39 @@ pub struct Effects {
     pub exit: Option<i32>,
     /// Lines for stderr (`error in dt_clause_0 for probe ID …`), each without the program name.
     pub errors: Vec<String>,
-    /// Commands from `system()`, in order, for the session to run.
-    pub system: Vec<String>,
     /// `setopt()` requests.
     pub setopts: Vec<(String, Option<String>)>,
-    /// `raise(sig)` for the current process, `stop()`.
-    pub raise: Vec<i64>,
-    pub stop: bool,
+    /// Signals for processes, `(pid, signal)`: `raise(sig)` for the firing's process,
+    /// `stop()` as SIGSTOP.
+    pub signals: Vec<(i32, i32)>,
+}
+
+/// Where records go (stdout or the `-o` file), with the actions that act on it,
+/// which take effect where they are in the output.
+pub trait Output: Write {
+    /// system(): runs the command with the shell, once what was written before it
+    /// is flushed, and waits for it.
+    fn system(&mut self, command: &str) -> io::Result<()>;
+    /// freopen(): later output appends to `path`; an empty path restores the
+    /// original output. `Err` is the reason it could not be opened.
+    fn freopen(&mut self, path: &str) -> Result<(), String>;
+}
+
+/// Output gathered in memory: system() and freopen() do nothing.
+impl Output for Vec<u8> {
+    fn system(&mut self, _command: &str) -> io::Result<()> {
+        Ok(())
+    }
+    fn freopen(&mut self, _path: &str) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// An action of a record that acts on the output, at its place in the record's data.
+#[derive(Debug, Clone)]
+enum Deferred {
+    System(String),
+    Freopen(String),
 }
 
 #[derive(Default)]
@@ -121,6 +147,8 @@ struct Drops {
     spec_unavail: u64,
     /// speculation() with a buffer still draining.
     spec_busy: u64,
+    /// Faults in ERROR clauses.
+    dbl_error: u64,
 }
 
 /// How a clause's actions ended without a fault.
@@ -226,7 +254,7 @@ impl Consumer {
     }
 
     /// Runs every clause enabled on `probe_id`, in program order.
-    pub fn fire(&mut self, probe_id: u32, cpu: u32, ctx: &dyn Context, out: &mut dyn Write) -> io::Result<Effects> {
+    pub fn fire(&mut self, probe_id: u32, cpu: u32, ctx: &dyn Context, out: &mut dyn Output) -> io::Result<Effects> {
         let mut fx = Effects::default();
         let Some(ecbs) = self.by_probe.get(&probe_id).cloned() else {
             return Ok(fx);
@@ -257,7 +285,7 @@ impl Consumer {
     pub fn drop_notes(&mut self) -> Vec<String> {
         let (now, was) = (self.drops, self.reported);
         self.reported = now;
-        let kinds: [(u64, u64, &str, &str, &str); 3] = [
+        let kinds: [(u64, u64, &str, &str, &str); 4] = [
             (now.spec, was.spec, "DTRACEDROP_SPEC", "speculative drop", ""),
             (
                 now.spec_busy,
@@ -273,6 +301,7 @@ impl Consumer {
                 "failed speculation",
                 " (no speculative buffer available)",
             ),
+            (now.dbl_error, was.dbl_error, "DTRACEDROP_DBLERROR", "error", " in ERROR probe enabling"),
         ];
         kinds
             .iter()
@@ -294,7 +323,7 @@ impl Consumer {
         action: usize,
         cpu: u32,
         ctx: &dyn Context,
-        out: &mut dyn Write,
+        out: &mut dyn Output,
         fx: &mut Effects,
     ) -> io::Result<()> {
         fx.errors.push(fault_message(ecb, fault, action));
@@ -312,8 +341,9 @@ impl Consumer {
         };
         let ectx = Overlay { inner: ctx, builtins: &error_args };
         for e in self.error_ecbs.clone() {
-            if let Err((f, a)) = self.run_ecb(&e, cpu, &ectx, out, fx)? {
-                fx.errors.push(fault_message(&e, f, a));
+            // A fault in an ERROR clause is counted, not reported (a double error).
+            if self.run_ecb(&e, cpu, &ectx, out, fx)?.is_err() {
+                self.drops.dbl_error += 1;
             }
         }
         Ok(())
@@ -326,7 +356,7 @@ impl Consumer {
         ecb: &Ecb,
         cpu: u32,
         ctx: &dyn Context,
-        out: &mut dyn Write,
+        out: &mut dyn Output,
         fx: &mut Effects,
     ) -> io::Result<Result<(), (Fault, usize)>> {
         let prog = Rc::clone(&self.prog);
@@ -354,7 +384,14 @@ impl Consumer {
                 Err(f) => return Ok(Err((f, 0))),
             }
         }
-        let mut rec = Record { data: Vec::new(), spec: None, committed: Vec::new(), size: RECORD_HEADER };
+        let mut rec = Record {
+            data: Vec::new(),
+            spec: None,
+            committed: Vec::new(),
+            lib_errors: Vec::new(),
+            deferred: Vec::new(),
+            size: RECORD_HEADER,
+        };
         // A clause that only commits or discards records nothing the consumer prints.
         let records_data = clause.records_data && !commit_discard_only(&clause.actions);
         // dtrace(1M) prints the header and the prefix before the record's data, with
@@ -374,6 +411,7 @@ impl Consumer {
             Ok(Flow::Abort) => return Ok(Ok(())),
             Ok(Flow::Continue) => {}
         }
+        fx.errors.extend(rec.lib_errors.iter().map(|e| lib_error_message(ecb, e)));
         match rec.spec {
             Some(id) => self.speculate_record(id, &rec, prefixed),
             None if records_data => {
@@ -382,13 +420,35 @@ impl Consumer {
                     out.write_all(output::header(self.settings.testing).as_bytes())?;
                 }
                 self.header_printed = true;
-                out.write_all(&rec.data)?;
+                self.write_record(out, &rec, ecb, fx)?;
             }
-            None => out.write_all(&rec.data)?,
+            None => self.write_record(out, &rec, ecb, fx)?,
         }
         // Committed records are copied in after the committing clause's own record.
         out.write_all(&rec.committed)?;
         Ok(Ok(()))
+    }
+
+    /// Writes a record's data, taking its system() and freopen() actions where they
+    /// are in it, as DTrace's consumer does.
+    fn write_record(&self, out: &mut dyn Output, rec: &Record, ecb: &Ecb, fx: &mut Effects) -> io::Result<()> {
+        let mut at = 0;
+        for (end, d) in &rec.deferred {
+            out.write_all(&rec.data[at..*end])?;
+            at = *end;
+            match d {
+                Deferred::System(cmd) => {
+                    out.flush()?;
+                    out.system(cmd)?;
+                }
+                Deferred::Freopen(path) => {
+                    if let Err(why) = out.freopen(path) {
+                        fx.errors.push(lib_error_message(ecb, &format!("couldn't freopen() \"{path}\": {why}")));
+                    }
+                }
+            }
+        }
+        out.write_all(&rec.data[at..])
     }
 
     /// Adds a speculated clause's record to its speculation, unless that would take
@@ -520,11 +580,15 @@ impl Consumer {
                 let text = self.formats.printf(format, &vals, &self.settings, &sym);
                 rec.data.extend_from_slice(&text);
             }
-            Action::System { format, args, .. } => {
+            Action::System { format, args, .. } | Action::Freopen { format, args, .. } => {
                 let vals = args.iter().map(|e| self.eval(e, ctx)).collect::<EvalResult<Vec<_>>>()?;
+                vals.iter().for_each(|v| rec.add_datum(v, self.settings.strsize));
                 let sym = |addr: u64, _user: bool| ctx.symbol(addr, udtrace_lang::types::SymKind::Addr);
-                let text = self.formats.printf(format, &vals, &self.settings, &sym);
-                fx.system.push(String::from_utf8_lossy(&text).into_owned());
+                let text =
+                    String::from_utf8_lossy(&self.formats.printf(format, &vals, &self.settings, &sym)).into_owned();
+                let d =
+                    if matches!(a, Action::System { .. }) { Deferred::System(text) } else { Deferred::Freopen(text) };
+                rec.deferred.push((rec.data.len(), d));
             }
             Action::Printa { format, aggs } => {
                 for &id in aggs {
@@ -571,8 +635,10 @@ impl Consumer {
             Action::Setopt { name, value } => {
                 // dtrace(1M) applies setopt() as it consumes the record, so the rest of
                 // the record (its trailing newline) and later records see the change.
-                self.setopt(name, value.as_deref());
-                fx.setopts.push((name.clone(), value.clone()));
+                match self.setopt(name, value.as_deref()) {
+                    Ok(()) => fx.setopts.push((name.clone(), value.clone())),
+                    Err(e) => rec.lib_errors.push(e),
+                }
             }
             Action::Speculate(e) => {
                 // dt_speculation_speculate: an id that names no active speculation
@@ -615,10 +681,12 @@ impl Consumer {
                 return self.actions(branch, ctx, rec, fx, counter).map_err(|(f, _)| f);
             }
             Action::Raise(e) => {
+                // dtrace_action_raise: a signal number out of range is illegal.
                 let sig = int(&self.eval(e, ctx)?);
-                fx.raise.push(sig);
+                let sig = i32::try_from(sig).ok().filter(|s| (1..=64).contains(s)).ok_or(Fault::IllegalOperation)?;
+                fx.signals.push((firing_pid(ctx), sig));
             }
-            Action::Stop => fx.stop = true,
+            Action::Stop => fx.signals.push((firing_pid(ctx), libc_sigstop())),
             Action::Nop => {}
         }
         Ok(Flow::Continue)
@@ -626,12 +694,23 @@ impl Consumer {
 
     /// Applies a `setopt()` to the options that change printing, with libdtrace's
     /// value rules (a bare or numeric value sets a toggle; "no", "off", "" unset it).
-    /// Options that do not parse or are not printing options are left alone.
-    fn setopt(&mut self, name: &str, value: Option<&str>) {
-        use udtrace_lang::options::{parse_option, OptionName as N, OptionValue as V};
-        let Ok((opt, v)) = parse_option(name, value) else {
-            return;
+    /// An unknown option, a bad value or an option that cannot change while tracing
+    /// is DTrace's error message.
+    fn setopt(&mut self, name: &str, value: Option<&str>) -> Result<(), String> {
+        use udtrace_lang::options::{lookup, parse_option, OptionName as N, OptionValue as V};
+        let why = match lookup(name) {
+            None => Some("Invalid option name"),
+            Some(d) if !d.runtime_settable() => Some("Operation illegal when tracing is active"),
+            Some(_) => None,
         };
+        let parsed = match why {
+            Some(why) => Err(why),
+            None => parse_option(name, value).map_err(|_| "Invalid value for specified option"),
+        };
+        let (opt, v) = parsed.map_err(|why| {
+            // A toggle without a value is set to "1", as libdtrace records it.
+            format!("couldn't set option \"{name}\" to \"{}\": {why}\n", value.unwrap_or("1"))
+        })?;
         let on = v != V::Unset;
         let int = match v {
             V::Int(n) => n as usize,
@@ -646,6 +725,7 @@ impl Consumer {
             N::Aggsortkeypos => s.sort.keypos = int,
             _ => {}
         }
+        Ok(())
     }
 
     /// What dtrace prints when tracing ends: a newline, then every aggregation not
@@ -658,12 +738,26 @@ impl Consumer {
     }
 }
 
+/// dtrace's message for an error of a library action (a failed setopt() or
+/// freopen()) as its consumer meets the record: the clause and the probe, no place.
+fn lib_error_message(ecb: &Ecb, what: &str) -> String {
+    let p = &ecb.probe;
+    format!(
+        "error in dt_clause_{} for probe ID {} ({}:{}:{}:{}): {what}",
+        ecb.clause, p.id, p.provider, p.module, p.function, p.name
+    )
+}
+
 /// Output of one clause firing, headed for stdout or a speculation buffer.
 struct Record {
     data: Vec<u8>,
     spec: Option<usize>,
     /// Output of speculations committed by this clause, which follows its record.
     committed: Vec<u8>,
+    /// Errors of the library actions (setopt()) reported as the record is consumed.
+    lib_errors: Vec<String>,
+    /// system() and freopen(), each with the length of the data before it.
+    deferred: Vec<(usize, Deferred)>,
     /// The bytes this record takes in DTrace's buffers: the header, then each datum
     /// at its alignment (what specsize limits).
     size: usize,
@@ -705,6 +799,19 @@ fn commit_discard_only(actions: &[Action]) -> bool {
     }
     let mut seen = false;
     visit(actions, &mut seen) && seen
+}
+
+/// The process a firing happened in (for udtrace's own probes, udtrace).
+fn firing_pid(ctx: &dyn Context) -> i32 {
+    match ctx.builtin(Builtin::Pid) {
+        Some(Value::Int(i)) => i.bits as i32,
+        _ => std::process::id() as i32,
+    }
+}
+
+/// SIGSTOP on Linux.
+const fn libc_sigstop() -> i32 {
+    19
 }
 
 fn truthy(v: &Value) -> bool {

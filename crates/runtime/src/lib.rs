@@ -11,6 +11,6 @@ pub mod scratch;
 mod subr;
 pub mod value;
 
-pub use consumer::{Consumer, Ecb, Effects, Probe, Settings};
+pub use consumer::{Consumer, Ecb, Effects, Output, Probe, Settings};
 pub use context::Context;
 pub use value::{Int, Value};

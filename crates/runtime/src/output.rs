@@ -105,9 +105,9 @@ impl FormatCache {
 fn each_format(actions: &[Action], f: &mut dyn FnMut(&str, Span)) {
     for a in actions {
         match a {
-            Action::Printf { format, format_span, .. } | Action::System { format, format_span, .. } => {
-                f(format, *format_span)
-            }
+            Action::Printf { format, format_span, .. }
+            | Action::System { format, format_span, .. }
+            | Action::Freopen { format, format_span, .. } => f(format, *format_span),
             Action::Printa { format: Some((format, span)), .. } => f(format, *span),
             Action::If { then, otherwise, .. } => {
                 each_format(then, f);
@@ -150,8 +150,14 @@ fn validate_actions(prog: &CheckedProgram, actions: &[Action], have_target: bool
     };
     for a in actions {
         match a {
-            Action::Printf { format, format_span, args } | Action::System { format, format_span, args } => {
-                let func = if matches!(a, Action::Printf { .. }) { "printf" } else { "system" };
+            Action::Printf { format, format_span, args }
+            | Action::System { format, format_span, args }
+            | Action::Freopen { format, format_span, args } => {
+                let func = match a {
+                    Action::Printf { .. } => "printf",
+                    Action::System { .. } => "system",
+                    _ => "freopen",
+                };
                 let f = crate::format::parse_format(format.as_bytes()).map_err(|e| err(*format_span, e))?;
                 let names: Vec<String> = args.iter().map(|e| prog.types.name(&e.ty)).collect();
                 let types: Vec<ArgType> = args

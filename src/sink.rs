@@ -1,0 +1,68 @@
+//! Where traced output goes: stdout or the `-o` file, which freopen() can replace by
+//! another file (appended to) until an empty freopen() restores it, and where
+//! system() commands run, in order with the output around them.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::process::{Command, Stdio};
+
+use udtrace_runtime::Output;
+
+use crate::compile::io_reason;
+
+pub struct Sink {
+    original: Box<dyn Write>,
+    /// The file freopen() named, while it replaces the original output.
+    reopened: Option<BufWriter<File>>,
+    /// The original output is stdout (no `-o`): a freopen() then replaces stdout
+    /// itself, so system() commands write to the new file too, as dtrace's do.
+    on_stdout: bool,
+}
+
+impl Sink {
+    pub fn new(original: Box<dyn Write>, on_stdout: bool) -> Sink {
+        Sink { original, reopened: None, on_stdout }
+    }
+
+    fn current(&mut self) -> &mut dyn Write {
+        match self.reopened.as_mut() {
+            Some(f) => f,
+            None => self.original.as_mut(),
+        }
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.current().write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.current().flush()
+    }
+}
+
+impl Output for Sink {
+    fn system(&mut self, command: &str) -> io::Result<()> {
+        self.flush()?;
+        let stdout = match (&self.reopened, self.on_stdout) {
+            (Some(f), true) => Stdio::from(f.get_ref().try_clone()?),
+            _ => Stdio::inherit(),
+        };
+        // As system(3): the shell's own failures are its business, not udtrace's.
+        if let Err(e) = Command::new("/bin/sh").arg("-c").arg(command).stdin(Stdio::inherit()).stdout(stdout).status() {
+            note!("failed to run \"{command}\": {}", io_reason(&e));
+        }
+        Ok(())
+    }
+
+    fn freopen(&mut self, path: &str) -> Result<(), String> {
+        let _ = self.flush();
+        if path.is_empty() {
+            self.reopened = None;
+            return Ok(());
+        }
+        let file = OpenOptions::new().create(true).append(true).open(path).map_err(|e| io_reason(&e))?;
+        self.reopened = Some(BufWriter::new(file));
+        Ok(())
+    }
+}
