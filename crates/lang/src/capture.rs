@@ -144,13 +144,16 @@ fn expr(e: &Expr, p: &mut CapturePlan) {
         | ExprKind::BitNot(x)
         | ExprKind::Not(x)
         | ExprKind::Cast(x)
-        | ExprKind::Load(x) => expr(x, p),
+        | ExprKind::Load(x)
+        | ExprKind::IndexCheck { index: x, .. } => expr(x, p),
         ExprKind::Field { base, .. } => expr(base, p),
         ExprKind::Binary { lhs, rhs, .. } | ExprKind::StrCmp { lhs, rhs, .. } | ExprKind::Logical { lhs, rhs, .. } => {
             expr(lhs, p);
             expr(rhs, p);
         }
-        ExprKind::Comma(a, b) => {
+        ExprKind::Comma(a, b)
+        | ExprKind::StrChar { base: a, index: b }
+        | ExprKind::StrOffset { base: a, offset: b } => {
             expr(a, p);
             expr(b, p);
         }
@@ -164,7 +167,7 @@ fn expr(e: &Expr, p: &mut CapturePlan) {
             expr(value, p);
         }
         ExprKind::IncDec { target, .. } => place(target, p),
-        ExprKind::Int(_) | ExprKind::Str(_) | ExprKind::Var(_) | ExprKind::Builtin(_) => {}
+        ExprKind::Int(_) | ExprKind::Str(_) | ExprKind::Var(_) | ExprKind::VarAddr(_) | ExprKind::Builtin(_) => {}
     }
 }
 

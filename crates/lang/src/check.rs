@@ -25,6 +25,8 @@ use crate::subrs;
 use crate::types::{usual_arithmetic, IntType, Type};
 
 mod actions;
+mod exprs;
+mod memory;
 
 /// The value of a macro reference (`$1`, `$$1`, `$target`, …) as the command line
 /// gives it.
@@ -279,7 +281,18 @@ impl<'m> Checker<'m> {
                     let ty = self.resolve_type(&i.ty)?;
                     // Check the value now so errors point at the definition.
                     let v = self.expr(&i.value)?;
-                    self.check_assignable(&ty, &v, "=", i.span)?;
+                    if !self.arg_compat(&ty, &v, false) {
+                        return err(
+                            Tag::D_OP_INCOMPAT,
+                            i.span,
+                            format!(
+                                "inline {} definition uses incompatible types: \"{}\" = \"{}\"",
+                                i.name,
+                                self.type_name(&ty),
+                                self.type_name(&v.ty)
+                            ),
+                        );
+                    }
                     self.inlines.insert(i.name.clone(), (ty, i.value.clone()));
                 }
             }
@@ -492,22 +505,39 @@ impl<'m> Checker<'m> {
         self.resolve_macros(c)?;
         self.alloca.clause_span = c.probes.first().map_or(c.span, |p| p.span);
         self.clause_args = self.probe_args.and_then(|f| clause_arg_types(probes.iter().flat_map(f)));
-        let predicate = match &c.predicate {
-            Some(p) => {
-                if is_agg_target(p) {
-                    return err(Tag::D_PRED_SCALAR, p.span, "predicate result must be of scalar type")
-                        .map_err(|e: CompileError| e.in_region(Region::Predicate));
+        // dt_cook_clause: the actions first, since they usually create the variables
+        // a predicate tests; if they use one the predicate creates (`/x++/`), the
+        // predicate first.
+        let (predicate, (actions, records_data, destructive)) = match &c.predicate {
+            None => (None, self.clause_actions(c)?),
+            Some(p) => match self.clause_actions(c) {
+                Ok(a) => (Some(self.clause_predicate(p)?), a),
+                Err(e) if matches!(e.tag, Tag::D_IDENT_UNDEF | Tag::D_VAR_UNDEF) => {
+                    let pred = self.clause_predicate(p)?;
+                    (Some(pred), self.clause_actions(c)?)
                 }
-                let e = self.rvalue(p).map_err(|e| e.in_region(Region::Predicate))?;
-                if !e.ty.is_scalar() {
-                    return err(Tag::D_PRED_SCALAR, p.span, "predicate result must be of scalar type")
-                        .map_err(|e: CompileError| e.in_region(Region::Predicate));
-                }
-                Some(e)
-            }
-            None => None,
+                Err(e) => return Err(e),
+            },
         };
-        let (actions, records_data, destructive) = match &c.body {
+        Ok(Clause { source: self.source, probes, predicate, actions, records_data, destructive, span: c.span })
+    }
+
+    fn clause_predicate(&mut self, p: &ast::Expr) -> Result<Expr> {
+        if is_agg_target(p) {
+            return err(Tag::D_PRED_SCALAR, p.span, "predicate result must be of scalar type")
+                .map_err(|e: CompileError| e.in_region(Region::Predicate));
+        }
+        let e = self.rvalue(p).map_err(|e| e.in_region(Region::Predicate))?;
+        if !e.ty.is_scalar() {
+            return err(Tag::D_PRED_SCALAR, p.span, "predicate result must be of scalar type")
+                .map_err(|e: CompileError| e.in_region(Region::Predicate));
+        }
+        Ok(e)
+    }
+
+    /// The clause's actions, whether it records data, and whether it is destructive.
+    fn clause_actions(&mut self, c: &ast::Clause) -> Result<(Vec<Action>, bool, bool)> {
+        Ok(match &c.body {
             None => (Vec::new(), true, false),
             Some(stmts) => {
                 let actions = self.stmts(stmts).map_err(|e| e.in_region(Region::ActionList))?;
@@ -517,8 +547,7 @@ impl<'m> Checker<'m> {
                 let records = stmts.is_empty() || actions.iter().any(records_data);
                 (actions, records, destructive)
             }
-        };
-        Ok(Clause { source: self.source, probes, predicate, actions, records_data, destructive, span: c.span })
+        })
     }
 
     /// Substitutes macro variables inside a probe description's fields.
@@ -563,6 +592,11 @@ impl<'m> Checker<'m> {
 
     /// One expression statement: an action call, an aggregation, or an expression.
     fn statement(&mut self, e: &ast::Expr) -> Result<Action> {
+        if let ast::ExprKind::Ternary { cond, then, otherwise } = &e.kind {
+            if let Some(chosen) = self.folded_conditional(cond, then, otherwise)? {
+                return self.statement(chosen);
+            }
+        }
         match &e.kind {
             ast::ExprKind::Call { name, name_span, args } if ACTIONS.contains(&name.as_str()) => {
                 self.action(name, *name_span, args, e.span)
@@ -719,26 +753,21 @@ impl<'m> Checker<'m> {
     }
 
     fn ternary(&mut self, cond: &ast::Expr, then: &ast::Expr, otherwise: &ast::Expr, span: Span) -> Result<Expr> {
+        if let Some(chosen) = self.folded_conditional(cond, then, otherwise)? {
+            let mut v = self.expr(chosen)?;
+            v.span = span;
+            return Ok(v);
+        }
         let c = self.rvalue(cond)?;
         if !c.ty.is_scalar() {
             return err(Tag::D_OP_SCALAR, cond.span, "operator ?: expression must be of scalar type");
         }
+        if is_action_call(then) || is_action_call(otherwise) {
+            return err(Tag::D_OP_ACT, span, "action cannot be used in a conditional context");
+        }
         let t = self.rvalue(then)?;
         let o = self.rvalue(otherwise)?;
-        let ty = if t.ty.is_string() || o.ty.is_string() {
-            if !(is_stringish(&t.ty) && is_stringish(&o.ty)) {
-                return err(Tag::D_OP_INCOMPAT, span, "operator ?: operands must have compatible types");
-            }
-            Type::String
-        } else if t.ty.is_arithmetic() && o.ty.is_arithmetic() {
-            Type::Int(usual_arithmetic(&t.ty.int_shape().unwrap(), &o.ty.int_shape().unwrap()))
-        } else if t.ty == o.ty || (t.ty.is_pointer() && o.ty.is_scalar()) {
-            t.ty.clone()
-        } else if o.ty.is_pointer() && t.ty.is_scalar() {
-            o.ty.clone()
-        } else {
-            return err(Tag::D_OP_INCOMPAT, span, "operator ?: operands must have compatible types");
-        };
+        let ty = self.conditional_type(&t, &o, span)?;
         let t = self.convert(t, &ty);
         let o = self.convert(o, &ty);
         // libdtrace: the result is an alloca pointer when the first branch is, and
@@ -1085,10 +1114,13 @@ impl<'m> Checker<'m> {
                 }
             }
         }
+        if let K::Index { base, .. } = &target.kind {
+            self.reject_local_assoc(base)?;
+        }
         if let Some(found) = self.memory_place(target, op)? {
             return Ok(found);
         }
-        err(Tag::D_OP_LVAL, target.span, format!("operator {op} requires modifiable lvalue as an operand"))
+        self.not_an_lvalue(target, op)
     }
 
     fn check_keys(&self, r: VarRef, name: &str, keys: Vec<Expr>, span: Span) -> Result<Vec<Expr>> {
@@ -1157,7 +1189,8 @@ impl<'m> Checker<'m> {
                 return err(Tag::D_OP_INT, span, format!("operator {opsym} requires operands of integral type"));
             }
         } else {
-            self.check_assignable(&ty, &value, &opsym, span)?;
+            let dynamic = matches!(place, Place::Array { .. } | Place::Var(VarRef { scope: VarScope::Thread, .. }));
+            self.check_assignable(&ty, &value, &opsym, span, dynamic)?;
         }
         let value = if op.is_none() { self.convert(value, &ty) } else { value };
         self.note_store(&place, &value, span)?;
@@ -1165,14 +1198,18 @@ impl<'m> Checker<'m> {
         Ok(derived(ExprKind::Assign { target: place, op, value: Box::new(value) }, ty, span, taint))
     }
 
-    fn check_assignable(&self, to: &Type, v: &Expr, op: &str, span: Span) -> Result<()> {
-        let ok = match to {
-            Type::String => is_stringish(&v.ty),
-            t if t.is_scalar() => v.ty.is_scalar(),
-            Type::Stack { user } => matches!(v.ty, Type::Stack { user: u } if u == *user),
-            other => *other == v.ty,
-        };
-        if ok {
+    /// DTrace's assignment rules (dt_cook_op2, DT_TOK_ASGN): no assigning to arrays,
+    /// and the value must be argument-compatible with the target. `dynamic` targets
+    /// (thread-locals, associative array elements) also take a literal 0.
+    fn check_assignable(&self, to: &Type, v: &Expr, op: &str, span: Span, dynamic: bool) -> Result<()> {
+        if let Type::Array(..) = to {
+            return err(
+                Tag::D_OP_ARRFUN,
+                span,
+                format!("operator {op} may not be applied to operand of type \"{}\"", self.type_name(to)),
+            );
+        }
+        if self.arg_compat(to, v, dynamic) {
             return Ok(());
         }
         err(
@@ -1188,6 +1225,7 @@ impl<'m> Checker<'m> {
         if v.ty == *ty {
             return v;
         }
+        let v = if ty.is_pointer() { self.decay(v) } else { v };
         match ty {
             Type::String if !v.ty.is_string() => {
                 let (span, taint) = (v.span, v.taint);
@@ -1212,6 +1250,7 @@ impl<'m> Checker<'m> {
     }
 
     fn cast(&mut self, v: Expr, to: Type, span: Span) -> Result<Expr> {
+        let v = if to.is_scalar() { self.decay(v) } else { v };
         let ok = match &to {
             Type::Void => true,
             Type::String => is_stringish(&v.ty) || v.ty.is_scalar(),
@@ -1284,6 +1323,14 @@ impl<'m> Checker<'m> {
                 Ok(mk(ExprKind::Not(Box::new(v)), int_ty(), span))
             }
             UnaryOp::Deref => {
+                if v.ty.is_string() {
+                    let zero = int_const(0, Type::int(8, true), span);
+                    return Ok(mk(
+                        ExprKind::StrChar { base: Box::new(v), index: Box::new(zero) },
+                        Type::int(1, true),
+                        span,
+                    ));
+                }
                 let Some(t) = v.ty.pointee().cloned() else {
                     return err(Tag::D_DEREF_NONPTR, span, "cannot dereference non-pointer type");
                 };
@@ -1297,6 +1344,10 @@ impl<'m> Checker<'m> {
                     let ty = Type::Pointer(Box::new(v.ty));
                     Ok(derived(addr.kind, ty, span, addr.taint))
                 }
+                ExprKind::Field { .. } => match self.address_of(&v) {
+                    Some(addr) => Ok(mk(addr.kind, Type::Pointer(Box::new(v.ty)), span)),
+                    None => err(Tag::D_ADDROF_VAR, span, "cannot take address of dynamic object"),
+                },
                 ExprKind::Var(_) | ExprKind::ArrayGet { .. } => {
                     err(Tag::D_ADDROF_VAR, span, "cannot take address of dynamic variable")
                 }
@@ -1312,18 +1363,6 @@ impl<'m> Checker<'m> {
         }
         let l = self.rvalue(lhs)?;
         let r = self.rvalue(rhs)?;
-        let incompatible = |this: &Self| {
-            err(
-                Tag::D_OP_INCOMPAT,
-                span,
-                format!(
-                    "operands have incompatible types: \"{}\" {} \"{}\"",
-                    this.type_name(&l.ty),
-                    op.symbol(),
-                    this.type_name(&r.ty)
-                ),
-            )
-        };
         match op {
             LogAnd | LogOr | LogXor => {
                 for x in [&l, &r] {
@@ -1337,28 +1376,8 @@ impl<'m> Checker<'m> {
                 }
                 Ok(mk(ExprKind::Logical { op, lhs: Box::new(l), rhs: Box::new(r) }, int_ty(), span))
             }
-            Lt | Le | Gt | Ge | Eq | Ne => {
-                if l.ty.is_string() || r.ty.is_string() {
-                    if !(is_stringish(&l.ty) && is_stringish(&r.ty)) {
-                        return incompatible(self);
-                    }
-                    let l = self.convert(l, &Type::String);
-                    let r = self.convert(r, &Type::String);
-                    return Ok(mk(ExprKind::StrCmp { op, lhs: Box::new(l), rhs: Box::new(r) }, int_ty(), span));
-                }
-                if !l.ty.is_scalar() || !r.ty.is_scalar() {
-                    return incompatible(self);
-                }
-                let shape = usual_arithmetic(&l.ty.int_shape().unwrap(), &r.ty.int_shape().unwrap());
-                if let (Some(a), Some(b)) = (fold(&l), fold(&r)) {
-                    return Ok(int_const(u64::from(compare(op, a, b, shape.signed)), int_ty(), span));
-                }
-                Ok(mk(
-                    ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r), signed: shape.signed },
-                    int_ty(),
-                    span,
-                ))
-            }
+            Lt | Le | Gt | Ge | Eq | Ne => self.comparison(op, l, r, span),
+            Add | Sub if l.ty.is_string() || r.ty.is_string() => self.string_offset(op, l, r, span),
             _ => self.arith(op, l, r, span),
         }
     }
@@ -1396,7 +1415,9 @@ impl<'m> Checker<'m> {
         let integral = matches!(op, Mod | BitAnd | BitOr | BitXor | Shl | Shr);
         // Pointer arithmetic: pointer ± integer scales by the pointee size;
         // pointer - pointer gives an element count.
-        if matches!(op, Add | Sub) && (l.ty.pointee().is_some() || r.ty.pointee().is_some()) {
+        // A void pointer is no pointer here (dt_node_is_vfptr): it takes a cast first.
+        let object_pointer = |t: &Type| t.pointee().is_some_and(|p| !p.is_void());
+        if matches!(op, Add | Sub) && (object_pointer(&l.ty) || object_pointer(&r.ty)) {
             return self.pointer_arith(op, l, r, span);
         }
         for x in [&l, &r] {
@@ -1436,7 +1457,7 @@ impl<'m> Checker<'m> {
     }
 
     fn pointer_arith(&mut self, op: BinaryOp, l: Expr, r: Expr, span: Span) -> Result<Expr> {
-        let (l, r) = (decay(l), decay(r));
+        let (l, r) = (self.decay(l), self.decay(r));
         let long = Type::int(8, true);
         let size_of = |this: &Self, t: &Type| this.prog.types.size_of(t.pointee().unwrap()).unwrap_or(1).max(1);
         match (l.ty.pointee().is_some(), r.ty.pointee().is_some()) {
@@ -1568,6 +1589,7 @@ impl<'m> Checker<'m> {
                 };
                 return Ok(mk(kind, ty, span));
             }
+            K::ThisVar(_) => self.reject_local_assoc(base)?,
             K::Ident(n) | K::SelfVar(n) => {
                 let scope = if matches!(base.kind, K::Ident(_)) { VarScope::Global } else { VarScope::Thread };
                 if let Some(id) = self.lookup_var(scope, n) {
@@ -1594,7 +1616,13 @@ impl<'m> Checker<'m> {
             _ => {}
         }
         // Pointer or array indexing reads traced memory.
-        let b = decay(self.rvalue(base)?);
+        let b = self.rvalue(base)?;
+        if b.ty.is_string() {
+            return self.string_index(b, index, span);
+        }
+        if let Type::Array(..) = b.ty {
+            return self.array_element(b, index, span);
+        }
         let Some(elem) = b.ty.pointee().cloned() else {
             return err(
                 Tag::D_OP_ARRFUN,
@@ -1658,22 +1686,16 @@ fn op_sym(op: UnaryOp) -> &'static str {
     }
 }
 
+/// A call of an action (`printf(...)`), which is a statement, never a value.
+fn is_action_call(e: &ast::Expr) -> bool {
+    matches!(&e.kind, ast::ExprKind::Call { name, .. } if ACTIONS.contains(&name.as_str()))
+}
+
 fn is_agg_target(e: &ast::Expr) -> bool {
     match &e.kind {
         ast::ExprKind::Agg(_) => true,
         ast::ExprKind::Index { base, .. } => matches!(base.kind, ast::ExprKind::Agg(_)),
         _ => false,
-    }
-}
-
-/// An array read from memory used as a value: its address, a pointer to its first
-/// element (C's array-to-pointer decay).
-fn decay(e: Expr) -> Expr {
-    match (&e.ty, e.kind) {
-        (Type::Array(elem, _), ExprKind::Load(addr)) => {
-            derived(addr.kind, Type::Pointer(elem.clone()), e.span, addr.taint)
-        }
-        (_, kind) => Expr { kind, ..e },
     }
 }
 

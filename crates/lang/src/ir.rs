@@ -371,6 +371,24 @@ pub enum ExprKind {
         offset: u64,
     },
     Comma(Box<Expr>, Box<Expr>),
+    /// `s[i]` (and `*s`) on a string: the char at offset `index`.
+    StrChar {
+        base: Box<Expr>,
+        index: Box<Expr>,
+    },
+    /// The address of a (non-dynamic) variable's storage in D memory.
+    VarAddr(VarRef),
+    /// An array index checked at run time: `index` itself, or a fault
+    /// ("index out of bounds") when it is not below `len`.
+    IndexCheck {
+        index: Box<Expr>,
+        len: u64,
+    },
+    /// `s + n`: the string starting `offset` chars into `base`.
+    StrOffset {
+        base: Box<Expr>,
+        offset: Box<Expr>,
+    },
 }
 
 /// Something that can be assigned.
@@ -390,7 +408,8 @@ pub enum Place {
         ty: Type,
     },
     /// Memory through a pointer (`*p`, `p[i]`, `p->m`): scratch space when `addr` is
-    /// alloca-tainted; traced memory cannot be written.
+    /// alloca-tainted, else D's own memory (variables); traced memory cannot be
+    /// written.
     Mem {
         addr: Box<Expr>,
         ty: Type,

@@ -17,6 +17,7 @@ pub mod options;
 pub mod parser;
 pub mod proc_types;
 pub mod span;
+pub mod storage;
 pub mod subrs;
 pub mod types;
 

@@ -184,6 +184,15 @@ struct Specs {
     span: Option<Span>,
 }
 
+impl Specs {
+    /// `self x;`, `this x, y;`: a storage class alone declares `int`s, as C's
+    /// implicit int does.
+    fn implicit_int(&self) -> Option<BaseType> {
+        let no_type = self.core.is_none() && self.sign.is_none() && self.shorts + self.longs == 0;
+        (no_type && self.scope.is_some()).then_some(BaseType::Int(Signedness::Default))
+    }
+}
+
 /// One declarator: `*p`, `a[16]`, `a[string, int]`.
 struct Declarator {
     name: String,
@@ -1113,7 +1122,10 @@ impl<'a> Parser<'a> {
             _ => {}
         }
         let specs = self.specifiers(true, true)?;
-        let base = self.base_type(&specs)?;
+        let base = match specs.implicit_int() {
+            Some(b) => b,
+            None => self.base_type(&specs)?,
+        };
         let start = specs.span.unwrap_or(t.span);
         if let Some(semi) = self.eat(";")? {
             if let Some(def) = specs.definition {

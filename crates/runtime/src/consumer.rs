@@ -184,7 +184,7 @@ impl Consumer {
     /// `seed` feeds `rand()`; `ecbs` are all enabled probes (those on the `ERROR`
     /// probe, provider `dtrace` name `ERROR`, run when a clause faults).
     pub fn new(prog: Rc<CheckedProgram>, settings: Settings, ecbs: Vec<Ecb>, seed: u64) -> Consumer {
-        let vars = Variables::new(&prog.globals, &prog.clause_vars, &prog.types);
+        let vars = Variables::new(&prog.globals, &prog.clause_vars, &prog.types, settings.strsize);
         let aggs = prog.aggs.iter().map(|a| Aggregation::new(&a.name, agg_func(a.kind, &a.params))).collect::<Vec<_>>();
         let specs = (0..settings.nspec).map(|_| Speculation::default()).collect();
         let mut by_probe: HashMap<u32, Vec<Ecb>> = HashMap::new();
@@ -480,6 +480,16 @@ impl Consumer {
         out
     }
 
+    /// A value an action records: a string must be readable, so the NULL string
+    /// (or NULL plus an offset) faults at its address, as DTrace's record copy does.
+    fn eval_datum(&mut self, e: &Expr, ctx: &dyn Context) -> EvalResult<Value> {
+        let v = self.eval(e, ctx)?;
+        match crate::eval::string_address(&v) {
+            Some(a) if e.ty.is_string() => Err(Fault::BadAddress(a)),
+            _ => Ok(crate::eval::narrow(v)),
+        }
+    }
+
     fn eval(&mut self, e: &Expr, ctx: &dyn Context) -> EvalResult<Value> {
         let prog = Rc::clone(&self.prog);
         let specs = &mut self.specs;
@@ -551,7 +561,7 @@ impl Consumer {
                 self.eval(e, ctx)?;
             }
             Action::Trace(e) => {
-                let v = self.eval(e, ctx)?;
+                let v = self.eval_datum(e, ctx)?;
                 rec.add_datum(&v, self.settings.strsize);
                 output::trace_value(&mut rec.data, &v, &self.settings);
             }
@@ -574,7 +584,7 @@ impl Consumer {
                 output::tracemem(&mut rec.data, &data);
             }
             Action::Printf { format, args, .. } => {
-                let vals = args.iter().map(|e| self.eval(e, ctx)).collect::<EvalResult<Vec<_>>>()?;
+                let vals = args.iter().map(|e| self.eval_datum(e, ctx)).collect::<EvalResult<Vec<_>>>()?;
                 vals.iter().for_each(|v| rec.add_datum(v, self.settings.strsize));
                 let sym = |addr: u64, _user: bool| ctx.symbol(addr, udtrace_lang::types::SymKind::Addr);
                 let text = self.formats.printf(format, &vals, &self.settings, &sym);
@@ -600,7 +610,8 @@ impl Consumer {
                 rec.data.extend_from_slice(&text);
             }
             Action::AggUpdate { agg, keys, args } => {
-                let keys = keys.iter().map(|k| self.eval(k, ctx)).collect::<EvalResult<Vec<_>>>()?;
+                let keys =
+                    keys.iter().map(|k| self.eval(k, ctx).map(crate::eval::narrow)).collect::<EvalResult<Vec<_>>>()?;
                 let vals = args.iter().map(|e| self.eval(e, ctx).map(|v| int(&v))).collect::<EvalResult<Vec<_>>>()?;
                 let kind = self.prog.aggs[*agg].kind;
                 let (value, incr) = match kind {

@@ -9,6 +9,7 @@ use udtrace_lang::ir::{Builtin, Expr, ExprKind, Place, Subr, VarInfo, VarRef};
 use udtrace_lang::types::{Type, TypeTable};
 
 use crate::context::Context;
+use crate::dmem::{self, Area};
 use crate::scratch::Scratch;
 use crate::value::{Int, Value};
 
@@ -24,6 +25,8 @@ pub enum Fault {
     BadSize(u64),
     /// alloca() beyond the scratchsize.
     NoScratch,
+    /// An index outside a D array's bounds, found at run time.
+    BadIndex(i64),
 }
 
 impl Fault {
@@ -35,11 +38,13 @@ impl Fault {
             Fault::DivideByZero => 4,
             Fault::NoScratch => 5,
             Fault::BadSize(_) => 10,
+            Fault::BadIndex(_) => 11,
         }
     }
     pub fn address(self) -> u64 {
         match self {
             Fault::BadAddress(a) | Fault::BadSize(a) => a,
+            Fault::BadIndex(i) => i as u64,
             _ => 0,
         }
     }
@@ -51,20 +56,23 @@ impl Fault {
             Fault::IllegalOperation => "illegal operation".into(),
             Fault::BadSize(n) => format!("invalid size (0x{n:x})"),
             Fault::NoScratch => "out of scratch space".into(),
+            Fault::BadIndex(i) => format!("index out of bounds ({i})"),
         }
     }
 }
 
 pub type EvalResult<T> = Result<T, Fault>;
 
-/// The variables of a running program.
-#[derive(Debug, Default)]
+/// The variables of a running program. Global and clause-local variables live in
+/// storage areas (D memory, which pointers can address); thread-locals and
+/// associative array elements are dynamic, created when assigned.
+#[derive(Debug)]
 pub struct Variables {
-    globals: Vec<Value>,
+    globals: Area,
     global_arrays: Vec<HashMap<Vec<Value>, Value>>,
     thread: HashMap<(i64, usize), Value>,
     thread_arrays: HashMap<(i64, usize, Vec<Value>), Value>,
-    this: Vec<Option<Value>>,
+    this: Area,
 }
 
 /// The zero value of a type: what an unassigned variable reads as.
@@ -82,6 +90,64 @@ pub fn zero_of(ty: &Type, types: &TypeTable) -> Value {
     }
 }
 
+/// What an absent dynamic variable (thread-local, associative array element) reads
+/// as: its storage does not exist, so a string is the NULL string.
+fn dynamic_zero_of(ty: &Type, types: &TypeTable) -> Value {
+    match ty {
+        Type::String => null_string(),
+        _ => zero_of(ty, types),
+    }
+}
+
+/// An integer narrowed to the size and sign of its type, as a record of that size
+/// holds it (expression results carry all 64 bits of DTrace's registers).
+pub fn narrow(v: Value) -> Value {
+    match v {
+        Value::Int(i) => {
+            let shape = udtrace_lang::types::IntType::plain(i.size, i.signed);
+            Value::Int(Int { bits: shape.wrap(i.bits), ..i })
+        }
+        other => other,
+    }
+}
+
+/// The NULL string: a string whose address is 0. It is not "", and compares below
+/// every string.
+pub fn null_string() -> Value {
+    Value::Int(Int { bits: 0, size: 8, signed: false })
+}
+
+/// Whether a string value is a pointer that is not a string's bytes (NULL, or NULL
+/// plus an offset): reading it faults at that address.
+pub fn string_address(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => Some(i.bits),
+        _ => None,
+    }
+}
+
+/// strcmp() order, with the NULL string below every other string and equal to itself.
+fn compare_strings(a: Value, b: Value) -> std::cmp::Ordering {
+    match (string_address(&a), string_address(&b)) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => bytes(a).cmp(&bytes(b)),
+    }
+}
+
+/// `s + n`: the string `n` chars further on; NULL + n stays an address.
+fn string_offset(s: Value, n: u64) -> Value {
+    match string_address(&s) {
+        Some(a) => Value::Int(Int { bits: a.wrapping_add(n), size: 8, signed: false }),
+        None => {
+            let b = bytes(s);
+            let start = (n as usize).min(b.len());
+            Value::Str(b[start..].to_vec())
+        }
+    }
+}
+
 fn is_zero(v: &Value) -> bool {
     match v {
         Value::Int(i) => i.bits == 0,
@@ -92,19 +158,20 @@ fn is_zero(v: &Value) -> bool {
 }
 
 impl Variables {
-    pub fn new(globals: &[VarInfo], clause_vars: &[VarInfo], types: &TypeTable) -> Variables {
+    /// `strsize` sizes the storage of string variables.
+    pub fn new(globals: &[VarInfo], clause_vars: &[VarInfo], types: &TypeTable, strsize: usize) -> Variables {
         Variables {
-            globals: globals.iter().map(|g| zero_of(&g.ty, types)).collect(),
+            globals: Area::new(dmem::GLOBALS, globals, types, strsize),
             global_arrays: globals.iter().map(|_| HashMap::new()).collect(),
             thread: HashMap::new(),
             thread_arrays: HashMap::new(),
-            this: vec![None; clause_vars.len()],
+            this: Area::new(dmem::LOCALS, clause_vars, types, strsize),
         }
     }
 
     /// Clause-local (`this->`) variables live for one probe firing.
     pub fn reset_clause_locals(&mut self) {
-        self.this.iter_mut().for_each(|v| *v = None);
+        self.this.clear();
     }
 }
 
@@ -177,18 +244,15 @@ impl Evaluator<'_> {
 
     fn read_var(&mut self, r: VarRef) -> Value {
         match r.scope {
-            VarScope::Global => self.vars.globals[r.id].clone(),
+            VarScope::Global => self.vars.globals.get(r.id).unwrap_or_else(|| zero_of(&self.info(r).ty, self.types)),
             VarScope::Thread => {
                 let key = (self.tid(), r.id);
                 match self.vars.thread.get(&key) {
                     Some(v) => v.clone(),
-                    None => zero_of(&self.info(r).ty, self.types),
+                    None => dynamic_zero_of(&self.info(r).ty, self.types),
                 }
             }
-            VarScope::Clause => match &self.vars.this[r.id] {
-                Some(v) => v.clone(),
-                None => zero_of(&self.info(r).ty, self.types),
-            },
+            VarScope::Clause => self.vars.this.get(r.id).unwrap_or_else(|| zero_of(&self.info(r).ty, self.types)),
         }
     }
 
@@ -197,7 +261,7 @@ impl Evaluator<'_> {
             VarScope::Global => self.vars.global_arrays[r.id].get(&keys).cloned(),
             _ => self.vars.thread_arrays.get(&(self.tid(), r.id, keys)).cloned(),
         };
-        found.unwrap_or_else(|| zero_of(&self.info(r).ty, self.types))
+        found.unwrap_or_else(|| dynamic_zero_of(&self.info(r).ty, self.types))
     }
 
     /// Stores into a variable. Dynamic variables (thread-locals and array elements)
@@ -206,8 +270,13 @@ impl Evaluator<'_> {
         match place {
             ResolvedPlace::Scratch(at, ty) => self.store_scratch(*at, ty, v),
             ResolvedPlace::Field(base, record, offset, ty) => self.store_field(base, record, *offset, ty, v),
+            ResolvedPlace::Mem(addr, ty) => {
+                let size = self.types.size_of(ty).unwrap_or(0) as usize;
+                let data = dmem::encode(&v, ty, size);
+                self.write_d(*addr, &data);
+            }
             ResolvedPlace::Var(r) => match r.scope {
-                VarScope::Global => self.vars.globals[r.id] = v,
+                VarScope::Global => self.vars.globals.set(r.id, v),
                 VarScope::Thread => {
                     let key = (self.tid(), r.id);
                     if is_zero(&v) {
@@ -216,7 +285,7 @@ impl Evaluator<'_> {
                         self.vars.thread.insert(key, v);
                     }
                 }
-                VarScope::Clause => self.vars.this[r.id] = Some(v),
+                VarScope::Clause => self.vars.this.set(r.id, v),
             },
             ResolvedPlace::Array(r, keys) => {
                 let zero = is_zero(&v);
@@ -246,7 +315,7 @@ impl Evaluator<'_> {
         Ok(match place {
             Place::Var(r) => ResolvedPlace::Var(*r),
             Place::Array { var, keys } => {
-                let keys = keys.iter().map(|k| self.eval(k)).collect::<EvalResult<Vec<_>>>()?;
+                let keys = keys.iter().map(|k| self.eval(k).map(narrow)).collect::<EvalResult<Vec<_>>>()?;
                 ResolvedPlace::Array(*var, keys)
             }
             Place::Field { base, record, offset, ty } => {
@@ -254,12 +323,17 @@ impl Evaluator<'_> {
             }
             Place::Mem { addr, ty } => {
                 let at = as_u64(&self.eval(addr)?);
-                // Only scratch space is writable; traced memory is read-only here.
-                if !addr.taint.alloca {
+                if addr.taint.alloca {
+                    self.scratch.check(at, self.scratch_size_of(ty))?;
+                    return Ok(ResolvedPlace::Scratch(at, ty.clone()));
+                }
+                // Besides scratch space, only D's own memory can be written; the
+                // traced process's is read-only.
+                let size = self.types.size_of(ty).unwrap_or(0) as usize;
+                if self.read_d(at, size).is_none() {
                     return Err(Fault::BadAddress(at));
                 }
-                self.scratch.check(at, self.scratch_size_of(ty))?;
-                ResolvedPlace::Scratch(at, ty.clone())
+                ResolvedPlace::Mem(at, ty.clone())
             }
         })
     }
@@ -269,6 +343,11 @@ impl Evaluator<'_> {
             ResolvedPlace::Scratch(at, ty) => self.load_scratch(*at, ty).unwrap_or_else(|_| zero_of(ty, self.types)),
             ResolvedPlace::Var(r) => self.read_var(*r),
             ResolvedPlace::Array(r, keys) => self.read_array(*r, keys.clone()),
+            ResolvedPlace::Mem(addr, ty) => {
+                let size = self.types.size_of(ty).unwrap_or(0) as usize;
+                let data = self.read_d(*addr, size).unwrap_or_else(|| vec![0; size]);
+                dmem::decode(&data, ty)
+            }
             ResolvedPlace::Field(base, record, offset, ty) => {
                 let bytes = self.record_bytes(base, record);
                 let size = self.types.size_of(ty).unwrap_or(0) as usize;
@@ -312,7 +391,7 @@ impl Evaluator<'_> {
             ExprKind::Str(s) => Value::Str(s.to_vec()),
             ExprKind::Var(r) => self.read_var(*r),
             ExprKind::ArrayGet { var, keys } => {
-                let keys = keys.iter().map(|k| self.eval(k)).collect::<EvalResult<Vec<_>>>()?;
+                let keys = keys.iter().map(|k| self.eval(k).map(narrow)).collect::<EvalResult<Vec<_>>>()?;
                 self.read_array(*var, keys)
             }
             ExprKind::Builtin(b) => match self.ctx.builtin(*b) {
@@ -350,9 +429,9 @@ impl Evaluator<'_> {
                 self.binary(*op, a, b, *signed, &e.ty)?
             }
             ExprKind::StrCmp { op, lhs, rhs } => {
-                let a = bytes(self.eval(lhs)?);
-                let b = bytes(self.eval(rhs)?);
-                let ord = a.cmp(&b);
+                let a = self.eval(lhs)?;
+                let b = self.eval(rhs)?;
+                let ord = compare_strings(a, b);
                 use std::cmp::Ordering::*;
                 let r = match op {
                     BinaryOp::Lt => ord == Less,
@@ -382,14 +461,17 @@ impl Evaluator<'_> {
             }
             ExprKind::Assign { target, op, value } => {
                 let place = self.resolve(target)?;
+                // `x op= v` reads x before evaluating v, as DTrace's code does.
+                let cur = op.map(|_| as_u64(&self.load(&place)));
                 let v = self.eval(value)?;
                 let v = match op {
                     None => self.coerce(v, &e.ty)?,
                     Some(op) => {
-                        let cur = as_u64(&self.load(&place));
+                        let cur = cur.unwrap_or(0);
                         let signed = e.ty.int_shape().map(|s| s.signed).unwrap_or(false)
                             || matches!(v, Value::Int(Int { signed: true, .. }));
-                        self.binary(*op, cur, as_u64(&v), signed, &e.ty)?
+                        let r = self.binary(*op, cur, as_u64(&v), signed, &e.ty)?;
+                        int_of(&e.ty, as_u64(&r))
                     }
                 };
                 self.store(&place, v.clone());
@@ -441,12 +523,47 @@ impl Evaluator<'_> {
                 self.eval(a)?;
                 self.eval(b)?
             }
+            ExprKind::VarAddr(r) => int_of(&e.ty, self.var_address(*r)),
+            ExprKind::IndexCheck { index, len } => {
+                let v = self.eval(index)?;
+                if as_u64(&v) >= *len {
+                    return Err(Fault::BadIndex(as_u64(&v) as i64));
+                }
+                v
+            }
+            ExprKind::StrChar { base, index } => {
+                let s = self.eval(base)?;
+                let i = as_u64(&self.eval(index)?);
+                self.string_char(s, i)?
+            }
+            ExprKind::StrOffset { base, offset } => {
+                let s = self.eval(base)?;
+                let n = as_u64(&self.eval(offset)?);
+                string_offset(s, n)
+            }
         })
+    }
+
+    /// `s[i]`: the char at offset `i` of the string's buffer (zero past its end, up
+    /// to strsize); a NULL string faults at address `i`.
+    fn string_char(&self, s: Value, i: u64) -> EvalResult<Value> {
+        if let Some(a) = string_address(&s) {
+            return Err(Fault::BadAddress(a.wrapping_add(i)));
+        }
+        let b = bytes(s);
+        let c = match usize::try_from(i) {
+            Ok(i) if i < b.len() => b[i],
+            Ok(i) if i <= self.strsize => 0,
+            _ => return Err(Fault::IllegalOperation),
+        };
+        Ok(int_of(&Type::int(1, true), u64::from(c)))
     }
 
     /// Converts a value to `ty`: integer wrap, or a pointer/char array read as a string.
     fn coerce(&mut self, v: Value, ty: &Type) -> EvalResult<Value> {
         Ok(match (ty, v) {
+            // A null pointer is the NULL string.
+            (Type::String, Value::Int(i)) if i.bits == 0 => null_string(),
             (Type::String, Value::Int(i)) => {
                 let s = self.ctx.read_string(i.bits, self.strsize).ok_or(Fault::BadAddress(i.bits))?;
                 self.clamp(s)
@@ -457,7 +574,62 @@ impl Evaluator<'_> {
         })
     }
 
+    /// Where a variable's storage is in D memory.
+    fn var_address(&self, r: VarRef) -> u64 {
+        match r.scope {
+            VarScope::Global => self.vars.globals.address(r.id),
+            VarScope::Clause => self.vars.this.address(r.id),
+            VarScope::Thread => dmem::thread_local_address(r.id),
+        }
+    }
+
+    /// `len` bytes of D memory at `addr`; `None` outside every D object.
+    fn read_d(&mut self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        if self.vars.globals.contains(addr) {
+            return self.vars.globals.read(addr, len);
+        }
+        if self.vars.this.contains(addr) {
+            return self.vars.this.read(addr, len);
+        }
+        let (id, off) = dmem::thread_local_at(addr)?;
+        let bytes = self.thread_local_bytes(id)?;
+        let off = off as usize;
+        bytes.get(off..off.checked_add(len)?).map(<[u8]>::to_vec)
+    }
+
+    /// Writes D memory at `addr` (the caller has checked that it is D memory).
+    fn write_d(&mut self, addr: u64, data: &[u8]) {
+        if self.vars.globals.contains(addr) {
+            self.vars.globals.write(addr, data);
+        } else if self.vars.this.contains(addr) {
+            self.vars.this.write(addr, data);
+        } else if let Some((id, off)) = dmem::thread_local_at(addr) {
+            let Some(mut bytes) = self.thread_local_bytes(id) else { return };
+            let off = off as usize;
+            if let Some(dst) = bytes.get_mut(off..off + data.len()) {
+                dst.copy_from_slice(data);
+                let r = VarRef { scope: VarScope::Thread, id };
+                let v = dmem::decode(&bytes, &self.info(r).ty);
+                self.store(&ResolvedPlace::Var(r), v);
+            }
+        }
+    }
+
+    /// The current thread's thread-local variable `id` as the bytes of its storage.
+    fn thread_local_bytes(&mut self, id: usize) -> Option<Vec<u8>> {
+        let r = VarRef { scope: VarScope::Thread, id };
+        let ty = self.thread_vars.get(id)?.ty.clone();
+        let size = udtrace_lang::storage::storage_size(&ty, self.types, self.strsize as u64) as usize;
+        let v = self.read_var(r);
+        Some(dmem::encode(&v, &ty, size))
+    }
+
     fn load_memory(&mut self, addr: u64, ty: &Type) -> EvalResult<Value> {
+        if dmem::is_d_address(addr) {
+            let size = udtrace_lang::storage::storage_size(ty, self.types, self.strsize as u64) as usize;
+            let data = self.read_d(addr, size).ok_or(Fault::BadAddress(addr))?;
+            return Ok(dmem::decode(&data, ty));
+        }
         if ty.is_string() {
             let s = self.ctx.read_string(addr, self.strsize).ok_or(Fault::BadAddress(addr))?;
             return Ok(self.clamp(s));
@@ -482,10 +654,12 @@ impl Evaluator<'_> {
             };
             return Ok(int_of(ty, u64::from(r)));
         }
+        // DTrace computes in 64-bit registers; only storing, casting and recording
+        // narrow a value to its type. The result keeps its type's size and sign for
+        // that, with all 64 bits.
         let shape = ty.int_shape().unwrap_or_else(|| udtrace_lang::types::IntType::plain(8, signed));
-        let shape = udtrace_lang::types::IntType { signed, ..shape };
-        match udtrace_lang::check::const_arith(op, a, b, &shape) {
-            Some(v) => Ok(int_of(ty, v)),
+        match arith64(op, a, b, signed) {
+            Some(v) => Ok(Value::Int(Int { bits: v, size: shape.size, signed: shape.signed })),
             None => Err(Fault::DivideByZero),
         }
     }
@@ -632,9 +806,43 @@ enum ResolvedPlace {
     Array(VarRef, Vec<Value>),
     /// Memory in scratch space, at an offset.
     Scratch(u64, Type),
+    /// D memory at an address, holding a value of the type.
+    Mem(u64, Type),
     /// A member: the variable holding the record, the record's type, the member's
     /// offset and type.
     Field(Box<ResolvedPlace>, Type, u64, Type),
+}
+
+/// One 64-bit ALU operation as DTrace's code generator emits it. Signed division
+/// and remainder work on magnitudes and negate the result when the operands' signs
+/// differ (dt_cg_arithmetic_op), so `19 % -5` is -4. `None` on division by zero.
+pub fn arith64(op: BinaryOp, a: u64, b: u64, signed: bool) -> Option<u64> {
+    use BinaryOp::*;
+    Some(match op {
+        Add => a.wrapping_add(b),
+        Sub => a.wrapping_sub(b),
+        Mul => a.wrapping_mul(b),
+        Div | Mod if b == 0 => return None,
+        Div | Mod if signed => {
+            let (l, r) = (a as i64, b as i64);
+            let (ul, ur) = (l.unsigned_abs(), r.unsigned_abs());
+            let m = if op == Div { ul / ur } else { ul % ur };
+            if (l < 0) != (r < 0) {
+                m.wrapping_neg()
+            } else {
+                m
+            }
+        }
+        Div => a / b,
+        Mod => a % b,
+        BitAnd => a & b,
+        BitOr => a | b,
+        BitXor => a ^ b,
+        Shl => a.wrapping_shl(b as u32),
+        Shr if signed => (a as i64).wrapping_shr(b as u32) as u64,
+        Shr => a.wrapping_shr(b as u32),
+        _ => return None,
+    })
 }
 
 /// Decodes little-endian memory as a value of `ty`.

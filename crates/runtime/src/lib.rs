@@ -4,6 +4,7 @@
 pub mod agg;
 pub mod consumer;
 pub mod context;
+pub mod dmem;
 pub mod eval;
 pub mod format;
 pub mod output;

@@ -2,7 +2,7 @@
 //! [`crate::subrs`]), the checks libdtrace makes on particular subroutines, and the
 //! result's type and alloca taint.
 
-use super::{decay, err, int_const, int_ty, is_stringish, mk, Checker, ACTIONS};
+use super::{err, int_const, int_ty, is_stringish, mk, Checker, ACTIONS};
 use crate::ast;
 use crate::error::{Result, Tag};
 use crate::ir::{Expr, ExprKind, Subr, Taint};
@@ -61,7 +61,7 @@ impl Checker<'_> {
             return Ok(v);
         }
         let v = match proto.params[i] {
-            Param::VoidPtr | Param::PtrTo(_) => decay(v),
+            Param::VoidPtr | Param::PtrTo(_) => self.decay(v),
             _ => v,
         };
         if !self.accepts(proto.params[i], &v) {

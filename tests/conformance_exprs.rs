@@ -1,0 +1,211 @@
+//! Expressions, pointers, arrays and variables as DTrace defines them: its type
+//! rules for strings and pointers, its 64-bit arithmetic, its run-time fault
+//! reports, D arrays and pointers into them, and the compile errors (with their
+//! tags) it gives for what it rejects. Expected values are DTrace's.
+
+mod common;
+
+use common::*;
+
+/// Runs a quiet program that must succeed; returns what it printed (without the
+/// newline dtrace prints when tracing ends).
+fn ok(program: &str) -> String {
+    let r = udtrace(&["-q", "-n", program]);
+    assert_eq!(r.code, 0, "status of {program}; stderr: {}", r.stderr);
+    assert_eq!(r.stderr, "", "stderr of {program}");
+    r.stdout.strip_suffix('\n').expect("the closing newline").to_string()
+}
+
+/// Compiles a program that must fail; returns the first line of the error with
+/// its `[D_TAG]` prefix.
+fn compile_error(program: &str) -> String {
+    let r = udtrace(&["-xerrtags", "-n", program]);
+    assert_eq!(r.code, 1, "status of {program}; stdout: {}", r.stdout);
+    r.first_error_line().to_string()
+}
+
+#[test]
+fn faults_name_the_clause_and_the_probe() {
+    // dt_handle_err's words: the clause by its program-wide number, the probe by id.
+    let r = udtrace(&["-q", "-n", "BEGIN { x = 1; } BEGIN { trace(*(int *)0); } BEGIN { exit(0); }"]);
+    assert_eq!(r.code, 0);
+    assert_eq!(
+        r.stderr,
+        "udtrace: error in dt_clause_1 for probe ID 1 (dtrace:::BEGIN): invalid address (0x0) at BPF pc 2\n"
+    );
+}
+
+#[test]
+fn strings_compare_with_null() {
+    // The NULL string is below every string, "" included, and equal to itself. A
+    // declared global string is "" until assigned.
+    let out = ok(r#"string n, m, d; BEGIN { s = "abc"; e = ""; n = NULL; m = 0;
+        printf("%d %d %d %d %d %d %d\n", s == NULL, n == NULL, n < e, e > n, n == m, s != 0, d == NULL);
+        exit(0); }"#);
+    assert_eq!(out, "0 1 1 1 1 1 0\n");
+    // whoexec.d: a thread-local string is compared with NULL, then deleted by
+    // assigning it NULL, after which it reads as NULL again.
+    let out = ok(r#"BEGIN { self->parent = execname; }
+        BEGIN /self->parent != NULL/ { printf("set\n"); self->parent = NULL; }
+        BEGIN { printf("%d\n", self->parent == NULL); exit(0); }"#);
+    assert_eq!(out, "set\n1\n");
+    // Assigning NULL (or 0) to a string stores the NULL string; for a thread-local
+    // it deletes it.
+    let out = ok(r#"string g; BEGIN { g = "x"; g = NULL; self->t = "y"; self->t = 0;
+        printf("%d %d\n", g == NULL, self->t == NULL); exit(0); }"#);
+    assert_eq!(out, "1 1\n");
+}
+
+#[test]
+fn a_null_string_faults_when_read() {
+    let r = udtrace(&["-q", "-n", "string s; BEGIN { s = NULL; trace(s[1]); } BEGIN { exit(0); }"]);
+    assert_eq!(
+        r.stderr,
+        "udtrace: error in dt_clause_0 for probe ID 1 (dtrace:::BEGIN): invalid address (0x1) at BPF pc 3\n"
+    );
+    let r = udtrace(&["-q", "-n", r#"string s; BEGIN { s = NULL; printf("%s", s); } BEGIN { exit(0); }"#]);
+    assert!(r.stderr.contains("invalid address (0x0)"), "{}", r.stderr);
+}
+
+#[test]
+fn strings_are_char_arrays() {
+    // Indexing gives a char; adding an integer skips that many chars.
+    let out = ok(
+        r#"BEGIN { s = "ABCDEFG"; a["k"] = s; printf("%d %d %c %s %s %s\n", s[1], a["k"][2], *s, s + 2, 3 + s, s + 9);
+        exit(0); }"#,
+    );
+    assert_eq!(out, "66 67 A CDEFG DEFG \n");
+    assert_eq!(ok("BEGIN { printf(\"%c\\n\", probeprov[1]); exit(0); }"), "t\n");
+}
+
+#[test]
+fn pointers_and_integers_need_casts() {
+    // dt_node_is_ptrcompat: an integer meets a pointer only as the constant 0.
+    assert_eq!(
+        compile_error("int *p; BEGIN { x = 1; p = x; }"),
+        "udtrace: failed to compile script ... [D_OP_INCOMPAT] in action list: operands have incompatible types: \"int *\" = \"int\""
+            .replace("failed to compile script ... ", "invalid probe specifier int *p; BEGIN { x = 1; p = x; }: ")
+    );
+    assert_eq!(ok("int *p; BEGIN { p = 0; printf(\"%d\\n\", p == NULL); exit(0); }"), "1\n");
+    let e = compile_error("int *p; long *q; BEGIN { trace(p == q); }");
+    assert!(
+        e.ends_with("[D_OP_INCOMPAT] in action list: operands have incompatible types: \"int *\" == \"long *\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn arithmetic_is_64_bit_until_stored() {
+    // Intermediate results keep all 64 bits: only the store narrows to int.
+    let out = ok(r#"BEGIN { i = 25920; i = i - (i + (i * 3) + i) * i / i * i; printf("%d\n", i);
+        j = 100000; printf("%d\n", j * j / j); exit(0); }"#);
+    assert_eq!(out, "935761216\n100000\n");
+}
+
+#[test]
+fn signed_division_negates_magnitudes() {
+    // dt_cg_arithmetic_op: |l| op |r|, negated when the signs differ.
+    let out = ok("BEGIN { x = 19; y = 5; printf(\"%d %d %d %d %d %d\\n\", x / -y, x % -y, -x / y, -x % y, -x / -y, -x % -y); exit(0); }");
+    assert_eq!(out, "-3 -4 -3 -4 3 4\n");
+}
+
+#[test]
+fn compound_assignment_reads_its_target_first() {
+    let out = ok("BEGIN { i = 4; i += i++ + --i + ++i - ++i * i; printf(\"%d\\n\", i); exit(0); }");
+    assert_eq!(out, "-19\n");
+}
+
+#[test]
+fn a_constant_condition_chooses_a_statement() {
+    // DTraceToolkit's `OPT_x ? printf(...) : 1;`: a constant condition is folded
+    // while parsing, so the chosen operand is a statement of its own.
+    let out = ok(r#"inline int OPT_indent = 1; inline int OPT_no = 0;
+        BEGIN { OPT_indent ? printf("%*s|\n", 3, "") : 1; OPT_no ? printf("no\n") : printf("else\n"); exit(0); }"#);
+    assert_eq!(out, "   |\nelse\n");
+    let e = compile_error("BEGIN { x = 1; x ? printf(\"a\") : 1; }");
+    assert!(e.ends_with("[D_OP_ACT] in action list: action cannot be used in a conditional context"), "{e}");
+}
+
+#[test]
+fn a_storage_class_alone_declares_int() {
+    assert_eq!(
+        ok("self x, y; this z; BEGIN { self->x = 1; this->z = 2; printf(\"%d %d\\n\", self->x, this->z); exit(0); }"),
+        "1 2\n"
+    );
+    let e = compile_error("self x; BEGIN { self->x = execname; }");
+    assert!(
+        e.contains("[D_OP_INCOMPAT]") && e.ends_with("operands have incompatible types: \"int\" = \"string\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn inline_definitions_are_checked_against_their_type() {
+    let e = compile_error("inline int i = \"x\"; BEGIN { trace(i); }");
+    assert!(e.ends_with("[D_OP_INCOMPAT] inline i definition uses incompatible types: \"int\" = \"string\""), "{e}");
+}
+
+#[test]
+fn d_arrays_have_addresses() {
+    // A D array decays to a pointer to its storage; pointers index, add and
+    // dereference it, and stores through them change the array.
+    let out = ok(r#"int a[5]; int *p; BEGIN { a[0] = 100; a[4] = 500; p = a; q = &a[1];
+        p[1] = 200; *(p + 2) = 300; u = (uintptr_t)&a[0]; r = (int *)(u + 12); *r = 400;
+        printf("%d %d %d %d %d %d %d\n", a[0], a[1], a[2], a[3], a[4], *q, q - p); exit(0); }"#);
+    assert_eq!(out, "100 200 300 400 500 200 1\n");
+    // Clause-local and thread-local arrays too; a void pointer takes a cast first.
+    let out = ok(r#"this int l[3]; self int t[3]; void *v;
+        BEGIN { this->l[2] = 7; self->t[1] = 8; v = &this->l[2]; p = &self->t[0];
+        printf("%d %d %d\n", *(int *)v, p[1], this->l[0]); exit(0); }"#);
+    assert_eq!(out, "7 8 0\n");
+}
+
+#[test]
+fn array_indexes_are_bounds_checked() {
+    // A constant index is checked when compiling, any other when it runs.
+    let e = compile_error("int a[5]; BEGIN { a[5] = 1; }");
+    assert!(e.ends_with("[D_ARR_BOUNDS] in action list: index outside array bounds: 5, max is 5"), "{e}");
+    let r = udtrace(&["-q", "-n", "int a[5]; BEGIN { i = 8; a[i] = 1; } BEGIN { exit(0); }"]);
+    assert_eq!(
+        r.stderr,
+        "udtrace: error in dt_clause_0 for probe ID 1 (dtrace:::BEGIN): index out of bounds (8) at BPF pc 3\n"
+    );
+    // Arrays of one element anchor variable-length data: never checked.
+    assert_eq!(ok("int a[1]; BEGIN { a[0] = 5; this->i = 0; trace(a[this->i]); exit(0); }"), "5");
+    assert!(ok("int a[1]; BEGIN { this->i = 1; trace(a[this->i]); exit(0); }").parse::<i64>().is_ok());
+}
+
+#[test]
+fn stores_need_d_memory() {
+    // The traced process's memory is read-only: a store through a pointer to it is
+    // a bad address.
+    let r = udtrace(&["-q", "-n", "BEGIN { p = (int *)64; *p = 3; } BEGIN { exit(0); }"]);
+    assert_eq!(
+        r.stderr,
+        "udtrace: error in dt_clause_0 for probe ID 1 (dtrace:::BEGIN): invalid address (0x40) at BPF pc 3\n"
+    );
+}
+
+#[test]
+fn pointer_and_array_errors_are_dtraces() {
+    let cases = [
+        ("int a[3]; int b[3]; BEGIN { a = b; }", "[D_OP_ARRFUN] in action list: operator = may not be applied to operand of type \"int [3]\""),
+        ("void *p; BEGIN { trace(*p); }", "[D_DEREF_VOID] in action list: cannot dereference pointer to void"),
+        ("void *p; BEGIN { trace(p + 1); }", "[D_OP_INCOMPAT] in action list: operands have incompatible types: \"void *\" + \"int\""),
+        ("struct s { int a; }; struct s x; BEGIN { x->a = 1; }", "[D_OP_PTR] in action list: operator -> must be applied to a pointer"),
+        ("int *p; BEGIN { p->a = 1; }", "[D_OP_SOU] in action list: operator -> cannot be applied to pointer to type \"int\"; must be applied to a struct or union pointer"),
+        ("struct s { int a; }; struct s *p; BEGIN { p.a = 1; }", "[D_OP_SOU] in action list: operator . cannot be applied to type \"struct s *\"; must be applied to a struct or union"),
+        ("int x[5]; BEGIN { x[1, 2] = 2; }", "[D_ARR_BADREF] in action list: cannot access scalar x as an associative array"),
+        ("BEGIN { this->x[1] = 2; }", "[D_ARR_LOCAL] in action list: local variables may not be used as associative arrays: x"),
+    ];
+    for (program, want) in cases {
+        let e = compile_error(program);
+        assert!(e.ends_with(want), "{program}: {e}");
+    }
+}
+
+#[test]
+fn a_predicate_may_use_what_its_actions_create() {
+    // dt_cook_clause cooks the actions first: `x` exists when the predicate is checked.
+    assert_eq!(ok("BEGIN /x == 0/ { printf(\"%d\\n\", x++); exit(0); }"), "0\n");
+}
