@@ -185,6 +185,12 @@ pub fn run(cli: Cli) -> i32 {
             return fail(&f.0);
         }
     };
+    // -S: dtrace shows each clause's compiled code and the variables it uses; udtrace
+    // has no compiled code, and shows the variables.
+    if cli.options.verbose {
+        let table = udtrace_lang::vartab::listing(&compiled.program, compiled.options.strsize);
+        eprint!("{table}");
+    }
     if cli.mode == Mode::List {
         let status = list::list(&cli, &compiled, &mut registry);
         targets.finish();

@@ -209,3 +209,30 @@ fn a_predicate_may_use_what_its_actions_create() {
     // dt_cook_clause cooks the actions first: `x` exists when the predicate is checked.
     assert_eq!(ok("BEGIN /x == 0/ { printf(\"%d\\n\", x++); exit(0); }"), "0\n");
 }
+
+#[test]
+fn dash_s_lists_each_clauses_variables_with_their_storage() {
+    // Offsets are those of DTrace's layout: each variable aligned to its size
+    // (strings to 1, structs to 8), thread-locals in storage of their own.
+    let r = udtrace(&[
+        "-Se",
+        "-n",
+        "char c; int i; self int t[2]; BEGIN { i = 1; t = c; self->t[1] = 2; trace(pid); s = \"\"; u = s; }",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let table: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(table[1], "Variables of clause :::BEGIN, <dt_clause_0>:");
+    assert_eq!(table[2], "NAME             ID   OFFSET KND SCP RANGE       FLAG TYPE");
+    let row = |name: &str| {
+        let line = table.iter().find(|l| l.starts_with(&format!("{name} "))).expect(name);
+        line.split_whitespace().skip(2).collect::<Vec<_>>().join(" ")
+    };
+    assert_eq!(row("i"), "4 scl glb [2-2] w D type (integer) (size 4)");
+    assert_eq!(row("c"), "0 scl glb [3-3] r D type (integer) (size 1)");
+    assert_eq!(row("t"), "8 scl glb [3-3] w D type (integer) (size 1)");
+    assert_eq!(row("pid"), "scl glb [5-5] r D type (integer) (size 4)");
+    assert_eq!(row("s"), "9 scl glb [6-7] r/w string (unknown) by ref (size 256)");
+    assert_eq!(row("u"), "265 scl glb [7-7] w string (unknown) by ref (size 256)");
+    let tls = table.iter().find(|l| l.contains(" tls ")).expect("self->t");
+    assert!(tls.ends_with("0      scl tls [4-4]       r    D type (array) by ref (size 8)"), "{tls}");
+}

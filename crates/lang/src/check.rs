@@ -119,6 +119,11 @@ fn int_const(v: u64, ty: Type, span: Span) -> Expr {
     mk(ExprKind::Int(v), ty, span)
 }
 
+/// The type of a built-in variable, by name (`pid` is a `pid_t`).
+pub fn builtin_var_type(name: &str) -> Option<Type> {
+    builtin_var(name).map(|(_, ty)| ty)
+}
+
 fn builtin_var(name: &str) -> Option<(Builtin, Type)> {
     let u64t = Type::named_int(8, false, "uint64_t");
     let s = Type::String;

@@ -20,6 +20,7 @@ pub mod span;
 pub mod storage;
 pub mod subrs;
 pub mod types;
+pub mod vartab;
 
 pub use error::{CompileError, Tag};
 pub use span::Span;
