@@ -272,3 +272,79 @@ fn compound_assignment_of_a_void_pointer_needs_a_sized_left_operand() {
     let err = compile_error("int p;\nBEGIN { p = 1; p -= alloca(10); exit(1); }");
     assert!(err.contains("[D_OP_VFPTR] line 2: operator -= requires left-hand scalar operand of known size"), "{err}");
 }
+
+#[test]
+fn strings_hold_strsize_characters() {
+    let out = script_ok(
+        "#pragma D option strsize=7\n\
+         BEGIN { x = \"1234567890\"; printf(\"%s|%s|%s|%s|%s|%d\\n\", x, strjoin(\"dtrace\", \"BEGIN\"), lltostr(12345678), \
+         lltostr(-1234567), substr(\"1234567890\", 1), strlen(\"123456789\")); exit(0); }",
+    );
+    // Arguments too are read up to strsize characters.
+    assert_eq!(out, "1234567|dtraceB|1234567|-123456|234567|7\n\n");
+}
+
+#[test]
+fn rawbytes_traces_a_string_record_of_strsize_plus_one_bytes() {
+    let out = script_ok("#pragma D option rawbytes\n#pragma D option strsize=5\nBEGIN { trace(strjoin(\"123\", \"abcdefgh\")); exit(0); }");
+    assert!(out.contains("0: 31 32 33 61 62 00 "), "{out}");
+}
+
+#[test]
+fn subroutines_that_find_nothing_return_null() {
+    let out = script_ok(
+        "BEGIN { s = \"fooeyfoo\"; printf(\"%d %d %d %d %d\\n\", strchr(s, 'a') == NULL, strrchr(s, 'a') != NULL, \
+         strstr(s, \"bar\") == NULL, strstr(s, \"ey\") != NULL, strchr(s, 'y') == NULL); exit(0); }",
+    );
+    assert_eq!(out, "1 0 1 1 0\n\n");
+    // Reading the NULL string faults, as in DTrace.
+    let err = fault("trace(strstr(\"abc\", \"def\"));");
+    assert!(err.contains("invalid address (0x0)"), "{err}");
+    let err = fault("strtok(strstr(\"abc\", \"def\"), \"\");");
+    assert!(err.contains("invalid address (0x0)"), "{err}");
+}
+
+#[test]
+fn strtok_state_lasts_one_probe_firing() {
+    let out = script_ok(
+        "BEGIN { x = \"abcABCdefDEFghi\"; printf(\"%s\\n\", strtok(x, \"cC\")); }\n\
+         BEGIN { printf(\"%s\\n\", strtok(NULL, \"fF\")); printf(\"%s\\n\", strtok(NULL, \"\")); \
+         printf(\"%d\\n\", strtok(NULL, \"\") == NULL); exit(0); }",
+    );
+    // The offset stays at the delimiter that ended a token: DTrace does not overwrite it.
+    assert_eq!(out, "ab\ncABCde\nfDEFghi\n1\n\n");
+    // Nothing to go on with in a new firing, nor with a NULL delimiter.
+    let r = run_script(
+        &["-q"],
+        "BEGIN { trace(strtok(\"abc\", \"x\")); }\ntick-10ms { trace(strtok(NULL, \"x\")); exit(0); }\nERROR { exit(3); }",
+    );
+    assert_eq!(r.code, 3, "{} {}", r.stdout, r.stderr);
+    let err = fault("strtok(\"abc\", NULL);");
+    assert!(err.contains("invalid address (0x0)"), "{err}");
+}
+
+#[test]
+fn kernel_actions_check_their_prototypes_then_are_refused() {
+    for (prog, want) in [
+        (
+            "BEGIN { chill(\"x\"); }",
+            "chill( ) argument #1 is incompatible with prototype:\n\tprototype: int\n\t argument: string",
+        ),
+        ("BEGIN { chill(1, 2, 3); }", "[D_PROTO_LEN] line 1: chill( ) prototype mismatch: 3 args passed, 1 expected"),
+        ("BEGIN { panic(\"x\"); }", "panic( ) prototype mismatch: 1 arg passed, 0 expected"),
+        ("BEGIN { breakpoint(1, 2); }", "breakpoint( ) prototype mismatch: 2 args passed, 0 expected"),
+        (
+            "BEGIN { pcap(0, \"a\"); }",
+            "pcap( ) argument #2 is incompatible with prototype:\n\tprototype: int\n\t argument: string",
+        ),
+        ("BEGIN { chill(200); }", "line 1: chill( ) is not available"),
+        ("BEGIN { stringof(trace(0)); }", "[D_STRINGOF_TYPE] line 1: cannot apply stringof to a value of type void"),
+        ("BEGIN { p -= trace(0); }", "[D_VAR_UNDEF] line 1: p has not yet been declared or assigned"),
+    ] {
+        let err = compile_error(prog);
+        assert!(err.contains(want), "{prog}: {err}");
+    }
+    // pcap() compiles; in user space there is no packet at any address.
+    let err = fault("pcap(0, PCAP_IP);");
+    assert!(err.contains("invalid address (0x0)"), "{err}");
+}

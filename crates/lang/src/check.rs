@@ -215,6 +215,7 @@ const ACTIONS: &[&str] = &[
     "chill",
     "print",
     "jstack",
+    "pcap",
 ];
 
 impl<'m> Checker<'m> {
@@ -883,6 +884,9 @@ impl<'m> Checker<'m> {
     }
 
     fn stringof(&mut self, x: &ast::Expr, span: Span) -> Result<Expr> {
+        if is_action_call(x) {
+            return err(Tag::D_STRINGOF_TYPE, span, "cannot apply stringof to a value of type void");
+        }
         let v = self.rvalue(x)?;
         if !v.ty.is_scalar() && !v.ty.is_string() && !matches!(v.ty, Type::Array(..)) {
             return err(
@@ -1153,6 +1157,10 @@ impl<'m> Checker<'m> {
     }
 
     fn assign(&mut self, op: Option<BinaryOp>, lhs: &ast::Expr, rhs: &ast::Expr, span: Span) -> Result<Expr> {
+        if op.is_some() {
+            // dt_cook_op2 reads the left operand of `op=` first.
+            self.require_declared(lhs)?;
+        }
         let value = self.rvalue(rhs)?;
         if value.ty.is_void() {
             return err(Tag::D_OP_INCOMPAT, rhs.span, "operator = cannot be applied to a void expression");

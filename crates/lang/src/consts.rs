@@ -21,6 +21,13 @@ const CONSTANTS: &[(&str, i64)] = &[
     ("AF_INET6", 10),
     ("ARPHRD_ETHER", 1),
     ("ARPHRD_INFINIBAND", 32),
+    // DTrace's pcap.d: the protocols pcap() takes.
+    ("PCAP_NULL", 0),
+    ("PCAP_ETHER", 1),
+    ("PCAP_PPP", 9),
+    ("PCAP_IP", 12),
+    ("PCAP_WIFI", 105),
+    ("PCAP_IPOIB", 242),
     ("SIGHUP", 1),
     ("SIGINT", 2),
     ("SIGQUIT", 3),

@@ -301,6 +301,8 @@ pub enum Subr {
     InetNtoa6,
     InetNtop,
     LinkNtop,
+    /// `pcap(skb, proto)`: there are no socket buffers to capture in user space.
+    Pcap,
     /// Subroutines on kernel objects (`mutex_owned()`, `d_path()`, …): DTrace's
     /// prototypes are checked, but a program cannot use them here.
     Kernel,

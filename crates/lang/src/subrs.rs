@@ -113,6 +113,18 @@ pub fn find(name: &str) -> Option<(Subr, Proto)> {
     })
 }
 
+/// The prototypes of the actions that act on the kernel: `chill()`, `panic()`,
+/// `breakpoint()` and `pcap()`.
+pub fn kernel_action(name: &str) -> Option<Proto> {
+    use Param::*;
+    Some(match name {
+        "chill" => proto("void(int)", &[Int], 1),
+        "panic" | "breakpoint" => proto("void()", &[], 0),
+        "pcap" => proto("void(void *, int)", &[VoidPtr, Int], 2),
+        _ => return None,
+    })
+}
+
 /// DTrace's prototype-length message: exact counts, `at least` the required count
 /// when too few are passed to a function with optional parameters, `at most` all of
 /// them when too many are.

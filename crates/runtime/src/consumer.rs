@@ -58,6 +58,8 @@ pub struct Settings {
     /// dtrace's testing mode (`_DTRACE_TESTING` in the environment): records and the
     /// header lose their CPU and ID columns, which vary from run to run.
     pub testing: bool,
+    /// The rawbytes option: trace() dumps every datum's record in hex.
+    pub rawbytes: bool,
     /// Bytes of scratch space a clause may allocate (the scratchsize option, rounded
     /// as libdtrace rounds it).
     pub scratch_room: u64,
@@ -75,6 +77,7 @@ impl Default for Settings {
             sort: output::SortOptions::default(),
             tz_offset: 0,
             testing: false,
+            rawbytes: false,
             scratch_room: 256,
         }
     }
@@ -260,6 +263,8 @@ impl Consumer {
             return Ok(fx);
         };
         self.vars.reset_clause_locals();
+        // strtok()'s saved string lasts for one probe firing.
+        self.strtok = None;
         for ecb in &ecbs {
             if !self.may_run(&ecb.probe) {
                 break;

@@ -235,10 +235,9 @@ impl Evaluator<'_> {
         }
     }
 
-    fn clamp(&self, mut s: Vec<u8>) -> Value {
-        if s.len() >= self.strsize {
-            s.truncate(self.strsize.saturating_sub(1));
-        }
+    /// A string value: at most strsize characters, as D string storage holds.
+    pub(crate) fn clamp(&self, mut s: Vec<u8>) -> Value {
+        s.truncate(self.strsize);
         Value::Str(s)
     }
 
@@ -407,7 +406,7 @@ impl Evaluator<'_> {
                 match self.ctx.builtin(Builtin::Arg(n as u8)) {
                     // A string argument (exec's path) is the address of its bytes.
                     Some(Value::Int(i)) if e.ty.is_string() => {
-                        Value::Str(self.ctx.read_string(i.bits, self.strsize).ok_or(Fault::BadAddress(i.bits))?)
+                        Value::Str(self.ctx.read_string(i.bits, self.strsize + 1).ok_or(Fault::BadAddress(i.bits))?)
                     }
                     Some(Value::Int(i)) => int_of(&e.ty, i.bits),
                     _ => zero_of(&e.ty, self.types),
@@ -565,7 +564,7 @@ impl Evaluator<'_> {
             // A null pointer is the NULL string.
             (Type::String, Value::Int(i)) if i.bits == 0 => null_string(),
             (Type::String, Value::Int(i)) => {
-                let s = self.ctx.read_string(i.bits, self.strsize).ok_or(Fault::BadAddress(i.bits))?;
+                let s = self.ctx.read_string(i.bits, self.strsize + 1).ok_or(Fault::BadAddress(i.bits))?;
                 self.clamp(s)
             }
             (Type::String, v) => self.clamp(bytes(v)),
@@ -624,6 +623,12 @@ impl Evaluator<'_> {
         Some(dmem::encode(&v, &ty, size))
     }
 
+    /// `len` bytes at `addr`, in D memory or the traced process's.
+    pub(crate) fn read_bytes(&mut self, addr: u64, len: usize) -> EvalResult<Vec<u8>> {
+        let data = if dmem::is_d_address(addr) { self.read_d(addr, len) } else { self.ctx.read_memory(addr, len) };
+        data.ok_or(Fault::BadAddress(addr))
+    }
+
     fn load_memory(&mut self, addr: u64, ty: &Type) -> EvalResult<Value> {
         if dmem::is_d_address(addr) {
             let size = udtrace_lang::storage::storage_size(ty, self.types, self.strsize as u64) as usize;
@@ -631,7 +636,7 @@ impl Evaluator<'_> {
             return Ok(dmem::decode(&data, ty));
         }
         if ty.is_string() {
-            let s = self.ctx.read_string(addr, self.strsize).ok_or(Fault::BadAddress(addr))?;
+            let s = self.ctx.read_string(addr, self.strsize + 1).ok_or(Fault::BadAddress(addr))?;
             return Ok(self.clamp(s));
         }
         let size = self.types.size_of(ty).ok_or(Fault::IllegalOperation)? as usize;
@@ -676,7 +681,19 @@ impl Evaluator<'_> {
             return Ok(v);
         }
         let vals = args.iter().map(|a| self.eval(a)).collect::<EvalResult<Vec<_>>>()?;
-        let s = |i: usize| -> Vec<u8> { vals.get(i).cloned().map(bytes).unwrap_or_default() };
+        // String arguments are read as DTrace reads them: a NULL one faults, and at
+        // most strsize characters of the others count.
+        for (a, v) in args.iter().zip(&vals) {
+            if let Some(addr) = string_address(v).filter(|_| a.ty.is_string()) {
+                return Err(Fault::BadAddress(addr));
+            }
+        }
+        let strsize = self.strsize;
+        let s = |i: usize| -> Vec<u8> {
+            let mut b = vals.get(i).cloned().map(bytes).unwrap_or_default();
+            b.truncate(strsize);
+            b
+        };
         let n = |i: usize| -> i64 { vals.get(i).map(as_u64).unwrap_or(0) as i64 };
         Ok(match subr {
             Subr::Strlen => int_of(ty, s(0).len() as u64),
@@ -698,7 +715,7 @@ impl Evaluator<'_> {
             Subr::Strstr => {
                 let (hay, needle) = (s(0), s(1));
                 match find(&hay, &needle, 0) {
-                    -1 => Value::Str(Vec::new()),
+                    -1 => null_string(),
                     i => Value::Str(hay[i as usize..].to_vec()),
                 }
             }
@@ -710,14 +727,14 @@ impl Evaluator<'_> {
                 } else {
                     hay.iter().rposition(|&x| x == c)
                 };
-                Value::Str(pos.map(|p| hay[p..].to_vec()).unwrap_or_default())
+                pos.map_or_else(null_string, |p| Value::Str(hay[p..].to_vec()))
             }
-            Subr::Strtok => self.strtok(&vals),
+            Subr::Strtok => self.strtok(&vals)?,
             Subr::Basename => Value::Str(basename(&s(0))),
             Subr::Dirname => Value::Str(dirname(&s(0))),
             Subr::Lltostr => {
                 let base = if vals.len() > 1 { n(1) } else { 10 };
-                Value::Str(lltostr(n(0), base).ok_or(Fault::IllegalOperation)?)
+                self.clamp(lltostr(n(0), base).ok_or(Fault::IllegalOperation)?)
             }
             Subr::Strtoll => {
                 let base = if vals.len() > 1 { n(1) } else { 10 };
@@ -740,9 +757,10 @@ impl Evaluator<'_> {
             }
             Subr::Speculation => int_of(ty, (self.speculation)() as u64),
             Subr::Copyinstr => {
-                let max = if vals.len() > 1 { (n(1).max(0) as usize + 1).min(self.strsize) } else { self.strsize };
+                // DTrace reads at most min(size, strsize) bytes, the NUL included.
+                let size = if vals.len() > 1 { (n(1) as u64).min(self.strsize as u64) as usize } else { self.strsize };
                 let addr = n(0) as u64;
-                let v = self.ctx.read_string(addr, max).ok_or(Fault::BadAddress(addr))?;
+                let v = self.ctx.read_string(addr, size).filter(|_| size > 0).ok_or(Fault::BadAddress(addr))?;
                 self.clamp(v)
             }
             Subr::Progenyof => int_of(ty, u64::from(self.ctx.progenyof(n(0)))),
@@ -770,34 +788,39 @@ impl Evaluator<'_> {
             | Subr::InetNtoa
             | Subr::InetNtoa6
             | Subr::InetNtop
-            | Subr::LinkNtop => unreachable!("handled above"),
+            | Subr::LinkNtop
+            | Subr::Pcap => unreachable!("handled above"),
             // The checker refuses these: they act on kernel objects or write to the
             // traced process.
             Subr::Kernel | Subr::Copyout | Subr::Copyoutstr => return Err(Fault::IllegalOperation),
         })
     }
 
-    /// `strtok(s, delim)` remembers where it stopped; `strtok(NULL, delim)` goes on.
-    fn strtok(&mut self, vals: &[Value]) -> Value {
-        let delim = vals.get(1).cloned().map(bytes).unwrap_or_default();
+    /// `strtok(s, delim)` remembers where it stopped; `strtok(NULL, delim)` goes on
+    /// (and faults when there is nothing to go on with). Past the last token the
+    /// result is NULL.
+    fn strtok(&mut self, vals: &[Value]) -> EvalResult<Value> {
+        let mut delim = vals.get(1).cloned().map(bytes).unwrap_or_default();
+        delim.truncate(self.strsize);
         match &vals[0] {
-            Value::Int(i) if i.bits == 0 => {}
-            v => *self.strtok = Some((bytes(v.clone()), 0)),
+            // The literal NULL: the checker left it an integer.
+            Value::Int(_) => {}
+            v => {
+                let mut src = bytes(v.clone());
+                src.truncate(self.strsize);
+                *self.strtok = Some((src, 0));
+            }
         }
         let Some((src, pos)) = self.strtok.as_mut() else {
-            return Value::Str(Vec::new());
+            return Err(Fault::BadAddress(0));
         };
-        let mut start = *pos;
-        while start < src.len() && delim.contains(&src[start]) {
-            start += 1;
+        let start = (*pos..src.len()).find(|&i| !delim.contains(&src[i])).unwrap_or(src.len());
+        let end = (start..src.len()).find(|&i| delim.contains(&src[i])).unwrap_or(src.len());
+        *pos = end;
+        if start == end {
+            return Ok(null_string());
         }
-        let mut end = start;
-        while end < src.len() && !delim.contains(&src[end]) {
-            end += 1;
-        }
-        let tok = src[start..end].to_vec();
-        *pos = (end + 1).min(src.len());
-        Value::Str(tok)
+        Ok(Value::Str(src[start..end].to_vec()))
     }
 }
 

@@ -18,7 +18,7 @@ pub use crate::format::SortOptions;
 pub use trace::HEADER;
 
 fn trace_opts(s: &Settings) -> TraceOpts {
-    TraceOpts { quiet: s.quiet, strsize: s.strsize, ..TraceOpts::default() }
+    TraceOpts { quiet: s.quiet, strsize: s.strsize, rawbytes: s.rawbytes, ..TraceOpts::default() }
 }
 
 fn print_opts(s: &Settings) -> AggPrintOpts {

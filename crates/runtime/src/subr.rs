@@ -27,7 +27,7 @@ impl Evaluator<'_> {
                 let src = as_u64(&self.eval(&args[0])?);
                 let size = self.copy_size(&args[1])?;
                 let at = self.scratch.alloc(size)?;
-                let data = self.ctx.read_memory(src, size as usize).ok_or(Fault::BadAddress(src))?;
+                let data = self.read_bytes(src, size as usize)?;
                 self.scratch.write(at, &data)?;
                 int_of(ty, at)
             }
@@ -36,7 +36,7 @@ impl Evaluator<'_> {
                 let size = self.copy_size(&args[1])?;
                 let dst = as_u64(&self.eval(&args[2])?);
                 self.scratch.check(dst, size)?;
-                let data = self.ctx.read_memory(src, size as usize).ok_or(Fault::BadAddress(src))?;
+                let data = self.read_bytes(src, size as usize)?;
                 self.scratch.write(dst, &data)?;
                 Value::Int(crate::value::Int::i64(0))
             }
@@ -81,6 +81,9 @@ impl Evaluator<'_> {
                 let text = b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(":");
                 self.clamped(text)
             }
+            // No socket buffer lives in a traced process: whatever pcap() is given is
+            // no packet's address.
+            Subr::Pcap => return Err(Fault::BadAddress(as_u64(&self.eval(&args[0])?))),
             _ => return Ok(None),
         }))
     }
@@ -109,7 +112,7 @@ impl Evaluator<'_> {
         match v {
             Value::Int(i) if e.taint.alloca => self.scratch.read(i.bits, size),
             Value::Int(i) if i.bits == 0 => Err(Fault::BadAddress(0)),
-            Value::Int(i) => self.ctx.read_memory(i.bits, n).ok_or(Fault::BadAddress(i.bits)),
+            Value::Int(i) => self.read_bytes(i.bits, n),
             Value::Str(mut b) | Value::Bytes(mut b) => {
                 b.resize(n, 0);
                 Ok(b)
@@ -123,7 +126,7 @@ impl Evaluator<'_> {
     fn pointed_bytes(&mut self, e: &Expr, len: usize) -> EvalResult<Vec<u8>> {
         match self.eval(e)? {
             Value::Int(i) if e.taint.alloca => self.scratch.read(i.bits, len as u64),
-            Value::Int(i) => self.ctx.read_memory(i.bits, len).ok_or(Fault::BadAddress(i.bits)),
+            Value::Int(i) => self.read_bytes(i.bits, len),
             Value::Str(mut b) | Value::Bytes(mut b) => {
                 b.resize(len, 0);
                 Ok(b)

@@ -442,6 +442,7 @@ impl Checker<'_> {
                 Action::Stop
             }
             "jstack" => Action::Stack { user: true, frames: None },
+            "chill" | "panic" | "breakpoint" | "pcap" => self.kernel_action(name, span, args, whole)?,
             _ => {
                 for a in args {
                     self.rvalue(a)?;

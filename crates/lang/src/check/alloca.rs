@@ -53,6 +53,36 @@ impl AllocaState {
     }
 }
 
+impl Checker<'_> {
+    /// D_VAR_UNDEF for a variable read before anything declared or assigned it (the
+    /// left operand of `+=`, say).
+    pub(super) fn require_declared(&self, e: &ast::Expr) -> Result<()> {
+        use ast::ExprKind as K;
+        let (scope, name, prefix) = match &e.kind {
+            K::Ident(n) => (VarScope::Global, n, ""),
+            K::SelfVar(n) => (VarScope::Thread, n, "self->"),
+            K::ThisVar(n) => (VarScope::Clause, n, "this->"),
+            _ => return Ok(()),
+        };
+        let known =
+            self.lookup_var(scope, name).is_some() || (scope == VarScope::Global && self.is_known_global_name(name));
+        if known {
+            return Ok(());
+        }
+        err(Tag::D_VAR_UNDEF, e.span, format!("{prefix}{name} has not yet been declared or assigned"))
+    }
+
+    /// Global names that are no variables but still mean something (built-ins,
+    /// inlines, enumerators, constants): assignments to them have their own errors.
+    fn is_known_global_name(&self, name: &str) -> bool {
+        super::builtin_var(name).is_some()
+            || matches!(name, "args" | "uregs" | "NULL")
+            || self.inlines.contains_key(name)
+            || self.prog.types.enumerators.contains_key(name)
+            || crate::consts::lookup(name).is_some()
+    }
+}
+
 /// The variable an assignment target stores into, if it is one (not a member or
 /// memory).
 fn stored_var(place: &Place) -> Option<VarRef> {

@@ -2,10 +2,10 @@
 //! [`crate::subrs`]), the checks libdtrace makes on particular subroutines, and the
 //! result's type and alloca taint.
 
-use super::{err, int_const, int_ty, is_stringish, mk, Checker, ACTIONS};
+use super::{err, int_const, int_ty, is_action_call, is_stringish, mk, Checker};
 use crate::ast;
 use crate::error::{Result, Tag};
-use crate::ir::{Expr, ExprKind, Subr, Taint};
+use crate::ir::{Action, Expr, ExprKind, Subr, Taint};
 use crate::span::Span;
 use crate::subrs::{self, Param, Proto};
 use crate::types::{SymKind, Type};
@@ -47,13 +47,34 @@ impl Checker<'_> {
         Ok(call)
     }
 
+    /// `chill()`, `panic()`, `breakpoint()` and `pcap()`: their prototypes are
+    /// checked. pcap() compiles (and faults on the address it is given, which is no
+    /// socket buffer); the others act on the kernel, which the clause-flags check
+    /// refuses.
+    pub(super) fn kernel_action(
+        &mut self,
+        name: &str,
+        name_span: Span,
+        args: &[ast::Expr],
+        span: Span,
+    ) -> Result<Action> {
+        let proto = subrs::kernel_action(name).expect("a kernel action");
+        if args.len() < proto.required || args.len() > proto.params.len() {
+            return err(Tag::D_PROTO_LEN, name_span, subrs::proto_len_message(name, args.len(), &proto));
+        }
+        let vals =
+            args.iter().enumerate().map(|(i, a)| self.subr_arg(name, &proto, i, a)).collect::<Result<Vec<_>>>()?;
+        Ok(match name {
+            "pcap" => Action::Eval(mk(ExprKind::Call(Subr::Pcap, vals), Type::Void, span)),
+            _ => Action::Nop,
+        })
+    }
+
     /// Argument `i` of a call, checked against its parameter and converted to it.
     fn subr_arg(&mut self, name: &str, proto: &Proto, i: usize, a: &ast::Expr) -> Result<Expr> {
         // An action has no value: DTrace types it void, which no parameter accepts.
-        if let ast::ExprKind::Call { name: callee, .. } = &a.kind {
-            if ACTIONS.contains(&callee.as_str()) {
-                return err(Tag::D_PROTO_ARG, a.span, arg_mismatch(name, i, proto, "void"));
-            }
+        if is_action_call(a) {
+            return err(Tag::D_PROTO_ARG, a.span, arg_mismatch(name, i, proto, "void"));
         }
         let v = self.rvalue(a)?;
         // strtok(NULL, …) goes on with the previous string: the NULL stays a NULL.
@@ -166,7 +187,7 @@ impl Checker<'_> {
             Subr::Htonll | Subr::Ntohll => Type::named_int(8, false, "uint64_t"),
             Subr::Getmajor | Subr::Getminor => Type::named_int(4, false, "dev_t"),
             Subr::Alloca | Subr::Copyin => return (void_ptr, Taint::ALLOCA),
-            Subr::Bcopy | Subr::Copyinto | Subr::Copyout | Subr::Copyoutstr => Type::Void,
+            Subr::Bcopy | Subr::Copyinto | Subr::Copyout | Subr::Copyoutstr | Subr::Pcap => Type::Void,
             Subr::Stack { user } => Type::Stack { user },
             Subr::Symbol => {
                 let user = name.starts_with('u');
