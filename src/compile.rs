@@ -116,6 +116,38 @@ fn load(p: &ProgramSource, options: &Options) -> Result<(SourceInfo, DescAlign, 
     })
 }
 
+/// How dtrace begins a message about a program: `failed to compile script X: ` or
+/// `invalid probe specifier X: `.
+fn program_prefix(p: &ProgramSource) -> String {
+    match p {
+        ProgramSource::Script(path) => format!("failed to compile script {}: ", path.display()),
+        ProgramSource::Description { text, .. } => format!("invalid probe specifier {text}: "),
+    }
+}
+
+/// Checks the D libraries into the program before its own sources (numbered from
+/// `first_source`). A library that depends on what is not there is skipped, as in
+/// dtrace; any other failure is the compilation's, worded as for an included file.
+fn load_libraries(checker: &mut Checker, options: &Options, first_source: usize, style: Style) -> Result<(), String> {
+    let libraries = crate::dlibs::load_order(&options.library_dirs())?;
+    for (k, lib) in libraries.iter().enumerate() {
+        let path = lib.path.display().to_string();
+        let checked =
+            parser::parse_script(&lib.text).and_then(|ast| checker.add_library(&ast, first_source + k, &lib.text));
+        match checked {
+            Ok(()) => {}
+            Err(e) if e.tag == Tag::D_PRAGMA_DEPEND => debug!("skipping library {path}: {}", e.message),
+            Err(e) => {
+                let at = (e.span.start as usize).min(lib.text.len());
+                let line = lib.text.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+                let tag = diag::tag_prefix(&e, style);
+                return Err(format!("{tag}\"{path}\", line {line}: {}", e.message));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The reason part of an OS error, as strerror words it.
 pub fn io_reason(e: &std::io::Error) -> String {
     let s = e.to_string();
@@ -134,10 +166,15 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     if let Some(v) = options.version.as_deref().and_then(udtrace_lang::options::parse_version) {
         checker.set_version(v);
     }
+    if let Some(first) = cli.programs.first() {
+        load_libraries(&mut checker, options, cli.programs.len(), style)
+            .map_err(|m| Failure(format!("{}{m}", program_prefix(first))))?;
+    }
     let mut sources = Vec::new();
     let mut clause_ranges = Vec::new();
     for (i, p) in cli.programs.iter().enumerate() {
         let (info, al, is_script) = load(p, options)?;
+        debug!("compiling {} {}", info.kind, info.name);
         let parsed = if is_script { parser::parse_script(&info.text) } else { parser::parse_program(&info.text, al) };
         let mut program = parsed.map_err(|e| render(&e, &info, style))?;
         resolve_probe_ids(&mut program, registry).map_err(|e| render(&e, &info, style))?;
@@ -145,7 +182,7 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
         macros.start_program();
         checker.add_source(&program, i, &info.text).map_err(|e| render(&e, &info, style))?;
         let after = checker.program().clauses.len();
-        if after == before && !has_clause(&program) {
+        if after == before && !has_clause(&program) && !options.empty {
             return Err(at_end(&info, Tag::D_EMPTY, "empty D program translation unit", style));
         }
         if let Err(e) = macros.check_unused() {
@@ -156,9 +193,10 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     }
     let program = checker.finish();
 
-    // Pragmas apply in program order, after -x on the command line.
+    // Pragmas apply in program order, after -x on the command line (the libraries'
+    // own options are theirs).
     let mut effective = options.clone();
-    for o in &program.options {
+    for o in program.options.iter().filter(|o| o.source < sources.len()) {
         if let Err(e) = effective.set_from_program(&o.name, o.value.as_deref()) {
             let err = CompileError::new(Tag::D_PRAGMA_OPTSET, o.span, e.pragma_message());
             return Err(render(&err, &sources[o.source], style));
@@ -194,6 +232,7 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
                         Origin::Script(_) => render(&err, &sources[si], style),
                     });
                 }
+                debug!("probe description {} matched {} probes", full_name(desc), found.len());
                 sources[si].matched += found.len();
                 for probe in found {
                     ecbs.push(Ecb { epid: ecbs.len() as u32 + 1, clause: ci, probe });

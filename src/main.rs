@@ -24,9 +24,12 @@ macro_rules! out {
     }};
 }
 
+#[macro_use]
+mod debug;
 mod backend;
 mod cli;
 mod compile;
+mod dlibs;
 mod firing;
 mod follow;
 mod glob;
@@ -40,7 +43,15 @@ mod session;
 mod sink;
 
 fn main() {
+    debug::enable_from_env();
     let cli = cli::parse_or_exit();
+    if cli.options.debug {
+        debug::enable();
+    }
+    let core = cli.options.core;
     let status = session::run(cli);
+    if core {
+        debug::dump_core();
+    }
     std::process::exit(status);
 }

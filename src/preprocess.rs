@@ -124,6 +124,7 @@ pub fn preprocess(source: &str, options: &Options) -> Result<Preprocessed, Prepr
 fn run(cpp: &str, pre: &[String], args: &[String], input: &str) -> Result<Preprocessed, PreprocessError> {
     // dtrace runs the preprocessor under its base name (`cat: invalid option`).
     let name = Path::new(cpp).file_name().map_or_else(|| cpp.to_string(), |n| n.to_string_lossy().into_owned());
+    debug!("running {cpp} {} {}", pre.join(" "), args.join(" "));
     let mut child = Command::new(cpp)
         .arg0(name)
         .args(pre)

@@ -4,7 +4,10 @@
 use nix::time::{clock_gettime, ClockId};
 use nix::unistd::{getegid, geteuid, getgid, getpgrp, getpid, getppid, getsid, gettid, getuid};
 use udtrace_lang::ir::Builtin;
+use udtrace_lang::types::TypeTable;
 use udtrace_runtime::{Context, Value};
+
+use crate::procprov::{Clocks, CurrentFromProc};
 
 pub struct SelfContext {
     pub pid: i64,
@@ -89,5 +92,45 @@ impl Context for SelfContext {
             }
         }
         false
+    }
+}
+
+/// udtrace's own context with `curpsinfo` and `curlwpsinfo`: BEGIN, END, ERROR and
+/// timer probes see udtrace's process, as dtrace's do see dtrace's.
+pub struct SelfFiring<'a> {
+    pub me: &'a SelfContext,
+    pub types: &'a TypeTable,
+    pub clocks: Clocks,
+}
+
+impl Context for SelfFiring<'_> {
+    fn builtin(&self, b: Builtin) -> Option<Value> {
+        match b {
+            Builtin::Curpsinfo | Builtin::Curlwpsinfo => CurrentFromProc::builtin(b),
+            _ => self.me.builtin(b),
+        }
+    }
+
+    fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        if !CurrentFromProc::covers(addr) {
+            return self.me.read_memory(addr, len);
+        }
+        let cur = CurrentFromProc {
+            pid: self.me.pid as u32,
+            tid: gettid().as_raw() as u32,
+            cpu: self.me.cpu(),
+            comm: &self.me.execname,
+            types: self.types,
+            clocks: self.clocks,
+        };
+        cur.read(addr, len)
+    }
+
+    fn read_string(&self, addr: u64, max: usize) -> Option<Vec<u8>> {
+        self.me.read_string(addr, max)
+    }
+
+    fn progenyof(&self, pid: i64) -> bool {
+        self.me.progenyof(pid)
     }
 }

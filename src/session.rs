@@ -25,7 +25,7 @@ use crate::list;
 use crate::pidprov::PidProbe;
 use crate::probes::{self, Registry, TimerKind};
 use crate::procprov::{self, Clocks, ProcCtx};
-use crate::selfctx::SelfContext;
+use crate::selfctx::{SelfContext, SelfFiring};
 use crate::sink::Sink;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -191,6 +191,9 @@ pub fn run(cli: Cli) -> i32 {
         let table = udtrace_lang::vartab::listing(&compiled.program, compiled.options.strsize);
         eprint!("{table}");
     }
+    if compiled.options.debug {
+        crate::debug::enable();
+    }
     if cli.mode == Mode::List {
         let status = list::list(&cli, &compiled, &mut registry);
         targets.finish();
@@ -238,6 +241,7 @@ pub fn run(cli: Cli) -> i32 {
         },
         None => Sink::new(Box::new(io::BufWriter::new(io::stdout())), true),
     };
+    debug!("{} enablings armed; firing BEGIN", compiled.ecbs.len());
     let mut world =
         Tracing { backend: backend.as_mut(), follower: follower.as_mut(), all: all.as_mut(), registry: &mut registry };
     let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, &mut out);
@@ -415,15 +419,18 @@ fn trace(
     let mut status = 0;
     let mut done = false;
 
+    let wall = wall_offset();
+    let clocks = Clocks { wall, boot: boot_offset() };
+    let own = SelfFiring { me, types: &c.program.types, clocks };
     let fire = |consumer: &mut Consumer, id: u32, cpu: u32, out: &mut dyn Output| -> io::Result<Option<i32>> {
-        let fx = consumer.fire(id, cpu, me, out)?;
+        let fx = consumer.fire(id, cpu, &own, out)?;
         out.flush()?;
         Ok(apply(&fx))
     };
 
     // Remember traced processes while they are held: some exit before their firings
     // are consumed.
-    let procs = RefCell::new(Procs::new(wall_offset(), w.registry.pid.objects().clone()));
+    let procs = RefCell::new(Procs::new(wall, w.registry.pid.objects().clone()));
     for t in &targets.list {
         procs.borrow_mut().remember(t.pid as u32, procfs::objects_of(t.pid).unwrap_or_default());
     }
@@ -452,7 +459,6 @@ fn trace(
         Some(ring) => Some(RingBufReader::new(ring).map_err(|e| io::Error::other(e.to_string()))?),
         None => None,
     };
-    let clocks = Clocks { wall: procs.borrow().wall_offset, boot: boot_offset() };
     let mut sink = Drain {
         reader: reader.as_mut(),
         procs: &procs,

@@ -293,3 +293,144 @@ fn cpp_runs_under_its_base_name() {
     assert_eq!(out.status, 1);
     assert!(out.stderr.starts_with("cat: "), "{}", out.stderr);
 }
+
+// ---- BEGIN's process, and the processes udtrace starts ---------------------------
+
+#[test]
+fn begin_sees_udtrace_s_own_process() {
+    let out = run_args(&[
+        "-qn",
+        "BEGIN { printf(\"%d %d %s\\n\", curpsinfo->pr_pid == pid, curlwpsinfo->pr_lwpid == tid, curpsinfo->pr_fname); exit(0); }",
+    ]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "1 1 udtrace\n\n");
+}
+
+/// Whether a process of this pid is still alive (not a zombie).
+fn alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_created_process_dies_with_udtrace_whatever_the_way_out() {
+    for prog in ["BEGIN { exit(0); }", "tick-50ms { exit(0); }", "BEGIN { *(int *)0; } tick-50ms { exit(0); }"] {
+        let out = run_args(&["-c", "sleep 100", "-qn", &format!("BEGIN {{ printf(\"%d\\n\", $target); }} {prog}")]);
+        assert_eq!(out.status, 0, "{prog}: {}", out.stderr);
+        let pid = out.stdout.lines().next().unwrap_or("").to_string();
+        assert!(!pid.is_empty() && !alive(&pid), "{prog}: sleep {pid} outlived udtrace");
+    }
+}
+
+#[test]
+fn a_missing_process_is_no_such_process() {
+    let out = run_args(&["-p", "2147483647", "-n", "BEGIN"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(out.stderr, "udtrace: No such process\n");
+}
+
+// ---- pragmas ---------------------------------------------------------------------
+
+#[test]
+fn pragmas_are_checked_as_they_are_read() {
+    let dir = TempDir::new("conf-pragma");
+    let cases = [
+        // The pragma's error comes before the syntax error that follows it.
+        (
+            "inline int foo\n#pragma D attributes bad/attrs foo\nBEGIN { }\n",
+            "[D_PRAGMA_INVAL] line 2: invalid attributes specified by #pragma attributes",
+        ),
+        (
+            "#pragma D attributes Stable\nBEGIN { }\n",
+            "[D_PRAGMA_MALFORM] line 1: malformed #pragma attributes <attributes> <ident>",
+        ),
+        (
+            "#pragma D depends_on library x.d\nBEGIN { }\n",
+            "[D_PRAGMA_DEPEND] line 1: main program may not explicitly depend on a library",
+        ),
+        (
+            "#pragma D depends_on provider syscall\nBEGIN { }\n",
+            "[D_PRAGMA_DEPEND] line 1: program requires provider syscall",
+        ),
+        (
+            "#pragma D depends_on thing x\nBEGIN { }\n",
+            "[D_PRAGMA_INVAL] line 1: invalid class thing specified by #pragma depends_on",
+        ),
+    ];
+    for (text, want) in cases {
+        let s = dir.write("p.d", text);
+        let out = run_args(&[Path::new("-xerrtags"), Path::new("-s"), &s]);
+        assert_eq!(out.status, 1, "{text}");
+        assert_eq!(err(&out), format!("udtrace: failed to compile script {}: {want}", s.display()));
+    }
+    let s = dir.write("ok.d", "#pragma D depends_on provider proc\nBEGIN { exit(0); }\n");
+    let out = run_args(&[Path::new("-qs"), &s]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+}
+
+#[test]
+fn an_empty_program_with_the_empty_option_matches_nothing() {
+    let out = run_args(&["-xempty", "-n", "int x;"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(out.stderr, "udtrace: description 'int x' matched 0 probes\nudtrace: no probes matched\n");
+}
+
+// ---- D libraries -------------------------------------------------------------------
+
+#[test]
+fn libraries_define_what_programs_use_in_dependency_order() {
+    let dir = TempDir::new("conf-libs");
+    dir.write("lib/a.d", "#pragma D depends_on library b.d\ninline int foo = bar + 1;\n");
+    dir.write("lib/b.d", "inline int bar = 41;\n");
+    dir.write("lib/notes.txt", "not a library\n");
+    let lib = dir.path().join("lib");
+    let out = run(udtrace(&[Path::new("-L"), &lib, Path::new("-qn"), Path::new("BEGIN { trace(foo); exit(0); }")])
+        .env("DTRACE_DEBUG", "1"));
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "42\n");
+    // The sort's debugging lines name the libraries in finishing order.
+    let sorted: Vec<&str> = out.stderr.lines().filter(|l| l.contains(" sorted (")).collect();
+    assert_eq!(sorted.len(), 2, "{}", out.stderr);
+    assert!(sorted[0].contains("/lib/a.d") && sorted[1].contains("/lib/b.d"), "{}", out.stderr);
+    // -x nolibs leaves them out.
+    let out =
+        run_args(&[Path::new("-L"), &lib, Path::new("-xnolibs"), Path::new("-qn"), Path::new("BEGIN { trace(foo); }")]);
+    assert_eq!(out.status, 1);
+}
+
+#[test]
+fn broken_libraries_fail_every_program() {
+    let dir = TempDir::new("conf-badlibs");
+    dir.write("cycle/a.d", "#pragma D depends_on library b.d\n");
+    dir.write("cycle/b.d", "#pragma D depends_on library a.d\n");
+    dir.write("missing/a.d", "#pragma D depends_on library gone.d\n");
+    dir.write("faulty/f.d", "BEGIN\n{\n\tnonexistent_action();\n}\n");
+    let prog = "BEGIN { exit(0); }";
+    for (sub, want) in [
+        ("cycle", "Cyclic dependency detected: "),
+        ("missing", "Invalid library dependency in "),
+        ("faulty", "/faulty/f.d\", line 3: undefined function name: nonexistent_action"),
+    ] {
+        let lib = dir.path().join(sub);
+        let out = run_args(&[Path::new("-L"), &lib, Path::new("-e"), Path::new("-n"), Path::new(prog)]);
+        assert_eq!(out.status, 1, "{sub}");
+        let line = err(&out);
+        assert!(line.starts_with(&format!("udtrace: invalid probe specifier {prog}: ")), "{line}");
+        assert!(line.contains(want), "{sub}: {line}");
+    }
+}
+
+// ---- debugging -----------------------------------------------------------------------
+
+#[test]
+fn debug_messages_on_request() {
+    let out = run_args(&["-xdebug", "-qn", "BEGIN { exit(0); }"]);
+    assert_eq!(out.status, 0);
+    let line = out.stderr.lines().next().unwrap_or("");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words.get(..2), Some(&["udtrace", "DEBUG"][..]), "{line}");
+    assert!(words.get(2).and_then(|t| t.trim_end_matches(':').parse::<u64>().ok()).is_some_and(|t| t > 0), "{line}");
+    let out = run_args(&["-qn", "BEGIN { exit(0); }"]);
+    assert_eq!(out.stderr, "");
+}

@@ -80,6 +80,8 @@ pub struct Checker<'m> {
     probe_args: Option<&'m ProbeArgs>,
     /// The D version compiled for (`version` option or pragma).
     version: (u32, u32, u32),
+    /// Checking a D library: it may depend on other libraries.
+    in_library: bool,
     /// The current clause's `args[]` types: `None` past the list or where its probes
     /// disagree; no list at all where its probes are untyped (`int64_t` args).
     clause_args: Option<Vec<Option<ArgType>>>,
@@ -173,6 +175,34 @@ fn clause_arg_types(lists: impl Iterator<Item = Vec<ArgType>>) -> Option<Vec<Opt
 }
 
 /// Names that are actions: statements only, never values.
+/// `#pragma D depends_on class name` in a program: udtrace's providers are there;
+/// kernel modules are not; only D libraries may depend on libraries.
+fn depends_on(words: &[String], span: Span, in_library: bool) -> Result<()> {
+    let (class, name) = match words {
+        [class, name, ..] => (class.as_str(), name.as_str()),
+        _ => return err(Tag::D_PRAGMA_MALFORM, span, "malformed #pragma depends_on <class> <name>"),
+    };
+    let found = match class {
+        "provider" => {
+            matches!(name, "dtrace" | "profile" | "proc")
+                || name.strip_prefix("pid").is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        }
+        "module" => false,
+        // Libraries are loaded in dependency order before any program.
+        "library" if in_library => true,
+        "library" => {
+            return err(Tag::D_PRAGMA_DEPEND, span, "main program may not explicitly depend on a library");
+        }
+        _ => {
+            return err(Tag::D_PRAGMA_INVAL, span, format!("invalid class {class} specified by #pragma depends_on"));
+        }
+    };
+    if !found {
+        return err(Tag::D_PRAGMA_DEPEND, span, format!("program requires {class} {name}"));
+    }
+    Ok(())
+}
+
 /// The D version that introduced a built-in identifier (DTrace's bindings); the
 /// rest have been there since 1.0.
 fn ident_version(name: &str) -> (u32, u32, u32) {
@@ -236,6 +266,7 @@ impl<'m> Checker<'m> {
             clause_args: None,
             version: crate::options::D_VERSION,
             alloca: alloca::AllocaState::default(),
+            in_library: false,
         }
         .with_proc_types()
     }
@@ -244,6 +275,17 @@ impl<'m> Checker<'m> {
     /// later version are not defined.
     pub fn set_version(&mut self, version: (u32, u32, u32)) {
         self.version = version;
+    }
+
+    /// Checks a D library into the program: its declarations stay for the programs
+    /// that follow; its clauses are checked, then dropped, as dtrace drops them.
+    pub fn add_library(&mut self, program: &ast::Program, source: usize, text: &str) -> Result<()> {
+        let clauses = self.prog.clauses.len();
+        self.in_library = true;
+        let r = self.add_source(program, source, text);
+        self.in_library = false;
+        self.prog.clauses.truncate(clauses);
+        r
     }
 
     /// Whether `name` is a built-in variable or function of the D version compiled for.
@@ -346,8 +388,10 @@ impl<'m> Checker<'m> {
                 }
                 Ok(())
             }
-            // Stability, dependency and binding directives have no effect on Linux.
-            "attributes" | "binding" | "depends_on" | "error" | "line" | "ident" => Ok(()),
+            "depends_on" => depends_on(&p.words[1..], p.span, self.in_library),
+            // Stability and binding directives have no effect here (the lexer checked
+            // their form).
+            "attributes" | "binding" | "error" | "line" | "ident" => Ok(()),
             other => err(Tag::D_PRAGMA_INVAL, p.span, format!("invalid D pragma: {other}")),
         }
     }

@@ -202,6 +202,44 @@ impl CtlWord {
     }
 }
 
+/// dt_pragma.c's checks of a `#pragma D` directive's form, made as the line is read
+/// (before the parser sees what follows): the words each directive takes.
+fn check_d_pragma(name: &str, args: &[(CtlWord, Span)], line: Span) -> Result<()> {
+    let word = |i: usize| match args.get(i) {
+        Some((CtlWord::Word(w), _)) => Some(w.as_str()),
+        _ => None,
+    };
+    let fail = |tag, msg: String| Err(CompileError::new(tag, line, msg));
+    match name {
+        "attributes" => {
+            let (Some(attr), Some(_)) = (word(0), word(1)) else {
+                return fail(Tag::D_PRAGMA_MALFORM, format!("malformed #pragma {name} <attributes> <ident>"));
+            };
+            if !crate::options::valid_attr(attr) {
+                return fail(Tag::D_PRAGMA_INVAL, format!("invalid attributes specified by #pragma {name}"));
+            }
+        }
+        "depends_on" => {
+            let (Some(class), Some(_)) = (word(0), word(1)) else {
+                return fail(Tag::D_PRAGMA_MALFORM, format!("malformed #pragma {name} <class> <name>"));
+            };
+            if !matches!(class, "provider" | "module" | "library") {
+                return fail(Tag::D_PRAGMA_INVAL, format!("invalid class {class} specified by #pragma {name}"));
+            }
+        }
+        "binding" => {
+            let (Some((CtlWord::Str(version), _)), Some(_)) = (args.first(), word(1)) else {
+                return fail(Tag::D_PRAGMA_MALFORM, format!("malformed #pragma {name} <version> <ident>"));
+            };
+            if crate::options::parse_version(version).is_none() {
+                return fail(Tag::D_PRAGMA_INVAL, format!("invalid version string specified by #pragma {name}"));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// The parsed line marker of one source line: `# 12 "file.d"`, `#line 12 "file.d"` or
 /// `#pragma line 12`. The number is the line number of the *next* line.
 pub fn line_marker(line: &str) -> Option<(u64, Option<String>)> {
@@ -520,6 +558,7 @@ impl<'a> Lexer<'a> {
                 "line" => check_line_args(rest, "line"),
                 "error" => Err(error_directive(rest, line)),
                 _ if kind == Kind::DPragma => {
+                    check_d_pragma(name, rest, line)?;
                     let words = words[i..].iter().map(|(w, _)| w.text()).collect();
                     self.pragmas.push(Pragma { words, span: line });
                     Ok(())

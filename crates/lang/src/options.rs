@@ -583,7 +583,7 @@ pub fn parse_version(s: &str) -> Option<(u32, u32, u32)> {
 }
 
 /// `dtrace_str2attr`: up to `name/data/class`, stability names then a class name.
-fn valid_attr(s: &str) -> bool {
+pub fn valid_attr(s: &str) -> bool {
     const STABILITY: &[&str] =
         &["Internal", "Private", "Obsolete", "External", "Unstable", "Evolving", "Stable", "Standard"];
     const CLASS: &[&str] = &["Unknown", "CPU", "Platform", "Group", "ISA", "Common"];
@@ -677,6 +677,14 @@ pub struct Options {
     pub aggzoom: bool,
 
     pub argref: bool,
+    /// D library directories: `syslibdir`, then `-L`/`libdir` ones in order.
+    pub libdirs: Vec<String>,
+    pub syslibdir: Option<String>,
+    pub nolibs: bool,
+    /// `core`: dump core at exit (debugging udtrace itself).
+    pub core: bool,
+    /// `debug`: print udtrace's debugging messages on stderr.
+    pub debug: bool,
     pub cpp: bool,
     pub cpphdrs: bool,
     pub cpppath: Option<String>,
@@ -735,6 +743,11 @@ impl Default for Options {
             aggsortrev: false,
             aggzoom: false,
             argref: false,
+            libdirs: Vec::new(),
+            syslibdir: None,
+            nolibs: false,
+            core: false,
+            debug: false,
             cpp: false,
             cpphdrs: false,
             cpppath: None,
@@ -764,6 +777,14 @@ pub fn scratch_room(scratchsize: u64) -> u64 {
 }
 
 impl Options {
+    /// The D library directories in the order dtrace searches them.
+    pub fn library_dirs(&self) -> Vec<String> {
+        if self.nolibs {
+            return Vec::new();
+        }
+        self.syslibdir.iter().chain(&self.libdirs).cloned().collect()
+    }
+
     /// Parses and applies one option, as `-x name=value` or `#pragma D option`.
     pub fn set(&mut self, name: &str, value: Option<&str>) -> Result<OptionName, OptionError> {
         let (n, v) = parse_option(name, value)?;
@@ -844,6 +865,11 @@ impl Options {
             N::Aggsortrev => self.aggsortrev = on,
             N::Aggzoom => self.aggzoom = on,
             N::Argref => self.argref = true,
+            N::Core => self.core = true,
+            N::Libdir => self.libdirs.extend(text),
+            N::Syslibdir => self.syslibdir = text,
+            N::Nolibs => self.nolibs = true,
+            N::Debug => self.debug = true,
             N::Cpp => self.cpp = true,
             N::Cpphdrs => self.cpphdrs = true,
             N::Cpppath => self.cpppath = text,

@@ -26,17 +26,16 @@ pub enum ControlError {
     /// dtrace: `failed to grab pid N: REASON`
     #[error("failed to grab pid {pid}: {reason}")]
     Grab { pid: i32, reason: String },
+    /// dtrace for a pid with no /proc entry: strerror(ESRCH) alone.
+    #[error("No such process")]
+    NoProcess { pid: i32 },
     #[error("failed to control pid {pid}: {reason}")]
     Control { pid: i32, reason: String },
 }
 
+/// strerror's words, which DTrace for Linux prints.
 fn reason(e: Errno) -> String {
-    match e {
-        // libproc's Pgrab_error() words, which dtrace prints.
-        Errno::ESRCH => "no such process".into(),
-        Errno::EPERM => "permission denied".into(),
-        e => e.desc().to_string(),
-    }
+    e.desc().to_string()
 }
 
 fn io_reason(e: &io::Error) -> String {
@@ -50,7 +49,7 @@ fn io_reason(e: &io::Error) -> String {
 #[derive(Debug)]
 pub struct Target {
     pub pid: i32,
-    /// `-c`: udtrace is its parent, and kills it if tracing ends before it ran.
+    /// `-c`: udtrace is its parent, and kills it when tracing ends.
     pub created: bool,
     /// Threads currently ptrace-stopped by udtrace.
     pub(crate) held: Vec<i32>,
@@ -129,13 +128,14 @@ impl Target {
     /// `-p`: seizes and stops every thread of a running process.
     pub fn grab(pid: i32) -> Result<Target, ControlError> {
         let grab_err = |e: Errno| ControlError::Grab { pid, reason: reason(e) };
-        if pid <= 0 {
-            return Err(grab_err(Errno::ESRCH));
+        // libproc's Pexists(): no /proc entry, no process.
+        if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(ControlError::NoProcess { pid });
         }
         if pid == std::process::id() as i32 {
             return Err(ControlError::Grab { pid, reason: "cannot grab udtrace itself".into() });
         }
-        let tids = procfs::tasks(pid).map_err(|_| grab_err(Errno::ESRCH))?;
+        let tids = procfs::tasks(pid).map_err(|_| ControlError::NoProcess { pid })?;
         let mut t = Target {
             pid,
             created: false,
@@ -212,11 +212,11 @@ impl Target {
         std::mem::take(&mut self.held)
     }
 
-    /// Ends tracing of this process. A created command that never ran (the program
-    /// failed to compile, `-l`, `-e`) is killed while still held; any process that has
-    /// run under tracing runs on untouched.
+    /// Ends tracing of this process, as dtrace's exit does (libproc's release with
+    /// kill for what it created): a created command still alive is killed, whatever
+    /// the way out; a grabbed process runs on untouched.
     pub fn finish(&mut self) {
-        if self.created && !self.started && !self.exited {
+        if self.created && !self.exited {
             let _ = nix::sys::signal::kill(Pid::from_raw(self.pid), Signal::SIGKILL);
             self.held.clear();
             let _ = waitpid(Pid::from_raw(self.pid), Some(WaitPidFlag::__WALL));
