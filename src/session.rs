@@ -233,7 +233,13 @@ pub fn run(cli: Cli) -> i32 {
     };
     let mut out = match &cli.output {
         Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
-            Ok(f) => Sink::new(Box::new(io::BufWriter::new(f)), false),
+            Ok(f) => match Sink::to_file(f) {
+                Ok(sink) => sink,
+                Err(e) => {
+                    targets.finish();
+                    return fail(&format!("failed to open output file '{}': {}", path.display(), io_reason(&e)));
+                }
+            },
             Err(e) => {
                 targets.finish();
                 return fail(&format!("failed to open output file '{}': {}", path.display(), io_reason(&e)));

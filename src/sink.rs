@@ -12,6 +12,8 @@ use crate::compile::io_reason;
 
 pub struct Sink {
     original: Box<dyn Write>,
+    /// The `-o` file, for ftruncate().
+    file: Option<File>,
     /// The file freopen() named, while it replaces the original output.
     reopened: Option<BufWriter<File>>,
     /// The original output is stdout (no `-o`): a freopen() then replaces stdout
@@ -21,7 +23,15 @@ pub struct Sink {
 
 impl Sink {
     pub fn new(original: Box<dyn Write>, on_stdout: bool) -> Sink {
-        Sink { original, reopened: None, on_stdout }
+        Sink { original, file: None, reopened: None, on_stdout }
+    }
+
+    /// Output to the `-o` file: ftruncate() empties it.
+    pub fn to_file(file: File) -> io::Result<Sink> {
+        let handle = file.try_clone()?;
+        let mut sink = Sink::new(Box::new(BufWriter::new(file)), false);
+        sink.file = Some(handle);
+        Ok(sink)
     }
 
     fn current(&mut self) -> &mut dyn Write {
@@ -55,6 +65,18 @@ impl Output for Sink {
         Ok(())
     }
 
+    fn ftruncate(&mut self) -> io::Result<()> {
+        self.flush()?;
+        // As dtrace's ftruncate(fileno(fp), 0): an output that is no regular file
+        // (a terminal, a pipe) stays as it is.
+        let _ = match (&self.reopened, &self.file) {
+            (Some(f), _) => f.get_ref().set_len(0),
+            (None, Some(f)) => f.set_len(0),
+            (None, None) => stdout_truncate(),
+        };
+        Ok(())
+    }
+
     fn freopen(&mut self, path: &str) -> Result<(), String> {
         let _ = self.flush();
         if path.is_empty() {
@@ -65,4 +87,14 @@ impl Output for Sink {
         self.reopened = Some(BufWriter::new(file));
         Ok(())
     }
+}
+
+/// Empties stdout when it is a regular file, and rewinds it (it need not have been
+/// opened for appending).
+fn stdout_truncate() -> io::Result<()> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let out = io::stdout();
+    nix::unistd::ftruncate(out.as_fd(), 0)?;
+    nix::unistd::lseek(out.as_raw_fd(), 0, nix::unistd::Whence::SeekSet)?;
+    Ok(())
 }

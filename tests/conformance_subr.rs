@@ -348,3 +348,22 @@ fn kernel_actions_check_their_prototypes_then_are_refused() {
     let err = fault("pcap(0, PCAP_IP);");
     assert!(err.contains("invalid address (0x0)"), "{err}");
 }
+
+#[test]
+fn ftruncate_empties_the_output_file() {
+    let dir = temp_dir();
+    let out = dir.join("out.txt");
+    let prog =
+        "tick-10ms { printf(\"%d\\n\", i++); } tick-10ms /i == 3/ { ftruncate(); } tick-10ms /i == 5/ { exit(0); }";
+    let r = udtrace(&["-q", "-o", out.to_str().unwrap(), "-n", prog]);
+    r.ok();
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "3\n4\n\n");
+}
+
+#[test]
+fn an_empty_string_is_kept_in_an_associative_array() {
+    // Only zero frees a dynamic variable: "" is a string, and an absent element
+    // would read as the NULL string.
+    let out = script_ok("BEGIN { a[1] = \"\"; self->s = \"\"; printf(\"[%s][%s]\\n\", a[1], self->s); exit(0); }");
+    assert_eq!(out, "[][]\n\n");
+}

@@ -187,7 +187,9 @@ pub enum Action {
     },
     Raise(Expr),
     Stop,
-    /// `printm`, `ftruncate`, … accepted for compatibility but doing nothing here.
+    /// `ftruncate()`: empties the output file, at this place in the output.
+    Ftruncate,
+    /// `printm`, … accepted for compatibility but doing nothing here.
     Nop,
 }
 

@@ -106,6 +106,8 @@ pub trait Output: Write {
     /// freopen(): later output appends to `path`; an empty path restores the
     /// original output. `Err` is the reason it could not be opened.
     fn freopen(&mut self, path: &str) -> Result<(), String>;
+    /// ftruncate(): empties the output, once what was written before is flushed.
+    fn ftruncate(&mut self) -> io::Result<()>;
 }
 
 /// Output gathered in memory: system() and freopen() do nothing.
@@ -116,6 +118,10 @@ impl Output for Vec<u8> {
     fn freopen(&mut self, _path: &str) -> Result<(), String> {
         Ok(())
     }
+    fn ftruncate(&mut self) -> io::Result<()> {
+        self.clear();
+        Ok(())
+    }
 }
 
 /// An action of a record that acts on the output, at its place in the record's data.
@@ -123,6 +129,7 @@ impl Output for Vec<u8> {
 enum Deferred {
     System(String),
     Freopen(String),
+    Ftruncate,
 }
 
 #[derive(Default)]
@@ -446,6 +453,10 @@ impl Consumer {
                     out.flush()?;
                     out.system(cmd)?;
                 }
+                Deferred::Ftruncate => {
+                    out.flush()?;
+                    out.ftruncate()?;
+                }
                 Deferred::Freopen(path) => {
                     if let Err(why) = out.freopen(path) {
                         fx.errors.push(lib_error_message(ecb, &format!("couldn't freopen() \"{path}\": {why}")));
@@ -703,6 +714,7 @@ impl Consumer {
                 fx.signals.push((firing_pid(ctx), sig));
             }
             Action::Stop => fx.signals.push((firing_pid(ctx), libc_sigstop())),
+            Action::Ftruncate => rec.deferred.push((rec.data.len(), Deferred::Ftruncate)),
             Action::Nop => {}
         }
         Ok(Flow::Continue)

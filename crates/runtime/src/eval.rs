@@ -148,6 +148,12 @@ fn string_offset(s: Value, n: u64) -> Value {
     }
 }
 
+/// Whether storing `v` into a dynamic variable frees it. A string never does: ""
+/// is a string, and an absent element reads as the NULL string instead.
+fn frees(v: &Value) -> bool {
+    !matches!(v, Value::Str(_)) && is_zero(v)
+}
+
 fn is_zero(v: &Value) -> bool {
     match v {
         Value::Int(i) => i.bits == 0,
@@ -278,7 +284,7 @@ impl Evaluator<'_> {
                 VarScope::Global => self.vars.globals.set(r.id, v),
                 VarScope::Thread => {
                     let key = (self.tid(), r.id);
-                    if is_zero(&v) {
+                    if frees(&v) {
                         self.vars.thread.remove(&key);
                     } else {
                         self.vars.thread.insert(key, v);
@@ -287,7 +293,7 @@ impl Evaluator<'_> {
                 VarScope::Clause => self.vars.this.set(r.id, v),
             },
             ResolvedPlace::Array(r, keys) => {
-                let zero = is_zero(&v);
+                let zero = frees(&v);
                 match r.scope {
                     VarScope::Global => {
                         let map = &mut self.vars.global_arrays[r.id];

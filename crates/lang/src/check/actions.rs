@@ -442,6 +442,10 @@ impl Checker<'_> {
                 Action::Stop
             }
             "jstack" => Action::Stack { user: true, frames: None },
+            "ftruncate" => {
+                self.arity(name, span, args, 0, 0)?;
+                Action::Ftruncate
+            }
             "chill" | "panic" | "breakpoint" | "pcap" => self.kernel_action(name, span, args, whole)?,
             _ => {
                 for a in args {
