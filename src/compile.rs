@@ -7,7 +7,7 @@ use std::rc::Rc;
 use udtrace_lang::ast::{self, ProbeDesc};
 use udtrace_lang::check::Checker;
 use udtrace_lang::diag::{self, Origin, Style};
-use udtrace_lang::ir::CheckedProgram;
+use udtrace_lang::ir::{Action, CheckedProgram};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::Options;
 use udtrace_lang::parser::{self, DescAlign};
@@ -206,6 +206,8 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     udtrace_runtime::output::validate_formats(&program, have_target)
         .map_err(|(s, e)| render(&e, &sources[s], style))?;
 
+    check_tuples(&program, &effective, &sources, style)?;
+
     let zdefs = effective.zdefs;
     let mut ecbs = Vec::new();
     for (si, range) in clause_ranges.iter().enumerate() {
@@ -265,6 +267,55 @@ fn resolve_probe_ids(program: &mut ast::Program, registry: &Registry) -> Result<
         desc.name = probe.name.clone();
     }
     Ok(())
+}
+
+/// dt_cg_arglist's limit: a tuple (associative array or aggregation key) has at most
+/// one element more than there are tuple registers (`-x tregs`, 8 by default).
+fn check_tuples(
+    program: &CheckedProgram,
+    options: &Options,
+    sources: &[SourceInfo],
+    style: Style,
+) -> Result<(), Failure> {
+    let longest = |clause: &udtrace_lang::ir::Clause| {
+        let mut n = 0;
+        let mut see = |e: &udtrace_lang::ir::Expr| {
+            use udtrace_lang::ir::{ExprKind, Place};
+            match &e.kind {
+                ExprKind::ArrayGet { keys, .. }
+                | ExprKind::Assign { target: Place::Array { keys, .. }, .. }
+                | ExprKind::IncDec { target: Place::Array { keys, .. }, .. } => n = n.max(keys.len()),
+                _ => {}
+            }
+        };
+        if let Some(p) = &clause.predicate {
+            udtrace_lang::ir::visit_expr(p, &mut see);
+        }
+        udtrace_lang::ir::visit_actions(&clause.actions, &mut see);
+        n.max(agg_keys(&clause.actions))
+    };
+    for c in &program.clauses {
+        if longest(c) as u64 > options.tregs + 1 {
+            let err = CompileError::new(Tag::D_UNKNOWN, c.span, "Insufficient tuple registers to generate code");
+            let src = &sources[c.source];
+            let plain_style = Style { errtags: false, ..style };
+            return Err(plain(src, &err, plain_style));
+        }
+    }
+    Ok(())
+}
+
+/// The most keys an aggregation is updated with in these actions.
+fn agg_keys(actions: &[Action]) -> usize {
+    actions
+        .iter()
+        .map(|a| match a {
+            Action::AggUpdate { keys, .. } => keys.len(),
+            Action::If { then, otherwise, .. } => agg_keys(then).max(agg_keys(otherwise)),
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// dtrace_go()'s checks of a compiled program before anything is enabled; `Err` is

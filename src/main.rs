@@ -41,6 +41,7 @@ mod procprov;
 mod selfctx;
 mod session;
 mod sink;
+mod stability;
 
 fn main() {
     debug::enable_from_env();

@@ -200,6 +200,9 @@ pub fn run(cli: Cli) -> i32 {
         return status;
     }
     if cli.exit_after_compile {
+        if cli.verbose {
+            out!("{}", stability_reports(&compiled));
+        }
         targets.finish();
         return 0;
     }
@@ -247,6 +250,9 @@ pub fn run(cli: Cli) -> i32 {
         },
         None => Sink::new(Box::new(io::BufWriter::new(io::stdout())), true),
     };
+    if cli.verbose {
+        let _ = io::Write::write_all(&mut out, stability_reports(&compiled).as_bytes());
+    }
     debug!("{} enablings armed; firing BEGIN", compiled.ecbs.len());
     let mut world =
         Tracing { backend: backend.as_mut(), follower: follower.as_mut(), all: all.as_mut(), registry: &mut registry };
@@ -260,6 +266,18 @@ pub fn run(cli: Cli) -> i32 {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
         Err(e) => fail(&format!("failed to write output: {}", io_reason(&e))),
     }
+}
+
+/// `-v`: the stability report of every program, in order.
+fn stability_reports(c: &Compiled) -> String {
+    c.sources
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let clauses: Vec<_> = c.program.clauses.iter().filter(|cl| cl.source == i).cloned().collect();
+            crate::stability::report(s.kind, &s.name, &clauses)
+        })
+        .collect()
 }
 
 /// The backend, the follower of `-c`/`-p` trees and the watcher of `pid*` processes.

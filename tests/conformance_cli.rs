@@ -434,3 +434,50 @@ fn debug_messages_on_request() {
     let out = run_args(&["-qn", "BEGIN { exit(0); }"]);
     assert_eq!(out.stderr, "");
 }
+
+// ---- -v ------------------------------------------------------------------------------
+
+#[test]
+fn verbose_reports_each_program_s_stability() {
+    let block = |title: &str, a: [&str; 3]| {
+        format!(
+            "\n\t{title}\n\t\tIdentifier Names: {}\n\t\tData Semantics:   {}\n\t\tDependency Class: {}\n",
+            a[0], a[1], a[2]
+        )
+    };
+    let report = |name: &str, desc: [&str; 3], stmt: [&str; 3]| {
+        format!(
+            "\nStability attributes for description {name}:\n{}{}\n",
+            block("Minimum Probe Description Attributes", desc),
+            block("Minimum Statement Attributes", stmt)
+        )
+    };
+    // Without a provider the description is Unstable; naming dtrace makes it Stable.
+    let out = run_args(&["-qv", "-n", "BEGIN { exit(0); }"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let common = ["Stable", "Stable", "Common"];
+    assert_eq!(out.stdout, report("BEGIN ", ["Unstable", "Unstable", "Common"], common) + "\n");
+    let out = run_args(&["-qv", "-n", "dtrace:::BEGIN { trace(probeprov); exit(0); }"]);
+    assert_eq!(out.stdout, report("dtrace:::BEGIN ", common, common) + "dtrace\n");
+    // The profile provider's names are Evolving, and so is probename there.
+    let out = run_args(&["-qve", "-n", "profile:::tick-1s { trace(probename); }"]);
+    let evolving = ["Evolving", "Evolving", "Common"];
+    assert_eq!(out.stdout, report("profile:::tick-1s ", evolving, evolving));
+}
+
+#[test]
+fn tuples_fit_the_tuple_registers() {
+    // Eight tuple registers by default: nine keys fit, ten do not.
+    let out = run_args(&["-qn", "BEGIN { a[1, 2, 3, 4, 5, 6, 7, 8, 9] = 1; exit(0); }"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let prog = "BEGIN { a[1, 2, 3, 4, 5, 6, 7, 8, 9, 10] = 1; exit(0); }";
+    let out = run_args(&["-qn", prog]);
+    assert_eq!(out.status, 1);
+    assert_eq!(
+        out.stderr,
+        format!("udtrace: invalid probe specifier {prog}: Insufficient tuple registers to generate code\n")
+    );
+    let prog = "BEGIN { @[1, 2, 3, 4, 5, 6, 7] = count(); exit(0); }";
+    assert_eq!(run_args(&["-xtregs=5", "-qn", prog]).status, 1);
+    assert_eq!(run_args(&["-xtregs=6", "-qn", prog]).status, 0);
+}

@@ -419,3 +419,87 @@ pub enum Place {
         ty: Type,
     },
 }
+
+/// Calls `f` on every expression of `actions` (nested ones too), outer first.
+pub fn visit_actions(actions: &[Action], f: &mut dyn FnMut(&Expr)) {
+    for a in actions {
+        match a {
+            Action::Eval(e)
+            | Action::Trace(e)
+            | Action::Exit(e)
+            | Action::Speculate(e)
+            | Action::Commit(e)
+            | Action::Discard(e)
+            | Action::Raise(e)
+            | Action::Normalize { factor: e, .. } => visit_expr(e, f),
+            Action::Tracemem { addr, dsize, .. } => {
+                visit_expr(addr, f);
+                dsize.iter().for_each(|e| visit_expr(e, f));
+            }
+            Action::Printf { args, .. } | Action::System { args, .. } | Action::Freopen { args, .. } => {
+                args.iter().for_each(|e| visit_expr(e, f));
+            }
+            Action::AggUpdate { keys, args, .. } => keys.iter().chain(args).for_each(|e| visit_expr(e, f)),
+            Action::Trunc { keep, .. } => keep.iter().for_each(|e| visit_expr(e, f)),
+            Action::If { cond, then, otherwise } => {
+                visit_expr(cond, f);
+                visit_actions(then, f);
+                visit_actions(otherwise, f);
+            }
+            Action::Printa { .. }
+            | Action::Clear(_)
+            | Action::Denormalize(_)
+            | Action::Setopt { .. }
+            | Action::Stack { .. }
+            | Action::Stop
+            | Action::Nop => {}
+        }
+    }
+}
+
+/// Calls `f` on `e` and every expression inside it, outer first.
+pub fn visit_expr(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+    f(e);
+    match &e.kind {
+        ExprKind::Int(_) | ExprKind::Str(_) | ExprKind::Var(_) | ExprKind::Builtin(_) | ExprKind::VarAddr(_) => {}
+        ExprKind::ArrayGet { keys, .. } => keys.iter().for_each(|k| visit_expr(k, f)),
+        ExprKind::Args(x)
+        | ExprKind::Uregs(x)
+        | ExprKind::Neg(x)
+        | ExprKind::BitNot(x)
+        | ExprKind::Not(x)
+        | ExprKind::Cast(x)
+        | ExprKind::Load(x)
+        | ExprKind::Field { base: x, .. }
+        | ExprKind::IndexCheck { index: x, .. } => visit_expr(x, f),
+        ExprKind::Binary { lhs, rhs, .. }
+        | ExprKind::StrCmp { lhs, rhs, .. }
+        | ExprKind::Logical { lhs, rhs, .. }
+        | ExprKind::Comma(lhs, rhs)
+        | ExprKind::StrChar { base: lhs, index: rhs }
+        | ExprKind::StrOffset { base: lhs, offset: rhs } => {
+            visit_expr(lhs, f);
+            visit_expr(rhs, f);
+        }
+        ExprKind::Ternary { cond, then, otherwise } => {
+            for x in [cond, then, otherwise] {
+                visit_expr(x, f);
+            }
+        }
+        ExprKind::Assign { target, value, .. } => {
+            visit_place(target, f);
+            visit_expr(value, f);
+        }
+        ExprKind::IncDec { target, .. } => visit_place(target, f),
+        ExprKind::Call(_, args) => args.iter().for_each(|a| visit_expr(a, f)),
+    }
+}
+
+fn visit_place(p: &Place, f: &mut dyn FnMut(&Expr)) {
+    match p {
+        Place::Var(_) => {}
+        Place::Array { keys, .. } => keys.iter().for_each(|k| visit_expr(k, f)),
+        Place::Field { base, .. } => visit_place(base, f),
+        Place::Mem { addr, .. } => visit_expr(addr, f),
+    }
+}

@@ -677,6 +677,9 @@ pub struct Options {
     pub aggzoom: bool,
 
     pub argref: bool,
+    /// `tregs`: the tuple registers code is generated for; a tuple may have one
+    /// element more.
+    pub tregs: u64,
     /// D library directories: `syslibdir`, then `-L`/`libdir` ones in order.
     pub libdirs: Vec<String>,
     pub syslibdir: Option<String>,
@@ -743,6 +746,7 @@ impl Default for Options {
             aggsortrev: false,
             aggzoom: false,
             argref: false,
+            tregs: 8,
             libdirs: Vec::new(),
             syslibdir: None,
             nolibs: false,
@@ -866,6 +870,7 @@ impl Options {
             N::Aggzoom => self.aggzoom = on,
             N::Argref => self.argref = true,
             N::Core => self.core = true,
+            N::Tregs => self.tregs = int.unwrap_or(dflt.tregs),
             N::Libdir => self.libdirs.extend(text),
             N::Syslibdir => self.syslibdir = text,
             N::Nolibs => self.nolibs = true,
