@@ -376,3 +376,139 @@ fn kernel_actions_are_errors() {
         );
     }
 }
+
+// ---- arguments of actions -------------------------------------------------------------
+
+#[test]
+fn actions_and_aggregations_as_arguments_get_their_actions_errors() {
+    let cases = [
+        ("BEGIN { trace(trace(1)); }", "[D_TRACE_VOID] line 1: trace( ) may not be applied to a void expression"),
+        ("BEGIN { @a = count(); trace(@a); }", "[D_TRACE_DYN] line 1: trace( ) may not be applied to a dynamic expression"),
+        (
+            "BEGIN { exit(exit(0)); }",
+            "[D_PROTO_ARG] line 1: exit( ) argument #1 is incompatible with prototype:\n\tprototype: int\n\t argument: void",
+        ),
+        (
+            "BEGIN { @a = count(); trunc(@a, @a); }",
+            "[D_PROTO_ARG] line 1: trunc( ) argument #2 is incompatible with prototype:\n\tprototype: int64_t\n\t argument: aggregation",
+        ),
+        (
+            "BEGIN { clear(count()); }",
+            "[D_CLEAR_AGGARG] line 1: clear( ) argument #1 is incompatible with prototype:\n\tprototype: aggregation\n\t argument: void",
+        ),
+        ("BEGIN { @[trace(0)] = count(); }", "[D_KEY_TYPE] line 1: void expression may not be used as aggregation index: key #1"),
+        (
+            r#"BEGIN { printf("%d", printf("")); }"#,
+            "[D_PRINTF_ARG_TYPE] line 1: printf( ) argument #2 is incompatible with conversion #1 prototype:\n\tconversion: %d\n\t prototype: char, short, int, long, or long long\n\t  argument: void",
+        ),
+        (
+            r#"BEGIN { @a = count(); printf("%d %d", 1, @a); }"#,
+            "[D_PRINTF_ARG_TYPE] line 1: printf( ) argument #3 is incompatible with conversion #2 prototype:\n\tconversion: %d\n\t prototype: char, short, int, long, or long long\n\t  argument: aggregation",
+        ),
+    ];
+    for (prog, want) in cases {
+        let r = run_script(&["-x", "errtags"], prog);
+        let got = r.stderr.split_once("prog.d: ").map_or(r.stderr.as_str(), |(_, m)| m).trim_end();
+        assert_eq!(got, want, "{prog}");
+    }
+}
+
+#[test]
+fn action_prototypes_as_dtrace_declares_them() {
+    let cases = [
+        (
+            "BEGIN { printf(1); }",
+            "[D_PROTO_ARG] line 1: printf( ) argument #1 is incompatible with prototype:\n\tprototype: string\n\t argument: int",
+        ),
+        (
+            "BEGIN { setopt(1); }",
+            "[D_PROTO_ARG] line 1: setopt( ) argument #1 is incompatible with prototype:\n\tprototype: char *\n\t argument: int",
+        ),
+        (
+            r#"BEGIN { setopt("quiet", "1", "2"); }"#,
+            "[D_PROTO_LEN] line 1: setopt( ) prototype mismatch: 3 args passed, at most 2 expected",
+        ),
+        ("BEGIN { setopt(); }", "[D_PROTO_LEN] line 1: setopt( ) prototype mismatch: 0 args passed, at least 1 expected"),
+        (
+            r#"BEGIN { tracemem(0, "x"); }"#,
+            "[D_PROTO_ARG] line 1: tracemem( ) argument #2 is incompatible with prototype:\n\tprototype: size_t\n\t argument: string",
+        ),
+        (
+            "BEGIN { tracemem(0, 1, 2, 3); }",
+            "[D_PROTO_LEN] line 1: tracemem( ) prototype mismatch: 4 args passed, at most 3 expected",
+        ),
+        (
+            "BEGIN { print(1); }",
+            "[D_PROTO_ARG] line 1: print( ) argument #1 is incompatible with prototype:\n\tprototype: void *\n\t argument: int",
+        ),
+    ];
+    for (prog, want) in cases {
+        let r = run_script(&["-x", "errtags"], prog);
+        let got = r.stderr.split_once("prog.d: ").map_or(r.stderr.as_str(), |(_, m)| m).trim_end();
+        assert_eq!(got, want, "{prog}");
+    }
+}
+
+#[test]
+fn aggregation_statement_errors() {
+    assert_eq!(
+        tagged_error("BEGIN { @[0][1] = count(); }"),
+        "[D_AGG_MDIM] line 1: improper attempt to reference @ as a multi-dimensional array"
+    );
+    assert_eq!(tagged_error("BEGIN { @ = f(); }"), "[D_FUNC_UNDEF] line 1: undefined function name: f");
+    assert_eq!(tagged_error("BEGIN { @a; }"), "[D_IDENT_UNDEF] line 1: failed to resolve @a: Unknown variable name");
+    assert_eq!(tagged_error("BEGIN { @a[1]; }"), "[D_AGG_NULL] line 1: expression has null effect: @a");
+}
+
+// ---- quantize family -------------------------------------------------------------------
+
+/// Oracle's llquantize(): negative values mirror positive ones around the underflow
+/// bin, which reads "0" when factor^lmag is 1, and fewer steps than the factor work.
+#[test]
+fn llquantize_tables() {
+    let out = quiet("BEGIN { @ = llquantize(-5, 4, 0, 1, 2); @ = llquantize(0, 4, 0, 1, 2); @ = llquantize(9, 4, 0, 1, 2, 3); exit(0); }");
+    let want = concat!(
+        "\n\n",
+        "           value  ------------- Distribution ------------- count    \n",
+        "              -8 |                                         0        \n",
+        "              -4 |@@@@@@@@                                 1        \n",
+        "              -2 |                                         0        \n",
+        "              -1 |                                         0        \n",
+        "               0 |@@@@@@@@                                 1        \n",
+        "               1 |                                         0        \n",
+        "               2 |                                         0        \n",
+        "               4 |                                         0        \n",
+        "               8 |@@@@@@@@@@@@@@@@@@@@@@@@                 3        \n",
+        "           >= 16 |                                         0        \n",
+        "\n",
+    );
+    assert_eq!(out, want);
+}
+
+#[test]
+fn llquantize_parameter_rules() {
+    assert_eq!(
+        tagged_error("BEGIN { @ = llquantize(1, 10, 0, 6, 0); }"),
+        "[D_LLQUANT_STEPTYPE] line 1: llquantize( ) argument #4 must be a non-zero positive integer constant"
+    );
+    assert_eq!(
+        tagged_error("BEGIN { @ = llquantize(1, 10, 0, 6, 3); }"),
+        "[D_LLQUANT_STEPVAL] line 1: llquantize() argument #4 (steps) must evenly divide argument #1 (factor) when steps<factor"
+    );
+    assert_eq!(
+        tagged_error("BEGIN { @ = lquantize(1, 10, 10); }"),
+        "[D_LQUANT_MISMATCH] line 1: lquantize( ) base (argument #1) must be less than limit (argument #2)"
+    );
+    assert_eq!(
+        tagged_error("BEGIN { @ = lquantize(1, 0, 100, 0); }"),
+        "[D_LQUANT_STEPTYPE] line 1: lquantize( ) argument #3 must be a non-zero positive integer constant"
+    );
+}
+
+#[test]
+fn quantize_shows_the_top_bucket() {
+    let out = quiet("BEGIN { @ = quantize(0x4000000000000000, 3); exit(0); }");
+    let rows: Vec<&str> = out.lines().collect();
+    assert_eq!(rows[3], format!("{:>16} |{:40} 0        ", 1u64 << 61, ""));
+    assert_eq!(rows[4], format!("{:>16} |{} 3        ", 1u64 << 62, "@".repeat(40)));
+}

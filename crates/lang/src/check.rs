@@ -590,10 +590,12 @@ impl<'m> Checker<'m> {
         Ok(match &c.body {
             None => (Vec::new(), true, false),
             Some(stmts) => {
-                let actions = self.stmts(stmts).map_err(|e| e.in_region(Region::ActionList))?;
+                // The ordering rules come first: udtrace refuses some calls that
+                // DTrace's code generator would meet only after checking them.
                 let destructive = crate::clsflags::check(stmts, &|name| {
                     ACTIONS.contains(&name) || name == "stack" || name == "ustack"
                 })?;
+                let actions = self.stmts(stmts).map_err(|e| e.in_region(Region::ActionList))?;
                 let records = stmts.is_empty() || actions.iter().any(records_data);
                 (actions, records, destructive)
             }
@@ -665,6 +667,14 @@ impl<'m> Checker<'m> {
                 }
                 Ok(Action::Stack { user: name == "ustack", frames })
             }
+            ast::ExprKind::Assign { lhs, .. } if actions::multi_dim_agg(lhs).is_some() => {
+                let name = actions::multi_dim_agg(lhs).unwrap_or_default();
+                err(
+                    Tag::D_AGG_MDIM,
+                    lhs.span,
+                    format!("improper attempt to reference @{name} as a multi-dimensional array"),
+                )
+            }
             ast::ExprKind::Assign { op, lhs, rhs } if is_agg_target(lhs) => {
                 if op.is_some() {
                     return err(
@@ -681,6 +691,9 @@ impl<'m> Checker<'m> {
                     _ => e,
                 };
                 let ast::ExprKind::Agg(n) = &name.kind else { unreachable!("is_agg_target checked the shape") };
+                if !self.aggs.contains_key(n) && matches!(e.kind, ast::ExprKind::Agg(_)) {
+                    return err(Tag::D_IDENT_UNDEF, e.span, format!("failed to resolve @{n}: Unknown variable name"));
+                }
                 err(Tag::D_AGG_NULL, e.span, format!("expression has null effect: @{n}"))
             }
             _ => Ok(Action::Eval(self.expr(e)?)),

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use crate::llquantize::Shape;
 use thiserror::Error;
 use udtrace_lang::Tag;
 
@@ -89,26 +90,10 @@ impl AggFunc {
         Ok(func)
     }
 
-    /// Builds llquantize() from its four constant arguments with dt_cc.c's checks.
+    /// Builds llquantize() from its four constant arguments with Oracle's checks.
     pub fn llquantize(args: [i64; 4]) -> Result<AggFunc, AggError> {
-        const NAMES: [&str; 4] = ["factor", "low magnitude", "high magnitude", "linear steps per magnitude"];
-        let mut v = [0u16; 4];
-        for (i, &a) in args.iter().enumerate() {
-            // dt_cc.c compares the value as uint64_t, so negatives are too big too.
-            if (a as u64) > u64::from(u16::MAX) {
-                let tag =
-                    [Tag::D_LLQUANT_FACTORVAL, Tag::D_LLQUANT_LMAGVAL, Tag::D_LLQUANT_HMAGVAL, Tag::D_LLQUANT_STEPVAL]
-                        [i];
-                return Err(AggError(
-                    tag,
-                    format!("llquantize( ) argument #{} ({}) must be an unsigned 16-bit quantity", i + 1, NAMES[i]),
-                ));
-            }
-            v[i] = a as u16;
-        }
-        let func = AggFunc::Llquantize { factor: v[0], low: v[1], high: v[2], nsteps: v[3] };
-        func.validate()?;
-        Ok(func)
+        let s = Shape::check(args).map_err(|(tag, m)| AggError(tag, m))?;
+        Ok(AggFunc::Llquantize { factor: s.factor, low: s.lmag, high: s.hmag, nsteps: s.steps })
     }
 
     /// Checks lquantize()/llquantize() parameters in dt_cc.c's order; other functions
@@ -124,7 +109,7 @@ impl AggFunc {
                 if !i32r.contains(&limit) {
                     return err(Tag::D_LQUANT_LIMVAL, "lquantize( ) argument #2 must be a 32-bit quantity");
                 }
-                if limit < base {
+                if limit <= base {
                     return err(
                         Tag::D_LQUANT_MISMATCH,
                         "lquantize( ) base (argument #1) must be less than limit (argument #2)",
@@ -132,7 +117,7 @@ impl AggFunc {
                 }
                 if step <= 0 {
                     return err(
-                        Tag::D_LQUANT_STEPVAL,
+                        Tag::D_LQUANT_STEPTYPE,
                         "lquantize( ) argument #3 must be a non-zero positive integer constant",
                     );
                 }
@@ -152,83 +137,12 @@ impl AggFunc {
                 Ok(())
             }
             AggFunc::Llquantize { factor, low, high, nsteps } => {
-                if factor < 2 {
-                    return err(Tag::D_LLQUANT_FACTORVAL, "llquantize( ) factor (argument #1) must be two or more");
-                }
-                if low >= high {
-                    return err(
-                        Tag::D_LLQUANT_HMAGVAL,
-                        "llquantize( ) high magnitude (argument #3) must be greater than low magnitude (argument #2)",
-                    );
-                }
-                if nsteps < factor {
-                    return err(Tag::D_LLQUANT_STEPVAL, "llquantize( ) factor (argument #1) must be less than or equal to the number of linear steps per magnitude (argument #4)");
-                }
-                let (f, n) = (u64::from(factor), u64::from(nsteps));
-                let mut v = f;
-                while v < n {
-                    v *= f;
-                }
-                if n % f != 0 || v % n != 0 {
-                    return err(Tag::D_LLQUANT_STEPVAL, "llquantize( ) factor (argument #1) must evenly divide the number of steps per magnitude (argument #4), and the number of steps per magnitude must evenly divide a power of the factor");
-                }
-                let mut order: u64 = 1;
-                for _ in 0..=u32::from(high) + 1 {
-                    if order.wrapping_mul(f) > order {
-                        order = order.wrapping_mul(f);
-                        continue;
-                    }
-                    return Err(AggError(Tag::D_LLQUANT_HMAGVAL, format!(
-                        "llquantize( ) factor ({factor}) raised to power of high magnitude ({high}) plus 1 overflows 64-bits"
-                    )));
-                }
-                Ok(())
+                let args = [factor, low, high, nsteps].map(i64::from);
+                Shape::check(args).map(drop).map_err(|(tag, m)| AggError(tag, m))
             }
             _ => Ok(()),
         }
     }
-}
-
-/// The llquantize bucket for a value (dtrace_aggregate_llquantize_bucket): bucket 0
-/// holds values below factor^low, then `nsteps` linear steps per order of magnitude
-/// (fewer while an order is narrower than nsteps), the last holds >= factor^(high+1).
-pub fn llquantize_bucket(factor: u16, low: u16, high: u16, nsteps: u16, value: i64) -> usize {
-    let (factor, nsteps) = (i64::from(factor.max(2)), i64::from(nsteps.max(1)));
-    let mut value = value;
-    let mut this: i64 = 1;
-    let mut order = 0u32;
-    while order < u32::from(low) {
-        this = this.wrapping_mul(factor);
-        order += 1;
-    }
-    let mut last = this;
-    if value < last {
-        return 0;
-    }
-    let mut base: i64 = 1;
-    this = this.wrapping_mul(factor);
-    while order <= u32::from(high) {
-        let nbuckets = if this > nsteps { nsteps } else { this };
-        let next = this.wrapping_mul(factor);
-        if next < this {
-            // 64-bit overflow: clamp into this order, as the kernel does.
-            value = this - 1;
-        }
-        if value < this {
-            let width = (this / nbuckets.max(1)).max(1);
-            return (base + (value - last) / width) as usize;
-        }
-        base += nbuckets - nbuckets / factor;
-        last = this;
-        this = next;
-        order += 1;
-    }
-    base.max(0) as usize
-}
-
-/// Number of llquantize bins (the kernel sizes the record by the bucket of INT64_MAX).
-pub fn llquantize_nbins(factor: u16, low: u16, high: u16, nsteps: u16) -> usize {
-    llquantize_bucket(factor, low, high, nsteps, i64::MAX) + 1
 }
 
 /// The per-key state of one aggregating function. All arithmetic wraps, as the
@@ -308,7 +222,7 @@ impl AggState {
                 AggState::Lquantize { base, step, levels, bins: vec![0; levels as usize + 2] }
             }
             AggFunc::Llquantize { factor, low, high, nsteps } => {
-                let n = llquantize_nbins(factor, low, high, nsteps).min(1 << 20);
+                let n = Shape { factor, lmag: low, hmag: high, steps: nsteps }.nbins().min(1 << 20);
                 AggState::Llquantize { factor, low, high, nsteps, bins: vec![0; n] }
             }
         }
@@ -354,7 +268,7 @@ impl AggState {
                 }
             }
             AggState::Llquantize { factor, low, high, nsteps, bins } => {
-                let i = llquantize_bucket(*factor, *low, *high, *nsteps, value);
+                let i = Shape { factor: *factor, lmag: *low, hmag: *high, steps: *nsteps }.bin(value);
                 let last = bins.len().saturating_sub(1);
                 if let Some(b) = bins.get_mut(i.min(last)) {
                     *b = b.wrapping_add(incr);
@@ -438,14 +352,9 @@ impl AggState {
                 SortKey::Dist { total, zero: zero.unwrap_or(0) as i64 }
             }
             AggState::Llquantize { factor, low, high, nsteps, bins } => {
-                let mut total: i128 = 0;
-                for (i, v) in llquantize_labels(*factor, *low, *high, *nsteps).iter().enumerate() {
-                    let c = i128::from(bins.get(i).copied().unwrap_or(0));
-                    // The underflow bin weighs as factor^low - 1.
-                    let w = if i == 0 { v.value - 1 } else { v.value };
-                    total = total.saturating_add(c * i128::from(w));
-                }
-                SortKey::Dist { total, zero: bins.first().copied().unwrap_or(0) }
+                let shape = Shape { factor: *factor, lmag: *low, hmag: *high, steps: *nsteps };
+                let zero = bins.get(shape.bin0()).copied().unwrap_or(0);
+                SortKey::Dist { total: shape.sort_sum(bins), zero }
             }
             other => SortKey::Scalar(other.scalar().unwrap_or(0)),
         }
@@ -458,46 +367,6 @@ fn nonzero(v: i64) -> i64 {
     } else {
         v
     }
-}
-
-/// One llquantize row label: bin i's lower bound; `under`/`over` mark the first
-/// ("< value") and last (">= value") bins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LlLabel {
-    pub value: i64,
-    pub under: bool,
-    pub over: bool,
-}
-
-/// The labels of every llquantize bin, walking orders of magnitude as dt_consume.c's
-/// dt_print_llquantize does.
-pub fn llquantize_labels(factor: u16, low: u16, high: u16, nsteps: u16) -> Vec<LlLabel> {
-    let (f, n) = (i64::from(factor.max(2)), i64::from(nsteps.max(1)));
-    let mut value: i64 = 1;
-    let mut order = 0u32;
-    while order < u32::from(low) {
-        value = value.wrapping_mul(f);
-        order += 1;
-    }
-    let mut out = vec![LlLabel { value, under: true, over: false }];
-    let mut next = value.wrapping_mul(f);
-    let mut step = if next > n { next / n } else { 1 };
-    let nbins = llquantize_nbins(factor, low, high, nsteps);
-    while order <= u32::from(high) && out.len() < nbins {
-        out.push(LlLabel { value, under: false, over: false });
-        value = value.wrapping_add(step.max(1));
-        if value != next {
-            if value > next || value <= 0 {
-                break; // overflowed orders: stop rather than loop
-            }
-            continue;
-        }
-        next = value.wrapping_mul(f);
-        step = if next > n { next / n } else { 1 };
-        order += 1;
-    }
-    out.push(LlLabel { value, under: false, over: true });
-    out
 }
 
 /// An aggregation variable: its entries in insertion order, and its normalization.
@@ -655,47 +524,20 @@ mod tests {
     #[test]
     fn llquantize_checks() {
         assert!(AggFunc::llquantize([10, 0, 6, 20]).is_ok());
+        // Fewer steps than the factor is fine when they divide it (Oracle's rule).
+        assert!(AggFunc::llquantize([4, 0, 1, 2]).is_ok());
         assert_eq!(
             AggFunc::llquantize([1, 0, 6, 20]).unwrap_err().1,
-            "llquantize( ) factor (argument #1) must be two or more"
+            "llquantize( ) argument #1 must be an unsigned 16-bit quantity greater than or equal to 2"
         );
         assert_eq!(
-            AggFunc::llquantize([10, 6, 6, 20]).unwrap_err().1,
-            "llquantize( ) high magnitude (argument #3) must be greater than low magnitude (argument #2)"
+            AggFunc::llquantize([10, 6, 5, 20]).unwrap_err().1,
+            "llquantize( ) argument #3 (high magnitude) must be at least argument #2 (low magnitude)"
         );
-        assert_eq!(
-            AggFunc::llquantize([10, 0, 6, 5]).unwrap_err().1,
-            "llquantize( ) factor (argument #1) must be less than or equal to the number of linear steps per magnitude (argument #4)"
-        );
-        assert!(AggFunc::llquantize([10, 0, 6, 15]).unwrap_err().1.contains("evenly divide"));
         assert_eq!(
             AggFunc::llquantize([10, 0, 30, 10]).unwrap_err().1,
-            "llquantize( ) factor (10) raised to power of high magnitude (30) plus 1 overflows 64-bits"
+            "llquantize( ) argument #3 (high magnitude) will cause overflow of 64 bits"
         );
-        assert_eq!(
-            AggFunc::llquantize([-1, 0, 6, 10]).unwrap_err().1,
-            "llquantize( ) argument #1 (factor) must be an unsigned 16-bit quantity"
-        );
-    }
-
-    #[test]
-    fn llquantize_layout() {
-        // factor 10, magnitudes 0..2, 10 steps: 1..9, 10..90, 100..900, >= 1000.
-        assert_eq!(llquantize_nbins(10, 0, 2, 10), 29);
-        assert_eq!(llquantize_bucket(10, 0, 2, 10, 0), 0);
-        assert_eq!(llquantize_bucket(10, 0, 2, 10, 5), 5);
-        assert_eq!(llquantize_bucket(10, 0, 2, 10, 10), 10);
-        assert_eq!(llquantize_bucket(10, 0, 2, 10, 99), 18);
-        assert_eq!(llquantize_bucket(10, 0, 2, 10, 100), 19);
-        assert_eq!(llquantize_bucket(10, 0, 2, 10, 5000), 28);
-        let labels = llquantize_labels(10, 0, 2, 10);
-        assert_eq!(labels.len(), 29);
-        assert_eq!(labels[10].value, 10);
-        assert_eq!(labels[19].value, 100);
-        assert!(labels[28].over && labels[28].value == 1000);
-        // More steps than an order holds: factor 2, 4 steps from 2^1.
-        let n = llquantize_nbins(2, 1, 3, 4);
-        assert_eq!(llquantize_labels(2, 1, 3, 4).len(), n);
     }
 
     #[test]

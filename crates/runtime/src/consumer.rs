@@ -584,6 +584,8 @@ impl Consumer {
             Action::Tracemem { addr, size, dsize } => {
                 let v = self.eval(addr, ctx)?;
                 let mut data = match v {
+                    // An alloca pointer addresses the clause's scratch space.
+                    Value::Int(i) if addr.taint.alloca => self.scratch.read(i.bits, *size)?,
                     Value::Int(i) => ctx.read_memory(i.bits, *size as usize).ok_or(Fault::BadAddress(i.bits))?,
                     Value::Str(mut s) | Value::Bytes(mut s) => {
                         s.resize(*size as usize, 0);

@@ -7,6 +7,7 @@ pub mod context;
 pub mod dmem;
 pub mod eval;
 pub mod format;
+pub mod llquantize;
 pub mod output;
 pub mod scratch;
 mod subr;

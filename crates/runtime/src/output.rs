@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use udtrace_lang::ir::{Action, AggKind, CheckedProgram};
+use udtrace_lang::ir::{Action, AggKind, CheckedProgram, ExprKind};
 use udtrace_lang::types::{Type, TypeTable};
 use udtrace_lang::{CompileError, Span, Tag};
 
@@ -118,6 +118,24 @@ fn each_format(actions: &[Action], f: &mut dyn FnMut(&str, Span)) {
     }
 }
 
+/// A type as dt_printf_validate names it: stack() and ustack() are both "stack".
+fn format_type_name(prog: &CheckedProgram, t: &Type) -> String {
+    match t {
+        Type::Stack { .. } => "stack".into(),
+        t => prog.types.name(t),
+    }
+}
+
+/// An argument's type as dt_printf_validate names it. A void placeholder for a
+/// void or aggregation operand (see the checker's action operands) carries the
+/// name to report as its text.
+fn arg_type_name(prog: &CheckedProgram, e: &udtrace_lang::ir::Expr) -> String {
+    match (&e.ty, &e.kind) {
+        (Type::Void, ExprKind::Str(name)) => String::from_utf8_lossy(name).into_owned(),
+        (t, _) => format_type_name(prog, t),
+    }
+}
+
 fn class_of(ty: &Type, types: &TypeTable) -> TypeClass {
     let _ = types;
     match ty {
@@ -159,7 +177,7 @@ fn validate_actions(prog: &CheckedProgram, actions: &[Action], have_target: bool
                     _ => "freopen",
                 };
                 let f = crate::format::parse_format(format.as_bytes()).map_err(|e| err(*format_span, e))?;
-                let names: Vec<String> = args.iter().map(|e| prog.types.name(&e.ty)).collect();
+                let names: Vec<String> = args.iter().map(|e| arg_type_name(prog, e)).collect();
                 let types: Vec<ArgType> = args
                     .iter()
                     .zip(&names)
@@ -171,7 +189,7 @@ fn validate_actions(prog: &CheckedProgram, actions: &[Action], have_target: bool
             Action::Printa { format: Some((format, span)), aggs } => {
                 let f = crate::format::parse_format(format.as_bytes()).map_err(|e| err(*span, e))?;
                 let agg = &prog.aggs[aggs[0]];
-                let names: Vec<String> = agg.keys.iter().map(|t| prog.types.name(t)).collect();
+                let names: Vec<String> = agg.keys.iter().map(|t| format_type_name(prog, t)).collect();
                 let types: Vec<ArgType> = agg
                     .keys
                     .iter()

@@ -22,6 +22,10 @@ impl Checker<'_> {
                 format!("@{name} must be assigned the result of an aggregating function"),
             );
         };
+        let known = |n: &str| ACTIONS.contains(&n) || subrs::find(n).is_some() || n == "stack" || n == "ustack";
+        if AggKind::from_name(fname).is_none() && !known(fname) {
+            return err(Tag::D_FUNC_UNDEF, *name_span, format!("undefined function name: {fname}"));
+        }
         let Some(kind) = AggKind::from_name(fname) else {
             return err(
                 Tag::D_AGG_FUNC,
@@ -30,8 +34,22 @@ impl Checker<'_> {
             );
         };
         let mut keys = Vec::new();
-        for k in key_exprs {
-            let k = self.rvalue(k)?;
+        for (i, k) in key_exprs.iter().enumerate() {
+            // dt_idcook_assc: neither a void nor a dynamic value can be a key.
+            let k = match self.operand(k)? {
+                Operand::Value(v) if !v.ty.is_void() => v,
+                o => {
+                    return err(
+                        Tag::D_KEY_TYPE,
+                        k.span,
+                        format!(
+                            "{} expression may not be used as aggregation index: key #{}",
+                            self.operand_type(&o),
+                            i + 1
+                        ),
+                    )
+                }
+            };
             if !k.ty.is_scalar() && !k.ty.is_string() && !matches!(k.ty, Type::Stack { .. }) {
                 return err(
                     Tag::D_KEY_TYPE,
@@ -71,20 +89,21 @@ impl Checker<'_> {
             };
             if is_param {
                 let v = self.const_int(a).map_err(|_| {
-                    let (tag, msg) = if kind == AggKind::Lquantize {
+                    // dt_cg_agg_lquantize/llquantize: the step must be a positive
+                    // constant, the other parameters constants.
+                    let (tag, what) = if kind == AggKind::Lquantize {
                         let tag = [Tag::D_LQUANT_BASETYPE, Tag::D_LQUANT_LIMTYPE, Tag::D_LQUANT_STEPTYPE][i - 1];
-                        (tag, format!("lquantize( ) argument #{i} must be an integer constant"))
+                        (tag, if i == 3 { "a non-zero positive integer constant" } else { "an integer constant" })
                     } else {
-                        let what = ["factor", "low magnitude", "high magnitude", "linear steps per magnitude"][i - 1];
                         let tag = [
                             Tag::D_LLQUANT_FACTORTYPE,
                             Tag::D_LLQUANT_LMAGTYPE,
                             Tag::D_LLQUANT_HMAGTYPE,
                             Tag::D_LLQUANT_STEPTYPE,
                         ][i - 1];
-                        (tag, format!("llquantize( ) argument #{i} ({what}) must be an integer constant"))
+                        (tag, if i == 4 { "a non-zero positive integer constant" } else { "an integer constant" })
                     };
-                    CompileError::new(tag, a.span, msg)
+                    CompileError::new(tag, a.span, format!("{fname}( ) argument #{i} must be {what}"))
                 })?;
                 params.push(v);
             } else {
@@ -211,15 +230,8 @@ impl Checker<'_> {
                 None => err(undefined, e.span, format!("undefined aggregation: @{n}")),
             },
             _ => {
-                let v = self.rvalue(e)?;
-                err(
-                    tag,
-                    e.span,
-                    format!(
-                        "{fname}( ) argument #{argno} is incompatible with prototype:\n\tprototype: aggregation\n\t argument: {}",
-                        self.type_name(&v.ty)
-                    ),
-                )
+                let o = self.operand(e)?;
+                err(tag, e.span, proto_arg_message(fname, argno, "aggregation", &self.operand_type(&o)))
             }
         }
     }
@@ -260,28 +272,90 @@ impl Checker<'_> {
         Ok(())
     }
 
+    /// dt_idcook_sign's argument count check: "at least" the required arguments,
+    /// "at most" all of them when some are optional.
     fn arity(&self, name: &str, span: Span, args: &[ast::Expr], min: usize, max: usize) -> Result<()> {
-        if args.len() < min || args.len() > max {
-            return err(Tag::D_PROTO_LEN, span, proto_len(name, "( )", "arg", args.len(), min, max));
+        let n = args.len();
+        if n >= min && n <= max {
+            return Ok(());
         }
-        Ok(())
+        let plural = if n == 1 { " " } else { "s " };
+        let bound = match (n < min, min == max) {
+            (_, true) => format!("{min}"),
+            (true, false) => format!("at least {min}"),
+            (false, false) => format!("at most {max}"),
+        };
+        err(Tag::D_PROTO_LEN, span, format!("{name}( ) prototype mismatch: {n} arg{plural}passed, {bound} expected"))
     }
 
-    fn format_string(&mut self, name: &str, e: &ast::Expr) -> Result<Rc<str>> {
-        match &e.kind {
-            ast::ExprKind::Str(s) => Ok(Rc::from(s.as_str())),
-            _ => {
-                let v = self.rvalue(e)?;
-                err(
-                    Tag::D_PRINTF_ARG_FMT,
-                    e.span,
-                    format!(
-                        "{name}( ) argument #1 is incompatible with prototype:\n\tprototype: string constant\n\t argument: {}",
-                        self.type_name(&v.ty)
-                    ),
-                )
+    /// An argument of an action, cooked as DTrace cooks function arguments: another
+    /// action (or an aggregating function) there is a void value and an aggregation
+    /// a dynamic one, for the action to reject with its own message.
+    fn operand(&mut self, a: &ast::Expr) -> Result<Operand> {
+        Ok(match &a.kind {
+            // jstack() is a stack, like ustack().
+            ast::ExprKind::Call { name, .. }
+                if name != "jstack" && (ACTIONS.contains(&name.as_str()) || AggKind::from_name(name).is_some()) =>
+            {
+                Operand::Void
             }
+            ast::ExprKind::Agg(_) => Operand::Aggregation,
+            _ => Operand::Value(self.rvalue(a)?),
+        })
+    }
+
+    /// The type name DTrace gives an operand in its messages.
+    fn operand_type(&self, o: &Operand) -> String {
+        match o {
+            Operand::Value(v) => self.type_name(&v.ty),
+            Operand::Void => "void".into(),
+            Operand::Aggregation => "aggregation".into(),
         }
+    }
+
+    /// An operand that must be an integer (parameter `proto`, e.g. `int`).
+    fn int_operand(&mut self, fname: &str, argno: usize, a: &ast::Expr, proto: &str) -> Result<Expr> {
+        match self.operand(a)? {
+            Operand::Value(v) if v.ty.is_arithmetic() => Ok(v),
+            o => err(Tag::D_PROTO_ARG, a.span, proto_arg_message(fname, argno, proto, &self.operand_type(&o))),
+        }
+    }
+
+    /// printf()'s format: a string, and a string constant at that.
+    fn format_string(&mut self, name: &str, e: &ast::Expr) -> Result<Rc<str>> {
+        if let ast::ExprKind::Str(s) = &e.kind {
+            return Ok(Rc::from(s.as_str()));
+        }
+        let o = self.operand(e)?;
+        let is_string = matches!(&o, Operand::Value(v) if is_stringish(&v.ty));
+        // printf's prototype wants a string (system() and freopen() take anything);
+        // the code generator then wants a constant.
+        if name == "printf" && !is_string {
+            return err(Tag::D_PROTO_ARG, e.span, proto_arg_message(name, 1, "string", &self.operand_type(&o)));
+        }
+        err(
+            Tag::D_PRINTF_ARG_FMT,
+            e.span,
+            format!(
+                "{name}( ) argument #1 is incompatible with prototype:\n\tprototype: string constant\n\t argument: {}",
+                self.operand_type(&o)
+            ),
+        )
+    }
+
+    /// The arguments of printf(), system() and freopen(). A void or aggregation
+    /// operand stands in as a typed placeholder, which the format check rejects
+    /// with the conversion it meets, as dt_printf_validate does.
+    fn format_args(&mut self, args: &[ast::Expr]) -> Result<Vec<Expr>> {
+        let mut vals = Vec::with_capacity(args.len());
+        for a in args {
+            let v = match self.operand(a)? {
+                Operand::Value(v) => self.string_if_char_array(v),
+                o => operand_placeholder(&self.operand_type(&o), a.span),
+            };
+            vals.push(v);
+        }
+        Ok(vals)
     }
 
     pub(super) fn action(&mut self, name: &str, span: Span, args: &[ast::Expr], whole: Span) -> Result<Action> {
@@ -289,39 +363,35 @@ impl Checker<'_> {
         Ok(match name {
             "trace" => {
                 self.arity(name, span, args, 1, 1)?;
-                let v = self.rvalue(&args[0])?;
-                if v.ty.is_void() {
-                    return err(Tag::D_TRACE_VOID, args[0].span, "trace( ) may not be applied to a void expression");
+                match self.operand(&args[0])? {
+                    Operand::Value(v) if !v.ty.is_void() => Action::Trace(v),
+                    Operand::Aggregation => {
+                        return err(
+                            Tag::D_TRACE_DYN,
+                            args[0].span,
+                            "trace( ) may not be applied to a dynamic expression",
+                        )
+                    }
+                    _ => {
+                        return err(Tag::D_TRACE_VOID, args[0].span, "trace( ) may not be applied to a void expression")
+                    }
                 }
-                Action::Trace(v)
             }
             "print" => {
+                // print(void *): what the pointer points to, by its type.
                 self.arity(name, span, args, 1, 1)?;
-                Action::Trace(self.rvalue(&args[0])?)
-            }
-            "tracemem" => {
-                self.arity(name, span, args, 2, 3)?;
-                let addr = self.rvalue(&args[0])?;
-                let size = self.const_int(&args[1]).map_err(|_| {
-                    CompileError::new(
-                        Tag::D_TRACEMEM_SIZE,
-                        args[1].span,
-                        "tracemem( ) argument #2 must be a non-zero positive integral constant expression",
-                    )
-                })?;
-                if size <= 0 {
-                    return err(
-                        Tag::D_TRACEMEM_SIZE,
-                        args[1].span,
-                        "tracemem( ) argument #2 must be a non-zero positive integral constant expression",
-                    );
+                match self.operand(&args[0])? {
+                    Operand::Value(v) if v.ty.is_pointer() => Action::Trace(v),
+                    o => {
+                        return err(
+                            Tag::D_PROTO_ARG,
+                            args[0].span,
+                            proto_arg_message(name, 1, "void *", &self.operand_type(&o)),
+                        )
+                    }
                 }
-                let dsize = match args.get(2) {
-                    Some(a) => Some(self.rvalue(a)?),
-                    None => None,
-                };
-                Action::Tracemem { addr, size: size as u64, dsize }
             }
+            "tracemem" => self.tracemem(span, args)?,
             "printf" | "system" | "freopen" => {
                 self.arity(name, span, args, 1, usize::MAX)?;
                 let format = self.format_string(name, &args[0])?;
@@ -329,14 +399,7 @@ impl Checker<'_> {
                     // libdtrace keeps "." to mean "restore stdout" (what "" asks for).
                     return err(Tag::D_FREOPEN_INVALID, span, "freopen( ) argument #1 cannot be \".\"");
                 }
-                let mut vals = Vec::new();
-                for a in &args[1..] {
-                    let v = self.rvalue(a)?;
-                    if v.ty.is_void() {
-                        return err(Tag::D_PRINTF_ARG_TYPE, a.span, format!("{name}( ) argument is of type void"));
-                    }
-                    vals.push(self.string_if_char_array(v));
-                }
+                let vals = self.format_args(&args[1..])?;
                 let format_span = args[0].span;
                 match name {
                     "printf" => Action::Printf { format, format_span, args: vals },
@@ -376,9 +439,7 @@ impl Checker<'_> {
             }
             "exit" => {
                 self.arity(name, span, args, 1, 1)?;
-                let v = self.rvalue(&args[0])?;
-                self.require_int(name, 1, &v, "int")?;
-                Action::Exit(v)
+                Action::Exit(self.int_operand(name, 1, &args[0], "int")?)
             }
             "clear" | "denormalize" => {
                 self.arity(name, span, args, 1, 1)?;
@@ -393,11 +454,7 @@ impl Checker<'_> {
                 self.arity(name, span, args, 1, 2)?;
                 let agg = self.agg_ref(&args[0], name, 1)?;
                 let keep = match args.get(1) {
-                    Some(a) => {
-                        let v = self.rvalue(a)?;
-                        self.require_int(name, 2, &v, "uint64_t")?;
-                        Some(v)
-                    }
+                    Some(a) => Some(self.int_operand(name, 2, a, "int64_t")?),
                     None => None,
                 };
                 Action::Trunc { agg, keep }
@@ -405,31 +462,13 @@ impl Checker<'_> {
             "normalize" => {
                 self.arity(name, span, args, 2, 2)?;
                 let agg = self.agg_ref(&args[0], name, 1)?;
-                let factor = self.rvalue(&args[1])?;
-                self.require_int(name, 2, &factor, "uint64_t")?;
+                let factor = self.int_operand(name, 2, &args[1], "uint64_t")?;
                 Action::Normalize { agg, factor }
             }
-            "setopt" => {
-                self.arity(name, span, args, 1, 2)?;
-                let mut strs = Vec::new();
-                for (i, a) in args.iter().enumerate() {
-                    match &a.kind {
-                        ast::ExprKind::Str(s) => strs.push(s.clone()),
-                        _ => {
-                            return err(
-                                Tag::D_PROTO_ARG,
-                                a.span,
-                                format!("setopt( ) argument #{} is incompatible with prototype:\n\tprototype: string constant\n\t argument: expression", i + 1),
-                            )
-                        }
-                    }
-                }
-                Action::Setopt { name: strs[0].clone(), value: strs.get(1).cloned() }
-            }
+            "setopt" => self.setopt(span, args)?,
             "speculate" | "commit" | "discard" | "raise" => {
                 self.arity(name, span, args, 1, 1)?;
-                let v = self.rvalue(&args[0])?;
-                self.require_int(name, 1, &v, "int")?;
+                let v = self.int_operand(name, 1, &args[0], "int")?;
                 match name {
                     "speculate" => Action::Speculate(v),
                     "commit" => Action::Commit(v),
@@ -449,24 +488,105 @@ impl Checker<'_> {
             "chill" | "panic" | "breakpoint" | "pcap" => self.kernel_action(name, span, args, whole)?,
             _ => {
                 for a in args {
-                    self.rvalue(a)?;
+                    self.operand(a)?;
                 }
                 Action::Nop
             }
         })
     }
 
-    fn require_int(&self, fname: &str, argno: usize, v: &Expr, proto: &str) -> Result<()> {
-        if v.ty.is_arithmetic() {
-            return Ok(());
-        }
-        err(
-            Tag::D_PROTO_ARG,
-            v.span,
-            format!(
-                "{fname}( ) argument #{argno} is incompatible with prototype:\n\tprototype: {proto}\n\t argument: {}",
-                self.type_name(&v.ty)
-            ),
-        )
+    /// tracemem(addr, size, [dsize]): an address (pointer or integer), a positive
+    /// constant size, and optionally the size to print, at most that.
+    fn tracemem(&mut self, span: Span, args: &[ast::Expr]) -> Result<Action> {
+        let name = "tracemem";
+        self.arity(name, span, args, 2, 3)?;
+        let addr = match self.operand(&args[0])? {
+            Operand::Value(v) if v.ty.is_integer() || v.ty.is_pointer() || matches!(v.ty, Type::Array(..)) => v,
+            o => {
+                return err(
+                    Tag::D_TRACEMEM_ADDR,
+                    args[0].span,
+                    proto_arg_message(name, 1, "pointer or integer", &self.operand_type(&o)),
+                )
+            }
+        };
+        let size = self.int_operand(name, 2, &args[1], "size_t")?;
+        let size = match size.kind {
+            ExprKind::Int(n) if (n as i64) > 0 => n,
+            _ => {
+                return err(
+                    Tag::D_TRACEMEM_SIZE,
+                    args[1].span,
+                    "tracemem( ) argument #2 must be a non-zero positive integral constant expression",
+                )
+            }
+        };
+        let dsize = match args.get(2) {
+            Some(a) => Some(self.int_operand(name, 3, a, "size_t")?),
+            None => None,
+        };
+        Ok(Action::Tracemem { addr, size, dsize })
     }
+
+    /// setopt(name, [value]): strings (udtrace takes them as constants).
+    fn setopt(&mut self, span: Span, args: &[ast::Expr]) -> Result<Action> {
+        self.arity("setopt", span, args, 1, 2)?;
+        let mut strs = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            if let ast::ExprKind::Str(s) = &a.kind {
+                strs.push(s.clone());
+                continue;
+            }
+            let o = self.operand(a)?;
+            if !matches!(&o, Operand::Value(v) if is_stringish(&v.ty)) {
+                return err(
+                    Tag::D_PROTO_ARG,
+                    a.span,
+                    proto_arg_message("setopt", i + 1, "char *", &self.operand_type(&o)),
+                );
+            }
+            return err(
+                Tag::D_PROTO_ARG,
+                a.span,
+                format!(
+                    "setopt( ) argument #{} is incompatible with prototype:\n\tprototype: string constant\n\t argument: expression",
+                    i + 1
+                ),
+            );
+        }
+        Ok(Action::Setopt { name: strs[0].clone(), value: strs.get(1).cloned() })
+    }
+}
+
+/// `@a[i][j]`: DTrace's aggregations have one key tuple (D_AGG_MDIM); the name of
+/// the aggregation so indexed.
+pub(super) fn multi_dim_agg(e: &ast::Expr) -> Option<&str> {
+    let ast::ExprKind::Index { base, .. } = &e.kind else { return None };
+    match &base.kind {
+        ast::ExprKind::Index { base: inner, .. } => match &inner.kind {
+            ast::ExprKind::Agg(n) => Some(n),
+            _ => multi_dim_agg(base),
+        },
+        _ => None,
+    }
+}
+
+/// An action's argument as DTrace cooks it.
+enum Operand {
+    Value(Expr),
+    /// An action or aggregating function called as an argument.
+    Void,
+    /// `@name` as an argument.
+    Aggregation,
+}
+
+/// DTrace's D_PROTO_ARG message for argument `argno`.
+fn proto_arg_message(fname: &str, argno: usize, proto: &str, arg: &str) -> String {
+    format!("{fname}( ) argument #{argno} is incompatible with prototype:\n\tprototype: {proto}\n\t argument: {arg}")
+}
+
+/// A void or aggregation operand among printf()'s arguments: a value of type void
+/// whose text is the type name to report. It never runs: no conversion accepts it.
+fn operand_placeholder(type_name: &str, span: Span) -> Expr {
+    mk(ExprKind::Str(Rc::from(type_name.as_bytes())), Type::Void, span)
 }

@@ -7,7 +7,8 @@
 //! kept on each side of the data; with both signs, half-width bars around a centre
 //! line. Checked against the Solaris Dynamic Tracing Guide's quantize example.
 
-use crate::agg::{llquantize_labels, quantize_bucket_value, AggState, QUANTIZE_NBUCKETS, QUANTIZE_ZEROBUCKET};
+use crate::agg::{quantize_bucket_value, AggState, QUANTIZE_NBUCKETS, QUANTIZE_ZEROBUCKET};
+use crate::llquantize::Shape;
 
 const ATS: &[u8; 40] = b"@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@";
 const BAR: usize = 40;
@@ -113,10 +114,8 @@ pub fn print_quantize(out: &mut Vec<u8>, bins: &[i64], normal: u64) {
         return;
     }
     // No data (cleared, or negative weights cancelled out): show -1, 0 and 1.
-    // dt_print_quantize's scan stops before the top bucket, so data there alone
-    // also counts as "no data"; we keep that.
     let empty = (QUANTIZE_ZEROBUCKET - 1, QUANTIZE_ZEROBUCKET + 1);
-    let (first, last) = if bins[..QUANTIZE_NBUCKETS - 1].iter().all(|&c| c == 0) { empty } else { range(bins, empty) };
+    let (first, last) = range(bins, empty);
     let s = scale(&bins[first..=last]);
     header(out);
     for (i, &c) in bins.iter().enumerate().take(last + 1).skip(first) {
@@ -147,24 +146,42 @@ pub fn print_lquantize(out: &mut Vec<u8>, base: i32, step: u16, levels: u16, bin
     }
 }
 
+/// dt_print_llquantize: the bins with data and one either side (the two around the
+/// underflow bin when none has data); bins no value can reach have no row.
 pub fn print_llquantize(out: &mut Vec<u8>, params: (u16, u16, u16, u16), bins: &[i64], normal: u64) {
-    let (factor, low, high, nsteps) = params;
-    let labels = llquantize_labels(factor, low, high, nsteps);
-    if bins.len() != labels.len() || bins.is_empty() {
+    let (factor, lmag, hmag, steps) = params;
+    let shape = Shape { factor, lmag, hmag, steps };
+    let n = shape.nbins();
+    if bins.len() != n {
         return;
     }
-    let (first, last) = range(bins, (0, 1.min(bins.len() - 1)));
+    let bin0 = shape.bin0();
+    let (first, last) = match bins.iter().position(|&c| c != 0) {
+        None => (bin0 + 1, bin0 + 1),
+        Some(f) => (f, bins.iter().rposition(|&c| c != 0).unwrap_or(f)),
+    };
     let s = scale(&bins[first..=last]);
     header(out);
+    let first = first.saturating_sub(1);
+    let last = (last + 1).min(n - 1);
+    let labels = shape.labels(first < bin0);
+    let pad = shape.ghost_pad();
+    // A first or last row on a bin no value reaches borrows the label of the
+    // nearest labelled bin beyond it (within the ghost bins).
+    let ghost = |i: usize, toward_edge: &dyn Fn(usize, usize) -> Option<usize>| -> Option<String> {
+        labels[i]
+            .clone()
+            .or_else(|| (1..pad).find_map(|k| toward_edge(i, k).and_then(|j| labels.get(j).cloned().flatten())))
+    };
     for (i, &c) in bins.iter().enumerate().take(last + 1).skip(first) {
-        let l = labels[i];
-        let label = if l.under {
-            format!("< {}", l.value)
-        } else if l.over {
-            format!(">= {}", l.value)
+        let label = if i == first && pad > 0 {
+            ghost(i, &|i, k| i.checked_sub(k))
+        } else if i == last && pad > 0 {
+            ghost(i, &|i, k| Some(i + k))
         } else {
-            l.value.to_string()
+            labels[i].clone()
         };
+        let Some(label) = label else { continue };
         out.extend_from_slice(format!("{label:>16} ").as_bytes());
         quantline(out, c, normal, &s);
     }
@@ -297,9 +314,12 @@ mod tests {
         let f = AggFunc::llquantize([10, 0, 2, 10]).unwrap();
         let t = table(f, &[(0, 1), (5, 1), (250, 2), (5000, 1)], 1);
         let rows: Vec<&str> = t.lines().collect();
-        assert_eq!(rows[2], "             < 1 |@@@@@@@@                                 1        ");
-        assert_eq!(rows[3], "               1 |                                         0        ");
-        assert_eq!(rows[7], "               5 |@@@@@@@@                                 1        ");
+        // Oracle's layout: the underflow bin ("0" when factor^lmag is 1) sits in
+        // the middle, after the negative bins (one shown, empty).
+        assert_eq!(rows[2], "              -1 |                                         0        ");
+        assert_eq!(rows[3], "               0 |@@@@@@@@                                 1        ");
+        assert_eq!(rows[4], "               1 |                                         0        ");
+        assert_eq!(rows[8], "               5 |@@@@@@@@                                 1        ");
         let at200 = rows.iter().position(|r| r.starts_with("             200 ")).unwrap();
         assert_eq!(rows[at200], format!("{:>16} |{}{:24} 2        ", 200, "@".repeat(16), ""));
         assert_eq!(rows.last().unwrap(), &"         >= 1000 |@@@@@@@@                                 1        ");
