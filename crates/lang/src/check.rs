@@ -590,12 +590,10 @@ impl<'m> Checker<'m> {
         Ok(match &c.body {
             None => (Vec::new(), true, false),
             Some(stmts) => {
-                // The ordering rules come first: udtrace refuses some calls that
-                // DTrace's code generator would meet only after checking them.
+                let actions = self.stmts(stmts).map_err(|e| e.in_region(Region::ActionList))?;
                 let destructive = crate::clsflags::check(stmts, &|name| {
                     ACTIONS.contains(&name) || name == "stack" || name == "ustack"
                 })?;
-                let actions = self.stmts(stmts).map_err(|e| e.in_region(Region::ActionList))?;
                 let records = stmts.is_empty() || actions.iter().any(records_data);
                 (actions, records, destructive)
             }

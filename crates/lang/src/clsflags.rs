@@ -38,7 +38,7 @@ struct Flags {
 
 const DESTRUCTIVE_ACTIONS: &[&str] = &["stop", "raise", "system", "freopen", "breakpoint", "panic", "chill"];
 const DESTRUCTIVE_SUBRS: &[&str] = &["copyout", "copyoutstr"];
-/// Destructive actions on the kernel, which a user-space tracer cannot take.
+/// Destructive actions on the kernel.
 const KERNEL_ACTIONS: &[&str] = &["breakpoint", "panic", "chill"];
 
 /// Checks a clause's statements against DTrace's speculation and commit rules.
@@ -65,7 +65,7 @@ fn walk(stmts: &[Stmt], is_action: &dyn Fn(&str) -> bool, flags: &mut Flags) -> 
                 Kind::None => destructive_calls(e, flags)?,
                 k => {
                     apply(flags, k, e)?;
-                    kernel_only(e)?;
+                    refuse_unavailable(e)?;
                 }
             },
         }
@@ -96,12 +96,37 @@ fn is_aggregation(e: &Expr) -> bool {
     }
 }
 
-/// copyout() and copyoutstr() in an expression statement count as destructive actions.
+/// copyout() and copyoutstr() in an expression statement count as destructive
+/// actions; then, like DTrace's code generator meeting what it cannot generate,
+/// udtrace refuses them.
 fn destructive_calls(e: &Expr, flags: &mut Flags) -> Result<()> {
-    if calls_any(e, DESTRUCTIVE_SUBRS) {
+    if let Some(name) = DESTRUCTIVE_SUBRS.iter().find(|n| calls_any(e, &[**n])) {
         apply(flags, Kind::Destructive, e)?;
+        return Err(CompileError::new(
+            Tag::D_FUNC_UNDEF,
+            e.span,
+            format!(
+                "{name}( ) cannot write to the traced process: udtrace evaluates clauses after the probe has returned"
+            ),
+        )
+        .unlabelled());
     }
     Ok(())
+}
+
+/// Actions on the kernel (breakpoint(), panic(), chill()) pass the checks of their
+/// arguments and the ordering rules, then are refused: a user-space tracer cannot
+/// take them.
+fn refuse_unavailable(e: &Expr) -> Result<()> {
+    match &e.kind {
+        ExprKind::Call { name, .. } if KERNEL_ACTIONS.contains(&name.as_str()) => Err(CompileError::new(
+            Tag::D_UNKNOWN,
+            e.span,
+            format!("{name}( ) is not available: udtrace traces user space only"),
+        )
+        .unlabelled()),
+        _ => Ok(()),
+    }
 }
 
 /// Whether the expression calls one of `names` anywhere inside.
@@ -120,20 +145,6 @@ fn calls_any(e: &Expr, names: &[&str]) -> bool {
         ExprKind::Member { base, .. } | ExprKind::Arrow { base, .. } => calls_any(base, names),
         ExprKind::SizeofExpr(x) | ExprKind::Stringof(x) => calls_any(x, names),
         _ => false,
-    }
-}
-
-/// breakpoint(), panic() and chill() act on the kernel: errors once the ordering
-/// rules have passed, as DTrace's code generator reports what it cannot generate.
-fn kernel_only(e: &Expr) -> Result<()> {
-    match &e.kind {
-        ExprKind::Call { name, .. } if KERNEL_ACTIONS.contains(&name.as_str()) => Err(CompileError::new(
-            Tag::D_UNKNOWN,
-            e.span,
-            format!("{name}( ) is not available: udtrace traces user space only"),
-        )
-        .unlabelled()),
-        _ => Ok(()),
     }
 }
 

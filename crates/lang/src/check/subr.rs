@@ -129,21 +129,12 @@ impl Checker<'_> {
             Subr::Bcopy => self.alloca_destination(name, 2, &vals[1]),
             Subr::Copyinto => self.alloca_destination(name, 3, &vals[2]),
             Subr::InetNtoa6 => match vals.get(1) {
-                Some(strict) if !matches!(strict.kind, ExprKind::Int(_)) => err(
-                    Tag::D_PROTO_ARG,
-                    strict.span,
-                    "inet_ntoa6( ) argument #2 must be an integer constant",
-                ),
+                Some(strict) if !matches!(strict.kind, ExprKind::Int(_)) => {
+                    err(Tag::D_PROTO_ARG, strict.span, "inet_ntoa6( ) argument #2 must be an integer constant")
+                }
                 _ => Ok(()),
             },
             Subr::Kernel => err(Tag::D_FUNC_UNDEF, span, subrs::kernel_only_message(name)),
-            Subr::Copyout | Subr::Copyoutstr => err(
-                Tag::D_FUNC_UNDEF,
-                span,
-                format!(
-                    "{name}( ) cannot write to the traced process: udtrace evaluates clauses after the probe has returned"
-                ),
-            ),
             _ => Ok(()),
         }
     }
