@@ -451,6 +451,7 @@ pub fn visit_actions(actions: &[Action], f: &mut dyn FnMut(&Expr)) {
             | Action::Denormalize(_)
             | Action::Setopt { .. }
             | Action::Stack { .. }
+            | Action::Ftruncate
             | Action::Stop
             | Action::Nop => {}
         }
