@@ -453,6 +453,7 @@ pub fn visit_actions(actions: &[Action], f: &mut dyn FnMut(&Expr)) {
             | Action::Stack { .. }
             | Action::Ftruncate
             | Action::Stop
+            | Action::Ftruncate
             | Action::Nop => {}
         }
     }
