@@ -453,7 +453,6 @@ pub fn visit_actions(actions: &[Action], f: &mut dyn FnMut(&Expr)) {
             | Action::Stack { .. }
             | Action::Ftruncate
             | Action::Stop
-            | Action::Ftruncate
             | Action::Nop => {}
         }
     }
