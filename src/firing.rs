@@ -180,58 +180,14 @@ impl Procs {
     }
 }
 
-/// DTrace's `uregs[]` numbering on amd64 onto pt_regs: 0..=18 name i386 registers and
-/// stand for their 64-bit ones (R_EIP is rip); from 19 on, the amd64 registers in the
-/// kernel's `REG_*` order (R_R15 = 19 … R_RSP = 39, R_SS = 40).
+/// DTrace's `uregs[]` index onto the recorded registers.
 fn ureg(n: u64) -> Option<PtReg> {
     use PtReg::*;
-    const I386: [Option<PtReg>; 19] = [
-        None,
-        None,
-        None,
-        None,
-        Some(Di),
-        Some(Si),
-        Some(Bp),
-        Some(Sp),
-        Some(Bx),
-        Some(Dx),
-        Some(Cx),
-        Some(Ax),
-        None,
-        None,
-        Some(Ip),
-        Some(Cs),
-        Some(Flags),
-        Some(Sp),
-        Some(Ss),
-    ];
-    if let Some(&r) = I386.get(n as usize) {
-        return r;
-    }
-    Some(match n - 19 {
-        0 => R15,
-        1 => R14,
-        2 => R13,
-        3 => R12,
-        4 => R11,
-        5 => R10,
-        6 => R9,
-        7 => R8,
-        8 => Di,
-        9 => Si,
-        10 => Bp,
-        11 => Bx,
-        12 => Dx,
-        13 => Cx,
-        14 => Ax,
-        17 => Ip,
-        18 => Cs,
-        19 => Flags,
-        20 => Sp,
-        21 => Ss,
-        _ => return None,
-    })
+    // Oracle's numbering (regs.d): struct pt_regs in order. 21..=25 are members of
+    // the task's thread_struct (ds, es, fsbase, gsbase, trap_nr), not recorded here.
+    const PT_REGS: [PtReg; 21] =
+        [R15, R14, R13, R12, Bp, Bx, R11, R10, R9, R8, Ax, Cx, Dx, Si, Di, OrigAx, Ip, Cs, Flags, Sp, Ss];
+    PT_REGS.get(usize::try_from(n).ok()?).copied()
 }
 
 pub struct FiringCtx<'a> {

@@ -236,3 +236,81 @@ fn dash_s_lists_each_clauses_variables_with_their_storage() {
     let tls = table.iter().find(|l| l.contains(" tls ")).expect("self->t");
     assert!(tls.ends_with("0      scl tls [4-4]       r    D type (array) by ref (size 8)"), "{tls}");
 }
+
+/// Compiles a script file that must fail; returns the first line of the error
+/// (`line N:` counts from the script's first line).
+fn script_error(text: &str) -> String {
+    let r = run_script(&["-xerrtags"], text);
+    assert_eq!(r.code, 1, "status; stdout: {}", r.stdout);
+    let line = r.first_error_line();
+    line[line.find('[').expect("a tag")..].to_string()
+}
+
+#[test]
+fn errors_name_the_line_dtraces_lexer_is_on() {
+    // A newline in a literal is seen after the lexer has counted it; a predicate's
+    // closing / is judged at the next non-blank character; D_PRED_SCALAR comes
+    // from the clause, at its end.
+    assert_eq!(
+        script_error("BEGIN\n{\n\tx = 'a\n';\n}\n"),
+        "[D_CHR_NL] line 4: newline encountered in character constant"
+    );
+    assert_eq!(
+        script_error("BEGIN\n{\n\tx = \"a\n\";\n}\n"),
+        "[D_STR_NL] line 4: newline encountered in string literal"
+    );
+    assert_eq!(script_error("BEGIN\n/args[0/\n{\n}\n"), "[D_SYNTAX] line 3: closing ] expected in predicate before /");
+    assert_eq!(
+        script_error("int a[4];\nBEGIN\n/a/\n{\n\texit(0);\n}\n"),
+        "[D_PRED_SCALAR] line 6: predicate result must be of scalar type"
+    );
+}
+
+#[test]
+fn declarations_are_checked_as_dtrace_checks_them() {
+    let cases = [
+        ("int a[];\n", "[D_DECL_ARRNULL] line 1: array declaration requires array dimension or tuple signature: a"),
+        ("int a[-7];\n", "[D_DECL_ARRSUB] line 1: positive integral constant expression or tuple signature expected as array declaration subscript"),
+        ("int a[88294967295];\n", "[D_DECL_ARRBIG] line 1: array dimension too big"),
+        ("int x[void, char];\n", "[D_DECL_PROTO_TYPE] line 1: array prototype may not use parameter of type void: (anonymous), parameter #1"),
+        ("self this int x;\n", "[D_DECL_CLASS] line 1: only one storage class allowed in a declaration"),
+        ("inline int foo = 1;\ninline int foo = 8;\n", "[D_DECL_IDRED] line 2: identifier redefined: foo"),
+        ("inline int rand = 7;\n", "[D_DECL_IDRED] line 1: identifier redefined: rand"),
+    ];
+    for (decl, want) in cases {
+        assert_eq!(script_error(&format!("{decl}BEGIN {{ exit(0); }}\n")), want, "{decl}");
+    }
+    let r = run_script(&["-xerrtags"], "inline int rand = 7;\nBEGIN { exit(0); }\n");
+    assert!(r.stderr.contains("\n\t current: inline definition\n\tprevious: function \n"), "{}", r.stderr);
+}
+
+#[test]
+fn uregs_take_constant_register_numbers() {
+    // Oracle's x86_64 numbering: struct pt_regs in order.
+    assert_eq!(
+        ok("BEGIN { printf(\"%d %d %d %d %d\\n\", R_R15, R_PC, R_SP, R_EAX, R_TRAPNO); exit(0); }"),
+        "0 16 19 10 25\n"
+    );
+    let e = compile_error("BEGIN { trace(uregs[42]); }");
+    assert!(e.ends_with("[D_UNKNOWN] in action list: uregs[]: index out of bounds (42)"), "{e}");
+    let r = udtrace(&["-xerrtags", "-n", "BEGIN { i = R_SP; trace(uregs[i]); }"]);
+    assert!(r.stderr.contains("[D_PROTO_ARG] in action list: uregs[ ] argument #1 is incompatible with prototype:\n\tprototype: integer constant\n\t argument: int\n"), "{}", r.stderr);
+}
+
+#[test]
+fn string_searches_that_fail_give_null() {
+    assert_eq!(
+        ok(
+            r#"BEGIN { printf("%d %d %d\n", strchr("abc", 'z') == NULL, strstr("abc", "z") == NULL, strrchr("abc", 'b') == NULL); exit(0); }"#
+        ),
+        "1 1 0\n"
+    );
+}
+
+#[test]
+fn a_clause_reads_each_clock_once() {
+    assert_eq!(
+        ok("BEGIN { this->a = timestamp; this->b = timestamp; printf(\"%d\\n\", this->b - this->a); exit(0); }"),
+        "0\n"
+    );
+}

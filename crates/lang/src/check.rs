@@ -323,8 +323,15 @@ impl<'m> Checker<'m> {
                 ast::Item::VarDecl(d) => self.var_decl(d)?,
                 ast::Item::TypeDecl(d) => self.type_decl(d)?,
                 ast::Item::Inline(i) => {
-                    if self.inlines.contains_key(&i.name) || self.globals.contains_key(&i.name) {
-                        return err(Tag::D_DECL_IDRED, i.span, format!("identifier redeclared: {}", i.name));
+                    if let Some(previous) = self.global_identifier_kind(&i.name) {
+                        return err(
+                            Tag::D_DECL_IDRED,
+                            i.span,
+                            format!(
+                                "identifier redefined: {}\n\t current: inline definition\n\tprevious: {previous}",
+                                i.name
+                            ),
+                        );
                     }
                     let ty = self.resolve_type(&i.ty)?;
                     // Check the value now so errors point at the definition.
@@ -406,6 +413,16 @@ impl<'m> Checker<'m> {
         } else {
             Some(d.keys.iter().map(|k| self.resolve_type(k)).collect::<Result<Vec<_>>>()?)
         };
+        // dt_decl_prototype: no void among an associative array's key types.
+        for (i, (k, tn)) in keys.iter().flatten().zip(&d.keys).enumerate() {
+            if k.is_void() {
+                return err(
+                    Tag::D_DECL_PROTO_TYPE,
+                    tn.span,
+                    format!("array prototype may not use parameter of type void: (anonymous), parameter #{}", i + 1),
+                );
+            }
+        }
         if self.is_builtin_ident(&d.name) {
             return err(Tag::D_DECL_IDRED, d.span, format!("built-in identifier redeclared: {}", d.name));
         }
@@ -561,9 +578,9 @@ impl<'m> Checker<'m> {
         let (predicate, (actions, records_data, destructive)) = match &c.predicate {
             None => (None, self.clause_actions(c)?),
             Some(p) => match self.clause_actions(c) {
-                Ok(a) => (Some(self.clause_predicate(p)?), a),
+                Ok(a) => (Some(self.clause_predicate(p, c.span)?), a),
                 Err(e) if matches!(e.tag, Tag::D_IDENT_UNDEF | Tag::D_VAR_UNDEF) => {
-                    let pred = self.clause_predicate(p)?;
+                    let pred = self.clause_predicate(p, c.span)?;
                     (Some(pred), self.clause_actions(c)?)
                 }
                 Err(e) => return Err(e),
@@ -572,15 +589,21 @@ impl<'m> Checker<'m> {
         Ok(Clause { source: self.source, probes, predicate, actions, records_data, destructive, span: c.span })
     }
 
-    fn clause_predicate(&mut self, p: &ast::Expr) -> Result<Expr> {
+    /// The predicate. dt_cook_clause raises D_PRED_SCALAR itself, at the line of the
+    /// clause node, which the parser makes at the clause's end.
+    fn clause_predicate(&mut self, p: &ast::Expr, clause: Span) -> Result<Expr> {
+        let (start, end) = (clause.start as usize, clause.end as usize);
+        let at_end = Span::new(end.saturating_sub(1).max(start), end);
+        let not_scalar = || {
+            err(Tag::D_PRED_SCALAR, at_end, "predicate result must be of scalar type")
+                .map_err(|e: CompileError| e.in_region(Region::Predicate))
+        };
         if is_agg_target(p) {
-            return err(Tag::D_PRED_SCALAR, p.span, "predicate result must be of scalar type")
-                .map_err(|e: CompileError| e.in_region(Region::Predicate));
+            return not_scalar();
         }
         let e = self.rvalue(p).map_err(|e| e.in_region(Region::Predicate))?;
         if !e.ty.is_scalar() {
-            return err(Tag::D_PRED_SCALAR, p.span, "predicate result must be of scalar type")
-                .map_err(|e: CompileError| e.in_region(Region::Predicate));
+            return not_scalar();
         }
         Ok(e)
     }
@@ -1653,6 +1676,7 @@ impl<'m> Checker<'m> {
                     let ty = self.arg_type(&i, span)?;
                     (ExprKind::Args(Box::new(i)), ty)
                 } else {
+                    self.uregs_index(&i, span)?;
                     (ExprKind::Uregs(Box::new(i)), Type::named_int(8, false, "uint64_t"))
                 };
                 return Ok(mk(kind, ty, span));

@@ -173,6 +173,8 @@ fn boxed(e: Expr) -> Box<Expr> {
 struct Specs {
     scope: Option<VarScope>,
     is_typedef: bool,
+    /// A storage class was given (`self`, `this`, `typedef`, `static`, …).
+    class_seen: bool,
     sign: Option<Signedness>,
     shorts: u32,
     longs: u32,
@@ -191,6 +193,14 @@ impl Specs {
         let no_type = self.core.is_none() && self.sign.is_none() && self.shorts + self.longs == 0;
         (no_type && self.scope.is_some()).then_some(BaseType::Int(Signedness::Default))
     }
+}
+
+fn bad_dimension(span: Span) -> CompileError {
+    CompileError::new(
+        Tag::D_DECL_ARRSUB,
+        span,
+        "positive integral constant expression or tuple signature expected as array declaration subscript",
+    )
 }
 
 /// One declarator: `*p`, `a[16]`, `a[string, int]`.
@@ -324,7 +334,18 @@ impl<'a> Parser<'a> {
                 format!("syntax error near \"{text}\"")
             }
         };
-        CompileError::new(Tag::D_SYNTAX, t.span, msg)
+        let span = match t.kind {
+            // dt_lex.l reads ahead to the next non-blank character to tell the end of
+            // a predicate from a division: its line count is there.
+            TokKind::EPred => {
+                let end = t.span.end as usize;
+                let rest = self.src.get(end..).unwrap_or("");
+                let at = end + (rest.len() - rest.trim_start().len());
+                Span::new(at, at)
+            }
+            _ => t.span,
+        };
+        CompileError::new(Tag::D_SYNTAX, span, msg)
     }
 
     /// Enters one level of nesting; fails past [`MAX_DEPTH`].
@@ -873,13 +894,22 @@ impl<'a> Parser<'a> {
         Ok(dims)
     }
 
+    /// An array dimension: dt_decl_array wants a positive integer constant that fits
+    /// in 32 bits.
     fn dimension(&mut self) -> Result<u64> {
         let t = self.peek()?;
         match t.kind {
             TokKind::Int { value, .. } => {
                 self.bump()?;
+                if value == 0 {
+                    return Err(bad_dimension(t.span));
+                }
+                if value > u64::from(u32::MAX) {
+                    return Err(CompileError::new(Tag::D_DECL_ARRBIG, t.span, "array dimension too big"));
+                }
                 Ok(value)
             }
+            TokKind::Punct("-") => Err(bad_dimension(t.span)),
             _ => Err(self.unexpected(&t)),
         }
     }
@@ -896,10 +926,23 @@ impl<'a> Parser<'a> {
             let w = w.as_str();
             let seen_type = s.core.is_some() || s.sign.is_some() || s.shorts + s.longs > 0;
             match w {
-                "self" if storage => s.scope = Some(VarScope::Thread),
-                "this" if storage => s.scope = Some(VarScope::Clause),
-                "typedef" if storage => s.is_typedef = true,
-                "static" | "extern" | "register" | "auto" if storage => {}
+                "self" | "this" | "typedef" | "static" | "extern" | "register" | "auto" if storage => {
+                    // dt_decl_class: one storage class per declaration.
+                    if s.scope.is_some() || s.is_typedef || s.class_seen {
+                        return Err(CompileError::new(
+                            Tag::D_DECL_CLASS,
+                            t.span,
+                            "only one storage class allowed in a declaration",
+                        ));
+                    }
+                    s.class_seen = true;
+                    match w {
+                        "self" => s.scope = Some(VarScope::Thread),
+                        "this" => s.scope = Some(VarScope::Clause),
+                        "typedef" => s.is_typedef = true,
+                        _ => {}
+                    }
+                }
                 "const" | "volatile" | "restrict" => {}
                 "signed" | "unsigned" => {
                     if s.sign.is_some() {
@@ -1091,7 +1134,14 @@ impl<'a> Parser<'a> {
         let mut keys = Vec::new();
         while let Some(open) = self.eat("[")? {
             let t = self.peek()?;
-            let is_dim = matches!(t.kind, TokKind::Int { .. });
+            if keys_ok && is_punct(&t, "]") {
+                return Err(CompileError::new(
+                    Tag::D_DECL_ARRNULL,
+                    open.span,
+                    format!("array declaration requires array dimension or tuple signature: {name}"),
+                ));
+            }
+            let is_dim = matches!(t.kind, TokKind::Int { .. } | TokKind::Punct("-"));
             if is_dim && keys.is_empty() {
                 arrays.push(self.dimension()?);
             } else if keys_ok && arrays.is_empty() && keys.is_empty() && self.starts_type(&t) {
@@ -1646,8 +1696,8 @@ mod tests {
             ("BEGIN { x = a]; }", "extra ] in input stream".into(), 13..14),
             ("BEGIN { } }", near("}"), 10..11),
             ("BEGIN /x {", near("{"), 9..10),
-            ("BEGIN /(x/ { }", "closing ) expected in predicate before /".into(), 9..10),
-            ("BEGIN /a[x/ { }", "closing ] expected in predicate before /".into(), 10..11),
+            ("BEGIN /(x/ { }", "closing ) expected in predicate before /".into(), 11..11),
+            ("BEGIN /a[x/ { }", "closing ] expected in predicate before /".into(), 12..12),
             ("BEGIN /x/", "expected actions { } following probe description and predicate".into(), 7..8),
             ("a:b:c:d:e", "invalid probe description \"a:b:c:d:e\": Overspecified probe description".into(), 0..9),
             ("BEGIN { x = 1 + ; }", near(";"), 16..17),

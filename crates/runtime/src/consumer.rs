@@ -374,8 +374,19 @@ impl Consumer {
         let prog = Rc::clone(&self.prog);
         let clause = &prog.clauses[ecb.clause];
         let p = &ecb.probe;
+        // A clause reads each clock once: DTrace keeps the first reading of
+        // timestamp, vtimestamp and walltimestamp for the rest of the clause.
+        let clocks: [std::cell::OnceCell<Option<Value>>; 3] = Default::default();
         let identity = |b: Builtin| {
             Some(match b {
+                Builtin::Timestamp | Builtin::Vtimestamp | Builtin::Walltimestamp => {
+                    let i = match b {
+                        Builtin::Timestamp => 0,
+                        Builtin::Vtimestamp => 1,
+                        _ => 2,
+                    };
+                    return clocks[i].get_or_init(|| ctx.builtin(b)).clone();
+                }
                 Builtin::Probeprov => Value::str(&p.provider),
                 Builtin::Probemod => Value::str(&p.module),
                 Builtin::Probefunc => Value::str(&p.function),

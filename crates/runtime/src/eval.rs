@@ -720,6 +720,7 @@ impl Evaluator<'_> {
             }
             Subr::Strstr => {
                 let (hay, needle) = (s(0), s(1));
+                // Not found is the NULL string, as strstr(3) returns NULL.
                 match find(&hay, &needle, 0) {
                     -1 => null_string(),
                     i => Value::Str(hay[i as usize..].to_vec()),

@@ -184,3 +184,33 @@ impl Checker<'_> {
 fn int_shape(t: &Type) -> crate::types::IntType {
     t.int_shape().unwrap_or_else(|| crate::types::IntType::new(8, false, "uintptr_t"))
 }
+
+impl Checker<'_> {
+    /// What a name in D's global identifier namespace already is, as DTrace
+    /// describes it in "previous:" (dt_idkind_name, then "inline" for inlines).
+    pub(super) fn global_identifier_kind(&self, name: &str) -> Option<String> {
+        if self.inlines.contains_key(name) || crate::consts::lookup(name).is_some() {
+            return Some("scalar inline".into());
+        }
+        let kind = if let Some(&id) = self.globals.get(name) {
+            if self.prog.globals[id].keys.is_some() {
+                "associative array"
+            } else {
+                "scalar"
+            }
+        } else if super::builtin_var_type(name).is_some() {
+            "scalar"
+        } else if super::ACTIONS.contains(&name) {
+            "tracing function"
+        } else if crate::ir::AggKind::from_name(name).is_some() {
+            "aggregating function"
+        } else if crate::subrs::find(name).is_some() {
+            "function"
+        } else if self.prog.types.enumerators.contains_key(name) {
+            "enumerator"
+        } else {
+            return None;
+        };
+        Some(format!("{kind} "))
+    }
+}

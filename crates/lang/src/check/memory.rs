@@ -117,4 +117,23 @@ impl Checker<'_> {
         }
         Ok(())
     }
+
+    /// `uregs[i]`: the index is an integer constant (dt_idops_regs) naming one of the
+    /// 26 registers regs.d defines (dt_cg_uregs).
+    pub(super) fn uregs_index(&self, i: &Expr, span: Span) -> Result<()> {
+        let Some(n) = fold(i) else {
+            return err(
+                Tag::D_PROTO_ARG,
+                i.span,
+                format!(
+                    "uregs[ ] argument #1 is incompatible with prototype:\n\tprototype: integer constant\n\t argument: {}",
+                    self.type_name(&i.ty)
+                ),
+            );
+        };
+        if n > 25 {
+            return err(Tag::D_UNKNOWN, span, format!("uregs[]: index out of bounds ({})", n as i64));
+        }
+        Ok(())
+    }
 }
