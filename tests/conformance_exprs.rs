@@ -314,3 +314,12 @@ fn a_clause_reads_each_clock_once() {
         "0\n"
     );
 }
+
+#[test]
+fn integers_are_not_promoted_to_int() {
+    // dt_type_promote: the operand type of higher rank (bits, then unsignedness),
+    // with no promotion to int first; the sum is recorded at that type's size.
+    let out = ok("unsigned char C; signed char c; short s; BEGIN { C = -2; c = 3; s = -1;
+        printf(\"%d %d %d %d\\n\", C + c, c + c, s + C, -c); exit(0); }");
+    assert_eq!(out, "1 6 253 -3\n");
+}

@@ -359,26 +359,21 @@ impl TypeTable {
     }
 }
 
-/// C's integer promotion: anything narrower than `int` becomes `int`.
+/// D's integer promotion: none. Unlike C, D keeps a narrow operand's type
+/// (dt_node_type_propagate): `-c` of a `char` is a `char`.
 pub fn promote(i: &IntType) -> IntType {
-    if i.size < 4 {
-        IntType::plain(4, true)
-    } else {
-        i.clone()
-    }
+    i.clone()
 }
 
-/// C's usual arithmetic conversions for two integer operands.
+/// D's conversions for two integer operands (dt_type_promote): the operand type of
+/// higher rank, the rank being the size in bits plus one if unsigned. Unlike C,
+/// nothing is promoted to `int` first: `unsigned char + char` is an `unsigned char`.
 pub fn usual_arithmetic(a: &IntType, b: &IntType) -> IntType {
-    let (a, b) = (promote(a), promote(b));
-    if a.signed == b.signed {
-        return if b.size > a.size { b } else { a };
-    }
-    let (s, u) = if a.signed { (a, b) } else { (b, a) };
-    if u.size >= s.size {
-        u
+    let rank = |t: &IntType| u32::from(t.size) * 8 + u32::from(!t.signed);
+    if rank(b) > rank(a) {
+        b.clone()
     } else {
-        s
+        a.clone()
     }
 }
 
@@ -398,13 +393,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn conversions_follow_c() {
+    fn conversions_follow_dtrace() {
         let int = IntType::plain(4, true);
         let uint = IntType::plain(4, false);
         let long = IntType::plain(8, true);
         let ulong = IntType::plain(8, false);
         let ch = IntType::plain(1, true);
-        assert_eq!(usual_arithmetic(&ch, &ch), int);
+        let uch = IntType::plain(1, false);
+        assert_eq!(usual_arithmetic(&ch, &ch), ch);
+        assert_eq!(usual_arithmetic(&uch, &ch), uch);
+        assert_eq!(usual_arithmetic(&ch, &int), int);
         assert_eq!(usual_arithmetic(&int, &uint), uint);
         assert_eq!(usual_arithmetic(&uint, &long), long);
         assert_eq!(usual_arithmetic(&long, &ulong), ulong);
