@@ -1,4 +1,4 @@
-/* expect: newline encountered in string literal @ 4:9 */
+/* expect: newline encountered in string literal @ 5:1 */
 BEGIN
 {
     x = "abc;

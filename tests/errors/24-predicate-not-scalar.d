@@ -1,4 +1,4 @@
-/* expect: predicate result must be of scalar type @ 3:2 */
+/* expect: predicate result must be of scalar type @ 5:1 */
 BEGIN
 /execname/
 {

@@ -336,8 +336,9 @@ impl<'a> Parser<'a> {
         };
         let span = match t.kind {
             // dt_lex.l reads ahead to the next non-blank character to tell the end of
-            // a predicate from a division: its line count is there.
-            TokKind::EPred => {
+            // a predicate from a division, and finds the missing ) or ] there: its
+            // line count is at that character.
+            TokKind::EPred if self.parens > 0 || self.brackets > 0 => {
                 let end = t.span.end as usize;
                 let rest = self.src.get(end..).unwrap_or("");
                 let at = end + (rest.len() - rest.trim_start().len());
