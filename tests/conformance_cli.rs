@@ -481,3 +481,38 @@ fn tuples_fit_the_tuple_registers() {
     assert_eq!(run_args(&["-xtregs=5", "-qn", prog]).status, 1);
     assert_eq!(run_args(&["-xtregs=6", "-qn", prog]).status, 0);
 }
+
+#[test]
+fn macro_pragmas_hold_from_where_they_are_read() {
+    let dir = TempDir::new("conf-macropragma");
+    let s = dir.write("d.d", "#pragma D option defaultargs\nBEGIN { printf(\"%d [%s]\\n\", $1, $$2); exit(0); }\n");
+    let out = run_args(&[Path::new("-qs"), &s]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "0 []\n\n");
+    let s = dir.write("a.d", "#pragma D option argref\nBEGIN { exit(0); }\n");
+    let out = run_args(&[Path::new("-qs"), &s, Path::new("unused")]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    // Only for the program that says so.
+    let out = run_args(&[
+        Path::new("-q"),
+        Path::new("-s"),
+        &s,
+        Path::new("-n"),
+        Path::new("BEGIN { exit(0); }"),
+        Path::new("x"),
+    ]);
+    assert_eq!(out.status, 1);
+    assert_eq!(
+        out.stderr,
+        "udtrace: invalid probe specifier BEGIN { exit(0); }: extraneous argument 'x' ($1 is not referenced)\n"
+    );
+    let s = dir.write("m.d", "#pragma D option quiet bufsize=1m\nBEGIN { exit(0); }\n");
+    let out = run_args(&[Path::new("-s"), &s]);
+    assert_eq!(
+        err(&out),
+        format!(
+            "udtrace: failed to compile script {}: line 1: superfluous arguments specified for #pragma option",
+            s.display()
+        )
+    );
+}

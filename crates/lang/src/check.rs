@@ -45,6 +45,8 @@ pub trait MacroEnv {
     fn lookup(&self, reference: &str) -> std::result::Result<MacroValue, (Tag, String)>;
     /// Substitutes a macro reference inside one probe description field (`pid$target`).
     fn expand_field(&self, field: &str) -> std::result::Result<String, String>;
+    /// A `#pragma D option name[=value]` was read (`defaultargs` changes lookups).
+    fn pragma_option(&self, _name: &str) {}
 }
 
 impl MacroEnv for crate::macros::MacroArgs {
@@ -58,6 +60,9 @@ impl MacroEnv for crate::macros::MacroArgs {
     }
     fn expand_field(&self, field: &str) -> std::result::Result<String, String> {
         self.expand_description_field(field).map_err(|e| e.to_string())
+    }
+    fn pragma_option(&self, name: &str) {
+        crate::macros::MacroArgs::pragma_option(self, name);
     }
 }
 
@@ -377,13 +382,17 @@ impl<'m> Checker<'m> {
         match first.as_str() {
             "option" => {
                 if p.words.len() < 2 {
-                    return err(Tag::D_PRAGMA_MALFORM, p.span, "#pragma D option requires an option name");
+                    return err(Tag::D_PRAGMA_MALFORM, p.span, "malformed #pragma option <option>=<val>");
+                }
+                if p.words.len() > 2 {
+                    return err(Tag::D_PRAGMA_MALFORM, p.span, "superfluous arguments specified for #pragma option");
                 }
                 for w in &p.words[1..] {
                     let (name, value) = match w.split_once('=') {
                         Some((n, v)) => (n.to_string(), Some(v.to_string())),
                         None => (w.clone(), None),
                     };
+                    self.macros.pragma_option(&name);
                     // The version applies to what follows it, as the pragma is read.
                     if let Some(v) = value.as_deref().filter(|_| name == "version") {
                         if let Some(v) = crate::options::parse_version(v) {

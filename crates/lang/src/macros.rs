@@ -94,12 +94,30 @@ pub struct MacroArgs {
     pub egid: i64,
     /// Which arguments have been referenced, for [`MacroArgs::check_unused`].
     referenced: Vec<Cell<bool>>,
+    /// `#pragma D option defaultargs` / `argref` in the program being compiled: they
+    /// hold from the pragma on, for that program only.
+    pragma_defaultargs: Cell<bool>,
+    pragma_argref: Cell<bool>,
 }
 
 impl MacroArgs {
     pub fn new(args: Vec<String>) -> MacroArgs {
         let referenced = args.iter().map(|_| Cell::new(false)).collect();
         MacroArgs { args, referenced, ..MacroArgs::default() }
+    }
+
+    /// Applies a `#pragma D option` of the program being compiled, if it concerns
+    /// macro arguments (as dtrace sets the compile's flags as it reads the pragma).
+    pub fn pragma_option(&self, name: &str) {
+        match name {
+            "defaultargs" => self.pragma_defaultargs.set(true),
+            "argref" => self.pragma_argref.set(true),
+            _ => {}
+        }
+    }
+
+    fn defaultargs(&self) -> bool {
+        self.defaultargs || self.pragma_defaultargs.get()
     }
 
     fn mark(&self, i: usize) {
@@ -151,7 +169,7 @@ impl MacroArgs {
                     self.mark(i);
                     v.as_str()
                 }
-                None if self.defaultargs => {
+                None if self.defaultargs() => {
                     if quoted {
                         ""
                     } else {
@@ -213,13 +231,15 @@ impl MacroArgs {
     /// command line on its own.
     pub fn start_program(&self) {
         self.referenced.iter().for_each(|c| c.set(false));
+        self.pragma_defaultargs.set(false);
+        self.pragma_argref.set(false);
     }
 
     /// DTrace's check after compiling: the last argument must have been used,
     /// unless `argref` is set. Call once all references have been resolved.
     pub fn check_unused(&self) -> Result<(), MacroError> {
         let n = self.args.len();
-        if n > 1 && !self.argref && !self.is_referenced(n - 1) {
+        if n > 1 && !self.argref && !self.pragma_argref.get() && !self.is_referenced(n - 1) {
             return Err(MacroError::Extraneous { arg: self.args[n - 1].clone(), index: n - 1 });
         }
         Ok(())
