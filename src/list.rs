@@ -1,6 +1,8 @@
 //! `-l`: dtrace's probe listing, `ID PROVIDER MODULE FUNCTION NAME`, and with `-v`
 //! each probe's stability attributes and argument types.
 
+use std::io::Write;
+
 use udtrace_runtime::Probe;
 
 use crate::cli::Cli;
@@ -12,8 +14,9 @@ use udtrace_lang::proc_types::ArgType;
 /// Lists as dtrace.c's list_prog() does: every probe description of every clause in
 /// program order, each followed by the probes it matches (so a probe named twice is
 /// listed twice); a description that matches nothing gets `failed to match` on
-/// stderr and the listing goes on. Without programs, every probe.
-pub fn list(cli: &Cli, compiled: &Compiled, registry: &mut Registry) -> i32 {
+/// stderr and the listing goes on. Without programs, every probe. The listing goes to
+/// `sink` (stdout, or the `-o` file).
+pub fn list(cli: &Cli, compiled: &Compiled, registry: &mut Registry, sink: &mut dyn Write) -> i32 {
     let mut out = String::new();
     out.push_str(&format!("{:>5} {:>10} {:>17} {:>33} {}\n", "ID", "PROVIDER", "MODULE", "FUNCTION", "NAME"));
     let row = |out: &mut String, p: &Probe| {
@@ -33,7 +36,7 @@ pub fn list(cli: &Cli, compiled: &Compiled, registry: &mut Registry) -> i32 {
                 let found = registry.matching(desc).unwrap_or_default();
                 if found.is_empty() {
                     // Printed in order with the table, as dtrace's error() interleaves.
-                    out!("{out}");
+                    let _ = sink.write_all(out.as_bytes()).and_then(|()| sink.flush());
                     out.clear();
                     note!("failed to match {}: No probe matches description", full_name(desc));
                 }
@@ -43,7 +46,7 @@ pub fn list(cli: &Cli, compiled: &Compiled, registry: &mut Registry) -> i32 {
             }
         }
     }
-    out!("{out}");
+    let _ = sink.write_all(out.as_bytes()).and_then(|()| sink.flush());
     0
 }
 

@@ -194,15 +194,25 @@ pub fn run(cli: Cli) -> i32 {
     if compiled.options.debug {
         crate::debug::enable();
     }
+    // dtrace opens the -o file once the programs are compiled, before it reports
+    // on them.
+    let mut out = match open_output(&cli) {
+        Ok(o) => o,
+        Err(m) => {
+            targets.finish();
+            return fail(&m);
+        }
+    };
     if cli.mode == Mode::List {
-        let status = list::list(&cli, &compiled, &mut registry);
+        let status = list::list(&cli, &compiled, &mut registry, &mut out);
         targets.finish();
         return status;
     }
+    if cli.verbose {
+        let _ = io::Write::write_all(&mut out, stability_reports(&compiled).as_bytes());
+        let _ = io::Write::flush(&mut out);
+    }
     if cli.exit_after_compile {
-        if cli.verbose {
-            out!("{}", stability_reports(&compiled));
-        }
         targets.finish();
         return 0;
     }
@@ -234,25 +244,6 @@ pub fn run(cli: Cli) -> i32 {
             return fail(&m);
         }
     };
-    let mut out = match &cli.output {
-        Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
-            Ok(f) => match Sink::to_file(f) {
-                Ok(sink) => sink,
-                Err(e) => {
-                    targets.finish();
-                    return fail(&format!("failed to open output file '{}': {}", path.display(), io_reason(&e)));
-                }
-            },
-            Err(e) => {
-                targets.finish();
-                return fail(&format!("failed to open output file '{}': {}", path.display(), io_reason(&e)));
-            }
-        },
-        None => Sink::new(Box::new(io::BufWriter::new(io::stdout())), true),
-    };
-    if cli.verbose {
-        let _ = io::Write::write_all(&mut out, stability_reports(&compiled).as_bytes());
-    }
     debug!("{} enablings armed; firing BEGIN", compiled.ecbs.len());
     let mut world =
         Tracing { backend: backend.as_mut(), follower: follower.as_mut(), all: all.as_mut(), registry: &mut registry };
@@ -266,6 +257,16 @@ pub fn run(cli: Cli) -> i32 {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
         Err(e) => fail(&format!("failed to write output: {}", io_reason(&e))),
     }
+}
+
+/// The output: the `-o` file (appended to, as dtrace opens it), or stdout.
+fn open_output(cli: &Cli) -> Result<Sink, String> {
+    let Some(path) = &cli.output else {
+        return Ok(Sink::new(Box::new(io::BufWriter::new(io::stdout())), true));
+    };
+    let failed = |e: io::Error| format!("failed to open output file '{}': {}", path.display(), io_reason(&e));
+    let file = OpenOptions::new().create(true).append(true).open(path).map_err(failed)?;
+    Sink::to_file(file).map_err(failed)
 }
 
 /// `-v`: the stability report of every program, in order.

@@ -516,3 +516,19 @@ fn macro_pragmas_hold_from_where_they_are_read() {
         )
     );
 }
+
+#[test]
+fn the_output_file_is_opened_before_anything_is_reported() {
+    let out = run_args(&["-n", "BEGIN", "-o", "/nonexistent/dir/out"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(out.stderr, "udtrace: failed to open output file '/nonexistent/dir/out': No such file or directory\n");
+    // -l lists into it too.
+    let dir = TempDir::new("conf-ofile");
+    let file = dir.path().join("list.txt");
+    let out = run_args(&[Path::new("-l"), Path::new("-n"), Path::new("dtrace:::END"), Path::new("-o"), &file]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "");
+    let listed = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    assert!(listed.lines().nth(1).unwrap().ends_with(" END"), "{listed}");
+}
