@@ -367,3 +367,9 @@ fn an_empty_string_is_kept_in_an_associative_array() {
     let out = script_ok("BEGIN { a[1] = \"\"; self->s = \"\"; printf(\"[%s][%s]\\n\", a[1], self->s); exit(0); }");
     assert_eq!(out, "[][]\n\n");
 }
+
+#[test]
+fn tracemem_reads_scratch_space() {
+    let out = script_ok("BEGIN { x = (char *)alloca(8); x[0] = 0x61; x[1] = 0x62; tracemem(x, 4); exit(0); }");
+    assert!(out.contains("0: 61 62 00 00 "), "{out}");
+}

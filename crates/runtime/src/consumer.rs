@@ -518,6 +518,11 @@ impl Consumer {
     }
 
     fn eval(&mut self, e: &Expr, ctx: &dyn Context) -> EvalResult<Value> {
+        self.eval_with(ctx, |ev| ev.eval(e))
+    }
+
+    /// Runs `f` with an evaluator over this consumer's state.
+    fn eval_with<T>(&mut self, ctx: &dyn Context, f: impl FnOnce(&mut Evaluator) -> EvalResult<T>) -> EvalResult<T> {
         let prog = Rc::clone(&self.prog);
         let specs = &mut self.specs;
         let drops = &mut self.drops;
@@ -548,7 +553,7 @@ impl Consumer {
             speculation: &mut alloc,
             scratch: &mut self.scratch,
         };
-        ev.eval(e)
+        f(&mut ev)
     }
 
     fn actions(
@@ -593,17 +598,8 @@ impl Consumer {
                 output::trace_value(&mut rec.data, &v, &self.settings);
             }
             Action::Tracemem { addr, size, dsize } => {
-                let v = self.eval(addr, ctx)?;
-                let mut data = match v {
-                    // An alloca pointer addresses the clause's scratch space.
-                    Value::Int(i) if addr.taint.alloca => self.scratch.read(i.bits, *size)?,
-                    Value::Int(i) => ctx.read_memory(i.bits, *size as usize).ok_or(Fault::BadAddress(i.bits))?,
-                    Value::Str(mut s) | Value::Bytes(mut s) => {
-                        s.resize(*size as usize, 0);
-                        s
-                    }
-                    Value::Stack(_) => Vec::new(),
-                };
+                // Traced memory, scratch space or D memory, wherever the address is.
+                let mut data = self.eval_with(ctx, |ev| ev.pointed_bytes(addr, *size as usize))?;
                 if let Some(d) = dsize {
                     if let Value::Int(i) = self.eval(d, ctx)? {
                         data.truncate(i.bits.min(*size) as usize);

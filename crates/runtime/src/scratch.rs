@@ -10,38 +10,42 @@ const NULL_GUARD: usize = 8;
 
 #[derive(Debug)]
 pub struct Scratch {
+    /// What the current clause has allocated (its length is the end of the last
+    /// allocation), zeroed as it grows.
     mem: Vec<u8>,
-    /// The end of what the current clause has allocated.
-    top: usize,
+    /// The end of the space: the NULL guard plus the scratchsize.
+    limit: u64,
 }
 
 impl Scratch {
     /// Scratch space for `room` bytes of allocations (the scratchsize option, as
     /// libdtrace rounds it).
     pub fn new(room: u64) -> Scratch {
-        let size = usize::try_from(room).unwrap_or(usize::MAX).saturating_add(NULL_GUARD);
-        Scratch { mem: vec![0; size.min(1 << 30)], top: NULL_GUARD }
+        Scratch { mem: vec![0; NULL_GUARD], limit: room.saturating_add(NULL_GUARD as u64) }
     }
 
     /// Empties the space for the next clause.
     pub fn reset(&mut self) {
-        self.mem[NULL_GUARD..self.top].fill(0);
-        self.top = NULL_GUARD;
+        self.mem.truncate(NULL_GUARD);
     }
 
     /// The most one allocation (or copy) may take.
     pub fn room(&self) -> u64 {
-        (self.mem.len() - NULL_GUARD) as u64
+        self.limit - NULL_GUARD as u64
+    }
+
+    fn top(&self) -> usize {
+        self.mem.len()
     }
 
     /// alloca(size): the offset of `size` fresh bytes, 8-byte aligned.
     pub fn alloc(&mut self, size: u64) -> Result<u64, Fault> {
-        let at = self.top;
-        let end = (at as u64).checked_add(size).and_then(|e| e.checked_add(7)).map(|e| e & !7);
+        let at = self.top() as u64;
+        let end = at.checked_add(size).and_then(|e| e.checked_add(7)).map(|e| e & !7);
         match end {
-            Some(end) if end <= self.mem.len() as u64 && at + NULL_GUARD <= self.mem.len() => {
-                self.top = end as usize;
-                Ok(at as u64)
+            Some(end) if end <= self.limit && at + NULL_GUARD as u64 <= self.limit => {
+                self.mem.resize(end as usize, 0);
+                Ok(at)
             }
             _ => Err(Fault::NoScratch),
         }
@@ -50,10 +54,11 @@ impl Scratch {
     /// Checks an access of `size` bytes at offset `at`, as dt_cg_alloca_access_check
     /// does: the start must lie in what is allocated, then the whole access.
     pub fn check(&self, at: u64, size: u64) -> Result<usize, Fault> {
-        if at < NULL_GUARD as u64 || at >= self.top as u64 {
+        let top = self.top() as u64;
+        if at < NULL_GUARD as u64 || at >= top {
             return Err(Fault::BadAddress(at));
         }
-        if size > self.top as u64 - at {
+        if size > top - at {
             return Err(Fault::BadSize(size));
         }
         Ok(at as usize)
@@ -72,14 +77,14 @@ impl Scratch {
 
     /// Allocated bytes from offset `at` on.
     pub fn available(&self, at: u64) -> usize {
-        (self.top as u64).saturating_sub(at) as usize
+        (self.top() as u64).saturating_sub(at) as usize
     }
 
     /// The string at offset `at`: up to its NUL, the end of what is allocated, or
     /// `max` bytes.
     pub fn read_str(&self, at: u64, max: usize) -> Result<Vec<u8>, Fault> {
         let start = self.check(at, 0)?;
-        let avail = &self.mem[start..self.top];
+        let avail = &self.mem[start..];
         let end = avail.iter().position(|&c| c == 0).unwrap_or(avail.len()).min(max);
         Ok(avail[..end].to_vec())
     }
@@ -113,6 +118,14 @@ mod tests {
         s.write(p, b"ab\0").unwrap();
         assert_eq!(s.read_str(p, 256).unwrap(), b"ab");
         assert_eq!(s.read_str(p, 1).unwrap(), b"a");
+    }
+
+    #[test]
+    fn a_huge_scratchsize_costs_only_what_is_allocated() {
+        let mut s = Scratch::new(1 << 40);
+        assert_eq!(s.alloc(16), Ok(8));
+        assert_eq!(s.mem.len(), 24);
+        assert_eq!(s.alloc(u64::MAX), Err(Fault::NoScratch));
     }
 
     #[test]

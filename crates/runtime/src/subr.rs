@@ -123,7 +123,7 @@ impl Evaluator<'_> {
 
     /// The `len` bytes a pointer argument points to: in scratch space, in a D variable
     /// (an array held by value), or in the traced process.
-    fn pointed_bytes(&mut self, e: &Expr, len: usize) -> EvalResult<Vec<u8>> {
+    pub(crate) fn pointed_bytes(&mut self, e: &Expr, len: usize) -> EvalResult<Vec<u8>> {
         match self.eval(e)? {
             Value::Int(i) if e.taint.alloca => self.scratch.read(i.bits, len as u64),
             Value::Int(i) => self.read_bytes(i.bits, len),
