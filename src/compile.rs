@@ -175,12 +175,14 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     for (i, p) in cli.programs.iter().enumerate() {
         let (info, al, is_script) = load(p, options)?;
         debug!("compiling {} {}", info.kind, info.name);
-        let parsed = if is_script { parser::parse_script(&info.text) } else { parser::parse_program(&info.text, al) };
+        macros.start_program();
+        // Declarations are checked as the parser reads them, clauses once it is done.
+        checker.begin_source(i, &info.text);
+        let parsed = parser::parse_with(&info.text, al, is_script, &mut checker);
         let mut program = parsed.map_err(|e| render(&e, &info, style))?;
         resolve_probe_ids(&mut program, registry).map_err(|e| render(&e, &info, style))?;
         let before = checker.program().clauses.len();
-        macros.start_program();
-        checker.add_source(&program, i, &info.text).map_err(|e| render(&e, &info, style))?;
+        checker.add_clauses(&program).map_err(|e| render(&e, &info, style))?;
         let after = checker.program().clauses.len();
         if after == before && !has_clause(&program) && !options.empty {
             return Err(at_end(&info, Tag::D_EMPTY, "empty D program translation unit", style));

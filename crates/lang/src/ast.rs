@@ -16,14 +16,17 @@ pub enum Item {
     Clause(Clause),
     /// `#pragma D option name[=value]` and the other `#pragma D` control directives.
     Pragma(Pragma),
-    /// A variable declaration at file scope: `int x;`, `self string s;`,
-    /// `this int t;`, `int a[string, int];`
-    VarDecl(VarDecl),
-    /// `struct tag { members };`, `union tag { … };`, `enum tag { … };` and
-    /// `typedef type name;`, possibly combined (`typedef struct s { … } s_t;`).
-    TypeDecl(TypeDecl),
+    /// A struct, union or enum definition. One nested in another definition's members
+    /// or in a declaration's specifiers is its own item, ahead of what contains it.
+    Define(TypeDef),
+    /// A declaration at file scope: variables (`int x;`, `self string s;`,
+    /// `int a[string, int];`), typedefs, externs and prototypes, and declarations of
+    /// nothing but a type (`struct s;`, `extern int;`).
+    Decl(Decl),
     /// `inline type name = expression;`
     Inline(Inline),
+    /// `translator output < input name > { member = expression; … };`
+    Translator(Translator),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -72,46 +75,107 @@ pub enum VarScope {
     Clause,
 }
 
+/// The storage class of a declaration, D's `self` and `this` included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageClass {
+    Auto,
+    Register,
+    Static,
+    Extern,
+    Typedef,
+    /// `self`
+    Thread,
+    /// `this`
+    Clause,
+}
+
 #[derive(Debug, Clone, PartialEq)]
-pub struct VarDecl {
-    pub scope: VarScope,
+pub struct Decl {
+    pub class: Option<StorageClass>,
+    /// The declared type, declarator applied (`int *a[2]` is an array of pointers).
     pub ty: TypeName,
-    pub name: String,
-    /// `int a[string, int];` declares an associative array with these key types.
-    /// Empty for scalars.
-    pub keys: Vec<TypeName>,
-    pub span: Span,
+    /// The declared name; `None` for a declaration of a type alone (`struct s;`).
+    pub name: Option<String>,
+    /// Where the name is, or the declaration's end when there is none.
+    pub name_span: Span,
+    /// The token after the declarator (`;` or `,`), where DTrace reports errors in the
+    /// declaration: it acts on a declarator once it has read the token after it.
+    pub end: Span,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct TypeDecl {
-    /// The struct, union or enum defined here, if any.
-    pub definition: Option<TypeDef>,
-    /// `typedef <ty> <name>;` — the names introduced by a typedef, each with its full
-    /// type (declarator pointers and arrays applied).
-    pub typedefs: Vec<(String, TypeName)>,
-    pub span: Span,
+pub struct TypeDef {
+    pub kind: TagKind,
+    /// The tag, or the one the parser made up for an anonymous definition.
+    pub tag: String,
+    /// Whether the tag was written (`struct s { … }`) or made up (`struct { … }`).
+    pub named: bool,
+    pub body: TypeBody,
+    /// The opening `{`, where DTrace checks a redefinition.
+    pub open: Span,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagKind {
+    Struct,
+    Union,
+    Enum,
+}
+
+impl TagKind {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            TagKind::Struct => "struct",
+            TagKind::Union => "union",
+            TagKind::Enum => "enum",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum TypeDef {
-    Struct { tag: String, members: Vec<Member> },
-    Union { tag: String, members: Vec<Member> },
-    Enum { tag: String, values: Vec<Enumerator> },
+pub enum TypeBody {
+    Members(Vec<Member>),
+    Enumerators(Vec<Enumerator>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Member {
-    pub name: String,
+    /// `None` for an unnamed bit-field (`int : 3;`).
+    pub name: Option<String>,
     pub ty: TypeName,
-    pub span: Span,
+    /// The bit-field width expression (`int a : 3;`).
+    pub bits: Option<Expr>,
+    /// The token after the member's declarator (`;` or `,`): DTrace reports errors in
+    /// a member there.
+    pub end: Span,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Enumerator {
     pub name: String,
     pub value: Option<Expr>,
+    /// The token after the enumerator (`,` or `}`), where DTrace reports its errors.
+    pub end: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Translator {
+    pub output: TypeName,
+    pub input: TypeName,
+    /// The input parameter's name.
+    pub param: String,
+    pub members: Vec<XlateMember>,
+    /// The `>` closing the input declaration: DTrace checks the translator there.
+    pub head_end: Span,
     pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct XlateMember {
+    pub name: String,
+    pub value: Expr,
+    /// The `;` ending the member, where DTrace reports its errors.
+    pub end: Span,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -122,43 +186,58 @@ pub struct Inline {
     pub span: Span,
 }
 
-/// A type as written: a base type, then `*`s, then array dimensions
-/// (`char buf[16]` is base `char`, no pointers, `arrays = [16]`).
+/// A type as written: the base its specifiers name, then what its declarator derives
+/// from it, innermost first: `int *a[3]` is base `int`, derived `[Pointer, Array(3)]`
+/// (an array of three pointers to int).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TypeName {
     pub base: BaseType,
-    pub pointers: u32,
-    /// Outermost first: `int a[2][3]` is `[2, 3]`.
-    pub arrays: Vec<u64>,
+    pub derived: Vec<Derived>,
     pub span: Span,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signedness {
-    /// No `signed`/`unsigned` written.
-    Default,
-    Signed,
-    Unsigned,
+impl TypeName {
+    pub fn new(base: BaseType, span: Span) -> TypeName {
+        TypeName { base, derived: Vec::new(), span }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
+pub enum Derived {
+    Pointer,
+    /// `[N]`: the dimension as written (a constant expression); `[]` has none. The
+    /// span is the closing `]`, where DTrace checks the dimension.
+    Array(Option<Box<Expr>>, Span),
+    /// `[type, …]`: an associative array's key signature.
+    Assoc(Vec<Param>),
+    /// `(params)`: a function returning the type so far.
+    Function(Vec<Param>),
+}
+
+/// A parameter of a function prototype or an associative array's key signature.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
+    /// `None` for `...`.
+    pub ty: Option<TypeName>,
+    pub name: Option<String>,
+    pub span: Span,
+}
+
+/// The type the declaration specifiers name.
+#[derive(Debug, Clone, PartialEq)]
 pub enum BaseType {
-    Void,
-    Char(Signedness),
-    Short(Signedness),
-    Int(Signedness),
-    Long(Signedness),
-    LongLong(Signedness),
-    Float,
-    Double,
-    LongDouble,
+    /// A C intrinsic by the name DTrace composes for it from the specifiers:
+    /// `int`, `unsigned char`, `long long `, `long double`, `void`, or a name no type
+    /// has (`short long `), which the checker reports.
+    Intrinsic(String),
     /// `string`
     String,
     /// Any other identifier used as a type: a typedef (`uint32_t`, `size_t`,
     /// `pid_t`, or one the program declared). The checker resolves it.
     Named(String),
-    /// `struct tag` (a reference; definitions are `TypeDecl`). An anonymous struct
-    /// defined inline in a typedef gets the tag the parser made up for it.
+    /// `struct tag` (a reference; definitions are their own items). An anonymous
+    /// struct defined inline gets the tag the parser made up for it. A tag may be
+    /// scoped by a module (`D`s`).
     Struct(String),
     Union(String),
     Enum(String),
@@ -196,6 +275,9 @@ pub enum ExprKind {
     Int {
         value: u64,
         suffix: IntSuffix,
+        /// Written in decimal (not octal or hex): C gives such a constant a signed
+        /// type unless suffixed `u`.
+        decimal: bool,
     },
     /// Character constant `'a'`, `'\n'`: the value of the (possibly multi-)char constant.
     Char(i64),
@@ -283,6 +365,11 @@ pub enum ExprKind {
     },
     /// `stringof(e)` / `stringof e`
     Stringof(Box<Expr>),
+    /// `xlate < type > ( e )`: `e` translated by a translator to `type`.
+    Xlate {
+        ty: TypeName,
+        operand: Box<Expr>,
+    },
     /// `e1, e2` — the comma operator.
     Comma {
         lhs: Box<Expr>,

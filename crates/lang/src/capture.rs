@@ -147,6 +147,7 @@ fn expr(e: &Expr, p: &mut CapturePlan) {
         | ExprKind::Load(x)
         | ExprKind::IndexCheck { index: x, .. } => expr(x, p),
         ExprKind::Field { base, .. } => expr(base, p),
+        ExprKind::BitField { unit, .. } => expr(unit, p),
         ExprKind::Binary { lhs, rhs, .. } | ExprKind::StrCmp { lhs, rhs, .. } | ExprKind::Logical { lhs, rhs, .. } => {
             expr(lhs, p);
             expr(rhs, p);

@@ -12,7 +12,7 @@ mod subr;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use crate::ast::{self, BaseType, BinaryOp, Signedness, UnaryOp, VarScope};
+use crate::ast::{self, BinaryOp, UnaryOp, VarScope};
 use crate::consts;
 use crate::error::{CompileError, Region, Result, Tag};
 use crate::ir::{
@@ -22,11 +22,15 @@ use crate::ir::{
 use crate::proc_types::{self, ArgType};
 use crate::span::Span;
 use crate::subrs;
-use crate::types::{usual_arithmetic, IntType, Type};
+use crate::types::{usual_arithmetic, IntType, RecordId, Type};
 
 mod actions;
+mod decl;
 mod exprs;
 mod memory;
+mod xlate;
+
+pub use xlate::Translator;
 
 /// The value of a macro reference (`$1`, `$$1`, `$target`, …) as the command line
 /// gives it.
@@ -92,6 +96,16 @@ pub struct Checker<'m> {
     clause_args: Option<Vec<Option<ArgType>>>,
     /// Which variables hold alloca pointers; the scratch space size.
     alloca: alloca::AllocaState,
+    /// Anonymous structs and unions of the current source, by the tag the parser
+    /// made up for each.
+    anon_records: HashMap<String, RecordId>,
+    anon_enums: HashMap<String, crate::types::EnumId>,
+    /// Names declared `extern` (or as function prototypes), with their types.
+    externs: HashMap<String, Type>,
+    translators: Vec<Translator>,
+    /// Translator input parameters in scope while a translator member is checked:
+    /// each name stands for the input expression.
+    xlate_params: Vec<(String, Expr)>,
 }
 
 /// Gives the argument types of the probes a description matches: `None` where they
@@ -272,6 +286,11 @@ impl<'m> Checker<'m> {
             version: crate::options::D_VERSION,
             alloca: alloca::AllocaState::default(),
             in_library: false,
+            anon_records: HashMap::new(),
+            anon_enums: HashMap::new(),
+            externs: HashMap::new(),
+            translators: Vec::new(),
+            xlate_params: Vec::new(),
         }
         .with_proc_types()
     }
@@ -305,6 +324,7 @@ impl<'m> Checker<'m> {
     fn with_proc_types(mut self) -> Checker<'m> {
         proc_types::install(&mut self.prog.types);
         crate::net_types::install(&mut self.prog.types);
+        self.install_builtin_translators();
         self
     }
 
@@ -314,47 +334,33 @@ impl<'m> Checker<'m> {
     }
 
     /// Checks one source (one `-n`/`-s` argument) into the program. `source` is its
-    /// index, kept on each clause so that messages can name it.
+    /// index, kept on each clause so that messages can name it. Declarations are
+    /// checked first and clauses after them, as DTrace acts on declarations while it
+    /// parses and cooks clauses once the whole source is parsed.
     pub fn add_source(&mut self, program: &ast::Program, source: usize, text: &str) -> Result<()> {
+        self.begin_source(source, text);
+        for item in &program.items {
+            self.declare_item(item)?;
+        }
+        self.add_clauses(program)
+    }
+
+    /// Starts checking a source whose declarations then come one by one through
+    /// [`Checker::declare_item`] (as the parser reads them), and whose clauses come through
+    /// [`Checker::add_clauses`].
+    pub fn begin_source(&mut self, source: usize, text: &str) {
         self.source = source;
         self.line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i as u32 + 1)).collect();
+        self.anon_records.clear();
+        self.anon_enums.clear();
+    }
+
+    /// Checks the clauses of a source whose declarations were declared already.
+    pub fn add_clauses(&mut self, program: &ast::Program) -> Result<()> {
         for item in &program.items {
-            match item {
-                ast::Item::Clause(c) => {
-                    let clause = self.clause(c)?;
-                    self.prog.clauses.push(clause);
-                }
-                ast::Item::Pragma(p) => self.pragma(p)?,
-                ast::Item::VarDecl(d) => self.var_decl(d)?,
-                ast::Item::TypeDecl(d) => self.type_decl(d)?,
-                ast::Item::Inline(i) => {
-                    if let Some(previous) = self.global_identifier_kind(&i.name) {
-                        return err(
-                            Tag::D_DECL_IDRED,
-                            i.span,
-                            format!(
-                                "identifier redefined: {}\n\t current: inline definition\n\tprevious: {previous}",
-                                i.name
-                            ),
-                        );
-                    }
-                    let ty = self.resolve_type(&i.ty)?;
-                    // Check the value now so errors point at the definition.
-                    let v = self.expr(&i.value)?;
-                    if !self.arg_compat(&ty, &v, false) {
-                        return err(
-                            Tag::D_OP_INCOMPAT,
-                            i.span,
-                            format!(
-                                "inline {} definition uses incompatible types: \"{}\" = \"{}\"",
-                                i.name,
-                                self.type_name(&ty),
-                                self.type_name(&v.ty)
-                            ),
-                        );
-                    }
-                    self.inlines.insert(i.name.clone(), (ty, i.value.clone()));
-                }
+            if let ast::Item::Clause(c) = item {
+                let clause = self.clause(c)?;
+                self.prog.clauses.push(clause);
             }
         }
         Ok(())
@@ -412,162 +418,13 @@ impl<'m> Checker<'m> {
         }
     }
 
-    fn var_decl(&mut self, d: &ast::VarDecl) -> Result<()> {
-        let ty = self.resolve_type(&d.ty)?;
-        if ty.is_void() {
-            return err(Tag::D_DECL_VOIDOBJ, d.span, format!("cannot have void object: {}", d.name));
-        }
-        let keys = if d.keys.is_empty() {
-            None
-        } else {
-            Some(d.keys.iter().map(|k| self.resolve_type(k)).collect::<Result<Vec<_>>>()?)
-        };
-        // dt_decl_prototype: no void among an associative array's key types.
-        for (i, (k, tn)) in keys.iter().flatten().zip(&d.keys).enumerate() {
-            if k.is_void() {
-                return err(
-                    Tag::D_DECL_PROTO_TYPE,
-                    tn.span,
-                    format!("array prototype may not use parameter of type void: (anonymous), parameter #{}", i + 1),
-                );
-            }
-        }
-        if self.is_builtin_ident(&d.name) {
-            return err(Tag::D_DECL_IDRED, d.span, format!("built-in identifier redeclared: {}", d.name));
-        }
-        let (map, list) = match d.scope {
-            VarScope::Global => (&mut self.globals, &mut self.prog.globals),
-            VarScope::Thread => (&mut self.thread, &mut self.prog.thread_vars),
-            VarScope::Clause => (&mut self.clause, &mut self.prog.clause_vars),
-        };
-        if let Some(&id) = map.get(&d.name) {
-            let prev = &list[id];
-            if prev.ty != ty || prev.keys != keys {
-                return err(Tag::D_DECL_IDRED, d.span, format!("identifier redeclared: {}", d.name));
-            }
-            return Ok(());
-        }
-        map.insert(d.name.clone(), list.len());
-        list.push(VarInfo { name: d.name.clone(), ty, keys });
-        Ok(())
-    }
-
-    fn type_decl(&mut self, d: &ast::TypeDecl) -> Result<()> {
-        if let Some(def) = &d.definition {
-            match def {
-                ast::TypeDef::Struct { tag, members } | ast::TypeDef::Union { tag, members } => {
-                    let is_union = matches!(def, ast::TypeDef::Union { .. });
-                    let id = self.prog.types.record_tag(is_union, tag);
-                    if self.prog.types.records[id].complete {
-                        let kw = if is_union { "union" } else { "struct" };
-                        return err(Tag::D_DECL_TYPERED, d.span, format!("type redeclared: {kw} {tag}"));
-                    }
-                    let mut seen = Vec::new();
-                    let mut resolved = Vec::new();
-                    for m in members {
-                        if seen.contains(&m.name) {
-                            return err(Tag::D_UNKNOWN, m.span, format!("member redeclared: {}", m.name));
-                        }
-                        seen.push(m.name.clone());
-                        let ty = self.resolve_type(&m.ty)?;
-                        if self.prog.types.size_of(&ty).is_none() {
-                            return err(
-                                Tag::D_DECL_INCOMPLETE,
-                                m.span,
-                                format!("incomplete type in declaration of member {}", m.name),
-                            );
-                        }
-                        resolved.push((m.name.clone(), ty));
-                    }
-                    if self.prog.types.complete_record(id, resolved).is_none() {
-                        let kw = if is_union { "union" } else { "struct" };
-                        return err(
-                            Tag::D_UNKNOWN,
-                            d.span,
-                            format!("{kw} {tag} is too large: its size overflows 64 bits"),
-                        );
-                    }
-                }
-                ast::TypeDef::Enum { tag, values } => {
-                    let id = self.prog.types.enums.len();
-                    if !tag.is_empty() {
-                        if self.prog.types.enum_tags.contains_key(tag) {
-                            return err(Tag::D_DECL_TYPERED, d.span, format!("type redeclared: enum {tag}"));
-                        }
-                        self.prog.types.enum_tags.insert(tag.clone(), id);
-                    }
-                    self.prog.types.enums.push(crate::types::EnumDef { tag: tag.clone(), values: Vec::new() });
-                    let mut next = 0i64;
-                    for e in values {
-                        if let Some(v) = &e.value {
-                            next = self.const_int(v)?;
-                        }
-                        if self.prog.types.enumerators.contains_key(&e.name) || self.globals.contains_key(&e.name) {
-                            return err(Tag::D_DECL_IDRED, e.span, format!("identifier redeclared: {}", e.name));
-                        }
-                        self.prog.types.enumerators.insert(e.name.clone(), (id, next));
-                        self.prog.types.enums[id].values.push((e.name.clone(), next));
-                        next = next.wrapping_add(1);
-                    }
-                }
-            }
-        }
-        for (name, tn) in &d.typedefs {
-            let ty = self.resolve_type(tn)?;
-            if let Some(prev) = self.prog.types.typedefs.get(name) {
-                if *prev != ty {
-                    return err(Tag::D_DECL_TYPERED, d.span, format!("type redeclared: {name}"));
-                }
-            }
-            self.prog.types.typedefs.insert(name.clone(), ty);
-        }
-        Ok(())
-    }
-
-    /// Evaluates a constant integer expression (enumerator values, array sizes).
+    /// Evaluates a constant integer expression (aggregation parameters, sizes).
     fn const_int(&mut self, e: &ast::Expr) -> Result<i64> {
         let x = self.expr(e)?;
         match fold(&x) {
             Some(v) => Ok(v as i64),
             None => err(Tag::D_DECL_ENCONST, e.span, "expression must be an integer constant"),
         }
-    }
-
-    pub fn resolve_type(&mut self, t: &ast::TypeName) -> Result<Type> {
-        let sign = |s: Signedness| s != Signedness::Unsigned;
-        let mut ty = match &t.base {
-            BaseType::Void => Type::Void,
-            BaseType::Char(s) => Type::int(1, sign(*s)),
-            BaseType::Short(s) => Type::int(2, sign(*s)),
-            BaseType::Int(s) => Type::int(4, sign(*s)),
-            BaseType::Long(s) => Type::int(8, sign(*s)),
-            BaseType::LongLong(s) => {
-                Type::named_int(8, sign(*s), if sign(*s) { "long long" } else { "unsigned long long" })
-            }
-            BaseType::Float => Type::Float(4),
-            BaseType::Double => Type::Float(8),
-            BaseType::LongDouble => Type::Float(16),
-            BaseType::String => Type::String,
-            BaseType::Named(n) => match self.prog.types.typedefs.get(n) {
-                Some(t) => t.clone(),
-                None => return err(Tag::D_UNKNOWN, t.span, format!("failed to resolve type {n}: Unknown type name")),
-            },
-            BaseType::Struct(tag) => Type::Struct(self.prog.types.record_tag(false, tag)),
-            BaseType::Union(tag) => Type::Union(self.prog.types.record_tag(true, tag)),
-            BaseType::Enum(tag) => match self.prog.types.enum_tags.get(tag) {
-                Some(&id) => Type::Enum(id),
-                None => {
-                    return err(Tag::D_UNKNOWN, t.span, format!("failed to resolve type enum {tag}: Unknown type name"))
-                }
-            },
-        };
-        for _ in 0..t.pointers {
-            ty = Type::Pointer(Box::new(ty));
-        }
-        for &n in t.arrays.iter().rev() {
-            ty = Type::Array(Box::new(ty), n);
-        }
-        Ok(ty)
     }
 
     fn type_name(&self, t: &Type) -> String {
@@ -760,11 +617,15 @@ impl<'m> Checker<'m> {
         use ast::ExprKind as K;
         let span = e.span;
         match &e.kind {
-            K::Int { value, suffix } => {
-                let ty = int_literal_type(*value, *suffix);
+            K::Int { value, suffix, decimal } => {
+                let ty = int_literal_type(*value, *suffix, *decimal, span)?;
                 Ok(int_const(*value, ty, span))
             }
-            K::Char(c) => Ok(int_const(*c as u64, Type::int(1, true), span)),
+            // A character constant is an int, or a long when its bytes do not fit one.
+            K::Char(c) => {
+                let ty = int_literal_type(*c as u64, ast::IntSuffix::None, true, span)?;
+                Ok(int_const(*c as u64, ty, span))
+            }
             K::Str(s) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
             K::Ident(name) => self.ident(name, span),
             K::Backquoted { name, .. } => err(
@@ -793,11 +654,9 @@ impl<'m> Checker<'m> {
             K::IncDec { increment, prefix, operand } => self.incdec(*increment, *prefix, operand, span),
             K::Call { name, name_span, args } => self.call(name, *name_span, args, span),
             K::Index { base, index } => self.index(base, index, span),
-            K::Member { base, field } => {
-                let b = self.rvalue(base)?;
-                self.member(b, field, span, ".")
-            }
+            K::Member { base, field } => self.dot(base, field, span),
             K::Arrow { base, field } => self.arrow(base, field, span),
+            K::Xlate { ty, operand } => self.bare_xlate(ty, operand, span),
             K::Cast { ty, operand } => self.cast_expr(ty, operand, span),
             K::SizeofType(t) => self.sizeof_type(t, span),
             K::SizeofExpr(x) => self.sizeof_expr(x, span),
@@ -915,7 +774,19 @@ impl<'m> Checker<'m> {
         }
     }
 
+    /// `base.field`, translated members included.
+    fn dot(&mut self, base: &ast::Expr, field: &str, span: Span) -> Result<Expr> {
+        if let Some((ty, operand)) = self.as_xlate(base) {
+            return self.xlate_member(&ty, &operand, field, ".", span);
+        }
+        let b = self.rvalue(base)?;
+        self.member(b, field, span, ".")
+    }
+
     fn arrow(&mut self, base: &ast::Expr, field: &str, span: Span) -> Result<Expr> {
+        if let Some((ty, operand)) = self.as_xlate(base) {
+            return self.xlate_member(&ty, &operand, field, "->", span);
+        }
         let b = self.rvalue(base)?;
         let Some(pointee) = (match &b.ty {
             Type::Pointer(t) => Some((**t).clone()),
@@ -939,6 +810,11 @@ impl<'m> Checker<'m> {
 
     fn cast_expr(&mut self, ty: &ast::TypeName, operand: &ast::Expr, span: Span) -> Result<Expr> {
         let to = self.resolve_type(ty)?;
+        if let ast::ExprKind::Xlate { ty: xt, operand: xo } = &operand.kind {
+            let what = self.xlate_kind(xt, xo, operand.span)?;
+            let to = self.type_name(&to);
+            return err(Tag::D_CAST_INVAL, span, format!("invalid cast expression: \"{what}\" to \"{to}\""));
+        }
         let v = self.rvalue(operand)?;
         self.cast(v, to, span)
     }
@@ -952,7 +828,14 @@ impl<'m> Checker<'m> {
     }
 
     fn sizeof_expr(&mut self, x: &ast::Expr, span: Span) -> Result<Expr> {
+        // dt_node_op1 folds the size of a string constant: its length and the NUL.
+        if let ast::ExprKind::Str(s) = &x.kind {
+            return Ok(int_const(s.len() as u64 + 1, Type::named_int(8, false, "size_t"), span));
+        }
         let v = self.expr(x)?;
+        if matches!(v.kind, ExprKind::BitField { .. }) {
+            return err(Tag::D_SIZEOF_BITFIELD, span, "cannot apply sizeof to a bit-field");
+        }
         match self.prog.types.size_of(&v.ty) {
             Some(n) => Ok(int_const(n, Type::named_int(8, false, "size_t"), span)),
             None => err(Tag::D_SIZEOF_TYPE, span, "cannot apply sizeof to an operand of unknown size"),
@@ -961,12 +844,16 @@ impl<'m> Checker<'m> {
 
     fn offsetof(&mut self, ty: &ast::TypeName, member: &str, span: Span) -> Result<Expr> {
         let t = self.resolve_type(ty)?;
-        let (Type::Struct(id) | Type::Union(id)) = t else {
-            return err(Tag::D_OFFSETOF_TYPE, span, "offsetof operand must be a struct or union type");
+        let id = match t {
+            Type::Struct(id) | Type::Union(id) if self.prog.types.records[id].complete => id,
+            _ => return err(Tag::D_OFFSETOF_TYPE, span, "offsetof operand must be a struct or union type"),
         };
         match self.prog.types.field(id, member) {
+            Some(f) if f.bits.is_some() => {
+                err(Tag::D_OFFSETOF_BITFIELD, span, format!("cannot take offset of a bit-field: {member}"))
+            }
             Some(f) => Ok(int_const(f.offset, Type::named_int(8, false, "size_t"), span)),
-            None => err(Tag::D_UNKNOWN, span, format!("failed to determine offset of {member}: Unknown member name")),
+            None => err(Tag::D_UNKNOWN, span, format!("failed to determine offset of {member}: Member name not found")),
         }
     }
 
@@ -987,10 +874,17 @@ impl<'m> Checker<'m> {
     }
 
     fn ident(&mut self, name: &str, span: Span) -> Result<Expr> {
+        if let Some(v) = self.xlate_param(name, span) {
+            return Ok(v);
+        }
         if let Some(&id) = self.globals.get(name) {
             let info = &self.prog.globals[id];
             if info.keys.is_some() {
-                return err(Tag::D_ARR_BADREF, span, format!("associative array {name} may not be used without a key"));
+                return err(
+                    Tag::D_IDENT_BADREF,
+                    span,
+                    format!("associative array '{name}' may not be referenced as scalar"),
+                );
             }
             let r = VarRef { scope: VarScope::Global, id };
             return Ok(derived(ExprKind::Var(r), info.ty.clone(), span, self.var_taint(r)));
@@ -1015,7 +909,10 @@ impl<'m> Checker<'m> {
             self.inline_depth += 1;
             let v = self.rvalue(&value);
             self.inline_depth -= 1;
-            let mut v = self.convert(v?, &ty);
+            let v = v?;
+            // dt_node_ident: an inline whose value is an integer constant is that
+            // constant, of the constant's own type (`sizeof (NULL)` is 4).
+            let mut v = if fold(&v).is_some() && v.ty.is_integer() { v } else { self.convert(v, &ty) };
             v.span = span;
             return Ok(v);
         }
@@ -1023,8 +920,9 @@ impl<'m> Checker<'m> {
             return Ok(int_const(v as u64, Type::Enum(id), span));
         }
         if name == "NULL" {
-            // libdtrace hard-wires "inline long NULL = 0;".
-            return Ok(int_const(0, Type::int(8, true), span));
+            // libdtrace hard-wires "inline long NULL = 0;", and an inline integer
+            // constant has the constant's type: int.
+            return Ok(int_const(0, int_ty(), span));
         }
         if let Some(v) = consts::lookup(name) {
             return Ok(int_const(v as u64, int_ty(), span));
@@ -1199,6 +1097,7 @@ impl<'m> Checker<'m> {
                             record: bty.clone(),
                             offset: f.offset,
                             ty: f.ty.clone(),
+                            bits: f.bits,
                         };
                         return Ok((place, f.ty));
                     }
@@ -1351,6 +1250,10 @@ impl<'m> Checker<'m> {
 
     fn cast(&mut self, v: Expr, to: Type, span: Span) -> Result<Expr> {
         let v = if to.is_scalar() { self.decay(v) } else { v };
+        // A struct or union cast to its own type is itself (translators do this).
+        if v.ty == to && matches!(to, Type::Struct(_) | Type::Union(_)) {
+            return Ok(v);
+        }
         let ok = match &to {
             Type::Void => true,
             Type::String => is_stringish(&v.ty) || v.ty.is_scalar(),
@@ -1438,6 +1341,9 @@ impl<'m> Checker<'m> {
                     return err(Tag::D_DEREF_VOID, span, "cannot dereference pointer to void");
                 }
                 Ok(mk(ExprKind::Load(Box::new(v)), t, span))
+            }
+            UnaryOp::AddrOf if matches!(v.kind, ExprKind::BitField { .. }) => {
+                err(Tag::D_ADDROF_BITFIELD, span, "cannot take address of bit-field")
             }
             UnaryOp::AddrOf => match v.kind {
                 ExprKind::Load(addr) => {
@@ -1636,17 +1542,17 @@ impl<'m> Checker<'m> {
             );
         };
         if !self.prog.types.records[id].complete {
-            let tag = self.prog.types.records[id].tag.clone();
+            let name = self.incomplete_name(&base.ty, None);
             return err(
                 Tag::D_OP_INCOMPLETE,
                 span,
-                format!("operator {op} cannot be applied to a forward declaration: no {tag} definition is available"),
+                format!("operator {op} cannot be applied to a forward declaration: no {name} definition is available"),
             );
         }
         let Some(f) = self.prog.types.field(id, field).cloned() else {
             return err(Tag::D_TYPE_MEMBER, span, format!("{field} is not a member of {}", self.type_name(&base.ty)));
         };
-        match base.kind {
+        let unit = match base.kind {
             // Traced memory: read the member at its own address.
             ExprKind::Load(addr) => {
                 let ptr = derived(addr.kind, Type::int(8, false), addr.span, addr.taint);
@@ -1657,10 +1563,14 @@ impl<'m> Checker<'m> {
                     span,
                     addr.taint,
                 );
-                Ok(mk(ExprKind::Load(Box::new(at)), f.ty, span))
+                mk(ExprKind::Load(Box::new(at)), f.ty.clone(), span)
             }
-            _ => Ok(mk(ExprKind::Field { base: Box::new(base), offset: f.offset }, f.ty, span)),
-        }
+            _ => mk(ExprKind::Field { base: Box::new(base), offset: f.offset }, f.ty.clone(), span),
+        };
+        Ok(match f.bits {
+            Some(bits) => mk(ExprKind::BitField { unit: Box::new(unit), bits }, f.ty, span),
+            None => unit,
+        })
     }
 
     fn index(&mut self, base: &ast::Expr, index: &[ast::Expr], span: Span) -> Result<Expr> {
@@ -1825,19 +1735,37 @@ fn same_kind(a: &Type, b: &Type) -> bool {
     }
 }
 
-fn int_literal_type(v: u64, suffix: ast::IntSuffix) -> Type {
+/// dt_node_int: an integer constant has the first of DTrace's integer types (int,
+/// unsigned int, long, unsigned long, long long, unsigned long long) its suffix
+/// allows that holds it; decimal constants and `u` suffixes skip every other one
+/// (decimal: only signed types; `u`: only unsigned ones).
+fn int_literal_type(v: u64, suffix: ast::IntSuffix, decimal: bool, span: Span) -> Result<Type> {
     use ast::IntSuffix::*;
-    let fits_i32 = v <= i32::MAX as u64;
-    let fits_u32 = v <= u32::MAX as u64;
-    let fits_i64 = v <= i64::MAX as u64;
-    match suffix {
-        None if fits_i32 => Type::int(4, true),
-        None if fits_u32 => Type::int(4, false),
-        None | L if fits_i64 => Type::int(8, true),
-        U if fits_u32 => Type::int(4, false),
-        LL if fits_i64 => Type::named_int(8, true, "long long"),
-        ULL => Type::named_int(8, false, "unsigned long long"),
-        _ => Type::int(8, false),
+    const TYPES: [(&str, u8, bool, u64); 6] = [
+        ("int", 4, true, i32::MAX as u64),
+        ("unsigned int", 4, false, u32::MAX as u64),
+        ("long", 8, true, i64::MAX as u64),
+        ("unsigned long", 8, false, u64::MAX),
+        ("long long", 8, true, i64::MAX as u64),
+        ("unsigned long long", 8, false, u64::MAX),
+    ];
+    let (first, unsigned) = match suffix {
+        None => (0, false),
+        U => (1, true),
+        L => (2, false),
+        UL => (3, true),
+        LL => (4, false),
+        ULL => (5, true),
+    };
+    let step = if decimal || unsigned { 2 } else { 1 };
+    match TYPES[first..].iter().step_by(step).find(|t| v <= t.3) {
+        Some(&(name, size, signed, _)) if name == "int" || name == "long" => Ok(Type::int(size, signed)),
+        Some(&(name, size, signed, _)) => Ok(Type::named_int(size, signed, name)),
+        Option::None => err(
+            Tag::D_INT_OFLOW,
+            span,
+            format!("integer constant 0x{v:x} cannot be represented in any built-in integral type"),
+        ),
     }
 }
 
@@ -1935,7 +1863,8 @@ fn macro_refs(e: &ast::Expr, out: &mut Vec<(String, Span)>) {
         | K::SizeofExpr(x)
         | K::Stringof(x)
         | K::Member { base: x, .. }
-        | K::Arrow { base: x, .. } => macro_refs(x, out),
+        | K::Arrow { base: x, .. }
+        | K::Xlate { operand: x, .. } => macro_refs(x, out),
         K::Binary { lhs, rhs, .. } | K::Assign { lhs, rhs, .. } | K::Comma { lhs, rhs } => {
             macro_refs(lhs, out);
             macro_refs(rhs, out);

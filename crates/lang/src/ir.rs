@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use crate::ast::{BinaryOp, ProbeDesc, VarScope};
 use crate::span::Span;
-use crate::types::{Type, TypeTable};
+use crate::types::{BitField, Type, TypeTable};
 
 /// A whole checked program: all sources of one udtrace invocation.
 #[derive(Debug, Clone, Default)]
@@ -374,6 +374,12 @@ pub enum ExprKind {
         base: Box<Expr>,
         offset: u64,
     },
+    /// A bit-field: its bits of the storage unit `unit` reads, sign-extended from
+    /// the field's width when the field's type is signed.
+    BitField {
+        unit: Box<Expr>,
+        bits: BitField,
+    },
     Comma(Box<Expr>, Box<Expr>),
     /// `s[i]` (and `*s`) on a string: the char at offset `index`.
     StrChar {
@@ -410,6 +416,8 @@ pub enum Place {
         record: Type,
         offset: u64,
         ty: Type,
+        /// For a bit-field, its bits within the `ty`-sized unit at `offset`.
+        bits: Option<BitField>,
     },
     /// Memory through a pointer (`*p`, `p[i]`, `p->m`): scratch space when `addr` is
     /// alloca-tainted, else D's own memory (variables); traced memory cannot be

@@ -31,6 +31,8 @@ pub enum TokKind {
     Int {
         value: u64,
         suffix: IntSuffix,
+        /// Written in decimal: DTrace's `yyintdecimal` (the text starts with 1–9).
+        decimal: bool,
     },
     Char(i64),
     Str(String),
@@ -363,8 +365,9 @@ fn scan_quoted(text: &str, start: usize, quote: u8, _base: usize) -> Result<(Vec
 }
 
 /// Decodes the escape whose first character (after `\`) is at `i`; returns the offset
-/// after it. Unknown escapes stand for the character itself, as in DTrace's
-/// `stresc2chr`.
+/// after it. As DTrace's `stresc2chr` does: up to three octal digits, `\x` and all the
+/// hex digits after it, C's letter escapes, `\"` and `\\`; any other escape (`\'`,
+/// `\?`, `\c`) stays as written, backslash and all.
 fn decode_escape(b: &[u8], i: usize, out: &mut Vec<u8>) -> usize {
     let c = b[i];
     let simple = match c {
@@ -391,18 +394,23 @@ fn decode_escape(b: &[u8], i: usize, out: &mut Vec<u8>) -> usize {
         out.push(v as u8);
         return j;
     }
-    if c == b'x' && i + 1 < b.len() && b[i + 1].is_ascii_hexdigit() {
+    if c == b'x' {
         let mut v: u32 = 0;
         let mut j = i + 1;
-        while j < b.len() && j < i + 3 && b[j].is_ascii_hexdigit() {
-            v = v * 16 + (b[j] as char).to_digit(16).unwrap_or(0);
+        while j < b.len() && b[j].is_ascii_hexdigit() {
+            v = v.wrapping_mul(16).wrapping_add((b[j] as char).to_digit(16).unwrap_or(0));
             j += 1;
         }
         out.push(v as u8);
         return j;
     }
-    // Any other escaped character (\\, \", \', \?, or an unknown one) is itself; a
-    // multi-byte character is copied whole.
+    if c == b'"' || c == b'\\' {
+        out.push(c);
+        return i + 1;
+    }
+    // Any other escaped character keeps its backslash; a multi-byte character is
+    // copied whole.
+    out.push(b'\\');
     let len = utf8_len(c);
     let end = (i + len).min(b.len());
     out.extend_from_slice(&b[i..end]);
@@ -705,7 +713,11 @@ impl<'a> Lexer<'a> {
     }
 
     fn lex_string(&self, pos: usize) -> Result<Token> {
-        let (bytes, end) = scan_quoted(self.src, pos, b'"', 0)?;
+        let (mut bytes, end) = scan_quoted(self.src, pos, b'"', 0)?;
+        // A D string ends at its first NUL, as the C string DTrace makes of it.
+        if let Some(nul) = bytes.iter().position(|&c| c == 0) {
+            bytes.truncate(nul);
+        }
         match end {
             Some(end) => Ok(Token { kind: TokKind::Str(bytes_to_string(bytes)), span: Span::new(pos, end) }),
             None => Err(self.unterminated(pos, "newline encountered in string literal")),
@@ -771,7 +783,8 @@ impl<'a> Lexer<'a> {
         let span = Span::new(pos, int_end);
         let value = int_value(text, &self.src[pos..digits_end], hex, span)?;
         let suffix = int_suffix(&self.src[digits_end..int_end]);
-        Ok(Token { kind: TokKind::Int { value, suffix }, span })
+        let decimal = b[pos] != b'0';
+        Ok(Token { kind: TokKind::Int { value, suffix, decimal }, span })
     }
 }
 
@@ -948,28 +961,32 @@ mod tests {
     }
 
     fn int(value: u64, suffix: IntSuffix) -> TokKind {
-        TokKind::Int { value, suffix }
+        TokKind::Int { value, suffix, decimal: false }
+    }
+
+    fn dec(value: u64, suffix: IntSuffix) -> TokKind {
+        TokKind::Int { value, suffix, decimal: true }
     }
 
     #[test]
     fn integers() {
         assert_eq!(
             expr("017 0x1F 42"),
-            vec![int(15, IntSuffix::None), int(31, IntSuffix::None), int(42, IntSuffix::None)]
+            vec![int(15, IntSuffix::None), int(31, IntSuffix::None), dec(42, IntSuffix::None)]
         );
         assert_eq!(
             expr("1u 2UL 3lu 4ll 5ULL 6llu 7L"),
             vec![
-                int(1, IntSuffix::U),
-                int(2, IntSuffix::UL),
-                int(3, IntSuffix::UL),
-                int(4, IntSuffix::LL),
-                int(5, IntSuffix::ULL),
-                int(6, IntSuffix::ULL),
-                int(7, IntSuffix::L)
+                dec(1, IntSuffix::U),
+                dec(2, IntSuffix::UL),
+                dec(3, IntSuffix::UL),
+                dec(4, IntSuffix::LL),
+                dec(5, IntSuffix::ULL),
+                dec(6, IntSuffix::ULL),
+                dec(7, IntSuffix::L)
             ]
         );
-        assert_eq!(expr("18446744073709551615"), vec![int(u64::MAX, IntSuffix::None)]);
+        assert_eq!(expr("18446744073709551615"), vec![dec(u64::MAX, IntSuffix::None)]);
         assert_eq!(expr("0"), vec![int(0, IntSuffix::None)]);
     }
 
@@ -988,11 +1005,22 @@ mod tests {
 
     #[test]
     fn strings_and_chars() {
-        assert_eq!(expr(r#""a\tb\n\\\"\x41\101\0""#), vec![TokKind::Str("a\tb\n\\\"AA\0".into())]);
+        assert_eq!(expr(r#""a\tb\n\\\"\x41\101""#), vec![TokKind::Str("a\tb\n\\\"AA".into())]);
         assert_eq!(expr(r#""" "x""#), vec![TokKind::Str("".into()), TokKind::Str("x".into())]);
+        // DTrace's escapes: a NUL ends a string; `\?` and `\'` keep their backslash;
+        // `\x` takes every hex digit; octal takes at most three digits.
+        assert_eq!(expr(r#""ab\0cd""#), vec![TokKind::Str("ab".into())]);
+        assert_eq!(expr(r#""\?\'\c""#), vec![TokKind::Str("\\?\\'\\c".into())]);
+        assert_eq!(expr(r#""\x0041\0101""#), vec![TokKind::Str("A\u{8}1".into())]);
         assert_eq!(
-            expr(r"'a' '\n' 'ab' '\''"),
-            vec![TokKind::Char(97), TokKind::Char(10), TokKind::Char(0x6162), TokKind::Char(39)]
+            expr(r"'a' '\n' 'ab' '\'' '\\'"),
+            vec![
+                TokKind::Char(97),
+                TokKind::Char(10),
+                TokKind::Char(0x6162),
+                TokKind::Char(0x5c27),
+                TokKind::Char(0x5c)
+            ]
         );
     }
 

@@ -12,6 +12,8 @@ use crate::error::{CompileError, Result, Tag};
 use crate::lexer::{Lexer, Mode, TokKind, Token, KEYWORDS};
 use crate::span::Span;
 
+mod decl;
+
 /// How a probe description with fewer than four `:`-separated fields is aligned:
 /// the field its last part names (dtrace's `-P`, `-m`, `-f`, and `-n`/`-s`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,14 +88,49 @@ const MAX_DEPTH: u32 = 200;
 /// A clause without predicate and actions (`BEGIN`) is accepted at the end of the
 /// text, as dtrace accepts it in descriptions given on the command line.
 pub fn parse_program(src: &str, align: DescAlign) -> Result<Program> {
-    Parser::new(src, align, false).program()
+    Parser::new(src, align, false, &mut NoSink).program()
 }
 
 /// Parses a D script (`-s`): like [`parse_program`] with `-n` alignment, but a probe
 /// description must be followed by a predicate or actions, as DTrace requires of
 /// scripts ("expected predicate and/or actions following probe description").
 pub fn parse_script(src: &str) -> Result<Program> {
-    Parser::new(src, DescAlign::Name, true).program()
+    Parser::new(src, DescAlign::Name, true, &mut NoSink).program()
+}
+
+/// Parses a program (a script when `script`) as [`parse_program`] and
+/// [`parse_script`] do, handing each declaration to `sink` as soon as it is parsed:
+/// DTrace acts on declarations while it parses, so that an error in a declaration
+/// comes before any syntax error that follows it, and a type declared earlier in
+/// another source is a type name here.
+pub fn parse_with(src: &str, align: DescAlign, script: bool, sink: &mut dyn DeclSink) -> Result<Program> {
+    Parser::new(src, align, script, sink).program()
+}
+
+/// What the parser tells of declarations as it reads them (the checker, in a
+/// compile).
+pub trait DeclSink {
+    /// A declaration, definition, inline, translator or pragma is complete.
+    fn item(&mut self, item: &Item) -> Result<()>;
+    /// A struct, union or enum definition with this tag opens (at its `{`).
+    fn open_definition(&mut self, kind: TagKind, tag: &str, open: Span) -> Result<()>;
+    /// Whether `name` is a type name beyond those the source itself declares.
+    fn is_type(&self, name: &str) -> bool;
+}
+
+/// A sink that does nothing: the caller checks the whole program afterwards.
+pub struct NoSink;
+
+impl DeclSink for NoSink {
+    fn item(&mut self, _: &Item) -> Result<()> {
+        Ok(())
+    }
+    fn open_definition(&mut self, _: TagKind, _: &str, _: Span) -> Result<()> {
+        Ok(())
+    }
+    fn is_type(&self, _: &str) -> bool {
+        false
+    }
 }
 
 /// The tokens that can start a type name in an expression (casts, `sizeof`).
@@ -168,52 +205,9 @@ fn boxed(e: Expr) -> Box<Expr> {
     Box::new(e)
 }
 
-/// The specifiers of a declaration or type name, gathered before building the type.
-#[derive(Default)]
-struct Specs {
-    scope: Option<VarScope>,
-    is_typedef: bool,
-    /// A storage class was given (`self`, `this`, `typedef`, `static`, …).
-    class_seen: bool,
-    sign: Option<Signedness>,
-    shorts: u32,
-    longs: u32,
-    /// `char`, `int`, `void`, … or a named/struct/union/enum base.
-    core: Option<BaseType>,
-    /// `int` written explicitly (it combines with short/long/signed).
-    int_kw: bool,
-    definition: Option<TypeDef>,
-    span: Option<Span>,
-}
-
-impl Specs {
-    /// `self x;`, `this x, y;`: a storage class alone declares `int`s, as C's
-    /// implicit int does.
-    fn implicit_int(&self) -> Option<BaseType> {
-        let no_type = self.core.is_none() && self.sign.is_none() && self.shorts + self.longs == 0;
-        (no_type && self.scope.is_some()).then_some(BaseType::Int(Signedness::Default))
-    }
-}
-
-fn bad_dimension(span: Span) -> CompileError {
-    CompileError::new(
-        Tag::D_DECL_ARRSUB,
-        span,
-        "positive integral constant expression or tuple signature expected as array declaration subscript",
-    )
-}
-
-/// One declarator: `*p`, `a[16]`, `a[string, int]`.
-struct Declarator {
-    name: String,
-    pointers: u32,
-    arrays: Vec<u64>,
-    keys: Vec<TypeName>,
-    span: Span,
-}
-
-struct Parser<'a> {
+struct Parser<'a, 's> {
     src: &'a str,
+    sink: &'s mut dyn DeclSink,
     lx: Lexer<'a>,
     /// Byte offset of the first unconsumed character.
     pos: usize,
@@ -233,10 +227,11 @@ struct Parser<'a> {
     anon: u32,
 }
 
-impl<'a> Parser<'a> {
-    fn new(src: &'a str, align: DescAlign, script: bool) -> Parser<'a> {
+impl<'a, 's> Parser<'a, 's> {
+    fn new(src: &'a str, align: DescAlign, script: bool, sink: &'s mut dyn DeclSink) -> Parser<'a, 's> {
         Parser {
             src,
+            sink,
             lx: Lexer::new(src),
             pos: 0,
             mode: Mode::Outer,
@@ -256,12 +251,13 @@ impl<'a> Parser<'a> {
     // ---- token plumbing -------------------------------------------------------
 
     fn is_type_name(&self, name: &str) -> bool {
-        BUILTIN_TYPEDEFS.contains(&name) || self.typedefs.contains(name)
+        BUILTIN_TYPEDEFS.contains(&name) || self.typedefs.contains(name) || self.sink.is_type(name)
     }
 
     fn lex_at(&mut self, pos: usize) -> Result<Token> {
         let typedefs = &self.typedefs;
-        let is_type = |s: &str| BUILTIN_TYPEDEFS.contains(&s) || typedefs.contains(s);
+        let sink = &*self.sink;
+        let is_type = |s: &str| BUILTIN_TYPEDEFS.contains(&s) || typedefs.contains(s) || sink.is_type(s);
         self.lx.lex(pos, self.mode, &is_type)
     }
 
@@ -380,7 +376,7 @@ impl<'a> Parser<'a> {
         loop {
             self.mode = Mode::Outer;
             let t = self.peek()?;
-            self.flush_pragmas(t.span.start as usize);
+            self.flush_pragmas(t.span.start as usize)?;
             match &t.kind {
                 TokKind::Eof => break,
                 TokKind::PSpec(_) | TokKind::Int { .. } => {
@@ -394,10 +390,11 @@ impl<'a> Parser<'a> {
         Ok(Program { items: self.items })
     }
 
-    fn flush_pragmas(&mut self, before: usize) {
+    fn flush_pragmas(&mut self, before: usize) -> Result<()> {
         for p in self.lx.take_pragmas(before) {
-            self.items.push(Item::Pragma(p));
+            self.emit(Item::Pragma(p))?;
         }
+        Ok(())
     }
 
     fn clause(&mut self) -> Result<Clause> {
@@ -665,14 +662,6 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// Whether `t` starts a type name inside an expression.
-    fn starts_type(&self, t: &Token) -> bool {
-        match &t.kind {
-            TokKind::Ident(w) => TYPE_KEYWORDS.contains(&w.as_str()) || self.is_type_name(w),
-            _ => false,
-        }
-    }
-
     /// Whether the token after the next one starts a type name: `(type)` is a cast.
     fn type_follows(&mut self) -> Result<bool> {
         let t = self.peek2()?;
@@ -818,10 +807,13 @@ impl<'a> Parser<'a> {
         let t = self.peek()?;
         let kind = match &t.kind {
             TokKind::Ident(w) if w == "offsetof" => return self.offsetof(t),
+            TokKind::Ident(w) if w == "xlate" => return self.xlate(t),
             TokKind::Ident(w) if w == "self" || w == "this" => ExprKind::Ident(w.clone()),
             TokKind::Ident(w) if KEYWORDS.contains(&w.as_str()) => return Err(self.unexpected(&t)),
             TokKind::Ident(w) => ExprKind::Ident(w.clone()),
-            TokKind::Int { value, suffix } => ExprKind::Int { value: *value, suffix: *suffix },
+            TokKind::Int { value, suffix, decimal } => {
+                ExprKind::Int { value: *value, suffix: *suffix, decimal: *decimal }
+            }
             TokKind::Char(c) => ExprKind::Char(*c),
             TokKind::Str(s) => ExprKind::Str(s.clone()),
             TokKind::Macro(m) => ExprKind::Macro(m.clone()),
@@ -856,405 +848,16 @@ impl<'a> Parser<'a> {
         Ok(Expr { kind: ExprKind::Offsetof { ty, member }, span: kw.span.to(close.span) })
     }
 
-    // ---- types ------------------------------------------------------------------
-
-    /// `type_name`: specifiers, then `*`s and array dimensions (casts, `sizeof`,
-    /// `offsetof`, associative array keys).
-    fn type_name(&mut self) -> Result<TypeName> {
-        let specs = self.specifiers(false, false)?;
-        let start = specs.span.unwrap_or_default();
-        let base = self.base_type(&specs)?;
-        let pointers = self.pointers()?;
-        let arrays = self.dimensions()?;
-        let span = start.to(Span::new(self.pos, self.pos));
-        Ok(TypeName { base, pointers, arrays, span })
-    }
-
-    /// `*`s of a declarator, each optionally followed by qualifiers (dropped).
-    fn pointers(&mut self) -> Result<u32> {
-        let mut n = 0;
-        while self.eat("*")?.is_some() {
-            n += 1;
-            while let TokKind::Ident(w) = self.peek()?.kind {
-                if !matches!(w.as_str(), "const" | "volatile" | "restrict") {
-                    break;
-                }
-                self.bump()?;
-            }
-        }
-        Ok(n)
-    }
-
-    /// `[N]…` array dimensions; each must be an integer constant.
-    fn dimensions(&mut self) -> Result<Vec<u64>> {
-        let mut dims = Vec::new();
-        while self.eat("[")?.is_some() {
-            dims.push(self.dimension()?);
-            self.expect("]")?;
-        }
-        Ok(dims)
-    }
-
-    /// An array dimension: dt_decl_array wants a positive integer constant that fits
-    /// in 32 bits.
-    fn dimension(&mut self) -> Result<u64> {
-        let t = self.peek()?;
-        match t.kind {
-            TokKind::Int { value, .. } => {
-                self.bump()?;
-                if value == 0 {
-                    return Err(bad_dimension(t.span));
-                }
-                if value > u64::from(u32::MAX) {
-                    return Err(CompileError::new(Tag::D_DECL_ARRBIG, t.span, "array dimension too big"));
-                }
-                Ok(value)
-            }
-            TokKind::Punct("-") => Err(bad_dimension(t.span)),
-            _ => Err(self.unexpected(&t)),
-        }
-    }
-
-    /// Declaration specifiers: storage classes, `self`/`this`, qualifiers and type
-    /// specifiers, in any order. Struct, union and enum definitions are allowed only
-    /// where `allow_def` says (declarations, not casts); storage classes and
-    /// `self`/`this` only where `storage` says (file-scope declarations).
-    fn specifiers(&mut self, allow_def: bool, storage: bool) -> Result<Specs> {
-        let mut s = Specs::default();
-        loop {
-            let t = self.peek()?;
-            let TokKind::Ident(w) = &t.kind else { break };
-            let w = w.as_str();
-            let seen_type = s.core.is_some() || s.sign.is_some() || s.shorts + s.longs > 0;
-            match w {
-                "self" | "this" | "typedef" | "static" | "extern" | "register" | "auto" if storage => {
-                    // dt_decl_class: one storage class per declaration.
-                    if s.scope.is_some() || s.is_typedef || s.class_seen {
-                        return Err(CompileError::new(
-                            Tag::D_DECL_CLASS,
-                            t.span,
-                            "only one storage class allowed in a declaration",
-                        ));
-                    }
-                    s.class_seen = true;
-                    match w {
-                        "self" => s.scope = Some(VarScope::Thread),
-                        "this" => s.scope = Some(VarScope::Clause),
-                        "typedef" => s.is_typedef = true,
-                        _ => {}
-                    }
-                }
-                "const" | "volatile" | "restrict" => {}
-                "signed" | "unsigned" => {
-                    if s.sign.is_some() {
-                        return Err(CompileError::new(Tag::D_DECL_COMBO, t.span, "invalid type combination"));
-                    }
-                    let sign = if w == "signed" { Signedness::Signed } else { Signedness::Unsigned };
-                    s.sign = Some(sign);
-                }
-                "short" => s.shorts += 1,
-                "long" => s.longs += 1,
-                "char" | "int" | "void" | "float" | "double" | "string" => {
-                    if s.core.is_some() {
-                        return Err(CompileError::new(Tag::D_DECL_COMBO, t.span, "invalid type combination"));
-                    }
-                    s.int_kw = w == "int";
-                    s.core = Some(match w {
-                        "char" => BaseType::Char(Signedness::Default),
-                        "int" => BaseType::Int(Signedness::Default),
-                        "void" => BaseType::Void,
-                        "float" => BaseType::Float,
-                        "double" => BaseType::Double,
-                        _ => BaseType::String,
-                    });
-                }
-                "struct" | "union" | "enum" => {
-                    if seen_type {
-                        return Err(CompileError::new(Tag::D_DECL_COMBO, t.span, "invalid type combination"));
-                    }
-                    s.span = Some(s.span.map_or(t.span, |sp| sp.to(t.span)));
-                    let (base, def) = self.nested(|p| p.tagged_type(allow_def))?;
-                    s.core = Some(base);
-                    s.definition = def;
-                    s.span = s.span.map(|sp| sp.to(Span::new(self.pos, self.pos)));
-                    continue;
-                }
-                _ if !seen_type && !KEYWORDS.contains(&w) && self.is_type_name(w) => {
-                    s.core = Some(BaseType::Named(w.to_string()));
-                }
-                _ => break,
-            }
-            s.span = Some(s.span.map_or(t.span, |sp| sp.to(t.span)));
-            self.bump()?;
-        }
-        Ok(s)
-    }
-
-    /// Builds the base type from the specifiers, rejecting impossible combinations.
-    fn base_type(&mut self, s: &Specs) -> Result<BaseType> {
-        let Some(span) = s.span else {
-            let t = self.peek()?;
-            return Err(self.unexpected(&t));
-        };
-        let sign = s.sign.unwrap_or(Signedness::Default);
-        let plain = s.sign.is_none() && s.shorts == 0 && s.longs == 0;
-        let int_like = matches!(s.core, None | Some(BaseType::Int(_)));
-        let base = match (&s.core, s.shorts, s.longs) {
-            (None, 0, 0) if s.sign.is_none() => None,
-            (_, 1, 0) if int_like => Some(BaseType::Short(sign)),
-            (_, 0, 0) if int_like => Some(BaseType::Int(sign)),
-            (_, 0, 1) if int_like => Some(BaseType::Long(sign)),
-            (_, 0, 2) if int_like => Some(BaseType::LongLong(sign)),
-            (Some(BaseType::Char(_)), 0, 0) => Some(BaseType::Char(sign)),
-            (Some(BaseType::Double), 0, 1) if s.sign.is_none() => Some(BaseType::LongDouble),
-            (Some(core), _, _) if plain => Some(core.clone()),
-            _ => return Err(CompileError::new(Tag::D_DECL_COMBO, span, "invalid type combination")),
-        };
-        match base {
-            Some(b) => Ok(b),
-            None => {
-                // Only storage classes or qualifiers: no type at all.
-                let t = self.peek()?;
-                Err(self.unexpected(&t))
-            }
-        }
-    }
-
-    /// After `struct`/`union`/`enum` (not yet consumed): a tag reference or a
-    /// definition.
-    fn tagged_type(&mut self, allow_def: bool) -> Result<(BaseType, Option<TypeDef>)> {
-        let kw = self.bump()?;
-        let keyword = match &kw.kind {
-            TokKind::Ident(k) => k.clone(),
-            _ => return Err(self.unexpected(&kw)),
-        };
-        let t = self.peek()?;
-        let tag = match &t.kind {
-            TokKind::Ident(name) if !KEYWORDS.contains(&name.as_str()) => {
-                self.bump()?;
-                Some(name.clone())
-            }
-            _ => None,
-        };
-        let t = self.peek()?;
-        let def = if is_punct(&t, "{") {
-            if !allow_def {
-                return Err(self.unexpected(&t));
-            }
-            self.bump()?;
-            true
-        } else if tag.is_none() {
-            return Err(self.unexpected(&t));
-        } else {
-            false
-        };
-        let tag = tag.unwrap_or_else(|| {
-            self.anon += 1;
-            format!("__anon{}", self.anon)
-        });
-        let base = match keyword.as_str() {
-            "struct" => BaseType::Struct(tag.clone()),
-            "union" => BaseType::Union(tag.clone()),
-            _ => BaseType::Enum(tag.clone()),
-        };
-        if !def {
-            return Ok((base, None));
-        }
-        let definition = match keyword.as_str() {
-            "enum" => TypeDef::Enum { tag, values: self.enumerators()? },
-            "struct" => TypeDef::Struct { tag, members: self.members()? },
-            _ => TypeDef::Union { tag, members: self.members()? },
-        };
-        Ok((base, Some(definition)))
-    }
-
-    /// Struct or union members up to and including `}`. Definitions nested in a
-    /// member's type become items of their own, ahead of the enclosing one.
-    fn members(&mut self) -> Result<Vec<Member>> {
-        let mut members = Vec::new();
-        loop {
-            let start = self.peek()?.span;
-            let specs = self.specifiers(true, false)?;
-            let base = self.base_type(&specs)?;
-            if let Some(def) = specs.definition.clone() {
-                let span = start.to(Span::new(self.pos, self.pos));
-                self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
-            }
-            loop {
-                let d = self.declarator(false)?;
-                let ty = TypeName { base: base.clone(), pointers: d.pointers, arrays: d.arrays, span: d.span };
-                members.push(Member { name: d.name, ty, span: d.span });
-                if self.eat(",")?.is_none() {
-                    break;
-                }
-            }
-            self.expect(";")?;
-            if self.eat("}")?.is_some() {
-                return Ok(members);
-            }
-        }
-    }
-
-    /// Enumerators up to and including `}`.
-    fn enumerators(&mut self) -> Result<Vec<Enumerator>> {
-        let mut values = Vec::new();
-        loop {
-            let t = self.peek()?;
-            let name = match &t.kind {
-                TokKind::Ident(n) if !KEYWORDS.contains(&n.as_str()) => n.clone(),
-                _ => return Err(self.unexpected(&t)),
-            };
-            self.bump()?;
-            let mut span = t.span;
-            let mut value = None;
-            if self.eat("=")?.is_some() {
-                let v = self.conditional()?;
-                span = span.to(v.span);
-                value = Some(v);
-            }
-            values.push(Enumerator { name, value, span });
-            if self.eat(",")?.is_none() {
-                self.expect("}")?;
-                return Ok(values);
-            }
-        }
-    }
-
-    /// `*`s, a name, then array dimensions or (where `keys_ok`) associative array
-    /// key types: `a[16]`, `a[string, int]`.
-    fn declarator(&mut self, keys_ok: bool) -> Result<Declarator> {
-        let start = self.peek()?.span;
-        let pointers = self.pointers()?;
-        let t = self.peek()?;
-        let name = match &t.kind {
-            TokKind::Ident(n) if !KEYWORDS.contains(&n.as_str()) => n.clone(),
-            _ => return Err(self.unexpected(&t)),
-        };
+    /// `xlate < type > ( expression )`
+    fn xlate(&mut self, kw: Token) -> Result<Expr> {
         self.bump()?;
-        let mut arrays = Vec::new();
-        let mut keys = Vec::new();
-        while let Some(open) = self.eat("[")? {
-            let t = self.peek()?;
-            if keys_ok && is_punct(&t, "]") {
-                return Err(CompileError::new(
-                    Tag::D_DECL_ARRNULL,
-                    open.span,
-                    format!("array declaration requires array dimension or tuple signature: {name}"),
-                ));
-            }
-            let is_dim = matches!(t.kind, TokKind::Int { .. } | TokKind::Punct("-"));
-            if is_dim && keys.is_empty() {
-                arrays.push(self.dimension()?);
-            } else if keys_ok && arrays.is_empty() && keys.is_empty() && self.starts_type(&t) {
-                keys.push(self.type_name()?);
-                while self.eat(",")?.is_some() {
-                    keys.push(self.type_name()?);
-                }
-            } else {
-                let _ = open;
-                return Err(self.unexpected(&t));
-            }
-            self.expect("]")?;
-        }
-        let span = start.to(Span::new(self.pos, self.pos));
-        Ok(Declarator { name, pointers, arrays, keys, span })
-    }
-
-    // ---- declarations -------------------------------------------------------------
-
-    /// A file-scope declaration: variables, typedefs, struct/union/enum definitions,
-    /// inlines; translators and providers are parsed over and dropped.
-    fn declaration(&mut self) -> Result<()> {
-        self.mode = Mode::Expr;
-        let t = self.peek()?;
-        match &t.kind {
-            TokKind::Ident(w) if w == "inline" => return self.inline(t),
-            TokKind::Ident(w) if w == "translator" || w == "provider" => return self.skip_definition(),
-            _ => {}
-        }
-        let specs = self.specifiers(true, true)?;
-        let base = match specs.implicit_int() {
-            Some(b) => b,
-            None => self.base_type(&specs)?,
-        };
-        let start = specs.span.unwrap_or(t.span);
-        if let Some(semi) = self.eat(";")? {
-            if let Some(def) = specs.definition {
-                let span = start.to(semi.span);
-                self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
-            }
-            return Ok(());
-        }
-        let mut decls = vec![self.declarator(!specs.is_typedef)?];
-        while self.eat(",")?.is_some() {
-            decls.push(self.declarator(!specs.is_typedef)?);
-        }
-        let semi = self.expect(";")?;
-        let span = start.to(semi.span);
-        let ty = |d: &Declarator| TypeName {
-            base: base.clone(),
-            pointers: d.pointers,
-            arrays: d.arrays.clone(),
-            span: d.span,
-        };
-        if specs.is_typedef {
-            let typedefs: Vec<(String, TypeName)> = decls.iter().map(|d| (d.name.clone(), ty(d))).collect();
-            for (name, _) in &typedefs {
-                self.typedefs.insert(name.clone());
-            }
-            let definition = specs.definition;
-            self.items.push(Item::TypeDecl(TypeDecl { definition, typedefs, span }));
-            return Ok(());
-        }
-        if let Some(def) = specs.definition {
-            self.items.push(Item::TypeDecl(TypeDecl { definition: Some(def), typedefs: vec![], span }));
-        }
-        let scope = specs.scope.unwrap_or(VarScope::Global);
-        for d in &decls {
-            let decl = VarDecl { scope, ty: ty(d), name: d.name.clone(), keys: d.keys.clone(), span: d.span };
-            self.items.push(Item::VarDecl(decl));
-        }
-        Ok(())
-    }
-
-    /// `inline type name = expression;`
-    fn inline(&mut self, kw: Token) -> Result<()> {
-        self.bump()?;
-        let specs = self.specifiers(false, false)?;
-        let base = self.base_type(&specs)?;
-        let d = self.declarator(false)?;
-        self.expect("=")?;
-        let value = self.assign()?;
-        let semi = self.expect(";")?;
-        let ty = TypeName { base, pointers: d.pointers, arrays: d.arrays, span: d.span };
-        let span = kw.span.to(semi.span);
-        self.items.push(Item::Inline(Inline { ty, name: d.name, value, span }));
-        Ok(())
-    }
-
-    /// Skips a `translator …{…};` or `provider name {…};` definition: udtrace has no
-    /// use for them, but scripts and libraries may contain them.
-    fn skip_definition(&mut self) -> Result<()> {
-        loop {
-            let t = self.bump()?;
-            match t.kind {
-                TokKind::Punct("{") => break,
-                TokKind::Eof | TokKind::Punct(";" | "}") => return Err(self.unexpected(&t)),
-                _ => {}
-            }
-        }
-        let mut depth = 1;
-        while depth > 0 {
-            let t = self.bump()?;
-            match t.kind {
-                TokKind::Punct("{") => depth += 1,
-                TokKind::Punct("}") => depth -= 1,
-                TokKind::Eof => return Err(self.unexpected(&t)),
-                _ => {}
-            }
-        }
-        self.expect(";")?;
-        Ok(())
+        self.expect("<")?;
+        let ty = self.type_name()?;
+        self.expect(">")?;
+        self.expect("(")?;
+        let operand = self.expr()?;
+        let close = self.expect(")")?;
+        Ok(Expr { kind: ExprKind::Xlate { ty, operand: boxed(operand) }, span: kw.span.to(close.span) })
     }
 }
 
@@ -1276,17 +879,28 @@ mod tests {
         }
     }
 
+    /// A type name rendered compactly: the base, then each derivation from the base
+    /// outwards (`int*[3]` is an array of three pointers to int).
     fn ty(t: &TypeName) -> String {
         let mut s = match &t.base {
+            BaseType::Intrinsic(n) => n.trim_end().to_string(),
+            BaseType::String => "string".into(),
             BaseType::Named(n) => n.clone(),
             BaseType::Struct(n) => format!("struct {n}"),
             BaseType::Union(n) => format!("union {n}"),
             BaseType::Enum(n) => format!("enum {n}"),
-            b => format!("{b:?}"),
         };
-        s.push_str(&"*".repeat(t.pointers as usize));
-        for d in &t.arrays {
-            s.push_str(&format!("[{d}]"));
+        for d in &t.derived {
+            match d {
+                Derived::Pointer => s.push('*'),
+                Derived::Array(Some(n), _) => s.push_str(&format!("[{}]", sx(n))),
+                Derived::Array(None, _) => s.push_str("[]"),
+                Derived::Assoc(keys) | Derived::Function(keys) => {
+                    let k: Vec<String> = keys.iter().map(|p| p.ty.as_ref().map_or("...".into(), ty)).collect();
+                    let (open, close) = if matches!(d, Derived::Assoc(_)) { ('[', ']') } else { ('(', ')') };
+                    s.push_str(&format!("{open}{}{close}", k.join(", ")));
+                }
+            }
         }
         s
     }
@@ -1337,6 +951,7 @@ mod tests {
             SizeofExpr(e) => format!("(sizeof {})", sx(e)),
             Offsetof { ty: t, member } => format!("(offsetof {} {member})", ty(t)),
             Stringof(e) => format!("(stringof {})", sx(e)),
+            Xlate { ty: t, operand } => format!("(xlate {} {})", ty(t), sx(operand)),
             Comma { lhs, rhs } => format!("(, {} {})", sx(lhs), sx(rhs)),
         }
     }
@@ -1395,16 +1010,18 @@ mod tests {
 
     #[test]
     fn casts_sizeof_and_friends() {
-        assert_eq!(e("(int)x + 1"), "(+ (cast Int(Default) x) 1)");
+        assert_eq!(e("(int)x + 1"), "(+ (cast int x) 1)");
         assert_eq!(e("(x) + 1"), "(+ x 1)");
         assert_eq!(e("(uint32_t)*p"), "(cast uint32_t (Deref p))");
         assert_eq!(e("(struct foo *)arg0"), "(cast struct foo* arg0)");
-        assert_eq!(e("(unsigned long long)x"), "(cast LongLong(Unsigned) x)");
-        assert_eq!(e("(char)a[0]"), "(cast Char(Default) a[0])");
-        assert_eq!(e("(string)(int)x"), "(cast String (cast Int(Default) x))");
-        assert_eq!(e("sizeof(int) + sizeof x"), "(+ (sizeof-type Int(Default)) (sizeof x))");
+        assert_eq!(e("(unsigned long long)x"), "(cast unsigned long long x)");
+        assert_eq!(e("(char)a[0]"), "(cast char a[0])");
+        assert_eq!(e("(string)(int)x"), "(cast string (cast int x))");
+        assert_eq!(e("sizeof(int) + sizeof x"), "(+ (sizeof-type int) (sizeof x))");
         assert_eq!(e("sizeof(x)"), "(sizeof x)");
-        assert_eq!(e("sizeof (char *)"), "(sizeof-type Char(Default)*)");
+        assert_eq!(e("sizeof (char *)"), "(sizeof-type char*)");
+        assert_eq!(e("sizeof (int (*)(void))"), "(sizeof-type int(void)*)");
+        assert_eq!(e("(long short)0"), "(cast short long 0)");
         assert_eq!(e("stringof(a)"), "(stringof a)");
         assert_eq!(e("stringof a + b"), "(+ (stringof a) b)");
         assert_eq!(e("offsetof(struct s, f)"), "(offsetof struct s f)");
@@ -1535,59 +1152,65 @@ mod tests {
         assert_eq!(p.items.len(), 3);
     }
 
-    fn var(item: &Item) -> (VarScope, String, String, Vec<String>) {
-        let Item::VarDecl(v) = item else { panic!("{item:?}") };
-        (v.scope, ty(&v.ty), v.name.clone(), v.keys.iter().map(ty).collect())
+    fn decl(item: &Item) -> (Option<StorageClass>, String, String) {
+        let Item::Decl(d) = item else { panic!("{item:?}") };
+        (d.class, ty(&d.ty), d.name.clone().unwrap_or_default())
+    }
+
+    fn define(item: &Item) -> &TypeDef {
+        let Item::Define(d) = item else { panic!("{item:?}") };
+        d
     }
 
     #[test]
     fn variable_declarations() {
-        let p = prog("int x;\nunsigned long long y;\nself int t;\nthis string s;\nint a[string, int];\nchar buf[16];\nint *p, **q;\nuint64_t*u;\nconst static int c;\nlong double d; signed char sc; short int si; unsigned u2;");
-        let v: Vec<_> = p.items.iter().map(var).collect();
-        let g = VarScope::Global;
-        assert_eq!(v[0], (g, "Int(Default)".into(), "x".into(), vec![]));
-        assert_eq!(v[1], (g, "LongLong(Unsigned)".into(), "y".into(), vec![]));
-        assert_eq!(v[2], (VarScope::Thread, "Int(Default)".into(), "t".into(), vec![]));
-        assert_eq!(v[3], (VarScope::Clause, "String".into(), "s".into(), vec![]));
-        assert_eq!(v[4], (g, "Int(Default)".into(), "a".into(), vec!["String".into(), "Int(Default)".into()]));
-        assert_eq!(v[5], (g, "Char(Default)[16]".into(), "buf".into(), vec![]));
-        assert_eq!(v[6].1, "Int(Default)*");
-        assert_eq!(v[7], (g, "Int(Default)**".into(), "q".into(), vec![]));
-        assert_eq!(v[8], (g, "uint64_t*".into(), "u".into(), vec![]));
-        assert_eq!(v[9].1, "Int(Default)");
-        assert_eq!(v[10].1, "LongDouble");
-        assert_eq!(v[11].1, "Char(Signed)");
-        assert_eq!(v[12].1, "Short(Default)");
-        assert_eq!(v[13].1, "Int(Unsigned)");
-        let Item::VarDecl(d) = &p.items[0] else { panic!() };
-        assert_eq!(d.span.range(), 4..5);
+        let p = prog("int x;\nunsigned long long y;\nself int t;\nthis string s;\nint a[string, int];\nchar buf[16];\nint *p, **q;\nuint64_t*u;\nconst static int c;\nlong double d; signed char sc; short int si; unsigned u2;\nextern e;\nint *m[2][3];\nint (*fp)(int, ...);");
+        let v: Vec<_> = p.items.iter().map(decl).collect();
+        assert_eq!(v[0], (None, "int".into(), "x".into()));
+        assert_eq!(v[1], (None, "unsigned long long".into(), "y".into()));
+        assert_eq!(v[2], (Some(StorageClass::Thread), "int".into(), "t".into()));
+        assert_eq!(v[3], (Some(StorageClass::Clause), "string".into(), "s".into()));
+        assert_eq!(v[4], (None, "int[string, int]".into(), "a".into()));
+        assert_eq!(v[5], (None, "char[16]".into(), "buf".into()));
+        assert_eq!(v[6].1, "int*");
+        assert_eq!(v[7], (None, "int**".into(), "q".into()));
+        assert_eq!(v[8], (None, "uint64_t*".into(), "u".into()));
+        assert_eq!(v[9], (Some(StorageClass::Static), "int".into(), "c".into()));
+        assert_eq!(v[10].1, "long double");
+        assert_eq!(v[11].1, "signed char");
+        assert_eq!(v[12].1, "short");
+        assert_eq!(v[13].1, "unsigned");
+        assert_eq!(v[14], (Some(StorageClass::Extern), "int".into(), "e".into()));
+        assert_eq!(v[15].1, "int*[3][2]", "an array of two arrays of three pointers");
+        assert_eq!(v[16].1, "int(int, ...)*", "a pointer to a function");
+        let Item::Decl(d) = &p.items[0] else { panic!() };
+        assert_eq!((d.name_span.range(), d.end.range()), (4..5, 5..6));
     }
 
     #[test]
     fn type_declarations() {
-        let p = prog("struct s { int a; char b[8]; struct t *p; };");
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, members }), typedefs, .. }) = &p.items[0]
-        else {
-            panic!("{:?}", p.items)
-        };
-        assert_eq!(tag, "s");
-        assert!(typedefs.is_empty());
-        let m: Vec<(String, String)> = members.iter().map(|m| (m.name.clone(), ty(&m.ty))).collect();
+        let p = prog("struct s { int a; char b[8]; struct t *p; int c : 3, : 0; };");
+        let d = define(&p.items[0]);
+        assert_eq!((d.kind, d.tag.as_str(), d.named), (TagKind::Struct, "s", true));
+        let TypeBody::Members(members) = &d.body else { panic!() };
+        let m: Vec<(Option<String>, String, Option<String>)> =
+            members.iter().map(|m| (m.name.clone(), ty(&m.ty), m.bits.as_ref().map(sx))).collect();
         assert_eq!(
             m,
             vec![
-                ("a".into(), "Int(Default)".into()),
-                ("b".into(), "Char(Default)[8]".into()),
-                ("p".into(), "struct t*".into())
+                (Some("a".into()), "int".into(), None),
+                (Some("b".into()), "char[8]".into(), None),
+                (Some("p".into()), "struct t*".into(), None),
+                (Some("c".into()), "int".into(), Some("3".into())),
+                (None, "int".into(), Some("0".into())),
             ]
         );
+        assert_eq!(decl(&p.items[1]), (None, "struct s".into(), String::new()));
         let p = prog("union u { int a; long b; };");
-        assert!(matches!(&p.items[0], Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Union { .. }), .. })));
+        assert_eq!(define(&p.items[0]).kind, TagKind::Union);
         let p = prog("enum e { A, B = 3, C };");
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Enum { tag, values }), .. }) = &p.items[0] else {
-            panic!()
-        };
-        assert_eq!(tag, "e");
+        let d = define(&p.items[0]);
+        let TypeBody::Enumerators(values) = &d.body else { panic!() };
         let v: Vec<(String, Option<String>)> =
             values.iter().map(|v| (v.name.clone(), v.value.as_ref().map(sx))).collect();
         assert_eq!(v, vec![("A".into(), None), ("B".into(), Some("3".into())), ("C".into(), None)]);
@@ -1596,58 +1219,83 @@ mod tests {
     #[test]
     fn typedefs() {
         let p = prog("typedef unsigned int myint_t;\nmyint_t x;\nmyint_t *y;\nBEGIN { z = (myint_t)1; }");
-        let Item::TypeDecl(TypeDecl { definition: None, typedefs, .. }) = &p.items[0] else { panic!() };
-        assert_eq!(typedefs[0].0, "myint_t");
-        assert_eq!(ty(&typedefs[0].1), "Int(Unsigned)");
-        assert_eq!(var(&p.items[1]).1, "myint_t");
-        assert_eq!(var(&p.items[2]).1, "myint_t*");
+        assert_eq!(decl(&p.items[0]), (Some(StorageClass::Typedef), "unsigned int".into(), "myint_t".into()));
+        assert_eq!(decl(&p.items[1]).1, "myint_t");
+        assert_eq!(decl(&p.items[2]).1, "myint_t*");
         let Some([Stmt::Expr(x)]) = clause(&p, 3).body.as_deref() else { panic!() };
         assert_eq!(sx(x), "(= z (cast myint_t 1))");
 
         let p = prog("typedef struct s { int a; } s_t, *s_p;");
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), typedefs, .. }) = &p.items[0]
-        else {
-            panic!()
-        };
-        assert_eq!(tag, "s");
-        let t: Vec<(String, String)> = typedefs.iter().map(|(n, t)| (n.clone(), ty(t))).collect();
-        assert_eq!(t, vec![("s_t".into(), "struct s".into()), ("s_p".into(), "struct s*".into())]);
+        assert_eq!(define(&p.items[0]).tag, "s");
+        assert_eq!(decl(&p.items[1]), (Some(StorageClass::Typedef), "struct s".into(), "s_t".into()));
+        assert_eq!(decl(&p.items[2]).1, "struct s*");
 
         let p = prog("typedef struct { int a; } anon_t; typedef enum { X } e_t;");
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), typedefs, .. }) = &p.items[0]
-        else {
-            panic!()
-        };
-        assert_eq!((tag.as_str(), ty(&typedefs[0].1).as_str()), ("__anon1", "struct __anon1"));
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Enum { tag, .. }), .. }) = &p.items[1] else {
-            panic!()
-        };
-        assert_eq!(tag, "__anon2");
+        assert_eq!((define(&p.items[0]).tag.as_str(), define(&p.items[0]).named), ("__anon1", false));
+        assert_eq!(decl(&p.items[1]).1, "struct __anon1");
+        assert_eq!(define(&p.items[2]).tag, "__anon2");
 
         // A nested definition becomes its own item, ahead of the enclosing one.
         let p = prog("struct o { struct i { int x; } in; int y; };");
-        assert_eq!(p.items.len(), 2);
-        assert!(
-            matches!(&p.items[0], Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { tag, .. }), .. }) if tag == "i")
-        );
+        assert_eq!(p.items.len(), 3);
+        assert_eq!(define(&p.items[0]).tag, "i");
         // typedef int foo; struct s { foo foo; };
         let p = prog("typedef int foo; struct s { foo foo; };");
-        let Item::TypeDecl(TypeDecl { definition: Some(TypeDef::Struct { members, .. }), .. }) = &p.items[1] else {
-            panic!()
-        };
-        assert_eq!((members[0].name.as_str(), ty(&members[0].ty).as_str()), ("foo", "foo"));
+        let TypeBody::Members(members) = &define(&p.items[1]).body else { panic!() };
+        assert_eq!((members[0].name.as_deref(), ty(&members[0].ty).as_str()), (Some("foo"), "foo"));
     }
 
     #[test]
     fn inlines_translators_providers() {
         let p = prog("inline int LIMIT = 3 * 4;\ninline string NAME = \"x\";");
         let Item::Inline(i) = &p.items[0] else { panic!() };
-        assert_eq!((i.name.as_str(), ty(&i.ty), sx(&i.value)), ("LIMIT", "Int(Default)".into(), "(* 3 4)".into()));
+        assert_eq!((i.name.as_str(), ty(&i.ty), sx(&i.value)), ("LIMIT", "int".into(), "(* 3 4)".into()));
         assert_eq!(i.span.range(), 0..25);
         let Item::Inline(i) = &p.items[1] else { panic!() };
-        assert_eq!((ty(&i.ty), sx(&i.value)), ("String".into(), "\"x\"".into()));
-        let p = prog("translator struct x < int *p > { a = p[0]; b = { }; };\nprovider foo { probe bar(int, char *); };\nBEGIN {}");
-        assert_eq!(p.items.len(), 1);
+        assert_eq!((ty(&i.ty), sx(&i.value)), ("string".into(), "\"x\"".into()));
+        let p = prog("translator struct x < int *p > { a = p[0]; b = 2; };\nprovider foo { probe bar(int, char *); };\nBEGIN { y = xlate<struct x *>(z)->a; }");
+        assert_eq!(p.items.len(), 2);
+        let Item::Translator(t) = &p.items[0] else { panic!() };
+        assert_eq!(
+            (ty(&t.output), ty(&t.input), t.param.as_str(), t.members.len()),
+            ("struct x".into(), "int*".into(), "p", 2)
+        );
+        let Some([Stmt::Expr(x)]) = clause(&p, 1).body.as_deref() else { panic!() };
+        assert_eq!(sx(x), "(= y (-> (xlate struct x* z) a))");
+    }
+
+    #[test]
+    fn declaration_errors() {
+        let cases: &[(&str, &str)] = &[
+            ("long char x;", "invalid type declaration: short and long may not be used with char type"),
+            ("short void x;", "invalid type declaration: attributes may not be used with void type"),
+            (
+                "unsigned struct s { int i; };",
+                "invalid type declaration: signed and unsigned may only be used with integer type",
+            ),
+            (
+                "long struct s { int i; };",
+                "invalid type declaration: long and long long may only be used with integer or floating-point type",
+            ),
+            ("int char x;", "invalid type combination"),
+            ("static extern int x;", "only one storage class allowed in a declaration"),
+            ("int f(static int);", "inappropriate storage class for function or associative array parameter"),
+            ("int f(void v);", "void parameter may not have a name: v"),
+            ("int f(int, void);", "void must be sole parameter"),
+            ("int a[...];", "array prototype may not use a variable-length argument list"),
+            (
+                "int f(int a[int]);",
+                "function prototype may not use parameter of type dynamic variable: a, parameter #1",
+            ),
+            ("int a[void];", "array prototype may not use parameter of type void: (anonymous), parameter #1"),
+            ("int f(int x, int x);", "parameter is already declared in function prototype: x, parameter #2"),
+        ];
+        let wrong: Vec<String> = cases
+            .iter()
+            .filter(|(src, msg)| err(src).0 != *msg)
+            .map(|(src, _)| format!("{src:?} gave {:?}", err(src)))
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 
     #[test]
@@ -1706,8 +1354,7 @@ mod tests {
             ("BEGIN { if (x) trace(1) }", near("}"), 24..25),
             ("BEGIN { else; }", near("else"), 8..12),
             ("int 3;", near("3"), 4..5),
-            ("long char x;", "invalid type combination".into(), 0..9),
-            ("unsigned signed x;", "invalid type combination".into(), 9..15),
+            ("int int x;", "invalid type combination".into(), 4..7),
             ("struct s x", "syntax error near end of input".into(), 10..10),
             ("inline int x 3;", near("3"), 13..14),
             ("BEGIN { (int)x = 1; }", near("="), 15..16),
@@ -1724,7 +1371,7 @@ mod tests {
             ("BEGIN { x = \"a\" \"b\"; }", near("\"b\""), 16..19),
             ("BEGIN { printf(\"%d\\n\", 1) } x {", "syntax error near end of input".into(), 31..31),
             ("BEGIN { x = offsetof(struct s, 1); }", near("1"), 31..32),
-            ("BEGIN { x = (struct { int a; })y; }", near("{"), 20..21),
+            ("BEGIN { x = (struct { })y; }", near("}"), 22..23),
             ("enum e { A, };", near("}"), 12..13),
             ("struct s { };", near("}"), 11..12),
             ("BEGIN { x = y\n+; }", near(";"), 15..16),

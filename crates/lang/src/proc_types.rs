@@ -128,6 +128,25 @@ pub fn install(types: &mut TypeTable) {
     ];
     types.complete_record(si, members);
     types.typedefs.insert("siginfo_t".into(), Type::Struct(si));
+    install_cpuinfo(types);
+}
+
+/// `cpuinfo_t`, as DTrace's sched.d declares it (with its `chipid_t` and
+/// `lgrp_id_t`), so that declarations of that type compile.
+fn install_cpuinfo(types: &mut TypeTable) {
+    let id_t = td(types, "id_t");
+    types.typedefs.insert("chipid_t".into(), Type::named_int(4, true, "chipid_t"));
+    types.typedefs.insert("lgrp_id_t".into(), Type::named_int(4, true, "lgrp_id_t"));
+    let cpu = types.record_tag(false, "cpuinfo");
+    let m = |name: &str, ty: Type| (name.to_string(), ty);
+    let members = vec![
+        m("cpu_id", td(types, "processorid_t")),
+        m("cpu_pset", td(types, "psetid_t")),
+        m("cpu_chip", id_t.clone()),
+        m("cpu_lgrp", id_t),
+    ];
+    types.complete_record(cpu, members);
+    types.typedefs.insert("cpuinfo_t".into(), Type::Struct(cpu));
 }
 
 /// A member's byte offset in a record installed here (for the backend that fills it).

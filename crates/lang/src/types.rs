@@ -95,6 +95,9 @@ pub enum Type {
         user: bool,
         kind: SymKind,
     },
+    /// A function returning the type: declared in prototypes, pointed to by
+    /// function pointers; it has no size.
+    Function(Box<Type>),
 }
 
 impl Type {
@@ -159,15 +162,65 @@ pub struct Record {
 
 #[derive(Debug, Clone)]
 pub struct Field {
+    /// Empty for an unnamed bit-field.
     pub name: String,
     pub ty: Type,
+    /// Byte offset of the member, or of the storage unit that holds a bit-field.
     pub offset: u64,
+    /// For a bit-field, where its bits are in the storage unit `ty` reads.
+    pub bits: Option<BitField>,
+}
+
+/// A bit-field's place in its storage unit: the unit (the member's integer type) is
+/// read at the member's offset, shifted right by `shift` and cut to `width` bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BitField {
+    pub shift: u8,
+    pub width: u8,
+}
+
+impl BitField {
+    pub fn mask(self) -> u64 {
+        if self.width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.width) - 1
+        }
+    }
+
+    /// The field's value in a storage unit, sign-extended from its width if signed.
+    pub fn extract(self, unit: u64, signed: bool) -> u64 {
+        let v = (unit >> self.shift) & self.mask();
+        if signed && self.width < 64 && (v >> (self.width - 1)) & 1 == 1 {
+            v | !self.mask()
+        } else {
+            v
+        }
+    }
+
+    /// The storage unit with the field's bits replaced by the low bits of `v`.
+    pub fn insert(self, unit: u64, v: u64) -> u64 {
+        let m = self.mask() << self.shift;
+        (unit & !m) | ((v << self.shift) & m)
+    }
+}
+
+/// A member of a struct or union being defined in D.
+#[derive(Debug, Clone)]
+pub struct MemberDef {
+    /// `None` for an unnamed bit-field.
+    pub name: Option<String>,
+    pub ty: Type,
+    /// The width of a bit-field.
+    pub bits: Option<u8>,
 }
 
 #[derive(Debug, Clone)]
 pub struct EnumDef {
     pub tag: String,
     pub values: Vec<(String, i64)>,
+    /// False for an enum only referred to (`enum e x;` with no `enum e { … }`).
+    pub defined: bool,
 }
 
 /// Every type the program can name: builtins, typedefs, tagged records and enums.
@@ -271,6 +324,7 @@ impl TypeTable {
             }
             Type::Enum(_) => 4,
             Type::Stack { .. } => 8,
+            Type::Function(_) => return None,
         })
     }
 
@@ -279,8 +333,68 @@ impl TypeTable {
             Type::Array(t, _) => self.align_of(t),
             Type::Struct(id) | Type::Union(id) => self.records[*id].align.max(1),
             Type::String => 1,
+            Type::Function(_) => 8,
+            Type::Float(16) => 16,
             other => self.size_of(other).unwrap_or(1).clamp(1, 8),
         }
+    }
+
+    /// Finds or creates the enum with this tag; an enum only referred to so far has
+    /// no values and is not `defined`.
+    pub fn enum_tag(&mut self, tag: &str) -> EnumId {
+        if let Some(&id) = self.enum_tags.get(tag) {
+            return id;
+        }
+        let id = self.enums.len();
+        self.enums.push(EnumDef { tag: tag.to_string(), values: Vec::new(), defined: false });
+        self.enum_tags.insert(tag.to_string(), id);
+        id
+    }
+
+    /// Lays out and completes a struct or union the program defines, as libctf lays
+    /// out the members DTrace adds to one: a member goes at the first byte boundary
+    /// after the previous one (its bits, for a bit-field) aligned for its type; a
+    /// struct ends with its last member (no tail padding) and is aligned as its first
+    /// member; a bit-field is an integer of the smallest power-of-two bytes that hold
+    /// its width. `None`, leaving the record incomplete, if the size overflows.
+    pub fn define_record(&mut self, id: RecordId, members: Vec<MemberDef>) -> Option<()> {
+        let is_union = self.records[id].is_union;
+        let mut fields: Vec<Field> = Vec::with_capacity(members.len());
+        let (mut size, mut align) = (0u64, 0u64);
+        for m in members {
+            let (ty, bits) = match (m.bits, &m.ty) {
+                (Some(width), Type::Int(i)) => {
+                    let bytes = u64::from(width).div_ceil(8).next_power_of_two();
+                    let unit = IntType { size: bytes as u8, signed: i.signed, name: i.name.clone() };
+                    (Type::Int(unit), Some(BitField { shift: 0, width }))
+                }
+                _ => (m.ty, None),
+            };
+            let msize = self.size_of(&ty).unwrap_or(0);
+            let malign = self.align_of(&ty);
+            let offset = match fields.last() {
+                Some(prev) if !is_union => {
+                    let prev_bits = match prev.bits {
+                        Some(b) => u64::from(b.width),
+                        None => self.size_of(&prev.ty).unwrap_or(0).checked_mul(8)?,
+                    };
+                    let end = prev.offset.checked_mul(8)?.checked_add(prev_bits)?.div_ceil(8);
+                    end.div_ceil(malign).checked_mul(malign)?
+                }
+                _ => 0,
+            };
+            size = if is_union || fields.is_empty() { size.max(msize) } else { offset.checked_add(msize)? };
+            if is_union || fields.is_empty() {
+                align = align.max(malign);
+            }
+            fields.push(Field { name: m.name.unwrap_or_default(), ty, offset, bits });
+        }
+        let r = &mut self.records[id];
+        r.members = fields;
+        r.align = align.max(1);
+        r.size = size;
+        r.complete = true;
+        Some(())
     }
 
     /// Finds or creates the (possibly incomplete) record with this tag.
@@ -303,6 +417,27 @@ impl TypeTable {
         id
     }
 
+    /// Creates a struct or union no tag names (`struct { … } x;`).
+    pub fn anonymous_record(&mut self, is_union: bool) -> RecordId {
+        let id = self.records.len();
+        self.records.push(Record {
+            is_union,
+            tag: "(anon)".into(),
+            members: Vec::new(),
+            size: 0,
+            align: 1,
+            complete: false,
+        });
+        id
+    }
+
+    /// Creates an enum no tag names (`enum { A, B } x;`).
+    pub fn anonymous_enum(&mut self) -> EnumId {
+        let id = self.enums.len();
+        self.enums.push(EnumDef { tag: "(anon)".into(), values: Vec::new(), defined: false });
+        id
+    }
+
     /// Lays out the members of a record with C's alignment rules and marks it
     /// complete. `None`, leaving the record incomplete, if its size overflows u64
     /// (members can be arrays of 2^64 - 1 bytes).
@@ -316,7 +451,7 @@ impl TypeTable {
             align = align.max(a);
             let offset = if is_union { 0 } else { size.div_ceil(a).checked_mul(a)? };
             size = if is_union { size.max(s) } else { offset.checked_add(s)? };
-            fields.push(Field { name, ty, offset });
+            fields.push(Field { name, ty, offset, bits: None });
         }
         let size = size.div_ceil(align).checked_mul(align)?;
         let r = &mut self.records[id];
@@ -328,7 +463,7 @@ impl TypeTable {
     }
 
     pub fn field(&self, id: RecordId, name: &str) -> Option<&Field> {
-        self.records[id].members.iter().find(|f| f.name == name)
+        self.records[id].members.iter().find(|f| !f.name.is_empty() && f.name == name)
     }
 
     /// The type's name as DTrace prints it in messages: `int`, `char *`,
@@ -338,8 +473,13 @@ impl TypeTable {
             Type::Void => "void".into(),
             Type::Int(i) => i.name.to_string(),
             Type::Float(4) => "float".into(),
+            Type::Float(16) => "long double".into(),
             Type::Float(_) => "double".into(),
             Type::String => "string".into(),
+            Type::Pointer(t) if matches!(**t, Type::Function(_)) => match &**t {
+                Type::Function(ret) => format!("{} (*)()", self.name(ret)),
+                _ => unreachable!("matched a function"),
+            },
             Type::Pointer(t) => {
                 let inner = self.name(t);
                 if inner.ends_with('*') {
@@ -355,8 +495,48 @@ impl TypeTable {
             Type::Stack { user: true } => "ustack".into(),
             Type::Stack { user: false } => "stack".into(),
             Type::Symbol { .. } => "_symaddr".into(),
+            Type::Function(ret) => format!("{} ()", self.name(ret)),
         }
     }
+}
+
+/// The C intrinsic types DTrace defines (LP64), by name: size in bytes and
+/// signedness; `None` size for `void`, and the floating-point types below.
+const INTRINSICS: &[(&str, u8, bool)] = &[
+    ("signed", 4, true),
+    ("unsigned", 4, false),
+    ("char", 1, true),
+    ("short", 2, true),
+    ("int", 4, true),
+    ("long", 8, true),
+    ("long long", 8, true),
+    ("signed char", 1, true),
+    ("signed short", 2, true),
+    ("signed int", 4, true),
+    ("signed long", 8, true),
+    ("signed long long", 8, true),
+    ("unsigned char", 1, false),
+    ("unsigned short", 2, false),
+    ("unsigned int", 4, false),
+    ("unsigned long", 8, false),
+    ("unsigned long long", 8, false),
+    ("_Bool", 1, false),
+];
+
+/// The intrinsic type with this name as the declaration specifiers compose it
+/// (`unsigned long `, trailing blank and all), if C has one.
+pub fn intrinsic(name: &str) -> Option<Type> {
+    let name = name.trim_end();
+    Some(match name {
+        "void" => Type::Void,
+        "float" => Type::Float(4),
+        "double" => Type::Float(8),
+        "long double" => Type::Float(16),
+        _ => {
+            let &(n, size, signed) = INTRINSICS.iter().find(|(n, _, _)| *n == name)?;
+            Type::named_int(size, signed, n)
+        }
+    })
 }
 
 /// D's integer promotion: none. Unlike C, D keeps a narrow operand's type
@@ -427,6 +607,50 @@ mod tests {
         assert!(t.complete_record(id, vec![("b".into(), Type::int(4, true)), ("a".into(), huge.clone())]).is_none());
         let u = t.record_tag(true, "u");
         assert!(t.complete_record(u, vec![("a".into(), huge), ("b".into(), Type::int(4, true))]).is_none());
+    }
+
+    fn member(name: &str, ty: Type, bits: Option<u8>) -> MemberDef {
+        MemberDef { name: Some(name.into()), ty, bits }
+    }
+
+    #[test]
+    fn d_records_are_laid_out_as_libctf_does() {
+        let mut t = TypeTable::default();
+        let int = Type::int(4, true);
+        // Bit-fields: each starts at the byte after the previous one's bits, in the
+        // power-of-two bytes that hold its width.
+        let id = t.record_tag(false, "bf");
+        let m = vec![
+            member("a", int.clone(), Some(20)),
+            member("b", int.clone(), Some(3)),
+            member("c", int.clone(), Some(12)),
+        ];
+        t.define_record(id, m).unwrap();
+        let r = &t.records[id];
+        let layout: Vec<(u64, u64)> = r.members.iter().map(|f| (f.offset, t.size_of(&f.ty).unwrap())).collect();
+        assert_eq!(layout, vec![(0, 4), (3, 1), (4, 2)]);
+        assert_eq!((r.size, r.align), (6, 4));
+        // No tail padding; a struct is aligned as its first member.
+        let id = t.record_tag(false, "s");
+        let m = vec![member("c", Type::int(1, true), None), member("l", Type::int(8, true), None)];
+        t.define_record(id, m).unwrap();
+        assert_eq!((t.records[id].size, t.records[id].align, t.records[id].members[1].offset), (16, 1, 8));
+        let u = t.record_tag(true, "u");
+        let m = vec![member("c", Type::int(1, true), None), member("l", Type::Array(Box::new(int), 3), None)];
+        t.define_record(u, m).unwrap();
+        assert_eq!((t.records[u].size, t.records[u].align), (12, 4));
+    }
+
+    #[test]
+    fn bit_fields_extract_and_insert_their_bits() {
+        let b = BitField { shift: 4, width: 3 };
+        assert_eq!(b.extract(0x70, false), 7);
+        assert_eq!(b.extract(0x70, true) as i64, -1);
+        assert_eq!(b.extract(0x30, true), 3);
+        assert_eq!(b.insert(0xff, 0), 0x8f);
+        assert_eq!(b.insert(0, 0xf), 0x70);
+        let whole = BitField { shift: 0, width: 64 };
+        assert_eq!(whole.extract(u64::MAX, true), u64::MAX);
     }
 
     #[test]

@@ -129,7 +129,8 @@ impl Walk {
             | ExprKind::Cast(x)
             | ExprKind::Load(x)
             | ExprKind::IndexCheck { index: x, .. }
-            | ExprKind::Field { base: x, .. } => self.expr(x),
+            | ExprKind::Field { base: x, .. }
+            | ExprKind::BitField { unit: x, .. } => self.expr(x),
             ExprKind::Binary { lhs, rhs, .. }
             | ExprKind::StrCmp { lhs, rhs, .. }
             | ExprKind::Logical { lhs, rhs, .. }

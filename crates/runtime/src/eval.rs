@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use udtrace_lang::ast::{BinaryOp, VarScope};
 use udtrace_lang::ir::{Builtin, Expr, ExprKind, Place, Subr, VarInfo, VarRef};
-use udtrace_lang::types::{Type, TypeTable};
+use udtrace_lang::types::{BitField, Type, TypeTable};
 
 use crate::context::Context;
 use crate::dmem::{self, Area};
@@ -273,8 +273,10 @@ impl Evaluator<'_> {
     /// assigned zero are deleted, which is how D programs free them.
     fn store(&mut self, place: &ResolvedPlace, v: Value) {
         match place {
+            ResolvedPlace::Field { base, record, offset, ty, bits } => {
+                self.store_field(base, record, *offset, ty, *bits, v)
+            }
             ResolvedPlace::Scratch(at, ty) => self.store_scratch(*at, ty, v),
-            ResolvedPlace::Field(base, record, offset, ty) => self.store_field(base, record, *offset, ty, v),
             ResolvedPlace::Mem(addr, ty) => {
                 let size = self.types.size_of(ty).unwrap_or(0) as usize;
                 let data = dmem::encode(&v, ty, size);
@@ -323,9 +325,13 @@ impl Evaluator<'_> {
                 let keys = keys.iter().map(|k| self.eval(k).map(narrow)).collect::<EvalResult<Vec<_>>>()?;
                 ResolvedPlace::Array(*var, keys)
             }
-            Place::Field { base, record, offset, ty } => {
-                ResolvedPlace::Field(Box::new(self.resolve(base)?), record.clone(), *offset, ty.clone())
-            }
+            Place::Field { base, record, offset, ty, bits } => ResolvedPlace::Field {
+                base: Box::new(self.resolve(base)?),
+                record: record.clone(),
+                offset: *offset,
+                ty: ty.clone(),
+                bits: *bits,
+            },
             Place::Mem { addr, ty } => {
                 let at = as_u64(&self.eval(addr)?);
                 if addr.taint.alloca {
@@ -353,12 +359,16 @@ impl Evaluator<'_> {
                 let data = self.read_d(*addr, size).unwrap_or_else(|| vec![0; size]);
                 dmem::decode(&data, ty)
             }
-            ResolvedPlace::Field(base, record, offset, ty) => {
+            ResolvedPlace::Field { base, record, offset, ty, bits } => {
                 let bytes = self.record_bytes(base, record);
                 let size = self.types.size_of(ty).unwrap_or(0) as usize;
                 let start = (*offset as usize).min(bytes.len());
                 let end = (start + size).min(bytes.len());
-                value_from_bytes(&bytes[start..end], ty)
+                let v = value_from_bytes(&bytes[start..end], ty);
+                match bits {
+                    Some(b) => bit_field_of(ty, as_u64(&v), *b),
+                    None => v,
+                }
             }
         }
     }
@@ -375,17 +385,30 @@ impl Evaluator<'_> {
     }
 
     /// Writes a member into its record and stores the record back.
-    fn store_field(&mut self, base: &ResolvedPlace, record: &Type, offset: u64, ty: &Type, v: Value) {
+    fn store_field(
+        &mut self,
+        base: &ResolvedPlace,
+        record: &Type,
+        offset: u64,
+        ty: &Type,
+        bits: Option<BitField>,
+        v: Value,
+    ) {
         let mut bytes = self.record_bytes(base, record);
         let size = self.types.size_of(ty).unwrap_or(0) as usize;
+        let start = (offset as usize).min(bytes.len());
+        let end = (start + size).min(bytes.len());
         let mut data = match v {
+            // A bit-field changes only its own bits of the storage unit.
+            Value::Int(i) if bits.is_some() => {
+                let unit = as_u64(&value_from_bytes(&bytes[start..end], ty));
+                bits.map_or(i.bits, |b| b.insert(unit, i.bits)).to_le_bytes().to_vec()
+            }
             Value::Int(i) => i.bits.to_le_bytes().to_vec(),
             Value::Str(b) | Value::Bytes(b) => b,
             Value::Stack(_) => Vec::new(),
         };
         data.resize(size, 0);
-        let start = (offset as usize).min(bytes.len());
-        let end = (start + size).min(bytes.len());
         bytes[start..end].copy_from_slice(&data[..end - start]);
         self.store(base, Value::Bytes(bytes));
     }
@@ -520,9 +543,15 @@ impl Evaluator<'_> {
                     return Err(Fault::IllegalOperation);
                 };
                 let size = self.types.size_of(&e.ty).unwrap_or(0) as usize;
-                let start = *offset as usize;
-                let slice = b.get(start..start + size).ok_or(Fault::IllegalOperation)?;
-                value_from_bytes(slice, &e.ty)
+                // A bit-field's storage unit may reach past the end of its struct,
+                // which ends with its last member's bits; the bytes past it read as 0.
+                let start = (*offset as usize).min(b.len());
+                let end = (start + size).min(b.len());
+                value_from_bytes(&b[start..end], &e.ty)
+            }
+            ExprKind::BitField { unit, bits } => {
+                let unit = as_u64(&self.eval(unit)?);
+                bit_field_of(&e.ty, unit, *bits)
             }
             ExprKind::Comma(a, b) => {
                 self.eval(a)?;
@@ -839,8 +868,21 @@ enum ResolvedPlace {
     /// D memory at an address, holding a value of the type.
     Mem(u64, Type),
     /// A member: the variable holding the record, the record's type, the member's
-    /// offset and type.
-    Field(Box<ResolvedPlace>, Type, u64, Type),
+    /// offset and type, and where its bits are if it is a bit-field.
+    Field {
+        base: Box<ResolvedPlace>,
+        record: Type,
+        offset: u64,
+        ty: Type,
+        bits: Option<BitField>,
+    },
+}
+
+/// A bit-field's value from its storage unit, sign-extended from the field's width
+/// when its type is signed.
+fn bit_field_of(ty: &Type, unit: u64, bits: BitField) -> Value {
+    let signed = ty.int_shape().is_some_and(|s| s.signed);
+    int_of(ty, bits.extract(unit, signed))
 }
 
 /// One 64-bit ALU operation as DTrace's code generator emits it. Signed division
