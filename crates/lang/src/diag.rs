@@ -288,7 +288,7 @@ mod tests {
         let src = "# 1 \"/dev/fd/5\"\n# 1 \"defs.h\" 1\nint x y;\n# 3 \"/dev/fd/5\" 2\nBEGIN {}\n";
         let e = parse_script(src).unwrap_err();
         let out = render(&e, &Origin::Script("x.d".into()), src, TTY);
-        assert!(out.starts_with("failed to compile script x.d: \"defs.h\", line 1: syntax error near \"y\""), "{out}");
+        assert!(out.starts_with("failed to compile script x.d: \"defs.h\", line 1: syntax error near \"y;\""), "{out}");
         assert!(out.contains("defs.h:1:"), "{out}");
         let src = "#line 20\nBEGIN { x = ; }\n";
         assert!(script_err(src).starts_with("failed to compile script x.d: line 20:"));

@@ -116,6 +116,11 @@ pub trait DeclSink {
     fn open_definition(&mut self, kind: TagKind, tag: &str, open: Span) -> Result<()>;
     /// Whether `name` is a type name beyond those the source itself declares.
     fn is_type(&self, name: &str) -> bool;
+    /// Whether `name` is a global identifier already (a built-in variable, function,
+    /// inline, enumerator or declared variable).
+    fn is_identifier(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 /// A sink that does nothing: the caller checks the whole program afterwards.
@@ -225,6 +230,12 @@ struct Parser<'a, 's> {
     brackets: i32,
     braces: i32,
     anon: u32,
+    /// Identifiers DTrace's lexer has classified as such by peeking past them
+    /// (`pcb_idents`): it does not peek at them again.
+    idents: HashSet<String>,
+    /// The last token consumed was `struct`, `union`, `enum`, `.` or `->`, after
+    /// which an identifier is a tag or member name without peeking.
+    after_tag_or_member: bool,
 }
 
 impl<'a, 's> Parser<'a, 's> {
@@ -245,6 +256,8 @@ impl<'a, 's> Parser<'a, 's> {
             brackets: 0,
             braces: 0,
             anon: 0,
+            idents: HashSet::new(),
+            after_tag_or_member: false,
         }
     }
 
@@ -280,6 +293,16 @@ impl<'a, 's> Parser<'a, 's> {
 
     fn bump(&mut self) -> Result<Token> {
         let t = self.peek()?;
+        if self.lexer_peeks_past(&t) && self.peek_says_identifier(&t) {
+            if let TokKind::Ident(w) = &t.kind {
+                self.idents.insert(w.clone());
+            }
+        }
+        self.after_tag_or_member = match &t.kind {
+            TokKind::Ident(w) => matches!(w.as_str(), "struct" | "union" | "enum"),
+            TokKind::Punct(p) => matches!(*p, "." | "->"),
+            _ => false,
+        };
         self.pos = t.span.end as usize;
         if let TokKind::Punct(p) = t.kind {
             match p {
@@ -325,7 +348,10 @@ impl<'a, 's> Parser<'a, 's> {
             TokKind::EPred if self.parens > 0 => "closing ) expected in predicate before /".into(),
             TokKind::EPred if self.brackets > 0 => "closing ] expected in predicate before /".into(),
             _ => {
-                let text = self.src.get(t.span.range()).unwrap_or("");
+                // A peek past an identifier leaves flex's yytext running on to the
+                // end of the line, which is what DTrace then quotes.
+                let end = if self.lexer_peeks_past(t) { self.src.len() } else { t.span.end as usize };
+                let text = self.src.get(t.span.start as usize..end).unwrap_or("");
                 let text = text.split('\n').next().unwrap_or("");
                 format!("syntax error near \"{text}\"")
             }
@@ -343,6 +369,33 @@ impl<'a, 's> Parser<'a, 's> {
             _ => t.span,
         };
         CompileError::new(Tag::D_SYNTAX, span, msg)
+    }
+
+    /// Whether DTrace's lexer peeks at the characters after this token to decide
+    /// whether it is an identifier or a type name (`id_or_type`): an identifier in
+    /// an expression or declaration that it does not know yet.
+    fn lexer_peeks_past(&self, t: &Token) -> bool {
+        let TokKind::Ident(w) = &t.kind else { return false };
+        self.mode == Mode::Expr
+            && !self.after_tag_or_member
+            && !KEYWORDS.contains(&w.as_str())
+            && !self.idents.contains(w)
+            && !self.sink.is_identifier(w)
+    }
+
+    /// What that peek decides: an identifier when an assignment, an increment, an
+    /// index or the end of a statement or declarator follows.
+    fn peek_says_identifier(&self, t: &Token) -> bool {
+        let rest = self.src[t.span.end as usize..].trim_start();
+        let mut chars = rest.chars();
+        let (c0, c1) = (chars.next(), chars.next());
+        match c0 {
+            Some(c @ ('+' | '-')) => c1 == Some(c),
+            Some('=') => c1 != Some('='),
+            Some('[' | ';') => true,
+            Some(',') => self.parens == 0,
+            _ => false,
+        }
     }
 
     /// Enters one level of nesting; fails past [`MAX_DEPTH`].
@@ -1337,7 +1390,12 @@ mod tests {
         let cases: &[(&str, String, std::ops::Range<usize>)] = &[
             ("BEGIN {", "syntax error near end of input".into(), 7..7),
             ("BEGIN { x = ; }", near(";"), 12..13),
-            ("BEGIN { x = 1 y = 2; }", near("y"), 14..15),
+            // DTrace's lexer peeks past an identifier it does not know, which leaves
+            // the rest of the line in the text it quotes.
+            ("BEGIN { x = 1 y = 2; }", near("y = 2; }"), 14..15),
+            ("BEGIN { x = 1; y = 2 x = 3; }", near("x"), 21..22),
+            ("typedef pint new_int;", near("new_int;"), 13..20),
+            ("BEGIN { trace(offsetof(vnode_t, m)); }", near("vnode_t, m)); }"), 23..30),
             ("BEGIN ;", near(";"), 6..7),
             ("BEGIN { foo(; }", near(";"), 12..13),
             ("BEGIN { x = (1 + 2; }", near(";"), 18..19),
@@ -1350,7 +1408,7 @@ mod tests {
             ("BEGIN /x/", "expected actions { } following probe description and predicate".into(), 7..8),
             ("a:b:c:d:e", "invalid probe description \"a:b:c:d:e\": Overspecified probe description".into(), 0..9),
             ("BEGIN { x = 1 + ; }", near(";"), 16..17),
-            ("BEGIN { if x { } }", near("x"), 11..12),
+            ("BEGIN { if x { } }", near("x { } }"), 11..12),
             ("BEGIN { if (x) trace(1) }", near("}"), 24..25),
             ("BEGIN { else; }", near("else"), 8..12),
             ("int 3;", near("3"), 4..5),

@@ -20,6 +20,10 @@ impl DeclSink for Checker<'_> {
     fn is_type(&self, name: &str) -> bool {
         self.prog.types.typedefs.contains_key(name)
     }
+
+    fn is_identifier(&self, name: &str) -> bool {
+        self.is_global_identifier(name)
+    }
 }
 
 /// dt_node_is_posconst: a non-zero integer constant, positive if signed.
