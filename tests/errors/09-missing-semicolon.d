@@ -1,4 +1,4 @@
-/* expect: syntax error near "y" @ 5:5 */
+/* expect: syntax error near "y = 2;" @ 5:5 */
 BEGIN
 {
     x = 1
