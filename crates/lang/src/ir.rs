@@ -480,6 +480,7 @@ pub fn visit_expr(e: &Expr, f: &mut dyn FnMut(&Expr)) {
         | ExprKind::Cast(x)
         | ExprKind::Load(x)
         | ExprKind::Field { base: x, .. }
+        | ExprKind::BitField { unit: x, .. }
         | ExprKind::IndexCheck { index: x, .. } => visit_expr(x, f),
         ExprKind::Binary { lhs, rhs, .. }
         | ExprKind::StrCmp { lhs, rhs, .. }
