@@ -30,6 +30,8 @@
 //!   taken by sigwait, and a SIGTERM'd child "sigchild"; exact counts in its header
 //! - `exits`                proc provider: children that exit(3), get SIGKILL, abort() with a
 //!   core dump (in the directory given) and fault on NULL
+//! - `errnos`               failing libc calls in two threads, printing errno after each
+//! - `errnos-static`        the same, linked statically (only where libc.a is installed)
 //!
 //! Kept to a few seconds: a handful of compiler runs, independent ones in parallel.
 
@@ -109,6 +111,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("threads", &["-pthread"]))?,
         spawn(&mut plain("signals", &[]))?,
         spawn(&mut plain("exits", &[]))?,
+        spawn(&mut plain("errnos", &["-pthread"]))?,
     ];
     let exe = |name: &str, pie: &[&str]| {
         let mut c = Command::new("gcc");
@@ -163,6 +166,15 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     std::fs::copy(&debug, out.join("fixture-linked.debug")).map_err(|e| e.to_string())?;
     run(Command::new("strip").args(strip_syms).args(["fixture-linked", "fixture"]).current_dir(out))?;
     run(Command::new("objcopy").args(["--add-gnu-debuglink=fixture-linked.debug", "fixture-linked"]).current_dir(out))?;
+
+    // A static program has errno at a constant offset from the thread pointer.
+    let static_errnos = Command::new("gcc")
+        .args(cflags)
+        .args(["-static", "-pthread", "-o", &o("errnos-static"), &s("errnos.c")])
+        .output();
+    if !static_errnos.is_ok_and(|o| o.status.success()) {
+        println!("cargo:warning=no static libc (libc.a): errnos-static not built");
+    }
 
     // Minidebuginfo as Fedora makes it: the symbol table of the debug file, xz'ed, in
     // .gnu_debugdata of a fully stripped binary.

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use udtrace_bpf::btf::Btf;
-use udtrace_bpf::codegen::{exec_program, hold_program, uprobe_program, uprobe_program_for, Filter, ProbeMaps};
+use udtrace_bpf::codegen::{
+    errno_entry, exec_program, hold_program, uprobe_program, uprobe_program_for, ErrnoSource, Filter, ProbeMaps,
+};
 use udtrace_bpf::maps::RingBuf;
 use udtrace_bpf::proc::{proc_program, AttachPoints, Hook, ProcLayout, ProcPlan, SyscallField, TaskOffsets};
 use udtrace_bpf::prog::{Program, ProgramKind};
@@ -190,7 +192,17 @@ fn record_plan(plan: &CapturePlan, strsize: u32) -> RecordPlan {
             })
             .collect(),
         regs: plan.regs,
+        errno: plan.errno,
     }
+}
+
+/// Where errno is read from: the offset of a thread's pointer in the kernel's
+/// task_struct comes from its BTF. Without BTF errno reads 0.
+fn errno_source() -> Option<ErrnoSource> {
+    let btf = Btf::vmlinux().ok()?;
+    let fsbase = btf.place("task_struct", "thread.fsbase").ok()?.offset;
+    let tls = udtrace_bpf::maps::HashMap::create("udtrace_errno", 65536).ok()?;
+    Some(ErrnoSource { tls, fsbase })
 }
 
 impl Bpf {
@@ -201,7 +213,10 @@ impl Bpf {
         let rplan = record_plan(plan, strsize);
         let layout = RecordLayout::new(&rplan).map_err(|e| format!("cannot lay out firing records: {e}"))?;
         let maps_err = |e: udtrace_bpf::maps::MapError| bpf_error("create BPF maps", &e.to_string(), e.os_error());
-        let maps = ProbeMaps::create(ring_size(bufsize), 65536).map_err(maps_err)?;
+        let mut maps = ProbeMaps::create(ring_size(bufsize), 65536).map_err(maps_err)?;
+        if rplan.errno {
+            maps.errno = errno_source();
+        }
         let insns = uprobe_program(&rplan, &maps).map_err(|e| format!("cannot generate the uprobe program: {e}"))?;
         let program = Program::load(ProgramKind::UprobeMulti, "udtrace_pid", &insns)
             .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))?;
@@ -434,11 +449,30 @@ impl Bpf {
         Ok(())
     }
 
+    /// Whether firings read errno (then processes' errno locations are wanted).
+    pub fn reads_errno(&self) -> bool {
+        self.maps.errno.is_some()
+    }
+
+    /// Where process `pid`'s threads keep errno (see [`ErrnoSource`]): the address of
+    /// the GOT slot holding its TLS offset (0: none), or the offset itself.
+    pub fn set_errno_tls(&mut self, pid: i32, slot: u64, offset: i64) {
+        if let Some(src) = &self.maps.errno {
+            let _ = src.tls.insert(&(pid as u32), &errno_entry(slot, offset));
+        }
+    }
+
     /// A child of a traced process, held before its first instruction: its firings
     /// count from its first instruction on, and it gets the per-process sites of its
     /// parent (files armed for every process need nothing).
     pub fn fork(&mut self, parent: i32, child: i32) -> Result<(), Error> {
         self.trace_pid(child)?;
+        // The same memory layout: errno is where the parent's is.
+        if let Some(src) = &self.maps.errno {
+            if let Ok(Some(v)) = src.tls.get(&(parent as u32)) {
+                let _ = src.tls.insert(&(child as u32), &v);
+            }
+        }
         let Some(p) = self.procs.get(&parent) else { return Ok(()) };
         let sites = p.sites.clone();
         let links = self.procs.entry(child).or_default();
@@ -452,6 +486,9 @@ impl Bpf {
     /// Stops counting a process's firings (and stopping it at the loader hook).
     pub fn untrace(&mut self, pid: i32) {
         let _ = self.maps.traced.remove(&(pid as u32));
+        if let Some(src) = &self.maps.errno {
+            let _ = src.tls.remove(&(pid as u32));
+        }
         self.traced.remove(&pid);
     }
 

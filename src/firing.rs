@@ -256,7 +256,7 @@ impl Context for FiringCtx<'_> {
                 SiteKind::Entry => self.stack_word(0).unwrap_or(0) as i64,
                 _ => 0,
             }),
-            Builtin::Errno => Value::int(0),
+            Builtin::Errno => Value::int(i64::from(self.f.errno)),
             Builtin::Ustackdepth => Value::int(self.stack(true, None).len() as i64),
             Builtin::Curpsinfo | Builtin::Curlwpsinfo => return CurrentFromProc::builtin(b),
             _ => return None,

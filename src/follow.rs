@@ -110,6 +110,7 @@ impl AllProcesses {
         let mut loaders = HashSet::new();
         for pid in procfs::all_pids().unwrap_or_default() {
             let objects = mapped(pid);
+            locate_errno(pid, &objects, bpf, registry);
             if let Some(ld) = loader(pid, &objects) {
                 if loaders.insert(procfs::host_path(pid, &ld.path)) {
                     arm_hook(pid, &objects, bpf, registry)?;
@@ -150,7 +151,7 @@ impl AllProcesses {
             .cloned()
             .collect();
         if new.is_empty() {
-            w.procs.borrow_mut().remember(pid as u32, objects);
+            remember(pid, objects, w);
             return;
         }
         let found = self.rematcher.probes_in(0, pid, &new, w.registry, w.consumer);
@@ -163,7 +164,24 @@ impl AllProcesses {
         if let Err(e) = arm_hook(pid, &objects, w.bpf, w.registry) {
             note!("pid {pid}: {e}");
         }
-        w.procs.borrow_mut().remember(pid as u32, objects);
+        remember(pid, objects, w);
+    }
+}
+
+/// Keeps what udtrace needs of a process it has just looked at (held): what it has
+/// mapped, for its firings' context, and where its threads keep errno, for the kernel.
+pub fn remember(pid: i32, objects: Vec<LoadedObject>, w: &mut World<'_>) {
+    locate_errno(pid, &objects, w.bpf, w.registry);
+    w.procs.borrow_mut().remember(pid as u32, objects);
+}
+
+/// Tells the kernel where process `pid`'s threads keep errno, when firings read it.
+pub fn locate_errno(pid: i32, objects: &[LoadedObject], bpf: &mut Bpf, registry: &mut Registry) {
+    if !bpf.reads_errno() {
+        return;
+    }
+    if let Some((slot, offset)) = registry.pid.errno_tls(pid, objects) {
+        bpf.set_errno_tls(pid, slot, offset);
     }
 }
 
@@ -230,13 +248,13 @@ impl Follower {
                 if let Err(e) = arm_hook(pid, &objects, w.bpf, w.registry) {
                     note!("pid {pid}: {e}");
                 }
-                w.procs.borrow_mut().remember(pid as u32, objects);
+                remember(pid, objects, w);
                 self.tree.resume(pid, None);
             }
             Event::Hold { pid, tid } => {
                 if w.bpf.take_hold(tid) {
                     let objects = self.discover(pid, w);
-                    w.procs.borrow_mut().remember(pid as u32, objects);
+                    remember(pid, objects, w);
                     self.tree.resume(tid, None);
                 } else {
                     self.tree.resume(tid, Some(hold_signal()));

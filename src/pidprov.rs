@@ -10,6 +10,7 @@ use udtrace_lang::ast::ProbeDesc;
 use udtrace_lang::Tag;
 use udtrace_runtime::Probe;
 use udtrace_target::debuginfo::{self, LoadError, ObjectSymbols};
+use udtrace_target::errno::{self, ErrnoTls};
 use udtrace_target::modules;
 use udtrace_target::procfs::{self, LoadedObject};
 use udtrace_target::sites::{self, Sites};
@@ -54,27 +55,41 @@ pub struct PidProvider {
     pub all_files: HashSet<(PathBuf, bool)>,
 }
 
-/// Whether a provider glob names every process (`pid*`): probes of owner 0.
+/// Whether a provider glob names every process (`pid*`): probes of owner 0. A
+/// provider that ends in digits names one process, glob or not (`p*d123`).
 pub fn is_all_processes(provider: &str) -> bool {
-    provider.starts_with("pid") && glob::is_glob(provider)
+    provider.starts_with("pid") && glob::is_glob(provider) && !provider.ends_with(|c: char| c.is_ascii_digit())
 }
 
 /// Why a pid description cannot be matched: DTrace's tag and message.
 pub type DescError = (Tag, String);
 
-/// Parses the provider field: `Ok(None)` when it is not a pid provider at all.
+/// Parses the provider field as dt_pid.c does: a provider that ends in digits names
+/// process N by them, and is the pid provider when `pid<N>` matches it (`pid123`,
+/// `p*d123`). `Ok(None)`: not the pid provider (the description is matched against
+/// the other providers' probes, and may match none).
 fn provider_pid(provider: &str) -> Result<Option<i32>, DescError> {
-    let Some(digits) = provider.strip_prefix("pid") else { return Ok(None) };
-    if glob::is_glob(provider) {
+    if provider == "pid0" {
+        return Err((Tag::D_PROC_BADPID, "pid0 does not contain a valid pid".into()));
+    }
+    let digits = provider.bytes().rev().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
         return Ok(None);
     }
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err((udtrace_lang::Tag::D_PROC_BADPROV, format!("'{provider}' is not a valid provider")));
+    if digits == provider.len() {
+        return Err((Tag::D_PROC_BADPROV, format!("'{provider}' is not a valid provider")));
     }
-    match digits.parse::<i32>() {
-        Ok(p) if p > 0 => Ok(Some(p)),
-        _ => Err((udtrace_lang::Tag::D_PROC_BADPID, format!("'{provider}' does not contain a valid pid"))),
-    }
+    let pid = match provider[provider.len() - digits..].parse::<i32>() {
+        Ok(p) if p > 0 => p,
+        _ => return Err((Tag::D_PROC_BADPID, format!("'{provider}' does not contain a valid pid"))),
+    };
+    Ok(glob::matches(provider, &format!("pid{pid}")).then_some(pid))
+}
+
+/// Whether the kernel can probe the instruction at `file_off` of an object's bytes.
+fn probeable_at(data: &[u8], file_off: u64, vaddr: u64) -> bool {
+    let code = data.get(file_off as usize..).unwrap_or(&[]);
+    sites::probeable(&code[..code.len().min(16)], vaddr)
 }
 
 impl PidProvider {
@@ -107,6 +122,27 @@ impl PidProvider {
         let l = Rc::new(debuginfo::load(file)?);
         self.objects.insert(file.clone(), Rc::clone(&l));
         Ok(l)
+    }
+
+    /// Where process `pid` (with `objects` mapped) keeps errno, from the code of its
+    /// `__errno_location`: (the address of the GOT slot holding errno's TLS offset, 0)
+    /// or (0, the offset). libc's; the executable's when there is no dynamic loader (a
+    /// static program). `None` until libc is mapped, or where the code is not glibc's.
+    pub fn errno_tls(&mut self, pid: i32, objects: &[LoadedObject]) -> Option<(u64, i64)> {
+        let named =
+            |prefix: &str| objects.iter().find(|o| !o.is_vdso && modules::module_name(&o.path).starts_with(prefix));
+        let obj = match named("libc.so") {
+            Some(libc) => libc,
+            None if named("ld-").is_none() => objects.iter().find(|o| o.is_main)?,
+            None => return None,
+        };
+        let syms = self.load(&procfs::host_path(pid, &obj.path)).ok()?;
+        let f = syms.table.matching("__errno_location").first().copied()?.clone();
+        let bias = obj.bias(&syms.info)?;
+        match errno::locate(syms.code(&f)?, f.addr)? {
+            ErrnoTls::GotSlot(vaddr) => Some((bias.wrapping_add(vaddr), 0)),
+            ErrnoTls::Offset(off) => Some((0, off)),
+        }
     }
 
     /// Creates (or finds) the probes a description names. `next_id` numbers new probes.
@@ -214,10 +250,6 @@ impl PidProvider {
             }
             let modname = modules::module_name(&obj.path).to_string();
             for f in &funcs {
-                // _init and _fini are only probed when named (their sizes were once bogus).
-                if glob::is_glob(func) && (f.name == "_init" || f.name == "_fini") {
-                    continue;
-                }
                 let r = self.per_function(owner, &file, &modname, f, name, &loaded, next_id, &mut out);
                 if strict {
                     r?;
@@ -247,21 +279,11 @@ impl PidProvider {
         };
         let mut matched = 0;
         if glob::matches(name, "return") {
+            // Every function has a return probe, as in DTrace; one that never returns
+            // (an endless loop, `_start`) has no site, and its probe never fires.
             let s = sites(&mut decoded);
-            if !s.returns.is_empty() {
-                let list = s.returns.iter().map(|&o| (u64::from(o), base + u64::from(o))).collect();
-                out.push(self.add(
-                    pid,
-                    file,
-                    modname,
-                    f,
-                    SiteKind::Return,
-                    "return".into(),
-                    list,
-                    &loaded.data,
-                    next_id,
-                ));
-            }
+            let list = s.returns.iter().map(|&o| (u64::from(o), base + u64::from(o))).collect();
+            out.push(self.add(pid, file, modname, f, SiteKind::Return, "return".into(), list, &loaded.data, next_id));
             matched += 1;
         }
         if glob::matches(name, "entry") {
@@ -303,7 +325,10 @@ impl PidProvider {
             let s = sites(&mut decoded);
             for &o in &s.insns {
                 let label = format!("{o:x}");
-                if glob::matches(name, &label) {
+                // A glob asks for the instructions there are probes on: those the kernel
+                // refuses (`hlt`, `syscall`) have none, as fasttrap made none.
+                if glob::matches(name, &label) && probeable_at(&loaded.data, base + u64::from(o), f.addr + u64::from(o))
+                {
                     let o = u64::from(o);
                     out.push(self.add(
                         pid,
@@ -385,10 +410,8 @@ impl PidProvider {
         let probe = Rc::new(Probe::new(*next_id, &provider, modname, &f.name, &name));
         *next_id += 1;
         self.index.insert(key, self.probes.len());
-        let (sites, refused): (Vec<_>, Vec<_>) = sites.into_iter().partition(|&(off, file_off)| {
-            let code = data.get(file_off as usize..).unwrap_or(&[]);
-            sites::probeable(&code[..code.len().min(16)], f.addr + off)
-        });
+        let (sites, refused): (Vec<_>, Vec<_>) =
+            sites.into_iter().partition(|&(off, file_off)| probeable_at(data, file_off, f.addr + off));
         let unprobeable = refused.into_iter().map(|(off, _)| off).collect();
         self.probes.push(PidProbe {
             probe: Rc::clone(&probe),
@@ -405,20 +428,28 @@ impl PidProvider {
 
 #[cfg(test)]
 mod tests {
-    use super::provider_pid;
+    use super::{is_all_processes, provider_pid};
 
     #[test]
     fn provider_names() {
+        use udtrace_lang::Tag;
         assert_eq!(provider_pid("pid123"), Ok(Some(123)));
+        assert_eq!(provider_pid("p*d123"), Ok(Some(123)), "a glob that matches pid123");
+        assert_eq!(provider_pid("pid[0-9]*"), Ok(None), "no pid at the end: pid* is every process");
         assert_eq!(provider_pid("syscall"), Ok(None));
         assert_eq!(provider_pid("pid*"), Ok(None));
-        assert_eq!(
-            provider_pid("pid0"),
-            Err((udtrace_lang::Tag::D_PROC_BADPID, "'pid0' does not contain a valid pid".into()))
-        );
-        assert_eq!(
-            provider_pid("pidx"),
-            Err((udtrace_lang::Tag::D_PROC_BADPROV, "'pidx' is not a valid provider".into()))
-        );
+        assert_eq!(provider_pid("pidgin"), Ok(None), "not the pid provider: matches nothing");
+        assert_eq!(provider_pid("foo123"), Ok(None), "pid123 does not match foo123");
+        assert_eq!(provider_pid("pid0"), Err((Tag::D_PROC_BADPID, "pid0 does not contain a valid pid".into())));
+        assert_eq!(provider_pid("pid00"), Err((Tag::D_PROC_BADPID, "'pid00' does not contain a valid pid".into())));
+        assert_eq!(provider_pid("123"), Err((Tag::D_PROC_BADPROV, "'123' is not a valid provider".into())));
+    }
+
+    #[test]
+    fn all_processes() {
+        assert!(is_all_processes("pid*"));
+        assert!(is_all_processes("pid?"));
+        assert!(!is_all_processes("pid*1"), "ends in a pid: one process");
+        assert!(!is_all_processes("pid12"));
     }
 }

@@ -6,6 +6,7 @@ use nix::unistd::{getegid, geteuid, getgid, getpgrp, getpid, getppid, getsid, ge
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::types::TypeTable;
 use udtrace_runtime::{Context, Value};
+use udtrace_target::procfs;
 
 use crate::procprov::{Clocks, CurrentFromProc};
 
@@ -95,39 +96,67 @@ impl Context for SelfContext {
     }
 }
 
-/// udtrace's own context with `curpsinfo` and `curlwpsinfo`: BEGIN, END, ERROR and
-/// timer probes see udtrace's process, as dtrace's do see dtrace's.
+/// One firing in udtrace itself (BEGIN, END, ERROR, timers): as in DTrace, where these
+/// fire in dtrace's own context, `curpsinfo` and `curlwpsinfo` describe udtrace, and
+/// `copyin()` reads its memory. Its clocks are read once: DTrace reads `timestamp`,
+/// `vtimestamp` and `walltimestamp` once per firing, so they do not move within it.
 pub struct SelfFiring<'a> {
     pub me: &'a SelfContext,
+    /// The program's types, which lay out psinfo_t and lwpsinfo_t.
     pub types: &'a TypeTable,
     pub clocks: Clocks,
+    timestamp: i64,
+    vtimestamp: i64,
+    walltimestamp: i64,
+}
+
+impl<'a> SelfFiring<'a> {
+    /// The context of a firing that starts now.
+    pub fn now(me: &'a SelfContext, types: &'a TypeTable, clocks: Clocks) -> SelfFiring<'a> {
+        SelfFiring {
+            me,
+            types,
+            clocks,
+            timestamp: ns(ClockId::CLOCK_MONOTONIC) as i64,
+            vtimestamp: ns(ClockId::CLOCK_THREAD_CPUTIME_ID) as i64,
+            walltimestamp: ns(ClockId::CLOCK_REALTIME) as i64,
+        }
+    }
 }
 
 impl Context for SelfFiring<'_> {
     fn builtin(&self, b: Builtin) -> Option<Value> {
         match b {
+            Builtin::Timestamp => Some(Value::int(self.timestamp)),
+            Builtin::Vtimestamp => Some(Value::int(self.vtimestamp)),
+            Builtin::Walltimestamp => Some(Value::int(self.walltimestamp)),
             Builtin::Curpsinfo | Builtin::Curlwpsinfo => CurrentFromProc::builtin(b),
             _ => self.me.builtin(b),
         }
     }
 
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        if !CurrentFromProc::covers(addr) {
-            return self.me.read_memory(addr, len);
+        if CurrentFromProc::covers(addr) {
+            let cur = CurrentFromProc {
+                pid: self.me.pid as u32,
+                tid: gettid().as_raw() as u32,
+                cpu: self.me.cpu(),
+                comm: &self.me.execname,
+                types: self.types,
+                clocks: self.clocks,
+            };
+            return cur.read(addr, len);
         }
-        let cur = CurrentFromProc {
-            pid: self.me.pid as u32,
-            tid: gettid().as_raw() as u32,
-            cpu: self.me.cpu(),
-            comm: &self.me.execname,
-            types: self.types,
-            clocks: self.clocks,
-        };
-        cur.read(addr, len)
+        let data = procfs::read_memory(self.me.pid as i32, addr, len).ok()?;
+        (data.len() == len).then_some(data)
     }
 
     fn read_string(&self, addr: u64, max: usize) -> Option<Vec<u8>> {
-        self.me.read_string(addr, max)
+        if addr == 0 {
+            return None;
+        }
+        let data = procfs::read_memory(self.me.pid as i32, addr, max.saturating_sub(1)).ok()?;
+        Some(data.split(|&c| c == 0).next().unwrap_or_default().to_vec())
     }
 
     fn progenyof(&self, pid: i64) -> bool {

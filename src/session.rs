@@ -446,9 +446,8 @@ fn trace(
 
     let wall = wall_offset();
     let clocks = Clocks { wall, boot: boot_offset() };
-    let own = SelfFiring { me, types: &c.program.types, clocks };
     let fire = |consumer: &mut Consumer, id: u32, cpu: u32, out: &mut dyn Output| -> io::Result<Option<i32>> {
-        let fx = consumer.fire(id, cpu, &own, out)?;
+        let fx = consumer.fire(id, cpu, &SelfFiring::now(me, &c.program.types, clocks), out)?;
         out.flush()?;
         Ok(apply(&fx))
     };
@@ -457,7 +456,11 @@ fn trace(
     // are consumed.
     let procs = RefCell::new(Procs::new(wall, w.registry.pid.objects().clone()));
     for t in &targets.list {
-        procs.borrow_mut().remember(t.pid as u32, procfs::objects_of(t.pid).unwrap_or_default());
+        let objects = procfs::objects_of(t.pid).unwrap_or_default();
+        if let Some(b) = w.backend.as_deref_mut() {
+            crate::follow::locate_errno(t.pid, &objects, b, w.registry);
+        }
+        procs.borrow_mut().remember(t.pid as u32, objects);
     }
     // `-x cpu`: probes fire on that CPU only; BEGIN, END and ticks run there.
     let only_cpu = c.options.cpu.map(|n| n.min(u64::from(u32::MAX)) as u32);

@@ -224,7 +224,7 @@ fn pid_provider_errors_use_dtraces_words() {
         ("pid$target:a.out:classify:bogus", "'bogus' is an invalid probe name"),
         ("pid$target:libc:-:1234", "only the a.out module is valid with the '-' function"),
         ("pid$target::-:12*", "only individual addresses may be specified with the '-' function"),
-        ("pid0:::entry", "'pid0' does not contain a valid pid"),
+        ("pid0:::entry", "pid0 does not contain a valid pid"),
     ];
     for (desc, msg) in cases {
         let out = udtrace(&["-n", desc, "-c", &fx]);

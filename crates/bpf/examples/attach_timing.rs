@@ -88,7 +88,7 @@ fn main() {
     std::thread::sleep(std::time::Duration::from_millis(300));
 
     let maps = ProbeMaps::create(1 << 20, 64).expect("maps");
-    let plan = RecordPlan { stack_bytes: 0, strings: vec![], regs: true };
+    let plan = RecordPlan { regs: true, ..RecordPlan::default() };
     let insns = uprobe_program(&plan, &maps).expect("codegen");
     let multi = Program::load(ProgramKind::UprobeMulti, "timing_multi", &insns).expect("load");
     let single = Program::load(ProgramKind::Uprobe, "timing_perf", &insns).expect("load");

@@ -27,6 +27,26 @@ pub struct ProbeMaps {
     pub ring: RingBuf,
     /// Slot 0 counts, per CPU, records lost because the ring was full.
     pub drops: PerCpuArray<u64>,
+    /// Where errno is read from, for plans that record it.
+    pub errno: Option<ErrnoSource>,
+}
+
+/// What reading a thread's errno at a firing takes: per process (tgid), where errno's
+/// offset from the thread pointer is, and where the kernel keeps a thread's pointer.
+pub struct ErrnoSource {
+    /// tgid → [`errno_entry`]: the address of the GOT slot holding the offset (0: none),
+    /// then the offset itself (used when there is no slot).
+    pub tls: HashMap<u32, [u8; 16]>,
+    /// The offset of `thread.fsbase` in the kernel's `task_struct` (from its BTF).
+    pub fsbase: u32,
+}
+
+/// A process's entry in [`ErrnoSource::tls`].
+pub fn errno_entry(slot: u64, offset: i64) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..8].copy_from_slice(&slot.to_ne_bytes());
+    v[8..].copy_from_slice(&offset.to_ne_bytes());
+    v
 }
 
 impl ProbeMaps {
@@ -35,6 +55,7 @@ impl ProbeMaps {
             traced: HashMap::create("udtrace_traced", max_traced)?,
             ring: RingBuf::create("udtrace_ring", ring_size)?,
             drops: PerCpuArray::create("udtrace_drops", 1)?,
+            errno: None,
         })
     }
 }
@@ -209,6 +230,10 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter) -
         emit_stack(&mut a, layout.stack_bytes, layout.off_stack)?;
     }
 
+    if let (true, Some(src)) = (layout.errno, &maps.errno) {
+        emit_errno(&mut a, src);
+    }
+
     for (cap, &(slot, max)) in plan.strings.iter().zip(&layout.strings) {
         a.push(mov64_reg(Reg::R1, Reg::R8));
         a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
@@ -265,6 +290,50 @@ pub(crate) fn emit_submit(a: &mut Asm, maps: &ProbeMaps) {
     a.bind(quiet);
     a.push(mov64_reg(Reg::R1, Reg::R8));
     a.call(helper::RINGBUF_SUBMIT);
+}
+
+/// Reads the firing thread's errno into the record: the thread pointer (`fsbase` of
+/// the current task) plus the process's TLS offset of errno, read from its GOT slot now
+/// (the loader fills it while relocating: 0 before, and then errno is not read). A
+/// process without an entry, or any failed read, leaves 0. Clobbers R0–R5, R9.
+fn emit_errno(a: &mut Asm, src: &ErrnoSource) {
+    let skip = a.label();
+    let have = a.label();
+    a.push(mov64_reg(Reg::R1, Reg::R7));
+    a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
+    a.push(stx(Size::W, Reg::R10, -4, Reg::R1));
+    a.push_wide(ld_map_fd(Reg::R1, src.tls.raw_fd()));
+    a.push(mov64_reg(Reg::R2, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, skip);
+    a.push(ldx(Size::DW, Reg::R9, Reg::R0, 8));
+    a.push(ldx(Size::DW, Reg::R3, Reg::R0, 0));
+    a.jmp_imm(Cond::Eq, Reg::R3, 0, have);
+    a.push(mov64_reg(Reg::R1, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, -16));
+    a.push(mov64_imm(Reg::R2, 8));
+    a.call(helper::PROBE_READ_USER);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, skip);
+    a.push(ldx(Size::DW, Reg::R9, Reg::R10, -16));
+    a.bind(have);
+    a.jmp_imm(Cond::Eq, Reg::R9, 0, skip);
+    a.call(helper::GET_CURRENT_TASK);
+    a.push(mov64_reg(Reg::R3, Reg::R0));
+    a.push(alu64_imm(AluOp::Add, Reg::R3, src.fsbase as i32));
+    a.push(mov64_reg(Reg::R1, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, -24));
+    a.push(mov64_imm(Reg::R2, 8));
+    a.call(helper::PROBE_READ_KERNEL);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, skip);
+    a.push(ldx(Size::DW, Reg::R3, Reg::R10, -24));
+    a.jmp_imm(Cond::Eq, Reg::R3, 0, skip);
+    a.push(alu64_reg(AluOp::Add, Reg::R3, Reg::R9));
+    a.push(mov64_reg(Reg::R1, Reg::R8));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, record::OFF_ERRNO as i32));
+    a.push(mov64_imm(Reg::R2, 4));
+    a.call(helper::PROBE_READ_USER);
+    a.bind(skip);
 }
 
 /// Copies the user stack from `sp` up: the full size, or on a fault half of it, and so

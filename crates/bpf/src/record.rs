@@ -9,7 +9,7 @@
 //!     24     4  cpu
 //!     28     4  flags (FLAG_STACK_TRUNCATED)
 //!     32     4  stack_len: bytes of user stack captured (<= stack_bytes)
-//!     36     4  reserved, 0
+//!     36     4  errno of the firing thread, when plan.errno (else 0)
 //!     40   168  the 21 pt_regs registers, x86-64 order (see PtReg), when plan.regs
 //!  R=208 or 40  user stack from regs->sp, S = plan.stack_bytes (zeros past stack_len)
 //!    R+S        per string capture: i32 probe_read_user_str result (length with NUL,
@@ -24,6 +24,7 @@ pub const OFF_KTIME: usize = 16;
 pub const OFF_CPU: usize = 24;
 pub const OFF_FLAGS: usize = 28;
 pub const OFF_STACK_LEN: usize = 32;
+pub const OFF_ERRNO: usize = 36;
 pub const OFF_REGS: usize = 40;
 pub const NUM_REGS: usize = 21;
 pub const OFF_STACK: usize = OFF_REGS + NUM_REGS * 8;
@@ -89,6 +90,8 @@ pub struct RecordPlan {
     pub strings: Vec<StringCapture>,
     /// Whether the registers are recorded (needed by stack and string captures too).
     pub regs: bool,
+    /// Whether the thread's errno is read (where the process's errno is known).
+    pub errno: bool,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -119,6 +122,7 @@ pub struct RecordLayout {
     /// Where the user stack starts: after the registers, or the header.
     pub off_stack: usize,
     pub stack_bytes: u32,
+    pub errno: bool,
     /// (offset of the slot, max) per string capture; data at offset + 8.
     pub strings: Vec<(usize, u32)>,
     pub size: usize,
@@ -143,7 +147,7 @@ impl RecordLayout {
         if off > MAX_RECORD_SIZE {
             return Err(PlanError::TooLarge(off));
         }
-        Ok(RecordLayout { regs, off_stack, stack_bytes: plan.stack_bytes, strings, size: off })
+        Ok(RecordLayout { regs, off_stack, stack_bytes: plan.stack_bytes, errno: plan.errno, strings, size: off })
     }
 
     pub fn parse<'a>(&self, rec: &'a [u8]) -> Result<Firing<'a>, RecordError> {
@@ -182,6 +186,7 @@ impl RecordLayout {
             regs,
             stack: &rec[self.off_stack..self.off_stack + stack_len as usize],
             stack_truncated: u32_at(OFF_FLAGS) & FLAG_STACK_TRUNCATED != 0,
+            errno: u32_at(OFF_ERRNO) as i32,
             strings,
         })
     }
@@ -201,6 +206,8 @@ pub struct Firing<'a> {
     pub stack: &'a [u8],
     /// Less than `stack_bytes` could be read.
     pub stack_truncated: bool,
+    /// The thread's errno at the firing (0 when not recorded or not known).
+    pub errno: i32,
     /// Per string capture, the bytes before the NUL; None if the address faulted.
     pub strings: Vec<Option<&'a [u8]>>,
 }
@@ -226,6 +233,7 @@ mod tests {
             stack_bytes: 64,
             strings: vec![StringCapture { reg: PtReg::Di, max: 5 }, StringCapture { reg: PtReg::Si, max: 16 }],
             regs: true,
+            errno: false,
         };
         let l = RecordLayout::new(&plan).unwrap();
         assert_eq!(OFF_STACK, 208);
@@ -239,20 +247,21 @@ mod tests {
     #[test]
     fn bad_plans() {
         assert_eq!(
-            RecordLayout::new(&RecordPlan { stack_bytes: 12, strings: vec![], regs: true }),
+            RecordLayout::new(&RecordPlan { stack_bytes: 12, strings: vec![], regs: true, errno: false }),
             Err(PlanError::StackBytes(12))
         );
         assert_eq!(
             RecordLayout::new(&RecordPlan {
                 stack_bytes: 0,
                 strings: vec![StringCapture { reg: PtReg::Di, max: 0 }],
-                regs: true
+                regs: true,
+                errno: false,
             }),
             Err(PlanError::StringMax(0))
         );
         let many = vec![StringCapture { reg: PtReg::Di, max: 4096 }; 5];
         assert!(matches!(
-            RecordLayout::new(&RecordPlan { stack_bytes: 16384, strings: many, regs: true }),
+            RecordLayout::new(&RecordPlan { stack_bytes: 16384, strings: many, regs: true, errno: false }),
             Err(PlanError::TooLarge(_))
         ));
     }
@@ -263,6 +272,7 @@ mod tests {
             stack_bytes: 16,
             strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Si, max: 8 }],
             regs: true,
+            errno: true,
         };
         let l = RecordLayout::new(&plan).unwrap();
         let mut r = vec![0u8; l.size];
@@ -271,13 +281,14 @@ mod tests {
         r[24..28].copy_from_slice(&1u32.to_ne_bytes());
         r[28..32].copy_from_slice(&FLAG_STACK_TRUNCATED.to_ne_bytes());
         r[32..36].copy_from_slice(&8u32.to_ne_bytes());
+        r[OFF_ERRNO..OFF_ERRNO + 4].copy_from_slice(&21i32.to_ne_bytes());
         r[OFF_REGS + PtReg::Di.offset()..][..8].copy_from_slice(&99u64.to_ne_bytes());
         let (s0, s1) = (l.strings[0].0, l.strings[1].0);
         r[s0..s0 + 4].copy_from_slice(&3i32.to_ne_bytes());
         r[s0 + 8..s0 + 11].copy_from_slice(b"hi\0");
         r[s1..s1 + 4].copy_from_slice(&(-14i32).to_ne_bytes());
         let f = l.parse(&r).unwrap();
-        assert_eq!((f.cookie, f.pid, f.tid, f.cpu), (7, 42, 43, 1));
+        assert_eq!((f.cookie, f.pid, f.tid, f.cpu, f.errno), (7, 42, 43, 1, 21));
         assert_eq!(f.arg(0), Some(99));
         assert_eq!(f.stack.len(), 8);
         assert!(f.stack_truncated);

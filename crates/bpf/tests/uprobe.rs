@@ -181,6 +181,7 @@ fn strings_and_stack_are_captured() {
         stack_bytes: 256,
         strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Di, max: 64 }],
         regs: true,
+        errno: false,
     };
     let layout = RecordLayout::new(&plan).unwrap();
     let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
@@ -253,7 +254,7 @@ fn stack_capture_near_the_top_of_a_thread_stack_is_truncated_not_lost() {
     let _g = common::serial();
     let maps = ProbeMaps::create(1 << 18, 64).unwrap();
     maps.traced.insert(&our_tgid(), &1).unwrap();
-    let plan = RecordPlan { stack_bytes: 16384, strings: vec![], regs: true };
+    let plan = RecordPlan { stack_bytes: 16384, regs: true, ..RecordPlan::default() };
     let layout = RecordLayout::new(&plan).unwrap();
     let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
     let (exe, off) = common::own_function("udtrace_test_target");

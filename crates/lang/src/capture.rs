@@ -1,7 +1,7 @@
 //! Capture plans: what a firing must record in the kernel, at the instant it happens,
 //! for a clause to be evaluated later in user space: the registers when it reads
 //! arguments or registers, user stack bytes (for `ustack()`, `ucaller`, stack
-//! arguments) and the strings behind `copyinstr(argN)`. Anything else a clause reads from the process is
+//! arguments), the strings behind `copyinstr(argN)` and `errno`. Anything else a clause reads from the process is
 //! read from the live process when the consumer evaluates it.
 
 use crate::ir::{Action, Builtin, Clause, Expr, ExprKind, Place, Subr};
@@ -29,6 +29,8 @@ pub struct CapturePlan {
     /// Bit n: `args[n]` (or `argn`) is read; a computed index sets them all.
     pub args: u16,
     pub ancestors: bool,
+    /// `errno`: the firing thread's, read at the firing.
+    pub errno: bool,
 }
 
 impl CapturePlan {
@@ -39,6 +41,7 @@ impl CapturePlan {
         self.cur_task |= other.cur_task;
         self.args |= other.args;
         self.ancestors |= other.ancestors;
+        self.errno |= other.errno;
         for s in &other.strings {
             if !self.strings.contains(s) {
                 self.strings.push(*s);
@@ -118,6 +121,7 @@ fn expr(e: &Expr, p: &mut CapturePlan) {
             p.cur_task = true
         }
         ExprKind::Call(Subr::Progenyof, _) => p.ancestors = true,
+        ExprKind::Builtin(Builtin::Errno) => p.errno = true,
         _ => {}
     }
     match &e.kind {

@@ -541,17 +541,7 @@ impl<'m> Checker<'m> {
                 self.action(name, *name_span, args, e.span)
             }
             ast::ExprKind::Call { name, name_span, args } if name == "stack" || name == "ustack" => {
-                let frames = match args.first() {
-                    Some(a) => Some(self.const_int(a)? as u32),
-                    None => None,
-                };
-                if args.len() > if name == "stack" { 1 } else { 2 } {
-                    return err(
-                        Tag::D_PROTO_LEN,
-                        *name_span,
-                        format!("{name}( ) prototype mismatch: too many arguments"),
-                    );
-                }
+                let frames = self.stack_args(name, *name_span, args)?;
                 Ok(Action::Stack { user: name == "ustack", frames })
             }
             ast::ExprKind::Assign { lhs, .. } if actions::multi_dim_agg(lhs).is_some() => {
@@ -1552,6 +1542,10 @@ impl<'m> Checker<'m> {
         let Some(f) = self.prog.types.field(id, field).cloned() else {
             return err(Tag::D_TYPE_MEMBER, span, format!("{field} is not a member of {}", self.type_name(&base.ty)));
         };
+        if crate::proc_types::unconverted(&self.prog.types.records[id].tag, field) {
+            let msg = format!("translator does not define conversion for member: {field}");
+            return err(Tag::D_XLATE_NOCONV, span, msg);
+        }
         let unit = match base.kind {
             // Traced memory: read the member at its own address.
             ExprKind::Load(addr) => {
@@ -1682,8 +1676,12 @@ impl<'m> Checker<'m> {
 /// With optional arguments it says `at least` the required count, as DTrace does.
 fn proto_len(name: &str, suffix: &str, what: &str, passed: usize, min: usize, max: usize) -> String {
     let plural = if passed == 1 { " " } else { "s " };
-    let at_least = if min != max { "at least " } else { "" };
-    format!("{name}{suffix} prototype mismatch: {passed} {what}{plural}passed, {at_least}{min} expected")
+    let (bound, limit) = match () {
+        _ if min == max => ("", min),
+        _ if passed > max => ("at most ", max),
+        _ => ("at least ", min),
+    };
+    format!("{name}{suffix} prototype mismatch: {passed} {what}{plural}passed, {bound}{limit} expected")
 }
 
 fn op_sym(op: UnaryOp) -> &'static str {

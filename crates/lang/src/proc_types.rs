@@ -149,6 +149,19 @@ fn install_cpuinfo(types: &mut TypeTable) {
     types.typedefs.insert("cpuinfo_t".into(), Type::Struct(cpu));
 }
 
+/// Members of `psinfo_t` and `lwpsinfo_t` that the translators from task data leave
+/// undefined (Linux keeps no such thing, or udtrace does not read it): DTrace rejects
+/// them with D_XLATE_NOCONV rather than reading zeros.
+const UNCONVERTED: [(&str, &[&str]); 2] = [
+    ("psinfo", &["pr_flag", "pr_size", "pr_rssize", "pr_pctcpu", "pr_pctmem", "pr_time", "pr_ctime"]),
+    ("lwpsinfo", &["pr_syscall", "pr_oldpri", "pr_cpu", "pr_pctcpu", "pr_time", "pr_lgrp"]),
+];
+
+/// Whether `member` of the record tagged `tag` is one the translators do not define.
+pub fn unconverted(tag: &str, member: &str) -> bool {
+    UNCONVERTED.iter().any(|(t, members)| *t == tag && members.contains(&member))
+}
+
 /// A member's byte offset in a record installed here (for the backend that fills it).
 pub fn offset_of(types: &TypeTable, record: &str, member: &str) -> Option<u64> {
     let id = match types.typedefs.get(record)? {

@@ -8,6 +8,7 @@
 pub mod control;
 pub mod debuginfo;
 pub mod elf;
+pub mod errno;
 pub mod follow;
 pub mod modules;
 pub mod procfs;

@@ -158,9 +158,23 @@ mod tests {
     }
 }
 
+/// One-byte opcodes x86-64 uprobes refuse (the kernel's `good_insns_64`): invalid in
+/// 64-bit mode, privileged or trapping ones (`int3`, `int N`, `hlt`, `cli`, `in`/`out`).
+const REFUSED_OPCODES: &[u8] = &[
+    0x06, 0x07, 0x0e, 0x16, 0x17, 0x1e, 0x1f, 0x27, 0x2f, 0x37, 0x3f, 0x60, 0x61, 0x62, 0x6c, 0x6d, 0x6e, 0x6f, 0x82,
+    0x9a, 0xcc, 0xcd, 0xce, 0xcf, 0xd4, 0xd5, 0xd6, 0xe4, 0xe5, 0xe6, 0xe7, 0xea, 0xec, 0xed, 0xee, 0xef, 0xf1, 0xf4,
+    0xfa, 0xfb,
+];
+
+/// Second bytes of `0f xx` opcodes uprobes refuse: system instructions, `syscall`,
+/// `sysenter`, `ud2`, group 15 (`fxsave`, fences…).
+const REFUSED_0F_OPCODES: &[u8] =
+    &[0x00, 0x01, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0b, 0x30, 0x34, 0x35, 0x37, 0x78, 0x79, 0xae];
+
 /// Whether the kernel can place a uprobe on the instruction starting at `code[0]`.
-/// x86 uprobes refuse `lock`-prefixed instructions and VEX/EVEX/XOP-encoded ones
-/// (ENOTSUPP), and one refused site fails a whole uprobe_multi link.
+/// x86 uprobes refuse `lock` and es/cs/ss/ds segment prefixes, VEX/EVEX/XOP-encoded
+/// instructions and the opcodes above (ENOTSUPP), and one refused site fails a whole
+/// uprobe_multi link.
 pub fn probeable(code: &[u8], vaddr: u64) -> bool {
     let mut d = Decoder::with_ip(64, code, vaddr, DecoderOptions::NONE);
     if !d.can_decode() {
@@ -170,18 +184,18 @@ pub fn probeable(code: &[u8], vaddr: u64) -> bool {
     if insn.is_invalid() || insn.has_lock_prefix() {
         return false;
     }
-    // Skip legacy prefixes and REX to the opcode: C4/C5 start VEX, 62 EVEX (both always,
-    // in 64-bit mode), and 8F with a map select of 8 or more XOP.
+    // Skip the prefixes uprobes accept and REX to the opcode: C4/C5 start VEX, 62 EVEX
+    // (both always, in 64-bit mode), and 8F with a map select of 8 or more XOP.
     let mut i = 0;
-    while i < code.len()
-        && matches!(code[i], 0x66 | 0x67 | 0xf2 | 0xf3 | 0x2e | 0x36 | 0x3e | 0x26 | 0x64 | 0x65 | 0x40..=0x4f)
-    {
+    while i < code.len() && matches!(code[i], 0x66 | 0x67 | 0xf2 | 0xf3 | 0x64 | 0x65 | 0x40..=0x4f) {
         i += 1;
     }
     match code.get(i) {
+        Some(0x26 | 0x2e | 0x36 | 0x3e | 0xf0) => false,
         Some(0xc4 | 0xc5 | 0x62) => false,
         Some(0x8f) => code.get(i + 1).is_none_or(|b| b & 0x1f < 8),
-        Some(_) => true,
+        Some(0x0f) => code.get(i + 1).is_some_and(|b| !REFUSED_0F_OPCODES.contains(b)),
+        Some(op) => !REFUSED_OPCODES.contains(op),
         None => false,
     }
 }
@@ -198,5 +212,13 @@ mod probeable_tests {
         assert!(!probeable(&[0xf0, 0x48, 0x0f, 0xb1, 0x0a], 0), "lock cmpxchg");
         assert!(!probeable(&[0xc5, 0xfd, 0x6f, 0x07], 0), "vmovdqa (VEX)");
         assert!(!probeable(&[], 0));
+        assert!(!probeable(&[0xf4], 0), "hlt");
+        assert!(!probeable(&[0xcc], 0), "int3");
+        assert!(!probeable(&[0x0f, 0x05], 0), "syscall");
+        assert!(!probeable(&[0x0f, 0xae, 0xf0], 0), "mfence");
+        assert!(!probeable(&[0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0], 0), "cs nopw: a cs prefix");
+        assert!(probeable(&[0x66, 0x0f, 0x1f, 0x44, 0, 0], 0), "nopw");
+        assert!(probeable(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0], 0), "mov %fs:0x28,%rax");
+        assert!(probeable(&[0xc3], 0), "ret");
     }
 }

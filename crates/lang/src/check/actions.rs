@@ -480,7 +480,8 @@ impl Checker<'_> {
                 self.arity(name, span, args, 0, 0)?;
                 Action::Stop
             }
-            "jstack" => Action::Stack { user: true, frames: None },
+            // No JVM helpers on Linux: jstack() is ustack() (what users want from it).
+            "jstack" => Action::Stack { user: true, frames: self.stack_args(name, span, args)? },
             "ftruncate" => {
                 self.arity(name, span, args, 0, 0)?;
                 Action::Ftruncate
@@ -555,6 +556,37 @@ impl Checker<'_> {
             );
         }
         Ok(Action::Setopt { name: strs[0].clone(), value: strs.get(1).cloned() })
+    }
+
+    /// The frame count of `stack([uint32_t])`, `ustack([uint32_t], [uint32_t])` (or
+    /// jstack), checked as DTrace does: the prototype first (count, integer arguments),
+    /// then the values, which must be constants: frames > 0, string size >= 0.
+    pub(super) fn stack_args(&mut self, name: &str, name_span: Span, args: &[ast::Expr]) -> Result<Option<u32>> {
+        let kernel = name == "stack";
+        self.arity(name, name_span, args, 0, if kernel { 1 } else { 2 })?;
+        let mut vals = Vec::with_capacity(args.len());
+        for (i, a) in args.iter().enumerate() {
+            vals.push(self.int_operand(name, i + 1, a, "uint32_t")?);
+        }
+        let constant = |v: &Expr| fold(v).map(|n| (n, v.ty.int_shape().is_some_and(|s| s.signed)));
+        let frames = match vals.first() {
+            None => None,
+            Some(v) => match constant(v) {
+                Some((n, signed)) if n != 0 && (!signed || n as i64 > 0) => Some(n.min(u64::from(u32::MAX)) as u32),
+                _ => {
+                    let tag = if kernel { Tag::D_STACK_SIZE } else { Tag::D_USTACK_FRAMES };
+                    let msg = format!("{name}( ) argument #1 must be a non-zero positive integer constant");
+                    return err(tag, v.span, msg);
+                }
+            },
+        };
+        if let Some(v) = vals.get(1) {
+            if !matches!(constant(v), Some((n, signed)) if !signed || n as i64 >= 0) {
+                let msg = format!("{name}( ) argument #2 must be a positive integer constant");
+                return err(Tag::D_USTACK_STRSIZE, v.span, msg);
+            }
+        }
+        Ok(frames)
     }
 }
 

@@ -27,17 +27,17 @@ impl Checker<'_> {
         args: &[ast::Expr],
         span: Span,
     ) -> Result<Expr> {
+        if let Subr::Stack { user } = subr {
+            // stack(n)/ustack(n, s) take constants; the frame count is what the runtime reads.
+            let frames = self.stack_args(name, name_span, args)?;
+            let vals = frames.map(|n| int_const(u64::from(n), int_ty(), span)).into_iter().collect();
+            return Ok(mk(ExprKind::Call(subr, vals), Type::Stack { user }, span));
+        }
         if args.len() < proto.required || args.len() > proto.params.len() {
             return err(Tag::D_PROTO_LEN, name_span, subrs::proto_len_message(name, args.len(), proto));
         }
         let mut vals = Vec::with_capacity(args.len());
         for (i, a) in args.iter().enumerate() {
-            // stack(n)/ustack(n, s) take constants.
-            if matches!(subr, Subr::Stack { .. }) {
-                let v = self.const_int(a)?;
-                vals.push(int_const(v as u64, int_ty(), a.span));
-                continue;
-            }
             vals.push(self.subr_arg(name, proto, i, a)?);
         }
         self.subr_constraints(name, subr, &vals, span)?;

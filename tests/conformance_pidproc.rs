@@ -1,0 +1,290 @@
+//! Issue 11, pid and proc providers, stacks and built-in variables: behaviours DTrace
+//! defines, checked end to end against the built binary.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+mod util;
+
+use util::{fixture, run_args, stderr, stdout, traced, wait_mapped, Guard};
+
+/// Compiles a program with `-x errtags -e`: asserts that it fails with `[tag] ` and a
+/// first error line that ends with `msg`.
+fn assert_compile_error(program: &str, tag: &str, msg: &str) {
+    let out = run_args(&["-x", "errtags", "-e", "-n", program]);
+    assert_eq!(out.status, 1, "{program}: {}", out.stderr);
+    let line = out.first_err_line();
+    assert!(line.contains(&format!("[{tag}] ")) && line.ends_with(msg), "{program}: {line}");
+}
+
+#[test]
+fn stack_arguments_are_checked_as_dtrace_checks_them() {
+    let cases = [
+        ("BEGIN { stack(\"x\"); }", "[D_PROTO_ARG] stack( ) argument #1 is incompatible with prototype:"),
+        ("BEGIN { ustack(1, \"x\"); }", "[D_PROTO_ARG] ustack( ) argument #2 is incompatible with prototype:"),
+        ("BEGIN { stack(1, 2); }", "[D_PROTO_LEN] stack( ) prototype mismatch: 2 args passed, at most 1 expected"),
+        (
+            "BEGIN { ustack(1, 10, 3); }",
+            "[D_PROTO_LEN] ustack( ) prototype mismatch: 3 args passed, at most 2 expected",
+        ),
+        ("BEGIN { stack(0); }", "[D_STACK_SIZE] stack( ) argument #1 must be a non-zero positive integer constant"),
+        ("BEGIN { stack(-1); }", "[D_STACK_SIZE] stack( ) argument #1 must be a non-zero positive integer constant"),
+        (
+            "BEGIN { ustack(0, 200); }",
+            "[D_USTACK_FRAMES] ustack( ) argument #1 must be a non-zero positive integer constant",
+        ),
+        (
+            "BEGIN { ustack(arg0); }",
+            "[D_USTACK_FRAMES] ustack( ) argument #1 must be a non-zero positive integer constant",
+        ),
+        ("BEGIN { ustack(1, -1); }", "[D_USTACK_STRSIZE] ustack( ) argument #2 must be a positive integer constant"),
+        (
+            "BEGIN { @[ustack(0)] = count(); }",
+            "[D_USTACK_FRAMES] ustack( ) argument #1 must be a non-zero positive integer constant",
+        ),
+    ];
+    for (program, want) in cases {
+        let (tag, msg) = want.split_once("] ").unwrap();
+        assert_compile_error(program, tag.trim_start_matches('['), msg);
+    }
+    // The prototype's parameter type is named in the message, as DTrace names it.
+    let out = run_args(&["-e", "-n", "BEGIN { stack(\"x\"); }"]);
+    assert!(out.stderr.contains("\tprototype: uint32_t\n\t argument: string"), "{}", out.stderr);
+    // Valid forms compile.
+    let out =
+        run_args(&["-e", "-n", "BEGIN { stack(5); ustack(3, 100); ustack(); jstack(2); @[ustack(4)] = count(); }"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+}
+
+#[test]
+fn members_the_translators_leave_undefined_are_errors() {
+    for (program, member) in [
+        ("BEGIN { trace(curpsinfo->pr_size); }", "pr_size"),
+        ("BEGIN { trace(curpsinfo->pr_rssize); }", "pr_rssize"),
+        ("BEGIN { trace(curlwpsinfo->pr_cpu); }", "pr_cpu"),
+        ("BEGIN { trace(curlwpsinfo->pr_oldpri); }", "pr_oldpri"),
+        ("proc:::create { trace(args[0]->pr_size); }", "pr_size"),
+    ] {
+        let msg = format!("translator does not define conversion for member: {member}");
+        assert_compile_error(program, "D_XLATE_NOCONV", &msg);
+    }
+    // Members the translators define still compile.
+    let out = run_args(&["-e", "-n", "BEGIN { trace(curpsinfo->pr_pid); trace(curlwpsinfo->pr_pri); }"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+}
+
+#[test]
+fn clocks_do_not_move_within_a_firing() {
+    let out = run_args(&[
+        "-q",
+        "-n",
+        "BEGIN { this->t = timestamp; this->v = vtimestamp; this->w = walltimestamp;
+                 printf(\"%d %d %d\\n\", timestamp - this->t, vtimestamp - this->v, walltimestamp - this->w);
+                 exit(0); }",
+    ]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.lines().next(), Some("0 0 0"));
+    // ...but they move from one firing to the next.
+    let out =
+        run_args(&["-q", "-n", "BEGIN { t = timestamp; } tick-10ms { printf(\"%d\\n\", timestamp > t); exit(0); }"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.lines().next(), Some("1"));
+}
+
+#[test]
+fn a_provider_that_is_not_a_pid_provider_matches_nothing() {
+    // Not ending in digits: no pid provider, so the description matches no probe.
+    assert_compile_error(
+        "pidgin:::entry {}",
+        "D_PDESC_ZERO",
+        "probe description pidgin:::entry does not match any probes",
+    );
+    assert_compile_error("pid0:::entry {}", "D_PROC_BADPID", "pid0 does not contain a valid pid");
+}
+
+/// The pid probes' lines of `-l` output: (provider, module, function, name).
+fn listed(text: &str) -> Vec<(String, String, String, String)> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 5).then(|| (f[1].to_string(), f[2].to_string(), f[3].to_string(), f[4].to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn provider_globs_that_match_pid_n_name_the_targets_pid_provider() {
+    let fx = format!("{} 1", fixture("fixture"));
+    let Some(out) = traced(&["-l", "-n", "p*d$target::target:entry", "-c", &fx]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = listed(&stdout(&out));
+    assert_eq!(rows.len(), 1, "{}", stdout(&out));
+    assert!(rows[0].0.starts_with("pid") && rows[0].2 == "target" && rows[0].3 == "entry", "{rows:?}");
+    // And they fire: the fixture calls target() once per round.
+    let Some(out) =
+        traced(&["-q", "-n", "p?d$target::target:entry { @ = count(); } END { printa(\"%@d\\n\", @); }", "-c", &fx])
+    else {
+        return;
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(text.lines().rfind(|l| !l.is_empty()), Some("1"), "{text}");
+}
+
+/// The object file of `pid`'s executable, and the offsets (in `_start`) of its
+/// instructions, from objdump.
+fn start_insns(exe: &Path) -> Option<Vec<(u64, String)>> {
+    let out = Command::new("objdump").args(["-d", "--no-show-raw-insn"]).arg(exe).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text.lines().skip_while(|l| !l.ends_with("<_start>:"));
+    let start = u64::from_str_radix(lines.next()?.split_whitespace().next()?, 16).ok()?;
+    let mut insns = Vec::new();
+    for l in lines.take_while(|l| !l.trim().is_empty()) {
+        let Some((a, rest)) = l.trim().split_once(':') else { continue };
+        let Ok(a) = u64::from_str_radix(a, 16) else { continue };
+        insns.push((a - start, rest.split_whitespace().next().unwrap_or("").to_string()));
+    }
+    Some(insns)
+}
+
+#[test]
+fn functions_that_never_return_have_return_probes_and_refused_instructions_none() {
+    let exe = fixture("fixture");
+    let fx = format!("{exe} 1");
+    // _start never returns: it has a return probe, which never fires.
+    let Some(out) = traced(&["-l", "-n", "pid$target:a.out:_start:return", "-c", &fx]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = listed(&stdout(&out));
+    assert_eq!(rows.len(), 1, "{}", stdout(&out));
+    assert_eq!((rows[0].2.as_str(), rows[0].3.as_str()), ("_start", "return"));
+    // Its instructions have offset probes, but not `hlt`, which the kernel cannot probe.
+    let Some(insns) = start_insns(Path::new(&exe)) else { return };
+    let Some(out) = traced(&["-l", "-n", "pid$target:a.out:_start:", "-c", &fx]) else { return };
+    let offsets: Vec<String> =
+        listed(&stdout(&out)).into_iter().filter(|r| r.3 != "entry" && r.3 != "return").map(|r| r.3).collect();
+    for (off, mnemonic) in insns.iter().filter(|(o, _)| *o > 0) {
+        let label = format!("{off:x}");
+        if mnemonic == "hlt" {
+            assert!(!offsets.contains(&label), "hlt at {label} listed: {offsets:?}");
+        } else if mnemonic != "(bad)" && !mnemonic.starts_with("cs") && !mnemonic.starts_with("nop") {
+            assert!(offsets.contains(&label), "{mnemonic} at {label} not listed: {offsets:?}");
+        }
+    }
+    // Enabling them all warns of nothing.
+    let Some(out) = traced(&["-q", "-n", "pid$target:a.out:_start: {}", "-c", &fx]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("cannot place a uprobe"), "{}", stderr(&out));
+}
+
+/// The fixture's own lines (`main open 2`) and the traced ones (`traced main open 2`).
+fn errno_lines(text: &str) -> (Vec<String>, Vec<String>) {
+    let (traced, own): (Vec<&str>, Vec<&str>) =
+        text.lines().filter(|l| !l.is_empty()).partition(|l| l.starts_with("traced "));
+    let own = own.into_iter().map(String::from).collect();
+    let traced = traced.into_iter().map(|l| l.trim_start_matches("traced ").to_string()).collect();
+    (own, traced)
+}
+
+const ERRNO_SCRIPT: &str = "pid$target::open:return, pid$target::close:return, pid$target::chdir:return
+    { printf(\"traced %s %s %d\\n\", tid == pid ? \"main\" : \"thread\", probefunc, errno); }";
+
+fn check_errnos(exe: &str) {
+    let Some(out) = traced(&["-q", "-n", ERRNO_SCRIPT, "-c", &format!("{exe} 3")]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (own, traced) = errno_lines(&stdout(&out));
+    assert_eq!(own.len(), 30, "{}", stdout(&out));
+    let mut own_sorted = own.clone();
+    let mut traced_sorted = traced.clone();
+    own_sorted.sort();
+    traced_sorted.sort();
+    assert_eq!(traced_sorted, own_sorted, "the errno each call left, as the program saw it");
+    assert!(own.contains(&"main open 2".to_string()) && own.contains(&"thread close 9".to_string()), "{own:?}");
+}
+
+#[test]
+fn errno_is_the_one_the_call_left_in_the_calling_thread() {
+    check_errnos(&fixture("errnos"));
+}
+
+#[test]
+fn errno_in_a_static_program() {
+    let exe = fixture("errnos-static");
+    if !Path::new(&exe).exists() {
+        println!("skipped: no static libc to build errnos-static");
+        return;
+    }
+    check_errnos(&exe);
+}
+
+#[test]
+fn errno_in_a_grabbed_process() {
+    // A process grabbed with -p: its libc is relocated already.
+    let mut g = Guard::spawn(
+        Command::new("sh").args(["-c", "while :; do cd /nonexistent-udtrace 2>/dev/null; sleep 0.05; done"]),
+    );
+    let pid = g.child().id().to_string();
+    wait_mapped(&pid, "libc");
+    let Some(out) = traced(&[
+        "-q",
+        "-n",
+        "pid$target::chdir:return /(int)arg1 == -1/ { printf(\"%d\\n\", errno); exit(0); }",
+        "-p",
+        &pid,
+    ]) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "2", "ENOENT");
+}
+
+/// Runs udtrace grabbing `pid` with `desc` armed, and a timer that ends it.
+fn grab_and_stop(pid: &str, desc: &str) -> Option<std::process::Output> {
+    let out = traced(&["-q", "-n", &format!("{desc} {{}}"), "-n", "tick-200ms { exit(0); }", "-p", pid])?;
+    Some(out)
+}
+
+/// Processes with a UTF-8 locale map locale files (not ELF objects): grabbing them
+/// works, with and without a module in the description.
+fn grabs_cleanly(mut c: Command, wait_for: &str) {
+    c.env("LANG", "C.UTF-8").env("LC_ALL", "C.UTF-8");
+    c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let mut g = Guard::spawn(&mut c);
+    let pid = g.child().id().to_string();
+    wait_mapped(&pid, wait_for);
+    std::thread::sleep(Duration::from_millis(200));
+    for desc in ["pid$target::nanosleep:entry", "pid$target:libc.so.6:nanosleep:entry", "pid$target:libc::entry"] {
+        let Some(out) = grab_and_stop(&pid, desc) else { return };
+        assert!(out.status.success(), "{c:?} {desc}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn grabbing_processes_with_a_utf8_locale() {
+    let mut bash = Command::new("bash");
+    bash.args(["-c", "while :; do sleep 0.1; done"]);
+    grabs_cleanly(bash, "libc");
+    let mut sleep = Command::new("sleep");
+    sleep.arg("30");
+    grabs_cleanly(sleep, "libc");
+    let Ok(python) = which("python3") else {
+        println!("skipped python3: not installed");
+        return;
+    };
+    let mut py = Command::new(python);
+    py.args(["-c", "import time\nwhile True: time.sleep(0.1)"]);
+    grabs_cleanly(py, "libc");
+}
+
+fn which(name: &str) -> Result<String, ()> {
+    let out = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().map_err(|_| ())?;
+    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if p.is_empty() {
+        return Err(());
+    }
+    // A pyenv-style shim is a script that execs the interpreter: ask it where that is.
+    let real = Command::new(&p).args(["-c", "import sys; print(sys.executable)"]).output().map_err(|_| ())?;
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
+    Ok(if real.is_empty() { p } else { real })
+}
