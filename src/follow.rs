@@ -203,7 +203,7 @@ impl Follower {
         let mut descs: Vec<(usize, ProbeDesc, i32)> = Vec::new();
         for (ci, clause) in c.program.clauses.iter().enumerate() {
             for d in &clause.probes {
-                let named = d.provider.strip_prefix("pid").and_then(|p| p.parse::<i32>().ok());
+                let named = crate::pidprov::named_process(&d.provider);
                 if let Some(root) = named.filter(|p| targets.contains(p)) {
                     descs.push((ci, d.clone(), root));
                 }

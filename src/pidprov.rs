@@ -64,6 +64,16 @@ pub fn is_all_processes(provider: &str) -> bool {
 /// Why a pid description cannot be matched: DTrace's tag and message.
 pub type DescError = (Tag, String);
 
+/// Whether a provider field names pid probes: one process's or every process's.
+pub fn is_pid_provider(provider: &str) -> bool {
+    is_all_processes(provider) || named_process(provider).is_some()
+}
+
+/// The process a pid provider field names (`pid123`, `p*d123`), if it names one.
+pub fn named_process(provider: &str) -> Option<i32> {
+    provider_pid(provider).ok().flatten()
+}
+
 /// Parses the provider field as dt_pid.c does: a provider that ends in digits names
 /// process N by them, and is the pid provider when `pid<N>` matches it (`pid123`,
 /// `p*d123`). `Ok(None)`: not the pid provider (the description is matched against

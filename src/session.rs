@@ -301,7 +301,9 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<A
         registry.pid.probes().iter().filter(|p| p.pid != 0 && enabled.contains(&p.probe.id)).collect();
     // Every clause with a pid description may be enabled on probes found later.
     let mut plan = CapturePlan::default();
-    for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| d.provider.starts_with("pid"))) {
+    for clause in
+        c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| crate::pidprov::is_pid_provider(&d.provider)))
+    {
         plan.merge(&capture::plan(clause));
     }
     let mut bpf = Bpf::load(&plan, c.options.bufsize, strsize, follower.is_some(), all.is_some())?;

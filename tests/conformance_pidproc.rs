@@ -133,6 +133,18 @@ fn provider_globs_that_match_pid_n_name_the_targets_pid_provider() {
     assert_eq!(text.lines().rfind(|l| !l.is_empty()), Some("1"), "{text}");
 }
 
+#[test]
+fn a_provider_glob_naming_the_target_follows_what_it_loads() {
+    // plugin_fn is in plugin.so, which the fixture dlopens after tracing started.
+    let n = 7;
+    let cmd = format!("{} {n}", fixture("dlopener"));
+    let prog = "p*d$target::plugin_fn:entry { @ = count(); } END { printa(\"plugin %@d\\n\", @); }";
+    let Some(out) = traced(&["-q", "-Z", "-n", prog, "-c", &cmd]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.lines().any(|l| l == format!("plugin {n}")), "{text}");
+}
+
 /// The object file of `pid`'s executable, and the offsets (in `_start`) of its
 /// instructions, from objdump.
 fn start_insns(exe: &Path) -> Option<Vec<(u64, String)>> {
@@ -287,4 +299,23 @@ fn which(name: &str) -> Result<String, ()> {
     let real = Command::new(&p).args(["-c", "import sys; print(sys.executable)"]).output().map_err(|_| ())?;
     let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
     Ok(if real.is_empty() { p } else { real })
+}
+
+#[test]
+fn symbol_actions_print_the_symbol_in_a_50_column_field() {
+    // chain_c is called from chain_b: ucaller is in chain_b.
+    let prog = "pid$target::chain_c:entry { ufunc(ucaller); usym(ucaller); umod(ucaller); uaddr(ucaller);
+                printf(\"|\\n\"); uaddr(0); printf(\"|\\n\"); exit(0); }";
+    let Some(out) = traced(&["-q", "-n", prog, "-c", &format!("{} chain 1", fixture("probes"))]) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let line = text.lines().find(|l| l.starts_with("  probes`")).unwrap_or_else(|| panic!("{text}"));
+    let field = |s: &str| format!("  {s:<50}");
+    let rest = line.strip_prefix(&format!("{}{}{}", field("probes`chain_b"), field("probes`chain_b"), field("probes")));
+    let rest = rest.unwrap_or_else(|| panic!("{line:?}"));
+    assert!(rest.starts_with("  probes`chain_b+0x") && rest.len() == 52 + 1 && rest.ends_with('|'), "{rest:?}");
+    // An address in no object prints in hex.
+    assert!(text.contains(&format!("{}|", field("0x0"))), "{text}");
 }

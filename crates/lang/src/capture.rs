@@ -69,6 +69,7 @@ fn actions(list: &[Action], p: &mut CapturePlan) {
         match a {
             Action::Eval(e)
             | Action::Trace(e)
+            | Action::Symbol(e)
             | Action::Exit(e)
             | Action::Speculate(e)
             | Action::Commit(e)

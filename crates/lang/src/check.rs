@@ -239,6 +239,10 @@ fn ident_version(name: &str) -> (u32, u32, u32) {
     }
 }
 
+/// The functions that, as statements, trace an address as a symbol (DTrace's
+/// `_symaddr`/`_usymaddr` actions); in expressions they are values to print or key by.
+const SYMBOL_ACTIONS: &[&str] = &["usym", "ufunc", "umod", "uaddr", "sym", "func", "mod"];
+
 const ACTIONS: &[&str] = &[
     "trace",
     "tracemem",
@@ -481,7 +485,7 @@ impl<'m> Checker<'m> {
             Some(stmts) => {
                 let actions = self.stmts(stmts).map_err(|e| e.in_region(Region::ActionList))?;
                 let destructive = crate::clsflags::check(stmts, &|name| {
-                    ACTIONS.contains(&name) || name == "stack" || name == "ustack"
+                    ACTIONS.contains(&name) || SYMBOL_ACTIONS.contains(&name) || name == "stack" || name == "ustack"
                 })?;
                 let records = stmts.is_empty() || actions.iter().any(records_data);
                 (actions, records, destructive)
@@ -543,6 +547,9 @@ impl<'m> Checker<'m> {
             ast::ExprKind::Call { name, name_span, args } if name == "stack" || name == "ustack" => {
                 let frames = self.stack_args(name, *name_span, args)?;
                 Ok(Action::Stack { user: name == "ustack", frames })
+            }
+            ast::ExprKind::Call { name, .. } if SYMBOL_ACTIONS.contains(&name.as_str()) => {
+                Ok(Action::Symbol(self.expr(e)?))
             }
             ast::ExprKind::Assign { lhs, .. } if actions::multi_dim_agg(lhs).is_some() => {
                 let name = actions::multi_dim_agg(lhs).unwrap_or_default();

@@ -162,6 +162,9 @@ pub enum Action {
     Speculate(Expr),
     Commit(Expr),
     Discard(Expr),
+    /// `usym()`, `ufunc()`, `umod()`, `uaddr()`, `sym()`, `func()`, `mod()` as actions:
+    /// trace the address as a symbol (its expression has a `Type::Symbol`).
+    Symbol(Expr),
     /// `stack()`/`ustack()` as actions: trace the stack.
     Stack {
         user: bool,
@@ -434,6 +437,7 @@ pub fn visit_actions(actions: &[Action], f: &mut dyn FnMut(&Expr)) {
         match a {
             Action::Eval(e)
             | Action::Trace(e)
+            | Action::Symbol(e)
             | Action::Exit(e)
             | Action::Speculate(e)
             | Action::Commit(e)

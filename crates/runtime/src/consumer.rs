@@ -705,6 +705,11 @@ impl Consumer {
                     }
                 }
             }
+            Action::Symbol(e) => {
+                let v = self.eval(e, ctx)?;
+                rec.add_datum(&v, self.settings.strsize);
+                output::symbol(&mut rec.data, &v);
+            }
             Action::Stack { user, frames } => {
                 let frames = ctx.stack(*user, *frames);
                 let v = Value::Stack(frames);

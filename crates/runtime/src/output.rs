@@ -54,6 +54,10 @@ pub fn tracemem(out: &mut Vec<u8>, data: &[u8]) {
     trace::tracemem(out, data);
 }
 
+pub fn symbol(out: &mut Vec<u8>, v: &Value) {
+    trace::symbol(out, v);
+}
+
 /// Parsed printf/printa formats: parsed once when the consumer starts.
 pub struct FormatCache {
     parsed: HashMap<String, Format>,

@@ -63,6 +63,18 @@ pub fn record_end(out: &mut Vec<u8>, quiet: bool) {
     }
 }
 
+/// The usym()/ufunc()/umod()/uaddr() (and kernel sym()…) actions: the symbol, or the
+/// address in hex where none is known, left-aligned in 50 columns after two spaces
+/// (dt_consume.c's "  %-50s").
+pub fn symbol(out: &mut Vec<u8>, v: &Value) {
+    let text = match v {
+        Value::Int(i) => format!("0x{:x}", i.bits),
+        Value::Str(s) | Value::Bytes(s) => String::from_utf8_lossy(s).into_owned(),
+        Value::Stack(_) => String::new(),
+    };
+    out.extend_from_slice(format!("  {text:<50}").as_bytes());
+}
+
 /// trace(): one datum as Oracle's dt_print_trace prints it. Integers print by the
 /// size and signedness of their D type ("%d"-like when quiet, right-aligned in 3, 5,
 /// 10 and 19 (signed) or 20 (unsigned 64-bit) columns otherwise); strings as text;
