@@ -414,8 +414,16 @@ pub fn snapshot_from_proc(pid: u32, tid: u32, cpu: u32) -> Option<TaskSnap> {
     let gids = udtrace_target::procfs::status_numbers(pid as i32, "Gid:").unwrap_or_default();
     let id = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0) as u32;
     // Fields after comm: 0 state, 1 ppid, 2 pgrp, 3 session, 4 tty_nr, 15 priority,
-    // 16 nice, 17 num_threads, 19 starttime (ticks), 36 processor, 38 policy.
+    // 16 nice, 17 num_threads, 19 starttime (ticks), 25 startstack, 36 processor,
+    // 38 policy, 45 arg_start, 46 arg_end.
     let tty_nr = num(&f, 4) as u64;
+    let start_stack = num(&leader, 25) as u64;
+    // The initial stack starts with argc, then argv[] (what pr_argv and pr_envp point to).
+    let argc = (start_stack != 0)
+        .then(|| udtrace_target::procfs::read_memory(pid as i32, start_stack, 8).ok())
+        .flatten()
+        .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+        .map(u64::from_ne_bytes);
     // USER_HZ, in which /proc counts start times: 100 on every Linux architecture.
     let hz = 100;
     Some(TaskSnap {
@@ -443,10 +451,10 @@ pub fn snapshot_from_proc(pid: u32, tid: u32, cpu: u32) -> Option<TaskSnap> {
         tty_index: 0,
         tty_major: ((tty_nr >> 8) & 0xfff) as u32,
         tty_minor_start: ((tty_nr & 0xff) | ((tty_nr >> 12) & 0xfff00)) as u32,
-        arg_start: 0,
-        arg_end: 0,
-        start_stack: 0,
-        argc: None,
+        arg_start: num(&leader, 45) as u64,
+        arg_end: num(&leader, 46) as u64,
+        start_stack,
+        argc,
         psargs: None,
     })
 }

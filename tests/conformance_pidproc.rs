@@ -319,3 +319,22 @@ fn symbol_actions_print_the_symbol_in_a_50_column_field() {
     // An address in no object prints in hex.
     assert!(text.contains(&format!("{}|", field("0x0"))), "{text}");
 }
+
+#[test]
+fn curpsinfo_in_begin_and_ticks_is_udtrace_itself() {
+    for probe in ["BEGIN", "tick-10ms"] {
+        let prog = format!(
+            "{probe} {{ printf(\"%d %d %d %d %s %s %d\\n\", curpsinfo->pr_pid == pid, curpsinfo->pr_ppid == ppid,
+                 curlwpsinfo->pr_lwpid == tid, curpsinfo->pr_argc, stringof(curpsinfo->pr_fname),
+                 stringof(curlwpsinfo->pr_name), curpsinfo->pr_dmodel == PR_MODEL_LP64);
+               printf(\"%s\\n\", copyinstr(*(uint64_t *)copyin(curpsinfo->pr_argv, 8)));
+               exit(0); }}"
+        );
+        let out = run_args(&["-q", "-n", &prog]);
+        assert_eq!(out.status, 0, "{probe}: {}", out.stderr);
+        let mut lines = out.stdout.lines();
+        // argc: udtrace -q -n PROGRAM.
+        assert_eq!(lines.next(), Some("1 1 1 4 udtrace udtrace 1"), "{probe}: {}", out.stdout);
+        assert_eq!(lines.next(), Some(util::bin().to_str().unwrap()), "argv[0], read from udtrace's own stack");
+    }
+}
