@@ -224,6 +224,34 @@ impl FiringCtx<'_> {
         }
     }
 
+    /// The address the current function returns to. At its entry and at a return site
+    /// (a `ret`, or a jump out of the function) that is the word at the stack pointer;
+    /// elsewhere the caller's frame is found by unwinding, as far as the stack captured
+    /// for this firing allows (0 when it does not reach).
+    fn ucaller(&self) -> u64 {
+        match self.site.kind {
+            SiteKind::Entry | SiteKind::Return => self.stack_word(0).unwrap_or(0),
+            SiteKind::Offset(_) => self.unwound(2).get(1).copied().unwrap_or(0),
+        }
+    }
+
+    /// Up to `max` return addresses of the user stack, innermost (the pc) first.
+    fn unwound(&self, max: usize) -> Vec<u64> {
+        let pid = self.f.pid;
+        let mut procs = self.procs.borrow_mut();
+        procs.objects(pid);
+        let snap = Snapshot {
+            ip: self.f.reg(PtReg::Ip),
+            sp: self.f.reg(PtReg::Sp),
+            bp: self.f.reg(PtReg::Bp),
+            stack: self.f.stack,
+        };
+        match procs.info(pid).unwinder.as_mut() {
+            Some(u) => u.unwind(&snap, max),
+            None => vec![snap.ip],
+        }
+    }
+
     fn captured(&self, addr: u64) -> Option<&[u8]> {
         for (slot, &n) in self.string_args.iter().enumerate() {
             if self.f.arg(usize::from(n)) == Some(addr) {
@@ -252,10 +280,7 @@ impl Context for FiringCtx<'_> {
             Builtin::Ppid => Value::int(self.procs.borrow_mut().info(pid).ppid),
             Builtin::Uid => Value::int(self.procs.borrow_mut().info(pid).uid),
             Builtin::Gid => Value::int(self.procs.borrow_mut().info(pid).gid),
-            Builtin::Ucaller => Value::int(match self.site.kind {
-                SiteKind::Entry => self.stack_word(0).unwrap_or(0) as i64,
-                _ => 0,
-            }),
+            Builtin::Ucaller => Value::int(self.ucaller() as i64),
             Builtin::Errno => Value::int(i64::from(self.f.errno)),
             Builtin::Ustackdepth => Value::int(self.stack(true, None).len() as i64),
             Builtin::Curpsinfo | Builtin::Curlwpsinfo => return CurrentFromProc::builtin(b),
@@ -325,21 +350,9 @@ impl Context for FiringCtx<'_> {
         if !user {
             return Vec::new();
         }
-        let max = frames.unwrap_or(self.ustackframes) as usize;
-        let pid = self.f.pid;
+        let addrs = self.unwound(frames.unwrap_or(self.ustackframes) as usize);
         let mut procs = self.procs.borrow_mut();
-        procs.objects(pid);
-        let snap = Snapshot {
-            ip: self.f.reg(PtReg::Ip),
-            sp: self.f.reg(PtReg::Sp),
-            bp: self.f.reg(PtReg::Bp),
-            stack: self.f.stack,
-        };
-        let addrs = match procs.info(pid).unwinder.as_mut() {
-            Some(u) => u.unwind(&snap, max),
-            None => vec![snap.ip],
-        };
-        addrs.into_iter().map(|a| procs.symbolize(pid, a)).collect()
+        addrs.into_iter().map(|a| procs.symbolize(self.f.pid, a)).collect()
     }
 
     fn symbol(&self, addr: u64, kind: SymKind) -> Option<String> {

@@ -338,3 +338,24 @@ fn curpsinfo_in_begin_and_ticks_is_udtrace_itself() {
         assert_eq!(lines.next(), Some(util::bin().to_str().unwrap()), "argv[0], read from udtrace's own stack");
     }
 }
+
+#[test]
+fn ucaller_at_return_and_offset_probes() {
+    // chain_c is called from chain_b, chain_b from chain_a (no frame pointers: found by
+    // unwinding from .eh_frame at offsets inside the function).
+    let prog = "pid$target::chain_c:return { @r[ufunc(ucaller)] = count(); }
+                pid$target::chain_b: /probename != \"entry\" && probename != \"return\"/
+                { @o[ufunc(ucaller)] = count(); }
+                END { printa(@r); printf(\"--\\n\"); printa(@o); }";
+    let Some(out) = traced(&["-q", "-n", prog, "-c", &format!("{} chain 2", fixture("probes"))]) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let (ret, off) = text.split_once("--\n").unwrap_or_else(|| panic!("{text}"));
+    let callers = |t: &str| -> Vec<String> {
+        t.lines().filter_map(|l| l.split_whitespace().next()).filter(|w| w.contains('`')).map(String::from).collect()
+    };
+    assert_eq!(callers(ret), ["probes`chain_b"], "{text}");
+    assert_eq!(callers(off), ["probes`chain_a"], "{text}");
+}

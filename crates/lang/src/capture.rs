@@ -10,8 +10,12 @@ use crate::ir::{Action, Builtin, Clause, Expr, ExprKind, Place, Subr};
 /// few dozen frames of ordinary C and Rust code.
 pub const USTACK_BYTES: u32 = 8192;
 
-/// Bytes of stack for `arg6..arg9` and `ucaller` (return address and stack arguments).
+/// Bytes of stack for `arg6..arg9` (return address and stack arguments).
 pub const ARGS_STACK_BYTES: u32 = 64;
+
+/// Bytes of stack for `ucaller`: at entry and return sites the word at the stack
+/// pointer; at an offset inside a function, enough of its frame to unwind to the caller.
+pub const UCALLER_STACK_BYTES: u32 = 512;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CapturePlan {
@@ -127,7 +131,7 @@ fn expr(e: &Expr, p: &mut CapturePlan) {
     }
     match &e.kind {
         ExprKind::Builtin(Builtin::Arg(n)) if *n >= 6 => p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES),
-        ExprKind::Builtin(Builtin::Ucaller) => p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES),
+        ExprKind::Builtin(Builtin::Ucaller) => p.stack_bytes = p.stack_bytes.max(UCALLER_STACK_BYTES),
         ExprKind::Builtin(Builtin::Ustackdepth) => p.stack_bytes = p.stack_bytes.max(USTACK_BYTES),
         ExprKind::Args(i) => {
             p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES);
