@@ -201,7 +201,8 @@ fn record_plan(plan: &CapturePlan, strsize: u32) -> RecordPlan {
 fn errno_source() -> Option<ErrnoSource> {
     let btf = Btf::vmlinux().ok()?;
     let fsbase = btf.place("task_struct", "thread.fsbase").ok()?.offset;
-    let tls = udtrace_bpf::maps::HashMap::create("udtrace_errno", 65536).ok()?;
+    // `pid*` processes are never heard of again when they end: LRU makes room.
+    let tls = udtrace_bpf::maps::HashMap::create_lru("udtrace_errno", 65536).ok()?;
     Some(ErrnoSource { tls, fsbase })
 }
 
@@ -455,10 +456,14 @@ impl Bpf {
     }
 
     /// Where process `pid`'s threads keep errno (see [`ErrnoSource`]): the address of
-    /// the GOT slot holding its TLS offset (0: none), or the offset itself.
-    pub fn set_errno_tls(&mut self, pid: i32, slot: u64, offset: i64) {
+    /// the GOT slot holding its TLS offset (0: none), and the offset itself; `None`:
+    /// not known (yet), as after an exec until libc is mapped.
+    pub fn set_errno_tls(&mut self, pid: i32, tls: Option<(u64, i64)>) {
         if let Some(src) = &self.maps.errno {
-            let _ = src.tls.insert(&(pid as u32), &errno_entry(slot, offset));
+            let _ = match tls {
+                Some((slot, offset)) => src.tls.insert(&(pid as u32), &errno_entry(slot, offset)).map(|_| true),
+                None => src.tls.remove(&(pid as u32)),
+            };
         }
     }
 

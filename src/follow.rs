@@ -180,9 +180,7 @@ pub fn locate_errno(pid: i32, objects: &[LoadedObject], bpf: &mut Bpf, registry:
     if !bpf.reads_errno() {
         return;
     }
-    if let Some((slot, offset)) = registry.pid.errno_tls(pid, objects) {
-        bpf.set_errno_tls(pid, slot, offset);
-    }
+    bpf.set_errno_tls(pid, registry.pid.errno_tls(pid, objects));
 }
 
 /// What a followed event may change besides the tree.

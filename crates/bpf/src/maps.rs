@@ -9,6 +9,7 @@ use thiserror::Error;
 use udtrace_sys::bpf::{self as sys, MapSpec};
 
 const BPF_MAP_TYPE_HASH: u32 = 1;
+const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 
@@ -104,6 +105,12 @@ pub struct HashMap<K: Pod, V: Pod> {
 impl<K: Pod, V: Pod> HashMap<K, V> {
     pub fn create(name: &str, max_entries: u32) -> Result<Self, MapError> {
         Ok(HashMap { fd: create(BPF_MAP_TYPE_HASH, K::SIZE, V::SIZE, max_entries, name)?, _types: PhantomData })
+    }
+
+    /// A hash that, when full, makes room by dropping the entries least recently used:
+    /// for facts about processes whose end is never heard of.
+    pub fn create_lru(name: &str, max_entries: u32) -> Result<Self, MapError> {
+        Ok(HashMap { fd: create(BPF_MAP_TYPE_LRU_HASH, K::SIZE, V::SIZE, max_entries, name)?, _types: PhantomData })
     }
 
     pub fn insert(&self, key: &K, value: &V) -> Result<(), MapError> {
