@@ -29,6 +29,7 @@ mod debug;
 mod backend;
 mod cli;
 mod compile;
+mod cpus;
 mod dlibs;
 mod firing;
 mod follow;

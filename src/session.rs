@@ -442,6 +442,7 @@ fn trace(
 ) -> io::Result<i32> {
     let seed = me.seed();
     let mut consumer = Consumer::new(Rc::clone(&c.program), settings(c), c.ecbs.clone(), seed);
+    consumer.set_cpus(crate::cpus::online());
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u32;
     let mut status = 0;
     let mut done = false;

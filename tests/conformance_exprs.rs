@@ -308,7 +308,7 @@ fn string_searches_that_fail_give_null() {
 }
 
 #[test]
-fn a_clause_reads_each_clock_once() {
+fn a_clause_reads_the_timestamp_once() {
     assert_eq!(
         ok("BEGIN { this->a = timestamp; this->b = timestamp; printf(\"%d\\n\", this->b - this->a); exit(0); }"),
         "0\n"
@@ -322,4 +322,18 @@ fn integers_are_not_promoted_to_int() {
     let out = ok("unsigned char C; signed char c; short s; BEGIN { C = -2; c = 3; s = -1;
         printf(\"%d %d %d %d\\n\", C + c, c + c, s + C, -c); exit(0); }");
     assert_eq!(out, "1 6 253 -3\n");
+}
+
+#[test]
+fn curcpu_points_at_the_cpus_cpuinfo() {
+    let out =
+        ok("BEGIN { printf(\"%d %d %d\\n\", curcpu->cpu_id == cpu, curcpu->cpu_pset, curcpu != NULL); exit(0); }");
+    assert_eq!(out, "1 0 1\n");
+}
+
+#[test]
+fn a_string_used_as_a_char_pointer_has_an_address() {
+    // DTrace's temporary strings: the copy lasts for the clause.
+    let out = ok("char *s; BEGIN { s = probeprov; printf(\"%c %c %s\\n\", s[0], *(s + 1), stringof(s)); exit(0); }");
+    assert_eq!(out, "d t dtrace\n");
 }

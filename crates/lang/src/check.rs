@@ -177,6 +177,7 @@ fn builtin_var(name: &str) -> Option<(Builtin, Type)> {
         // Typed by the checker: their struct types live in the program's type table.
         "curpsinfo" => (Builtin::Curpsinfo, Type::Pointer(Box::new(Type::Void))),
         "curlwpsinfo" => (Builtin::Curlwpsinfo, Type::Pointer(Box::new(Type::Void))),
+        "curcpu" => (Builtin::Curcpu, Type::Pointer(Box::new(Type::Void))),
         "ipl" => (Builtin::Ipl, Type::named_int(4, false, "uint_t")),
         "cwd" => (Builtin::Cwd, s),
         "root" => (Builtin::Root, s),
@@ -327,6 +328,7 @@ impl<'m> Checker<'m> {
 
     fn with_proc_types(mut self) -> Checker<'m> {
         proc_types::install(&mut self.prog.types);
+        crate::storage::install_cpuinfo(&mut self.prog.types);
         crate::net_types::install(&mut self.prog.types);
         self.install_builtin_translators();
         self
@@ -890,6 +892,7 @@ impl<'m> Checker<'m> {
             let ty = match b {
                 Builtin::Curpsinfo => self.pointer_to("psinfo_t"),
                 Builtin::Curlwpsinfo => self.pointer_to("lwpsinfo_t"),
+                Builtin::Curcpu => self.pointer_to("cpuinfo_t"),
                 _ => ty,
             };
             return Ok(mk(ExprKind::Builtin(b), ty, span));
@@ -1222,6 +1225,11 @@ impl<'m> Checker<'m> {
             return v;
         }
         let v = if ty.is_pointer() { self.decay(v) } else { v };
+        if ty.is_pointer() && v.ty.is_string() {
+            // A string where a `char *` is wanted: its address (a temporary copy).
+            let span = v.span;
+            return mk(ExprKind::Cast(Box::new(v)), ty.clone(), span);
+        }
         match ty {
             Type::String if !v.ty.is_string() => {
                 let (span, taint) = (v.span, v.taint);

@@ -254,6 +254,8 @@ pub enum Builtin {
     /// The proc provider's `psinfo_t *` and `lwpsinfo_t *` of the current thread.
     Curpsinfo,
     Curlwpsinfo,
+    /// `cpuinfo_t *` of the CPU the probe fired on.
+    Curcpu,
     Ipl,
     Cwd,
     Root,

@@ -64,6 +64,26 @@ pub fn area_size(slots: &[Option<Slot>]) -> u64 {
     slots.iter().flatten().map(|s| s.offset + s.size).max().unwrap_or(0)
 }
 
+/// The CPUs' `cpuinfo_t` (sched.d): what `curcpu` points to, in D memory.
+pub fn install_cpuinfo(types: &mut TypeTable) {
+    let int = |name: &str| Type::named_int(4, true, name);
+    for name in ["chipid_t", "lgrp_id_t"] {
+        types.typedefs.insert(name.into(), int(name));
+    }
+    let id = types.record_tag(false, "cpuinfo");
+    types.complete_record(
+        id,
+        vec![
+            ("cpu_id".into(), int("processorid_t")),
+            ("cpu_pset".into(), int("psetid_t")),
+            ("cpu_chip".into(), int("chipid_t")),
+            ("cpu_lgrp".into(), int("lgrp_id_t")),
+        ],
+    );
+    types.typedefs.insert("cpuinfo_t".into(), Type::Struct(id));
+    types.typedefs.insert("cpuinfo_t_p".into(), Type::Pointer(Box::new(Type::Struct(id))));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

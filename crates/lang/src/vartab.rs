@@ -189,6 +189,7 @@ fn builtin_name(b: Builtin) -> String {
         Builtin::Curthread => "curthread",
         Builtin::Curpsinfo => "curpsinfo",
         Builtin::Curlwpsinfo => "curlwpsinfo",
+        Builtin::Curcpu => "curcpu",
         Builtin::Ipl => "ipl",
         Builtin::Cwd => "cwd",
         Builtin::Root => "root",

@@ -237,6 +237,11 @@ impl Consumer {
         !self.draining || (probe.provider == "dtrace" && matches!(probe.name.as_str(), "END" | "ERROR"))
     }
 
+    /// Describes the machine's CPUs, for `curcpu`.
+    pub fn set_cpus(&mut self, cpus: Vec<crate::dmem::CpuInfo>) {
+        self.vars.cpus = cpus;
+    }
+
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
@@ -374,19 +379,12 @@ impl Consumer {
         let prog = Rc::clone(&self.prog);
         let clause = &prog.clauses[ecb.clause];
         let p = &ecb.probe;
-        // A clause reads each clock once: DTrace keeps the first reading of
-        // timestamp, vtimestamp and walltimestamp for the rest of the clause.
-        let clocks: [std::cell::OnceCell<Option<Value>>; 3] = Default::default();
+        // A clause reads `timestamp` once and keeps it (DTrace caches it in the
+        // clause's state; walltimestamp and vtimestamp advance).
+        let timestamp: std::cell::OnceCell<Option<Value>> = std::cell::OnceCell::new();
         let identity = |b: Builtin| {
             Some(match b {
-                Builtin::Timestamp | Builtin::Vtimestamp | Builtin::Walltimestamp => {
-                    let i = match b {
-                        Builtin::Timestamp => 0,
-                        Builtin::Vtimestamp => 1,
-                        _ => 2,
-                    };
-                    return clocks[i].get_or_init(|| ctx.builtin(b)).clone();
-                }
+                Builtin::Timestamp => return timestamp.get_or_init(|| ctx.builtin(b)).clone(),
                 Builtin::Probeprov => Value::str(&p.provider),
                 Builtin::Probemod => Value::str(&p.module),
                 Builtin::Probefunc => Value::str(&p.function),
@@ -400,6 +398,7 @@ impl Consumer {
         let pctx = Overlay { inner: ctx, builtins: &identity };
         // Each clause starts with empty scratch space.
         self.scratch.reset();
+        self.vars.reset_temporaries();
         if let Some(pred) = &clause.predicate {
             match self.eval(pred, &pctx) {
                 Ok(v) if !truthy(&v) => return Ok(Ok(())),

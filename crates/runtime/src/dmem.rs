@@ -21,7 +21,52 @@ pub const LOCALS: u64 = D_BASE + (1 << 40);
 /// Thread-local variables: `THREAD_LOCALS + (id << 28) + offset`, for the thread
 /// that uses the address.
 pub const THREAD_LOCALS: u64 = D_BASE + (2 << 40);
-const D_END: u64 = D_BASE + (3 << 40);
+/// The CPUs' `cpuinfo_t` (what `curcpu` points to), one after another.
+pub const CPUS: u64 = D_BASE + (3 << 40);
+/// Strings a clause uses through a pointer (`char *p = execname;`): DTrace's
+/// temporary strings, which last for the clause.
+pub const TEMPORARIES: u64 = D_BASE + (4 << 40);
+const D_END: u64 = D_BASE + (5 << 40);
+
+/// One CPU as `cpuinfo_t` describes it (sched.d).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuInfo {
+    pub id: i32,
+    pub pset: i32,
+    /// The physical package it is on.
+    pub chip: i32,
+    /// Its NUMA node.
+    pub lgrp: i32,
+}
+
+/// The size of a `cpuinfo_t`.
+pub const CPUINFO_SIZE: u64 = 16;
+
+impl CpuInfo {
+    fn bytes(self) -> Vec<u8> {
+        [self.id, self.pset, self.chip, self.lgrp].iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+}
+
+/// The address of CPU `cpu`'s `cpuinfo_t`.
+pub fn cpuinfo_address(cpu: u64) -> u64 {
+    CPUS + cpu * CPUINFO_SIZE
+}
+
+/// `len` bytes of the `cpuinfo_t` table at `addr`; CPUs not described read as
+/// their number alone.
+pub fn read_cpuinfo(cpus: &[CpuInfo], addr: u64, len: usize) -> Option<Vec<u8>> {
+    let rel = addr.checked_sub(CPUS)?;
+    let (first, off) = (rel / CPUINFO_SIZE, (rel % CPUINFO_SIZE) as usize);
+    let mut table = Vec::new();
+    let mut cpu = first;
+    while table.len() < off + len {
+        let info = cpus.iter().find(|c| c.id as u64 == cpu).copied();
+        table.extend(info.unwrap_or(CpuInfo { id: cpu as i32, ..CpuInfo::default() }).bytes());
+        cpu += 1;
+    }
+    Some(table[off..off + len].to_vec())
+}
 /// The largest thread-local variable addressable.
 const TLS_SPAN: u64 = 1 << 28;
 
@@ -156,5 +201,34 @@ impl Area {
     /// Whether `addr` falls in this area's address range.
     pub fn contains(&self, addr: u64) -> bool {
         addr >= self.base && addr - self.base < (1 << 40)
+    }
+}
+
+/// The clause's temporary strings.
+#[derive(Debug, Default)]
+pub struct Temporaries {
+    bytes: Vec<u8>,
+}
+
+impl Temporaries {
+    /// Copies a string (and its NUL) in; its address.
+    pub fn add(&mut self, s: &[u8]) -> u64 {
+        let at = TEMPORARIES + self.bytes.len() as u64;
+        self.bytes.extend_from_slice(s);
+        self.bytes.push(0);
+        at
+    }
+
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+    }
+
+    pub fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let off = usize::try_from(addr.checked_sub(TEMPORARIES)?).ok()?;
+        self.bytes.get(off..off.checked_add(len)?).map(<[u8]>::to_vec)
+    }
+
+    pub fn contains(&self, addr: u64) -> bool {
+        (TEMPORARIES..D_END).contains(&addr)
     }
 }

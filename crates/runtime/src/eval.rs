@@ -73,6 +73,9 @@ pub struct Variables {
     thread: HashMap<(i64, usize), Value>,
     thread_arrays: HashMap<(i64, usize, Vec<Value>), Value>,
     this: Area,
+    /// What `curcpu` points to for each CPU.
+    pub cpus: Vec<dmem::CpuInfo>,
+    temporaries: dmem::Temporaries,
 }
 
 /// The zero value of a type: what an unassigned variable reads as.
@@ -172,12 +175,19 @@ impl Variables {
             thread: HashMap::new(),
             thread_arrays: HashMap::new(),
             this: Area::new(dmem::LOCALS, clause_vars, types, strsize),
+            cpus: Vec::new(),
+            temporaries: dmem::Temporaries::default(),
         }
     }
 
     /// Clause-local (`this->`) variables live for one probe firing.
     pub fn reset_clause_locals(&mut self) {
         self.this.clear();
+    }
+
+    /// Temporary strings live for one clause.
+    pub fn reset_temporaries(&mut self) {
+        self.temporaries.clear();
     }
 }
 
@@ -422,6 +432,10 @@ impl Evaluator<'_> {
                 let keys = keys.iter().map(|k| self.eval(k).map(narrow)).collect::<EvalResult<Vec<_>>>()?;
                 self.read_array(*var, keys)
             }
+            ExprKind::Builtin(Builtin::Curcpu) => {
+                let cpu = self.ctx.builtin(Builtin::Cpu).map_or(0, |v| as_u64(&v));
+                int_of(&e.ty, dmem::cpuinfo_address(cpu))
+            }
             ExprKind::Builtin(b) => match self.ctx.builtin(*b) {
                 Some(Value::Int(i)) => int_of(&e.ty, i.bits),
                 Some(v) => v,
@@ -598,11 +612,20 @@ impl Evaluator<'_> {
         Ok(match (ty, v) {
             // A null pointer is the NULL string.
             (Type::String, Value::Int(i)) if i.bits == 0 => null_string(),
+            (Type::String, Value::Int(i)) if dmem::is_d_address(i.bits) => {
+                let s = self.read_d_string(i.bits).ok_or(Fault::BadAddress(i.bits))?;
+                self.clamp(s)
+            }
             (Type::String, Value::Int(i)) => {
                 let s = self.ctx.read_string(i.bits, self.strsize + 1).ok_or(Fault::BadAddress(i.bits))?;
                 self.clamp(s)
             }
             (Type::String, v) => self.clamp(bytes(v)),
+            // A string used as a pointer (`char *p = execname`) is a temporary copy.
+            (Type::Pointer(_), v @ (Value::Str(_) | Value::Bytes(_))) => {
+                let addr = self.vars.temporaries.add(&bytes(v));
+                int_of(ty, addr)
+            }
             (t, Value::Int(i)) if t.int_shape().is_some() => int_of(t, i.bits),
             (_, v) => v,
         })
@@ -625,10 +648,28 @@ impl Evaluator<'_> {
         if self.vars.this.contains(addr) {
             return self.vars.this.read(addr, len);
         }
+        if self.vars.temporaries.contains(addr) {
+            return self.vars.temporaries.read(addr, len);
+        }
+        if addr >= dmem::CPUS {
+            return dmem::read_cpuinfo(&self.vars.cpus, addr, len);
+        }
         let (id, off) = dmem::thread_local_at(addr)?;
         let bytes = self.thread_local_bytes(id)?;
         let off = off as usize;
         bytes.get(off..off.checked_add(len)?).map(<[u8]>::to_vec)
+    }
+
+    /// The NUL-terminated string at a D address, at most strsize bytes.
+    fn read_d_string(&mut self, addr: u64) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        for i in 0..self.strsize as u64 {
+            match self.read_d(addr + i, 1)?.first() {
+                Some(0) | None => break,
+                Some(&c) => out.push(c),
+            }
+        }
+        Some(out)
     }
 
     /// Writes D memory at `addr` (the caller has checked that it is D memory).
