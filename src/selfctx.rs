@@ -75,6 +75,12 @@ impl Context for SelfContext {
         })
     }
 
+    /// DTrace's BEGIN, END and ERROR are probes in dtrace itself, whose registers
+    /// uregs[] reads; no probe fires in udtrace for them, so its registers read 0.
+    fn register(&self, n: u64) -> Option<u64> {
+        (n <= 25).then_some(0)
+    }
+
     fn progenyof(&self, pid: i64) -> bool {
         // Walk our own ancestry through /proc.
         let mut cur = self.pid;
@@ -157,6 +163,10 @@ impl Context for SelfFiring<'_> {
         }
         let data = procfs::read_memory(self.me.pid as i32, addr, max.saturating_sub(1)).ok()?;
         Some(data.split(|&c| c == 0).next().unwrap_or_default().to_vec())
+    }
+
+    fn register(&self, n: u64) -> Option<u64> {
+        self.me.register(n)
     }
 
     fn progenyof(&self, pid: i64) -> bool {

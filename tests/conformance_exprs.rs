@@ -337,3 +337,15 @@ fn a_string_used_as_a_char_pointer_has_an_address() {
     let out = ok("char *s; BEGIN { s = probeprov; printf(\"%c %c %s\\n\", s[0], *(s + 1), stringof(s)); exit(0); }");
     assert_eq!(out, "d t dtrace\n");
 }
+
+#[test]
+fn begin_and_end_have_no_args() {
+    let e = compile_error("BEGIN { trace(args[0]); }");
+    assert!(e.ends_with("[D_ARGS_IDX] in action list: index 0 is out of range for :::BEGIN args[ ]"), "{e}");
+}
+
+#[test]
+fn uregs_in_udtraces_own_probes_read_zero() {
+    // No probe fires in udtrace for BEGIN: there are no registers to read.
+    assert_eq!(ok("BEGIN { printf(\"%x %x\\n\", uregs[R_PC], uregs[R_TRAPNO]); exit(0); }"), "0 0\n");
+}

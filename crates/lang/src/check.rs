@@ -94,6 +94,8 @@ pub struct Checker<'m> {
     /// The current clause's `args[]` types: `None` past the list or where its probes
     /// disagree; no list at all where its probes are untyped (`int64_t` args).
     clause_args: Option<Vec<Option<ArgType>>>,
+    /// The current clause's first probe description, as DTrace names it in messages.
+    clause_desc: String,
     /// Which variables hold alloca pointers; the scratch space size.
     alloca: alloca::AllocaState,
     /// Anonymous structs and unions of the current source, by the tag the parser
@@ -288,6 +290,7 @@ impl<'m> Checker<'m> {
             line_starts: vec![0],
             probe_args: None,
             clause_args: None,
+            clause_desc: String::new(),
             version: crate::options::D_VERSION,
             alloca: alloca::AllocaState::default(),
             in_library: false,
@@ -444,6 +447,11 @@ impl<'m> Checker<'m> {
         self.resolve_macros(c)?;
         self.alloca.clause_span = c.probes.first().map_or(c.span, |p| p.span);
         self.clause_args = self.probe_args.and_then(|f| clause_arg_types(probes.iter().flat_map(f)));
+        if self.clause_args.is_none() && probes.iter().all(exprs::is_begin_or_end) {
+            // BEGIN and END have no arguments at all.
+            self.clause_args = Some(Vec::new());
+        }
+        self.clause_desc = probes.first().map_or(String::new(), exprs::desc_string);
         // dt_cook_clause: the actions first, since they usually create the variables
         // a predicate tests; if they use one the predicate creates (`/x++/`), the
         // predicate first.
@@ -768,7 +776,7 @@ impl<'m> Checker<'m> {
             None => err(
                 Tag::D_ARGS_IDX,
                 span,
-                format!("index {n} is out of range for args[ ] of the probes this clause enables"),
+                format!("index {} is out of range for {} args[ ]", n as i64, self.clause_desc),
             ),
         }
     }

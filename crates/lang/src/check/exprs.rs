@@ -214,3 +214,16 @@ impl Checker<'_> {
         Some(format!("{kind} "))
     }
 }
+
+/// Whether a probe description names the dtrace provider's BEGIN or END probe.
+pub(super) fn is_begin_or_end(p: &ast::ProbeDesc) -> bool {
+    matches!(p.provider.as_str(), "" | "dtrace")
+        && p.module.is_empty()
+        && p.function.is_empty()
+        && matches!(p.name.as_str(), "BEGIN" | "END")
+}
+
+/// dtrace_desc2str: `provider:module:function:name`.
+pub(super) fn desc_string(p: &ast::ProbeDesc) -> String {
+    format!("{}:{}:{}:{}", p.provider, p.module, p.function, p.name)
+}
