@@ -307,6 +307,15 @@ fn check_tuples(
     Ok(())
 }
 
+/// Whether CPU `n` is online (the kernel's list of ranges, `0-3,6`).
+fn cpu_online(n: u64) -> bool {
+    let Ok(list) = std::fs::read_to_string("/sys/devices/system/cpu/online") else { return true };
+    list.trim().split(',').any(|r| {
+        let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+        matches!((lo.parse::<u64>(), hi.parse::<u64>()), (Ok(lo), Ok(hi)) if (lo..=hi).contains(&n))
+    })
+}
+
 /// The most keys an aggregation is updated with in these actions.
 fn agg_keys(actions: &[Action]) -> usize {
     actions
@@ -322,18 +331,21 @@ fn agg_keys(actions: &[Action]) -> usize {
 
 /// dtrace_go()'s checks of a compiled program before anything is enabled; `Err` is
 /// libdtrace's reason, for `could not enable tracing: …`.
-pub fn enable_check(c: &Compiled) -> Result<(), &'static str> {
+pub fn enable_check(c: &Compiled) -> Result<(), String> {
     // An ERROR firing writes a 64-byte record (perf header, record header and five
     // 64-bit values): the buffer must hold one; nothing fits in an empty buffer.
     const ERROR_RECORD: u64 = 8 + 16 + 5 * 8;
     let has_error_clause = c.ecbs.iter().any(|e| e.probe.provider == "dtrace" && e.probe.name == "ERROR");
     if c.options.bufsize == 0 || (has_error_clause && c.options.bufsize < ERROR_RECORD) {
-        return Err("Enabling exceeds size of buffer");
+        return Err("Enabling exceeds size of buffer".into());
+    }
+    if let Some(cpu) = c.options.cpu.filter(|&n| !cpu_online(n)) {
+        return Err(format!("CPU {cpu} is not online"));
     }
     let enabled: std::collections::HashSet<usize> = c.ecbs.iter().map(|e| e.clause).collect();
     let destructive = enabled.iter().any(|&i| c.program.clauses[i].destructive);
     if destructive && !c.options.destructive {
-        return Err("Destructive actions not allowed");
+        return Err("Destructive actions not allowed".into());
     }
     Ok(())
 }

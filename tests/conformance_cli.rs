@@ -532,3 +532,23 @@ fn the_output_file_is_opened_before_anything_is_reported() {
     assert_eq!(listed.lines().count(), 2, "{listed}");
     assert!(listed.lines().nth(1).unwrap().ends_with(" END"), "{listed}");
 }
+
+#[test]
+fn the_cpu_must_be_online() {
+    let out = run_args(&["-xcpu=100000", "-qn", "BEGIN { exit(0); }"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(out.stderr, "udtrace: could not enable tracing: CPU 100000 is not online\n");
+}
+
+#[test]
+fn functions_of_later_versions_are_undefined() {
+    let prog = "BEGIN { trace(strstr(\"ab\", \"b\")); exit(0); }";
+    let out = run_args(&["-xversion=1.0", "-qn", prog]);
+    assert_eq!(out.status, 1);
+    assert_eq!(
+        out.stderr,
+        format!("udtrace: invalid probe specifier {prog}: in action list: undefined function name: strstr\n")
+    );
+    let out = run_args(&["-xversion=1.1", "-qn", prog]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+}

@@ -1667,6 +1667,10 @@ impl<'m> Checker<'m> {
     }
 
     fn call(&mut self, name: &str, name_span: Span, args: &[ast::Expr], span: Span) -> Result<Expr> {
+        // A function of a later D version than the one compiled for is not defined.
+        if ident_version(name) > self.version && !self.globals.contains_key(name) {
+            return err(Tag::D_FUNC_UNDEF, name_span, format!("undefined function name: {name}"));
+        }
         if ACTIONS.contains(&name) {
             return err(
                 Tag::D_OP_ACT,
