@@ -699,10 +699,11 @@ impl Evaluator<'_> {
         Some(dmem::encode(&v, &ty, size))
     }
 
-    /// `len` bytes at `addr`, in D memory or the traced process's.
+    /// `len` bytes at `addr`, in D memory or the traced process's; all of them or a
+    /// fault, as a failed probe_read is.
     pub(crate) fn read_bytes(&mut self, addr: u64, len: usize) -> EvalResult<Vec<u8>> {
         let data = if dmem::is_d_address(addr) { self.read_d(addr, len) } else { self.ctx.read_memory(addr, len) };
-        data.ok_or(Fault::BadAddress(addr))
+        data.filter(|d| d.len() == len).ok_or(Fault::BadAddress(addr))
     }
 
     fn load_memory(&mut self, addr: u64, ty: &Type) -> EvalResult<Value> {
