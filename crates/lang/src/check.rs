@@ -1336,6 +1336,9 @@ impl<'m> Checker<'m> {
                 if !v.ty.is_scalar() {
                     return err(Tag::D_OP_SCALAR, span, "operator ! requires an operand of scalar type");
                 }
+                if let Some(c) = fold(&v).filter(|_| v.ty.is_integer()) {
+                    return Ok(int_const(u64::from(c == 0), int_ty(), span));
+                }
                 Ok(mk(ExprKind::Not(Box::new(v)), int_ty(), span))
             }
             UnaryOp::Deref => {
@@ -1392,6 +1395,18 @@ impl<'m> Checker<'m> {
                             format!("operator {} requires operands of scalar type", op.symbol()),
                         );
                     }
+                }
+                // dt_node_op2 folds logical operators on integer constants, so that
+                // `OPT_a && OPT_b ? @x[k] = count() : 1;` (inline flags, as
+                // DTraceToolkit writes them) selects its statement at compile time.
+                if let (Some(a), Some(b)) = (fold(&l), fold(&r)) {
+                    let (a, b) = (a != 0, b != 0);
+                    let v = match op {
+                        LogAnd => a && b,
+                        LogOr => a || b,
+                        _ => a != b,
+                    };
+                    return Ok(int_const(u64::from(v), int_ty(), span));
                 }
                 Ok(mk(ExprKind::Logical { op, lhs: Box::new(l), rhs: Box::new(r) }, int_ty(), span))
             }
