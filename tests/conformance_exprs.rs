@@ -349,3 +349,14 @@ fn uregs_in_udtraces_own_probes_read_zero() {
     // No probe fires in udtrace for BEGIN: there are no registers to read.
     assert_eq!(ok("BEGIN { printf(\"%x %x\\n\", uregs[R_PC], uregs[R_TRAPNO]); exit(0); }"), "0 0\n");
 }
+
+#[test]
+fn logical_operators_on_constants_select_an_action_at_compile_time() {
+    // DTraceToolkit's option flags are inline constants; `A && B ? action : 1;`
+    // must fold so that the action stands as a statement (or vanishes).
+    let p = "inline int A = 1; inline int B = 0;
+             BEGIN { A && B ? @never = count() : 1; A || B ? printf(\"or\") : 1;
+                     A ^^ B ? printf(\" xor\") : 1; !B ? printf(\" not\") : 1;
+                     !A ? printf(\" never\") : 1; exit(0); }";
+    assert_eq!(ok(p), "or xor not");
+}
