@@ -204,8 +204,8 @@ mod tests {
         assert!(plan_of("BEGIN { @[ustack()] = count(); }").regs);
         let p = plan_of("BEGIN /progenyof(1)/ { trace(curpsinfo->pr_pid); }");
         assert!(p.cur_task && p.ancestors && p.args == 0);
-        assert_eq!(plan_of("BEGIN { trace(args[2]); trace(arg1); }").args, 0b110);
-        assert_eq!(plan_of("BEGIN { trace(args[arg0]); }").args, u16::MAX);
+        assert_eq!(plan_of("pid1::f:entry { trace(args[2]); trace(arg1); }").args, 0b110);
+        assert_eq!(plan_of("pid1::f:entry { trace(args[arg0]); }").args, u16::MAX);
         assert_eq!(plan_of("BEGIN { printf(\"%s\", copyinstr(arg1)); }").strings, vec![1]);
         assert_eq!(plan_of("BEGIN /copyinstr(arg0) == \"a\"/ { @[copyinstr(arg2)] = count(); }").strings, vec![0, 2]);
         assert_eq!(plan_of("BEGIN { @[ustack()] = count(); }").stack_bytes, USTACK_BYTES);
