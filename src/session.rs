@@ -402,6 +402,7 @@ fn settings(c: &Compiled) -> Settings {
             keypos: o.aggsortkeypos as usize,
         },
         tz_offset: 0,
+        localtime: Some(local_time),
         testing: std::env::var_os("_DTRACE_TESTING").is_some(),
         rawbytes: o.rawbytes,
         scratch_room: udtrace_lang::options::scratch_room(o.scratchsize),
@@ -766,6 +767,22 @@ impl Drain<'_, '_> {
 /// The enabled probes a proc record fires, in order: (id, name).
 fn enabled_probes(f: &ProcFiring, ids: &HashMap<&'static str, u32>) -> Vec<(u32, &'static str)> {
     procprov::fired(f).into_iter().filter_map(|name| ids.get(name).map(|&id| (id, name))).collect()
+}
+
+/// The C library's local time, for `%Y` and `%T` as dtrace prints them.
+fn local_time(secs: i64) -> Option<udtrace_runtime::format::time::Tm> {
+    let t = udtrace_sys::time::localtime(secs)?;
+    Some(udtrace_runtime::format::time::Tm {
+        year: t.year,
+        mon: t.mon as usize,
+        mday: i64::from(t.mday),
+        // The formatter counts weekdays from Thursday, the epoch's.
+        wday: ((t.wday + 3) % 7) as usize,
+        hour: i64::from(t.hour),
+        min: i64::from(t.min),
+        sec: i64::from(t.sec),
+        zone: t.zone,
+    })
 }
 
 /// The consumer's drop notices (speculations), as dtrace's status handling prints them.

@@ -512,3 +512,48 @@ fn quantize_shows_the_top_bucket() {
     assert_eq!(rows[3], format!("{:>16} |{:40} 0        ", 1u64 << 61, ""));
     assert_eq!(rows[4], format!("{:>16} |{} 3        ", 1u64 << 62, "@".repeat(40)));
 }
+
+// ---- printf() ----------------------------------------------------------------------------
+
+#[test]
+fn printf_conversions_are_dtraces() {
+    assert_eq!(
+        tagged_error(r#"BEGIN { printf("%**d"); }"#),
+        "[D_SYNTAX] line 1: format conversion #1 has more than one '*' specified for the output width"
+    );
+    assert_eq!(tagged_error(r#"BEGIN { printf("%z"); }"#), "[D_SYNTAX] line 1: format conversion #1 is undefined: %z");
+    // z is no length modifier in D: the conversion is "z" itself.
+    assert_eq!(
+        tagged_error(r#"BEGIN { printf("%zu", 1); }"#),
+        "[D_SYNTAX] line 1: format conversion #1 is undefined: %z"
+    );
+}
+
+#[test]
+fn printf_prints_floating_point_variables() {
+    let out = quiet(r#"double d; float f; BEGIN { printf("%e|%f|%g|%E|%G\n", d, f, d, f, d); exit(0); }"#);
+    assert_eq!(out, "0.000000e+00|0.000000|0|0.000000E+00|0\n\n");
+}
+
+#[test]
+fn printf_widths_of_millions() {
+    let out = quiet(r#"BEGIN { printf("%2000000d|%.1500000d\n", 1, 2); exit(0); }"#);
+    assert_eq!(out.len(), 2_000_000 + 1 + 1_500_000 + 2);
+    assert!(out.starts_with(&" ".repeat(1000)) && out.ends_with("02\n\n"));
+}
+
+#[test]
+fn times_print_in_the_local_zone() {
+    let r = udtrace_env(
+        &["-q", "-n", r#"BEGIN { printf("%T|%T|%Y\n", (uint64_t)0, 1062609821000000000, (uint64_t)0); exit(0); }"#],
+        &[("TZ", "America/Los_Angeles")],
+    );
+    // %T's year is strftime's %G, the ISO week-based year (1970 for Dec 31, 1969).
+    assert_eq!(r.stdout, "Wed, 31 Dec 1970 16:00:00 PST|Wed, 03 Sep 2003 10:23:41 PDT|1969 Dec 31 16:00:00\n\n");
+}
+
+#[test]
+fn aggregation_keys_take_the_type_of_their_first_use() {
+    let out = quiet("BEGIN { @[(int32_t)1, 2] = count(); @[(int64_t)1, 2] = count(); exit(0); }");
+    assert_eq!(out, format!("\n{:>9}{:>9}{:>17}\n", 1, 2, 2));
+}

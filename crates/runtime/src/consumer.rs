@@ -53,8 +53,10 @@ pub struct Settings {
     pub droptags: bool,
     pub destructive: bool,
     pub sort: output::SortOptions,
-    /// Seconds east of UTC for `%Y` and `walltimestamp` printing.
+    /// Seconds east of UTC for `%Y` and `%T`, when there is no `localtime`.
     pub tz_offset: i64,
+    /// The system's local time (TZ and zone files), for `%Y` and `%T`.
+    pub localtime: Option<crate::format::time::LocalTime>,
     /// dtrace's testing mode (`_DTRACE_TESTING` in the environment): records and the
     /// header lose their CPU and ID columns, which vary from run to run.
     pub testing: bool,
@@ -76,6 +78,7 @@ impl Default for Settings {
             destructive: false,
             sort: output::SortOptions::default(),
             tz_offset: 0,
+            localtime: None,
             testing: false,
             rawbytes: false,
             scratch_room: 256,

@@ -26,7 +26,8 @@ fn print_opts(s: &Settings) -> AggPrintOpts {
 }
 
 fn format_ctx(s: &Settings) -> FormatCtx<'static> {
-    FormatCtx { tz_offset_secs: s.tz_offset, strsize: s.strsize, ..FormatCtx::default() }
+    let zone = crate::format::time::Zone { local: s.localtime, offset_secs: s.tz_offset, name: "UTC" };
+    FormatCtx { zone, strsize: s.strsize, ..FormatCtx::default() }
 }
 
 pub fn probe_prefix(out: &mut Vec<u8>, cpu: u32, p: &Probe, s: &Settings) {

@@ -9,3 +9,4 @@ pub mod mount;
 pub mod perf;
 pub mod process;
 pub mod rlimit;
+pub mod time;

@@ -195,6 +195,15 @@ impl Checker<'_> {
                         );
                     }
                 }
+                // Later uses store their keys as the first use typed them: (int64_t)1
+                // and (int32_t)1 are one key.
+                let declared = prev.keys.clone();
+                for (k, t) in keys.iter_mut().zip(&declared) {
+                    if k.ty.is_integer() && t.is_integer() {
+                        let v = std::mem::replace(k, int_const(0, int_ty(), Span::default()));
+                        *k = self.convert(v, t);
+                    }
+                }
                 id
             }
             None => {

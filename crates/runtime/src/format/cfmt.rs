@@ -13,8 +13,9 @@ pub struct Spec {
     pub prec: Option<usize>,
 }
 
-/// Caps widths and precisions so that a hostile format cannot exhaust memory.
-pub const MAX_FIELD: usize = 1 << 16;
+/// Caps widths and precisions so that a hostile format cannot exhaust memory; C's
+/// printf (and so DTrace) prints fields of millions of characters, well below it.
+pub const MAX_FIELD: usize = 1 << 24;
 
 /// Pads `body` (which follows `prefix`: sign or 0x) to the width. Zero padding goes
 /// between prefix and body; `zero_ok` says whether the conversion allows it.

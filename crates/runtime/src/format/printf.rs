@@ -284,11 +284,10 @@ fn parse_conv(fmt: &[u8], pct: usize, argc: usize) -> Result<(Conv, usize), Form
             b'*' => {
                 let slot = if dot { &mut c.dyn_prec } else { &mut c.dyn_width };
                 if *slot {
-                    // illumos always says "precision" here (its test is on a
-                    // non-zero flag value); we print what it prints.
+                    let what = if dot { "precision" } else { "width" };
                     return Err(compile(
                         Tag::D_SYNTAX,
-                        format!("format conversion #{argc} has more than one '*' specified for the output precision"),
+                        format!("format conversion #{argc} has more than one '*' specified for the output {what}"),
                     ));
                 }
                 *slot = true;
@@ -329,7 +328,8 @@ fn parse_conv(fmt: &[u8], pct: usize, argc: usize) -> Result<(Conv, usize), Form
                 c.name = "%".to_string();
                 return Ok((c, p + 1));
             }
-            b'h' | b'l' | b'L' | b'w' | b'z' | b'j' | b't' => {
+            // DTrace's length modifiers (not C99's z, j and t).
+            b'h' | b'l' | b'L' | b'w' => {
                 if len.len() < 6 {
                     len.push(ch as char);
                 }
@@ -353,14 +353,14 @@ fn parse_conv(fmt: &[u8], pct: usize, argc: usize) -> Result<(Conv, usize), Form
     }
 }
 
-/// The conversion dictionary: illumos's table plus the extensions listed above.
+/// Whether a conversion is in libdtrace's dictionary (dt_printf.c's table).
 fn known(len: &str, ch: u8) -> bool {
     const INT: &[u8] = b"dioxXu";
     match len {
-        "" => b"aAcCdieEfFgGkopsSTuxXY".contains(&ch),
-        "h" | "hh" | "ll" | "z" | "j" | "t" => INT.contains(&ch),
-        "l" => INT.contains(&ch) || ch == b'c' || ch == b's',
-        "L" => b"eEfFgG".contains(&ch),
+        "" => b"aAcCdieEfgGkopsSTuxXY".contains(&ch),
+        "h" | "ll" => INT.contains(&ch),
+        "l" => INT.contains(&ch) || ch == b'c',
+        "L" => b"eEfgG".contains(&ch),
         "w" => ch == b'c' || ch == b's',
         _ => false,
     }
@@ -506,10 +506,8 @@ fn accepts(c: &Conv, ty: &ArgType, have_target: bool) -> bool {
 /// Environment for formatting: what the crate may not look up itself.
 #[derive(Clone, Copy)]
 pub struct FormatCtx<'a> {
-    /// Offset of local time from UTC, for `%Y`/`%T`.
-    pub tz_offset_secs: i64,
-    /// Zone abbreviation for `%T`.
-    pub tz_name: &'a str,
+    /// Local time for `%Y`/`%T`.
+    pub zone: time::Zone<'a>,
     /// Symbolizes an address for `%a` (false) / `%A` (true): "mod`sym+0x1a".
     pub symbolize: Option<&'a dyn Fn(u64, bool) -> Option<String>>,
     /// The strsize option: string records are this long, NUL padded.
@@ -518,16 +516,13 @@ pub struct FormatCtx<'a> {
 
 impl Default for FormatCtx<'_> {
     fn default() -> Self {
-        FormatCtx { tz_offset_secs: 0, tz_name: "UTC", symbolize: None, strsize: 256 }
+        FormatCtx { zone: time::Zone { local: None, offset_secs: 0, name: "UTC" }, symbolize: None, strsize: 256 }
     }
 }
 
 impl std::fmt::Debug for FormatCtx<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FormatCtx")
-            .field("tz_offset_secs", &self.tz_offset_secs)
-            .field("strsize", &self.strsize)
-            .finish_non_exhaustive()
+        f.debug_struct("FormatCtx").field("zone", &self.zone).field("strsize", &self.strsize).finish_non_exhaustive()
     }
 }
 
@@ -686,6 +681,14 @@ fn format_value(out: &mut Vec<u8>, c: &Conv, spec: &Spec, v: &Value, ctx: &Forma
             let f = if i.signed { signed(*i) as f64 } else { unsigned(*i) as f64 };
             cfmt::fmt_float(out, spec, f, c.ch);
         }
+        // A float or double variable holds its bytes.
+        (b'e' | b'E' | b'f' | b'F' | b'g' | b'G', Value::Bytes(b)) if matches!(b.len(), 4 | 8) => {
+            let f = match <[u8; 8]>::try_from(b.as_slice()) {
+                Ok(d) => f64::from_ne_bytes(d),
+                Err(_) => f64::from(f32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
+            };
+            cfmt::fmt_float(out, spec, f, c.ch);
+        }
         (b's', Value::Str(s)) => cfmt::fmt_str(out, spec, s),
         (b's', Value::Bytes(b)) => {
             let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
@@ -702,11 +705,11 @@ fn format_value(out: &mut Vec<u8>, c: &Conv, spec: &Spec, v: &Value, ctx: &Forma
             cfmt::fmt_str(out, spec, s.as_bytes());
         }
         (b'Y', Value::Int(i)) => {
-            let s = time::ymd_hms(i.bits as i64, ctx.tz_offset_secs);
+            let s = time::ymd_hms(i.bits as i64, &ctx.zone);
             cfmt::fmt_str(out, spec, s.as_bytes());
         }
         (b'T', Value::Int(i)) => {
-            let s = time::rfc822(i.bits as i64, ctx.tz_offset_secs, ctx.tz_name);
+            let s = time::rfc822(i.bits as i64, &ctx.zone);
             cfmt::fmt_str(out, spec, s.as_bytes());
         }
         _ => return Err(mismatch(c, v)),
@@ -802,7 +805,7 @@ mod tests {
         assert_eq!(p("%.3d|%8.3d|%-8.3d|", &[Value::int(7), Value::int(-7), Value::int(7)]), "007|    -007|007     |");
         assert_eq!(
             p(
-                "%i %lld %hd %hhd %zu %jd %td %ld %lx",
+                "%i %lld %hd %hi %lu %llu %lo %ld %lx",
                 &[
                     Value::int(1),
                     Value::int(2),
@@ -857,7 +860,7 @@ mod tests {
     fn floats_on_integers() {
         assert_eq!(
             p(
-                "%f %e %g %E %G %F",
+                "%f %e %g %E %G %Lf",
                 &[
                     Value::int(3),
                     Value::int(1500),
@@ -882,7 +885,7 @@ mod tests {
         assert_eq!(String::from_utf8(s).unwrap(), "k`f+0x1|libc.so.6`f+0x2     |");
         let ns = 1_795_330_862i64 * 1_000_000_000;
         assert_eq!(p("%Y", &[Value::int(ns)]), "2026 Nov 22 07:01:02");
-        let ctx = FormatCtx { tz_offset_secs: 3600, ..FormatCtx::default() };
+        let ctx = FormatCtx { zone: time::Zone { local: None, offset_secs: 3600, name: "X" }, ..FormatCtx::default() };
         let f = parse_format(b"%Y").unwrap();
         assert_eq!(format(&f, &[Value::int(ns)], &ctx).unwrap(), b"2026 Nov 22 08:01:02");
     }
@@ -903,7 +906,9 @@ mod tests {
         assert_eq!(err("%1$d"), "format conversion #1 uses unsupported positional format (%n$)");
         assert_eq!(err("%5%"), "format conversion #1 cannot be combined with other format flags: %%");
         assert_eq!(err("%1.2.3d"), "format conversion #1 has more than one '.' specified");
-        assert_eq!(err("%**d"), "format conversion #1 has more than one '*' specified for the output precision");
+        assert_eq!(err("%**d"), "format conversion #1 has more than one '*' specified for the output width");
+        assert_eq!(err("%.**d"), "format conversion #1 has more than one '*' specified for the output precision");
+        assert_eq!(err("%z"), "format conversion #1 is undefined: %z");
     }
 
     fn ty(class: TypeClass, name: &str) -> ArgType<'_> {
