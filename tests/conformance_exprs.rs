@@ -360,3 +360,19 @@ fn logical_operators_on_constants_select_an_action_at_compile_time() {
                      !A ? printf(\" never\") : 1; exit(0); }";
     assert_eq!(ok(p), "or xor not");
 }
+
+#[test]
+fn thread_and_clause_variables_may_take_built_in_names() {
+    // Built-ins are globals; `self int trace;` (DTraceToolkit's rfileio.d) shadows nothing.
+    assert_eq!(ok("self int trace; this int pid; BEGIN { self->trace = 2; this->pid = 3; trace(self->trace + this->pid); exit(0); }"), "5");
+    let e = compile_error("int trace; BEGIN { exit(0); }");
+    assert!(e.ends_with("[D_DECL_IDRED] built-in identifier redeclared: trace"), "{e}");
+}
+
+#[test]
+fn char_arrays_and_jstack_are_aggregation_keys() {
+    // pr_psargs is char [80]: a string key. jstack() is ustack() (no JVM helpers).
+    let out =
+        ok("BEGIN { @a[curpsinfo->pr_fname] = count(); @b[jstack()] = count(); printa(\"%s %@d\\n\", @a); exit(0); }");
+    assert!(out.starts_with("udtrace 1\n"), "{out}");
+}

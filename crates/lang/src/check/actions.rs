@@ -35,6 +35,16 @@ impl Checker<'_> {
         };
         let mut keys = Vec::new();
         for (i, k) in key_exprs.iter().enumerate() {
+            // jstack() is ustack() on Linux (no JVM helpers), as a key too.
+            let jstack;
+            let k = match &k.kind {
+                ast::ExprKind::Call { name, name_span, args } if name == "jstack" => {
+                    let kind = ast::ExprKind::Call { name: "ustack".into(), name_span: *name_span, args: args.clone() };
+                    jstack = ast::Expr { kind, ..k.clone() };
+                    &jstack
+                }
+                _ => k,
+            };
             // dt_idcook_assc: neither a void nor a dynamic value can be a key.
             let k = match self.operand(k)? {
                 Operand::Value(v) if !v.ty.is_void() => v,
@@ -50,6 +60,8 @@ impl Checker<'_> {
                     )
                 }
             };
+            // A char array (curpsinfo->pr_psargs) is a string key, as in DTrace.
+            let k = self.string_if_char_array(k);
             if !k.ty.is_scalar() && !k.ty.is_string() && !matches!(k.ty, Type::Stack { .. }) {
                 return err(
                     Tag::D_KEY_TYPE,
@@ -57,7 +69,7 @@ impl Checker<'_> {
                     format!("aggregation key of type \"{}\" is not supported", self.type_name(&k.ty)),
                 );
             }
-            keys.push(self.string_if_char_array(k));
+            keys.push(k);
         }
         // Value and weight arguments are expressions; the shape parameters of
         // lquantize/llquantize are constants.

@@ -452,7 +452,9 @@ impl Checker<'_> {
                 format!("array declaration requires array dimension or tuple signature: {name}"),
             );
         }
-        if self.is_builtin_ident(name) {
+        // Built-ins are globals: `self int trace;` (DTraceToolkit's rfileio.d) names a
+        // thread-local variable and shadows nothing, as in dt_node_decl.
+        if scope == VarScope::Global && self.is_builtin_ident(name) {
             return err(Tag::D_DECL_IDRED, at, format!("built-in identifier redeclared: {name}"));
         }
         if self.prog.types.typedefs.contains_key(name) {
