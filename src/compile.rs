@@ -214,7 +214,8 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     let mut ecbs = Vec::new();
     for (si, range) in clause_ranges.iter().enumerate() {
         for ci in range.clone() {
-            for desc in &program.clauses[ci].probes {
+            let first_stmt = first_statement(&program, ci);
+            for (di, desc) in program.clauses[ci].probes.iter().enumerate() {
                 let found = match registry.matching(desc) {
                     Ok(f) => f,
                     Err((tag, msg)) => {
@@ -239,12 +240,19 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
                 debug!("probe description {} matched {} probes", full_name(desc), found.len());
                 sources[si].matched += found.len();
                 for probe in found {
-                    ecbs.push(Ecb { epid: ecbs.len() as u32 + 1, clause: ci, probe });
+                    ecbs.push(Ecb { epid: ecbs.len() as u32 + 1, clause: ci, stmt: first_stmt + di, probe });
                 }
             }
         }
     }
     Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs })
+}
+
+/// DTrace's statement number (the N of `dt_clause_N`) of a clause's first probe
+/// description: DTrace makes one statement of each description, numbered in program
+/// order, so a clause on three descriptions takes three numbers.
+pub fn first_statement(program: &CheckedProgram, clause: usize) -> usize {
+    program.clauses[..clause].iter().map(|c| c.probes.len().max(1)).sum()
 }
 
 /// Gives descriptions written as probe ids their probe's name, as dtrace's parser

@@ -17,7 +17,7 @@ use udtrace_target::follow::{Brief, Event, Tree};
 use udtrace_target::procfs::{self, LoadedObject};
 
 use crate::backend::{Bpf, HOLD_SIGNAL};
-use crate::compile::Compiled;
+use crate::compile::{first_statement, Compiled};
 use crate::firing::Procs;
 use crate::pidprov::{is_all_processes, PidProbe};
 use crate::probes::Registry;
@@ -37,8 +37,9 @@ pub struct Follower {
 /// The pid descriptions matched again in objects that appear while tracing, and the
 /// clauses enabled on what they find.
 struct Rematcher {
-    /// (clause, description, owner): the root it names, or 0 for `pid*`.
-    descs: Vec<(usize, ProbeDesc, i32)>,
+    /// (clause, DTrace's statement number, description, owner): the root it names,
+    /// or 0 for `pid*`.
+    descs: Vec<(usize, usize, ProbeDesc, i32)>,
     /// (description, file, is the executable) → its probes there: matching depends on
     /// nothing else, and a forking server execs the same few images again and again.
     matched: HashMap<(usize, PathBuf, bool), Vec<Rc<Probe>>>,
@@ -58,13 +59,13 @@ impl Rematcher {
         let mut found: Vec<Rc<Probe>> = Vec::new();
         for obj in objects {
             let file = procfs::host_path(pid, &obj.path);
-            for (i, (clause, d, _)) in self.descs.iter().enumerate().filter(|(_, d)| d.2 == owner) {
+            for (i, (clause, stmt, d, _)) in self.descs.iter().enumerate().filter(|(_, d)| d.3 == owner) {
                 let probes = self
                     .matched
                     .entry((i, file.clone(), obj.is_main))
                     .or_insert_with(|| registry.rematch(d, owner, pid, std::slice::from_ref(obj)));
                 for probe in probes.iter() {
-                    consumer.enable(*clause, Rc::clone(probe));
+                    consumer.enable(*clause, *stmt, Rc::clone(probe));
                     found.push(Rc::clone(probe));
                 }
             }
@@ -88,13 +89,18 @@ pub struct AllProcesses {
 
 impl AllProcesses {
     pub fn new(c: &Compiled) -> Option<AllProcesses> {
-        let descs: Vec<(usize, ProbeDesc, i32)> = c
+        let descs: Vec<(usize, usize, ProbeDesc, i32)> = c
             .program
             .clauses
             .iter()
             .enumerate()
             .flat_map(|(ci, cl)| {
-                cl.probes.iter().filter(|d| is_all_processes(&d.provider)).map(move |d| (ci, d.clone(), 0))
+                let first = first_statement(&c.program, ci);
+                cl.probes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, d)| is_all_processes(&d.provider))
+                    .map(move |(di, d)| (ci, first + di, d.clone(), 0))
             })
             .collect();
         (!descs.is_empty()).then(|| AllProcesses { rematcher: Rematcher { descs, matched: HashMap::new() } })
@@ -198,12 +204,13 @@ fn hold_signal() -> Signal {
 impl Follower {
     /// A follower when the program has pid descriptions for the targets' processes.
     pub fn new(c: &Compiled, targets: &[i32]) -> Option<Follower> {
-        let mut descs: Vec<(usize, ProbeDesc, i32)> = Vec::new();
+        let mut descs: Vec<(usize, usize, ProbeDesc, i32)> = Vec::new();
         for (ci, clause) in c.program.clauses.iter().enumerate() {
-            for d in &clause.probes {
+            let first = first_statement(&c.program, ci);
+            for (di, d) in clause.probes.iter().enumerate() {
                 let named = crate::pidprov::named_process(&d.provider);
                 if let Some(root) = named.filter(|p| targets.contains(p)) {
-                    descs.push((ci, d.clone(), root));
+                    descs.push((ci, first + di, d.clone(), root));
                 }
             }
         }

@@ -104,8 +104,9 @@ impl Context for SelfContext {
 
 /// One firing in udtrace itself (BEGIN, END, ERROR, timers): as in DTrace, where these
 /// fire in dtrace's own context, `curpsinfo` and `curlwpsinfo` describe udtrace, and
-/// `copyin()` reads its memory. Its clocks are read once: DTrace reads `timestamp`,
-/// `vtimestamp` and `walltimestamp` once per firing, so they do not move within it.
+/// `copyin()` reads its memory. `timestamp` and `vtimestamp` are read once per firing;
+/// `walltimestamp` reads the clock at each use, as DTrace's does (successive reads in
+/// one clause advance).
 pub struct SelfFiring<'a> {
     pub me: &'a SelfContext,
     /// The program's types, which lay out psinfo_t and lwpsinfo_t.
@@ -113,7 +114,6 @@ pub struct SelfFiring<'a> {
     pub clocks: Clocks,
     timestamp: i64,
     vtimestamp: i64,
-    walltimestamp: i64,
 }
 
 impl<'a> SelfFiring<'a> {
@@ -125,7 +125,6 @@ impl<'a> SelfFiring<'a> {
             clocks,
             timestamp: ns(ClockId::CLOCK_MONOTONIC) as i64,
             vtimestamp: ns(ClockId::CLOCK_THREAD_CPUTIME_ID) as i64,
-            walltimestamp: ns(ClockId::CLOCK_REALTIME) as i64,
         }
     }
 }
@@ -135,7 +134,6 @@ impl Context for SelfFiring<'_> {
         match b {
             Builtin::Timestamp => Some(Value::int(self.timestamp)),
             Builtin::Vtimestamp => Some(Value::int(self.vtimestamp)),
-            Builtin::Walltimestamp => Some(Value::int(self.walltimestamp)),
             Builtin::Curpsinfo | Builtin::Curlwpsinfo => CurrentFromProc::builtin(b),
             _ => self.me.builtin(b),
         }

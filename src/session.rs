@@ -478,7 +478,9 @@ fn trace(
         Some(f) => targets.pids().into_iter().for_each(|pid| f.tree.start(pid)),
         None => targets.release(),
     }
-    let mut timers = timers(c, Instant::now());
+    let started = Instant::now();
+    let begin_exited = done;
+    let mut timers = timers(c, started);
 
     let mut reader = match w.backend.as_deref() {
         Some(b) => Some(RingBufReader::new(&b.maps.ring).map_err(|e| io::Error::other(e.to_string()))?),
@@ -601,6 +603,12 @@ fn trace(
             break;
         }
     }
+    if consumer.is_draining() {
+        // An exit() in BEGIN is seen at the first status check, before the loop.
+        let since = (!begin_exited).then(|| started.elapsed());
+        let delay = exit_notice_delay(c.options.statusrate, c.options.switchrate, since);
+        wait_unless_signalled(sfd, delay)?;
+    }
     // Firings still in the ring happened before the end: they come before END.
     if let Some(s) = sink.drain(&mut consumer, w, out)? {
         status = s;
@@ -618,6 +626,47 @@ fn trace(
     consumer.finish(out)?;
     out.flush()?;
     Ok(status)
+}
+
+/// Rates up to this are not waited for after exit(): a second's lag on every exit()
+/// would buy nothing but DTrace's latency.
+const RATE_NOT_WAITED: u64 = 1_000_000_000;
+
+/// How long after exit() dtrace fires END: its consumer notices the draining state at
+/// its next status check (the first right after BEGIN, then every `statusrate`), and
+/// then reads the buffers once more, waiting a whole `switchrate`. Only rates slower
+/// than 1 s (DTrace's default status rate) are waited for. `since` is the time from
+/// the first status check to exit(), `None` when exit() came before it (in BEGIN).
+fn exit_notice_delay(statusrate: u64, switchrate: u64, since: Option<Duration>) -> Duration {
+    let mut delay = Duration::ZERO;
+    if let Some(since) = since.filter(|_| statusrate > RATE_NOT_WAITED) {
+        let since = since.as_nanos();
+        let rate = u128::from(statusrate);
+        let next_check = since.div_ceil(rate) * rate;
+        delay += Duration::from_nanos((next_check - since).min(u128::from(u64::MAX)) as u64);
+    }
+    if switchrate > RATE_NOT_WAITED {
+        delay += Duration::from_nanos(switchrate);
+    }
+    delay
+}
+
+/// Sleeps for `delay`, or until a signal (an interrupt, the end of a child) arrives.
+fn wait_unless_signalled(sfd: &SignalFd, delay: Duration) -> io::Result<()> {
+    let until = Instant::now() + delay;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        let ms = left.as_millis().clamp(1, 60_000) as i32;
+        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => {}
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(io::Error::from(e)),
+        }
+    }
 }
 
 /// Handles what followed processes did since the last look. Firings are consumed
@@ -830,4 +879,27 @@ fn apply(fx: &Effects) -> Option<i32> {
     }
     // setopt() requests were applied by the consumer as it ran them.
     fx.exit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exit_notice_delay;
+    use std::time::Duration;
+
+    const SEC: u64 = 1_000_000_000;
+
+    #[test]
+    fn exit_waits_for_the_next_slow_status_check() {
+        let at = |s: u64| Some(Duration::from_secs(s));
+        assert_eq!(exit_notice_delay(10 * SEC, SEC, at(7)), Duration::from_secs(3));
+        assert_eq!(exit_notice_delay(10 * SEC, SEC, at(10)), Duration::ZERO);
+        assert_eq!(exit_notice_delay(10 * SEC, SEC, None), Duration::ZERO);
+        assert_eq!(exit_notice_delay(SEC, SEC, at(7)), Duration::ZERO);
+    }
+
+    #[test]
+    fn exit_waits_one_slow_buffer_switch() {
+        assert_eq!(exit_notice_delay(SEC, 16 * SEC, None), Duration::from_secs(16));
+        assert_eq!(exit_notice_delay(SEC, SEC / 10, None), Duration::ZERO);
+    }
 }

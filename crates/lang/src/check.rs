@@ -1830,7 +1830,10 @@ fn compare(op: BinaryOp, a: u64, b: u64, signed: bool) -> bool {
     }
 }
 
-/// Integer arithmetic in `shape`, as the runtime computes it; `None` on division by zero.
+/// Integer arithmetic on constants, as dt_node_op2 folds it: in 64 bits, the result
+/// keeps the operands' promoted type but not its width (so `10 * 1000000000` is ten
+/// billion where it meets a 64-bit value, and wraps only where stored or recorded in
+/// an `int`). `shape` gives signedness; `None` on division by zero.
 pub fn const_arith(op: BinaryOp, a: u64, b: u64, shape: &IntType) -> Option<u64> {
     use BinaryOp::*;
     let s = shape.signed;
@@ -1852,7 +1855,7 @@ pub fn const_arith(op: BinaryOp, a: u64, b: u64, shape: &IntType) -> Option<u64>
         Shr => a.wrapping_shr(b as u32),
         _ => return None,
     };
-    Some(shape.wrap(v))
+    Some(v)
 }
 
 /// Whether an action records data (and so, without `-q`, prints a trace line).

@@ -77,6 +77,14 @@ pub const BUILTIN_TYPEDEFS: &[&str] = &[
     "in_addr_t",
     "in_port_t",
     "sa_family_t",
+    "u_char",
+    "u_short",
+    "u_int",
+    "u_long",
+    "unchar",
+    "ushort",
+    "uint",
+    "ulong",
 ];
 
 /// Deepest nesting of expressions, statements and type definitions accepted. Each

@@ -284,6 +284,15 @@ const BUILTIN_INT_TYPEDEFS: &[(&str, u8, bool)] = &[
     ("socklen_t", 4, false),
     ("bool", 1, false),
     ("_Bool", 1, false),
+    // The Linux kernel's <linux/types.h> names, which DTrace finds in vmlinux's CTF.
+    ("u_char", 1, false),
+    ("u_short", 2, false),
+    ("u_int", 4, false),
+    ("u_long", 8, false),
+    ("unchar", 1, false),
+    ("ushort", 2, false),
+    ("uint", 4, false),
+    ("ulong", 8, false),
 ];
 
 impl Default for TypeTable {

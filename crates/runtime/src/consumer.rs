@@ -38,6 +38,9 @@ impl Probe {
 pub struct Ecb {
     pub epid: u32,
     pub clause: usize,
+    /// DTrace's statement number, the N of `dt_clause_N` in messages and ERROR's
+    /// arg2: one per probe description of each clause, in program order.
+    pub stmt: usize,
     pub probe: Rc<Probe>,
 }
 
@@ -256,14 +259,14 @@ impl Consumer {
     /// Enables a clause on a probe that appeared while tracing (a followed process
     /// exec'd or mapped a new object), unless it already is. Clauses on one probe stay
     /// in program order.
-    pub fn enable(&mut self, clause: usize, probe: Rc<Probe>) {
+    pub fn enable(&mut self, clause: usize, stmt: usize, probe: Rc<Probe>) {
         let epid = self.by_probe.values().flatten().map(|e| e.epid).max().unwrap_or(0) + 1;
         let list = self.by_probe.entry(probe.id).or_default();
         if list.iter().any(|o| o.clause == clause) {
             return;
         }
         let at = list.iter().position(|o| o.clause > clause).unwrap_or(list.len());
-        list.insert(at, Ecb { epid, clause, probe });
+        list.insert(at, Ecb { epid, clause, stmt, probe });
     }
 
     /// Whether any clause is enabled on this probe.
@@ -354,7 +357,7 @@ impl Consumer {
         }
         // DTrace's ERROR arguments: (unused), the faulting probe, the clause (its
         // statement id), the place in the clause, the fault and its value.
-        let args = [0, i64::from(p.id), ecb.clause as i64, fault_pc(action), fault.code(), fault.address() as i64];
+        let args = [0, i64::from(p.id), ecb.stmt as i64, fault_pc(action), fault.code(), fault.address() as i64];
         let error_args = |b: Builtin| match b {
             Builtin::Arg(n) if (n as usize) < args.len() => Some(Value::int(args[n as usize])),
             _ => None,
@@ -788,7 +791,7 @@ fn lib_error_message(ecb: &Ecb, what: &str) -> String {
     let p = &ecb.probe;
     format!(
         "error in dt_clause_{} for probe ID {} ({}:{}:{}:{}): {what}",
-        ecb.clause, p.id, p.provider, p.module, p.function, p.name
+        ecb.stmt, p.id, p.provider, p.module, p.function, p.name
     )
 }
 
@@ -903,7 +906,7 @@ fn fault_message(ecb: &Ecb, fault: Fault, action: usize) -> String {
     let p = &ecb.probe;
     format!(
         "error in dt_clause_{} for probe ID {} ({}:{}:{}:{}): {} at BPF pc {}",
-        ecb.clause,
+        ecb.stmt,
         p.id,
         p.provider,
         p.module,

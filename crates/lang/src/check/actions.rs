@@ -134,6 +134,13 @@ impl Checker<'_> {
                         format!("{fname}( ) increment value (argument #{}) must be of scalar type", i + 1),
                     );
                 }
+                // An aggregating function takes the whole 64-bit register: a folded
+                // constant is not cut to its type's width (min(1075064400 * 1000000000)).
+                let v = if v.ty.is_integer() && fold(&v).is_some() {
+                    self.convert(v, &Type::named_int(8, true, "int64_t"))
+                } else {
+                    v
+                };
                 values.push(v);
             }
         }

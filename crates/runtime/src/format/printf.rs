@@ -588,7 +588,7 @@ pub fn format_into(
                 return Err(FormatError::Runtime("%@ conversion used without an aggregation".to_string()));
             };
             agg_i += 1;
-            format_agg(out, c, &spec, a);
+            format_agg(out, c, &spec, a, ctx);
             continue;
         }
         let v = next.next().ok_or_else(missing)?;
@@ -719,7 +719,7 @@ fn format_value(out: &mut Vec<u8>, c: &Conv, spec: &Spec, v: &Value, ctx: &Forma
 
 /// `%@`: the aggregation's value converted like a 64-bit integer record (signed,
 /// but unsigned for count()), or its table for the quantize family.
-fn format_agg(out: &mut Vec<u8>, c: &Conv, spec: &Spec, a: &AggValue) {
+fn format_agg(out: &mut Vec<u8>, c: &Conv, spec: &Spec, a: &AggValue, ctx: &FormatCtx) {
     let normal = a.normal.max(1);
     let (v, is_signed): (u64, bool) = match *a.state {
         AggState::Count(n) => ((n as u64) / normal, false),
@@ -736,9 +736,9 @@ fn format_agg(out: &mut Vec<u8>, c: &Conv, spec: &Spec, a: &AggValue) {
         }
     };
     let i = Int { bits: v, size: 8, signed: is_signed };
-    let ctx = FormatCtx::default();
-    // The value's own conversion decides the rest (%@d, %@x, %@u...).
-    let _ = format_value(out, c, spec, &Value::Int(i), &ctx);
+    // The value's own conversion decides the rest (%@d, %@x, %@u...); %@T and %@Y
+    // use the local time zone as printf's %T does.
+    let _ = format_value(out, c, spec, &Value::Int(i), ctx);
 }
 
 /// strchr2esc over a string record of `size` bytes: C escapes for the named control
