@@ -163,6 +163,8 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     let mut checker = Checker::new(macros);
     checker.set_scratchsize(options.scratchsize);
     checker.set_probe_args(&Registry::arg_types);
+    // The kernel's types, read only if the program names one D does not know.
+    checker.set_kernel_types(Box::new(|| std::fs::read("/sys/kernel/btf/vmlinux").ok()));
     if let Some(v) = options.version.as_deref().and_then(udtrace_lang::options::parse_version) {
         checker.set_version(v);
     }

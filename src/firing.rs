@@ -293,6 +293,9 @@ impl Context for FiringCtx<'_> {
     }
 
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        if crate::kmem::is_kernel_address(addr) {
+            return crate::kmem::read(addr, len);
+        }
         if CurrentFromProc::covers(addr) {
             let execname = self.procs.borrow_mut().info(self.f.pid).execname.clone();
             let cur = CurrentFromProc {
@@ -323,6 +326,9 @@ impl Context for FiringCtx<'_> {
     fn read_string(&self, addr: u64, max: usize) -> Option<Vec<u8>> {
         if addr == 0 {
             return None;
+        }
+        if crate::kmem::is_kernel_address(addr) {
+            return crate::kmem::read_string(addr, max);
         }
         if let Some(s) = self.captured(addr) {
             return Some(s[..s.len().min(max.saturating_sub(1))].to_vec());

@@ -34,6 +34,7 @@ mod dlibs;
 mod firing;
 mod follow;
 mod glob;
+mod kmem;
 mod list;
 mod pidprov;
 mod preprocess;

@@ -135,11 +135,16 @@ impl Context for SelfFiring<'_> {
             Builtin::Timestamp => Some(Value::int(self.timestamp)),
             Builtin::Vtimestamp => Some(Value::int(self.vtimestamp)),
             Builtin::Curpsinfo | Builtin::Curlwpsinfo => CurrentFromProc::builtin(b),
+            // udtrace's own probes fire in udtrace's own thread.
+            Builtin::Curthread => crate::kmem::current_task().map(|t| Value::int(t as i64)),
             _ => self.me.builtin(b),
         }
     }
 
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        if crate::kmem::is_kernel_address(addr) {
+            return crate::kmem::read(addr, len);
+        }
         if CurrentFromProc::covers(addr) {
             let cur = CurrentFromProc {
                 pid: self.me.pid as u32,
@@ -158,6 +163,9 @@ impl Context for SelfFiring<'_> {
     fn read_string(&self, addr: u64, max: usize) -> Option<Vec<u8>> {
         if addr == 0 {
             return None;
+        }
+        if crate::kmem::is_kernel_address(addr) {
+            return crate::kmem::read_string(addr, max);
         }
         let data = procfs::read_memory(self.me.pid as i32, addr, max.saturating_sub(1)).ok()?;
         Some(data.split(|&c| c == 0).next().unwrap_or_default().to_vec())

@@ -9,6 +9,7 @@
 pub mod btf;
 pub mod codegen;
 pub mod insn;
+pub mod kmem;
 pub mod maps;
 pub mod proc;
 pub mod prog;

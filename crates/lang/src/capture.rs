@@ -151,6 +151,7 @@ fn expr(e: &Expr, p: &mut CapturePlan) {
         ExprKind::Uregs(x)
         | ExprKind::Neg(x)
         | ExprKind::BitNot(x)
+        | ExprKind::NonNull(x)
         | ExprKind::Not(x)
         | ExprKind::Cast(x)
         | ExprKind::Load(x)

@@ -108,6 +108,8 @@ pub struct Checker<'m> {
     /// Translator input parameters in scope while a translator member is checked:
     /// each name stands for the input expression.
     xlate_params: Vec<(String, Expr)>,
+    /// The running kernel's types, imported as the program names them.
+    kernel: crate::ktypes::KernelTypes,
 }
 
 /// Gives the argument types of the probes a description matches: `None` where they
@@ -298,6 +300,7 @@ impl<'m> Checker<'m> {
             anon_enums: HashMap::new(),
             externs: HashMap::new(),
             translators: Vec::new(),
+            kernel: crate::ktypes::KernelTypes::default(),
             xlate_params: Vec::new(),
         }
         .with_proc_types()
@@ -338,6 +341,18 @@ impl<'m> Checker<'m> {
     }
 
     /// Types `args[]` in clauses whose probes have typed arguments.
+    /// Gives the checker the kernel's types: `loader` returns the kernel's BTF, and
+    /// is called the first time a program names a type D does not know.
+    pub fn set_kernel_types(&mut self, loader: Box<dyn Fn() -> Option<Vec<u8>>>) {
+        self.kernel = crate::ktypes::KernelTypes::new(loader);
+    }
+
+    /// `curthread`: a `struct task_struct *` where the kernel's types are known.
+    fn curthread_type(&mut self) -> Option<Type> {
+        let t = self.kernel.record(false, "task_struct", &mut self.prog.types)?;
+        Some(Type::Pointer(Box::new(t)))
+    }
+
     pub fn set_probe_args(&mut self, f: &'m ProbeArgs) {
         self.probe_args = Some(f);
     }
@@ -901,6 +916,7 @@ impl<'m> Checker<'m> {
                 Builtin::Curpsinfo => self.pointer_to("psinfo_t"),
                 Builtin::Curlwpsinfo => self.pointer_to("lwpsinfo_t"),
                 Builtin::Curcpu => self.pointer_to("cpuinfo_t"),
+                Builtin::Curthread => self.curthread_type().unwrap_or(ty),
                 _ => ty,
             };
             return Ok(mk(ExprKind::Builtin(b), ty, span));
@@ -1362,10 +1378,10 @@ impl<'m> Checker<'m> {
                 err(Tag::D_ADDROF_BITFIELD, span, "cannot take address of bit-field")
             }
             UnaryOp::AddrOf => match v.kind {
-                ExprKind::Load(addr) => {
-                    let ty = Type::Pointer(Box::new(v.ty));
-                    Ok(derived(addr.kind, ty, span, addr.taint))
-                }
+                ExprKind::Load(_) => match self.address_of(&v) {
+                    Some(addr) => Ok(derived(addr.kind, Type::Pointer(Box::new(v.ty)), span, addr.taint)),
+                    None => err(Tag::D_ADDROF_LVAL, span, "unacceptable operand for unary & operator"),
+                },
                 ExprKind::Field { .. } => match self.address_of(&v) {
                     Some(addr) => Ok(mk(addr.kind, Type::Pointer(Box::new(v.ty)), span)),
                     None => err(Tag::D_ADDROF_VAR, span, "cannot take address of dynamic object"),
@@ -1588,6 +1604,7 @@ impl<'m> Checker<'m> {
             // Traced memory: read the member at its own address.
             ExprKind::Load(addr) => {
                 let ptr = derived(addr.kind, Type::int(8, false), addr.span, addr.taint);
+                let ptr = derived(ExprKind::NonNull(Box::new(ptr)), Type::int(8, false), addr.span, addr.taint);
                 let off = int_const(f.offset, Type::int(8, false), span);
                 let at = derived(
                     ExprKind::Binary { op: BinaryOp::Add, lhs: Box::new(ptr), rhs: Box::new(off), signed: false },

@@ -333,6 +333,9 @@ pub enum ExprKind {
     Uregs(Box<Expr>),
     Neg(Box<Expr>),
     BitNot(Box<Expr>),
+    /// A pointer that `->` reads through: a NULL one faults at address 0, as
+    /// DTrace checks the pointer before adding the member's offset.
+    NonNull(Box<Expr>),
     Not(Box<Expr>),
     /// Arithmetic, bitwise, shifts and integer comparisons, computed in `shape`
     /// (the operands' converted type). Pointer arithmetic is already scaled.
@@ -482,6 +485,7 @@ pub fn visit_expr(e: &Expr, f: &mut dyn FnMut(&Expr)) {
         | ExprKind::Uregs(x)
         | ExprKind::Neg(x)
         | ExprKind::BitNot(x)
+        | ExprKind::NonNull(x)
         | ExprKind::Not(x)
         | ExprKind::Cast(x)
         | ExprKind::Load(x)

@@ -10,6 +10,7 @@ pub mod diag;
 pub mod error;
 pub mod errtags;
 pub mod ir;
+pub mod ktypes;
 pub mod lexer;
 pub mod macros;
 pub mod net_types;

@@ -125,6 +125,7 @@ impl Walk {
             | ExprKind::Uregs(x)
             | ExprKind::Neg(x)
             | ExprKind::BitNot(x)
+            | ExprKind::NonNull(x)
             | ExprKind::Not(x)
             | ExprKind::Cast(x)
             | ExprKind::Load(x)

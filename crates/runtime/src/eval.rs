@@ -464,6 +464,10 @@ impl Evaluator<'_> {
             }
             ExprKind::Neg(x) => int_of(&e.ty, as_u64(&self.eval(x)?).wrapping_neg()),
             ExprKind::BitNot(x) => int_of(&e.ty, !as_u64(&self.eval(x)?)),
+            ExprKind::NonNull(x) => match as_u64(&self.eval(x)?) {
+                0 => return Err(Fault::BadAddress(0)),
+                p => int_of(&e.ty, p),
+            },
             ExprKind::Not(x) => int_of(&e.ty, u64::from(!truthy(&self.eval(x)?))),
             ExprKind::Binary { op, lhs, rhs, signed } => {
                 let a = as_u64(&self.eval(lhs)?);

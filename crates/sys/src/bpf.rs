@@ -15,6 +15,7 @@ const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 const BPF_LINK_CREATE: libc::c_long = 28;
 
@@ -180,6 +181,15 @@ pub fn prog_load(spec: &mut ProgSpec<'_>) -> io::Result<OwnedFd> {
         a.u32(24, spec.log_level).u32(28, size).u64(32, ptr(spec.log.as_mut_ptr()));
     }
     sys_bpf_fd(BPF_PROG_LOAD, &mut a)
+}
+
+/// BPF_PROG_TEST_RUN of a program that takes a context (a raw tracepoint's
+/// arguments): runs it once on this thread with `ctx` as its context; its return value.
+pub fn prog_test_run_ctx(prog: BorrowedFd<'_>, ctx: &[u8]) -> io::Result<u32> {
+    let mut a = Attr::new();
+    a.u32(0, prog.as_raw_fd() as u32).u32(40, ctx.len() as u32).u64(48, ptr(ctx.as_ptr()));
+    sys_bpf(BPF_PROG_TEST_RUN, &mut a)?;
+    Ok(u32::from_ne_bytes([a.0[4], a.0[5], a.0[6], a.0[7]]))
 }
 
 /// LINK_CREATE of a program on a perf event (a uprobe or a tracepoint), with the cookie

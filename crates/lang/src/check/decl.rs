@@ -18,7 +18,7 @@ impl DeclSink for Checker<'_> {
     }
 
     fn is_type(&self, name: &str) -> bool {
-        self.prog.types.typedefs.contains_key(name)
+        self.prog.types.typedefs.contains_key(name) || self.kernel.has_typedef(name)
     }
 
     fn is_identifier(&self, name: &str) -> bool {
@@ -127,13 +127,16 @@ impl Checker<'_> {
             BaseType::String => Type::String,
             BaseType::Named(n) => match self.prog.types.typedefs.get(n) {
                 Some(t) => t.clone(),
-                None => return unknown(n),
+                None => match self.kernel.typedef(n, &mut self.prog.types) {
+                    Some(t) => t,
+                    None => return unknown(n),
+                },
             },
             BaseType::Struct(tag) => Type::Struct(self.record_by_tag(false, tag)),
             BaseType::Union(tag) => Type::Union(self.record_by_tag(true, tag)),
             BaseType::Enum(tag) => match self.anon_enums.get(tag) {
                 Some(&id) => Type::Enum(id),
-                None => Type::Enum(self.prog.types.enum_tag(local_tag(tag))),
+                None => self.kernel_enum(tag).unwrap_or_else(|| Type::Enum(self.prog.types.enum_tag(local_tag(tag)))),
             },
         })
     }
@@ -145,7 +148,31 @@ impl Checker<'_> {
         if let Some(&id) = self.anon_records.get(tag) {
             return id;
         }
+        if let Some(Type::Struct(id) | Type::Union(id)) = self.kernel_record(is_union, tag) {
+            return id;
+        }
         self.prog.types.record_tag(is_union, local_tag(tag))
+    }
+
+    /// A tag the program has not defined, from the kernel's types: unscoped or scoped
+    /// to the kernel (`vmlinux`task_struct`), as DTrace searches the kernel's CTF.
+    fn kernel_record(&mut self, is_union: bool, tag: &str) -> Option<Type> {
+        let t = &self.prog.types;
+        let tags = if is_union { &t.union_tags } else { &t.struct_tags };
+        let local = tags.get(local_tag(tag)).is_some_and(|&id| t.records[id].complete);
+        if local || (tag.contains('`') && crate::ktypes::kernel_scoped(tag).is_none()) {
+            return None;
+        }
+        self.kernel.record(is_union, tag, &mut self.prog.types)
+    }
+
+    fn kernel_enum(&mut self, tag: &str) -> Option<Type> {
+        let t = &self.prog.types;
+        let local = t.enum_tags.get(local_tag(tag)).is_some_and(|&id| t.enums[id].defined);
+        if local || (tag.contains('`') && crate::ktypes::kernel_scoped(tag).is_none()) {
+            return None;
+        }
+        self.kernel.enumeration(tag, &mut self.prog.types)
     }
 
     /// Applies declarator derivations to a base type, innermost first.
@@ -250,7 +277,8 @@ impl Checker<'_> {
     fn define_record(&mut self, d: &ast::TypeDef, members: &[ast::Member]) -> Result<()> {
         let is_union = d.kind == TagKind::Union;
         let id = if d.named {
-            self.record_by_tag(is_union, &d.tag)
+            // A definition is the program's own, never the kernel's type of that tag.
+            self.prog.types.record_tag(is_union, local_tag(&d.tag))
         } else {
             let id = self.prog.types.anonymous_record(is_union);
             self.anon_records.insert(d.tag.clone(), id);

@@ -20,7 +20,7 @@ impl Checker<'_> {
     pub(super) fn address_of(&self, e: &Expr) -> Option<Expr> {
         match &e.kind {
             ExprKind::Var(r) if self.var_info(*r).keys.is_none() => Some(mk(ExprKind::VarAddr(*r), u64_ty(), e.span)),
-            ExprKind::Load(addr) => Some((**addr).clone()),
+            ExprKind::Load(addr) => Some(without_null_check((**addr).clone())),
             ExprKind::Field { base, offset } => {
                 let b = self.address_of(base)?;
                 let off = int_const(*offset, u64_ty(), e.span);
@@ -135,5 +135,20 @@ impl Checker<'_> {
             return err(Tag::D_UNKNOWN, span, format!("uregs[]: index out of bounds ({})", n as i64));
         }
         Ok(())
+    }
+}
+
+/// `&p->m` reads nothing, so a NULL `p` gives the member's offset (`offsetof`),
+/// not a fault: the address without the check `->` puts on `p`.
+fn without_null_check(addr: Expr) -> Expr {
+    match addr.kind {
+        ExprKind::Binary { op: BinaryOp::Add, lhs, rhs, signed } => {
+            let lhs = match lhs.kind {
+                ExprKind::NonNull(p) => p,
+                _ => lhs,
+            };
+            Expr { kind: ExprKind::Binary { op: BinaryOp::Add, lhs, rhs, signed }, ..addr }
+        }
+        _ => addr,
     }
 }
