@@ -293,9 +293,6 @@ impl Context for FiringCtx<'_> {
     }
 
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        if crate::kmem::is_kernel_address(addr) {
-            return crate::kmem::read(addr, len);
-        }
         if CurrentFromProc::covers(addr) {
             let execname = self.procs.borrow_mut().info(self.f.pid).execname.clone();
             let cur = CurrentFromProc {
@@ -307,6 +304,9 @@ impl Context for FiringCtx<'_> {
                 clocks: self.clocks,
             };
             return cur.read(addr, len);
+        }
+        if crate::kmem::is_kernel_address(addr) {
+            return crate::kmem::read(addr, len);
         }
         let sp = self.f.reg(PtReg::Sp);
         if let Some(off) = addr.checked_sub(sp) {
@@ -327,7 +327,7 @@ impl Context for FiringCtx<'_> {
         if addr == 0 {
             return None;
         }
-        if crate::kmem::is_kernel_address(addr) {
+        if crate::kmem::is_kernel_address(addr) && !CurrentFromProc::covers(addr) {
             return crate::kmem::read_string(addr, max);
         }
         if let Some(s) = self.captured(addr) {

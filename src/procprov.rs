@@ -601,18 +601,16 @@ impl Context for ProcCtx<'_> {
     }
 
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        if crate::kmem::is_kernel_address(addr) {
+        let Some((img, off)) = self.at(addr) else {
             return crate::kmem::read(addr, len);
-        }
-        let (img, off) = self.at(addr)?;
+        };
         img.get(off..off + len).map(<[u8]>::to_vec)
     }
 
     fn read_string(&self, addr: u64, max: usize) -> Option<Vec<u8>> {
-        if crate::kmem::is_kernel_address(addr) {
+        let Some((img, off)) = self.at(addr) else {
             return crate::kmem::read_string(addr, max);
-        }
-        let (img, off) = self.at(addr)?;
+        };
         let s = cstr(img.get(off..)?);
         Some(s[..s.len().min(max.saturating_sub(1))].to_vec())
     }

@@ -142,9 +142,6 @@ impl Context for SelfFiring<'_> {
     }
 
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        if crate::kmem::is_kernel_address(addr) {
-            return crate::kmem::read(addr, len);
-        }
         if CurrentFromProc::covers(addr) {
             let cur = CurrentFromProc {
                 pid: self.me.pid as u32,
@@ -156,6 +153,9 @@ impl Context for SelfFiring<'_> {
             };
             return cur.read(addr, len);
         }
+        if crate::kmem::is_kernel_address(addr) {
+            return crate::kmem::read(addr, len);
+        }
         let data = procfs::read_memory(self.me.pid as i32, addr, len).ok()?;
         (data.len() == len).then_some(data)
     }
@@ -164,7 +164,7 @@ impl Context for SelfFiring<'_> {
         if addr == 0 {
             return None;
         }
-        if crate::kmem::is_kernel_address(addr) {
+        if crate::kmem::is_kernel_address(addr) && !CurrentFromProc::covers(addr) {
             return crate::kmem::read_string(addr, max);
         }
         let data = procfs::read_memory(self.me.pid as i32, addr, max.saturating_sub(1)).ok()?;
