@@ -406,6 +406,7 @@ fn settings(c: &Compiled) -> Settings {
         testing: std::env::var_os("_DTRACE_TESTING").is_some(),
         rawbytes: o.rawbytes,
         scratch_room: udtrace_lang::options::scratch_room(o.scratchsize),
+        aggpercpu: o.aggpercpu,
     }
 }
 

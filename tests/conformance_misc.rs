@@ -136,3 +136,27 @@ fn printa_time_conversions_use_the_local_zone() {
     );
     assert_eq!(r.stdout, "Sun, 25 Jan 2004 13:00:00 PST\n2004 Jan 25 13:00:00\n\n", "{}", r.stderr);
 }
+
+// ---- -x aggpercpu: each CPU's value after the aggregated one ---------------------
+
+#[test]
+fn aggpercpu_prints_each_cpus_value() {
+    let r =
+        udtrace(&["-xaggpercpu", "-xcpu=0", "-qn", "BEGIN { @c = count(); @m = min(5); @s[1] = sum(7); exit(0); }"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().filter(|l| !l.is_empty()).collect();
+    let ncpu = common::ncpus() as usize;
+    assert_eq!(lines.len(), 3 * (1 + ncpu), "{}", r.stdout);
+    assert_eq!(lines[0].trim(), "1");
+    assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["[CPU", "0]", "1"]);
+    // A CPU where the clause never ran shows the function's initial value.
+    let min_at = 1 + ncpu;
+    assert_eq!(lines[min_at].trim(), "5");
+    if ncpu > 1 {
+        assert_eq!(lines[min_at + 2].split_whitespace().nth(2), Some("9223372036854775807"));
+        assert_eq!(lines[2].split_whitespace().nth(2), Some("0"));
+    }
+    let sum_at = 2 * (1 + ncpu);
+    assert_eq!(lines[sum_at].split_whitespace().collect::<Vec<_>>(), ["1", "7"]);
+    assert_eq!(lines[sum_at + 1].split_whitespace().collect::<Vec<_>>(), ["[CPU", "0]", "7"]);
+}

@@ -381,6 +381,15 @@ pub struct Aggregation {
     /// Set by the caller once printa() has shown this aggregation: dtrace then
     /// leaves it out of the print at exit (DTRACE_AGD_PRINTED).
     pub printed: bool,
+    /// `-x aggpercpu`: each key's state on each CPU as well, in `cpu_ids` order.
+    per_cpu: Option<PerCpu>,
+}
+
+/// An aggregation's states kept per CPU (DTRACE_A_PERCPU).
+#[derive(Debug, Clone, PartialEq)]
+struct PerCpu {
+    cpu_ids: Vec<u32>,
+    states: HashMap<Vec<Value>, Vec<AggState>>,
 }
 
 impl Aggregation {
@@ -392,6 +401,40 @@ impl Aggregation {
             index: HashMap::new(),
             normal: 1,
             printed: false,
+            per_cpu: None,
+        }
+    }
+
+    /// Keeps each key's state on each of these CPUs as well (`-x aggpercpu`).
+    pub fn keep_per_cpu(&mut self, cpu_ids: Vec<u32>) {
+        self.per_cpu = Some(PerCpu { cpu_ids, states: HashMap::new() });
+    }
+
+    /// The key's state on each CPU, in CPU order, when kept per CPU: a CPU on which
+    /// it never fired has the function's initial state (min's is INT64_MAX).
+    pub fn per_cpu(&self, key: &[Value]) -> Option<Vec<(u32, AggState)>> {
+        let pc = self.per_cpu.as_ref()?;
+        let fresh = AggState::new(&self.func);
+        let states = pc.states.get(key);
+        Some(
+            pc.cpu_ids
+                .iter()
+                .enumerate()
+                .map(|(i, &id)| (id, states.and_then(|v| v.get(i)).cloned().unwrap_or_else(|| fresh.clone())))
+                .collect(),
+        )
+    }
+
+    /// Aggregates one firing on `cpu` under `key`.
+    pub fn update_on(&mut self, cpu: u32, key: &[Value], value: i64, incr: i64) {
+        self.update(key, value, incr);
+        let func = &self.func;
+        if let Some(pc) = self.per_cpu.as_mut() {
+            if let Some(i) = pc.cpu_ids.iter().position(|&c| c == cpu) {
+                let n = pc.cpu_ids.len();
+                let states = pc.states.entry(key.to_vec()).or_insert_with(|| vec![AggState::new(func); n]);
+                states[i].update(value, incr);
+            }
         }
     }
 
@@ -427,6 +470,9 @@ impl Aggregation {
     /// clear(): every value becomes zero, keys stay.
     pub fn clear(&mut self) {
         self.entries.iter_mut().for_each(|(_, s)| s.clear());
+        if let Some(pc) = self.per_cpu.as_mut() {
+            pc.states.values_mut().flatten().for_each(AggState::clear);
+        }
     }
 
     /// trunc(@a, n): keeps the n entries with the largest values (ties: larger key),
@@ -470,6 +516,9 @@ impl Aggregation {
 
     fn reindex(&mut self) {
         self.index = self.entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+        if let Some(pc) = self.per_cpu.as_mut() {
+            pc.states.retain(|k, _| self.index.contains_key(k));
+        }
     }
 }
 

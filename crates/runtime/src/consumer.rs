@@ -68,6 +68,8 @@ pub struct Settings {
     /// Bytes of scratch space a clause may allocate (the scratchsize option, rounded
     /// as libdtrace rounds it).
     pub scratch_room: u64,
+    /// `-x aggpercpu`: aggregations also keep and print each CPU's value.
+    pub aggpercpu: bool,
 }
 
 impl Default for Settings {
@@ -85,6 +87,7 @@ impl Default for Settings {
             testing: false,
             rawbytes: false,
             scratch_room: 256,
+            aggpercpu: false,
         }
     }
 }
@@ -245,6 +248,10 @@ impl Consumer {
 
     /// Describes the machine's CPUs, for `curcpu`.
     pub fn set_cpus(&mut self, cpus: Vec<crate::dmem::CpuInfo>) {
+        if self.settings.aggpercpu {
+            let ids: Vec<u32> = cpus.iter().map(|c| c.id.max(0) as u32).collect();
+            self.aggs.iter_mut().for_each(|a| a.keep_per_cpu(ids.clone()));
+        }
         self.vars.cpus = cpus;
     }
 
@@ -651,7 +658,8 @@ impl Consumer {
                     }
                     _ => (vals[0], 1),
                 };
-                self.aggs[*agg].update(&keys, value, incr);
+                let cpu = ctx.builtin(Builtin::Cpu).map_or(0, |v| int(&v) as u32);
+                self.aggs[*agg].update_on(cpu, &keys, value, incr);
             }
             Action::Exit(e) => {
                 let v = self.eval(e, ctx)?;

@@ -130,6 +130,11 @@ pub fn print_aggregation(agg: &Aggregation, o: &AggPrintOpts) -> Vec<u8> {
     for (key, st) in sorted_entries(agg, &o.sort) {
         print_keys(&mut out, key, o);
         print_value(&mut out, st, agg.normal);
+        // dt_print_aggs: with aggpercpu, each CPU's value on its own line.
+        for (cpu, st) in agg.per_cpu(key).unwrap_or_default() {
+            out.extend_from_slice(format!("\n    [CPU {cpu}]").as_bytes());
+            print_value(&mut out, &st, agg.normal);
+        }
         out.push(b'\n');
     }
     out
