@@ -193,6 +193,7 @@ fn record_plan(plan: &CapturePlan, strsize: u32) -> RecordPlan {
             .collect(),
         regs: plan.regs,
         errno: plan.errno,
+        curthread: plan.curthread,
     }
 }
 

@@ -271,6 +271,7 @@ impl Context for FiringCtx<'_> {
             Builtin::Arg(n) => Value::int(self.arg(n) as i64),
             Builtin::Pid => Value::int(i64::from(pid)),
             Builtin::Tid => Value::int(i64::from(self.f.tid)),
+            Builtin::Curthread => Value::int(self.f.curthread? as i64),
             Builtin::Cpu => Value::int(i64::from(self.f.cpu)),
             Builtin::Timestamp => Value::int(self.f.ktime as i64),
             // Per-thread CPU time is not recorded: vtimestamp follows the clock.

@@ -76,9 +76,14 @@ impl Context for SelfContext {
     }
 
     /// DTrace's BEGIN, END and ERROR are probes in dtrace itself, whose registers
-    /// uregs[] reads; no probe fires in udtrace for them, so its registers read 0.
+    /// uregs[] reads; no probe fires in udtrace for them, so its registers read 0,
+    /// except `R_FS`, which DTrace reads from the task (its FS base), not the frame.
     fn register(&self, n: u64) -> Option<u64> {
-        (n <= 25).then_some(0)
+        const R_FS: u64 = 23;
+        match n {
+            R_FS => Some(udtrace_sys::process::fs_base().unwrap_or(0)),
+            _ => (n <= 25).then_some(0),
+        }
     }
 
     fn progenyof(&self, pid: i64) -> bool {

@@ -110,3 +110,24 @@ fn kernel_symbols_this_kernel_does_not_list_keep_dtraces_error() {
     assert!(r.stderr.contains("[D_IDENT_UNDEF]"), "{}", r.stderr);
     assert!(r.stderr.contains("`no_such_kernel_symbol"), "{}", r.stderr);
 }
+
+#[test]
+fn uregs_r_fs_is_the_tasks_fs_base() {
+    // DTrace reads uregs[R_DS..R_TRAPNO] from the task's thread_struct.
+    let out = quiet("BEGIN { printf(\"%d %d\", uregs[R_FS] == curthread->thread.fsbase, uregs[R_FS] != 0); exit(0); }");
+    assert_eq!(out.trim_end(), "1 1");
+}
+
+#[test]
+fn curthread_at_a_pid_firing_is_the_firing_task() {
+    let probes = format!("{}/probes chain 1", env!("UDTRACE_FIXTURES"));
+    let r = udtrace(&[
+        "-q",
+        "-n",
+        "pid$target:probes:chain_c:entry { printf(\"%d %d %s\\n\", curthread->pid == tid, curthread->tgid == pid, curthread->comm); exit(0); }",
+        "-c",
+        &probes,
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.lines().any(|l| l == "1 1 probes"), "{}", r.stdout);
+}

@@ -234,6 +234,11 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter) -
         emit_errno(&mut a, src);
     }
 
+    if let Some(task) = layout.off_task {
+        a.call(helper::GET_CURRENT_TASK);
+        a.push(stx(Size::DW, Reg::R8, off(task), Reg::R0));
+    }
+
     for (cap, &(slot, max)) in plan.strings.iter().zip(&layout.strings) {
         a.push(mov64_reg(Reg::R1, Reg::R8));
         a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));

@@ -14,6 +14,7 @@
 //!  R=208 or 40  user stack from regs->sp, S = plan.stack_bytes (zeros past stack_len)
 //!    R+S        per string capture: i32 probe_read_user_str result (length with NUL,
 //!               or -errno), u32 reserved, then `max` bytes rounded up to 8
+//!    last    8  the current task's `struct task_struct` address, when plan.curthread
 //! ```
 
 use thiserror::Error;
@@ -92,6 +93,8 @@ pub struct RecordPlan {
     pub regs: bool,
     /// Whether the thread's errno is read (where the process's errno is known).
     pub errno: bool,
+    /// Whether the current task's address is recorded (`curthread`).
+    pub curthread: bool,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -125,6 +128,8 @@ pub struct RecordLayout {
     pub errno: bool,
     /// (offset of the slot, max) per string capture; data at offset + 8.
     pub strings: Vec<(usize, u32)>,
+    /// Where the current task's address is, when recorded.
+    pub off_task: Option<usize>,
     pub size: usize,
 }
 
@@ -144,10 +149,22 @@ impl RecordLayout {
             strings.push((off, s.max));
             off += 8 + (s.max as usize).div_ceil(8) * 8;
         }
+        let off_task = plan.curthread.then_some(off);
+        if plan.curthread {
+            off += 8;
+        }
         if off > MAX_RECORD_SIZE {
             return Err(PlanError::TooLarge(off));
         }
-        Ok(RecordLayout { regs, off_stack, stack_bytes: plan.stack_bytes, errno: plan.errno, strings, size: off })
+        Ok(RecordLayout {
+            regs,
+            off_stack,
+            stack_bytes: plan.stack_bytes,
+            errno: plan.errno,
+            strings,
+            off_task,
+            size: off,
+        })
     }
 
     pub fn parse<'a>(&self, rec: &'a [u8]) -> Result<Firing<'a>, RecordError> {
@@ -188,6 +205,7 @@ impl RecordLayout {
             stack_truncated: u32_at(OFF_FLAGS) & FLAG_STACK_TRUNCATED != 0,
             errno: u32_at(OFF_ERRNO) as i32,
             strings,
+            curthread: self.off_task.map(u64_at),
         })
     }
 }
@@ -208,6 +226,8 @@ pub struct Firing<'a> {
     pub stack_truncated: bool,
     /// The thread's errno at the firing (0 when not recorded or not known).
     pub errno: i32,
+    /// The current task's `struct task_struct` address, when recorded.
+    pub curthread: Option<u64>,
     /// Per string capture, the bytes before the NUL; None if the address faulted.
     pub strings: Vec<Option<&'a [u8]>>,
 }
@@ -234,6 +254,7 @@ mod tests {
             strings: vec![StringCapture { reg: PtReg::Di, max: 5 }, StringCapture { reg: PtReg::Si, max: 16 }],
             regs: true,
             errno: false,
+            curthread: false,
         };
         let l = RecordLayout::new(&plan).unwrap();
         assert_eq!(OFF_STACK, 208);
@@ -247,7 +268,13 @@ mod tests {
     #[test]
     fn bad_plans() {
         assert_eq!(
-            RecordLayout::new(&RecordPlan { stack_bytes: 12, strings: vec![], regs: true, errno: false }),
+            RecordLayout::new(&RecordPlan {
+                stack_bytes: 12,
+                strings: vec![],
+                regs: true,
+                errno: false,
+                curthread: false
+            }),
             Err(PlanError::StackBytes(12))
         );
         assert_eq!(
@@ -256,12 +283,19 @@ mod tests {
                 strings: vec![StringCapture { reg: PtReg::Di, max: 0 }],
                 regs: true,
                 errno: false,
+                curthread: false,
             }),
             Err(PlanError::StringMax(0))
         );
         let many = vec![StringCapture { reg: PtReg::Di, max: 4096 }; 5];
         assert!(matches!(
-            RecordLayout::new(&RecordPlan { stack_bytes: 16384, strings: many, regs: true, errno: false }),
+            RecordLayout::new(&RecordPlan {
+                stack_bytes: 16384,
+                strings: many,
+                regs: true,
+                errno: false,
+                curthread: false
+            }),
             Err(PlanError::TooLarge(_))
         ));
     }
@@ -273,6 +307,7 @@ mod tests {
             strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Si, max: 8 }],
             regs: true,
             errno: true,
+            curthread: true,
         };
         let l = RecordLayout::new(&plan).unwrap();
         let mut r = vec![0u8; l.size];
@@ -287,7 +322,11 @@ mod tests {
         r[s0..s0 + 4].copy_from_slice(&3i32.to_ne_bytes());
         r[s0 + 8..s0 + 11].copy_from_slice(b"hi\0");
         r[s1..s1 + 4].copy_from_slice(&(-14i32).to_ne_bytes());
+        let task = l.off_task.unwrap();
+        assert_eq!(task + 8, l.size);
+        r[task..task + 8].copy_from_slice(&0xffff_8880_0000_1000u64.to_ne_bytes());
         let f = l.parse(&r).unwrap();
+        assert_eq!(f.curthread, Some(0xffff_8880_0000_1000));
         assert_eq!((f.cookie, f.pid, f.tid, f.cpu, f.errno), (7, 42, 43, 1, 21));
         assert_eq!(f.arg(0), Some(99));
         assert_eq!(f.stack.len(), 8);

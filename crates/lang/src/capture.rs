@@ -35,6 +35,8 @@ pub struct CapturePlan {
     pub ancestors: bool,
     /// `errno`: the firing thread's, read at the firing.
     pub errno: bool,
+    /// `curthread`: the firing task's `struct task_struct` address.
+    pub curthread: bool,
 }
 
 impl CapturePlan {
@@ -46,6 +48,7 @@ impl CapturePlan {
         self.args |= other.args;
         self.ancestors |= other.ancestors;
         self.errno |= other.errno;
+        self.curthread |= other.curthread;
         for s in &other.strings {
             if !self.strings.contains(s) {
                 self.strings.push(*s);
@@ -127,6 +130,7 @@ fn expr(e: &Expr, p: &mut CapturePlan) {
         }
         ExprKind::Call(Subr::Progenyof, _) => p.ancestors = true,
         ExprKind::Builtin(Builtin::Errno) => p.errno = true,
+        ExprKind::Builtin(Builtin::Curthread) => p.curthread = true,
         _ => {}
     }
     match &e.kind {

@@ -118,3 +118,19 @@ pub fn ptrace_listen(tid: i32) -> io::Result<()> {
     // SAFETY: PTRACE_LISTEN takes no pointers.
     cvt(unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid, 0usize, 0usize) } as libc::c_int).map(|_| ())
 }
+
+/// The calling thread's FS base (its thread pointer), as `arch_prctl(ARCH_GET_FS)`
+/// reports it.
+#[cfg(target_arch = "x86_64")]
+pub fn fs_base() -> io::Result<u64> {
+    const ARCH_GET_FS: libc::c_long = 0x1003;
+    let mut base: u64 = 0;
+    // SAFETY: ARCH_GET_FS writes one unsigned long to the address given, which is
+    // `base`, alive and writable for the call.
+    let r = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_GET_FS, &mut base as *mut u64) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(base)
+    }
+}
