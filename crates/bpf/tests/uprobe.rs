@@ -182,6 +182,7 @@ fn strings_and_stack_are_captured() {
         strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Di, max: 64 }],
         regs: true,
         errno: false,
+        curthread: true,
     };
     let layout = RecordLayout::new(&plan).unwrap();
     let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
@@ -199,6 +200,9 @@ fn strings_and_stack_are_captured() {
     // Cut to the slot: 7 bytes and the NUL.
     assert_eq!(fs[1].strings, vec![Some(&b"hello, "[..]), Some(long.to_bytes())]);
     assert_eq!(fs[2].strings, vec![None, None]);
+    // The task is this thread's, the same at each firing, in the kernel's half.
+    assert!(fs[0].curthread.is_some_and(|t| t >= 0xffff_8000_0000_0000), "{:?}", fs[0].curthread);
+    assert!(fs.iter().all(|f| f.curthread == fs[0].curthread));
     for f in &fs {
         assert_eq!(f.stack.len(), 256);
         assert!(!f.stack_truncated);
