@@ -496,6 +496,11 @@ impl CurrentFromProc<'_> {
             ),
             _ => return None,
         };
+        // DTrace translates the struct into scratch memory, which a cast may read past
+        // (((char *)curlwpsinfo->pr_name)[32]) without a fault: the rest of the page
+        // reads as zeros here.
+        let mut img = img;
+        img.resize(img.len().max(0x1000), 0);
         let off = (addr - base) as usize;
         img.get(off..off + len).map(<[u8]>::to_vec)
     }

@@ -160,3 +160,14 @@ fn aggpercpu_prints_each_cpus_value() {
     assert_eq!(lines[sum_at].split_whitespace().collect::<Vec<_>>(), ["1", "7"]);
     assert_eq!(lines[sum_at + 1].split_whitespace().collect::<Vec<_>>(), ["[CPU", "0]", "7"]);
 }
+
+// ---- reads past a translated struct through a cast do not fault ------------------
+
+#[test]
+fn a_cast_may_read_past_curlwpsinfos_member() {
+    // DTrace keeps the translated struct in scratch memory; the byte read is not
+    // defined, but the read succeeds.
+    let r = udtrace(&["-qn", "BEGIN { trace(((char *)curlwpsinfo->pr_name)[32]); exit(0); }"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stderr, "");
+}
