@@ -131,3 +131,31 @@ fn curthread_at_a_pid_firing_is_the_firing_task() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.lines().any(|l| l == "1 1 probes"), "{}", r.stdout);
 }
+
+#[test]
+fn print_shows_the_object_member_by_member() {
+    let out = quiet(
+        "enum eh { A = 0, B = 1 }; struct t { int a; char b[4]; union { __u8 c; __u64 d; } u; \
+         struct { void *e; } s; long z; enum eh h; }; \
+         BEGIN { p = (struct t *)alloca(sizeof (struct t)); p->a = -1; p->b[0] = 'h'; p->b[1] = 'i'; \
+         p->u.d = 258; p->h = B; print(p); exit(0); }",
+    );
+    let body: Vec<&str> = out.lines().collect();
+    assert!(body[0].starts_with("0x") && body[0].ends_with(" = *"), "{out}");
+    let pad = |n: usize, s: &str| format!("{}{s}", " ".repeat(n));
+    let want = vec![
+        pad(44, "(struct t) {"),
+        pad(45, ".a = (int)-1,"),
+        pad(45, ".b = (char [4]) ["),
+        pad(46, "(char)'h',"),
+        pad(46, "(char)'i',"),
+        pad(45, "],"),
+        pad(45, ".u = (union) {"),
+        pad(46, ".c = (__u8)2,"),
+        pad(46, ".d = (__u64)258,"),
+        pad(45, "},"),
+        pad(45, ".h = (enum eh)B,"),
+        pad(44, "}"),
+    ];
+    assert_eq!(body[1..].iter().filter(|l| !l.is_empty()).copied().collect::<Vec<_>>(), want, "{out}");
+}

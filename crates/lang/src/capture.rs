@@ -81,7 +81,8 @@ fn actions(list: &[Action], p: &mut CapturePlan) {
             | Action::Speculate(e)
             | Action::Commit(e)
             | Action::Discard(e)
-            | Action::Raise(e) => expr(e, p),
+            | Action::Raise(e)
+            | Action::Print { addr: e, .. } => expr(e, p),
             Action::Tracemem { addr, dsize, .. } => {
                 expr(addr, p);
                 if let Some(d) = dsize {

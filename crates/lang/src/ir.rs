@@ -130,6 +130,11 @@ pub enum Action {
         size: u64,
         dsize: Option<Expr>,
     },
+    /// `print(p)`: the object `p` points to, of type `ty`, member by member.
+    Print {
+        addr: Expr,
+        ty: Type,
+    },
     Printf {
         format: Rc<str>,
         format_span: Span,
@@ -449,6 +454,7 @@ pub fn visit_actions(actions: &[Action], f: &mut dyn FnMut(&Expr)) {
             | Action::Discard(e)
             | Action::Raise(e)
             | Action::Normalize { factor: e, .. } => visit_expr(e, f),
+            Action::Print { addr, .. } => visit_expr(addr, f),
             Action::Tracemem { addr, dsize, .. } => {
                 visit_expr(addr, f);
                 dsize.iter().for_each(|e| visit_expr(e, f));

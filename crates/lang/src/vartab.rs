@@ -64,7 +64,8 @@ impl Walk {
             | Action::Speculate(e)
             | Action::Commit(e)
             | Action::Discard(e)
-            | Action::Raise(e) => self.expr(e),
+            | Action::Raise(e)
+            | Action::Print { addr: e, .. } => self.expr(e),
             Action::Tracemem { addr, dsize, .. } => {
                 self.expr(addr);
                 dsize.iter().for_each(|d| self.expr(d));

@@ -609,6 +609,17 @@ impl Consumer {
                 rec.add_datum(&v, self.settings.strsize);
                 output::trace_value(&mut rec.data, &v, &self.settings);
             }
+            Action::Print { addr, ty } => {
+                let size = self.prog.types.size_of(ty).unwrap_or(0) as usize;
+                let at = self.eval(addr, ctx)?;
+                let data = self.eval_with(ctx, |ev| ev.pointed_bytes(addr, size))?;
+                rec.add(size, 1);
+                let at = match at {
+                    Value::Int(i) => i.bits,
+                    _ => 0,
+                };
+                crate::format::print_type::print_type(&mut rec.data, at, ty, &data, &self.prog.types);
+            }
             Action::Tracemem { addr, size, dsize } => {
                 // Traced memory, scratch space or D memory, wherever the address is.
                 let mut data = self.eval_with(ctx, |ev| ev.pointed_bytes(addr, *size as usize))?;

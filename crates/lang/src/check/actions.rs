@@ -409,7 +409,12 @@ impl Checker<'_> {
                 // print(void *): what the pointer points to, by its type.
                 self.arity(name, span, args, 1, 1)?;
                 match self.operand(&args[0])? {
-                    Operand::Value(v) if v.ty.is_pointer() => Action::Trace(v),
+                    Operand::Value(v) if v.ty.is_pointer() => match v.ty.pointee().cloned() {
+                        Some(ty) if self.prog.types.size_of(&ty).is_some_and(|n| n > 0) => {
+                            Action::Print { addr: v, ty }
+                        }
+                        _ => Action::Trace(v),
+                    },
                     o => {
                         return err(
                             Tag::D_PROTO_ARG,
