@@ -407,6 +407,7 @@ fn settings(c: &Compiled) -> Settings {
         rawbytes: o.rawbytes,
         scratch_room: udtrace_lang::options::scratch_room(o.scratchsize),
         aggpercpu: o.aggpercpu,
+        printsize: o.printsize as usize,
     }
 }
 

@@ -159,3 +159,38 @@ fn print_shows_the_object_member_by_member() {
     ];
     assert_eq!(body[1..].iter().filter(|l| !l.is_empty()).copied().collect::<Vec<_>>(), want, "{out}");
 }
+
+#[test]
+fn print_stops_at_printsize_and_closes_what_it_opened() {
+    let out = quiet(
+        "struct t { long a; struct { long b; long c; } s; long d; }; \
+         BEGIN { p = (struct t *)alloca(sizeof (struct t)); p->a = 1; p->s.b = 2; p->s.c = 3; p->d = 4; \
+         setopt(\"printsize\", \"16\"); print(p); exit(0); }",
+    );
+    let pad = |n: usize, s: &str| format!("{}{s}", " ".repeat(n));
+    let want = vec![
+        pad(44, "(struct t) {"),
+        pad(45, ".a = (long)1,"),
+        pad(45, ".s = (struct) {"),
+        pad(46, ".b = (long)2,"),
+        pad(46, "..."),
+        pad(45, "},"),
+        pad(44, "}"),
+    ];
+    let body: Vec<&str> = out.lines().skip(1).filter(|l| !l.is_empty()).collect();
+    assert_eq!(body, want, "{out}");
+}
+
+#[test]
+fn print_of_a_zero_sized_struct_is_d_print_size() {
+    let r = run_script(&["-x", "errtags"], "BEGIN { print((struct bpf_raw_tracepoint_args *)alloca(8)); exit(0); }");
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("[D_PRINT_SIZE]"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(
+            "print( ) argument #1 reference has type 'struct bpf_raw_tracepoint_args' with size 0; cannot print( ) it."
+        ),
+        "{}",
+        r.stderr
+    );
+}

@@ -663,6 +663,8 @@ pub struct Options {
     pub stackindent: u64,
     pub statusrate: u64,
     pub strsize: u64,
+    /// `print()`'s bytes: at most this many of the object are shown.
+    pub printsize: u64,
     pub switchrate: u64,
     pub temporal: bool,
     pub ustackframes: u64,
@@ -734,6 +736,7 @@ impl Default for Options {
             stackindent: 14,
             statusrate: NANOSEC,
             strsize: 256,
+            printsize: DEFAULT_PRINTSIZE,
             switchrate: NANOSEC,
             temporal: true,
             ustackframes: 100,
@@ -857,6 +860,7 @@ impl Options {
             N::Stackindent => self.stackindent = int.unwrap_or(dflt.stackindent),
             N::Statusrate => self.statusrate = int.unwrap_or(dflt.statusrate),
             N::Strsize => self.strsize = int.unwrap_or(dflt.strsize),
+            N::Printsize => self.printsize = printsize(int),
             N::Switchrate => self.switchrate = int.unwrap_or(dflt.switchrate),
             N::Temporal => self.temporal = on,
             N::Ustackframes => self.ustackframes = int.unwrap_or(dflt.ustackframes),
@@ -911,6 +915,18 @@ impl Options {
                 self.other.insert(name, value);
             }
         }
+    }
+}
+
+/// `print()`'s default byte limit.
+pub const DEFAULT_PRINTSIZE: u64 = 8192;
+
+/// dt_opt_printsize: a size in 1..=65536, rounded up to 8 bytes; anything else is the
+/// default.
+pub fn printsize(v: Option<u64>) -> u64 {
+    match v {
+        Some(n) if (1..=65536).contains(&n) => n.div_ceil(8) * 8,
+        _ => DEFAULT_PRINTSIZE,
     }
 }
 

@@ -70,6 +70,8 @@ pub struct Settings {
     pub scratch_room: u64,
     /// `-x aggpercpu`: aggregations also keep and print each CPU's value.
     pub aggpercpu: bool,
+    /// `print()` shows at most this many bytes of an object.
+    pub printsize: usize,
 }
 
 impl Default for Settings {
@@ -88,6 +90,7 @@ impl Default for Settings {
             rawbytes: false,
             scratch_room: 256,
             aggpercpu: false,
+            printsize: udtrace_lang::options::DEFAULT_PRINTSIZE as usize,
         }
     }
 }
@@ -618,7 +621,8 @@ impl Consumer {
                     Value::Int(i) => i.bits,
                     _ => 0,
                 };
-                crate::format::print_type::print_type(&mut rec.data, at, ty, &data, &self.prog.types);
+                let shown = &data[..size.min(self.settings.printsize)];
+                crate::format::print_type::print_type(&mut rec.data, at, ty, shown, &self.prog.types);
             }
             Action::Tracemem { addr, size, dsize } => {
                 // Traced memory, scratch space or D memory, wherever the address is.
@@ -789,6 +793,9 @@ impl Consumer {
             N::Aggsortrev => s.sort.rev = on,
             N::Aggsortpos => s.sort.pos = int,
             N::Aggsortkeypos => s.sort.keypos = int,
+            N::Printsize => {
+                s.printsize = udtrace_lang::options::printsize(matches!(v, V::Int(_)).then_some(int as u64)) as usize
+            }
             _ => {}
         }
         Ok(())

@@ -413,6 +413,13 @@ impl Checker<'_> {
                         Some(ty) if self.prog.types.size_of(&ty).is_some_and(|n| n > 0) => {
                             Action::Print { addr: v, ty }
                         }
+                        Some(ty @ (Type::Struct(_) | Type::Union(_))) if self.prog.types.size_of(&ty) == Some(0) => {
+                            let msg = format!(
+                                "print( ) argument #1 reference has type '{}' with size 0; cannot print( ) it.",
+                                self.type_name(&ty)
+                            );
+                            return err(Tag::D_PRINT_SIZE, args[0].span, msg);
+                        }
                         _ => Action::Trace(v),
                     },
                     o => {
