@@ -614,13 +614,8 @@ impl Consumer {
             }
             Action::Print { addr, ty } => {
                 let size = self.prog.types.size_of(ty).unwrap_or(0) as usize;
-                let at = self.eval(addr, ctx)?;
-                let data = self.eval_with(ctx, |ev| ev.pointed_bytes(addr, size))?;
+                let (at, data) = self.eval_with(ctx, |ev| ev.pointed_object(addr, size))?;
                 rec.add(size, 1);
-                let at = match at {
-                    Value::Int(i) => i.bits,
-                    _ => 0,
-                };
                 let shown = &data[..size.min(self.settings.printsize)];
                 crate::format::print_type::print_type(&mut rec.data, at, ty, shown, &self.prog.types);
             }

@@ -123,6 +123,16 @@ impl Evaluator<'_> {
 
     /// The `len` bytes a pointer argument points to: in scratch space, in a D variable
     /// (an array held by value), or in the traced process.
+    /// The address a pointer expression holds and the `len` bytes there (`print()`),
+    /// the expression evaluated once.
+    pub(crate) fn pointed_object(&mut self, e: &Expr, len: usize) -> EvalResult<(u64, Vec<u8>)> {
+        match self.eval(e)? {
+            Value::Int(i) if e.taint.alloca => Ok((i.bits, self.scratch.read(i.bits, len as u64)?)),
+            Value::Int(i) => Ok((i.bits, self.read_bytes(i.bits, len)?)),
+            _ => Err(Fault::IllegalOperation),
+        }
+    }
+
     pub(crate) fn pointed_bytes(&mut self, e: &Expr, len: usize) -> EvalResult<Vec<u8>> {
         match self.eval(e)? {
             Value::Int(i) if e.taint.alloca => self.scratch.read(i.bits, len as u64),
