@@ -349,6 +349,9 @@ pub fn enable_check(c: &Compiled) -> Result<(), String> {
     if c.options.bufsize == 0 || (has_error_clause && c.options.bufsize < ERROR_RECORD) {
         return Err("Enabling exceeds size of buffer".into());
     }
+    if !dynamic_space_fits(&c.program, &c.options) {
+        return Err("Enabling exceeds size of buffer".into());
+    }
     if let Some(cpu) = c.options.cpu.filter(|&n| !cpu_online(n)) {
         return Err(format!("CPU {cpu} is not online"));
     }
@@ -358,6 +361,43 @@ pub fn enable_check(c: &Compiled) -> Result<(), String> {
         return Err("Destructive actions not allowed".into());
     }
     Ok(())
+}
+
+/// libdtrace sizes its aggregation and dynamic variable maps as the option's bytes
+/// over the largest entry (largest key tuple plus largest value), and refuses to
+/// enable a map that would hold no entry. Entries are estimated as DTrace lays them
+/// out: 8 bytes per integer key or value, `strsize` per string, an 8-byte id or
+/// thread key in each tuple, and an aggregation's 8-byte counter before its data.
+fn dynamic_space_fits(p: &CheckedProgram, o: &Options) -> bool {
+    use udtrace_lang::ir::AggKind;
+    use udtrace_lang::types::Type;
+    let size = |t: &Type| -> u64 {
+        if t.is_string() {
+            o.strsize
+        } else {
+            p.types.size_of(t).unwrap_or(8).div_ceil(8) * 8
+        }
+    };
+    let tuple = |keys: &[Type]| 8 + keys.iter().map(size).sum::<u64>();
+    let dvars = p.globals.iter().filter(|v| v.keys.is_some()).chain(&p.thread_vars);
+    let dvar_tuple = dvars.clone().map(|v| tuple(v.keys.as_deref().unwrap_or_default())).max();
+    let dvar_size = dvars.map(|v| size(&v.ty)).max();
+    let agg_tuple = p.aggs.iter().map(|a| tuple(&a.keys)).max();
+    let agg_size = p
+        .aggs
+        .iter()
+        .map(|a| {
+            8 * match a.kind {
+                AggKind::Avg => 3,
+                AggKind::Stddev => 5,
+                AggKind::Quantize | AggKind::Lquantize | AggKind::Llquantize => 3,
+                _ => 2,
+            }
+        })
+        .max();
+    let max_tuple = dvar_tuple.max(agg_tuple).unwrap_or(0);
+    let fits = |space: u64, value: Option<u64>| value.is_none_or(|v| space / (max_tuple + v) > 0);
+    fits(o.aggsize, agg_size) && fits(o.dynvarsize, dvar_size)
 }
 
 fn has_clause(p: &ast::Program) -> bool {

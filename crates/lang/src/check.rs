@@ -78,6 +78,9 @@ pub struct Checker<'m> {
     clause: HashMap<String, usize>,
     aggs: HashMap<String, usize>,
     inlines: HashMap<String, (Type, ast::Expr)>,
+    /// Inlines with a key signature (`inline int sum[int a, int b] = a + b;`): the
+    /// value type, the named parameters and the value.
+    inline_arrays: HashMap<String, InlineArray>,
     /// Inline expansion depth, so a self-referencing inline is an error, not a hang.
     inline_depth: u32,
     /// Source bytes that inline expansions may still re-check; see [`INLINE_BUDGET`].
@@ -85,6 +88,13 @@ pub struct Checker<'m> {
     source: usize,
     /// Byte offsets where each line of the current source starts.
     line_starts: Vec<u32>,
+    /// The typedefs the program itself declared. Built-in ones (`int8_t`, `chipid_t`…)
+    /// may be declared again: DTrace keeps them in other type containers.
+    own_typedefs: std::collections::HashSet<String>,
+    /// `#pragma D attributes|binding` directives waiting for their identifier.
+    pending_pragmas: Vec<(String, String, Span)>,
+    /// The source being checked, to find the token that follows an expression.
+    text: Rc<str>,
     /// The argument types of the probes a description matches, where they are typed.
     probe_args: Option<&'m ProbeArgs>,
     /// The D version compiled for (`version` option or pragma).
@@ -279,6 +289,7 @@ const ACTIONS: &[&str] = &[
 impl<'m> Checker<'m> {
     pub fn new(macros: &'m dyn MacroEnv) -> Checker<'m> {
         Checker {
+            own_typedefs: std::collections::HashSet::new(),
             prog: CheckedProgram::default(),
             macros,
             globals: HashMap::new(),
@@ -286,10 +297,13 @@ impl<'m> Checker<'m> {
             clause: HashMap::new(),
             aggs: HashMap::new(),
             inlines: HashMap::new(),
+            inline_arrays: HashMap::new(),
             inline_depth: 0,
             inline_budget: INLINE_BUDGET,
             source: 0,
             line_starts: vec![0],
+            text: Rc::from(""),
+            pending_pragmas: Vec::new(),
             probe_args: None,
             clause_args: None,
             clause_desc: String::new(),
@@ -375,12 +389,14 @@ impl<'m> Checker<'m> {
     pub fn begin_source(&mut self, source: usize, text: &str) {
         self.source = source;
         self.line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i as u32 + 1)).collect();
+        self.text = Rc::from(text);
         self.anon_records.clear();
         self.anon_enums.clear();
     }
 
     /// Checks the clauses of a source whose declarations were declared already.
     pub fn add_clauses(&mut self, program: &ast::Program) -> Result<()> {
+        self.unused_pragmas()?;
         for item in &program.items {
             if let ast::Item::Clause(c) = item {
                 let clause = self.clause(c)?;
@@ -388,6 +404,44 @@ impl<'m> Checker<'m> {
             }
         }
         Ok(())
+    }
+
+    /// Moves an error raised for the operator node `span` itself to the token that
+    /// follows it: DTrace allocates an operator's node when the parser reduces it,
+    /// after reading that token, and reports the node's errors at its line.
+    fn at_reduction(&self, mut e: CompileError, span: Span) -> CompileError {
+        if e.span == span {
+            let next = next_token_start(&self.text, span.end as usize);
+            e.span = Span::new(next, next);
+        }
+        e
+    }
+
+    /// A key of an associative array or aggregation: dt_idcook_assc refuses a void
+    /// key (an action's value) and a dynamic one.
+    fn assoc_key(&mut self, k: &ast::Expr, i: usize, what: &str) -> Result<Expr> {
+        let v = self.rvalue(k)?;
+        check_key(k, &v, i, what)?;
+        Ok(v)
+    }
+
+    /// dt_idpragma: an `attributes` or `binding` directive whose identifier the
+    /// program's declarations never defined is an error, once they are all read.
+    fn unused_pragmas(&mut self) -> Result<()> {
+        for (kind, name, span) in std::mem::take(&mut self.pending_pragmas) {
+            if !self.is_global_ident(&name) {
+                return Err(
+                    CompileError::new(Tag::D_PRAGMA_UNUSED, span, format!("unused #pragma {kind}")).unlabelled()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `name` is one of DTrace's global identifiers: a variable, inline,
+    /// built-in variable, enumerator, constant or function.
+    fn is_global_ident(&self, name: &str) -> bool {
+        self.global_identifier_kind(name).is_some() || matches!(name, "NULL" | "args" | "uregs")
     }
 
     fn line_of(&self, span: Span) -> u32 {
@@ -437,7 +491,15 @@ impl<'m> Checker<'m> {
             "depends_on" => depends_on(&p.words[1..], p.span, self.in_library),
             // Stability and binding directives have no effect here (the lexer checked
             // their form).
-            "attributes" | "binding" | "error" | "line" | "ident" => Ok(()),
+            "attributes" | "binding" => {
+                // dt_pragma.c defers a directive naming no identifier yet; the name
+                // must be defined by the end of the program's declarations.
+                if let Some(name) = p.words.get(2).filter(|n| *n != "provider" && !self.in_library) {
+                    self.pending_pragmas.push((first.to_string(), name.clone(), p.span));
+                }
+                Ok(())
+            }
+            "error" | "line" | "ident" => Ok(()),
             other => err(Tag::D_PRAGMA_INVAL, p.span, format!("invalid D pragma: {other}")),
         }
     }
@@ -615,7 +677,7 @@ impl<'m> Checker<'m> {
     /// later; aggregations and void are rejected by the caller's context).
     fn rvalue(&mut self, e: &ast::Expr) -> Result<Expr> {
         let x = self.expr(e)?;
-        if x.ty.is_void() && !matches!(x.kind, ExprKind::Call(..)) {
+        if x.ty.is_void() && !matches!(x.kind, ExprKind::Call(..)) && !is_action_call(e) {
             return err(Tag::D_OP_INCOMPAT, e.span, "void expression may not be used as a value");
         }
         Ok(x)
@@ -650,6 +712,12 @@ impl<'m> Checker<'m> {
             }
             K::Str(s) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
             K::Ident(name) => self.ident(name, span),
+            // dt_lex.l reads a lone backquote as an identifier, which names no symbol.
+            K::Backquoted { module, name } if name.is_empty() => err(
+                Tag::D_IDENT_UNDEF,
+                span,
+                format!("failed to resolve {}`: Unknown symbol name", module.as_deref().unwrap_or_default()),
+            ),
             K::Backquoted { name, .. } => err(
                 Tag::D_IDENT_UNDEF,
                 span,
@@ -664,22 +732,24 @@ impl<'m> Checker<'m> {
                 span,
                 format!("aggregation @{name} may not be used as an operand; use printa( ) to print it"),
             ),
-            K::Unary { op, operand } => self.unary(*op, operand, span),
-            K::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, span),
+            K::Unary { op, operand } => self.unary(*op, operand, span).map_err(|e| self.at_reduction(e, span)),
+            K::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, span).map_err(|e| self.at_reduction(e, span)),
             K::Assign { op, lhs, rhs } => {
                 if is_agg_target(lhs) {
                     return err(Tag::D_AGG_FUNC, span, "aggregating function may only be used as a statement");
                 }
-                self.assign(*op, lhs, rhs, span)
+                self.assign(*op, lhs, rhs, span).map_err(|e| self.at_reduction(e, span))
             }
-            K::Ternary { cond, then, otherwise } => self.ternary(cond, then, otherwise, span),
+            K::Ternary { cond, then, otherwise } => {
+                self.ternary(cond, then, otherwise, span).map_err(|e| self.at_reduction(e, span))
+            }
             K::IncDec { increment, prefix, operand } => self.incdec(*increment, *prefix, operand, span),
             K::Call { name, name_span, args } => self.call(name, *name_span, args, span),
             K::Index { base, index } => self.index(base, index, span),
             K::Member { base, field } => self.dot(base, field, span),
             K::Arrow { base, field } => self.arrow(base, field, span),
             K::Xlate { ty, operand } => self.bare_xlate(ty, operand, span),
-            K::Cast { ty, operand } => self.cast_expr(ty, operand, span),
+            K::Cast { ty, operand } => self.cast_expr(ty, operand, span).map_err(|e| self.at_reduction(e, span)),
             K::SizeofType(t) => self.sizeof_type(t, span),
             K::SizeofExpr(x) => self.sizeof_expr(x, span),
             K::Offsetof { ty, member } => self.offsetof(ty, member, span),
@@ -687,6 +757,9 @@ impl<'m> Checker<'m> {
             K::Comma { lhs, rhs } => {
                 let l = self.expr(lhs)?;
                 let r = self.expr(rhs)?;
+                if is_action_call(lhs) || is_action_call(rhs) {
+                    return err(Tag::D_OP_ACT, span, "operator , operands cannot be actions");
+                }
                 let (ty, taint) = (r.ty.clone(), r.taint);
                 Ok(derived(ExprKind::Comma(Box::new(l), Box::new(r)), ty, span, taint))
             }
@@ -736,11 +809,11 @@ impl<'m> Checker<'m> {
         if !c.ty.is_scalar() {
             return err(Tag::D_OP_SCALAR, cond.span, "operator ?: expression must be of scalar type");
         }
+        let t = self.rvalue(then)?;
+        let o = self.rvalue(otherwise)?;
         if is_action_call(then) || is_action_call(otherwise) {
             return err(Tag::D_OP_ACT, span, "action cannot be used in a conditional context");
         }
-        let t = self.rvalue(then)?;
-        let o = self.rvalue(otherwise)?;
         let ty = self.conditional_type(&t, &o, span)?;
         let t = self.convert(t, &ty);
         let o = self.convert(o, &ty);
@@ -832,6 +905,18 @@ impl<'m> Checker<'m> {
 
     fn cast_expr(&mut self, ty: &ast::TypeName, operand: &ast::Expr, span: Span) -> Result<Expr> {
         let to = self.resolve_type(ty)?;
+        if is_action_call(operand) && to.is_void() {
+            // A void cast would keep an action's void value: refuse the action.
+            let name = match &operand.kind {
+                ast::ExprKind::Call { name, .. } => name.as_str(),
+                _ => "",
+            };
+            return err(
+                Tag::D_OP_ACT,
+                operand.span,
+                format!("{name}( ) may not be used in an expression: it is an action"),
+            );
+        }
         if let ast::ExprKind::Xlate { ty: xt, operand: xo } = &operand.kind {
             let what = self.xlate_kind(xt, xo, operand.span)?;
             let to = self.type_name(&to);
@@ -1083,8 +1168,8 @@ impl<'m> Checker<'m> {
                     let is_assoc = existing.map(|id| self.var_info(VarRef { scope, id }).keys.is_some());
                     if is_assoc != Some(false) {
                         let mut keys = Vec::new();
-                        for k in index {
-                            let k = self.rvalue(k)?;
+                        for (i, k) in index.iter().enumerate() {
+                            let k = self.assoc_key(k, i, "associative array")?;
                             keys.push(self.string_if_char_array(k));
                         }
                         let r = match existing {
@@ -1182,6 +1267,19 @@ impl<'m> Checker<'m> {
             // dt_node_op2 refuses `/= 0` and `%= 0` as it refuses `/ 0`.
             if matches!(o, BinaryOp::Div | BinaryOp::Mod) && value.ty.is_arithmetic() && fold(&value) == Some(0) {
                 return err(Tag::D_DIV_ZERO, span, "expression contains division by zero");
+            }
+            // dt_cook_op2 refuses a string on either side of `+=`/`-=` before it
+            // looks at the left side's size.
+            if matches!(o, BinaryOp::Add | BinaryOp::Sub) && (ty.is_string() || value.ty.is_string()) {
+                return err(
+                    Tag::D_OP_INCOMPAT,
+                    span,
+                    format!(
+                        "operands have incompatible types: \"{}\" {opsym} \"{}\"",
+                        self.type_name(&ty),
+                        self.type_name(&value.ty)
+                    ),
+                );
             }
             if matches!(o, BinaryOp::Add | BinaryOp::Sub)
                 && !(ty.is_integer() && value.ty.is_integer())
@@ -1649,6 +1747,9 @@ impl<'m> Checker<'m> {
                 };
                 return Ok(mk(kind, ty, span));
             }
+            K::Ident(n) if !self.globals.contains_key(n) && self.inline_arrays.contains_key(n) => {
+                return self.inline_array_ref(n, index, span);
+            }
             K::ThisVar(_) => self.reject_local_assoc(base)?,
             K::Ident(n) | K::SelfVar(n) => {
                 let scope = if matches!(base.kind, K::Ident(_)) { VarScope::Global } else { VarScope::Thread };
@@ -1656,8 +1757,8 @@ impl<'m> Checker<'m> {
                     let r = VarRef { scope, id };
                     if self.var_info(r).keys.is_some() {
                         let mut keys = Vec::new();
-                        for k in index {
-                            let k = self.rvalue(k)?;
+                        for (i, k) in index.iter().enumerate() {
+                            let k = self.assoc_key(k, i, "associative array")?;
                             keys.push(self.string_if_char_array(k));
                         }
                         let keys = self.check_keys(r, n, keys, span)?;
@@ -1704,11 +1805,11 @@ impl<'m> Checker<'m> {
             return err(Tag::D_FUNC_UNDEF, name_span, format!("undefined function name: {name}"));
         }
         if ACTIONS.contains(&name) {
-            return err(
-                Tag::D_OP_ACT,
-                name_span,
-                format!("{name}( ) may not be used in an expression: it is an action"),
-            );
+            // DTrace cooks an action in an expression as a call of a void function
+            // (its prototype checked), and the operator around it rejects the void
+            // value with its own message.
+            self.action(name, name_span, args, span)?;
+            return Ok(mk(ExprKind::Str(Rc::from(&b"void"[..])), Type::Void, span));
         }
         if AggKind::from_name(name).is_some() {
             return err(
@@ -1940,4 +2041,50 @@ fn macro_refs(e: &ast::Expr, out: &mut Vec<(String, Span)>) {
             index.iter().for_each(|a| macro_refs(a, out));
         }
     }
+}
+
+/// Where the first token at or after `from` starts: white space and comments are
+/// skipped, as the lexer skips them reading its next token.
+fn next_token_start(text: &str, from: usize) -> usize {
+    let b = text.as_bytes();
+    let mut i = from.min(b.len());
+    loop {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if b[i..].starts_with(b"/*") {
+            i = text[i + 2..].find("*/").map_or(b.len(), |j| i + 2 + j + 2);
+        } else if b[i..].starts_with(b"//") {
+            i = text[i..].find('\n').map_or(b.len(), |j| i + j);
+        } else if b[i..].starts_with(b"/") && !b[i..].starts_with(b"/=") {
+            // dt_lex.l reads past the white space after a `/` to tell a division
+            // from the end of a predicate, counting the lines it passes.
+            let mut j = i + 1;
+            while j < b.len() && b[j].is_ascii_whitespace() {
+                j += 1;
+            }
+            return j;
+        } else {
+            return i;
+        }
+    }
+}
+
+/// dt_idcook_assc's key check: `curpsinfo`, whose inline is a translation, is of
+/// dynamic type there, named by its kind; a void key is an action's value.
+pub(crate) fn check_key(k: &ast::Expr, v: &Expr, i: usize, what: &str) -> Result<()> {
+    let kind = match &k.kind {
+        ast::ExprKind::Ident(n) if matches!(n.as_str(), "curpsinfo" | "curlwpsinfo") => "scalar",
+        _ if v.ty.is_void() => "void",
+        _ => return Ok(()),
+    };
+    err(Tag::D_KEY_TYPE, k.span, format!("{kind} expression may not be used as {what} index: key #{}", i + 1))
+}
+
+/// An inline with a key signature.
+#[derive(Debug, Clone)]
+struct InlineArray {
+    ty: Type,
+    params: Vec<(String, Type)>,
+    value: ast::Expr,
 }

@@ -829,15 +829,21 @@ impl<'a, 's> Parser<'a, 's> {
         }
     }
 
-    /// `name(args)`: only a plain identifier can be called in D.
+    /// `name(args)`: only a plain identifier can be called in D; dt_node_func refuses
+    /// any other designator once the call is read.
     fn call(&mut self, callee: Expr, open: &Token) -> Result<Expr> {
         let name = match &callee.kind {
-            ExprKind::Ident(n) if n != "self" && n != "this" => n.clone(),
-            _ => return Err(self.unexpected(open)),
+            ExprKind::Ident(n) if n == "self" || n == "this" => return Err(self.unexpected(open)),
+            ExprKind::Ident(n) => Some(n.clone()),
+            _ => None,
         };
         self.bump()?;
         let args = if self.peek_punct(")")? { Vec::new() } else { self.arguments()? };
         let close = self.expect(")")?;
+        let Some(name) = name else {
+            let e = CompileError::new(Tag::D_FUNC_IDENT, close.span, "function designator is not of function type");
+            return Err(e.unlabelled());
+        };
         let span = callee.span.to(close.span);
         Ok(Expr { kind: ExprKind::Call { name, name_span: callee.span, args }, span })
     }
@@ -880,7 +886,6 @@ impl<'a, 's> Parser<'a, 's> {
             TokKind::Macro(m) => ExprKind::Macro(m.clone()),
             TokKind::MacroStr(m) => ExprKind::MacroStr(m.clone()),
             TokKind::Agg(a) => ExprKind::Agg(a.clone()),
-            TokKind::Backquoted { name, .. } if name.is_empty() => return Err(self.unexpected(&t)),
             TokKind::Backquoted { module, name } => ExprKind::Backquoted { module: module.clone(), name: name.clone() },
             TokKind::Punct("(") => {
                 self.bump()?;

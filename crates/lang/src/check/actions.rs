@@ -47,7 +47,10 @@ impl Checker<'_> {
             };
             // dt_idcook_assc: neither a void nor a dynamic value can be a key.
             let k = match self.operand(k)? {
-                Operand::Value(v) if !v.ty.is_void() => v,
+                Operand::Value(v) => {
+                    super::check_key(k, &v, i, "aggregation")?;
+                    v
+                }
                 o => {
                     return err(
                         Tag::D_KEY_TYPE,

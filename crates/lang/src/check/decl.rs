@@ -63,6 +63,9 @@ impl Checker<'_> {
                 format!("identifier redefined: {}\n\t current: inline definition\n\tprevious: {previous}", i.name),
             );
         }
+        if let Some((Derived::Assoc(params), inner)) = i.ty.derived.split_last() {
+            return self.inline_array(i, params, inner);
+        }
         let ty = self.resolve_type(&i.ty)?;
         // Check the value now so errors point at the definition. Translated data
         // only has members: the inline stands for the xlate where one is used.
@@ -86,6 +89,58 @@ impl Checker<'_> {
         }
         self.inlines.insert(i.name.clone(), (ty, i.value.clone()));
         Ok(())
+    }
+
+    /// `inline T name[T1 p1, …] = value;`: the value is checked where the inline is
+    /// indexed, with each parameter standing for its key.
+    fn inline_array(&mut self, i: &ast::Inline, params: &[ast::Param], inner: &[Derived]) -> Result<()> {
+        let base = self.base_type(&i.ty.base, i.ty.span)?;
+        let ty = self.derive(base, inner)?;
+        let mut named = Vec::with_capacity(params.len());
+        for p in params {
+            let (Some(t), Some(n)) = (&p.ty, &p.name) else {
+                return err(
+                    Tag::D_DECL_ARRNULL,
+                    p.span,
+                    format!("inline declaration requires array tuple signature: {}", i.name),
+                );
+            };
+            named.push((n.clone(), self.resolve_type(t)?));
+        }
+        let def = super::InlineArray { ty, params: named, value: i.value.clone() };
+        self.inline_arrays.insert(i.name.clone(), def);
+        Ok(())
+    }
+
+    /// `name[k1, …]` of an inline with a key signature: its value with the keys,
+    /// converted to the parameters' types, in place of the parameters.
+    pub(super) fn inline_array_ref(&mut self, name: &str, keys: &[ast::Expr], span: Span) -> Result<Expr> {
+        let def = self.inline_arrays[name].clone();
+        if keys.len() != def.params.len() {
+            let n = def.params.len();
+            return err(Tag::D_PROTO_LEN, span, super::proto_len(name, "[ ]", "key", keys.len(), n, n));
+        }
+        let mut bound = Vec::with_capacity(keys.len());
+        for (k, (pname, pty)) in keys.iter().zip(&def.params) {
+            let v = self.rvalue(k)?;
+            bound.push((pname.clone(), self.convert(v, pty)));
+        }
+        if self.inline_depth > 64 {
+            return err(Tag::D_UNKNOWN, span, format!("inline {name} is defined in terms of itself"));
+        }
+        self.inline_depth += 1;
+        let v = self.with_bound_params(&bound, &def.value);
+        self.inline_depth -= 1;
+        let mut v = self.convert(v?, &def.ty);
+        v.span = span;
+        Ok(v)
+    }
+
+    fn with_bound_params(&mut self, params: &[(String, Expr)], value: &ast::Expr) -> Result<Expr> {
+        match params.split_first() {
+            None => self.rvalue(value),
+            Some(((n, v), rest)) => self.with_xlate_param(n, v.clone(), |c| c.with_bound_params(rest, value)),
+        }
     }
 
     // ---- types ------------------------------------------------------------------
@@ -457,8 +512,20 @@ impl Checker<'_> {
         if self.globals.contains_key(name) {
             return err(Tag::D_DECL_IDRED, at, format!("global variable identifier redeclared: {name}"));
         }
-        if self.prog.types.typedefs.contains_key(name) {
-            return err(Tag::D_DECL_IDRED, at, format!("typedef redeclared: {name}"));
+        if let Some(old) = self.prog.types.typedefs.get(name) {
+            // A system header (`-C` with <stdint.h>) typedefs `int8_t` again: the
+            // program's typedef then shadows the built-in one, which is kept when
+            // it is of the same size (its name reads better in messages).
+            if self.in_library || self.own_typedefs.contains(name) {
+                return err(Tag::D_DECL_IDRED, at, format!("typedef redeclared: {name}"));
+            }
+            let size = |t: &Type| self.prog.types.size_of(t);
+            if size(old).is_some() && size(old) == size(&ty) {
+                return Ok(());
+            }
+        }
+        if !self.in_library {
+            self.own_typedefs.insert(name.to_string());
         }
         self.prog.types.typedefs.insert(name.to_string(), ty);
         Ok(())

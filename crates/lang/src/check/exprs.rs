@@ -192,6 +192,9 @@ impl Checker<'_> {
         if self.inlines.contains_key(name) || crate::consts::lookup(name).is_some() {
             return Some("scalar inline".into());
         }
+        if self.inline_arrays.contains_key(name) {
+            return Some("array inline".into());
+        }
         let kind = if let Some(&id) = self.globals.get(name) {
             if self.prog.globals[id].keys.is_some() {
                 "associative array"

@@ -107,7 +107,12 @@ impl Checker<'_> {
     }
 
     /// Checks `f` with the translator parameter `name` standing for `value`.
-    fn with_xlate_param<T>(&mut self, name: &str, value: Expr, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+    pub(super) fn with_xlate_param<T>(
+        &mut self,
+        name: &str,
+        value: Expr,
+        f: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
         self.xlate_params.push((name.to_string(), value));
         let r = f(self);
         self.xlate_params.pop();
