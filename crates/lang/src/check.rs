@@ -410,9 +410,8 @@ impl<'m> Checker<'m> {
     /// follows it: DTrace allocates an operator's node when the parser reduces it,
     /// after reading that token, and reports the node's errors at its line.
     fn at_reduction(&self, mut e: CompileError, span: Span) -> CompileError {
-        if e.span == span {
-            let next = next_token_start(&self.text, span.end as usize);
-            e.span = Span::new(next, next);
+        if e.span == span && e.line_at.is_none() {
+            e.line_at = Some(next_token_start(&self.text, span.end as usize) as u32);
         }
         e
     }

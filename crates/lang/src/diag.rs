@@ -49,7 +49,8 @@ pub fn tag_prefix(err: &CompileError, style: Style) -> String {
 pub fn render(err: &CompileError, origin: &Origin, src: &str, style: Style) -> String {
     let map = LineMap::new(src, origin);
     let range = clamp(src, err.span.range());
-    let line = map.line_index(range.start);
+    let at = err.line_at.map_or(range.start, |at| clamp(src, at as usize..at as usize).start);
+    let line = map.line_index(at);
     let tag = tag_prefix(err, style);
     let mut out = match origin {
         Origin::Script(path) => {

@@ -28,11 +28,14 @@ pub struct CompileError {
     pub region: Region,
     pub message: String,
     pub span: Span,
+    /// Where the reported line is, when DTrace reports another line than the
+    /// span's (an operator's errors are at the token its parser read after it).
+    pub line_at: Option<u32>,
 }
 
 impl CompileError {
     pub fn new(tag: Tag, span: Span, message: impl Into<String>) -> CompileError {
-        CompileError { tag, message: message.into(), span, region: Region::Unknown }
+        CompileError { tag, message: message.into(), span, region: Region::Unknown, line_at: None }
     }
 
     /// Tags the error with the clause region it arose in, unless already tagged.
