@@ -366,19 +366,20 @@ pub fn enable_check(c: &Compiled) -> Result<(), String> {
 /// libdtrace sizes its aggregation and dynamic variable maps as the option's bytes
 /// over the largest entry (largest key tuple plus largest value), and refuses to
 /// enable a map that would hold no entry. Entries are estimated as DTrace lays them
-/// out: 8 bytes per integer key or value, `strsize` per string, an 8-byte id or
-/// thread key in each tuple, and an aggregation's 8-byte counter before its data.
+/// out: a key takes 8 bytes (or `strsize`), a value its size, a tuple has an 8-byte
+/// thread key, and an aggregation's data has an 8-byte counter before it.
 fn dynamic_space_fits(p: &CheckedProgram, o: &Options) -> bool {
     use udtrace_lang::ir::AggKind;
     use udtrace_lang::types::Type;
+    // A value takes its own size; a tuple component a whole 64-bit slot.
     let size = |t: &Type| -> u64 {
         if t.is_string() {
             o.strsize
         } else {
-            p.types.size_of(t).unwrap_or(8).div_ceil(8) * 8
+            p.types.size_of(t).unwrap_or(8)
         }
     };
-    let tuple = |keys: &[Type]| 8 + keys.iter().map(size).sum::<u64>();
+    let tuple = |keys: &[Type]| 8 + keys.iter().map(|k| size(k).div_ceil(8) * 8).sum::<u64>();
     let dvars = p.globals.iter().filter(|v| v.keys.is_some()).chain(&p.thread_vars);
     let dvar_tuple = dvars.clone().map(|v| tuple(v.keys.as_deref().unwrap_or_default())).max();
     let dvar_size = dvars.map(|v| size(&v.ty)).max();

@@ -804,8 +804,7 @@ fn declaration_start<'r>(run: &'r str, is_type: &dyn Fn(&str) -> bool) -> Option
         _ => run,
     };
     let ident_like = head.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
-    // dt_type_lookup knows the C base types (`int*x;`) as well as typedefs.
-    (ident_like && (OUTER_KEYWORDS.contains(&head) || is_type(head))).then_some(head)
+    (ident_like && is_type(head)).then_some(head)
 }
 
 fn line_end(b: &[u8], pos: usize) -> usize {

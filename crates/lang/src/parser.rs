@@ -95,6 +95,24 @@ const MAX_DEPTH: u32 = 200;
 /// Parses a D program: the text of one `-n`/`-P`/`-m`/`-f` argument or one script.
 /// A clause without predicate and actions (`BEGIN`) is accepted at the end of the
 /// text, as dtrace accepts it in descriptions given on the command line.
+/// The C base type keywords that can start a declaration such as `int*x;`.
+const C_BASE_TYPES: &[&str] = &["char", "double", "float", "int", "long", "short", "signed", "unsigned", "void"];
+
+/// Where a `#pragma D option pspec` line is, if the source has one.
+fn pspec_pragma(src: &str) -> Option<usize> {
+    let mut at = 0;
+    for line in src.split_inclusive('\n') {
+        let words: Vec<&str> = line.trim_start().trim_start_matches('#').split_whitespace().collect();
+        if line.trim_start().starts_with('#') && words.len() == 4 && words[..3] == ["pragma", "D", "option"] {
+            if words[3] == "pspec" || words[3].starts_with("pspec=") {
+                return Some(at);
+            }
+        }
+        at += line.len();
+    }
+    None
+}
+
 pub fn parse_program(src: &str, align: DescAlign) -> Result<Program> {
     Parser::new(src, align, false, &mut NoSink).program()
 }
@@ -228,6 +246,8 @@ struct Parser<'a, 's> {
     /// The token at `pos` lexed in a mode, kept until either changes.
     peeked: Option<(usize, Mode, Token)>,
     typedefs: HashSet<String>,
+    /// Where `#pragma D option pspec` is: after it, ambiguous text is a description.
+    pspec_from: Option<usize>,
     align: DescAlign,
     script: bool,
     items: Vec<Item>,
@@ -249,6 +269,7 @@ struct Parser<'a, 's> {
 impl<'a, 's> Parser<'a, 's> {
     fn new(src: &'a str, align: DescAlign, script: bool, sink: &'s mut dyn DeclSink) -> Parser<'a, 's> {
         Parser {
+            pspec_from: pspec_pragma(src),
             src,
             sink,
             lx: Lexer::new(src),
@@ -278,8 +299,17 @@ impl<'a, 's> Parser<'a, 's> {
     fn lex_at(&mut self, pos: usize) -> Result<Token> {
         let typedefs = &self.typedefs;
         let sink = &*self.sink;
-        let is_type = |s: &str| BUILTIN_TYPEDEFS.contains(&s) || typedefs.contains(s) || sink.is_type(s);
-        self.lx.lex(pos, self.mode, &is_type)
+        // dt_type_lookup knows the C base types (`int*x;`) as well as typedefs; after
+        // `#pragma D option pspec` ambiguous text is always a probe description.
+        let is_type = |s: &str| {
+            C_BASE_TYPES.contains(&s) || BUILTIN_TYPEDEFS.contains(&s) || typedefs.contains(s) || sink.is_type(s)
+        };
+        let t = self.lx.lex(pos, self.mode, &is_type)?;
+        let after_pspec = self.pspec_from.is_some_and(|p| t.span.start as usize > p);
+        if after_pspec && self.mode == Mode::Outer && matches!(t.kind, TokKind::Ident(_)) {
+            return self.lx.lex(pos, self.mode, &|_| false);
+        }
+        Ok(t)
     }
 
     fn peek(&mut self) -> Result<Token> {
@@ -1309,6 +1339,15 @@ mod tests {
         let p = prog("typedef int foo; struct s { foo foo; };");
         let TypeBody::Members(members) = &define(&p.items[1]).body else { panic!() };
         assert_eq!((members[0].name.as_deref(), ty(&members[0].ty).as_str()), (Some("foo"), "foo"));
+    }
+
+    #[test]
+    fn pspec_pragma_makes_ambiguous_text_a_description() {
+        assert_eq!(pspec_pragma("#pragma D option pspec\n\nint*x\n"), Some(0));
+        let p = parse_script("#pragma D option pspec\n\nint*x\n");
+        assert!(matches!(&p, Err(e) if e.message.contains("expected predicate")), "{p:?}");
+        let p = parse_script("int*x;\n");
+        assert!(p.is_ok(), "{p:?}");
     }
 
     #[test]
