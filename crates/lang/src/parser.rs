@@ -103,10 +103,9 @@ fn pspec_pragma(src: &str) -> Option<usize> {
     let mut at = 0;
     for line in src.split_inclusive('\n') {
         let words: Vec<&str> = line.trim_start().trim_start_matches('#').split_whitespace().collect();
-        if line.trim_start().starts_with('#') && words.len() == 4 && words[..3] == ["pragma", "D", "option"] {
-            if words[3] == "pspec" || words[3].starts_with("pspec=") {
-                return Some(at);
-            }
+        let option = line.trim_start().starts_with('#') && words.len() == 4 && words[..3] == ["pragma", "D", "option"];
+        if option && (words[3] == "pspec" || words[3].starts_with("pspec=")) {
+            return Some(at);
         }
         at += line.len();
     }
