@@ -1473,7 +1473,7 @@ mod tests {
             ("BEGIN { x = sizeof(int; }", near(";"), 22..23),
             ("BEGIN } END", near("}"), 6..7),
             ("BEGIN, {}", near("{"), 7..8),
-            ("BEGIN { 1(2); }", near("("), 9..10),
+            ("BEGIN { 1(2); }", "function designator is not of function type".into(), 11..12),
             ("BEGIN { x = a ? b; }", near(";"), 17..18),
             ("BEGIN { self->x[; }", near(";"), 16..17),
             ("int a[string, 3];", near("3"), 14..15),
