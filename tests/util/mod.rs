@@ -190,8 +190,13 @@ pub fn udtrace_cmd(args: &[&str]) -> Command {
 
 /// Kills `pid` after 60 s: no test may hang.
 pub fn kill_after_deadline(pid: u32) {
+    kill_after(pid, 60);
+}
+
+/// Kills `pid` with SIGKILL after `secs` seconds (a hang guard, not a timing check).
+pub fn kill_after(pid: u32, secs: u64) {
     thread::spawn(move || {
-        thread::sleep(Duration::from_secs(60));
+        thread::sleep(Duration::from_secs(secs));
         let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
     });
 }
