@@ -190,3 +190,11 @@ fn a_type_name_before_a_star_starts_a_declaration() {
     assert_eq!(r.stdout.trim(), "1");
     assert_eq!(script_error("int*x\n"), "[D_SYNTAX] line 2: syntax error near end of input");
 }
+
+#[test]
+fn an_anonymous_struct_is_named_as_libctf_names_it() {
+    assert_eq!(
+        compile_error("struct { int a; } arg; BEGIN { trace(arg + 1); }"),
+        "[D_OP_INCOMPAT] in action list: operands have incompatible types: \"struct \" + \"int\""
+    );
+}

@@ -498,8 +498,9 @@ impl TypeTable {
                 }
             }
             Type::Array(t, n) => format!("{} [{n}]", self.name(t)),
-            Type::Struct(id) => format!("struct {}", self.records[*id].tag),
-            Type::Union(id) => format!("union {}", self.records[*id].tag),
+            // libctf names an anonymous record `struct ` (an empty tag).
+            Type::Struct(id) => format!("struct {}", anon_empty(&self.records[*id].tag)),
+            Type::Union(id) => format!("union {}", anon_empty(&self.records[*id].tag)),
             Type::Enum(id) => format!("enum {}", self.enums[*id].tag),
             Type::Stack { user: true } => "ustack".into(),
             Type::Stack { user: false } => "stack".into(),
@@ -574,6 +575,15 @@ impl fmt::Display for SymKind {
             SymKind::Func => "func",
             SymKind::Addr => "addr",
         })
+    }
+}
+
+/// A record's tag as libctf prints it: nothing for an anonymous record.
+fn anon_empty(tag: &str) -> &str {
+    if tag == "(anon)" {
+        ""
+    } else {
+        tag
     }
 }
 
