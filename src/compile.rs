@@ -380,7 +380,9 @@ fn dynamic_space_fits(p: &CheckedProgram, o: &Options) -> bool {
         }
     };
     let tuple = |keys: &[Type]| 8 + keys.iter().map(|k| size(k).div_ceil(8) * 8).sum::<u64>();
-    let dvars = p.globals.iter().filter(|v| v.keys.is_some()).chain(&p.thread_vars);
+    // Associative arrays only: DTrace runs thread-local scalars in a dynvarsize too
+    // small for one of them (dynvarsize=5 with self->a), and refuses an array element.
+    let dvars = p.globals.iter().chain(&p.thread_vars).filter(|v| v.keys.is_some());
     let dvar_tuple = dvars.clone().map(|v| tuple(v.keys.as_deref().unwrap_or_default())).max();
     let dvar_size = dvars.map(|v| size(&v.ty)).max();
     let agg_tuple = p.aggs.iter().map(|a| tuple(&a.keys)).max();

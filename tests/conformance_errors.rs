@@ -180,6 +180,9 @@ fn maps_too_small_for_one_entry_cannot_be_enabled() {
     // One entry fits: the program runs.
     let r = udtrace(&["-q", "-x", "dynvarsize=1024", "-x", "strsize=512", "-n", "BEGIN { a[\"k\"] = 1; exit(0); }"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // Thread-local scalars are not counted: DTrace runs them in a tiny dynvarsize.
+    let r = udtrace(&["-q", "-x", "dynvarsize=5", "-n", "BEGIN { self->a = 1; trace(self->a); exit(0); }"]);
+    assert_eq!((r.code, r.stdout.trim()), (0, "1"), "{}", r.stderr);
 }
 
 #[test]
