@@ -698,6 +698,22 @@ impl<'m> Checker<'m> {
     /// (a debug build kept all the arms' locals here: 12 KiB per level).
     pub fn expr(&mut self, e: &ast::Expr) -> Result<Expr> {
         use ast::ExprKind as K;
+        // Operators report their errors at the token after them (dt_grammar.y's
+        // reduction); one wrapper here keeps each arm's frame small.
+        let reduced = matches!(
+            e.kind,
+            K::Unary { .. } | K::Binary { .. } | K::Assign { .. } | K::Ternary { .. } | K::Cast { .. }
+        );
+        let r = self.expr_kind(e);
+        if reduced {
+            r.map_err(|err| self.at_reduction(err, e.span))
+        } else {
+            r
+        }
+    }
+
+    fn expr_kind(&mut self, e: &ast::Expr) -> Result<Expr> {
+        use ast::ExprKind as K;
         let span = e.span;
         match &e.kind {
             K::Int { value, suffix, decimal } => {
@@ -711,58 +727,44 @@ impl<'m> Checker<'m> {
             }
             K::Str(s) => Ok(mk(ExprKind::Str(Rc::from(s.as_bytes())), Type::String, span)),
             K::Ident(name) => self.ident(name, span),
-            // dt_lex.l reads a lone backquote as an identifier, which names no symbol.
-            K::Backquoted { module, name } if name.is_empty() => err(
-                Tag::D_IDENT_UNDEF,
-                span,
-                format!("failed to resolve {}`: Unknown symbol name", module.as_deref().unwrap_or_default()),
-            ),
-            K::Backquoted { name, .. } => err(
-                Tag::D_IDENT_UNDEF,
-                span,
-                format!("failed to resolve `{name}: kernel symbols are not available in user-space tracing"),
-            ),
+            K::Backquoted { module, name } => backquoted(module.as_deref(), name, span),
             K::Macro(name) => self.macro_ref(name, false, span),
             K::MacroStr(name) => self.macro_ref(name, true, span),
             K::SelfVar(name) => self.scoped_var(VarScope::Thread, name, span),
             K::ThisVar(name) => self.scoped_var(VarScope::Clause, name, span),
-            K::Agg(name) => err(
-                Tag::D_OP_DYN,
-                span,
-                format!("aggregation @{name} may not be used as an operand; use printa( ) to print it"),
-            ),
-            K::Unary { op, operand } => self.unary(*op, operand, span).map_err(|e| self.at_reduction(e, span)),
-            K::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, span).map_err(|e| self.at_reduction(e, span)),
+            K::Agg(name) => aggregation_operand(name, span),
+            K::Unary { op, operand } => self.unary(*op, operand, span),
+            K::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, span),
             K::Assign { op, lhs, rhs } => {
                 if is_agg_target(lhs) {
                     return err(Tag::D_AGG_FUNC, span, "aggregating function may only be used as a statement");
                 }
-                self.assign(*op, lhs, rhs, span).map_err(|e| self.at_reduction(e, span))
+                self.assign(*op, lhs, rhs, span)
             }
-            K::Ternary { cond, then, otherwise } => {
-                self.ternary(cond, then, otherwise, span).map_err(|e| self.at_reduction(e, span))
-            }
+            K::Ternary { cond, then, otherwise } => self.ternary(cond, then, otherwise, span),
             K::IncDec { increment, prefix, operand } => self.incdec(*increment, *prefix, operand, span),
             K::Call { name, name_span, args } => self.call(name, *name_span, args, span),
             K::Index { base, index } => self.index(base, index, span),
             K::Member { base, field } => self.dot(base, field, span),
             K::Arrow { base, field } => self.arrow(base, field, span),
             K::Xlate { ty, operand } => self.bare_xlate(ty, operand, span),
-            K::Cast { ty, operand } => self.cast_expr(ty, operand, span).map_err(|e| self.at_reduction(e, span)),
+            K::Cast { ty, operand } => self.cast_expr(ty, operand, span),
             K::SizeofType(t) => self.sizeof_type(t, span),
             K::SizeofExpr(x) => self.sizeof_expr(x, span),
             K::Offsetof { ty, member } => self.offsetof(ty, member, span),
             K::Stringof(x) => self.stringof(x, span),
-            K::Comma { lhs, rhs } => {
-                let l = self.expr(lhs)?;
-                let r = self.expr(rhs)?;
-                if is_action_call(lhs) || is_action_call(rhs) {
-                    return err(Tag::D_OP_ACT, span, "operator , operands cannot be actions");
-                }
-                let (ty, taint) = (r.ty.clone(), r.taint);
-                Ok(derived(ExprKind::Comma(Box::new(l), Box::new(r)), ty, span, taint))
-            }
+            K::Comma { lhs, rhs } => self.comma(lhs, rhs, span),
         }
+    }
+
+    fn comma(&mut self, lhs: &ast::Expr, rhs: &ast::Expr, span: Span) -> Result<Expr> {
+        let l = self.expr(lhs)?;
+        let r = self.expr(rhs)?;
+        if is_action_call(lhs) || is_action_call(rhs) {
+            return err(Tag::D_OP_ACT, span, "operator , operands cannot be actions");
+        }
+        let (ty, taint) = (r.ty.clone(), r.taint);
+        Ok(derived(ExprKind::Comma(Box::new(l), Box::new(r)), ty, span, taint))
     }
 
     /// DTrace substitutes `$1`, `$target`… as it reads the text, so an undefined
@@ -1403,17 +1405,7 @@ impl<'m> Checker<'m> {
 
     fn unary(&mut self, op: UnaryOp, operand: &ast::Expr, span: Span) -> Result<Expr> {
         if is_agg_target(operand) {
-            // DTrace types a bare `@a` as <DYN>, which no unary operator accepts.
-            let (tag, msg) = match op {
-                UnaryOp::Neg | UnaryOp::Plus => {
-                    (Tag::D_OP_ARITH, format!("operator {} requires an operand of arithmetic type", op_sym(op)))
-                }
-                UnaryOp::BitNot => (Tag::D_OP_INT, "operator ~ requires an operand of integral type".to_string()),
-                UnaryOp::Not => (Tag::D_OP_SCALAR, "operator ! requires an operand of scalar type".to_string()),
-                UnaryOp::Deref => (Tag::D_DEREF_NONPTR, "cannot dereference non-pointer type".to_string()),
-                UnaryOp::AddrOf => (Tag::D_ADDROF_VAR, "cannot take address of dynamic variable".to_string()),
-            };
-            return err(tag, span, msg);
+            return unary_on_aggregation(op, span);
         }
         let v = self.rvalue(operand)?;
         let sym = op_sym(op);
@@ -2086,4 +2078,42 @@ struct InlineArray {
     ty: Type,
     params: Vec<(String, Type)>,
     value: ast::Expr,
+}
+
+/// A unary operator on a bare `@a`: DTrace types it as <DYN>, which no unary
+/// operator accepts. Kept out of `unary` so that its frame, repeated at every
+/// level of a nested expression, stays small in debug builds.
+#[cold]
+#[inline(never)]
+fn unary_on_aggregation(op: UnaryOp, span: Span) -> Result<Expr> {
+    // DTrace types a bare `@a` as <DYN>, which no unary operator accepts.
+    let (tag, msg) = match op {
+        UnaryOp::Neg | UnaryOp::Plus => {
+            (Tag::D_OP_ARITH, format!("operator {} requires an operand of arithmetic type", op_sym(op)))
+        }
+        UnaryOp::BitNot => (Tag::D_OP_INT, "operator ~ requires an operand of integral type".to_string()),
+        UnaryOp::Not => (Tag::D_OP_SCALAR, "operator ! requires an operand of scalar type".to_string()),
+        UnaryOp::Deref => (Tag::D_DEREF_NONPTR, "cannot dereference non-pointer type".to_string()),
+        UnaryOp::AddrOf => (Tag::D_ADDROF_VAR, "cannot take address of dynamic variable".to_string()),
+    };
+    err(tag, span, msg)
+}
+
+/// A backquoted symbol: udtrace resolves no kernel symbol; a lone backquote (which
+/// dt_lex.l reads as an identifier) names none at all.
+#[cold]
+#[inline(never)]
+fn backquoted(module: Option<&str>, name: &str, span: Span) -> Result<Expr> {
+    let msg = if name.is_empty() {
+        format!("failed to resolve {}`: Unknown symbol name", module.unwrap_or_default())
+    } else {
+        format!("failed to resolve `{name}: kernel symbols are not available in user-space tracing")
+    };
+    err(Tag::D_IDENT_UNDEF, span, msg)
+}
+
+#[cold]
+#[inline(never)]
+fn aggregation_operand(name: &str, span: Span) -> Result<Expr> {
+    err(Tag::D_OP_DYN, span, format!("aggregation @{name} may not be used as an operand; use printa( ) to print it"))
 }
