@@ -5,6 +5,7 @@
 //! (`dt_compile_agg` parameter checks), `libdtrace/dt_aggregate.c` (sorting, clear,
 //! trunc) and `libdtrace/dt_consume.c` (`dt_stddev`).
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use crate::llquantize::Shape;
@@ -482,7 +483,7 @@ impl Aggregation {
         order.sort_by(|&a, &b| {
             let (ka, sa) = &self.entries[a];
             let (kb, sb) = &self.entries[b];
-            sa.value_for_sort().cmp(&sb.value_for_sort()).then_with(|| crate::format::aggregation::key_cmp(ka, kb, 0))
+            sa.value_for_sort().cmp(&sb.value_for_sort()).then_with(|| key_cmp(ka, kb, 0))
         });
         if n >= 0 {
             order.reverse();
@@ -520,6 +521,52 @@ impl Aggregation {
             pc.states.retain(|k, _| self.index.contains_key(k));
         }
     }
+}
+
+// Key order is a property of aggregations (their sorting and printing both use it):
+// it lives here so that `format` depends on `agg` and never the other way.
+
+/// How DTrace orders two values of one key position: integers by size then as
+/// unsigned numbers of that size (so -1 sorts after 1), strings and bytes by bytes.
+/// Stacks compare by their rendered frames (DTrace compares raw PCs).
+fn value_cmp(a: &Value, b: &Value) -> Ordering {
+    fn rank(v: &Value) -> u8 {
+        match v {
+            Value::Int(_) => 0,
+            Value::Str(_) => 1,
+            Value::Bytes(_) => 2,
+            Value::Stack(_) => 3,
+        }
+    }
+    match (a, b) {
+        (Value::Int(x), Value::Int(y)) => {
+            let m = |i: &crate::value::Int| match i.size {
+                1 => i.bits & 0xff,
+                2 => i.bits & 0xffff,
+                4 => i.bits & 0xffff_ffff,
+                _ => i.bits,
+            };
+            x.size.cmp(&y.size).then(m(x).cmp(&m(y)))
+        }
+        (Value::Str(x), Value::Str(y)) | (Value::Bytes(x), Value::Bytes(y)) => x.cmp(y),
+        (Value::Stack(x), Value::Stack(y)) => x.cmp(y),
+        _ => rank(a).cmp(&rank(b)),
+    }
+}
+
+/// dt_aggregate_keycmp: keys compared in order, starting at `keypos` and wrapping
+/// (a keypos beyond the keys means 0).
+pub fn key_cmp(a: &[Value], b: &[Value], keypos: usize) -> Ordering {
+    let n = a.len().min(b.len());
+    let keypos = if keypos >= n { 0 } else { keypos };
+    for k in 0..n {
+        let i = (k + keypos) % n;
+        let o = value_cmp(&a[i], &b[i]);
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    a.len().cmp(&b.len())
 }
 
 #[cfg(test)]

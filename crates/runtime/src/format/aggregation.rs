@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use super::printf::{format_into, AggValue, Format, FormatCtx, FormatError};
 use super::quantize::{ll_div_u64, print_dist};
 use super::trace::{print_datum, TraceOpts};
-use crate::agg::{AggState, Aggregation};
+use crate::agg::{key_cmp, AggState, Aggregation};
 use crate::value::Value;
 
 /// The aggsort* options.
@@ -33,49 +33,6 @@ pub struct AggPrintOpts {
     pub sort: SortOptions,
     /// strsize, stackindent and rawbytes apply to keys; `quiet` is ignored.
     pub trace: TraceOpts,
-}
-
-/// How DTrace orders two values of one key position: integers by size then as
-/// unsigned numbers of that size (so -1 sorts after 1), strings and bytes by bytes.
-/// Stacks compare by their rendered frames (DTrace compares raw PCs).
-fn value_cmp(a: &Value, b: &Value) -> Ordering {
-    fn rank(v: &Value) -> u8 {
-        match v {
-            Value::Int(_) => 0,
-            Value::Str(_) => 1,
-            Value::Bytes(_) => 2,
-            Value::Stack(_) => 3,
-        }
-    }
-    match (a, b) {
-        (Value::Int(x), Value::Int(y)) => {
-            let m = |i: &crate::value::Int| match i.size {
-                1 => i.bits & 0xff,
-                2 => i.bits & 0xffff,
-                4 => i.bits & 0xffff_ffff,
-                _ => i.bits,
-            };
-            x.size.cmp(&y.size).then(m(x).cmp(&m(y)))
-        }
-        (Value::Str(x), Value::Str(y)) | (Value::Bytes(x), Value::Bytes(y)) => x.cmp(y),
-        (Value::Stack(x), Value::Stack(y)) => x.cmp(y),
-        _ => rank(a).cmp(&rank(b)),
-    }
-}
-
-/// dt_aggregate_keycmp: keys compared in order, starting at `keypos` and wrapping
-/// (a keypos beyond the keys means 0).
-pub fn key_cmp(a: &[Value], b: &[Value], keypos: usize) -> Ordering {
-    let n = a.len().min(b.len());
-    let keypos = if keypos >= n { 0 } else { keypos };
-    for k in 0..n {
-        let i = (k + keypos) % n;
-        let o = value_cmp(&a[i], &b[i]);
-        if o != Ordering::Equal {
-            return o;
-        }
-    }
-    a.len().cmp(&b.len())
 }
 
 fn rev(o: Ordering, s: &SortOptions) -> Ordering {
