@@ -18,7 +18,7 @@ use udtrace_bpf::record::{PtReg, RecordLayout, RecordPlan, StringCapture};
 use udtrace_bpf::tracepoint::{self, TracepointLink};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_lang::capture::CapturePlan;
-use udtrace_target::procfs;
+use udtrace_process::procfs;
 
 use crate::pidprov::{PidProbe, SiteKind};
 

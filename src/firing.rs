@@ -11,11 +11,11 @@ use std::rc::Rc;
 use udtrace_bpf::record::{Firing, PtReg};
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::types::SymKind;
+use udtrace_object::debuginfo::{self, ObjectSymbols};
+use udtrace_object::modules;
+use udtrace_object::unwind::{Snapshot, Unwinder};
+use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_runtime::{Context, Value};
-use udtrace_target::debuginfo::{self, ObjectSymbols};
-use udtrace_target::modules;
-use udtrace_target::procfs::{self, LoadedObject};
-use udtrace_target::unwind::{Snapshot, Unwinder};
 
 use crate::backend::SiteTarget;
 use crate::pidprov::SiteKind;

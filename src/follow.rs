@@ -11,10 +11,10 @@ use std::rc::Rc;
 
 use nix::sys::signal::Signal;
 use udtrace_lang::ast::ProbeDesc;
+use udtrace_process::control::{ControlError, Target};
+use udtrace_process::follow::{Brief, Event, Tree};
+use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_runtime::{Consumer, Probe};
-use udtrace_target::control::{ControlError, Target};
-use udtrace_target::follow::{Brief, Event, Tree};
-use udtrace_target::procfs::{self, LoadedObject};
 
 use crate::backend::{Bpf, HOLD_SIGNAL};
 use crate::compile::{first_statement, Compiled};

@@ -2,7 +2,7 @@
 //! escapes, matched against a whole field. An empty pattern matches everything. The
 //! matcher itself is the target crate's (`gmatch`), shared with module matching.
 
-use udtrace_target::modules;
+use udtrace_object::modules;
 
 /// Whether `pat` contains glob characters (a plain name is matched exactly and can
 /// create probes on demand, a glob never does).

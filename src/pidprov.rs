@@ -8,13 +8,13 @@ use std::rc::Rc;
 
 use udtrace_lang::ast::ProbeDesc;
 use udtrace_lang::Tag;
+use udtrace_object::debuginfo::{self, LoadError, ObjectSymbols};
+use udtrace_object::errno::{self, ErrnoTls};
+use udtrace_object::modules;
+use udtrace_object::sites::{self, Sites};
+use udtrace_object::symbols::Function;
+use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_runtime::Probe;
-use udtrace_target::debuginfo::{self, LoadError, ObjectSymbols};
-use udtrace_target::errno::{self, ErrnoTls};
-use udtrace_target::modules;
-use udtrace_target::procfs::{self, LoadedObject};
-use udtrace_target::sites::{self, Sites};
-use udtrace_target::symbols::Function;
 
 use crate::glob;
 

@@ -12,7 +12,7 @@ use crate::glob;
 use crate::pidprov::PidProvider;
 use crate::procprov;
 use udtrace_lang::proc_types::ArgType;
-use udtrace_target::procfs::LoadedObject;
+use udtrace_process::procfs::LoadedObject;
 
 pub const BEGIN: u32 = 1;
 pub const END: u32 = 2;

@@ -404,14 +404,14 @@ fn siginfo(types: &TypeTable, f: &ProcFiring, raw: &[u8; SIGINFO_SIZE]) -> Vec<u
 /// task data (the pid provider's). The thread is taken as running on `cpu`, as it was
 /// at its firing.
 pub fn snapshot_from_proc(pid: u32, tid: u32, cpu: u32) -> Option<TaskSnap> {
-    let (_, f) = udtrace_target::procfs::task_stat(pid as i32, tid as i32).ok()?;
-    let (comm, leader) = udtrace_target::procfs::task_stat(pid as i32, pid as i32).ok()?;
+    let (_, f) = udtrace_process::procfs::task_stat(pid as i32, tid as i32).ok()?;
+    let (comm, leader) = udtrace_process::procfs::task_stat(pid as i32, pid as i32).ok()?;
     let num = |v: &[String], i: usize| v.get(i).and_then(|x| x.parse::<i64>().ok()).unwrap_or(0);
     let mut fname = [0u8; 16];
     let n = comm.len().min(15);
     fname[..n].copy_from_slice(&comm.as_bytes()[..n]);
-    let uids = udtrace_target::procfs::status_numbers(pid as i32, "Uid:").unwrap_or_default();
-    let gids = udtrace_target::procfs::status_numbers(pid as i32, "Gid:").unwrap_or_default();
+    let uids = udtrace_process::procfs::status_numbers(pid as i32, "Uid:").unwrap_or_default();
+    let gids = udtrace_process::procfs::status_numbers(pid as i32, "Gid:").unwrap_or_default();
     let id = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0) as u32;
     // Fields after comm: 0 state, 1 ppid, 2 pgrp, 3 session, 4 tty_nr, 15 priority,
     // 16 nice, 17 num_threads, 19 starttime (ticks), 25 startstack, 36 processor,
@@ -420,7 +420,7 @@ pub fn snapshot_from_proc(pid: u32, tid: u32, cpu: u32) -> Option<TaskSnap> {
     let start_stack = num(&leader, 25) as u64;
     // The initial stack starts with argc, then argv[] (what pr_argv and pr_envp point to).
     let argc = (start_stack != 0)
-        .then(|| udtrace_target::procfs::read_memory(pid as i32, start_stack, 8).ok())
+        .then(|| udtrace_process::procfs::read_memory(pid as i32, start_stack, 8).ok())
         .flatten()
         .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
         .map(u64::from_ne_bytes);

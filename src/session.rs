@@ -33,10 +33,10 @@ use udtrace_bpf::proc::{self, Hook, ProcFiring, ProcPlan};
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_lang::types::TypeTable;
+use udtrace_process::control::Target;
+use udtrace_process::follow::Event;
+use udtrace_process::procfs;
 use udtrace_runtime::Context;
-use udtrace_target::control::Target;
-use udtrace_target::follow::Event;
-use udtrace_target::procfs;
 
 pub const EXIT_FAILURE: i32 = 1;
 

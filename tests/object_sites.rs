@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use udtrace_target::debuginfo::{self, ObjectSymbols};
-use udtrace_target::sites::{check_offset, OffsetError};
+use udtrace_object::debuginfo::{self, ObjectSymbols};
+use udtrace_object::sites::{check_offset, OffsetError};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("UDTRACE_FIXTURES")).join(name)

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 
-use crate::elf::ElfInfo;
+use udtrace_object::elf::ElfInfo;
 
 /// One line of /proc/<pid>/maps.
 #[derive(Debug, Clone, PartialEq, Eq)]

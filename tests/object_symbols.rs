@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use udtrace_target::debuginfo::{self, ObjectSymbols};
-use udtrace_target::elf::SymbolSource;
-use udtrace_target::modules::{module_matches, module_name};
+use udtrace_object::debuginfo::{self, ObjectSymbols};
+use udtrace_object::elf::SymbolSource;
+use udtrace_object::modules::{module_matches, module_name};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("UDTRACE_FIXTURES")).join(name)
@@ -267,9 +267,9 @@ fn fixtures_run() {
 /// table and site decoding return errors or odd answers, never panic.
 #[test]
 fn corrupted_objects_never_panic() {
-    use udtrace_target::elf;
-    use udtrace_target::sites;
-    use udtrace_target::symbols::SymbolTable;
+    use udtrace_object::elf;
+    use udtrace_object::sites;
+    use udtrace_object::symbols::SymbolTable;
     let data = std::fs::read(fixture("fixture")).unwrap();
     for i in (0..data.len()).step_by(5) {
         for flip in [0xff, 0x80] {

@@ -1,0 +1,11 @@
+//! Live processes: what a process has mapped (`/proc`), starting and grabbing `-c`/`-p`
+//! processes, and following process trees with ptrace (fork, vfork, exec, the holds
+//! that keep a new process still until its probes are armed).
+//!
+//! Facts about the objects a process maps come from `udtrace-object`; this crate never
+//! parses an object itself. Its system calls go through `nix` and `udtrace-sys`; no
+//! `unsafe` here.
+
+pub mod control;
+pub mod follow;
+pub mod procfs;
