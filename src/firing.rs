@@ -11,6 +11,7 @@ use std::rc::Rc;
 use udtrace_bpf::record::{Firing, PtReg};
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::types::SymKind;
+use udtrace_lang::types::TypeTable;
 use udtrace_object::debuginfo::{self, ObjectSymbols};
 use udtrace_object::modules;
 use udtrace_object::unwind::{Snapshot, Unwinder};
@@ -20,7 +21,6 @@ use udtrace_runtime::{Context, Value};
 use crate::backend::SiteTarget;
 use crate::pidprov::SiteKind;
 use crate::procprov::{Clocks, CurrentFromProc};
-use udtrace_lang::types::TypeTable;
 
 /// What udtrace remembers of a process: read while it is held (at its start, fork, exec
 /// or when it maps new objects) or at its first firing, so that output for a process

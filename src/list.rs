@@ -3,13 +3,13 @@
 
 use std::io::Write;
 
+use udtrace_lang::proc_types::ArgType;
 use udtrace_runtime::Probe;
 
 use crate::cli::Cli;
 use crate::compile::{full_name, Compiled};
 use crate::probes::Registry;
 use crate::procprov;
-use udtrace_lang::proc_types::ArgType;
 
 /// Lists as dtrace.c's list_prog() does: every probe description of every clause in
 /// program order, each followed by the probes it matches (so a probe named twice is

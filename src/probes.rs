@@ -6,13 +6,13 @@
 use std::rc::Rc;
 
 use udtrace_lang::ast::ProbeDesc;
+use udtrace_lang::proc_types::ArgType;
+use udtrace_process::procfs::LoadedObject;
 use udtrace_runtime::Probe;
 
 use crate::glob;
 use crate::pidprov::PidProvider;
 use crate::procprov;
-use udtrace_lang::proc_types::ArgType;
-use udtrace_process::procfs::LoadedObject;
 
 pub const BEGIN: u32 = 1;
 pub const END: u32 = 2;

@@ -3,6 +3,7 @@
 
 use nix::time::{clock_gettime, ClockId};
 use nix::unistd::{getegid, geteuid, getgid, getpgrp, getpid, getppid, getsid, gettid, getuid};
+
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::types::TypeTable;
 use udtrace_process::procfs;

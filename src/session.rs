@@ -2,6 +2,8 @@
 //! until `exit()`, a signal or the end of the traced processes, fire END, print what
 //! remains. Exit status as dtrace's: the `exit()` value, 1 on failure.
 
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::OpenOptions;
 use std::io;
 use std::os::fd::AsFd;
@@ -12,8 +14,17 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::WaitStatus;
+
+use udtrace_bpf::proc::{self, Hook, ProcFiring, ProcPlan};
+use udtrace_bpf::ringbuf::RingBufReader;
+use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_lang::macros::MacroArgs;
+use udtrace_lang::types::TypeTable;
+use udtrace_process::control::Target;
+use udtrace_process::follow::Event;
+use udtrace_process::procfs;
 use udtrace_runtime::consumer::Settings;
+use udtrace_runtime::Context;
 use udtrace_runtime::{Consumer, Effects, Output, Probe};
 
 use crate::backend::{self, Bpf};
@@ -27,16 +38,6 @@ use crate::probes::{self, Registry, TimerKind};
 use crate::procprov::{self, Clocks, ProcCtx};
 use crate::selfctx::{SelfContext, SelfFiring};
 use crate::sink::Sink;
-use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet};
-use udtrace_bpf::proc::{self, Hook, ProcFiring, ProcPlan};
-use udtrace_bpf::ringbuf::RingBufReader;
-use udtrace_lang::capture::{self, CapturePlan};
-use udtrace_lang::types::TypeTable;
-use udtrace_process::control::Target;
-use udtrace_process::follow::Event;
-use udtrace_process::procfs;
-use udtrace_runtime::Context;
 
 pub const EXIT_FAILURE: i32 = 1;
 

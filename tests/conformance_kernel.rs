@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+
 use udtrace_bpf::btf::Btf;
 
 #[test]

@@ -3,6 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
 use udtrace_lang::check::Checker;
 use udtrace_lang::diag::{render, Origin, Style};
 use udtrace_lang::macros::MacroArgs;

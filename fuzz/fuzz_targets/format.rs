@@ -3,6 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
 use udtrace_runtime::agg::{AggFunc, AggState};
 use udtrace_runtime::format::printf::{format, format_into, AggValue};
 use udtrace_runtime::format::{parse_format, ArgKind, FormatCtx};

@@ -2,6 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
 use udtrace_lang::parser::{parse_program, parse_script, DescAlign};
 
 fuzz_target!(|data: &[u8]| {

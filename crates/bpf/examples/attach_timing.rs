@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
 use udtrace_bpf::codegen::{uprobe_program, ProbeMaps};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::record::RecordPlan;

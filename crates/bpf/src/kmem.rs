@@ -7,6 +7,7 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use thiserror::Error;
+
 use udtrace_sys::bpf::{self as sys, MapSpec};
 
 use crate::insn::{alu64_imm, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, Cond, Reg, Size};

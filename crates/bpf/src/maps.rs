@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use thiserror::Error;
+
 use udtrace_sys::bpf::{self as sys, MapSpec};
 
 const BPF_MAP_TYPE_HASH: u32 = 1;

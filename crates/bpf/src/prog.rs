@@ -4,6 +4,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use thiserror::Error;
+
 use udtrace_sys::bpf::{self as sys, ProgSpec};
 
 use crate::insn::{encode, Insn};

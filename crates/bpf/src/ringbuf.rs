@@ -12,6 +12,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use thiserror::Error;
+
 use udtrace_sys::mmap::{page_size, poll_readable, Mmap};
 
 use crate::maps::RingBuf;

@@ -7,6 +7,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
+
 use udtrace_sys::{mount, perf};
 
 use crate::prog::{Program, ProgramKind};

@@ -12,6 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
+
 use udtrace_sys::{bpf as sys, perf};
 
 use crate::insn::{exit, mov64_imm};

@@ -8,10 +8,11 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use crate::llquantize::Shape;
 use thiserror::Error;
+
 use udtrace_lang::Tag;
 
+use crate::llquantize::Shape;
 use crate::value::Value;
 
 /// Number of `quantize()` buckets: 63 negative, zero, 63 positive.

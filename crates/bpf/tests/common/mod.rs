@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
+
 use udtrace_bpf::is_bpf_refusal;
 use udtrace_bpf::maps::HashMap;
 

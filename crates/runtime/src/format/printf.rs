@@ -13,6 +13,7 @@
 //! "z", "j", "t", and "%F".
 
 use thiserror::Error;
+
 use udtrace_lang::Tag;
 
 use super::cfmt::{self, Spec};
