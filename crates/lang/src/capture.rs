@@ -4,7 +4,7 @@
 //! arguments), the strings behind `copyinstr(argN)` and `errno`. Anything else a clause reads from the process is
 //! read from the live process when the consumer evaluates it.
 
-use crate::ir::{Action, Builtin, Clause, Expr, ExprKind, Place, Subr};
+use crate::ir::{visit_actions, visit_expr, Action, Builtin, Clause, Expr, ExprKind, Subr};
 
 /// How many bytes of user stack `ustack()` copies: enough for the unwinder to walk a
 /// few dozen frames of ordinary C and Rust code.
@@ -61,87 +61,59 @@ impl CapturePlan {
 /// The plan for one clause (predicate and actions).
 pub fn plan(c: &Clause) -> CapturePlan {
     let mut p = CapturePlan::default();
-    if let Some(pred) = &c.predicate {
-        expr(pred, &mut p);
+    {
+        let mut see = |e: &Expr| note(e, &mut p);
+        if let Some(pred) = &c.predicate {
+            visit_expr(pred, &mut see);
+        }
+        visit_actions(&c.actions, &mut see);
     }
-    actions(&c.actions, &mut p);
+    if ustack_action(&c.actions) {
+        p.stack_bytes = p.stack_bytes.max(USTACK_BYTES);
+    }
     p.strings.sort_unstable();
     // Stacks unwind from ip/sp/bp; string captures are matched to their argument.
     p.regs |= p.stack_bytes > 0 || !p.strings.is_empty();
     p
 }
 
-fn actions(list: &[Action], p: &mut CapturePlan) {
-    for a in list {
-        match a {
-            Action::Eval(e)
-            | Action::Trace(e)
-            | Action::Symbol(e)
-            | Action::Exit(e)
-            | Action::Speculate(e)
-            | Action::Commit(e)
-            | Action::Discard(e)
-            | Action::Raise(e)
-            | Action::Print { addr: e, .. } => expr(e, p),
-            Action::Tracemem { addr, dsize, .. } => {
-                expr(addr, p);
-                if let Some(d) = dsize {
-                    expr(d, p);
-                }
-            }
-            Action::Printf { args, .. } | Action::System { args, .. } | Action::Freopen { args, .. } => {
-                args.iter().for_each(|e| expr(e, p))
-            }
-            Action::AggUpdate { keys, args, .. } => keys.iter().chain(args).for_each(|e| expr(e, p)),
-            Action::Trunc { keep: Some(e), .. } | Action::Normalize { factor: e, .. } => expr(e, p),
-            Action::Stack { user: true, .. } => p.stack_bytes = p.stack_bytes.max(USTACK_BYTES),
-            Action::If { cond, then, otherwise } => {
-                expr(cond, p);
-                actions(then, p);
-                actions(otherwise, p);
-            }
-            _ => {}
-        }
-    }
+/// Whether the actions include `ustack()` as a statement (inside `if` too).
+fn ustack_action(list: &[Action]) -> bool {
+    list.iter().any(|a| match a {
+        Action::Stack { user: true, .. } => true,
+        Action::If { then, otherwise, .. } => ustack_action(then) || ustack_action(otherwise),
+        _ => false,
+    })
 }
 
-fn place(pl: &Place, p: &mut CapturePlan) {
-    match pl {
-        Place::Array { keys, .. } => keys.iter().for_each(|k| expr(k, p)),
-        Place::Mem { addr, .. } => expr(addr, p),
-        Place::Field { base, .. } => place(base, p),
-        Place::Var(_) => {}
-    }
-}
-
-fn expr(e: &Expr, p: &mut CapturePlan) {
-    if matches!(e.kind, ExprKind::Builtin(Builtin::Arg(_)) | ExprKind::Args(_) | ExprKind::Uregs(_)) {
-        p.regs = true;
-    }
+/// What one expression node (its children are visited on their own) asks a firing to
+/// record.
+fn note(e: &Expr, p: &mut CapturePlan) {
     match &e.kind {
-        ExprKind::Builtin(Builtin::Arg(n)) => p.args |= 1 << n,
+        ExprKind::Builtin(Builtin::Arg(n)) => {
+            p.regs = true;
+            p.args |= 1 << n;
+            if *n >= 6 {
+                p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES);
+            }
+        }
         ExprKind::Args(i) => {
+            p.regs = true;
             p.args |= match i.kind {
                 ExprKind::Int(n) if n < 16 => 1 << n,
                 _ => u16::MAX,
-            }
+            };
+            p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES);
         }
+        ExprKind::Uregs(_) => p.regs = true,
         ExprKind::Builtin(Builtin::Curpsinfo | Builtin::Curlwpsinfo | Builtin::Ppid | Builtin::Uid | Builtin::Gid) => {
             p.cur_task = true
         }
-        ExprKind::Call(Subr::Progenyof, _) => p.ancestors = true,
         ExprKind::Builtin(Builtin::Errno) => p.errno = true,
         ExprKind::Builtin(Builtin::Curthread) => p.curthread = true,
-        _ => {}
-    }
-    match &e.kind {
-        ExprKind::Builtin(Builtin::Arg(n)) if *n >= 6 => p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES),
         ExprKind::Builtin(Builtin::Ucaller) => p.stack_bytes = p.stack_bytes.max(UCALLER_STACK_BYTES),
         ExprKind::Builtin(Builtin::Ustackdepth) => p.stack_bytes = p.stack_bytes.max(USTACK_BYTES),
-        ExprKind::Args(i) => {
-            p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES);
-            expr(i, p);
-        }
+        ExprKind::Call(Subr::Progenyof, _) => p.ancestors = true,
         ExprKind::Call(Subr::Stack { user: true }, _) => p.stack_bytes = p.stack_bytes.max(USTACK_BYTES),
         ExprKind::Call(Subr::Copyinstr, args) => {
             if let Some(ExprKind::Builtin(Builtin::Arg(n))) = args.first().map(|a| &a.kind) {
@@ -149,41 +121,8 @@ fn expr(e: &Expr, p: &mut CapturePlan) {
                     p.strings.push(*n);
                 }
             }
-            args.iter().for_each(|a| expr(a, p));
         }
-        ExprKind::Call(_, args) => args.iter().for_each(|a| expr(a, p)),
-        ExprKind::ArrayGet { keys, .. } => keys.iter().for_each(|k| expr(k, p)),
-        ExprKind::Uregs(x)
-        | ExprKind::Neg(x)
-        | ExprKind::BitNot(x)
-        | ExprKind::NonNull(x)
-        | ExprKind::Not(x)
-        | ExprKind::Cast(x)
-        | ExprKind::Load(x)
-        | ExprKind::IndexCheck { index: x, .. } => expr(x, p),
-        ExprKind::Field { base, .. } => expr(base, p),
-        ExprKind::BitField { unit, .. } => expr(unit, p),
-        ExprKind::Binary { lhs, rhs, .. } | ExprKind::StrCmp { lhs, rhs, .. } | ExprKind::Logical { lhs, rhs, .. } => {
-            expr(lhs, p);
-            expr(rhs, p);
-        }
-        ExprKind::Comma(a, b)
-        | ExprKind::StrChar { base: a, index: b }
-        | ExprKind::StrOffset { base: a, offset: b } => {
-            expr(a, p);
-            expr(b, p);
-        }
-        ExprKind::Ternary { cond, then, otherwise } => {
-            expr(cond, p);
-            expr(then, p);
-            expr(otherwise, p);
-        }
-        ExprKind::Assign { target, value, .. } => {
-            place(target, p);
-            expr(value, p);
-        }
-        ExprKind::IncDec { target, .. } => place(target, p),
-        ExprKind::Int(_) | ExprKind::Str(_) | ExprKind::Var(_) | ExprKind::VarAddr(_) | ExprKind::Builtin(_) => {}
+        _ => {}
     }
 }
 
