@@ -416,6 +416,15 @@ impl<'m> Checker<'m> {
         e
     }
 
+    /// dt_cook_op2's D_OP_INCOMPAT: `operands have incompatible types: "l" op "r"`.
+    /// Out of line: it is reached from the recursive checking of every operator.
+    #[cold]
+    #[inline(never)]
+    fn incompatible<T>(&self, l: &Type, op: &str, r: &Type, span: Span) -> Result<T> {
+        let msg = format!("operands have incompatible types: \"{}\" {op} \"{}\"", self.type_name(l), self.type_name(r));
+        err(Tag::D_OP_INCOMPAT, span, msg)
+    }
+
     /// A key of an associative array or aggregation: dt_idcook_assc refuses a void
     /// key (an action's value) and a dynamic one.
     fn assoc_key(&mut self, k: &ast::Expr, i: usize, what: &str) -> Result<Expr> {
@@ -1272,15 +1281,7 @@ impl<'m> Checker<'m> {
             // dt_cook_op2 refuses a string on either side of `+=`/`-=` before it
             // looks at the left side's size.
             if matches!(o, BinaryOp::Add | BinaryOp::Sub) && (ty.is_string() || value.ty.is_string()) {
-                return err(
-                    Tag::D_OP_INCOMPAT,
-                    span,
-                    format!(
-                        "operands have incompatible types: \"{}\" {opsym} \"{}\"",
-                        self.type_name(&ty),
-                        self.type_name(&value.ty)
-                    ),
-                );
+                return self.incompatible(&ty, &opsym, &value.ty, span);
             }
             if matches!(o, BinaryOp::Add | BinaryOp::Sub)
                 && !(ty.is_integer() && value.ty.is_integer())
@@ -1293,15 +1294,7 @@ impl<'m> Checker<'m> {
                 );
             }
             if !ty.is_scalar() || !value.ty.is_arithmetic() {
-                return err(
-                    Tag::D_OP_INCOMPAT,
-                    span,
-                    format!(
-                        "operands have incompatible types: \"{}\" {opsym} \"{}\"",
-                        self.type_name(&ty),
-                        self.type_name(&value.ty)
-                    ),
-                );
+                return self.incompatible(&ty, &opsym, &value.ty, span);
             }
             let int_only = matches!(
                 o,
@@ -1334,11 +1327,7 @@ impl<'m> Checker<'m> {
         if self.arg_compat(to, v, dynamic) {
             return Ok(());
         }
-        err(
-            Tag::D_OP_INCOMPAT,
-            span,
-            format!("operands have incompatible types: \"{}\" {op} \"{}\"", self.type_name(to), self.type_name(&v.ty)),
-        )
+        self.incompatible(to, op, &v.ty, span)
     }
 
     /// Converts a checked value to `ty` where the conversion is implicit (assignment,
@@ -1562,16 +1551,7 @@ impl<'m> Checker<'m> {
         for x in [&l, &r] {
             if !x.ty.is_arithmetic() {
                 if matches!(op, Add | Sub) {
-                    return err(
-                        Tag::D_OP_INCOMPAT,
-                        span,
-                        format!(
-                            "operands have incompatible types: \"{}\" {} \"{}\"",
-                            self.type_name(&l.ty),
-                            op.symbol(),
-                            self.type_name(&r.ty)
-                        ),
-                    );
+                    return self.incompatible(&l.ty, op.symbol(), &r.ty, span);
                 }
                 let (tag, kind) = if integral { (Tag::D_OP_INT, "integral") } else { (Tag::D_OP_ARITH, "arithmetic") };
                 return err(tag, span, format!("operator {} requires operands of {kind} type", op.symbol()));
@@ -1650,16 +1630,7 @@ impl<'m> Checker<'m> {
                     taint,
                 ))
             }
-            _ => err(
-                Tag::D_OP_INCOMPAT,
-                span,
-                format!(
-                    "operands have incompatible types: \"{}\" {} \"{}\"",
-                    self.type_name(&l.ty),
-                    op.symbol(),
-                    self.type_name(&r.ty)
-                ),
-            ),
+            _ => self.incompatible(&l.ty, op.symbol(), &r.ty, span),
         }
     }
 

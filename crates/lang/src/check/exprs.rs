@@ -75,16 +75,7 @@ impl Checker<'_> {
             || strings
             || self.ptr_compat(&l, &r).is_some();
         if !compatible {
-            return err(
-                Tag::D_OP_INCOMPAT,
-                span,
-                format!(
-                    "operands have incompatible types: \"{}\" {} \"{}\"",
-                    self.type_name(&l.ty),
-                    op.symbol(),
-                    self.type_name(&r.ty)
-                ),
-            );
+            return self.incompatible(&l.ty, op.symbol(), &r.ty, span);
         }
         if l.ty.is_string() || r.ty.is_string() {
             let l = self.convert(l, &Type::String);
@@ -158,18 +149,7 @@ impl Checker<'_> {
         let (s, n) = match (l.ty.is_string(), r.ty.is_string()) {
             (true, false) if is_integer(&r.ty) => (l, r),
             (false, true) if is_integer(&l.ty) && op == BinaryOp::Add => (r, l),
-            _ => {
-                return err(
-                    Tag::D_OP_INCOMPAT,
-                    span,
-                    format!(
-                        "operands have incompatible types: \"{}\" {} \"{}\"",
-                        self.type_name(&l.ty),
-                        op.symbol(),
-                        self.type_name(&r.ty)
-                    ),
-                )
-            }
+            _ => return self.incompatible(&l.ty, op.symbol(), &r.ty, span),
         };
         let mut n = self.convert(n, &Type::int(8, true));
         if op == BinaryOp::Sub {
