@@ -12,9 +12,10 @@ use udtrace_bpf::codegen::{
     errno_entry, exec_program, hold_program, uprobe_program, uprobe_program_for, ErrnoSource, Filter, ProbeMaps,
 };
 use udtrace_bpf::maps::RingBuf;
-use udtrace_bpf::proc::{proc_program, AttachPoints, Hook, ProcLayout, ProcPlan, SyscallField, TaskOffsets};
+use udtrace_bpf::proc::{attach_points, proc_program, AttachPoints, SyscallField, TaskOffsets};
+use udtrace_record::proc::{Hook, ProcLayout, ProcPlan};
 use udtrace_bpf::prog::{Program, ProgramKind};
-use udtrace_bpf::record::{PtReg, RecordLayout, RecordPlan, StringCapture};
+use udtrace_record::pid::{PtReg, RecordLayout, RecordPlan, StringCapture};
 use udtrace_bpf::tracepoint::{self, TracepointLink};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_lang::capture::CapturePlan;
@@ -188,7 +189,7 @@ fn record_plan(plan: &CapturePlan, strsize: u32) -> RecordPlan {
             .iter()
             .map(|&n| StringCapture {
                 reg: PtReg::ARGS[usize::from(n)],
-                max: strsize.clamp(1, udtrace_bpf::record::MAX_STRING),
+                max: strsize.clamp(1, udtrace_record::pid::MAX_STRING),
             })
             .collect(),
         regs: plan.regs,
@@ -285,7 +286,7 @@ impl Bpf {
                 bpf_error("load the proc program", &e.to_string(), Some(e.os_error()))
             };
             let mut links = Vec::new();
-            match hook.attach_points() {
+            match attach_points(hook) {
                 AttachPoints::Raw(name) => {
                     let insns = proc_program(&layout, &offsets, &self.maps, &paths, None).map_err(gen_err)?;
                     let prog = Program::load(ProgramKind::RawTracepoint, "udtrace_proc", &insns).map_err(load_err)?;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use udtrace_bpf::record::{Firing, PtReg};
+use udtrace_record::pid::{Firing, PtReg};
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::types::SymKind;
 use udtrace_lang::types::TypeTable;

@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use udtrace_bpf::proc::{Hook, ProcFiring, ProcPlan, TaskSnap, PSARGS_SIZE, SIGINFO_SIZE};
+use udtrace_record::proc::{Hook, ProcFiring, ProcPlan, TaskSnap, PSARGS_SIZE, SIGINFO_SIZE};
 use udtrace_lang::capture::CapturePlan;
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::proc_types::{self, ArgType};

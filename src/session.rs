@@ -15,7 +15,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::WaitStatus;
 
-use udtrace_bpf::proc::{self, Hook, ProcFiring, ProcPlan};
+use udtrace_record::proc::{self, Hook, ProcFiring, ProcPlan};
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_lang::macros::MacroArgs;

@@ -17,7 +17,7 @@ use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use udtrace_bpf::codegen::{uprobe_program, ProbeMaps};
 use udtrace_bpf::prog::{Program, ProgramKind};
-use udtrace_bpf::record::RecordPlan;
+use udtrace_record::pid::RecordPlan;
 use udtrace_bpf::uprobe::{self, Site};
 
 fn rustc_driver() -> PathBuf {

@@ -1,5 +1,5 @@
 //! The program every pid probe runs: keep only firings of traced processes, then write
-//! one fixed-size record (see [`crate::record`]) into the ring buffer.
+//! one fixed-size record (see `udtrace_record::pid`) into the ring buffer.
 
 use thiserror::Error;
 
@@ -8,7 +8,7 @@ use crate::insn::{
     Size,
 };
 use crate::maps::{HashMap, MapError, PerCpuArray, RingBuf};
-use crate::record::{self, PlanError, PtReg, RecordLayout, RecordPlan};
+use udtrace_record::pid::{self as record, PlanError, PtReg, RecordLayout, RecordPlan};
 
 #[derive(Debug, Error)]
 pub enum CodegenError {

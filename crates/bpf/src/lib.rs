@@ -1,6 +1,6 @@
 //! udtrace's own BPF toolkit, built on `udtrace-sys` and nothing that needs clang or
 //! LLVM: an instruction emitter ([`insn`]), the uprobe program generator ([`codegen`])
-//! with the record layout it writes ([`record`]), typed maps ([`maps`]), program loading
+//! writing the records `udtrace-record` lays out, typed maps ([`maps`]), program loading
 //! with the verifier log ([`prog`]), uprobe and tracepoint attachment ([`uprobe`],
 //! [`tracepoint`]) and the ring buffer reader ([`ringbuf`]).
 
@@ -13,7 +13,6 @@ pub mod kmem;
 pub mod maps;
 pub mod proc;
 pub mod prog;
-pub mod record;
 pub mod ringbuf;
 pub mod tracepoint;
 pub mod uprobe;

@@ -8,12 +8,11 @@ use std::process::Command;
 
 use udtrace_bpf::btf::Btf;
 use udtrace_bpf::codegen::ProbeMaps;
-use udtrace_bpf::proc::{
-    hook_of, proc_program, AttachPoints, Hook, ProcFiring, ProcLayout, ProcPlan, SyscallField, TaskOffsets,
-};
+use udtrace_bpf::proc::{attach_points, proc_program, AttachPoints, SyscallField, TaskOffsets};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::tracepoint;
+use udtrace_record::proc::{hook_of, Hook, ProcFiring, ProcLayout, ProcPlan};
 
 enum Link {
     Raw(#[allow(dead_code)] tracepoint::RawTracepointLink),
@@ -34,7 +33,7 @@ fn proc_hooks_record_a_child_life() {
     let mut layouts = Vec::new();
     for hook in Hook::ALL {
         let layout = ProcLayout::new(hook, &plan);
-        match hook.attach_points() {
+        match attach_points(hook) {
             AttachPoints::Raw(name) => {
                 let insns = proc_program(&layout, &offsets, &maps, &paths, None).unwrap();
                 let prog = Program::load(ProgramKind::RawTracepoint, "udtrace_proc", &insns)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use udtrace_bpf::codegen::{uprobe_program, ProbeMaps};
 use udtrace_bpf::prog::{Program, ProgramKind};
-use udtrace_bpf::record::{PtReg, RecordLayout, RecordPlan, StringCapture};
+use udtrace_record::pid::{PtReg, RecordLayout, RecordPlan, StringCapture};
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::uprobe::{self, Site};
 

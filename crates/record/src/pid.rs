@@ -1,9 +1,9 @@
-//! The layout of one firing's record in the ring buffer, defined once: the code
-//! generator writes it and [`RecordLayout::parse`] reads it back. Pure, no I/O.
+//! The layout of one pid firing's record, defined once: a backend writes it (the BPF
+//! code generator today) and [`RecordLayout::parse`] reads it back. Pure, no I/O.
 //!
 //! ```text
 //! offset  size  field
-//!      0     8  cookie (the probe site's bpf cookie)
+//!      0     8  cookie (the probe site's cookie)
 //!      8     8  pid_tgid (tgid << 32 | tid)
 //!     16     8  ktime_get_ns
 //!     24     4  cpu
