@@ -9,25 +9,8 @@ use std::fmt;
 use std::path::PathBuf;
 
 use udtrace_lang::options::{self, CppArg, OptionName, Options, D_VERSION_STRING};
-
-/// Our name when argv[0] gives none.
-pub const PROGRAM: &str = "udtrace";
-
-static PROGRAM_NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-
-/// The name every message starts with: the base name of argv[0], as dtrace's
-/// (`dtrace:` when installed or linked as dtrace).
-pub fn program() -> &'static str {
-    PROGRAM_NAME.get().map_or(PROGRAM, String::as_str)
-}
-
-/// Takes the program name from argv[0]; only the first call counts.
-pub fn set_program(argv0: &std::ffi::OsStr) {
-    let base = std::path::Path::new(argv0).file_name().map(|b| b.to_string_lossy().into_owned());
-    if let Some(b) = base.filter(|b| !b.is_empty()) {
-        let _ = PROGRAM_NAME.set(b);
-    }
-}
+use udtrace_messages::{program, set_program, PROGRAM};
+use udtrace_session::{Align, ProgramSource, Request};
 
 /// Exit status for bad usage, as dtrace's `E_USAGE`.
 pub const EXIT_USAGE: i32 = 2;
@@ -114,27 +97,6 @@ fn find_flag(c: char) -> Option<&'static Flag> {
     FLAGS.iter().find(|f| f.short == c)
 }
 
-/// Which part of a probe description a `-P/-m/-f/-n` text fills when it names fewer
-/// than four fields: `-f foo` means `:::foo:` ... e.g. `*:*:foo:*`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Align {
-    Provider,
-    Module,
-    Function,
-    Name,
-}
-
-/// One program on the command line, in command-line order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProgramSource {
-    /// `-P`, `-m`, `-f`, `-n` or `-i`: a description, possibly followed by a
-    /// predicate and actions, compiled as a probe specifier aligned as `align` says.
-    /// `-i` is `-n` (dtrace compiles both as names): a number there is a probe id.
-    Description { text: String, align: Align },
-    /// `-s`: a D script file.
-    Script(PathBuf),
-}
-
 /// What udtrace was asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -148,42 +110,31 @@ pub enum Mode {
     Help,
 }
 
-/// Everything the command line says.
+/// Everything the command line says: the mode, and the run it asks for (read through
+/// `Deref`, so that parsing fills the request in place).
 #[derive(Debug, Clone)]
 pub struct Cli {
-    /// argv[0] as given: `$0` for programs that are not scripts.
-    pub argv0: String,
     pub mode: Mode,
-    /// `-P -m -f -n -i -s`, in order.
-    pub programs: Vec<ProgramSource>,
-    /// `-c` commands, unsplit (see [`split_command`]).
-    pub commands: Vec<String>,
-    /// `-p` process ids.
-    pub pids: Vec<i32>,
-    /// `-v`: report stability attributes and arguments.
-    pub verbose: bool,
-    /// `-o`: output file (dtrace appends to it).
-    pub output: Option<PathBuf>,
-    /// `-e`: exit after compiling.
-    pub exit_after_compile: bool,
-    /// Operands: the macro arguments `$1`, `$2`, ... .
-    pub macro_args: Vec<String>,
-    /// Every setting: `-x`, and the flags that are options in disguise (`-q` quiet,
-    /// `-F` flowindent, `-w` destructive, `-b` bufsize, `-C` cpp, `-S` verbose,
-    /// `-H` cpphdrs, `-Z` zdefs, `-D/-U/-I` cpp_args, `-X` stdc, `-L` libdir), applied
-    /// in command-line order; `-l` implies `zdefs` as in dtrace.
-    pub options: Options,
+    pub request: Request,
+}
+
+impl std::ops::Deref for Cli {
+    type Target = Request;
+    fn deref(&self) -> &Request {
+        &self.request
+    }
+}
+
+impl std::ops::DerefMut for Cli {
+    fn deref_mut(&mut self) -> &mut Request {
+        &mut self.request
+    }
 }
 
 impl Cli {
-    /// The full argument vector a program sees (`$0` first): a script's `$0` is its
-    /// path, other programs get argv[0], as in dtrace.
-    pub fn macro_argv(&self, source: &ProgramSource) -> Vec<String> {
-        let zero = match source {
-            ProgramSource::Script(p) => p.to_string_lossy().into_owned(),
-            _ => self.argv0.clone(),
-        };
-        std::iter::once(zero).chain(self.macro_args.iter().cloned()).collect()
+    /// What the session is asked to do (`-V` and `-h` are answered before).
+    pub fn request(self) -> Request {
+        Request { list: self.mode == Mode::List, ..self.request }
     }
 }
 
@@ -309,18 +260,6 @@ pub fn help_text() -> String {
     out
 }
 
-/// Splits a `-c` command into words at whitespace, as dtrace's `make_argv`: no
-/// quoting, so an argument with spaces needs a wrapper script.
-pub fn split_command(cmd: &str) -> Vec<String> {
-    let words: Vec<String> =
-        cmd.split(['\x0c', '\n', '\r', '\t', '\x0b', ' ']).filter(|w| !w.is_empty()).map(str::to_string).collect();
-    if words.is_empty() {
-        vec![cmd.to_string()]
-    } else {
-        words
-    }
-}
-
 fn utf8(flag: char, v: OsString) -> Result<String, UsageError> {
     v.into_string().map_err(|v| UsageError::new(format!("-{flag} {}: not valid UTF-8", v.to_string_lossy())))
 }
@@ -356,16 +295,19 @@ pub fn parse_args(
     parser.set_short_equals(false);
 
     let mut cli = Cli {
-        argv0,
         mode: Mode::Exec,
-        programs: Vec::new(),
-        commands: Vec::new(),
-        pids: Vec::new(),
-        verbose: false,
-        output: None,
-        exit_after_compile: false,
-        macro_args: Vec::new(),
-        options: Options::default(),
+        request: Request {
+            argv0,
+            list: false,
+            programs: Vec::new(),
+            commands: Vec::new(),
+            pids: Vec::new(),
+            verbose: false,
+            output: None,
+            exit_after_compile: false,
+            macro_args: Vec::new(),
+            options: Options::default(),
+        },
     };
     apply_env_options(&mut cli.options, env);
     let mut modes: Vec<char> = Vec::new();
@@ -541,6 +483,7 @@ pub fn parse_or_exit() -> Cli {
 mod tests {
     use super::*;
     use udtrace_lang::options::BufPolicy;
+    use udtrace_session::split_command;
 
     fn parse(v: &[&str]) -> Result<Cli, UsageError> {
         parse_args(std::iter::once("udtrace").chain(v.iter().copied()).map(OsString::from), [])

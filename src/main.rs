@@ -1,20 +1,6 @@
 //! udtrace: DTrace's pid and proc providers for Linux user space, driven by D scripts.
-
-/// `eprintln!` that never panics: a closed stderr must not turn into a crash.
-macro_rules! warn {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($t)*);
-    }};
-}
-
-/// A message for stderr after the program name, as dtrace prints its own
-/// (`dtrace: …` when udtrace runs as dtrace).
-macro_rules! note {
-    ($($t:tt)*) => {{
-        warn!("{}: {}", crate::cli::program(), format_args!($($t)*));
-    }};
-}
+//! The binary is the command line and its wiring: parse the flags, pick the backend,
+//! hand the run to `udtrace-session`, exit with its status.
 
 /// `print!` that never panics (`udtrace -l | head` closes the pipe early).
 macro_rules! out {
@@ -24,37 +10,35 @@ macro_rules! out {
     }};
 }
 
-#[macro_use]
-mod debug;
-mod backend;
 mod cli;
-mod compile;
-mod cpus;
-mod dlibs;
-mod firing;
-mod follow;
-mod glob;
-mod kmem;
-mod list;
-mod pidprov;
-mod preprocess;
-mod probes;
-mod procprov;
-mod selfctx;
-mod session;
-mod sink;
-mod stability;
+
+use udtrace_providers::backend::{Backend, Error, Setup};
+
+/// The backend for pid and proc probes: BPF (the in-process backend comes next).
+fn load_backend(setup: &Setup) -> Result<Box<dyn Backend>, Error> {
+    Ok(Box::new(udtrace_bpf_backend::Bpf::load(setup)?))
+}
 
 fn main() {
-    debug::enable_from_env();
+    udtrace_messages::enable_debug_from_env();
     let cli = cli::parse_or_exit();
     if cli.options.debug {
-        debug::enable();
+        udtrace_messages::enable_debug();
     }
     let core = cli.options.core;
-    let status = session::run(cli);
+    udtrace_providers::kernel::set_source(udtrace_bpf_backend::kernel_reader);
+    let status = udtrace_session::run(cli.request(), &load_backend);
     if core {
-        debug::dump_core();
+        dump_core();
     }
     std::process::exit(status);
+}
+
+/// `-x core`: dump core as udtrace exits, as dtrace does for debugging: core size
+/// unlimited, then abort (udtrace never handles SIGABRT).
+fn dump_core() -> ! {
+    udtrace_messages::warn!("{} DEBUG: [ forcing coredump ]", udtrace_messages::program());
+    use nix::sys::resource::{setrlimit, Resource, RLIM_INFINITY};
+    let _ = setrlimit(Resource::RLIMIT_CORE, RLIM_INFINITY, RLIM_INFINITY);
+    std::process::abort()
 }

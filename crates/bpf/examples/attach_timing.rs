@@ -17,8 +17,8 @@ use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use udtrace_bpf::codegen::{uprobe_program, ProbeMaps};
 use udtrace_bpf::prog::{Program, ProgramKind};
-use udtrace_record::pid::RecordPlan;
 use udtrace_bpf::uprobe::{self, Site};
+use udtrace_record::pid::RecordPlan;
 
 fn rustc_driver() -> PathBuf {
     let out = Command::new("rustc").args(["--print", "sysroot"]).output().expect("rustc --print sysroot");

@@ -3,12 +3,13 @@
 
 use thiserror::Error;
 
+use udtrace_record::pid::{self as record, PlanError, PtReg, RecordLayout, RecordPlan};
+
 use crate::insn::{
     alu64_imm, alu64_reg, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, AsmError, Cond, Insn, Reg,
     Size,
 };
 use crate::maps::{HashMap, MapError, PerCpuArray, RingBuf};
-use udtrace_record::pid::{self as record, PlanError, PtReg, RecordLayout, RecordPlan};
 
 #[derive(Debug, Error)]
 pub enum CodegenError {

@@ -27,7 +27,7 @@ pub enum AttachPoints {
 
 /// Where the hook is attached: raw tracepoint names, or syscall tracepoints.
 pub fn attach_points(hook: Hook) -> AttachPoints {
-match hook {
+    match hook {
         Hook::Fork => AttachPoints::Raw("sched_process_fork"),
         Hook::ExecDone => AttachPoints::Raw("sched_process_exec"),
         Hook::Exit => AttachPoints::Raw("sched_process_exit"),

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use udtrace_bpf::codegen::{uprobe_program, ProbeMaps};
 use udtrace_bpf::prog::{Program, ProgramKind};
-use udtrace_record::pid::{PtReg, RecordLayout, RecordPlan, StringCapture};
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::uprobe::{self, Site};
+use udtrace_record::pid::{PtReg, RecordLayout, RecordPlan, StringCapture};
 
 #[no_mangle]
 #[inline(never)]

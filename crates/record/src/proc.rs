@@ -83,9 +83,7 @@ impl Hook {
     pub fn has_other(self) -> bool {
         matches!(self, Hook::Fork | Hook::Signal)
     }
-
 }
-
 
 /// What a hook's records carry beyond the header: the union of what the clauses of
 /// its probes read.

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+pub use trace::HEADER;
+
 use udtrace_lang::ir::{Action, AggKind, CheckedProgram, ExprKind};
 use udtrace_lang::types::{Type, TypeTable};
 use udtrace_lang::{CompileError, Span, Tag};
@@ -11,11 +13,9 @@ use udtrace_lang::{CompileError, Span, Tag};
 use crate::agg::Aggregation;
 use crate::consumer::{Probe, Settings};
 use crate::format::printf::{format, AggValue, ArgType, TypeClass, ValidateOpts};
+pub use crate::format::SortOptions;
 use crate::format::{aggregation, trace, AggPrintOpts, Format, FormatCtx, FormatError, TraceOpts};
 use crate::value::Value;
-
-pub use crate::format::SortOptions;
-pub use trace::HEADER;
 
 fn trace_opts(s: &Settings) -> TraceOpts {
     TraceOpts { quiet: s.quiet, strsize: s.strsize, rawbytes: s.rawbytes, ..TraceOpts::default() }

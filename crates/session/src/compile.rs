@@ -12,11 +12,12 @@ use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::Options;
 use udtrace_lang::parser::{self, DescAlign};
 use udtrace_lang::{CompileError, Tag};
+use udtrace_messages::debug;
+use udtrace_providers::registry::Registry;
 use udtrace_runtime::Ecb;
 
-use crate::cli::{Align, Cli, ProgramSource};
 use crate::preprocess;
-use crate::probes::Registry;
+use crate::request::{Align, ProgramSource, Request};
 
 /// One source as dtrace reports it: `description 'BEGIN '` or `script 'x.d'`.
 pub struct SourceInfo {
@@ -157,8 +158,8 @@ pub fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
-pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result<Compiled, Failure> {
-    let options = &cli.options;
+pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Result<Compiled, Failure> {
+    let options = &req.options;
     let style = style(options);
     let mut checker = Checker::new(macros);
     checker.set_scratchsize(options.scratchsize);
@@ -168,13 +169,13 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
     if let Some(v) = options.version.as_deref().and_then(udtrace_lang::options::parse_version) {
         checker.set_version(v);
     }
-    if let Some(first) = cli.programs.first() {
-        load_libraries(&mut checker, options, cli.programs.len(), style)
+    if let Some(first) = req.programs.first() {
+        load_libraries(&mut checker, options, req.programs.len(), style)
             .map_err(|m| Failure(format!("{}{m}", program_prefix(first))))?;
     }
     let mut sources = Vec::new();
     let mut clause_ranges = Vec::new();
-    for (i, p) in cli.programs.iter().enumerate() {
+    for (i, p) in req.programs.iter().enumerate() {
         let (info, al, is_script) = load(p, options)?;
         debug!("compiling {} {}", info.kind, info.name);
         macros.start_program();
@@ -206,7 +207,7 @@ pub fn compile(cli: &Cli, macros: &MacroArgs, registry: &mut Registry) -> Result
             return Err(render(&err, &sources[o.source], style));
         }
     }
-    let have_target = !cli.commands.is_empty() || !cli.pids.is_empty();
+    let have_target = !req.commands.is_empty() || !req.pids.is_empty();
     udtrace_runtime::output::validate_formats(&program, have_target)
         .map_err(|(s, e)| render(&e, &sources[s], style))?;
 

@@ -1,29 +1,49 @@
-//! Kernel memory for clauses, which run in user space after the firing: read with
-//! a BPF program run on demand (see `udtrace_bpf::kmem`), loaded the first time a
-//! clause dereferences a kernel address or reads `curthread`. Where BPF is not
-//! allowed, every kernel read is an invalid address, as a bad read is in DTrace.
+//! Kernel memory for clauses, which run in user space after the firing: a clause that
+//! dereferences a kernel address or reads `curthread` reads through a [`KernelReader`]
+//! that a backend provides (the BPF backend runs a program on demand). It is made the
+//! first time it is needed; where none can be made, every kernel read is an invalid
+//! address, as a bad read is in DTrace.
 
 use std::sync::{Mutex, OnceLock};
 
-use udtrace_bpf::kmem::KernelMemory;
+use udtrace_messages::debug;
 
 /// x86-64's kernel half of the address space.
 const KERNEL_START: u64 = 0xffff_8000_0000_0000;
 
-static READER: OnceLock<Option<Mutex<KernelMemory>>> = OnceLock::new();
+/// Reads kernel memory for the consumer.
+pub trait KernelReader: Send {
+    /// `len` bytes at a kernel address; `None` when the read faults.
+    fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>>;
+    /// The `struct task_struct` of the calling thread (udtrace's own).
+    fn current_task(&self) -> Option<u64>;
+}
+
+/// Makes a reader, or says why it cannot.
+pub type ReaderSource = fn() -> Result<Box<dyn KernelReader>, String>;
+
+static SOURCE: OnceLock<ReaderSource> = OnceLock::new();
+static READER: OnceLock<Option<Mutex<Box<dyn KernelReader>>>> = OnceLock::new();
+
+/// Says where kernel reads come from; only the first call counts. Without a source,
+/// kernel addresses read as invalid.
+pub fn set_source(source: ReaderSource) {
+    let _ = SOURCE.set(source);
+}
 
 pub fn is_kernel_address(addr: u64) -> bool {
     addr >= KERNEL_START
 }
 
-fn reader() -> Option<&'static Mutex<KernelMemory>> {
+fn reader() -> Option<&'static Mutex<Box<dyn KernelReader>>> {
     READER
-        .get_or_init(|| match KernelMemory::load() {
-            Ok(k) => Some(Mutex::new(k)),
-            Err(e) => {
+        .get_or_init(|| match SOURCE.get().map(|make| make()) {
+            Some(Ok(k)) => Some(Mutex::new(k)),
+            Some(Err(e)) => {
                 debug!("no kernel memory reader: {e}");
                 None
             }
+            None => None,
         })
         .as_ref()
 }

@@ -4,28 +4,29 @@
 use std::io::Write;
 
 use udtrace_lang::proc_types::ArgType;
+use udtrace_messages::note;
+use udtrace_providers::proc;
+use udtrace_providers::registry::Registry;
 use udtrace_runtime::Probe;
 
-use crate::cli::Cli;
 use crate::compile::{full_name, Compiled};
-use crate::probes::Registry;
-use crate::procprov;
+use crate::request::Request;
 
 /// Lists as dtrace.c's list_prog() does: every probe description of every clause in
 /// program order, each followed by the probes it matches (so a probe named twice is
 /// listed twice); a description that matches nothing gets `failed to match` on
 /// stderr and the listing goes on. Without programs, every probe. The listing goes to
 /// `sink` (stdout, or the `-o` file).
-pub fn list(cli: &Cli, compiled: &Compiled, registry: &mut Registry, sink: &mut dyn Write) -> i32 {
+pub fn list(req: &Request, compiled: &Compiled, registry: &mut Registry, sink: &mut dyn Write) -> i32 {
     let mut out = String::new();
     out.push_str(&format!("{:>5} {:>10} {:>17} {:>33} {}\n", "ID", "PROVIDER", "MODULE", "FUNCTION", "NAME"));
     let row = |out: &mut String, p: &Probe| {
         out.push_str(&format!("{:>5} {:>10} {:>17} {:>33} {}\n", p.id, p.provider, p.module, p.function, p.name));
-        if cli.verbose {
+        if req.verbose {
             out.push_str(&verbose(p));
         }
     };
-    if cli.programs.is_empty() {
+    if req.programs.is_empty() {
         for p in registry.all() {
             row(&mut out, p);
         }
@@ -71,7 +72,7 @@ fn verbose(p: &Probe) -> String {
             "\t{title}\n\t\tIdentifier Names: {names}\n\t\tData Semantics:   {data}\n\t\tDependency Class: {class}\n\n"
         )
     };
-    let types = match procprov::probe(&p.name).filter(|_| p.provider == "proc") {
+    let types = match proc::probe(&p.name).filter(|_| p.provider == "proc") {
         Some(pp) if !pp.args.is_empty() => pp
             .args
             .iter()

@@ -29,7 +29,6 @@ pub enum SiteKind {
 
 /// One pid probe with everything the backend needs to arm it.
 #[derive(Debug, Clone)]
-#[allow(dead_code)] // the sites are read by the bpf backend, which arms them
 pub struct PidProbe {
     pub probe: Rc<Probe>,
     pub pid: i32,

@@ -1,4 +1,4 @@
-//! The context of a pid probe firing: built-ins from the record the kernel wrote at the
+//! The context of a pid probe firing: built-ins from the record the backend wrote at the
 //! instant of the firing, memory from what was captured (stack, strings) or, failing
 //! that, from the live process, and user stacks unwound from `.eh_frame` and symbolized
 //! as DTrace prints them (`libc.so.6`malloc+0x1a`).
@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use udtrace_record::pid::{Firing, PtReg};
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::types::SymKind;
 use udtrace_lang::types::TypeTable;
@@ -16,11 +15,12 @@ use udtrace_object::debuginfo::{self, ObjectSymbols};
 use udtrace_object::modules;
 use udtrace_object::unwind::{Snapshot, Unwinder};
 use udtrace_process::procfs::{self, LoadedObject};
+use udtrace_record::pid::{Firing, PtReg};
 use udtrace_runtime::{Context, Value};
 
 use crate::backend::SiteTarget;
-use crate::pidprov::SiteKind;
-use crate::procprov::{Clocks, CurrentFromProc};
+use crate::pid::SiteKind;
+use crate::proc::{Clocks, CurrentFromProc};
 
 /// What udtrace remembers of a process: read while it is held (at its start, fork, exec
 /// or when it maps new objects) or at its first firing, so that output for a process
@@ -306,8 +306,8 @@ impl Context for FiringCtx<'_> {
             };
             return cur.read(addr, len);
         }
-        if crate::kmem::is_kernel_address(addr) {
-            return crate::kmem::read(addr, len);
+        if crate::kernel::is_kernel_address(addr) {
+            return crate::kernel::read(addr, len);
         }
         let sp = self.f.reg(PtReg::Sp);
         if let Some(off) = addr.checked_sub(sp) {
@@ -328,8 +328,8 @@ impl Context for FiringCtx<'_> {
         if addr == 0 {
             return None;
         }
-        if crate::kmem::is_kernel_address(addr) && !CurrentFromProc::covers(addr) {
-            return crate::kmem::read_string(addr, max);
+        if crate::kernel::is_kernel_address(addr) && !CurrentFromProc::covers(addr) {
+            return crate::kernel::read_string(addr, max);
         }
         if let Some(s) = self.captured(addr) {
             return Some(s[..s.len().min(max.saturating_sub(1))].to_vec());

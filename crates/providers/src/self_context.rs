@@ -9,7 +9,7 @@ use udtrace_lang::types::TypeTable;
 use udtrace_process::procfs;
 use udtrace_runtime::{Context, Value};
 
-use crate::procprov::{Clocks, CurrentFromProc};
+use crate::proc::{Clocks, CurrentFromProc};
 
 pub struct SelfContext {
     pub pid: i64,
@@ -25,6 +25,12 @@ pub struct SelfContext {
 
 fn ns(clock: ClockId) -> u64 {
     clock_gettime(clock).map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64).unwrap_or(0)
+}
+
+impl Default for SelfContext {
+    fn default() -> SelfContext {
+        SelfContext::new()
+    }
 }
 
 impl SelfContext {
@@ -142,7 +148,7 @@ impl Context for SelfFiring<'_> {
             Builtin::Vtimestamp => Some(Value::int(self.vtimestamp)),
             Builtin::Curpsinfo | Builtin::Curlwpsinfo => CurrentFromProc::builtin(b),
             // udtrace's own probes fire in udtrace's own thread.
-            Builtin::Curthread => crate::kmem::current_task().map(|t| Value::int(t as i64)),
+            Builtin::Curthread => crate::kernel::current_task().map(|t| Value::int(t as i64)),
             _ => self.me.builtin(b),
         }
     }
@@ -159,8 +165,8 @@ impl Context for SelfFiring<'_> {
             };
             return cur.read(addr, len);
         }
-        if crate::kmem::is_kernel_address(addr) {
-            return crate::kmem::read(addr, len);
+        if crate::kernel::is_kernel_address(addr) {
+            return crate::kernel::read(addr, len);
         }
         let data = procfs::read_memory(self.me.pid as i32, addr, len).ok()?;
         (data.len() == len).then_some(data)
@@ -170,8 +176,8 @@ impl Context for SelfFiring<'_> {
         if addr == 0 {
             return None;
         }
-        if crate::kmem::is_kernel_address(addr) && !CurrentFromProc::covers(addr) {
-            return crate::kmem::read_string(addr, max);
+        if crate::kernel::is_kernel_address(addr) && !CurrentFromProc::covers(addr) {
+            return crate::kernel::read_string(addr, max);
         }
         let data = procfs::read_memory(self.me.pid as i32, addr, max.saturating_sub(1)).ok()?;
         Some(data.split(|&c| c == 0).next().unwrap_or_default().to_vec())

@@ -1,6 +1,6 @@
 //! DTrace's probe-description globs: `*`, `?`, `[set]`, `[!set]`, `[a-z]` and `\`
 //! escapes, matched against a whole field. An empty pattern matches everything. The
-//! matcher itself is the target crate's (`gmatch`), shared with module matching.
+//! matcher itself is udtrace-object's (`gmatch`), shared with module matching.
 
 use udtrace_object::modules;
 

@@ -7,6 +7,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use udtrace_messages::debug;
+
 /// One library to compile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Library {

@@ -6,6 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::process::{Command, Stdio};
 
+use udtrace_messages::note;
 use udtrace_runtime::Output;
 
 use crate::compile::io_reason;

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use udtrace_lang::options::{self, CppArg, Options};
+use udtrace_messages::debug;
 
 /// The preprocessed text.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,11 +7,11 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use udtrace_record::proc::{Hook, ProcFiring, ProcPlan, TaskSnap, PSARGS_SIZE, SIGINFO_SIZE};
 use udtrace_lang::capture::CapturePlan;
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::proc_types::{self, ArgType};
 use udtrace_lang::types::TypeTable;
+use udtrace_record::proc::{Hook, ProcFiring, ProcPlan, TaskSnap, PSARGS_SIZE, SIGINFO_SIZE};
 use udtrace_runtime::{Context, Value};
 
 /// One probe of the provider: its name, the kernel function shown as its function, the
@@ -607,14 +607,14 @@ impl Context for ProcCtx<'_> {
 
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
         let Some((img, off)) = self.at(addr) else {
-            return crate::kmem::read(addr, len);
+            return crate::kernel::read(addr, len);
         };
         img.get(off..off + len).map(<[u8]>::to_vec)
     }
 
     fn read_string(&self, addr: u64, max: usize) -> Option<Vec<u8>> {
         let Some((img, off)) = self.at(addr) else {
-            return crate::kmem::read_string(addr, max);
+            return crate::kernel::read_string(addr, max);
         };
         let s = cstr(img.get(off..)?);
         Some(s[..s.len().min(max.saturating_sub(1))].to_vec())

@@ -11,8 +11,8 @@ use udtrace_process::procfs::LoadedObject;
 use udtrace_runtime::Probe;
 
 use crate::glob;
-use crate::pidprov::PidProvider;
-use crate::procprov;
+use crate::pid::PidProvider;
+use crate::proc;
 
 pub const BEGIN: u32 = 1;
 pub const END: u32 = 2;
@@ -92,8 +92,8 @@ impl Default for Registry {
         for name in PRECREATED {
             r.add("profile", name);
         }
-        for p in procprov::PROBES {
-            r.add_full("proc", procprov::MODULE, p.function, p.name);
+        for p in proc::PROBES {
+            r.add_full("proc", proc::MODULE, p.function, p.name);
         }
         r
     }
@@ -114,10 +114,10 @@ impl Registry {
     /// The argument types of each probe `d` matches among those with typed arguments
     /// (the proc provider's); pid and other probes' are untyped.
     pub fn arg_types(d: &ProbeDesc) -> Vec<Vec<ArgType>> {
-        if !glob::matches(&d.provider, "proc") || !glob::matches(&d.module, procprov::MODULE) {
+        if !glob::matches(&d.provider, "proc") || !glob::matches(&d.module, proc::MODULE) {
             return Vec::new();
         }
-        procprov::PROBES
+        proc::PROBES
             .iter()
             .filter(|p| glob::matches(&d.function, p.function) && glob::matches(&d.name, p.name))
             .map(|p| p.args.to_vec())
@@ -135,10 +135,10 @@ impl Registry {
     /// Every probe the description matches, creating pid probes, and a timer probe when
     /// the description names one exactly (no globs), on demand. `Err` is DTrace's
     /// message for a description the pid provider rejects.
-    pub fn matching(&mut self, d: &ProbeDesc) -> Result<Vec<Rc<Probe>>, crate::pidprov::DescError> {
+    pub fn matching(&mut self, d: &ProbeDesc) -> Result<Vec<Rc<Probe>>, crate::pid::DescError> {
         let known = self.pid.probes().len();
         let mut next = self.probes.len() as u32 + 1;
-        if crate::pidprov::is_all_processes(&d.provider) {
+        if crate::pid::is_all_processes(&d.provider) {
             let found = self.pid.matching_all(d, &mut next);
             let new: Vec<Rc<Probe>> = self.pid.probes()[known..].iter().map(|p| Rc::clone(&p.probe)).collect();
             self.probes.extend(new);

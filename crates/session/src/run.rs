@@ -15,28 +15,28 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::WaitStatus;
 
-use udtrace_record::proc::{self, Hook, ProcFiring, ProcPlan};
-use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::types::TypeTable;
+use udtrace_messages::{debug, note};
 use udtrace_process::control::Target;
 use udtrace_process::follow::Event;
 use udtrace_process::procfs;
+use udtrace_providers::backend::{refused_probes, Backend, Loader, Record, Setup};
+use udtrace_providers::pid::{is_pid_provider, PidProbe};
+use udtrace_providers::pid_context::{FiringCtx, Procs};
+use udtrace_providers::proc::{self as procprov, Clocks, ProcCtx};
+use udtrace_providers::registry::{self as probes, Registry, TimerKind};
+use udtrace_providers::self_context::{SelfContext, SelfFiring};
+use udtrace_record::proc::{Hook, ProcFiring, ProcPlan};
 use udtrace_runtime::consumer::Settings;
 use udtrace_runtime::Context;
 use udtrace_runtime::{Consumer, Effects, Output, Probe};
 
-use crate::backend::{self, Bpf};
-use crate::cli::{self, Cli, Mode};
 use crate::compile::{self, io_reason, Compiled};
-use crate::firing::{FiringCtx, Procs};
 use crate::follow::{AllProcesses, Follower, World};
 use crate::list;
-use crate::pidprov::PidProbe;
-use crate::probes::{self, Registry, TimerKind};
-use crate::procprov::{self, Clocks, ProcCtx};
-use crate::selfctx::{SelfContext, SelfFiring};
+use crate::request::{split_command, Request};
 use crate::sink::Sink;
 
 pub const EXIT_FAILURE: i32 = 1;
@@ -100,11 +100,10 @@ impl Targets {
     }
 }
 
-fn start_targets(cli: &Cli) -> Result<Targets, String> {
+fn start_targets(req: &Request) -> Result<Targets, String> {
     let mut t = Targets { list: Vec::new(), gone: Vec::new() };
-    for cmd in &cli.commands {
-        let argv = cli::split_command(cmd);
-        match Target::create(&argv) {
+    for cmd in &req.commands {
+        match Target::create(&split_command(cmd)) {
             Ok(target) => t.list.push(target),
             Err(e) => {
                 t.finish();
@@ -112,7 +111,7 @@ fn start_targets(cli: &Cli) -> Result<Targets, String> {
             }
         }
     }
-    for &pid in &cli.pids {
+    for &pid in &req.pids {
         match Target::grab(pid) {
             Ok(target) => t.list.push(target),
             Err(e) => {
@@ -125,14 +124,14 @@ fn start_targets(cli: &Cli) -> Result<Targets, String> {
     Ok(t)
 }
 
-fn macro_args(cli: &Cli, targets: &Targets, me: &SelfContext) -> MacroArgs {
-    let argv = match cli.programs.first() {
-        Some(p) => cli.macro_argv(p),
-        None => std::iter::once(cli.argv0.clone()).chain(cli.macro_args.iter().cloned()).collect(),
+fn macro_args(req: &Request, targets: &Targets, me: &SelfContext) -> MacroArgs {
+    let argv = match req.programs.first() {
+        Some(p) => req.macro_argv(p),
+        None => std::iter::once(req.argv0.clone()).chain(req.macro_args.iter().cloned()).collect(),
     };
     let mut m = MacroArgs::new(argv);
-    m.defaultargs = cli.options.defaultargs;
-    m.argref = cli.options.argref;
+    m.defaultargs = req.options.defaultargs;
+    m.argref = req.options.argref;
     m.target = targets.first_pid();
     m.pid = me.pid;
     m.ppid = me.ppid;
@@ -145,18 +144,9 @@ fn macro_args(cli: &Cli, targets: &Targets, me: &SelfContext) -> MacroArgs {
     m
 }
 
-pub fn run(cli: Cli) -> i32 {
-    match cli.mode {
-        Mode::Version => {
-            out!("{}\n", cli::version_line());
-            return 0;
-        }
-        Mode::Help => {
-            out!("{}", cli::help_text());
-            return 0;
-        }
-        _ => {}
-    }
+/// Runs what `req` asks, with the backend `load` makes (when probes need one);
+/// returns the exit status.
+pub fn run(req: Request, load: Loader<'_>) -> i32 {
     // Signals are taken through a signalfd so that the loop can wait for timers,
     // signals and the end of traced processes in one poll.
     let mut mask = SigSet::empty();
@@ -173,13 +163,13 @@ pub fn run(cli: Cli) -> i32 {
     };
 
     let me = SelfContext::new();
-    let mut targets = match start_targets(&cli) {
+    let mut targets = match start_targets(&req) {
         Ok(t) => t,
         Err(m) => return fail(&m),
     };
-    let macros = macro_args(&cli, &targets, &me);
+    let macros = macro_args(&req, &targets, &me);
     let mut registry = Registry::default();
-    let compiled = match compile::compile(&cli, &macros, &mut registry) {
+    let compiled = match compile::compile(&req, &macros, &mut registry) {
         Ok(c) => c,
         Err(f) => {
             targets.finish();
@@ -188,32 +178,32 @@ pub fn run(cli: Cli) -> i32 {
     };
     // -S: dtrace shows each clause's compiled code and the variables it uses; udtrace
     // has no compiled code, and shows the variables.
-    if cli.options.verbose {
+    if req.options.verbose {
         let table = udtrace_lang::vartab::listing(&compiled.program, compiled.options.strsize);
         eprint!("{table}");
     }
     if compiled.options.debug {
-        crate::debug::enable();
+        udtrace_messages::enable_debug();
     }
     // dtrace opens the -o file once the programs are compiled, before it reports
     // on them.
-    let mut out = match open_output(&cli) {
+    let mut out = match open_output(&req) {
         Ok(o) => o,
         Err(m) => {
             targets.finish();
             return fail(&m);
         }
     };
-    if cli.mode == Mode::List {
-        let status = list::list(&cli, &compiled, &mut registry, &mut out);
+    if req.list {
+        let status = list::list(&req, &compiled, &mut registry, &mut out);
         targets.finish();
         return status;
     }
-    if cli.verbose {
+    if req.verbose {
         let _ = io::Write::write_all(&mut out, stability_reports(&compiled).as_bytes());
         let _ = io::Write::flush(&mut out);
     }
-    if cli.exit_after_compile {
+    if req.exit_after_compile {
         targets.finish();
         return 0;
     }
@@ -238,7 +228,7 @@ pub fn run(cli: Cli) -> i32 {
     if compiled.options.destructive && !quiet {
         note!("allowing destructive actions");
     }
-    let (mut backend, mut follower, mut all) = match arm(&compiled, &mut registry, &mut targets) {
+    let (mut backend, mut follower, mut all) = match arm(&compiled, &mut registry, &mut targets, load) {
         Ok(b) => b,
         Err(m) => {
             targets.finish();
@@ -246,10 +236,14 @@ pub fn run(cli: Cli) -> i32 {
         }
     };
     debug!("{} enablings armed; firing BEGIN", compiled.ecbs.len());
-    let mut world =
-        Tracing { backend: backend.as_mut(), follower: follower.as_mut(), all: all.as_mut(), registry: &mut registry };
+    let mut world = Tracing {
+        backend: backend.as_deref_mut(),
+        follower: follower.as_mut(),
+        all: all.as_mut(),
+        registry: &mut registry,
+    };
     let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, &mut out);
-    if let (Some(f), Some(b)) = (follower.as_mut(), backend.as_mut()) {
+    if let (Some(f), Some(b)) = (follower.as_mut(), backend.as_deref_mut()) {
         f.finish(b);
     }
     targets.finish();
@@ -261,8 +255,8 @@ pub fn run(cli: Cli) -> i32 {
 }
 
 /// The output: the `-o` file (appended to, as dtrace opens it), or stdout.
-fn open_output(cli: &Cli) -> Result<Sink, String> {
-    let Some(path) = &cli.output else {
+fn open_output(req: &Request) -> Result<Sink, String> {
+    let Some(path) = &req.output else {
         return Ok(Sink::new(Box::new(io::BufWriter::new(io::stdout())), true));
     };
     let failed = |e: io::Error| format!("failed to open output file '{}': {}", path.display(), io_reason(&e));
@@ -283,11 +277,11 @@ fn stability_reports(c: &Compiled) -> String {
 }
 
 /// The backend, the follower of `-c`/`-p` trees and the watcher of `pid*` processes.
-type Armed = (Option<Bpf>, Option<Follower>, Option<AllProcesses>);
+type Armed = (Option<Box<dyn Backend>>, Option<Follower>, Option<AllProcesses>);
 
 /// Arms the enabled pid probes, if any, and starts tracing their processes; `-c`/`-p`
 /// processes with pid descriptions are adopted by a follower (held until released).
-fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<Armed, String> {
+fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loader<'_>) -> Result<Armed, String> {
     let mut follower = Follower::new(c, &targets.pids());
     let all = AllProcesses::new(c);
     let enabled: HashSet<u32> =
@@ -302,27 +296,26 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<A
         registry.pid.probes().iter().filter(|p| p.pid != 0 && enabled.contains(&p.probe.id)).collect();
     // Every clause with a pid description may be enabled on probes found later.
     let mut plan = CapturePlan::default();
-    for clause in
-        c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| crate::pidprov::is_pid_provider(&d.provider)))
-    {
+    for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| is_pid_provider(&d.provider))) {
         plan.merge(&capture::plan(clause));
     }
-    let mut bpf = Bpf::load(&plan, c.options.bufsize, strsize, follower.is_some(), all.is_some())?;
-    bpf.enable_proc(&proc_hooks)?;
+    let setup = Setup { plan, bufsize: c.options.bufsize, strsize, follow: follower.is_some(), all: all.is_some() };
+    let mut backend = load(&setup)?;
+    backend.enable_proc(&proc_hooks)?;
     let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
     pids.sort_unstable();
     pids.dedup();
     // Traced first: arming decides per file whether processes beyond these map it.
     for &pid in &pids {
-        bpf.trace_pid(pid)?;
+        backend.trace_pid(pid)?;
     }
     for &pid in &pids {
         let mine: Vec<&PidProbe> = probes.iter().filter(|p| p.pid == pid).copied().collect();
-        bpf.arm(pid, &mine)?;
+        backend.arm(pid, &mine)?;
     }
     // Probes with sites the kernel refuses (checked up front, or refused anyway).
     let mut unarmed: Vec<&PidProbe> = probes.iter().filter(|p| !p.unprobeable.is_empty()).copied().collect();
-    for p in backend::refused_probes(&bpf.refused, &probes) {
+    for p in refused_probes(backend.refused(), &probes) {
         if !unarmed.iter().any(|u| u.probe.id == p.probe.id) {
             unarmed.push(p);
         }
@@ -343,13 +336,13 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets) -> Result<A
     }
     if let Some(f) = follower.as_mut() {
         for t in targets.list.iter_mut() {
-            f.adopt(t, &mut bpf, registry)?;
+            f.adopt(t, backend.as_mut(), registry)?;
         }
     }
     if let Some(a) = &all {
-        a.start(c, &mut bpf, registry)?;
+        a.start(c, backend.as_mut(), registry)?;
     }
-    Ok((Some(bpf), follower, all))
+    Ok((Some(backend), follower, all))
 }
 
 /// The proc hooks the enabled proc probes need, each with what its records must carry
@@ -381,7 +374,7 @@ fn proc_ids(c: &Compiled) -> HashMap<&'static str, u32> {
 
 /// What tracing drives besides the consumer.
 struct Tracing<'a> {
-    backend: Option<&'a mut Bpf>,
+    backend: Option<&'a mut (dyn Backend + 'static)>,
     follower: Option<&'a mut Follower>,
     all: Option<&'a mut AllProcesses>,
     registry: &'a mut Registry,
@@ -485,19 +478,9 @@ fn trace(
     let begin_exited = done;
     let mut timers = timers(c, started);
 
-    let mut reader = match w.backend.as_deref() {
-        Some(b) => Some(RingBufReader::new(&b.maps.ring).map_err(|e| io::Error::other(e.to_string()))?),
-        None => None,
-    };
-    let mut drops_seen = Vec::new();
     let mut last_drop_check = Instant::now();
     let ustackframes = c.options.ustackframes.min(u64::from(u32::MAX)) as u32;
-    let mut events = match w.backend.as_deref().and_then(Bpf::events) {
-        Some(ring) => Some(RingBufReader::new(ring).map_err(|e| io::Error::other(e.to_string()))?),
-        None => None,
-    };
     let mut sink = Drain {
-        reader: reader.as_mut(),
         procs: &procs,
         ustackframes,
         proc_ids: proc_ids(c),
@@ -527,10 +510,7 @@ fn trace(
         };
         let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
         if let Some(b) = w.backend.as_deref() {
-            fds.push(PollFd::new(b.maps.ring.as_fd(), PollFlags::POLLIN));
-            if let Some(ev) = b.events() {
-                fds.push(PollFd::new(ev.as_fd(), PollFlags::POLLIN));
-            }
+            fds.extend(b.wait_fds().into_iter().map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
         }
         let polled = poll(&mut fds, timeout);
         drop(fds);
@@ -542,9 +522,9 @@ fn trace(
             status = s;
             break;
         }
-        if let Some(b) = w.backend.as_deref() {
+        if let Some(b) = w.backend.as_deref_mut() {
             if last_drop_check.elapsed() >= Duration::from_secs(1) {
-                report_drops(b, &mut drops_seen);
+                report_drops(b);
                 last_drop_check = Instant::now();
             }
         }
@@ -560,8 +540,8 @@ fn trace(
             }
             break;
         }
-        if let Some(r) = events.as_mut() {
-            if let Some(s) = all_events(r, &mut sink, &mut consumer, w, out)? {
+        if w.all.is_some() {
+            if let Some(s) = all_events(&mut sink, &mut consumer, w, out)? {
                 status = s;
                 break;
             }
@@ -619,8 +599,8 @@ fn trace(
     if let Some(s) = sink.flush_execs(&mut consumer, out)? {
         status = s;
     }
-    if let Some(b) = w.backend.as_deref() {
-        report_drops(b, &mut drops_seen);
+    if let Some(b) = w.backend.as_deref_mut() {
+        report_drops(b);
     }
     if let Some(s) = fire(&mut consumer, probes::END, here(), out)? {
         status = s;
@@ -676,7 +656,7 @@ fn wait_unless_signalled(sfd: &SignalFd, delay: Duration) -> io::Result<()> {
 /// before each event, so they are interpreted with what the process was when they
 /// happened. Returns the exit status when a firing asked to stop.
 fn follow_events(
-    sink: &mut Drain<'_, '_>,
+    sink: &mut Drain<'_>,
     consumer: &mut Consumer,
     w: &mut Tracing<'_>,
     targets: &mut Targets,
@@ -691,8 +671,8 @@ fn follow_events(
         if let Event::Exited { pid, status } = ev {
             targets.exited(pid, status);
         }
-        let (Some(f), Some(bpf)) = (w.follower.as_deref_mut(), w.backend.as_deref_mut()) else { break };
-        let mut world = World { bpf, registry: &mut *w.registry, consumer: &mut *consumer, procs: sink.procs };
+        let (Some(f), Some(backend)) = (w.follower.as_deref_mut(), w.backend.as_deref_mut()) else { break };
+        let mut world = World { backend, registry: &mut *w.registry, consumer: &mut *consumer, procs: sink.procs };
         f.handle(ev, &mut world);
     }
     Ok(stop)
@@ -701,36 +681,26 @@ fn follow_events(
 /// Processes that exec'd or loaded objects, for `pid*` descriptions: what they bring
 /// is matched and armed (firings before are consumed first).
 fn all_events(
-    r: &mut RingBufReader,
-    sink: &mut Drain<'_, '_>,
+    sink: &mut Drain<'_>,
     consumer: &mut Consumer,
     w: &mut Tracing<'_>,
     out: &mut dyn Output,
 ) -> io::Result<Option<i32>> {
-    let mut pids: Vec<i32> = Vec::new();
-    r.consume(|b| {
-        if let Some(p) = b.get(..4) {
-            let pid = i32::from_ne_bytes([p[0], p[1], p[2], p[3]]);
-            if !pids.contains(&pid) {
-                pids.push(pid);
-            }
-        }
-    });
+    let pids = w.backend.as_deref_mut().map(|b| b.exec_notices()).unwrap_or_default();
     if pids.is_empty() {
         return Ok(None);
     }
     let stop = sink.drain(consumer, w, out)?;
     for pid in pids {
-        let (Some(a), Some(bpf)) = (w.all.as_deref_mut(), w.backend.as_deref_mut()) else { break };
-        let mut world = World { bpf, registry: &mut *w.registry, consumer: &mut *consumer, procs: sink.procs };
+        let (Some(a), Some(backend)) = (w.all.as_deref_mut(), w.backend.as_deref_mut()) else { break };
+        let mut world = World { backend, registry: &mut *w.registry, consumer: &mut *consumer, procs: sink.procs };
         a.look_at(pid, &mut world);
     }
     Ok(stop)
 }
 
-/// Consumes the ring buffer's records: each firing runs the clauses of its probes.
-struct Drain<'r, 'p> {
-    reader: Option<&'r mut RingBufReader>,
+/// Consumes the backend's records: each firing runs the clauses of its probes.
+struct Drain<'p> {
     procs: &'p RefCell<Procs>,
     ustackframes: u32,
     /// The enabled proc probes, by name.
@@ -744,7 +714,7 @@ struct Drain<'r, 'p> {
     only_cpu: Option<u32>,
 }
 
-impl Drain<'_, '_> {
+impl Drain<'_> {
     /// Fires the exec records still waiting for their path (their outcome never came).
     fn flush_execs(&mut self, consumer: &mut Consumer, out: &mut dyn Output) -> io::Result<Option<i32>> {
         let mut status = None;
@@ -760,8 +730,8 @@ impl Drain<'_, '_> {
         Ok(status)
     }
 
-    fn drain(&mut self, consumer: &mut Consumer, w: &Tracing<'_>, out: &mut dyn Output) -> io::Result<Option<i32>> {
-        let (Some(b), Some(r)) = (w.backend.as_deref(), self.reader.as_mut()) else { return Ok(None) };
+    fn drain(&mut self, consumer: &mut Consumer, w: &mut Tracing<'_>, out: &mut dyn Output) -> io::Result<Option<i32>> {
+        let Some(b) = w.backend.as_deref_mut() else { return Ok(None) };
         let tree = w.follower.as_deref().map(|f| &f.tree);
         let (procs, ustackframes) = (self.procs, self.ustackframes);
         let (proc_ids, types, clocks, pending) = (&self.proc_ids, self.types, self.clocks, &mut self.pending_exec);
@@ -780,9 +750,8 @@ impl Drain<'_, '_> {
                 Err(e) => result = Err(e),
             }
         };
-        r.consume(|bytes| {
-            if let Some(hook) = proc::hook_of(bytes) {
-                let Some(f) = b.proc_layout(hook).and_then(|l| l.parse(bytes).ok()) else { return };
+        b.consume(&mut |record| match record {
+            Record::Proc(f) => {
                 let mut fire = |f: &ProcFiring| {
                     for (id, name) in enabled_probes(f, proc_ids) {
                         run(consumer, id, f.cpu, &ProcCtx::new(f, name, types, clocks));
@@ -794,21 +763,19 @@ impl Drain<'_, '_> {
                         fire(&exec);
                     }
                 }
-                if hook == Hook::ExecEnter && matches!(f.string, Some(Err(_))) {
+                if f.hook == Hook::ExecEnter && matches!(f.string, Some(Err(_))) {
                     pending.insert(f.tid, f);
                 } else {
                     fire(&f);
                 }
-                return;
             }
-            let Ok(f) = b.layout.parse(bytes) else { return };
-            let Some(sites) = b.cookies.get(f.cookie as usize) else { return };
-            // A site shared by several roots' probes fires each only in its own tree.
-            let owner = tree.and_then(|t| t.root_of(f.pid as i32)).unwrap_or(f.pid as i32);
-            for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
-                let ctx =
-                    FiringCtx { f: &f, site: *site, procs, string_args: &b.string_args, ustackframes, types, clocks };
-                run(consumer, site.probe_id, f.cpu, &ctx);
+            Record::Pid { firing: f, sites, string_args } => {
+                // A site shared by several roots' probes fires each only in its own tree.
+                let owner = tree.and_then(|t| t.root_of(f.pid as i32)).unwrap_or(f.pid as i32);
+                for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
+                    let ctx = FiringCtx { f: &f, site: *site, procs, string_args, ustackframes, types, clocks };
+                    run(consumer, site.probe_id, f.cpu, &ctx);
+                }
             }
         });
         out.flush()?;
@@ -845,8 +812,8 @@ fn report_consumer_drops(consumer: &mut Consumer) {
 }
 
 /// dtrace's drop notice: `N drops on CPU C`.
-fn report_drops(b: &Bpf, seen: &mut Vec<u64>) {
-    for (cpu, n) in b.new_drops(seen) {
+fn report_drops(b: &mut dyn Backend) {
+    for (cpu, n) in b.new_drops() {
         note!("{n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
     }
 }

@@ -1,10 +1,8 @@
-//! The bpf backend: one generated uprobe program, armed at every site of every enabled
-//! pid probe with one `uprobe_multi` link per (process, file), filtered in the kernel by
-//! the map of traced processes, and delivering records through one ring buffer. A
-//! followed child gets its parent's links while it is held at its fork; a second
-//! program on the loader's debug hook stops a process when it maps new objects.
+//! The [`Bpf`] backend: its programs, maps and links, and how sites are armed (per
+//! process or once for every process) and links closed (off the main thread).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use udtrace_bpf::btf::Btf;
@@ -13,33 +11,26 @@ use udtrace_bpf::codegen::{
 };
 use udtrace_bpf::maps::RingBuf;
 use udtrace_bpf::proc::{attach_points, proc_program, AttachPoints, SyscallField, TaskOffsets};
-use udtrace_record::proc::{Hook, ProcLayout, ProcPlan};
 use udtrace_bpf::prog::{Program, ProgramKind};
-use udtrace_record::pid::{PtReg, RecordLayout, RecordPlan, StringCapture};
+use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::tracepoint::{self, TracepointLink};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_lang::capture::CapturePlan;
+use udtrace_messages::program;
 use udtrace_process::procfs;
+use udtrace_providers::backend::{Backend, Error, Record, Setup, SiteTarget, HOLD_SIGNAL};
+use udtrace_providers::pid::PidProbe;
+use udtrace_record::pid::{PtReg, RecordLayout, RecordPlan, StringCapture};
+use udtrace_record::proc::{hook_of, Hook, ProcLayout, ProcPlan};
 
-use crate::pidprov::{PidProbe, SiteKind};
-
-/// What one site's firing means: a probe and where in its function the site is.
-#[derive(Debug, Clone, Copy)]
-pub struct SiteTarget {
-    pub probe_id: u32,
-    /// The process whose probe this is: a site shared by several processes' probes
-    /// fires each only in its own process.
-    pub pid: i32,
-    pub kind: SiteKind,
-    /// The site's offset in the function (a return probe's `arg0`).
-    pub offset: u64,
-}
-
+/// The BPF backend: see the crate's documentation.
 pub struct Bpf {
-    pub maps: ProbeMaps,
-    pub layout: RecordLayout,
+    maps: ProbeMaps,
+    layout: RecordLayout,
+    /// Reads `maps.ring`.
+    reader: RingBufReader,
     /// Indexed by cookie: every probe whose site this is.
-    pub cookies: Vec<Vec<SiteTarget>>,
+    cookies: Vec<Vec<SiteTarget>>,
     /// (file, file offset, for `pid*`) → cookie: a site has one cookie in every
     /// process, and another for the program of `pid*` probes.
     cookie_of: HashMap<(PathBuf, u64, bool), u64>,
@@ -59,11 +50,13 @@ pub struct Bpf {
     /// What is armed in each traced process, for per-process files.
     procs: HashMap<i32, ProcLinks>,
     /// Sites the kernel refused to probe, for the warning: (file, offset).
-    pub refused: Vec<(PathBuf, u64)>,
+    refused: Vec<(PathBuf, u64)>,
     /// The argument register (0..=5) behind each string slot of a record, in slot order.
-    pub string_args: Vec<u8>,
+    string_args: Vec<u8>,
     /// The proc provider's programs, by hook.
     proc: HashMap<Hook, ProcHook>,
+    /// Drops per CPU already reported.
+    drops_seen: Vec<u64>,
     closer: Closer,
 }
 
@@ -90,6 +83,8 @@ struct AllProcs {
     program: Program,
     links: ProcLinks,
     events: RingBuf,
+    /// Reads `events`.
+    notices: RingBufReader,
     _exec: TracepointLink,
 }
 
@@ -164,14 +159,7 @@ fn close_all(links: Vec<MultiLink>) {
     });
 }
 
-/// Errors carry the whole story (verifier log included), ready for `udtrace: …`.
-pub type Error = String;
-
 const ENOTSUPP: i32 = 524;
-
-/// The signal the loader hook stops a thread with: ignored by default, so that a
-/// process left with one pending (udtrace killed) is not disturbed.
-pub const HOLD_SIGNAL: i32 = libc::SIGURG;
 
 fn ring_size(bufsize: u64) -> usize {
     // DTrace's bufsize is per CPU; the one ring serves them all. A power-of-two number
@@ -211,7 +199,9 @@ fn errno_source() -> Option<ErrnoSource> {
 impl Bpf {
     /// Creates the maps and loads the programs; nothing is armed yet. `follow` adds the
     /// loader hook program; `all` the program for `pid*` probes and the exec notices.
-    pub fn load(plan: &CapturePlan, bufsize: u64, strsize: u32, follow: bool, all: bool) -> Result<Bpf, Error> {
+    pub fn load(setup: &Setup) -> Result<Bpf, Error> {
+        let Setup { plan, bufsize, strsize, follow, all } = setup;
+        let (bufsize, strsize, follow, all) = (*bufsize, *strsize, *follow, *all);
         let _ = udtrace_bpf::uprobe::raise_fd_limit();
         let rplan = record_plan(plan, strsize);
         let layout = RecordLayout::new(&rplan).map_err(|e| format!("cannot lay out firing records: {e}"))?;
@@ -234,7 +224,8 @@ impl Bpf {
                 .map_err(|e| bpf_error("load the exec program", &e.to_string(), Some(e.os_error())))?;
             let link = tracepoint::attach(&exec, "sched", "sched_process_exec", 0)
                 .map_err(|e| format!("failed to watch execs: {e}"))?;
-            Some(AllProcs { program, links: ProcLinks::default(), events, _exec: link })
+            let notices = RingBufReader::new(&events).map_err(|e| e.to_string())?;
+            Some(AllProcs { program, links: ProcLinks::default(), events, notices, _exec: link })
         } else {
             None
         };
@@ -248,9 +239,11 @@ impl Bpf {
         } else {
             None
         };
+        let reader = RingBufReader::new(&maps.ring).map_err(|e| e.to_string())?;
         Ok(Bpf {
             maps,
             layout,
+            reader,
             cookies: Vec::new(),
             cookie_of: HashMap::new(),
             program,
@@ -263,18 +256,49 @@ impl Bpf {
             refused: Vec::new(),
             string_args: plan.strings.clone(),
             proc: HashMap::new(),
+            drops_seen: Vec::new(),
             closer: Closer::new(),
         })
     }
 
-    /// Loads and attaches the proc provider's program for each hook, recording what
-    /// `plan` asks; task data is read at offsets from the running kernel's BTF.
-    pub fn enable_proc(&mut self, hooks: &[(Hook, ProcPlan)]) -> Result<(), Error> {
+    /// The cookie of probe `p`'s site at `file_off` (`offset` in its function), with `p`
+    /// among the probes it fires; `all`: in the program of `pid*` probes.
+    fn site_cookie(&mut self, p: &PidProbe, offset: u64, file_off: u64, all: bool) -> u64 {
+        let next = self.cookies.len() as u64;
+        let cookie = *self.cookie_of.entry((p.file.clone(), file_off, all)).or_insert(next);
+        if cookie == next {
+            self.cookies.push(Vec::new());
+        }
+        let targets = &mut self.cookies[cookie as usize];
+        if !targets.iter().any(|t| t.probe_id == p.probe.id) {
+            targets.push(SiteTarget { probe_id: p.probe.id, pid: if all { 0 } else { p.pid }, kind: p.kind, offset });
+        }
+        cookie
+    }
+
+    /// Decided once per file: a file that processes udtrace does not trace have mapped
+    /// is armed per process, so that their breakpoints cost them nothing (a system-wide
+    /// uprobe on libc would trap in every process). Any other file is armed once for
+    /// every process: children and later execs of it need no arming of their own, and
+    /// the kernel filter leaves out processes that are not traced.
+    fn is_per_process(&mut self, file: &Path) -> bool {
+        if let Some(&p) = self.per_process.get(file) {
+            return p;
+        }
+        let traced = &self.traced;
+        let p = procfs::mapped_by_any(&file.to_string_lossy(), |pid| traced.contains(&pid));
+        self.per_process.insert(file.to_path_buf(), p);
+        p
+    }
+}
+
+impl Backend for Bpf {
+    fn enable_proc(&mut self, hooks: &[(Hook, ProcPlan)]) -> Result<(), Error> {
         if hooks.is_empty() {
             return Ok(());
         }
         let btf = Btf::vmlinux().map_err(|e| {
-            format!("{e}\n{}: the proc provider needs a kernel with BTF (CONFIG_DEBUG_INFO_BTF)", crate::cli::program())
+            format!("{e}\n{}: the proc provider needs a kernel with BTF (CONFIG_DEBUG_INFO_BTF)", program())
         })?;
         let offsets = TaskOffsets::from_btf(&btf).map_err(|e| format!("cannot use the kernel's task data: {e}"))?;
         let paths = udtrace_bpf::maps::HashMap::create("udtrace_paths", 65536)
@@ -321,29 +345,21 @@ impl Bpf {
         Ok(())
     }
 
-    /// The layout of a proc hook's records.
-    pub fn proc_layout(&self, hook: Hook) -> Option<&ProcLayout> {
-        self.proc.get(&hook).map(|h| &h.layout)
+    fn trace_pid(&mut self, pid: i32) -> Result<(), Error> {
+        self.maps.traced.insert(&(pid as u32), &1).map_err(|e| format!("cannot trace pid {pid}: {e}"))?;
+        self.traced.insert(pid);
+        Ok(())
     }
 
-    /// The cookie of probe `p`'s site at `file_off` (`offset` in its function), with `p`
-    /// among the probes it fires; `all`: in the program of `pid*` probes.
-    fn site_cookie(&mut self, p: &PidProbe, offset: u64, file_off: u64, all: bool) -> u64 {
-        let next = self.cookies.len() as u64;
-        let cookie = *self.cookie_of.entry((p.file.clone(), file_off, all)).or_insert(next);
-        if cookie == next {
-            self.cookies.push(Vec::new());
+    fn untrace(&mut self, pid: i32) {
+        let _ = self.maps.traced.remove(&(pid as u32));
+        if let Some(src) = &self.maps.errno {
+            let _ = src.tls.remove(&(pid as u32));
         }
-        let targets = &mut self.cookies[cookie as usize];
-        if !targets.iter().any(|t| t.probe_id == p.probe.id) {
-            targets.push(SiteTarget { probe_id: p.probe.id, pid: if all { 0 } else { p.pid }, kind: p.kind, offset });
-        }
-        cookie
+        self.traced.remove(&pid);
     }
 
-    /// Arms every site of `probes` for process `pid` (sites already armed there are
-    /// left as they are). Each probe's `pid` is the process whose probe it is.
-    pub fn arm(&mut self, pid: i32, probes: &[&PidProbe]) -> Result<(), Error> {
+    fn arm(&mut self, pid: i32, probes: &[&PidProbe]) -> Result<(), Error> {
         let mut new: BTreeMap<PathBuf, Vec<Site>> = BTreeMap::new();
         for p in probes {
             // Unprobeable sites were set aside when the probe was made.
@@ -377,8 +393,7 @@ impl Bpf {
         Ok(())
     }
 
-    /// Arms `pid*` probes for every process (each site once).
-    pub fn arm_all(&mut self, probes: &[&PidProbe]) -> Result<(), Error> {
+    fn arm_all(&mut self, probes: &[&PidProbe]) -> Result<(), Error> {
         if self.all.is_none() {
             return Ok(());
         }
@@ -406,30 +421,7 @@ impl Bpf {
         Ok(())
     }
 
-    /// The ring of process ids to look at for `pid*` probes (they exec'd or loaded).
-    pub fn events(&self) -> Option<&RingBuf> {
-        self.all.as_ref().map(|a| &a.events)
-    }
-
-    /// Decided once per file: a file that processes udtrace does not trace have mapped
-    /// is armed per process, so that their breakpoints cost them nothing (a system-wide
-    /// uprobe on libc would trap in every process). Any other file is armed once for
-    /// every process: children and later execs of it need no arming of their own, and
-    /// the kernel filter leaves out processes that are not traced.
-    fn is_per_process(&mut self, file: &Path) -> bool {
-        if let Some(&p) = self.per_process.get(file) {
-            return p;
-        }
-        let traced = &self.traced;
-        let p = procfs::mapped_by_any(&file.to_string_lossy(), |pid| traced.contains(&pid));
-        self.per_process.insert(file.to_path_buf(), p);
-        p
-    }
-
-    /// Arms the loader hook (`_dl_debug_state` at `offset` in the loader `file`) for
-    /// every process: it stops only traced ones. Once per loader. `r_state`: the
-    /// distance from the hook to `_r_debug.r_state` (0 if unknown), the site's cookie.
-    pub fn arm_hook(&mut self, file: &Path, offset: u64, r_state: u64) -> Result<(), Error> {
+    fn arm_hook(&mut self, file: &Path, offset: u64, r_state: u64) -> Result<(), Error> {
         let Some(hold) = &mut self.hold else { return Ok(()) };
         if hold.links.contains_key(file) {
             return Ok(());
@@ -440,27 +432,21 @@ impl Bpf {
         Ok(())
     }
 
-    /// Whether thread `tid` was signalled by the loader hook (and forgets it).
-    pub fn take_hold(&self, tid: i32) -> bool {
+    fn take_hold(&self, tid: i32) -> bool {
         self.hold.as_ref().is_some_and(|h| h.holds.remove(&(tid as u32)).unwrap_or(false))
     }
 
-    /// Counts a process's firings from now on.
-    pub fn trace_pid(&mut self, pid: i32) -> Result<(), Error> {
-        self.maps.traced.insert(&(pid as u32), &1).map_err(|e| format!("cannot trace pid {pid}: {e}"))?;
-        self.traced.insert(pid);
-        Ok(())
+    fn drop_hooks(&mut self) {
+        if let Some(h) = &mut self.hold {
+            h.links.clear();
+        }
     }
 
-    /// Whether firings read errno (then processes' errno locations are wanted).
-    pub fn reads_errno(&self) -> bool {
+    fn reads_errno(&self) -> bool {
         self.maps.errno.is_some()
     }
 
-    /// Where process `pid`'s threads keep errno (see [`ErrnoSource`]): the address of
-    /// the GOT slot holding its TLS offset (0: none), and the offset itself; `None`:
-    /// not known (yet), as after an exec until libc is mapped.
-    pub fn set_errno_tls(&mut self, pid: i32, tls: Option<(u64, i64)>) {
+    fn set_errno_tls(&mut self, pid: i32, tls: Option<(u64, i64)>) {
         if let Some(src) = &self.maps.errno {
             let _ = match tls {
                 Some((slot, offset)) => src.tls.insert(&(pid as u32), &errno_entry(slot, offset)).map(|_| true),
@@ -469,10 +455,7 @@ impl Bpf {
         }
     }
 
-    /// A child of a traced process, held before its first instruction: its firings
-    /// count from its first instruction on, and it gets the per-process sites of its
-    /// parent (files armed for every process need nothing).
-    pub fn fork(&mut self, parent: i32, child: i32) -> Result<(), Error> {
+    fn fork(&mut self, parent: i32, child: i32) -> Result<(), Error> {
         self.trace_pid(child)?;
         // The same memory layout: errno is where the parent's is.
         if let Some(src) = &self.maps.errno {
@@ -490,17 +473,7 @@ impl Bpf {
         Ok(())
     }
 
-    /// Stops counting a process's firings (and stopping it at the loader hook).
-    pub fn untrace(&mut self, pid: i32) {
-        let _ = self.maps.traced.remove(&(pid as u32));
-        if let Some(src) = &self.maps.errno {
-            let _ = src.tls.remove(&(pid as u32));
-        }
-        self.traced.remove(&pid);
-    }
-
-    /// A traced process ended.
-    pub fn exit(&mut self, pid: i32) {
+    fn exit(&mut self, pid: i32) {
         // A process's links stay until it ends: they follow the process (not its
         // image), so a library it maps again after exec is armed again by the kernel.
         if let Some(p) = self.procs.remove(&pid) {
@@ -509,16 +482,56 @@ impl Bpf {
         self.untrace(pid);
     }
 
-    /// Removes every loader hook (before the processes are let go).
-    pub fn drop_hooks(&mut self) {
-        if let Some(h) = &mut self.hold {
-            h.links.clear();
-        }
+    fn refused(&self) -> &[(PathBuf, u64)] {
+        &self.refused
     }
 
-    /// New drops per CPU since `seen` was last updated: (cpu, count).
-    pub fn new_drops(&self, seen: &mut Vec<u64>) -> Vec<(usize, u64)> {
+    fn exec(&mut self, _pid: i32) {
+        // Nothing to do: the kernel drops uprobes with the mappings they were in, and
+        // links made per process stay with the process (its libraries, mapped again
+        // by the new image, are armed again by the kernel).
+    }
+
+    fn wait_fds(&self) -> Vec<BorrowedFd<'_>> {
+        let mut fds = vec![self.maps.ring.as_fd()];
+        if let Some(a) = &self.all {
+            fds.push(a.events.as_fd());
+        }
+        fds
+    }
+
+    fn consume(&mut self, each: &mut dyn FnMut(Record<'_>)) {
+        let (proc, layout, cookies, string_args) = (&self.proc, &self.layout, &self.cookies, &self.string_args);
+        self.reader.consume(|bytes| {
+            if let Some(hook) = hook_of(bytes) {
+                if let Some(f) = proc.get(&hook).and_then(|h| h.layout.parse(bytes).ok()) {
+                    each(Record::Proc(f));
+                }
+                return;
+            }
+            let Ok(firing) = layout.parse(bytes) else { return };
+            let Some(sites) = cookies.get(firing.cookie as usize) else { return };
+            each(Record::Pid { firing, sites, string_args });
+        });
+    }
+
+    fn exec_notices(&mut self) -> Vec<i32> {
+        let mut pids: Vec<i32> = Vec::new();
+        let Some(a) = &mut self.all else { return pids };
+        a.notices.consume(|b| {
+            if let Some(p) = b.get(..4) {
+                let pid = i32::from_ne_bytes([p[0], p[1], p[2], p[3]]);
+                if !pids.contains(&pid) {
+                    pids.push(pid);
+                }
+            }
+        });
+        pids
+    }
+
+    fn new_drops(&mut self) -> Vec<(usize, u64)> {
         let Ok(now) = self.maps.drops.get(0) else { return Vec::new() };
+        let seen = &mut self.drops_seen;
         seen.resize(now.len(), 0);
         let mut out = Vec::new();
         for (cpu, (&n, seen)) in now.iter().zip(seen.iter_mut()).enumerate() {
@@ -553,7 +566,7 @@ fn bpf_error(what: &str, detail: &str, os: Option<&std::io::Error>) -> Error {
     if os.is_some_and(udtrace_bpf::is_bpf_refusal) {
         return format!(
             "failed to {what}: {detail}\n{}: the kernel refused BPF: run as root (or with CAP_BPF and CAP_PERFMON), and check kernel.unprivileged_bpf_disabled and lockdown",
-            crate::cli::program()
+            program()
         );
     }
     format!("failed to {what}: {detail}")
@@ -586,14 +599,4 @@ fn attach_file(
         }
         Err(e) => Err(bpf_error("arm probes", &e.to_string(), e.os_error())),
     }
-}
-
-/// Which probes own each refused site, for one warning per probe.
-pub fn refused_probes<'a>(refused: &[(PathBuf, u64)], probes: &[&'a PidProbe]) -> Vec<&'a PidProbe> {
-    let set: HashMap<(&Path, u64), ()> = refused.iter().map(|(f, o)| ((f.as_path(), *o), ())).collect();
-    probes
-        .iter()
-        .filter(|p| p.sites.iter().any(|&(_, fo)| set.contains_key(&(p.file.as_path(), fo))))
-        .copied()
-        .collect()
 }

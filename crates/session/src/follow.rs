@@ -12,16 +12,17 @@ use std::rc::Rc;
 use nix::sys::signal::Signal;
 
 use udtrace_lang::ast::ProbeDesc;
+use udtrace_messages::note;
 use udtrace_process::control::{ControlError, Target};
 use udtrace_process::follow::{Brief, Event, Tree};
 use udtrace_process::procfs::{self, LoadedObject};
+use udtrace_providers::backend::{Backend, HOLD_SIGNAL};
+use udtrace_providers::pid::{is_all_processes, named_process, PidProbe};
+use udtrace_providers::pid_context::Procs;
+use udtrace_providers::registry::Registry;
 use udtrace_runtime::{Consumer, Probe};
 
-use crate::backend::{Bpf, HOLD_SIGNAL};
 use crate::compile::{first_statement, Compiled};
-use crate::firing::Procs;
-use crate::pidprov::{is_all_processes, PidProbe};
-use crate::probes::Registry;
 
 /// How long a `pid*` process with a new image may be held waiting for its loader.
 const BRIEF_HOLD: std::time::Duration = std::time::Duration::from_millis(100);
@@ -109,18 +110,18 @@ impl AllProcesses {
 
     /// Arms what the descriptions matched at start, and the loader hooks of every
     /// process (to hear of the objects they load).
-    pub fn start(&self, c: &Compiled, bpf: &mut Bpf, registry: &mut Registry) -> Result<(), String> {
+    pub fn start(&self, c: &Compiled, backend: &mut dyn Backend, registry: &mut Registry) -> Result<(), String> {
         let ids: HashSet<u32> = c.ecbs.iter().map(|e| e.probe.id).collect();
         let probes: Vec<&PidProbe> =
             registry.pid.probes().iter().filter(|p| p.pid == 0 && ids.contains(&p.probe.id)).collect();
-        bpf.arm_all(&probes)?;
+        backend.arm_all(&probes)?;
         let mut loaders = HashSet::new();
         for pid in procfs::all_pids().unwrap_or_default() {
             let objects = mapped(pid);
-            locate_errno(pid, &objects, bpf, registry);
+            locate_errno(pid, &objects, backend, registry);
             if let Some(ld) = loader(pid, &objects) {
                 if loaders.insert(procfs::host_path(pid, &ld.path)) {
-                    arm_hook(pid, &objects, bpf, registry)?;
+                    arm_hook(pid, &objects, backend, registry)?;
                 }
             }
         }
@@ -139,12 +140,12 @@ impl AllProcesses {
             return;
         };
         self.match_new(pid, w);
-        if w.bpf.trace_pid(pid).is_ok() {
+        if w.backend.trace_pid(pid).is_ok() {
             if brief.run_until(hold_signal(), BRIEF_HOLD) {
-                w.bpf.take_hold(pid);
+                w.backend.take_hold(pid);
                 self.match_new(pid, w);
             }
-            w.bpf.untrace(pid);
+            w.backend.untrace(pid);
         }
         brief.release();
     }
@@ -163,12 +164,12 @@ impl AllProcesses {
         }
         let found = self.rematcher.probes_in(0, pid, &new, w.registry, w.consumer);
         if !found.is_empty() {
-            if let Err(e) = w.bpf.arm_all(&pid_probes(w.registry, &found)) {
+            if let Err(e) = w.backend.arm_all(&pid_probes(w.registry, &found)) {
                 note!("pid {pid}: {e}");
             }
             w.procs.borrow_mut().share(w.registry.pid.objects());
         }
-        if let Err(e) = arm_hook(pid, &objects, w.bpf, w.registry) {
+        if let Err(e) = arm_hook(pid, &objects, w.backend, w.registry) {
             note!("pid {pid}: {e}");
         }
         remember(pid, objects, w);
@@ -178,21 +179,21 @@ impl AllProcesses {
 /// Keeps what udtrace needs of a process it has just looked at (held): what it has
 /// mapped, for its firings' context, and where its threads keep errno, for the kernel.
 pub fn remember(pid: i32, objects: Vec<LoadedObject>, w: &mut World<'_>) {
-    locate_errno(pid, &objects, w.bpf, w.registry);
+    locate_errno(pid, &objects, w.backend, w.registry);
     w.procs.borrow_mut().remember(pid as u32, objects);
 }
 
 /// Tells the kernel where process `pid`'s threads keep errno, when firings read it.
-pub fn locate_errno(pid: i32, objects: &[LoadedObject], bpf: &mut Bpf, registry: &mut Registry) {
-    if !bpf.reads_errno() {
+pub fn locate_errno(pid: i32, objects: &[LoadedObject], backend: &mut dyn Backend, registry: &mut Registry) {
+    if !backend.reads_errno() {
         return;
     }
-    bpf.set_errno_tls(pid, registry.pid.errno_tls(pid, objects));
+    backend.set_errno_tls(pid, registry.pid.errno_tls(pid, objects));
 }
 
 /// What a followed event may change besides the tree.
 pub struct World<'a> {
-    pub bpf: &'a mut Bpf,
+    pub backend: &'a mut dyn Backend,
     pub registry: &'a mut Registry,
     pub consumer: &'a mut Consumer,
     pub procs: &'a RefCell<Procs>,
@@ -209,7 +210,7 @@ impl Follower {
         for (ci, clause) in c.program.clauses.iter().enumerate() {
             let first = first_statement(&c.program, ci);
             for (di, d) in clause.probes.iter().enumerate() {
-                let named = crate::pidprov::named_process(&d.provider);
+                let named = named_process(&d.provider);
                 if let Some(root) = named.filter(|p| targets.contains(p)) {
                     descs.push((ci, first + di, d.clone(), root));
                 }
@@ -227,12 +228,17 @@ impl Follower {
 
     /// Takes over a held target: the loader hook goes into it, and what it has mapped
     /// now counts as matched (the descriptions were matched against it at compile time).
-    pub fn adopt(&mut self, target: &mut Target, bpf: &mut Bpf, registry: &mut Registry) -> Result<(), String> {
+    pub fn adopt(
+        &mut self,
+        target: &mut Target,
+        backend: &mut dyn Backend,
+        registry: &mut Registry,
+    ) -> Result<(), String> {
         let pid = target.pid;
         self.tree.adopt(target).map_err(|e: ControlError| e.to_string())?;
         let objects = mapped(pid);
         self.seen.insert(pid, objects.iter().map(|o| o.path.clone()).collect());
-        arm_hook(pid, &objects, bpf, registry)
+        arm_hook(pid, &objects, backend, registry)
     }
 
     /// Handles one event; the process it concerns goes on afterwards. Firings already
@@ -240,7 +246,7 @@ impl Follower {
     pub fn handle(&mut self, ev: Event, w: &mut World<'_>) {
         match ev {
             Event::Forked { parent, child } => {
-                if let Err(e) = w.bpf.fork(parent, child) {
+                if let Err(e) = w.backend.fork(parent, child) {
                     note!("failed to follow pid {child}: {e}");
                 }
                 w.procs.borrow_mut().inherit(child as u32, parent as u32);
@@ -250,15 +256,16 @@ impl Follower {
             }
             Event::Exec { pid } => {
                 self.seen.remove(&pid);
+                w.backend.exec(pid);
                 let objects = self.discover(pid, w);
-                if let Err(e) = arm_hook(pid, &objects, w.bpf, w.registry) {
+                if let Err(e) = arm_hook(pid, &objects, w.backend, w.registry) {
                     note!("pid {pid}: {e}");
                 }
                 remember(pid, objects, w);
                 self.tree.resume(pid, None);
             }
             Event::Hold { pid, tid } => {
-                if w.bpf.take_hold(tid) {
+                if w.backend.take_hold(tid) {
                     let objects = self.discover(pid, w);
                     remember(pid, objects, w);
                     self.tree.resume(tid, None);
@@ -267,7 +274,7 @@ impl Follower {
                 }
             }
             Event::Exited { pid, .. } => {
-                w.bpf.exit(pid);
+                w.backend.exit(pid);
                 self.seen.remove(&pid);
             }
         }
@@ -286,7 +293,7 @@ impl Follower {
         }
         let found = self.rematcher.probes_in(root, pid, &new, w.registry, w.consumer);
         if !found.is_empty() {
-            if let Err(e) = w.bpf.arm(pid, &pid_probes(w.registry, &found)) {
+            if let Err(e) = w.backend.arm(pid, &pid_probes(w.registry, &found)) {
                 note!("pid {pid}: {e}");
             }
             w.procs.borrow_mut().share(w.registry.pid.objects());
@@ -296,9 +303,9 @@ impl Follower {
 
     /// Lets every followed process go on untraced: the loader hooks are removed first,
     /// and a hold signal udtrace sent is not delivered.
-    pub fn finish(&mut self, bpf: &mut Bpf) {
-        bpf.drop_hooks();
-        self.tree.detach_all(&mut |tid| bpf.take_hold(tid));
+    pub fn finish(&mut self, backend: &mut dyn Backend) {
+        backend.drop_hooks();
+        self.tree.detach_all(&mut |tid| backend.take_hold(tid));
     }
 }
 
@@ -315,11 +322,16 @@ fn loader(pid: i32, objects: &[LoadedObject]) -> Option<&LoadedObject> {
 
 /// Puts the loader hook into `pid`'s dynamic loader, if it has one: a statically
 /// linked program loads nothing later.
-fn arm_hook(pid: i32, objects: &[LoadedObject], bpf: &mut Bpf, registry: &mut Registry) -> Result<(), String> {
+fn arm_hook(
+    pid: i32,
+    objects: &[LoadedObject],
+    backend: &mut dyn Backend,
+    registry: &mut Registry,
+) -> Result<(), String> {
     let Some(ld) = loader(pid, objects) else { return Ok(()) };
     let file = procfs::host_path(pid, &ld.path);
     match registry.pid.loader_hook(&file) {
-        Some((off, r_state)) => bpf.arm_hook(&file, off, r_state),
+        Some((off, r_state)) => backend.arm_hook(&file, off, r_state),
         None => Ok(()),
     }
 }

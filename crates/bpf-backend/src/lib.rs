@@ -1,0 +1,18 @@
+//! The BPF backend of the providers' seam ([`udtrace_providers::backend::Backend`]):
+//! one generated uprobe program armed at every site of every enabled pid probe with
+//! one `uprobe_multi` link per (process, file), filtered in the kernel by the map of
+//! traced processes; the proc provider's programs on tracepoints; a program on the
+//! dynamic loader's debug hook that holds followed processes when they map objects;
+//! all delivering records through one ring buffer. Also the kernel memory reader the
+//! providers use ([`kernel_reader`]).
+//!
+//! Owns: which BPF programs, maps and links exist, and when. Must not: decide what a
+//! firing means (the providers do), print, or use `unsafe` (`udtrace-sys` does).
+
+#![forbid(unsafe_code)]
+
+mod backend;
+mod kernel_memory;
+
+pub use backend::Bpf;
+pub use kernel_memory::kernel_reader;

@@ -1,0 +1,139 @@
+//! The seam between the session and a backend: what a backend must do for the pid
+//! and proc providers, whatever runs the probes (BPF programs in the kernel today,
+//! trampolines inside the traced process next). A backend arms and disarms the sites
+//! of pid probes for a set of processes, reports each firing with the data its capture
+//! plan asked for (in the records `udtrace_record` lays out), and is told of forks,
+//! execs and new objects. The session drives it through [`Backend`] alone.
+
+use std::collections::HashMap;
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+
+use udtrace_lang::capture::CapturePlan;
+use udtrace_record::pid::Firing;
+use udtrace_record::proc::{Hook, ProcFiring, ProcPlan};
+
+use crate::pid::{PidProbe, SiteKind};
+
+/// Errors carry the whole story (a verifier log, a hint), ready for `udtrace: …`.
+pub type Error = String;
+
+/// The signal a thread held at the loader hook is stopped with: ignored by default, so
+/// that a process left with one pending (udtrace killed) is not disturbed.
+pub const HOLD_SIGNAL: i32 = nix::libc::SIGURG;
+
+/// What one site's firing means: a probe and where in its function the site is.
+#[derive(Debug, Clone, Copy)]
+pub struct SiteTarget {
+    pub probe_id: u32,
+    /// The process whose probe this is: a site shared by several processes' probes
+    /// fires each only in its own process (0: every process, for `pid*`).
+    pub pid: i32,
+    pub kind: SiteKind,
+    /// The site's offset in the function (a return probe's `arg0`).
+    pub offset: u64,
+}
+
+/// What a backend is made for, decided once the programs are compiled.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// What every firing's record carries: the union of the pid clauses' needs.
+    pub plan: CapturePlan,
+    /// DTrace's `bufsize` (per CPU).
+    pub bufsize: u64,
+    /// DTrace's `strsize`: the most bytes captured of a string argument.
+    pub strsize: u32,
+    /// Processes are followed: the loader hook holds them when they map objects.
+    pub follow: bool,
+    /// `pid*` probes are enabled: every process's firings count, and the backend
+    /// reports processes that exec or load objects ([`Backend::exec_notices`]).
+    pub all: bool,
+}
+
+/// One firing, as the backend reports it.
+// Each is handed once, by value, to a callback; none is stored, so sizes may differ.
+#[allow(clippy::large_enum_variant)]
+pub enum Record<'a> {
+    /// A pid probe site fired: every probe whose site it is, and the argument register
+    /// (0..=5) behind each string the record captured, in order.
+    Pid { firing: Firing<'a>, sites: &'a [SiteTarget], string_args: &'a [u8] },
+    /// A proc hook fired.
+    Proc(ProcFiring),
+}
+
+/// A backend for the pid and proc providers.
+pub trait Backend {
+    /// Enables the proc provider's hooks, each recording what its plan asks.
+    fn enable_proc(&mut self, hooks: &[(Hook, ProcPlan)]) -> Result<(), Error>;
+
+    /// Counts process `pid`'s firings from now on.
+    fn trace_pid(&mut self, pid: i32) -> Result<(), Error>;
+
+    /// Stops counting a process's firings (and holding it at the loader hook).
+    fn untrace(&mut self, pid: i32);
+
+    /// Arms every site of `probes` in process `pid` (sites already armed there stay
+    /// as they are). Each probe's `pid` is the process whose probe it is.
+    fn arm(&mut self, pid: i32, probes: &[&PidProbe]) -> Result<(), Error>;
+
+    /// Arms `pid*` probes for every process (each site once).
+    fn arm_all(&mut self, probes: &[&PidProbe]) -> Result<(), Error>;
+
+    /// Sites that could not be armed, for the warning: (file, file offset).
+    fn refused(&self) -> &[(PathBuf, u64)];
+
+    /// Arms the loader hook (`_dl_debug_state` at `offset` in the loader `file`) for
+    /// every process; it holds only traced ones, with [`HOLD_SIGNAL`]. `r_state`: the
+    /// distance from the hook to `_r_debug.r_state` (0 if unknown).
+    fn arm_hook(&mut self, file: &Path, offset: u64, r_state: u64) -> Result<(), Error>;
+
+    /// Whether thread `tid` was held by the loader hook (and forgets it).
+    fn take_hold(&self, tid: i32) -> bool;
+
+    /// Removes every loader hook (before the processes are let go).
+    fn drop_hooks(&mut self);
+
+    /// Whether firings read errno (then processes' errno locations are wanted).
+    fn reads_errno(&self) -> bool;
+
+    /// Where process `pid`'s threads keep errno: the address of the GOT slot holding
+    /// its TLS offset (0: none), and the offset itself; `None`: not known (yet).
+    fn set_errno_tls(&mut self, pid: i32, tls: Option<(u64, i64)>);
+
+    /// A child of a traced process, held before its first instruction: its firings
+    /// count from then on, and it gets its parent's sites.
+    fn fork(&mut self, parent: i32, child: i32) -> Result<(), Error>;
+
+    /// A traced process, held, runs a new image now: sites in the old one are gone
+    /// with its mappings. What the new image brings is armed with [`Backend::arm`].
+    fn exec(&mut self, pid: i32);
+
+    /// A traced process ended.
+    fn exit(&mut self, pid: i32);
+
+    /// What to wait on for firings and notices (besides a short timer: firings need
+    /// not wake the session).
+    fn wait_fds(&self) -> Vec<BorrowedFd<'_>>;
+
+    /// Hands every firing recorded since the last call to `each`, in order.
+    fn consume(&mut self, each: &mut dyn FnMut(Record<'_>));
+
+    /// For `pid*` probes: processes that exec'd or loaded objects since the last call.
+    fn exec_notices(&mut self) -> Vec<i32>;
+
+    /// Firings lost since the last call, per CPU: (cpu, count).
+    fn new_drops(&mut self) -> Vec<(usize, u64)>;
+}
+
+/// Makes the backend for a session.
+pub type Loader<'a> = &'a dyn Fn(&Setup) -> Result<Box<dyn Backend>, Error>;
+
+/// Which probes own each refused site, for one warning per probe.
+pub fn refused_probes<'a>(refused: &[(PathBuf, u64)], probes: &[&'a PidProbe]) -> Vec<&'a PidProbe> {
+    let set: HashMap<(&Path, u64), ()> = refused.iter().map(|(f, o)| ((f.as_path(), *o), ())).collect();
+    probes
+        .iter()
+        .filter(|p| p.sites.iter().any(|&(_, fo)| set.contains_key(&(p.file.as_path(), fo))))
+        .copied()
+        .collect()
+}
