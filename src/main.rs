@@ -2,6 +2,8 @@
 //! The binary is the command line and its wiring: parse the flags, pick the backend,
 //! hand the run to `udtrace-session`, exit with its status.
 
+#![forbid(unsafe_code)]
+
 /// `print!` that never panics (`udtrace -l | head` closes the pipe early).
 macro_rules! out {
     ($($t:tt)*) => {{

@@ -3,6 +3,10 @@
 //! writing the records `udtrace-record` lays out, typed maps ([`maps`]), program loading
 //! with the verifier log ([`prog`]), uprobe and tracepoint attachment ([`uprobe`],
 //! [`tracepoint`]) and the ring buffer reader ([`ringbuf`]).
+//!
+//! Owns: BPF bytecode, maps, programs and links as kernel objects. Must not: know
+//! what a probe or a D clause is (callers hand in plans and sites), or use `unsafe`
+//! (the system calls are `udtrace-sys`'s).
 
 #![forbid(unsafe_code)]
 

@@ -1,5 +1,11 @@
 //! The D language for udtrace: lexing, parsing, types and checking. No I/O: text in,
 //! a checked program or a located error out.
+//!
+//! Owns: D's syntax, types, checking, errors (DTrace's tags and messages), options
+//! and the capture plans that say what a firing must record. Must not: do I/O, know
+//! of processes or backends, or use `unsafe`.
+
+#![forbid(unsafe_code)]
 
 pub mod ast;
 pub mod capture;

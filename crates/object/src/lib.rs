@@ -6,6 +6,8 @@
 //! I/O" is `debuginfo`, which reads an object file and its separate debug file from the
 //! paths it is given. No `unsafe`.
 
+#![forbid(unsafe_code)]
+
 pub mod debuginfo;
 pub mod elf;
 pub mod errno;

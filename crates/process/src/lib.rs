@@ -6,6 +6,8 @@
 //! parses an object itself. Its system calls go through `nix` and `udtrace-sys`; no
 //! `unsafe` here.
 
+#![forbid(unsafe_code)]
+
 pub mod control;
 pub mod follow;
 pub mod procfs;

@@ -1,5 +1,12 @@
 //! The udtrace consumer: values, variables, aggregations and DTrace's output formats.
 //! No OS I/O: callers hand in firings and a writer.
+//!
+//! Owns: what clauses do with a firing (predicates, variables, aggregations,
+//! speculations, actions) and DTrace's output byte for byte. Must not: read
+//! processes or the kernel (a firing's [`Context`] does), do OS I/O besides writing
+//! the output it is given, or use `unsafe`.
+
+#![forbid(unsafe_code)]
 
 pub mod agg;
 pub mod consumer;
