@@ -43,23 +43,12 @@ pub fn decode_with_parts(code: &[u8], func_vaddr: u64, other_parts: &[(u64, u64)
     let mut s = Sites::default();
     let end = func_vaddr.wrapping_add(code.len() as u64);
     let inside = |t: u64| (t >= func_vaddr && t < end) || other_parts.iter().any(|&(a, b)| t >= a && t < b);
-    // Offsets are u32: no function is 4 GiB long; refuse to decode past that.
-    let code = &code[..code.len().min(u32::MAX as usize)];
-    let mut decoder = Decoder::with_ip(64, code, func_vaddr, DecoderOptions::NONE);
-    let mut insn = Instruction::default();
     let mut tail_calls = Vec::new();
-    while decoder.can_decode() {
-        let off = decoder.position() as u32;
-        decoder.decode_out(&mut insn);
-        // An instruction cut by the function's end decodes as INVALID too.
-        if insn.code() == Code::INVALID {
-            s.undecodable_at = Some(off);
-            break;
-        }
+    s.undecodable_at = for_each_insn(code, func_vaddr, |off, insn| {
         s.insns.push(off);
         if insn.mnemonic() == Mnemonic::Ret {
             s.returns.push(off);
-        } else if is_direct_branch(&insn) {
+        } else if is_direct_branch(insn) {
             if !inside(insn.near_branch_target()) {
                 tail_calls.push(off);
             }
@@ -67,7 +56,7 @@ pub fn decode_with_parts(code: &[u8], func_vaddr: u64, other_parts: &[(u64, u64)
             // A jmp without an immediate target: through a register or memory.
             s.indirect_jump = true;
         }
-    }
+    });
     // DTrace's rule: with an indirect jump in the function, a jump out is not certainly a
     // tail call, so only `ret`s get return probes.
     if !s.indirect_jump {
@@ -77,10 +66,31 @@ pub fn decode_with_parts(code: &[u8], func_vaddr: u64, other_parts: &[(u64, u64)
     s
 }
 
+/// Decode `code`, placed at `vaddr`, calling `f` with each instruction and its offset.
+/// Returns the offset where decoding stopped on bytes that are no instruction, if any.
+/// Shared by the site finder and the patch planner (`patch`), so both see the same
+/// instructions.
+pub(crate) fn for_each_insn(code: &[u8], vaddr: u64, mut f: impl FnMut(u32, &Instruction)) -> Option<u32> {
+    // Offsets are u32: no function is 4 GiB long; refuse to decode past that.
+    let code = &code[..code.len().min(u32::MAX as usize)];
+    let mut decoder = Decoder::with_ip(64, code, vaddr, DecoderOptions::NONE);
+    let mut insn = Instruction::default();
+    while decoder.can_decode() {
+        let off = decoder.position() as u32;
+        decoder.decode_out(&mut insn);
+        // An instruction cut by the function's end decodes as INVALID too.
+        if insn.code() == Code::INVALID {
+            return Some(off);
+        }
+        f(off, &insn);
+    }
+    None
+}
+
 /// jmp, jcc, jrcxz and loop with an immediate target: every instruction whose first
 /// operand is a near branch target except `call` and `xbegin` (its abort path). Done on
 /// operand kinds because iced's flow-control queries need its large `instr_info` tables.
-fn is_direct_branch(insn: &Instruction) -> bool {
+pub(crate) fn is_direct_branch(insn: &Instruction) -> bool {
     matches!(insn.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
         && !matches!(insn.mnemonic(), Mnemonic::Call | Mnemonic::Xbegin)
 }
