@@ -1,6 +1,8 @@
 //! Facts about object files: ELF symbols and their canonical (demangled) names, the
 //! module names DTrace gives objects, where inside each function the entry, return and
-//! offset probe sites are (decoding), unwind tables, and how glibc's `errno` is reached.
+//! offset probe sites are (decoding), which sites can be patched with a jump to a
+//! trampoline and their displaced code relocated there (`patch`), unwind tables, and how
+//! glibc's `errno` is reached.
 //!
 //! Bytes in, facts out: nothing here knows of a live process. The one exception to "no
 //! I/O" is `debuginfo`, which reads an object file and its separate debug file from the
@@ -12,6 +14,7 @@ pub mod debuginfo;
 pub mod elf;
 pub mod errno;
 pub mod modules;
+pub mod patch;
 pub mod sites;
 pub mod symbols;
 pub mod unwind;

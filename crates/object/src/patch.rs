@@ -1,0 +1,417 @@
+//! Which probe sites can be patched in the traced process with a 5-byte `jmp rel32` to a
+//! trampoline, and the displaced instructions relocated to run in that trampoline
+//! (pid-provider.md, "In-process patching").
+//!
+//! The trampoline of a site is laid out as: the code [`PatchPlan::relocate_before`]
+//! returns, the firing, the code [`PatchPlan::relocate_after`] returns, then a
+//! [`jmp_rel32`] back to [`PatchPlan::resume_vaddr`]. At entry and offset sites nothing
+//! runs before the firing; at a return site the instructions leading up to the `ret` (or
+//! tail jump) do, so that the firing sees the registers the site instruction sees.
+//!
+//! Pure: bytes in, a plan and bytes out. Writing the patch, mapping the trampoline within
+//! 2 GiB of the code and stopping threads while doing it are the backend's job.
+
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+use iced_x86::{
+    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, Instruction, InstructionBlock, Mnemonic, OpKind,
+    Register,
+};
+
+use crate::sites::{for_each_insn, is_direct_branch};
+
+/// Length of the patch: `jmp rel32`.
+pub const PATCH_LEN: u32 = 5;
+
+/// Which probe a site is for: it decides where the patched bytes lie around the site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SiteKind {
+    /// Offset 0 of the function.
+    Entry,
+    /// A `ret`, `ret imm16`, or a direct jump leaving the function (tail call).
+    Return,
+    /// Any instruction boundary.
+    Offset,
+}
+
+/// Why a site cannot be patched; the backend falls back to a uprobe and says why in one
+/// line, so every message reads on its own.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("code at {0:#x} cannot be decoded")]
+    Undecodable(u64),
+    #[error("offset {0:#x} is not an instruction of the function")]
+    NotAnInstruction(u64),
+    #[error("offset {0:#x} is not the function's entry")]
+    NotTheEntry(u64),
+    #[error("{mnemonic} at +{off:#x} is not a return site")]
+    NotAReturn { off: u32, mnemonic: String },
+    #[error("function too short to patch")]
+    TooShort,
+    #[error("a branch lands inside the patched bytes at +{0:#x}")]
+    BranchInside(u32),
+    #[error("indirect jump in the function")]
+    IndirectJump,
+    #[error("code after {mnemonic} at +{off:#x} would be patched, and only a jump reaches it")]
+    PastBlockEnd { off: u32, mnemonic: String },
+    #[error("call at +{0:#x} returns inside the patched bytes")]
+    CallInside(u32),
+    #[error("a displaced branch at {from:#x} lands inside the displaced code at {target:#x}")]
+    BranchIntoDisplaced { from: u64, target: u64 },
+    #[error("{target:#x} is more than 2 GiB away from the trampoline")]
+    TooFar { target: u64 },
+    #[error("instruction cannot be relocated: {0}")]
+    Unrelocatable(String),
+}
+
+/// Code that belongs to the function but lies outside its symbol's bytes, and entries
+/// into it that no direct branch shows. Targets the planner cannot see are what makes a
+/// patch unsafe, so the caller passes what it knows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Outside<'a> {
+    /// Other parts of the function (gcc's `f.cold`): their address and bytes. Their
+    /// branches into the function are targets; an indirect jump in them counts too.
+    pub parts: &'a [(u64, &'a [u8])],
+    /// Addresses entered without a direct branch: exception landing pads, labels whose
+    /// address is stored in data.
+    pub targets: &'a [u64],
+}
+
+/// A site that can be patched: the patched bytes and the instructions they displace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchPlan {
+    pub kind: SiteKind,
+    pub func_vaddr: u64,
+    /// The site's offset in the function.
+    pub site: u32,
+    /// Offsets in the function of the patched bytes, `[start, end)`: whole instructions,
+    /// at least [`PATCH_LEN`] bytes.
+    pub start: u32,
+    pub end: u32,
+    /// Bytes of displaced code that run before the firing: 0 but for return sites.
+    pub probe_at: u32,
+    /// A `call` is displaced (always the last instruction): the callee's return address
+    /// is then in the trampoline, which unwinders (`ustack()`, C++ exceptions) must be
+    /// told about or the backend must refuse the plan.
+    pub displaced_call: bool,
+    insns: Vec<Instruction>,
+    /// Index in `insns` of the first instruction that runs after the firing.
+    split: usize,
+}
+
+impl PatchPlan {
+    /// Address of the first patched byte, where the `jmp` to the trampoline goes.
+    pub fn region_vaddr(&self) -> u64 {
+        self.func_vaddr.wrapping_add(u64::from(self.start))
+    }
+
+    /// Where the trampoline jumps back to: the first byte after the patched ones.
+    pub fn resume_vaddr(&self) -> u64 {
+        self.func_vaddr.wrapping_add(u64::from(self.end))
+    }
+
+    /// The bytes to write at [`Self::region_vaddr`]: the `jmp` to `trampoline`, then
+    /// `int3` over the rest of the displaced bytes (never executed, as no branch lands
+    /// there; a trap says so loudly if a thread was left inside). `None` if the
+    /// trampoline is more than 2 GiB away.
+    pub fn patch_bytes(&self, trampoline: u64) -> Option<Vec<u8>> {
+        let mut b = jmp_rel32(self.region_vaddr(), trampoline)?.to_vec();
+        b.resize((self.end - self.start) as usize, 0xcc);
+        Some(b)
+    }
+
+    /// The displaced instructions that run before the firing, relocated to `new_ip`
+    /// (empty but for return sites).
+    pub fn relocate_before(&self, new_ip: u64) -> Result<Vec<u8>, Refusal> {
+        relocate_insns(&self.insns[..self.split], self.region(), new_ip)
+    }
+
+    /// The displaced instructions that run after the firing, relocated to `new_ip`; the
+    /// caller appends the jump back to [`Self::resume_vaddr`].
+    pub fn relocate_after(&self, new_ip: u64) -> Result<Vec<u8>, Refusal> {
+        relocate_insns(&self.insns[self.split..], self.region(), new_ip)
+    }
+
+    fn region(&self) -> Range<u64> {
+        self.region_vaddr()..self.resume_vaddr()
+    }
+}
+
+/// Plan the patch of the site at offset `site` of the function whose bytes are `code`,
+/// placed at `func_vaddr`. See [`plan_with`].
+pub fn plan(code: &[u8], func_vaddr: u64, site: u64, kind: SiteKind) -> Result<PatchPlan, Refusal> {
+    plan_with(code, func_vaddr, &Outside::default(), site, kind)
+}
+
+/// Plan the patch of a site, knowing the function's other parts and entries.
+///
+/// The patched bytes are whole instructions, at least 5 bytes, inside the function: from
+/// the site on for entry and offset sites; for a return site, the instructions ending
+/// with it, starting as late as possible. No branch may land strictly inside them (it
+/// would land in the middle of the `jmp`), no call may return inside them, and they may
+/// not run past a `ret` or `jmp` (the code after one is reached only by some jump).
+pub fn plan_with(
+    code: &[u8],
+    func_vaddr: u64,
+    outside: &Outside<'_>,
+    site: u64,
+    kind: SiteKind,
+) -> Result<PatchPlan, Refusal> {
+    let f = Facts::new(code, func_vaddr, outside)?;
+    let i = u32::try_from(site)
+        .ok()
+        .and_then(|s| f.insns.binary_search_by_key(&s, |insn| f.off(insn)).ok())
+        .ok_or(Refusal::NotAnInstruction(site))?;
+    match kind {
+        SiteKind::Entry if site != 0 => return Err(Refusal::NotTheEntry(site)),
+        // Switch-table targets are case labels, reached through the dispatch code, which
+        // comes after the function's first instructions: an indirect jump does not stop
+        // the entry (pid-provider.md says why this is an assumption).
+        SiteKind::Entry => {}
+        _ if f.indirect_jump => return Err(Refusal::IndirectJump),
+        SiteKind::Return => {
+            let insn = &f.insns[i];
+            let t = insn.near_branch_target();
+            let leaves = is_direct_branch(insn) && !f.inside(t) && !f.parts.iter().any(|&(a, b)| t >= a && t < b);
+            if !(matches!(insn.mnemonic(), Mnemonic::Ret) || leaves) {
+                return Err(Refusal::NotAReturn { off: f.off(insn), mnemonic: mnemonic(insn) });
+            }
+        }
+        SiteKind::Offset => {}
+    }
+    // The instructions patched: `first..=last`, and the first to run after the firing.
+    let (first, last, split) = if kind == SiteKind::Return {
+        let mut first = i;
+        while f.insns[i].next_ip().wrapping_sub(f.insns[first].ip()) < u64::from(PATCH_LEN) {
+            first = first.checked_sub(1).ok_or(Refusal::TooShort)?;
+        }
+        (first, i, i - first)
+    } else {
+        let mut last = i;
+        while f.insns[last].next_ip().wrapping_sub(f.insns[i].ip()) < u64::from(PATCH_LEN) {
+            last += 1;
+            if last == f.insns.len() {
+                return Err(Refusal::TooShort);
+            }
+        }
+        (i, last, 0)
+    };
+    let insns = f.insns[first..=last].to_vec();
+    let (start, end) = (f.off(&insns[0]), f.off(&insns[insns.len() - 1]) + insns[insns.len() - 1].len() as u32);
+    if let Some(&t) = f.targets.range(start + 1..end).next() {
+        return Err(Refusal::BranchInside(t));
+    }
+    for insn in &insns[..insns.len() - 1] {
+        if ends_block(insn) {
+            return Err(Refusal::PastBlockEnd { off: f.off(insn), mnemonic: mnemonic(insn) });
+        }
+        // A frame live while the patch is written (a thread inside the callee, a setjmp
+        // buffer) returns to the original address after the call.
+        if insn.mnemonic() == Mnemonic::Call {
+            return Err(Refusal::CallInside(f.off(insn)));
+        }
+    }
+    Ok(PatchPlan {
+        kind,
+        func_vaddr,
+        site: f.off(&f.insns[i]),
+        start,
+        end,
+        probe_at: f.off(&f.insns[first + split]) - start,
+        displaced_call: insns.iter().any(|insn| insn.mnemonic() == Mnemonic::Call),
+        insns,
+        split,
+    })
+}
+
+/// What planning needs to know about the whole function.
+struct Facts {
+    vaddr: u64,
+    end: u64,
+    insns: Vec<Instruction>,
+    /// Offsets in the function where control may arrive other than by falling through.
+    targets: BTreeSet<u32>,
+    /// An indirect jump that may land anywhere in the function.
+    indirect_jump: bool,
+    /// The other parts' `[start, end)`: jumps there stay in the function.
+    parts: Vec<(u64, u64)>,
+}
+
+impl Facts {
+    fn new(code: &[u8], vaddr: u64, outside: &Outside<'_>) -> Result<Facts, Refusal> {
+        let mut f = Facts {
+            vaddr,
+            end: vaddr.wrapping_add(code.len() as u64),
+            insns: Vec::new(),
+            targets: BTreeSet::new(),
+            indirect_jump: false,
+            parts: outside.parts.iter().map(|&(a, c)| (a, a.wrapping_add(c.len() as u64))).collect(),
+        };
+        let mut seen = Vec::new();
+        if let Some(at) = for_each_insn(code, vaddr, |_, insn| seen.push(*insn)) {
+            return Err(Refusal::Undecodable(vaddr + u64::from(at)));
+        }
+        for insn in &seen {
+            f.note(insn);
+        }
+        f.insns = seen;
+        for &(pv, pcode) in outside.parts {
+            let mut part = Vec::new();
+            if let Some(at) = for_each_insn(pcode, pv, |_, insn| part.push(*insn)) {
+                return Err(Refusal::Undecodable(pv + u64::from(at)));
+            }
+            for insn in &part {
+                f.note(insn);
+            }
+        }
+        for &t in outside.targets {
+            f.add_target(t);
+        }
+        Ok(f)
+    }
+
+    /// Record where `insn` may send control in the function, and whether nobody knows.
+    fn note(&mut self, insn: &Instruction) {
+        if is_near_branch(insn) {
+            // Calls too: a call to a local label (a PC thunk) lands there.
+            self.add_target(insn.near_branch_target());
+        } else if insn.mnemonic() == Mnemonic::Jmp && !via_one_pointer(insn) {
+            self.indirect_jump = true;
+        }
+        // A label whose address is taken (`&&label`, computed goto) is loaded with lea.
+        if insn.is_ip_rel_memory_operand() {
+            self.add_target(insn.ip_rel_memory_address());
+        }
+    }
+
+    fn add_target(&mut self, t: u64) {
+        if self.inside(t) {
+            self.targets.insert(t.wrapping_sub(self.vaddr) as u32);
+        }
+    }
+
+    fn inside(&self, t: u64) -> bool {
+        t >= self.vaddr && t < self.end
+    }
+
+    fn off(&self, insn: &Instruction) -> u32 {
+        insn.ip().wrapping_sub(self.vaddr) as u32
+    }
+}
+
+/// Any instruction whose operand is an immediate branch target: jmp, jcc, call, loop,
+/// jrcxz, xbegin.
+fn is_near_branch(insn: &Instruction) -> bool {
+    matches!(insn.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+}
+
+/// An indirect jmp through one fixed pointer (`jmp *f@GOTPCREL(%rip)`, `jmp *0x601018`):
+/// a tail call through a GOT slot, not a table. Through a register or an indexed slot,
+/// the target may be a case label of this function.
+fn via_one_pointer(insn: &Instruction) -> bool {
+    insn.op0_kind() == OpKind::Memory
+        && insn.memory_index() == Register::None
+        && matches!(insn.memory_base(), Register::None | Register::RIP)
+}
+
+/// Control never falls through past it.
+fn ends_block(insn: &Instruction) -> bool {
+    matches!(
+        insn.mnemonic(),
+        Mnemonic::Ret
+            | Mnemonic::Retf
+            | Mnemonic::Jmp
+            | Mnemonic::Ud0
+            | Mnemonic::Ud1
+            | Mnemonic::Ud2
+            | Mnemonic::Int3
+            | Mnemonic::Hlt
+    )
+}
+
+fn mnemonic(insn: &Instruction) -> String {
+    format!("{:?}", insn.mnemonic()).to_lowercase()
+}
+
+/// The 5 bytes of a `jmp rel32` at `from` to `to`; `None` if `to` is out of its reach.
+pub fn jmp_rel32(from: u64, to: u64) -> Option<[u8; 5]> {
+    let rel = i32::try_from(to.wrapping_sub(from.wrapping_add(5)) as i64).ok()?;
+    let mut b = [0xe9, 0, 0, 0, 0];
+    b[1..].copy_from_slice(&rel.to_le_bytes());
+    Some(b)
+}
+
+/// Relocate the instructions `code` (whole ones), placed at `orig_ip`, to run at `new_ip`
+/// with the same effect: RIP-relative operands and branch targets keep their absolute
+/// addresses, short branches become near ones. Nothing is appended: the caller adds the
+/// jump back.
+pub fn relocate(code: &[u8], orig_ip: u64, new_ip: u64) -> Result<Vec<u8>, Refusal> {
+    let mut insns = Vec::new();
+    let mut decoder = Decoder::with_ip(64, code, orig_ip, DecoderOptions::NONE);
+    while decoder.can_decode() {
+        let insn = decoder.decode();
+        if insn.code() == Code::INVALID {
+            return Err(Refusal::Undecodable(insn.ip()));
+        }
+        insns.push(insn);
+    }
+    relocate_insns(&insns, orig_ip..orig_ip.wrapping_add(code.len() as u64), new_ip)
+}
+
+/// Relocate `insns`, displaced from `region`, to `new_ip`.
+///
+/// A branch to the first byte of the region keeps its target: once patched, that byte
+/// jumps to the trampoline again, which fires again as the original loop went through
+/// the site again. A branch
+/// strictly inside it is refused (nothing is left there). `loop`, `jrcxz` and friends
+/// have no near form: BlockEncoder rewrites them with a near `jmp` beside them.
+fn relocate_insns(insns: &[Instruction], region: Range<u64>, new_ip: u64) -> Result<Vec<u8>, Refusal> {
+    if insns.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Whatever BlockEncoder makes of an instruction is at most 16 bytes longer (a short
+    // loop plus two jumps); targets must be within rel32 reach from all of that.
+    let span: u64 = insns.iter().map(|i| i.len() as u64 + 16).sum();
+    let reach = |target: u64| {
+        [new_ip, new_ip.wrapping_add(span)].iter().all(|&ip| i32::try_from(target.wrapping_sub(ip) as i64).is_ok())
+    };
+    for insn in insns {
+        let mut targets = Vec::new();
+        if is_near_branch(insn) {
+            let t = insn.near_branch_target();
+            if t > region.start && t < region.end {
+                return Err(Refusal::BranchIntoDisplaced { from: insn.ip(), target: t });
+            }
+            targets.push(t);
+        }
+        if insn.is_ip_rel_memory_operand() {
+            targets.push(insn.ip_rel_memory_address());
+        }
+        if let Some(&target) = targets.iter().find(|&&t| !reach(t)) {
+            return Err(Refusal::TooFar { target });
+        }
+    }
+    // BlockEncoder sends a branch whose target is one of the block's instructions to that
+    // instruction's copy: a loop back to the site would then skip the firing. Addresses
+    // no user code branches to (the top of the address space) keep every target absolute.
+    let insns: Vec<Instruction> = insns
+        .iter()
+        .enumerate()
+        .map(|(k, insn)| {
+            let mut insn = *insn;
+            insn.set_ip(u64::MAX - 16 * (k as u64 + 1));
+            insn
+        })
+        .collect();
+    match BlockEncoder::encode(64, InstructionBlock::new(&insns, new_ip), BlockEncoderOptions::NONE) {
+        Ok(r) => Ok(r.code_buffer),
+        Err(e) => {
+            // Name the instruction that failed, if it fails alone.
+            let culprit = insns.iter().find(|insn| {
+                BlockEncoder::encode(64, InstructionBlock::new(std::slice::from_ref(insn), new_ip), 0).is_err()
+            });
+            Err(Refusal::Unrelocatable(culprit.map_or_else(|| e.to_string(), mnemonic)))
+        }
+    }
+}
