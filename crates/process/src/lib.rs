@@ -1,6 +1,7 @@
 //! Live processes: what a process has mapped (`/proc`), starting and grabbing `-c`/`-p`
 //! processes, and following process trees with ptrace (fork, vfork, exec, the holds
-//! that keep a new process still until its probes are armed).
+//! that keep a new process still until its probes are armed), and running system calls
+//! inside a stopped process to map shared memory near its code (`inject`).
 //!
 //! Facts about the objects a process maps come from `udtrace-object`; this crate never
 //! parses an object itself. Its system calls go through `nix` and `udtrace-sys`; no
@@ -10,4 +11,5 @@
 
 pub mod control;
 pub mod follow;
+pub mod inject;
 pub mod procfs;

@@ -6,6 +6,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+#[derive(Debug)]
 pub struct Mmap {
     ptr: NonNull<u8>,
     len: usize,
@@ -70,6 +71,23 @@ impl Mmap {
         assert!(self.writable, "store to a read-only mapping");
         // SAFETY: as for load_acquire_u64, and the mapping is writable (checked above).
         unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.store(v, Ordering::Release)
+    }
+
+    /// Copies `data` into a writable mapping at `off` (a shared region another process
+    /// also maps: trampoline code, ring records). A read-only mapping or a range out of
+    /// bounds is refused, not a fault.
+    pub fn write_bytes(&self, off: usize, data: &[u8]) -> io::Result<()> {
+        if !self.writable {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "write to a read-only mapping"));
+        }
+        if off.checked_add(data.len()).is_none_or(|end| end > self.len) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "write out of the mapping's bounds"));
+        }
+        // SAFETY: in bounds (checked above) of a writable mapping that lives as long as
+        // `self`; `data` is a Rust slice, which cannot overlap memory this mapping owns
+        // mutably (nothing hands out `&mut` into it).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(off), data.len()) };
+        Ok(())
     }
 
     /// Bytes of the mapping. For the ring buffer these are bytes of a committed record,

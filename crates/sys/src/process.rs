@@ -119,6 +119,53 @@ pub fn ptrace_listen(tid: i32) -> io::Result<()> {
     cvt(unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid, 0usize, 0usize) } as libc::c_int).map(|_| ())
 }
 
+/// Size of the kernel's `siginfo_t` on every Linux architecture.
+pub const SIGINFO_SIZE: usize = 128;
+
+/// `PTRACE_GETSIGINFO` as raw bytes: the siginfo of the signal (or event) that put the
+/// ptrace-stopped thread `tid` in its stop. The bytes can be written back with
+/// [`ptrace_setsiginfo_raw`] or handed to the tracee (`rt_tgsigqueueinfo`) unchanged.
+pub fn ptrace_getsiginfo_raw(tid: i32) -> io::Result<[u8; SIGINFO_SIZE]> {
+    let mut buf = [0u8; SIGINFO_SIZE];
+    // SAFETY: the kernel writes at most sizeof(siginfo_t) = 128 bytes to the data
+    // pointer, which is `buf`, 128 bytes, alive for the call.
+    cvt(unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, tid, 0usize, buf.as_mut_ptr()) } as libc::c_int)?;
+    Ok(buf)
+}
+
+/// `PTRACE_SETSIGINFO` from raw bytes (as [`ptrace_getsiginfo_raw`] returned them).
+pub fn ptrace_setsiginfo_raw(tid: i32, info: &[u8; SIGINFO_SIZE]) -> io::Result<()> {
+    // SAFETY: the kernel reads 128 bytes from the data pointer, which is `info`, 128
+    // bytes, alive for the call; it is not written.
+    cvt(unsafe { libc::ptrace(libc::PTRACE_SETSIGINFO, tid, 0usize, info.as_ptr()) } as libc::c_int).map(|_| ())
+}
+
+/// `PTRACE_GETSIGMASK`: the blocked-signal mask of the ptrace-stopped thread `tid`
+/// (bit `n - 1` for signal `n`).
+pub fn ptrace_getsigmask(tid: i32) -> io::Result<u64> {
+    let mut mask: u64 = 0;
+    // SAFETY: the kernel writes `addr` = 8 bytes (the kernel sigset size on x86-64,
+    // which it checks) to the data pointer, `mask`, alive for the call.
+    cvt(unsafe { libc::ptrace(libc::PTRACE_GETSIGMASK, tid, 8usize, &mut mask as *mut u64) } as libc::c_int)?;
+    Ok(mask)
+}
+
+/// `PTRACE_SETSIGMASK`: sets the blocked-signal mask of the ptrace-stopped thread
+/// `tid` (SIGKILL and SIGSTOP are never blocked). It also drops a mask that
+/// sigsuspend/ppoll/pselect had saved to restore on return to user space, which is
+/// consumed once the thread has left the stop it had when the tracer took it.
+pub fn ptrace_setsigmask(tid: i32, mask: u64) -> io::Result<()> {
+    // SAFETY: the kernel reads `addr` = 8 bytes from the data pointer, `mask`, alive
+    // for the call.
+    cvt(unsafe { libc::ptrace(libc::PTRACE_SETSIGMASK, tid, 8usize, &mask as *const u64) } as libc::c_int).map(|_| ())
+}
+
+/// `tgkill(tgid, tid, sig)`: sends `sig` to one thread.
+pub fn tgkill(tgid: i32, tid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: tgkill takes no pointers.
+    cvt(unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, sig) } as libc::c_int).map(|_| ())
+}
+
 /// The calling thread's FS base (its thread pointer), as `arch_prctl(ARCH_GET_FS)`
 /// reports it.
 #[cfg(target_arch = "x86_64")]
