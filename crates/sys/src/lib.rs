@@ -12,4 +12,5 @@ pub mod mount;
 pub mod perf;
 pub mod process;
 pub mod rlimit;
+pub mod selfpatch;
 pub mod time;
