@@ -1,0 +1,376 @@
+//! The ring every traced process writes its firings into, and udtrace's reader of it
+//! (docs/inprocess.md, "Ring").
+//!
+//! One memfd, mapped shared in udtrace and in every traced process. Every pid record of a
+//! session has the same size, so the ring is an array of fixed-size slots:
+//!
+//! ```text
+//! offset  field (u64 each, one per cache line)
+//!      0  head: next slot index to reserve (producers, lock cmpxchg)
+//!     64  tail: next slot index to read (written only by udtrace)
+//!    128  drops: firings skipped because the ring was full (producers, lock inc)
+//!    192  nslots (a power of two)
+//!    256  slot_size: 8 + the record size rounded up to 8
+//!   4096  nslots slots: u64 seq, then the record
+//! ```
+//!
+//! A producer reserves index `h` by moving `head` from `h` to `h + 1` when
+//! `h - tail < nslots`, writes the record into slot `h % nslots`, then stores `seq = h + 1`
+//! last (a plain store is a release on x86). The reader takes slot `tail % nslots` while
+//! its `seq == tail + 1`, then advances `tail`.
+
+use std::time::{Duration, Instant};
+
+use udtrace_sys::mmap::Mmap;
+
+pub const HEADER_SIZE: usize = 4096;
+pub const OFF_HEAD: usize = 0;
+pub const OFF_TAIL: usize = 64;
+pub const OFF_DROPS: usize = 128;
+pub const OFF_NSLOTS: usize = 192;
+pub const OFF_SLOT_SIZE: usize = 256;
+
+/// Most slots a ring may have: the trampoline compares and masks with 32-bit immediates.
+pub const MAX_SLOTS: u64 = 1 << 30;
+
+/// How long the reader waits on a reserved slot that is never committed, while later
+/// slots are, before skipping it. Its writer was most likely killed between reserving and
+/// committing; a live writer is a few hundred instructions from committing, so 200 ms
+/// without progress is a preempted-for-very-long or dead writer.
+pub const STALL_TIMEOUT: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    #[error("ring of {0} slots: must be a power of two between 2 and 2^30")]
+    Slots(u64),
+    #[error("ring slots of {slot_size} bytes cannot hold {record} byte records")]
+    SlotSize { slot_size: u64, record: usize },
+    #[error("ring mapping of {have} bytes, its header says {want}")]
+    Length { have: usize, want: u64 },
+}
+
+/// The shape of a ring: how many slots, of which size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub nslots: u64,
+    pub slot_size: u64,
+}
+
+impl Geometry {
+    /// A ring of `nslots` slots for records of `record_size` bytes.
+    pub fn new(nslots: u64, record_size: usize) -> Result<Geometry, RingError> {
+        if !nslots.is_power_of_two() || !(2..=MAX_SLOTS).contains(&nslots) {
+            return Err(RingError::Slots(nslots));
+        }
+        Ok(Geometry { nslots, slot_size: 8 + (record_size as u64).div_ceil(8) * 8 })
+    }
+
+    /// Bytes of the whole ring: header and slots.
+    pub fn size(&self) -> usize {
+        HEADER_SIZE + (self.nslots * self.slot_size) as usize
+    }
+
+    /// Offset of slot index `i`'s `seq` word; the record follows it.
+    pub fn slot_offset(&self, i: u64) -> usize {
+        HEADER_SIZE + ((i & (self.nslots - 1)) * self.slot_size) as usize
+    }
+
+    /// Writes the header of a fresh (zeroed) ring.
+    pub fn init(&self, view: &mut impl RingView) {
+        view.store_release_u64(OFF_NSLOTS, self.nslots);
+        view.store_release_u64(OFF_SLOT_SIZE, self.slot_size);
+    }
+
+    /// The geometry a ring's header gives, checked against the view's length and the
+    /// record size.
+    pub fn read(view: &impl RingView, record_size: usize) -> Result<Geometry, RingError> {
+        let nslots = view.load_acquire_u64(OFF_NSLOTS);
+        let slot_size = view.load_acquire_u64(OFF_SLOT_SIZE);
+        let g = Geometry::new(nslots, record_size)?;
+        if slot_size != g.slot_size {
+            return Err(RingError::SlotSize { slot_size, record: record_size });
+        }
+        if view.size() != g.size() {
+            return Err(RingError::Length { have: view.size(), want: g.size() as u64 });
+        }
+        Ok(g)
+    }
+}
+
+/// Bytes of a ring: udtrace's shared mapping, or a plain buffer in tests. Offsets are
+/// checked by the implementation; a bad one is a bug of the reader.
+pub trait RingView {
+    /// Bytes of the whole view.
+    fn size(&self) -> usize;
+    fn load_acquire_u64(&self, off: usize) -> u64;
+    fn store_release_u64(&mut self, off: usize, v: u64);
+    fn bytes(&self, off: usize, len: usize) -> &[u8];
+}
+
+impl RingView for Mmap {
+    fn size(&self) -> usize {
+        Mmap::len(self)
+    }
+    fn load_acquire_u64(&self, off: usize) -> u64 {
+        Mmap::load_acquire_u64(self, off)
+    }
+    fn store_release_u64(&mut self, off: usize, v: u64) {
+        Mmap::store_release_u64(self, off, v)
+    }
+    fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        Mmap::bytes(self, off, len)
+    }
+}
+
+/// A ring in plain memory, no other writer: for tests and tools.
+impl RingView for Vec<u8> {
+    fn size(&self) -> usize {
+        self.len()
+    }
+    fn load_acquire_u64(&self, off: usize) -> u64 {
+        u64::from_ne_bytes(self[off..off + 8].try_into().expect("8 bytes"))
+    }
+    fn store_release_u64(&mut self, off: usize, v: u64) {
+        self[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+    }
+    fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        &self[off..off + len]
+    }
+}
+
+/// What one drain did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Records handed to the callback.
+    pub records: u64,
+    /// Reserved slots given up on (their writer never committed).
+    pub skipped: u64,
+}
+
+/// udtrace's side of a ring: the consumer. One per ring; the ring's `tail` is its state,
+/// plus when the slot at `tail` was first seen stalled.
+#[derive(Debug)]
+pub struct Reader {
+    geometry: Geometry,
+    record_size: usize,
+    stall_timeout: Duration,
+    /// The tail index that was not committed while later ones were, and since when.
+    stalled: Option<(u64, Instant)>,
+    skipped: u64,
+}
+
+impl Reader {
+    /// A reader of the ring in `view` (its header already written) holding records of
+    /// `record_size` bytes.
+    pub fn new(view: &impl RingView, record_size: usize) -> Result<Reader, RingError> {
+        Ok(Reader {
+            geometry: Geometry::read(view, record_size)?,
+            record_size,
+            stall_timeout: STALL_TIMEOUT,
+            stalled: None,
+            skipped: 0,
+        })
+    }
+
+    pub fn with_stall_timeout(mut self, t: Duration) -> Reader {
+        self.stall_timeout = t;
+        self
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// Firings the producers dropped because the ring was full.
+    pub fn drops(&self, view: &impl RingView) -> u64 {
+        view.load_acquire_u64(OFF_DROPS)
+    }
+
+    /// Reserved slots skipped so far because they were never committed.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Hands every committed record, in slot order, to `each`, and frees its slot.
+    pub fn drain(&mut self, view: &mut impl RingView, each: impl FnMut(&[u8])) -> Drained {
+        self.drain_at(view, Instant::now(), each)
+    }
+
+    /// [`Self::drain`] with the time given, for the stall timeout.
+    pub fn drain_at(&mut self, view: &mut impl RingView, now: Instant, mut each: impl FnMut(&[u8])) -> Drained {
+        let g = self.geometry;
+        let mut d = Drained::default();
+        let mut tail = view.load_acquire_u64(OFF_TAIL);
+        loop {
+            let slot = g.slot_offset(tail);
+            if view.load_acquire_u64(slot) == tail + 1 {
+                each(view.bytes(slot + 8, self.record_size));
+                tail += 1;
+                // Release: the slot's bytes are read before a producer may reuse it.
+                view.store_release_u64(OFF_TAIL, tail);
+                d.records += 1;
+                self.stalled = None;
+                continue;
+            }
+            // Not committed: empty, a writer at work, or a dead writer. Only the last
+            // stalls the ring, and it shows as later slots committed behind it.
+            let head = view.load_acquire_u64(OFF_HEAD);
+            let end = head.min(tail + g.nslots);
+            let later = (tail + 1..end).any(|i| view.load_acquire_u64(g.slot_offset(i)) == i + 1);
+            if !later {
+                break;
+            }
+            match self.stalled {
+                Some((t, since)) if t == tail => {
+                    if now.saturating_duration_since(since) < self.stall_timeout {
+                        break;
+                    }
+                    tail += 1;
+                    view.store_release_u64(OFF_TAIL, tail);
+                    self.skipped += 1;
+                    d.skipped += 1;
+                    self.stalled = None;
+                }
+                _ => {
+                    self.stalled = Some((tail, now));
+                    break;
+                }
+            }
+        }
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REC: usize = 20;
+
+    fn ring(nslots: u64) -> (Vec<u8>, Geometry) {
+        let g = Geometry::new(nslots, REC).unwrap();
+        let mut v = vec![0u8; g.size()];
+        g.init(&mut v);
+        (v, g)
+    }
+
+    /// The producer's protocol, as a trampoline runs it; `commit: false` leaves the slot
+    /// reserved and unwritten, as a writer killed in between does.
+    fn produce(v: &mut Vec<u8>, g: Geometry, tag: u8, commit: bool) -> bool {
+        let h = v.load_acquire_u64(OFF_HEAD);
+        if h - v.load_acquire_u64(OFF_TAIL) >= g.nslots {
+            let d = v.load_acquire_u64(OFF_DROPS);
+            v.store_release_u64(OFF_DROPS, d + 1);
+            return false;
+        }
+        v.store_release_u64(OFF_HEAD, h + 1);
+        let s = g.slot_offset(h);
+        if commit {
+            v[s + 8..s + 8 + REC].fill(tag);
+            v.store_release_u64(s, h + 1);
+        }
+        true
+    }
+
+    fn drain(r: &mut Reader, v: &mut Vec<u8>, now: Instant) -> (Vec<u8>, Drained) {
+        let mut got = Vec::new();
+        let d = r.drain_at(v, now, |rec| {
+            assert_eq!(rec.len(), REC);
+            assert!(rec.iter().all(|&b| b == rec[0]), "torn record");
+            got.push(rec[0]);
+        });
+        (got, d)
+    }
+
+    #[test]
+    fn geometry() {
+        let g = Geometry::new(64, 208).unwrap();
+        assert_eq!(g.slot_size, 216);
+        assert_eq!(g.size(), 4096 + 64 * 216);
+        assert_eq!(g.slot_offset(65), 4096 + 216);
+        assert_eq!(Geometry::new(48, 208), Err(RingError::Slots(48)));
+        assert_eq!(Geometry::new(1, 208), Err(RingError::Slots(1)));
+        assert_eq!(Geometry::new(8, 20).unwrap().slot_size, 32);
+        let (v, _) = ring(8);
+        assert!(matches!(Reader::new(&v, 40), Err(RingError::SlotSize { .. })));
+        assert!(matches!(Reader::new(&v[..v.len() - 8].to_vec(), REC), Err(RingError::Length { .. })));
+    }
+
+    #[test]
+    fn in_order_with_wrap_around() {
+        let (mut v, g) = ring(4);
+        let mut r = Reader::new(&v, REC).unwrap();
+        let now = Instant::now();
+        let mut want = Vec::new();
+        for round in 0..5u8 {
+            for k in 0..3 {
+                let tag = round * 3 + k + 1;
+                assert!(produce(&mut v, g, tag, true));
+                want.push(tag);
+            }
+            let (got, d) = drain(&mut r, &mut v, now);
+            assert_eq!(got, want[want.len() - 3..]);
+            assert_eq!(d, Drained { records: 3, skipped: 0 });
+        }
+        assert_eq!(v.load_acquire_u64(OFF_TAIL), 15);
+        assert_eq!(r.drops(&v), 0);
+        // Nothing more: the slot at tail holds seq of a previous lap.
+        assert_eq!(drain(&mut r, &mut v, now).1, Drained::default());
+    }
+
+    #[test]
+    fn full_ring_drops() {
+        let (mut v, g) = ring(4);
+        let mut r = Reader::new(&v, REC).unwrap();
+        for tag in 1..=6 {
+            produce(&mut v, g, tag, true);
+        }
+        assert_eq!(r.drops(&v), 2);
+        let (got, _) = drain(&mut r, &mut v, Instant::now());
+        assert_eq!(got, [1, 2, 3, 4]);
+        assert!(produce(&mut v, g, 7, true));
+        assert_eq!(drain(&mut r, &mut v, Instant::now()).0, [7]);
+    }
+
+    #[test]
+    fn uncommitted_slot_waits_then_is_skipped() {
+        let (mut v, g) = ring(8);
+        let mut r = Reader::new(&v, REC).unwrap();
+        let t0 = Instant::now();
+        produce(&mut v, g, 1, true);
+        produce(&mut v, g, 2, false); // its writer dies
+                                      // Alone, an uncommitted slot is a writer at work: no stall clock.
+        assert_eq!(drain(&mut r, &mut v, t0).0, [1]);
+        assert_eq!(drain(&mut r, &mut v, t0 + STALL_TIMEOUT * 2).0, []);
+        produce(&mut v, g, 3, true);
+        produce(&mut v, g, 4, true);
+        // Later slots committed: the clock starts now, the slot is skipped after it.
+        assert_eq!(drain(&mut r, &mut v, t0 + STALL_TIMEOUT * 3).0, []);
+        assert_eq!(drain(&mut r, &mut v, t0 + STALL_TIMEOUT * 3 + STALL_TIMEOUT / 2).0, []);
+        let (got, d) = drain(&mut r, &mut v, t0 + STALL_TIMEOUT * 4);
+        assert_eq!(got, [3, 4]);
+        assert_eq!(d, Drained { records: 2, skipped: 1 });
+        assert_eq!(r.skipped(), 1);
+        // The ring goes on across laps.
+        for tag in 5..=20 {
+            produce(&mut v, g, tag, true);
+            assert_eq!(drain(&mut r, &mut v, t0).0, [tag]);
+        }
+    }
+
+    #[test]
+    fn late_commit_before_timeout_is_read() {
+        let (mut v, g) = ring(8);
+        let mut r = Reader::new(&v, REC).unwrap();
+        let t0 = Instant::now();
+        produce(&mut v, g, 1, false);
+        produce(&mut v, g, 2, true);
+        assert_eq!(drain(&mut r, &mut v, t0).0, []);
+        // The slow writer commits slot 0 (index 0, seq 1).
+        let s = g.slot_offset(0);
+        v[s + 8..s + 8 + REC].fill(1);
+        v.store_release_u64(s, 1);
+        assert_eq!(drain(&mut r, &mut v, t0 + STALL_TIMEOUT / 2).0, [1, 2]);
+        assert_eq!(r.skipped(), 0);
+    }
+}
