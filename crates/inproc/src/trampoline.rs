@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! at          relocate_before   displaced code before the probe point (return sites)
-//!             firing            save all, build the record on the stack, reserve a
+//!             firing            save all, build the record on the stack (header,
+//!                               registers, errno, stack bytes, strings), reserve a
 //!                               slot, copy, commit, restore all
 //!             relocate_after    the rest of the displaced code
 //!             jmp rel32         back to the site's resume address
@@ -11,21 +12,55 @@
 //! Pure: addresses in, bytes out. The code depends on its own address only through the
 //! relocated code and the final `jmp rel32`; the ring, the data page and the vDSO are
 //! reached through 64-bit immediates.
+//!
+//! Stack bytes and strings are read with `process_vm_readv` on the process itself, which
+//! copies what is readable and never faults: a bad pointer costs a record field, never
+//! the traced process.
 
 use iced_x86::code_asm::{
-    dword_ptr, eax, ecx, edi, qword_ptr, r10, r11, r12, r13, r14, r15, r8, r9, rax, rbp, rbx, rcx, rdi, rdx, rsi, rsp,
-    CodeAssembler,
+    byte_ptr, dword_ptr, eax, ecx, edi, edx, qword_ptr, r10, r11, r12, r13, r14, r15, r8, r8d, r9, r9d, rax, rbp, rbx,
+    rcx, rdi, rdx, rsi, rsp, CodeAssembler, CodeLabel,
 };
 use iced_x86::IcedError;
 
 use udtrace_object::patch::{jmp_rel32, PatchPlan, Refusal};
-use udtrace_record::pid::{PlanError, PtReg, RecordLayout, RecordPlan, NUM_REGS};
+use udtrace_record::pid::{PlanError, PtReg, RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED, NUM_REGS};
 
 use crate::ring::{Geometry, HEADER_SIZE, OFF_DROPS, OFF_HEAD, OFF_TAIL};
 
 /// Offset in the per-process data page of the process id (u32), which udtrace writes
 /// after the process starts or forks (the page is private: a child has its own copy).
 pub const DATA_PID: usize = 0;
+
+/// Offset in the per-process data page of the address (u64) of the GOT slot holding
+/// errno's offset from the thread pointer (glibc's `__errno_location` loads it from
+/// there, see `udtrace_object::errno`); 0 while not known, and then errno is recorded as
+/// 0. udtrace writes it once libc is mapped. The slot is read at every firing, so it may
+/// be written before the loader relocates libc (the slot holds 0 until then, and errno
+/// is recorded as 0).
+pub const DATA_ERRNO_SLOT: usize = 8;
+
+/// Offset in the data page where udtrace may keep errno's offset itself (i64) when it
+/// is a constant (a static program, `ErrnoTls::Offset`): it then writes this word's
+/// address, `data_page + DATA_ERRNO_CONST`, to [`DATA_ERRNO_SLOT`].
+pub const DATA_ERRNO_CONST: usize = 16;
+
+/// The 16 bytes udtrace writes at [`DATA_ERRNO_SLOT`] of a process's data page (at
+/// `data_page`) for where the process keeps errno, as `PidProvider::errno_tls` gives it
+/// (and `Backend::set_errno_tls` receives it): `(slot, 0)` a GOT slot, `(0, offset)` a
+/// constant (kept at [`DATA_ERRNO_CONST`]), `None` unknown. A firing racing the write
+/// sees the old words or a slot whose offset is still 0: errno 0 either way.
+pub fn errno_words(data_page: u64, tls: Option<(u64, i64)>) -> [u8; 16] {
+    let (slot, offset) = match tls {
+        Some((0, offset)) if offset != 0 => (data_page + DATA_ERRNO_CONST as u64, offset),
+        Some((slot, _)) => (slot, 0),
+        None => (0, 0),
+    };
+    let mut w = [0u8; 16];
+    w[..8].copy_from_slice(&slot.to_ne_bytes());
+    w[8..].copy_from_slice(&offset.to_ne_bytes());
+    w
+}
 
 /// glibc's `struct pthread` `tid` field, from the thread pointer (`fs:0`), on x86-64
 /// glibc 2.26 and later; udtrace checks it per process.
@@ -39,6 +74,12 @@ const CLOCK_MONOTONIC: u32 = 1;
 const CPU_MASK: u32 = 0xfff;
 /// The System V x86-64 red zone: leaf code may keep data below its stack pointer.
 const RED_ZONE: i32 = 128;
+/// `process_vm_readv`, x86-64.
+const SYS_PROCESS_VM_READV: u32 = 310;
+const EFAULT: i32 = 14;
+/// Records of this size and more are copied into their slot with `rep movsq`, smaller
+/// ones a qword at a time (`rep movsq` starts slowly).
+const REP_COPY_MIN: usize = 512;
 
 /// How the firing reads the cpu number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,17 +161,9 @@ pub fn generate(t: &Trampoline<'_>) -> Result<Vec<u8>, TrampolineError> {
     Ok(code)
 }
 
-/// The record layout of `plan`, if this backend can fill it: the header and registers.
+/// The record layout of `plan`, if this backend can fill it: everything but the current
+/// task's address (`curthread`), which only the kernel knows.
 pub fn supported_layout(plan: &RecordPlan) -> Result<RecordLayout, TrampolineError> {
-    if plan.stack_bytes > 0 {
-        return Err(TrampolineError::Unsupported("user stack bytes (ustack, arg6 and up)"));
-    }
-    if !plan.strings.is_empty() {
-        return Err(TrampolineError::Unsupported("strings (copyinstr)"));
-    }
-    if plan.errno {
-        return Err(TrampolineError::Unsupported("errno"));
-    }
     if plan.curthread {
         return Err(TrampolineError::Unsupported("curthread"));
     }
@@ -142,15 +175,30 @@ const PT_REGS: i32 = (NUM_REGS * 8) as i32;
 /// The record header (cookie .. errno) sits right below the pt_regs image, so header and
 /// registers are one contiguous record on the stack.
 const HEADER: i32 = udtrace_record::pid::OFF_REGS as i32;
+/// Where the registers (the pt_regs image) start in the record.
+const OFF_REGS: i32 = udtrace_record::pid::OFF_REGS as i32;
+
+/// Bytes of the record after the registers (stack bytes, strings): they go between the
+/// pt_regs image and the red zone, so that the whole record is contiguous.
+fn tail_size(layout: &RecordLayout) -> usize {
+    if layout.regs {
+        layout.size - layout.off_stack
+    } else {
+        0
+    }
+}
 
 /// The firing, assembled for address `ip`. On entry the registers are the site's; on exit
 /// they are again, flags included.
 fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> Result<Vec<u8>, TrampolineError> {
     let p = &t.process;
     let mut a = CodeAssembler::new(64)?;
-    // pt_regs, built downwards from its last field, below the red zone: S is the site's
-    // rsp; after the pushes rsp = S - 128 - 168 points at r15, pt_regs' first field.
-    a.lea(rsp, qword_ptr(rsp - RED_ZONE))?;
+    // The record's tail (stack bytes, strings) right below the red zone, then pt_regs,
+    // built downwards from its last field: S is the site's rsp; after the pushes
+    // rsp = S - 128 - tail - 168 points at r15, pt_regs' first field.
+    let tail = tail_size(layout);
+    let frame = RED_ZONE + tail as i32;
+    a.lea(rsp, qword_ptr(rsp - frame))?;
     a.push(USER_SS)?;
     a.push(rax)?; // sp, filled in below
     a.pushfq()?;
@@ -160,10 +208,10 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     for r in [rdi, rsi, rdx, rcx, rax, r8, r9, r10, r11, rbx, rbp, r12, r13, r14, r15] {
         a.push(r)?;
     }
-    // The flags are saved: from here on the code may change them. C code (the vDSO) wants
-    // the direction flag clear.
+    // The flags are saved: from here on the code may change them. C code (the vDSO) and
+    // the string instructions below want the direction flag clear.
     a.cld()?;
-    a.lea(rax, qword_ptr(rsp + (RED_ZONE + PT_REGS)))?;
+    a.lea(rax, qword_ptr(rsp + (frame + PT_REGS)))?;
     a.mov(qword_ptr(rsp + PtReg::Sp.offset() as i32), rax)?;
     a.mov(rax, site_ip)?;
     a.mov(qword_ptr(rsp + PtReg::Ip.offset() as i32), rax)?;
@@ -202,6 +250,30 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     a.mov(qword_ptr(rbx + udtrace_record::pid::OFF_CPU as i32), rax)?;
     a.mov(qword_ptr(rbx + udtrace_record::pid::OFF_STACK_LEN as i32), 0)?;
 
+    // Captures, before the reservation: a slot stays reserved and uncommitted only for
+    // the copy.
+    let mut subs = Subroutines { readv: a.create_label(), readstr: a.create_label() };
+    if layout.errno {
+        emit_errno(&mut a, p.data_page)?;
+    }
+    if tail > 0 {
+        // The tail starts zeroed: bytes past stack_len and past a string's NUL are 0, as
+        // the BPF helpers leave them.
+        a.lea(rdi, qword_ptr(rbx + layout.off_stack as i32))?;
+        a.xor(eax, eax)?;
+        a.mov(ecx, (tail / 8) as u32)?;
+        a.rep().stosq()?;
+    }
+    if layout.stack_bytes > 0 {
+        emit_stack(&mut a, layout, subs.readv)?;
+    }
+    for (cap, &(slot, max)) in t.record.strings.iter().zip(&layout.strings) {
+        a.lea(rdi, qword_ptr(rbx + slot as i32))?;
+        a.mov(rsi, qword_ptr(rbx + (OFF_REGS + cap.reg.offset() as i32)))?;
+        a.mov(edx, max)?;
+        a.call(subs.readstr)?;
+    }
+
     // Reserve slot h: head h -> h + 1 unless the ring is full.
     let mut retry = a.create_label();
     let mut full = a.create_label();
@@ -222,16 +294,33 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     a.and(rax, (t.ring.nslots - 1) as i32)?;
     a.imul_3(rax, rax, t.ring.slot_size as i32)?;
     a.lea(rdi, qword_ptr(r8 + rax + HEADER_SIZE as i32))?;
-    // The record goes after the slot's seq word, a qword at a time, last first.
+    // The record goes after the slot's seq word.
     a.mov(ecx, (layout.size / 8) as u32)?;
-    a.set_label(&mut copy)?;
-    a.mov(rsi, qword_ptr(rbx + rcx * 8 - 8))?;
-    a.mov(qword_ptr(rdi + rcx * 8), rsi)?;
-    a.dec(ecx)?;
-    a.jnz(copy)?;
-    // Commit last; on x86 a plain store is not reordered before the earlier ones.
+    if layout.size >= REP_COPY_MIN {
+        a.mov(r9, rdi)?;
+        a.lea(rdi, qword_ptr(r9 + 8))?;
+        a.mov(rsi, rbx)?;
+        a.rep().movsq()?;
+        a.mov(rdi, r9)?;
+    } else {
+        // A qword at a time, last first.
+        a.set_label(&mut copy)?;
+        a.mov(rsi, qword_ptr(rbx + rcx * 8 - 8))?;
+        a.mov(qword_ptr(rdi + rcx * 8), rsi)?;
+        a.dec(ecx)?;
+        a.jnz(copy)?;
+    }
+    // Commit last; on x86 a plain store is not reordered before the earlier ones (nor
+    // before the stores of a string instruction, as a whole).
     a.mov(qword_ptr(rdi), rdx)?;
     a.jmp(restore)?;
+    // The subroutines, off the main path.
+    if layout.stack_bytes > 0 || !layout.strings.is_empty() {
+        emit_readv(&mut a, &mut subs.readv, p.data_page)?;
+        if !layout.strings.is_empty() {
+            emit_readstr(&mut a, &mut subs)?;
+        }
+    }
     a.set_label(&mut full)?;
     a.lock().inc(qword_ptr(r8 + OFF_DROPS as i32))?;
 
@@ -240,11 +329,155 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     for r in [r15, r14, r13, r12, rbp, rbx, r11, r10, r9, r8, rax, rcx, rdx, rsi, rdi] {
         a.pop(r)?;
     }
-    // Skip orig_ax, ip and cs; flags back; skip sp, ss and the red zone (lea keeps flags).
+    // Skip orig_ax, ip and cs; flags back; skip sp, ss, the tail and the red zone (lea
+    // keeps the flags).
     a.lea(rsp, qword_ptr(rsp + 24))?;
     a.popfq()?;
-    a.lea(rsp, qword_ptr(rsp + (16 + RED_ZONE)))?;
+    a.lea(rsp, qword_ptr(rsp + (16 + frame)))?;
     Ok(a.assemble(ip)?)
+}
+
+/// Local subroutines of a firing, placed after its commit (off the main path).
+struct Subroutines {
+    /// `rax = process_vm_readv(pid, {rdi, rdx}, 1, {rsi, rdx}, 1, 0)`.
+    readv: CodeLabel,
+    /// The string at `rsi` into the string slot at `rdi`, at most `edx` bytes.
+    readstr: CodeLabel,
+}
+
+/// errno: `fs:[offset]` (i32), with offset the i64 in the GOT slot whose address is at
+/// [`DATA_ERRNO_SLOT`] of the data page. No slot, or a slot still 0 (libc not relocated
+/// yet), leaves the 0 already stored.
+fn emit_errno(a: &mut CodeAssembler, data_page: u64) -> Result<(), TrampolineError> {
+    let mut none = a.create_label();
+    a.mov(rax, data_page + DATA_ERRNO_SLOT as u64)?;
+    a.mov(rax, qword_ptr(rax))?;
+    a.test(rax, rax)?;
+    a.jz(none)?;
+    a.mov(rax, qword_ptr(rax))?;
+    a.test(rax, rax)?;
+    a.jz(none)?;
+    a.mov(eax, dword_ptr(rax).fs())?;
+    a.mov(dword_ptr(rbx + udtrace_record::pid::OFF_ERRNO as i32), eax)?;
+    a.set_label(&mut none)?;
+    Ok(())
+}
+
+/// The user stack from the site's rsp up: as much of `stack_bytes` as is readable
+/// (`process_vm_readv` stops at the first unreadable page), rounded down to 8 bytes, is
+/// `stack_len`; less than asked sets FLAG_STACK_TRUNCATED. The tail is zero already;
+/// bytes read past the rounded length are zeroed again.
+fn emit_stack(a: &mut CodeAssembler, layout: &RecordLayout, readv: CodeLabel) -> Result<(), TrampolineError> {
+    let mut read = a.create_label();
+    let mut whole = a.create_label();
+    a.lea(rdi, qword_ptr(rbx + layout.off_stack as i32))?;
+    a.mov(rsi, qword_ptr(rbx + (OFF_REGS + PtReg::Sp.offset() as i32)))?;
+    a.mov(edx, layout.stack_bytes)?;
+    a.call(readv)?;
+    // A failure (-errno) read nothing.
+    a.test(rax, rax)?;
+    a.jns(read)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut read)?;
+    a.mov(rdx, rax)?;
+    a.and(eax, -8)?;
+    a.mov(dword_ptr(rbx + udtrace_record::pid::OFF_STACK_LEN as i32), eax)?;
+    a.lea(rdi, qword_ptr(rbx + rax + layout.off_stack as i32))?;
+    a.mov(rcx, rdx)?;
+    a.sub(rcx, rax)?;
+    a.xor(eax, eax)?;
+    a.rep().stosb()?;
+    a.cmp(dword_ptr(rbx + udtrace_record::pid::OFF_STACK_LEN as i32), layout.stack_bytes)?;
+    a.jae(whole)?;
+    a.mov(dword_ptr(rbx + udtrace_record::pid::OFF_FLAGS as i32), FLAG_STACK_TRUNCATED)?;
+    a.set_label(&mut whole)?;
+    Ok(())
+}
+
+/// `readv`: rdi = destination, rsi = source, rdx = length; returns in rax the bytes read
+/// (up to the first unreadable page) or -errno. The process reads itself with
+/// `process_vm_readv`, which never faults: a bad source is -EFAULT. Clobbers rax, rcx,
+/// rdx, rsi, rdi, r8-r11.
+fn emit_readv(a: &mut CodeAssembler, label: &mut CodeLabel, data_page: u64) -> Result<(), TrampolineError> {
+    a.set_label(label)?;
+    // Two struct iovec: the local one at rsp, the remote one at rsp + 16.
+    a.sub(rsp, 32)?;
+    a.mov(qword_ptr(rsp), rdi)?;
+    a.mov(qword_ptr(rsp + 8), rdx)?;
+    a.mov(qword_ptr(rsp + 16), rsi)?;
+    a.mov(qword_ptr(rsp + 24), rdx)?;
+    a.mov(rax, data_page + DATA_PID as u64)?;
+    a.mov(edi, dword_ptr(rax))?;
+    a.mov(rsi, rsp)?;
+    a.mov(edx, 1)?;
+    a.lea(r10, qword_ptr(rsp + 16))?;
+    a.mov(r8d, 1)?;
+    a.xor(r9d, r9d)?;
+    a.mov(eax, SYS_PROCESS_VM_READV)?;
+    // Clobbers rcx and r11, saved in the pt_regs image like every register.
+    a.syscall()?;
+    a.add(rsp, 32)?;
+    a.ret()?;
+    Ok(())
+}
+
+/// `readstr`: rdi = the string slot (i32 result, u32 0, then `max` bytes, all zero on
+/// entry), rsi = the string's address, edx = max. Fills the slot as
+/// `bpf_probe_read_user_str` does: the bytes up to and including the first NUL, result
+/// = their count, the rest zero; no NUL in `max` bytes: the first max - 1 and a NUL,
+/// result = max; nothing readable, or a read that stops at an unreadable page before
+/// any NUL: result = -EFAULT and the data zero. Clobbers what `readv` does.
+fn emit_readstr(a: &mut CodeAssembler, subs: &mut Subroutines) -> Result<(), TrampolineError> {
+    let mut fail = a.create_label();
+    let mut no_nul = a.create_label();
+    let mut partial = a.create_label();
+    let mut store = a.create_label();
+    a.set_label(&mut subs.readstr)?;
+    a.push(rdi)?;
+    a.push(rdx)?;
+    a.add(rdi, 8)?;
+    a.call(subs.readv)?;
+    a.pop(rdx)?;
+    a.pop(r8)?;
+    // r8 = the slot, rdx = max, rax = bytes read (n) or -errno.
+    a.test(rax, rax)?;
+    a.jle(fail)?;
+    a.mov(r9, rax)?;
+    a.lea(rdi, qword_ptr(r8 + 8))?;
+    a.mov(rcx, rax)?;
+    a.xor(eax, eax)?;
+    a.repne().scasb()?;
+    a.jne(no_nul)?;
+    // rdi is one past the NUL; rcx counts the bytes read after it: zero them.
+    a.mov(rax, rdi)?;
+    a.sub(rax, r8)?;
+    a.sub(eax, 8)?;
+    a.mov(dword_ptr(r8), eax)?;
+    a.xor(eax, eax)?;
+    a.rep().stosb()?;
+    a.ret()?;
+    a.set_label(&mut no_nul)?;
+    a.cmp(r9, rdx)?;
+    a.jb(partial)?;
+    // max bytes and no NUL: truncated, the last byte becomes the NUL.
+    a.mov(byte_ptr(r8 + rdx + 7), 0)?;
+    a.mov(dword_ptr(r8), edx)?;
+    a.ret()?;
+    // The string runs into an unreadable page: a fault, as for the helper.
+    a.set_label(&mut partial)?;
+    a.lea(rdi, qword_ptr(r8 + 8))?;
+    a.mov(rcx, r9)?;
+    a.rep().stosb()?;
+    a.mov(eax, -EFAULT)?;
+    a.jmp(store)?;
+    // n < 0: the system call's -errno (-EFAULT for a bad address); n == 0: -EFAULT.
+    a.set_label(&mut fail)?;
+    a.jl(store)?;
+    a.mov(eax, -EFAULT)?;
+    a.set_label(&mut store)?;
+    a.mov(dword_ptr(r8), eax)?;
+    a.ret()?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -252,6 +485,7 @@ mod tests {
     use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter, Mnemonic};
 
     use udtrace_object::patch::{plan, SiteKind};
+    use udtrace_record::pid::{StringCapture, OFF_STACK};
 
     use super::*;
 
@@ -335,15 +569,73 @@ mod tests {
     }
 
     #[test]
-    fn refuses_what_it_cannot_record() {
-        for (rec, what) in [
-            (RecordPlan { stack_bytes: 64, regs: true, ..RecordPlan::default() }, "user stack"),
-            (RecordPlan { errno: true, ..RecordPlan::default() }, "errno"),
-            (RecordPlan { curthread: true, ..RecordPlan::default() }, "curthread"),
-        ] {
-            let e = gen(SiteKind::Entry, 0, &rec).unwrap_err();
-            assert!(e.to_string().contains(what), "{e}");
+    fn refuses_curthread_only() {
+        let e = gen(SiteKind::Entry, 0, &RecordPlan { curthread: true, ..RecordPlan::default() }).unwrap_err();
+        assert!(e.to_string().contains("curthread"), "{e}");
+        let rec = RecordPlan { curthread: true, stack_bytes: 64, errno: true, ..RecordPlan::default() };
+        assert_eq!(supported_layout(&rec), Err(TrampolineError::Unsupported("curthread")));
+    }
+
+    #[test]
+    fn captures_stack_strings_and_errno() {
+        let rec = RecordPlan {
+            stack_bytes: 512,
+            strings: vec![StringCapture { reg: PtReg::Di, max: 256 }, StringCapture { reg: PtReg::Si, max: 5 }],
+            regs: true,
+            errno: true,
+            curthread: false,
+        };
+        let layout = supported_layout(&rec).unwrap();
+        let tail = layout.size - OFF_STACK;
+        assert_eq!(tail, 512 + (8 + 256) + (8 + 8));
+        let code = gen(SiteKind::Entry, 0, &rec).unwrap();
+        let text = disasm(&code);
+        if std::env::var_os("UDTRACE_SHOW_TRAMPOLINE").is_some() {
+            eprintln!("{} bytes:\n{}", code.len(), text.join("\n"));
         }
+        let has = |s: &str| text.iter().any(|t| t == s);
+        // The tail between the red zone and pt_regs, given back at the end.
+        assert_eq!(text[0], format!("lea rsp,[rsp-{:X}h]", 128 + tail));
+        assert!(has(&format!("lea rsp,[rsp+{:X}h]", 16 + 128 + tail)), "{text:#?}");
+        // errno: the slot's address from the data page, then the i32 at fs:[offset].
+        assert!(has(&format!("mov rax,{:X}h", addrs().data_page + DATA_ERRNO_SLOT as u64)), "{text:#?}");
+        assert!(has("mov eax,fs:[rax]"), "{text:#?}");
+        // The tail zeroed, then read: one process_vm_readv, called for the stack and,
+        // through readstr, for each string.
+        assert!(has(&format!("mov ecx,{:X}h", tail / 8)), "{text:#?}");
+        assert!(has("rep stosq [rdi]"));
+        assert_eq!(text.iter().filter(|s| *s == "syscall").count(), 1);
+        assert!(has("mov eax,136h"));
+        assert!(has("repne scasb [rdi]"));
+        let calls = text.iter().filter(|s| s.starts_with("call ") && *s != "call rax").count();
+        assert_eq!(calls, 1 + 2 + 1, "stack, two strings, readstr's readv");
+        assert!(has(&format!("mov dword ptr [rbx+1Ch],{FLAG_STACK_TRUNCATED}")), "{text:#?}");
+        // A record this big is copied with rep movsq.
+        assert!(has("rep movsq [rdi],[rsi]"));
+        let n = text.len();
+        assert_eq!(&text[n - 4..n - 1], ["push rbp", "mov rbp,rsp", "mov rax,rdi"]);
+    }
+
+    #[test]
+    fn errno_words_for_the_data_page() {
+        let page = 0x7f00_1000_0000u64;
+        let words = |w: [u8; 16]| {
+            (u64::from_ne_bytes(w[..8].try_into().unwrap()), i64::from_ne_bytes(w[8..].try_into().unwrap()))
+        };
+        assert_eq!(DATA_ERRNO_CONST, DATA_ERRNO_SLOT + 8);
+        assert_eq!(words(errno_words(page, Some((0x7fff_0000_1238, 0)))), (0x7fff_0000_1238, 0));
+        assert_eq!(words(errno_words(page, Some((0, -0x40)))), (page + 16, -0x40));
+        assert_eq!(words(errno_words(page, None)), (0, 0));
+        assert_eq!(words(errno_words(page, Some((0, 0)))), (0, 0));
+    }
+
+    #[test]
+    fn errno_alone_needs_no_system_call() {
+        let rec = RecordPlan { errno: true, ..RecordPlan::default() };
+        let text = disasm(&gen(SiteKind::Entry, 0, &rec).unwrap());
+        assert_eq!(text[0], "lea rsp,[rsp-80h]");
+        assert!(text.iter().any(|s| s == "mov eax,fs:[rax]"));
+        assert!(!text.iter().any(|s| s == "syscall" || s.starts_with("rep")), "{text:#?}");
     }
 
     #[test]

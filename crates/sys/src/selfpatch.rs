@@ -26,6 +26,8 @@ pub fn memfd_create(name: &str) -> io::Result<OwnedFd> {
 /// Memory protections, as `mprotect` takes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prot {
+    /// No access: reads and writes fault (a guard page).
+    None,
     ReadWrite,
     ReadExec,
     ReadWriteExec,
@@ -34,6 +36,7 @@ pub enum Prot {
 impl Prot {
     fn bits(self) -> libc::c_int {
         match self {
+            Prot::None => libc::PROT_NONE,
             Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
             Prot::ReadExec => libc::PROT_READ | libc::PROT_EXEC,
             Prot::ReadWriteExec => libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
@@ -138,7 +141,7 @@ impl RawMap {
     /// any jump to it).
     pub fn write(&mut self, off: usize, bytes: &[u8]) {
         assert!(off.checked_add(bytes.len()).is_some_and(|end| end <= self.len), "bad write {off}+{}", bytes.len());
-        assert!(self.prot != Prot::ReadExec, "write to a read-only mapping");
+        assert!(matches!(self.prot, Prot::ReadWrite | Prot::ReadWriteExec), "write to a read-only mapping");
         // SAFETY: in bounds of a writable mapping this object owns; it is not a Rust
         // object, so no reference to it exists.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(off), bytes.len()) };
@@ -167,7 +170,8 @@ pub fn mprotect(addr: u64, len: usize, prot: Prot) -> io::Result<()> {
     let start = addr & !(page - 1);
     let end = (addr + len as u64).div_ceil(page) * page;
     // SAFETY: changes protections only; memory Rust objects live in is never made
-    // read-only by the callers (they pass code pages and their own mappings).
+    // read-only or inaccessible by the callers (they pass code pages and their own
+    // mappings).
     let r = unsafe { libc::mprotect(start as *mut libc::c_void, (end - start) as usize, prot.bits()) };
     if r != 0 {
         return Err(io::Error::last_os_error());
