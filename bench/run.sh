@@ -33,22 +33,27 @@ WORKLOADS=(
   "return|ret|200000|pid\$target::f_lea:return|uretprobe:$W/calls:f_lea"
 )
 
-printf '%-10s %9s %12s %12s %14s %14s %8s\n' workload calls "udtrace n" "bpftrace n" "udtrace ns/f" "bpftrace ns/f" ratio
+printf '%-10s %9s %12s %12s %12s %14s %14s %14s %8s %8s\n' workload calls "udtrace n" "inproc n" "bpftrace n" \
+  "udtrace ns/f" "inproc ns/f" "bpftrace ns/f" ratio inproc
 for w in "${WORKLOADS[@]}"; do
   IFS='|' read -r name mode n udesc bprobe <<<"$w"
-  : >"$W/base"; : >"$W/ud"; : >"$W/bt"
-  ucount=?; bcount=?
+  : >"$W/base"; : >"$W/ud"; : >"$W/ip"; : >"$W/bt"
+  ucount=?; icount=?; bcount=?
   for _ in $(seq "$ROUNDS"); do
     "$W/calls" "$mode" "$n" | loop_ns >>"$W/base"
     out=$("$U" -q -n "$udesc { @ = count(); }" -c "$W/calls $mode $n" 2>&1)
     echo "$out" | loop_ns >>"$W/ud"; ucount=$(echo "$out" | count_of)
+    out=$("$U" -q -x inprocess -n "$udesc { @ = count(); }" -c "$W/calls $mode $n" 2>&1)
+    echo "$out" | loop_ns >>"$W/ip"; icount=$(echo "$out" | count_of)
     out=$(bpftrace -e "$bprobe { @ = count(); }" -c "$W/calls $mode $n" 2>&1)
     echo "$out" | loop_ns >>"$W/bt"; bcount=$(echo "$out" | grep -Eo '^@: [0-9]+' | awk '{print $2}')
   done
-  base=$(median <"$W/base"); ud=$(median <"$W/ud"); bt=$(median <"$W/bt")
-  awk -v name="$name" -v n="$n" -v uc="$ucount" -v bc="$bcount" -v base="$base" -v ud="$ud" -v bt="$bt" 'BEGIN {
-    u = (ud - base) / n; b = (bt - base) / n;
-    printf "%-10s %9d %12s %12s %14.0f %14.0f %7.2fx\n", name, n, uc, bc, u, b, (b > 0 ? u / b : 0) }'
+  base=$(median <"$W/base"); ud=$(median <"$W/ud"); ip=$(median <"$W/ip"); bt=$(median <"$W/bt")
+  awk -v name="$name" -v n="$n" -v uc="$ucount" -v ic="$icount" -v bc="$bcount" -v base="$base" -v ud="$ud" \
+      -v ip="$ip" -v bt="$bt" 'BEGIN {
+    u = (ud - base) / n; i = (ip - base) / n; b = (bt - base) / n;
+    printf "%-10s %9d %12s %12s %12s %14.0f %14.0f %14.0f %7.2fx %7.3fx\n", name, n, uc, ic, bc, u, i, b,
+      (b > 0 ? u / b : 0), (b > 0 ? i / b : 0) }'
 done
 
 echo

@@ -14,11 +14,23 @@ macro_rules! out {
 
 mod cli;
 
+use udtrace_bpf_backend::Bpf;
+use udtrace_inproc_backend::InProcess;
 use udtrace_providers::backend::{Backend, Error, Setup};
 
-/// The backend for pid and proc probes: BPF (the in-process backend comes next).
+/// The backend for pid and proc probes: BPF where the kernel allows it; with
+/// `-x inprocess`, or without the privilege BPF needs, pid probes run inside the
+/// traced processes (BPF, when allowed, takes what they cannot do).
 fn load_backend(setup: &Setup) -> Result<Box<dyn Backend>, Error> {
-    Ok(Box::new(udtrace_bpf_backend::Bpf::load(setup)?))
+    let bpf_ok = udtrace_bpf_backend::available();
+    if bpf_ok && !setup.inprocess {
+        return Ok(Box::new(Bpf::load(setup)?));
+    }
+    let fallback = match bpf_ok {
+        true => Some(Box::new(Bpf::load(setup)?) as Box<dyn Backend>),
+        false => None,
+    };
+    Ok(Box::new(InProcess::load(setup, fallback)?))
 }
 
 fn main() {

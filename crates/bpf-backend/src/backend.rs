@@ -15,12 +15,11 @@ use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::tracepoint::{self, TracepointLink};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
-use udtrace_lang::capture::CapturePlan;
 use udtrace_messages::program;
 use udtrace_process::procfs;
 use udtrace_providers::backend::{Backend, Error, Record, Setup, SiteTarget, HOLD_SIGNAL};
 use udtrace_providers::pid::PidProbe;
-use udtrace_record::pid::{PtReg, RecordLayout, RecordPlan, StringCapture};
+use udtrace_record::pid::RecordLayout;
 use udtrace_record::proc::{hook_of, Hook, ProcLayout, ProcPlan};
 
 /// The BPF backend: see the crate's documentation.
@@ -169,23 +168,6 @@ fn ring_size(bufsize: u64) -> usize {
     want.next_power_of_two() as usize
 }
 
-fn record_plan(plan: &CapturePlan, strsize: u32) -> RecordPlan {
-    RecordPlan {
-        stack_bytes: plan.stack_bytes.div_ceil(8) * 8,
-        strings: plan
-            .strings
-            .iter()
-            .map(|&n| StringCapture {
-                reg: PtReg::ARGS[usize::from(n)],
-                max: strsize.clamp(1, udtrace_record::pid::MAX_STRING),
-            })
-            .collect(),
-        regs: plan.regs,
-        errno: plan.errno,
-        curthread: plan.curthread,
-    }
-}
-
 /// Where errno is read from: the offset of a thread's pointer in the kernel's
 /// task_struct comes from its BTF. Without BTF errno reads 0.
 fn errno_source() -> Option<ErrnoSource> {
@@ -200,10 +182,10 @@ impl Bpf {
     /// Creates the maps and loads the programs; nothing is armed yet. `follow` adds the
     /// loader hook program; `all` the program for `pid*` probes and the exec notices.
     pub fn load(setup: &Setup) -> Result<Bpf, Error> {
-        let Setup { plan, bufsize, strsize, follow, all } = setup;
-        let (bufsize, strsize, follow, all) = (*bufsize, *strsize, *follow, *all);
+        let Setup { plan, bufsize, follow, all, .. } = setup;
+        let (bufsize, follow, all) = (*bufsize, *follow, *all);
         let _ = udtrace_bpf::uprobe::raise_fd_limit();
-        let rplan = record_plan(plan, strsize);
+        let rplan = setup.record_plan();
         let layout = RecordLayout::new(&rplan).map_err(|e| format!("cannot lay out firing records: {e}"))?;
         let maps_err = |e: udtrace_bpf::maps::MapError| bpf_error("create BPF maps", &e.to_string(), e.os_error());
         let mut maps = ProbeMaps::create(ring_size(bufsize), 65536).map_err(maps_err)?;
@@ -421,7 +403,7 @@ impl Backend for Bpf {
         Ok(())
     }
 
-    fn arm_hook(&mut self, file: &Path, offset: u64, r_state: u64) -> Result<(), Error> {
+    fn arm_hook(&mut self, _pid: i32, file: &Path, offset: u64, r_state: u64) -> Result<(), Error> {
         let Some(hold) = &mut self.hold else { return Ok(()) };
         if hold.links.contains_key(file) {
             return Ok(());

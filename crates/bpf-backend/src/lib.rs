@@ -16,3 +16,12 @@ mod kernel_memory;
 
 pub use backend::Bpf;
 pub use kernel_memory::kernel_reader;
+
+/// Whether the kernel lets udtrace use BPF (a map can be made): without privilege it
+/// refuses, and pid probes then run in-process.
+pub fn available() -> bool {
+    match udtrace_bpf::maps::HashMap::<u32, u32>::create("udtrace_probe", 1) {
+        Ok(_) => true,
+        Err(e) => !e.os_error().is_some_and(udtrace_bpf::is_bpf_refusal),
+    }
+}

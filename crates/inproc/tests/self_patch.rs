@@ -18,6 +18,12 @@ use iced_x86::{Decoder, DecoderOptions, Mnemonic};
 use nix::time::{clock_gettime, ClockId};
 use nix::unistd::{getpid, getppid, gettid};
 
+use udtrace_inproc::ring::{Geometry, Reader, OFF_HEAD};
+use udtrace_inproc::trampoline::{
+    errno_words, generate, CpuSource, ProcessAddrs, Trampoline, DATA_ERRNO_CONST, DATA_ERRNO_SLOT, DATA_PID,
+    GLIBC_TID_OFFSET,
+};
+use udtrace_inproc::vdso;
 use udtrace_object::elf;
 use udtrace_object::errno::{self, ErrnoTls};
 use udtrace_object::patch::{plan, PatchPlan, SiteKind};
@@ -26,13 +32,6 @@ use udtrace_record::pid::{
 };
 use udtrace_sys::mmap::Mmap;
 use udtrace_sys::selfpatch::{memfd_create, mprotect, read_own_memory, vdso_base, write_own_code, Prot, RawMap};
-
-use udtrace_inproc::ring::{Geometry, Reader, OFF_HEAD};
-use udtrace_inproc::trampoline::{
-    errno_words, generate, CpuSource, ProcessAddrs, Trampoline, DATA_ERRNO_CONST, DATA_ERRNO_SLOT, DATA_PID,
-    GLIBC_TID_OFFSET,
-};
-use udtrace_inproc::vdso;
 
 /// The function the tests probe. Big enough for a 5-byte region at its entry and before
 /// its `ret`; `#[inline(never)]` so every call goes through its code.

@@ -142,6 +142,7 @@ define_options! {
     Flowindent = "flowindent", Toggle, Dynamic, "indent output by function entry and return";
     Grabanon = "grabanon", Toggle, Runtime, "claim anonymous tracing state";
     Incdir = "incdir", Text, Compile, "add a preprocessor include directory";
+    Inprocess = "inprocess", Toggle, Runtime, "run pid probes inside the traced processes (udtrace)";
     Iregs = "iregs", Count { min: 1 }, Compile, "number of integer registers";
     Jstackframes = "jstackframes", Toggle, Runtime, "default number of jstack() frames";
     Jstackstrsize = "jstackstrsize", Size, Runtime, "jstack() string space size";
@@ -706,6 +707,9 @@ pub struct Options {
     /// udtrace: follow only the named processes, not their children (DTrace's own
     /// behaviour).
     pub nofollow: bool,
+    /// udtrace: pid probes run inside the traced processes (patched code), not as
+    /// uprobes; sites that cannot be patched fall back.
+    pub inprocess: bool,
 
     /// Options udtrace accepts but does not act on, with their last value.
     pub other: BTreeMap<OptionName, OptionValue>,
@@ -768,6 +772,7 @@ impl Default for Options {
             version: None,
             zdefs: false,
             nofollow: false,
+            inprocess: false,
             other: BTreeMap::new(),
         }
     }
@@ -911,6 +916,7 @@ impl Options {
             N::Version => self.version = text,
             N::Zdefs => self.zdefs = true,
             N::Nofollow => self.nofollow = on,
+            N::Inprocess => self.inprocess = on,
             _ => {
                 self.other.insert(name, value);
             }

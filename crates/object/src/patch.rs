@@ -65,6 +65,26 @@ pub enum Refusal {
     Unrelocatable(String),
 }
 
+impl Refusal {
+    /// The reason without its addresses, for counting refusals by kind in one notice.
+    pub fn summary(&self) -> &'static str {
+        match self {
+            Refusal::Undecodable(_) => "its function's code cannot be decoded",
+            Refusal::NotAnInstruction(_) => "not an instruction boundary",
+            Refusal::NotTheEntry(_) => "not the function's entry",
+            Refusal::NotAReturn { .. } => "not a return site",
+            Refusal::TooShort => "function too short to patch",
+            Refusal::BranchInside(_) => "a branch lands inside the bytes a patch takes",
+            Refusal::IndirectJump => "indirect jump (a switch table) in the function",
+            Refusal::PastBlockEnd { .. } => "a patch would run past a ret or jmp",
+            Refusal::CallInside(_) => "a call would return inside the patched bytes",
+            Refusal::BranchIntoDisplaced { .. } => "a displaced branch lands inside the displaced code",
+            Refusal::TooFar { .. } => "a target is more than 2 GiB from the trampoline",
+            Refusal::Unrelocatable(_) => "an instruction cannot be relocated",
+        }
+    }
+}
+
 /// Code that belongs to the function but lies outside its symbol's bytes, and entries
 /// into it that no direct branch shows. Targets the planner cannot see are what makes a
 /// patch unsafe, so the caller passes what it knows.
@@ -340,6 +360,24 @@ pub fn jmp_rel32(from: u64, to: u64) -> Option<[u8; 5]> {
     let mut b = [0xe9, 0, 0, 0, 0];
     b[1..].copy_from_slice(&rel.to_le_bytes());
     Some(b)
+}
+
+/// For a breakpoint at offset `site` of the function `code` (at `func_vaddr`): the one
+/// instruction there, relocated to run at `new_ip`, then a jump back to the instruction
+/// after it. A thread stopped at the breakpoint goes on from `new_ip`, so the breakpoint
+/// never has to be lifted (other threads may run through it meanwhile).
+pub fn out_of_line(code: &[u8], func_vaddr: u64, site: u64, new_ip: u64) -> Result<Vec<u8>, Refusal> {
+    let at = usize::try_from(site).ok().filter(|&s| s < code.len()).ok_or(Refusal::NotAnInstruction(site))?;
+    let ip = func_vaddr.wrapping_add(site);
+    let insn = Decoder::with_ip(64, &code[at..], ip, DecoderOptions::NONE).decode();
+    if insn.code() == Code::INVALID {
+        return Err(Refusal::Undecodable(ip));
+    }
+    let mut out = relocate_insns(&[insn], ip..ip.wrapping_add(insn.len() as u64), new_ip)?;
+    let back = ip.wrapping_add(insn.len() as u64);
+    let jmp = jmp_rel32(new_ip.wrapping_add(out.len() as u64), back).ok_or(Refusal::TooFar { target: back })?;
+    out.extend(jmp);
+    Ok(out)
 }
 
 /// Relocate the instructions `code` (whole ones), placed at `orig_ip`, to run at `new_ip`

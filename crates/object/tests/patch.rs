@@ -8,7 +8,7 @@ use std::process::Command;
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
 
 use udtrace_object::debuginfo;
-use udtrace_object::patch::{jmp_rel32, plan, plan_with, relocate, Outside, PatchPlan, Refusal, SiteKind};
+use udtrace_object::patch::{jmp_rel32, out_of_line, plan, plan_with, relocate, Outside, PatchPlan, Refusal, SiteKind};
 
 const FUNC: u64 = 0x40_1000;
 /// A trampoline 1.5 GiB above the code: far, but within reach.
@@ -437,4 +437,30 @@ fn gcc_fixture_sites() {
     assert!(others_ok * 2 >= others, "other sites patched: {others_ok}/{others}");
     // The jump table keeps dispatch() to its entry.
     assert!(refusals.iter().any(|r| r.starts_with("dispatch ") && r.ends_with("indirect jump in the function")));
+}
+
+#[test]
+fn out_of_line_copies_for_breakpoints() {
+    // mov eax,[rip+0x100]; call +0x20; jne -6 (back into the function); ret
+    let func = 0x40_0000u64;
+    let code = [
+        0x8b, 0x05, 0x00, 0x01, 0x00, 0x00, // mov eax, [rip+0x100]
+        0xe8, 0x20, 0x00, 0x00, 0x00, // call +0x20
+        0x75, 0xf3, // jne func+0
+        0xc3, // ret
+    ];
+    let far = func + 0x7000_0000;
+    for (site, len) in [(0u64, 6usize), (6, 5), (11, 2), (13, 1)] {
+        let out = out_of_line(&code, func, site, far).unwrap_or_else(|e| panic!("+{site:#x}: {e}"));
+        let insns = decode_all(&out, far);
+        assert_eq!(insns.len(), 2, "the instruction, then the jump back: {out:02x?}");
+        let orig = &code[site as usize..site as usize + len];
+        let relocated_len = insns[0].len();
+        assert_equivalent(orig, func + site, &out[..relocated_len], far);
+        assert_eq!(insns[1].mnemonic(), Mnemonic::Jmp);
+        assert_eq!(insns[1].near_branch_target(), func + site + len as u64, "back after the instruction");
+    }
+    // Out of reach, or not an instruction of the function.
+    assert!(matches!(out_of_line(&code, func, 0, func + (3 << 30)), Err(Refusal::TooFar { .. })));
+    assert!(out_of_line(&code, func, 14, far).is_err());
 }

@@ -33,6 +33,9 @@ pub enum Event {
     Hold { pid: i32, tid: i32 },
     /// Process `pid` has ended (`Exited` or `Signaled`).
     Exited { pid: i32, status: WaitStatus },
+    /// Thread `tid` of `pid` stopped with SIGTRAP (a breakpoint udtrace placed, or the
+    /// process's own); it waits until [`Tree::resume`] says whether to deliver it.
+    Trap { pid: i32, tid: i32 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,6 +189,10 @@ impl Tree {
                         t.state = State::Held;
                         out.push(Event::Hold { pid: t.tgid, tid });
                     }
+                    Some(t) if sig == Signal::SIGTRAP => {
+                        t.state = State::Held;
+                        out.push(Event::Trap { pid: t.tgid, tid });
+                    }
                     // Any other signal is delivered as it would have been.
                     _ => {
                         let _ = ptrace::cont(p, sig);
@@ -289,18 +296,22 @@ impl Tree {
         }
     }
 
-    /// Lets every process go on untraced. Threads in a ptrace stop are detached at once;
-    /// running ones are interrupted first. A held thread's hold signal is dropped when
-    /// `ours(tid)` says udtrace sent it, delivered otherwise.
-    pub fn detach_all(&mut self, ours: &mut dyn FnMut(i32) -> bool) {
+    /// Lets every process go on untraced. Running threads are interrupted first; once
+    /// every thread of a process is stopped, `release(pid)` may take out what was placed
+    /// in it (patched code) before any of its threads runs again; then every thread is
+    /// detached. A held thread's hold signal is dropped when `ours(tid)` says udtrace sent
+    /// it, delivered otherwise. A process with a thread that never stops (it is exiting)
+    /// is not released: waiting is bounded.
+    pub fn detach_all(&mut self, ours: &mut dyn FnMut(i32) -> bool, release: &mut dyn FnMut(i32)) {
         let mut waiting: HashSet<i32> = HashSet::new();
+        // (tid, signal to deliver at detach) of every stopped thread.
+        let mut stopped: Vec<(i32, Option<Signal>)> = Vec::new();
+        let tgids: HashMap<i32, i32> = self.tasks.iter().map(|(&tid, t)| (tid, t.tgid)).collect();
         let tasks: Vec<(i32, State)> = self.tasks.iter().map(|(&tid, t)| (tid, t.state)).collect();
         for (tid, state) in tasks {
             let p = Pid::from_raw(tid);
             match state {
-                State::Held | State::Born => {
-                    let _ = ptrace::detach(p, None);
-                }
+                State::Held | State::Born => stopped.push((tid, None)),
                 _ => {
                     if ptrace::interrupt(p).is_ok() || matches!(state, State::Starting { .. } | State::Unwanted) {
                         waiting.insert(tid);
@@ -309,7 +320,7 @@ impl Tree {
             }
         }
         for tid in self.early.drain() {
-            let _ = ptrace::detach(Pid::from_raw(tid), None);
+            stopped.push((tid, None));
         }
         self.tasks.clear();
         self.procs.clear();
@@ -331,7 +342,7 @@ impl Tree {
                 }
                 WaitStatus::Stopped(p, sig) => {
                     let deliver = if sig == self.hold_signal && ours(p.as_raw()) { None } else { Some(sig) };
-                    let _ = ptrace::detach(p, deliver);
+                    stopped.push((p.as_raw(), deliver));
                     waiting.remove(&p.as_raw());
                 }
                 WaitStatus::PtraceEvent(p, _, ev) => {
@@ -341,11 +352,24 @@ impl Tree {
                             waiting.insert(new as i32);
                         }
                     }
-                    let _ = ptrace::detach(p, None);
+                    stopped.push((p.as_raw(), None));
                     waiting.remove(&p.as_raw());
                 }
                 _ => {}
             }
+        }
+        // Released: processes none of whose threads is still running.
+        let running: HashSet<i32> = waiting.iter().filter_map(|t| tgids.get(t).copied()).collect();
+        let mut released: HashSet<i32> = HashSet::new();
+        for &(tid, _) in &stopped {
+            if let Some(&tgid) = tgids.get(&tid) {
+                if !running.contains(&tgid) && released.insert(tgid) {
+                    release(tgid);
+                }
+            }
+        }
+        for (tid, sig) in stopped {
+            let _ = ptrace::detach(Pid::from_raw(tid), sig);
         }
     }
 }
@@ -353,7 +377,7 @@ impl Tree {
 impl Drop for Tree {
     fn drop(&mut self) {
         if !self.tasks.is_empty() {
-            self.detach_all(&mut |_| false);
+            self.detach_all(&mut |_| false, &mut |_| {});
         }
     }
 }

@@ -10,7 +10,7 @@ use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
 use udtrace_lang::capture::CapturePlan;
-use udtrace_record::pid::Firing;
+use udtrace_record::pid::{Firing, PtReg, RecordPlan, StringCapture, MAX_STRING};
 use udtrace_record::proc::{Hook, ProcFiring, ProcPlan};
 
 use crate::pid::{PidProbe, SiteKind};
@@ -48,6 +48,29 @@ pub struct Setup {
     /// `pid*` probes are enabled: every process's firings count, and the backend
     /// reports processes that exec or load objects ([`Backend::exec_notices`]).
     pub all: bool,
+    /// Children of followed processes are followed too (not `-x nofollow`): a child
+    /// is held at its fork, so what the parent has armed can be taken out of it.
+    pub children: bool,
+    /// `-x inprocess`: pid probes run inside the traced processes where they can.
+    pub inprocess: bool,
+}
+
+impl Setup {
+    /// What each pid firing's record holds, as every backend lays it out.
+    pub fn record_plan(&self) -> RecordPlan {
+        RecordPlan {
+            stack_bytes: self.plan.stack_bytes.div_ceil(8) * 8,
+            strings: self
+                .plan
+                .strings
+                .iter()
+                .map(|&n| StringCapture { reg: PtReg::ARGS[usize::from(n)], max: self.strsize.clamp(1, MAX_STRING) })
+                .collect(),
+            regs: self.plan.regs,
+            errno: self.plan.errno,
+            curthread: self.plan.curthread,
+        }
+    }
 }
 
 /// One firing, as the backend reports it.
@@ -82,10 +105,18 @@ pub trait Backend {
     /// Sites that could not be armed, for the warning: (file, file offset).
     fn refused(&self) -> &[(PathBuf, u64)];
 
-    /// Arms the loader hook (`_dl_debug_state` at `offset` in the loader `file`) for
-    /// every process; it holds only traced ones, with [`HOLD_SIGNAL`]. `r_state`: the
-    /// distance from the hook to `_r_debug.r_state` (0 if unknown).
-    fn arm_hook(&mut self, file: &Path, offset: u64, r_state: u64) -> Result<(), Error>;
+    /// Arms the loader hook (`_dl_debug_state` at `offset` in the loader `file`, mapped
+    /// in process `pid`, which is stopped): a traced process that calls it with the
+    /// link map consistent is held, with [`HOLD_SIGNAL`] or at a breakpoint
+    /// ([`Backend::trap`]). `r_state`: the distance from the hook to `_r_debug.r_state`
+    /// (0 if unknown). A backend may arm it once for every process.
+    fn arm_hook(&mut self, pid: i32, file: &Path, offset: u64, r_state: u64) -> Result<(), Error>;
+
+    /// Thread `tid` of `pid` stopped with SIGTRAP: a breakpoint of this backend (a
+    /// firing it recorded, or the loader hook), or not its own.
+    fn trap(&mut self, _pid: i32, _tid: i32) -> Trap {
+        Trap::NotOurs
+    }
 
     /// Whether thread `tid` was held by the loader hook (and forgets it).
     fn take_hold(&self, tid: i32) -> bool;
@@ -111,6 +142,16 @@ pub trait Backend {
     /// A traced process ended.
     fn exit(&mut self, pid: i32);
 
+    /// Every thread of process `pid` is stopped and udtrace is about to let it go: take
+    /// out what was placed in it (patched code), so that it runs on untouched.
+    fn release(&mut self, _pid: i32) {}
+
+    /// What the backend has to say since the last call, one line each (sites that
+    /// fell back to another mechanism, and why).
+    fn notices(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// What to wait on for firings and notices (besides a short timer: firings need
     /// not wake the session).
     fn wait_fds(&self) -> Vec<BorrowedFd<'_>>;
@@ -118,11 +159,27 @@ pub trait Backend {
     /// Hands every firing recorded since the last call to `each`, in order.
     fn consume(&mut self, each: &mut dyn FnMut(Record<'_>));
 
+    /// Whether records are piling up: the session drains again without waiting.
+    fn backlog(&self) -> bool {
+        false
+    }
+
     /// For `pid*` probes: processes that exec'd or loaded objects since the last call.
     fn exec_notices(&mut self) -> Vec<i32>;
 
     /// Firings lost since the last call, per CPU: (cpu, count).
     fn new_drops(&mut self) -> Vec<(usize, u64)>;
+}
+
+/// What a SIGTRAP stop was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trap {
+    /// Not a breakpoint of the backend's: the signal is the process's.
+    NotOurs,
+    /// A probe fired; the thread goes on.
+    Fired,
+    /// The loader hook, with the link map consistent: new objects may be mapped.
+    Hold,
 }
 
 /// Makes the backend for a session.

@@ -2,7 +2,7 @@
 //! what process N has mapped, as DTrace's dt_pid.c matches them (and with its
 //! messages). Each probe keeps the file offsets of its sites, for the backend.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -11,6 +11,7 @@ use udtrace_lang::Tag;
 use udtrace_object::debuginfo::{self, LoadError, ObjectSymbols};
 use udtrace_object::errno::{self, ErrnoTls};
 use udtrace_object::modules;
+use udtrace_object::patch;
 use udtrace_object::sites::{self, Sites};
 use udtrace_object::symbols::Function;
 use udtrace_process::procfs::{self, LoadedObject};
@@ -37,6 +38,8 @@ pub struct PidProbe {
     pub kind: SiteKind,
     /// The function's address in the file's virtual address space.
     pub func_vaddr: u64,
+    /// The function's size in bytes (an in-process backend decodes it whole).
+    pub func_size: u64,
     /// (offset in the function, offset in the file) of each site the kernel can probe.
     pub sites: Vec<(u64, u64)>,
     /// Offsets in the function of sites whose instruction the kernel refuses to probe
@@ -104,6 +107,34 @@ fn probeable_at(data: &[u8], file_off: u64, vaddr: u64) -> bool {
 impl PidProvider {
     pub fn probes(&self) -> &[PidProbe] {
         &self.probes
+    }
+
+    /// Of the sites of the probes `ids`, how many an in-process backend could not patch
+    /// (each probe taken alone), by reason; and how many sites there are in all.
+    pub fn patch_refusals(&self, ids: &HashSet<u32>) -> (usize, BTreeMap<String, usize>) {
+        let mut refusals: BTreeMap<String, usize> = BTreeMap::new();
+        let mut total = 0;
+        for p in self.probes.iter().filter(|p| ids.contains(&p.probe.id)) {
+            let Some(obj) = self.objects.get(&p.file) else { continue };
+            for &(offset, file_off) in &p.sites {
+                total += 1;
+                let start = file_off.saturating_sub(offset) as usize;
+                let code = obj.data.get(start..start.saturating_add(p.func_size as usize));
+                let kind = match p.kind {
+                    SiteKind::Entry => patch::SiteKind::Entry,
+                    SiteKind::Return => patch::SiteKind::Return,
+                    SiteKind::Offset(_) => patch::SiteKind::Offset,
+                };
+                let refusal = match code {
+                    Some(code) => patch::plan(code, p.func_vaddr, offset, kind).err().map(|e| e.summary().to_string()),
+                    None => Some("its function is not in its file".to_string()),
+                };
+                if let Some(why) = refusal {
+                    *refusals.entry(why).or_default() += 1;
+                }
+            }
+        }
+        (total, refusals)
     }
 
     /// The objects loaded while matching, by the path udtrace opened them with.
@@ -428,6 +459,7 @@ impl PidProvider {
             file: file.to_path_buf(),
             kind,
             func_vaddr: f.addr,
+            func_size: f.size,
             sites,
             unprobeable,
         });

@@ -16,7 +16,7 @@ use udtrace_messages::note;
 use udtrace_process::control::{ControlError, Target};
 use udtrace_process::follow::{Brief, Event, Tree};
 use udtrace_process::procfs::{self, LoadedObject};
-use udtrace_providers::backend::{Backend, HOLD_SIGNAL};
+use udtrace_providers::backend::{Backend, Trap, HOLD_SIGNAL};
 use udtrace_providers::pid::{is_all_processes, named_process, PidProbe};
 use udtrace_providers::pid_context::Procs;
 use udtrace_providers::registry::Registry;
@@ -264,6 +264,15 @@ impl Follower {
                 remember(pid, objects, w);
                 self.tree.resume(pid, None);
             }
+            Event::Trap { pid, tid } => match w.backend.trap(pid, tid) {
+                Trap::NotOurs => self.tree.resume(tid, Some(Signal::SIGTRAP)),
+                Trap::Fired => self.tree.resume(tid, None),
+                Trap::Hold => {
+                    let objects = self.discover(pid, w);
+                    remember(pid, objects, w);
+                    self.tree.resume(tid, None);
+                }
+            },
             Event::Hold { pid, tid } => {
                 if w.backend.take_hold(tid) {
                     let objects = self.discover(pid, w);
@@ -305,7 +314,9 @@ impl Follower {
     /// and a hold signal udtrace sent is not delivered.
     pub fn finish(&mut self, backend: &mut dyn Backend) {
         backend.drop_hooks();
-        self.tree.detach_all(&mut |tid| backend.take_hold(tid));
+        // Both closures need the backend: take_hold only reads it.
+        let backend = std::cell::RefCell::new(backend);
+        self.tree.detach_all(&mut |tid| backend.borrow().take_hold(tid), &mut |pid| backend.borrow_mut().release(pid));
     }
 }
 
@@ -331,7 +342,7 @@ fn arm_hook(
     let Some(ld) = loader(pid, objects) else { return Ok(()) };
     let file = procfs::host_path(pid, &ld.path);
     match registry.pid.loader_hook(&file) {
-        Some((off, r_state)) => backend.arm_hook(&file, off, r_state),
+        Some((off, r_state)) => backend.arm_hook(pid, &file, off, r_state),
         None => Ok(()),
     }
 }

@@ -48,7 +48,30 @@ pub fn list(req: &Request, compiled: &Compiled, registry: &mut Registry, sink: &
         }
     }
     let _ = sink.write_all(out.as_bytes()).and_then(|()| sink.flush());
+    // Where pid probes would run in-process: asked for, or without root.
+    if req.verbose && (compiled.options.inprocess || !nix::unistd::geteuid().is_root()) {
+        report_patchability(compiled, registry);
+    }
     0
+}
+
+/// `-l -v`: how many of the listed pid probes' sites an in-process backend could not
+/// patch, and why (they would use uprobes, or stay unarmed without BPF).
+fn report_patchability(compiled: &Compiled, registry: &Registry) {
+    let ids = compiled.ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")).map(|e| e.probe.id).collect();
+    let (total, refusals) = registry.pid.patch_refusals(&ids);
+    let refused: usize = refusals.values().sum();
+    if total == 0 {
+        return;
+    }
+    note!(
+        "{} of {total} pid probe site{} can be patched in-process",
+        total - refused,
+        if total == 1 { "" } else { "s" }
+    );
+    for (why, n) in refusals {
+        note!("{n} site{} cannot: {why}", if n == 1 { "" } else { "s" });
+    }
 }
 
 /// (identifier names, data semantics, dependency class) of a probe description and of

@@ -299,7 +299,15 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| is_pid_provider(&d.provider))) {
         plan.merge(&capture::plan(clause));
     }
-    let setup = Setup { plan, bufsize: c.options.bufsize, strsize, follow: follower.is_some(), all: all.is_some() };
+    let setup = Setup {
+        plan,
+        bufsize: c.options.bufsize,
+        strsize,
+        follow: follower.is_some(),
+        all: all.is_some(),
+        children: !c.options.nofollow,
+        inprocess: c.options.inprocess,
+    };
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
     let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
@@ -341,6 +349,9 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     }
     if let Some(a) = &all {
         a.start(c, backend.as_mut(), registry)?;
+    }
+    for n in backend.notices() {
+        note!("{n}");
     }
     Ok((Some(backend), follower, all))
 }
@@ -499,7 +510,9 @@ fn trace(
         }
         if w.backend.is_some() {
             // Firings do not wake us (see the uprobe program): drain on a timer.
-            wait = Some(wait.map_or(DRAIN_INTERVAL, |w| w.min(DRAIN_INTERVAL)));
+            let interval =
+                if w.backend.as_deref().is_some_and(|b| b.backlog()) { Duration::ZERO } else { DRAIN_INTERVAL };
+            wait = Some(wait.map_or(interval, |w| w.min(interval)));
         }
         let timeout = match wait {
             Some(w) => {
@@ -523,6 +536,9 @@ fn trace(
             break;
         }
         if let Some(b) = w.backend.as_deref_mut() {
+            for n in b.notices() {
+                note!("{n}");
+            }
             if last_drop_check.elapsed() >= Duration::from_secs(1) {
                 report_drops(b);
                 last_drop_check = Instant::now();

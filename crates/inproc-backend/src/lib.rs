@@ -1,0 +1,466 @@
+//! The in-process backend of the providers' seam ([`udtrace_providers::backend::Backend`]):
+//! pid probe sites are patched in the traced process with a `jmp` to a trampoline that
+//! writes the firing's record into a ring shared with udtrace (`udtrace-inproc`), so a
+//! firing costs no trap and no system call. Sites that cannot be patched safely, and
+//! everything else a backend does (proc probes, `pid*`, the loader hook), go to a
+//! fallback backend (BPF) when there is one. See docs/inprocess.md.
+//!
+//! Owns: which processes carry a ring, a data page and trampolines, which sites are
+//! patched, and taking the patches out again. Must not: decide what a firing means,
+//! patch a process while any of its threads runs, print, or use `unsafe`.
+
+#![forbid(unsafe_code)]
+
+mod breakpoint;
+mod process;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+
+use breakpoint::Kind;
+use process::{Proc, Rings};
+
+use udtrace_inproc::ring::Geometry;
+use udtrace_inproc::trampoline::{supported_layout, CpuSource};
+use udtrace_object::patch::SiteKind as PatchKind;
+use udtrace_providers::backend::{Backend, Error, Record, Setup, SiteTarget, Trap};
+use udtrace_providers::pid::{PidProbe, SiteKind};
+use udtrace_record::pid::{RecordLayout, RecordPlan};
+use udtrace_record::proc::{Hook, ProcPlan};
+
+/// The in-process backend, with its fallback.
+pub struct InProcess {
+    record: RecordPlan,
+    layout: RecordLayout,
+    geometry: Geometry,
+    cpu: CpuSource,
+    /// Why no site can be patched at all (the records need what trampolines cannot
+    /// capture yet, or children run unfollowed): every site goes to the fallback.
+    off: Option<String>,
+    /// Indexed by cookie: every probe whose site this is.
+    cookies: Vec<Vec<SiteTarget>>,
+    /// (file, file offset) → cookie.
+    cookie_of: HashMap<(PathBuf, u64), u64>,
+    procs: HashMap<i32, Proc>,
+    rings: Rings,
+    traced: HashSet<i32>,
+    string_args: Vec<u8>,
+    fallback: Option<Box<dyn Backend>>,
+    /// Sites not patched since the last notice, by reason.
+    fell_back: BTreeMap<String, usize>,
+    /// Of those, without a fallback, the ones a breakpoint took, by reason.
+    broke: BTreeMap<String, usize>,
+    /// Records of breakpoint firings, written by udtrace, not yet consumed.
+    pending: Vec<Vec<u8>>,
+    /// Where each process keeps errno (see `Backend::set_errno_tls`).
+    errno_tls: HashMap<i32, (u64, i64)>,
+    /// Ring drops already reported.
+    drops_seen: u64,
+}
+
+/// The slots of the ring each process writes into: DTrace's `bufsize` is per CPU, so a
+/// ring holds `bufsize` times the CPUs, within bounds.
+fn ring_slots(bufsize: u64, record_size: usize) -> u64 {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let slot = 8 + (record_size as u64).div_ceil(8) * 8;
+    (bufsize.saturating_mul(cpus) / slot).clamp(1 << 10, 1 << 20).next_power_of_two()
+}
+
+impl InProcess {
+    /// An in-process backend for `setup`; `fallback` (BPF, when the kernel allows it)
+    /// takes what in-process probes cannot do.
+    pub fn load(setup: &Setup, fallback: Option<Box<dyn Backend>>) -> Result<InProcess, Error> {
+        let record = setup.record_plan();
+        let (layout, mut off) = match supported_layout(&record) {
+            Ok(l) => (l, None),
+            Err(e) => (
+                RecordLayout::new(&record).map_err(|e| format!("cannot lay out firing records: {e}"))?,
+                Some(e.to_string()),
+            ),
+        };
+        if !setup.children {
+            if fallback.is_none() {
+                // Breakpoints or patches in an unfollowed child would kill or misname it.
+                return Err(format!(
+                    "-x nofollow needs uprobes for pid probes, which need BPF, which the kernel refused: run as root (or with CAP_BPF and CAP_PERFMON)\n{}: without it, pid probes follow children",
+                    udtrace_messages::program()
+                ));
+            }
+            off.get_or_insert_with(|| "with -x nofollow, children would run the patched code unfollowed".into());
+        }
+        let geometry = Geometry::new(ring_slots(setup.bufsize, layout.size), layout.size).map_err(|e| e.to_string())?;
+        let cpu = if std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" rdpid")) {
+            CpuSource::Rdpid
+        } else {
+            CpuSource::Rdtscp
+        };
+        Ok(InProcess {
+            record,
+            layout,
+            geometry,
+            cpu,
+            off,
+            cookies: Vec::new(),
+            cookie_of: HashMap::new(),
+            procs: HashMap::new(),
+            rings: Rings::default(),
+            traced: HashSet::new(),
+            string_args: setup.plan.strings.clone(),
+            fallback,
+            fell_back: BTreeMap::new(),
+            broke: BTreeMap::new(),
+            pending: Vec::new(),
+            errno_tls: HashMap::new(),
+            drops_seen: 0,
+        })
+    }
+
+    fn cookie(&mut self, p: &PidProbe, offset: u64, file_off: u64) -> u64 {
+        let next = self.cookies.len() as u64;
+        let cookie = *self.cookie_of.entry((p.file.clone(), file_off)).or_insert(next);
+        if cookie == next {
+            self.cookies.push(Vec::new());
+        }
+        let targets = &mut self.cookies[cookie as usize];
+        if !targets.iter().any(|t| t.probe_id == p.probe.id) {
+            targets.push(SiteTarget { probe_id: p.probe.id, pid: p.pid, kind: p.kind, offset });
+        }
+        cookie
+    }
+
+    /// Sites not patched go to the fallback; without one they stay unarmed. Either way
+    /// the next notice counts them under `why`.
+    fn fall_back(&mut self, pid: i32, unpatched: Vec<(PidProbe, String)>) -> Result<(), Error> {
+        if unpatched.is_empty() {
+            return Ok(());
+        }
+        if self.fallback.is_none() {
+            // The slow path: a breakpoint at each site (see breakpoint.rs).
+            let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
+            for (p, why) in &unpatched {
+                for &(offset, file_off) in &p.sites {
+                    let cookie = self.cookie(p, offset, file_off);
+                    let site = site_of(p, offset, file_off, cookie);
+                    let placed = match self.procs.get_mut(&pid) {
+                        Some(proc) => proc.break_at(pid, &site, &objects),
+                        None => Err(why.clone()),
+                    };
+                    match placed {
+                        Ok(()) => *self.broke.entry(why.clone()).or_default() += 1,
+                        Err(e) => *self.fell_back.entry(format!("{why}; no breakpoint either: {e}")).or_default() += 1,
+                    }
+                }
+            }
+            return Ok(());
+        }
+        for (p, why) in &unpatched {
+            *self.fell_back.entry(why.clone()).or_default() += p.sites.len();
+        }
+        let Some(f) = self.fallback.as_mut() else { return Ok(()) };
+        let probes: Vec<PidProbe> = unpatched.into_iter().map(|(p, _)| p).collect();
+        let refs: Vec<&PidProbe> = probes.iter().collect();
+        f.arm(pid, &refs)
+    }
+}
+
+fn patch_kind(k: SiteKind) -> PatchKind {
+    match k {
+        SiteKind::Entry => PatchKind::Entry,
+        SiteKind::Return => PatchKind::Return,
+        SiteKind::Offset(_) => PatchKind::Offset,
+    }
+}
+
+/// The site at `offset` in `p`'s function (file offset `file_off`).
+fn site_of(p: &PidProbe, offset: u64, file_off: u64, cookie: u64) -> process::Site<'_> {
+    process::Site { file: &p.file, file_off, offset, func_size: p.func_size, kind: patch_kind(p.kind), cookie }
+}
+
+/// `p` with only `sites`.
+fn with_sites(p: &PidProbe, sites: Vec<(u64, u64)>) -> PidProbe {
+    PidProbe { sites, ..p.clone() }
+}
+
+impl Backend for InProcess {
+    fn enable_proc(&mut self, hooks: &[(Hook, ProcPlan)]) -> Result<(), Error> {
+        match self.fallback.as_mut() {
+            Some(f) => f.enable_proc(hooks),
+            None if hooks.is_empty() => Ok(()),
+            None => Err(bpf_needed("the proc provider")),
+        }
+    }
+
+    fn trace_pid(&mut self, pid: i32) -> Result<(), Error> {
+        self.traced.insert(pid);
+        match self.fallback.as_mut() {
+            Some(f) => f.trace_pid(pid),
+            None => Ok(()),
+        }
+    }
+
+    fn untrace(&mut self, pid: i32) {
+        self.traced.remove(&pid);
+        if let Some(f) = self.fallback.as_mut() {
+            f.untrace(pid);
+        }
+    }
+
+    fn arm(&mut self, pid: i32, probes: &[&PidProbe]) -> Result<(), Error> {
+        let mut unpatched: Vec<(PidProbe, String)> = Vec::new();
+        let ready = match self.off.clone() {
+            Some(why) => {
+                // Without a fallback the sites become breakpoints, which need the process
+                // set up (their out-of-line copies live in its trampoline regions).
+                if self.fallback.is_none() {
+                    if let Err(e) = self.ensure_proc(pid) {
+                        return self.fall_back(pid, probes.iter().map(|p| ((*p).clone(), e.clone())).collect());
+                    }
+                }
+                Err(why)
+            }
+            None => self.ensure_proc(pid).and_then(|_| process::all_stopped(pid)),
+        };
+        if let Err(why) = ready {
+            unpatched.extend(probes.iter().map(|p| ((*p).clone(), why.clone())));
+            return self.fall_back(pid, unpatched);
+        }
+        let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
+        for p in probes {
+            let mut refused: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+            for &(offset, file_off) in &p.sites {
+                let cookie = self.cookie(p, offset, file_off);
+                let site = site_of(p, offset, file_off, cookie);
+                let r = match self.procs.get_mut(&pid) {
+                    Some(proc) => proc.patch(pid, &site, &objects, &self.record, self.geometry),
+                    None => Err("the process is gone".to_string()),
+                };
+                if let Err(why) = r {
+                    refused.entry(why).or_default().push((offset, file_off));
+                }
+            }
+            for (why, sites) in refused {
+                unpatched.push((with_sites(p, sites), why));
+            }
+        }
+        self.fall_back(pid, unpatched)
+    }
+
+    fn arm_all(&mut self, probes: &[&PidProbe]) -> Result<(), Error> {
+        match self.fallback.as_mut() {
+            Some(f) => f.arm_all(probes),
+            None if probes.is_empty() => Ok(()),
+            None => Err(bpf_needed("pid* probes (every process)")),
+        }
+    }
+
+    fn refused(&self) -> &[(PathBuf, u64)] {
+        self.fallback.as_ref().map_or(&[], |f| f.refused())
+    }
+
+    fn arm_hook(&mut self, pid: i32, file: &Path, offset: u64, r_state: u64) -> Result<(), Error> {
+        if let Some(f) = self.fallback.as_mut() {
+            return f.arm_hook(pid, file, offset, r_state);
+        }
+        // Without BPF, a breakpoint on the hook holds the process.
+        let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
+        let placed = self.ensure_proc(pid).and_then(|_| match self.procs.get_mut(&pid) {
+            Some(p) => p.break_at_hook(pid, file, offset, r_state, &objects),
+            None => Err("the process is gone".into()),
+        });
+        if let Err(why) = placed {
+            *self.fell_back.entry(format!("libraries pid {pid} loads later are not armed: {why}")).or_default() += 1;
+        }
+        Ok(())
+    }
+
+    fn trap(&mut self, pid: i32, tid: i32) -> Trap {
+        let Some(p) = self.procs.get(&pid) else { return Trap::NotOurs };
+        let Some((kind, regs)) = p.trap(tid) else { return Trap::NotOurs };
+        match kind {
+            Kind::Site(cookie) => {
+                let errno = self.errno_tls.get(&pid).and_then(|&tls| process::errno_of(pid, tid, tls));
+                self.pending.push(breakpoint::record(&self.layout, &self.record, cookie, pid, tid, &regs, errno));
+                Trap::Fired
+            }
+            // Only a consistent link map means objects were added (or removed).
+            Kind::LoaderHook(r_state) if r_state != 0 => {
+                let at = regs.rip.wrapping_add(r_state);
+                match udtrace_process::procfs::read_memory(pid, at, 4).ok().and_then(|b| b.try_into().ok()) {
+                    Some(b) if i32::from_ne_bytes(b) != 0 => Trap::Fired,
+                    _ => Trap::Hold,
+                }
+            }
+            Kind::LoaderHook(_) => Trap::Hold,
+        }
+    }
+
+    fn take_hold(&self, tid: i32) -> bool {
+        self.fallback.as_ref().is_some_and(|f| f.take_hold(tid))
+    }
+
+    fn drop_hooks(&mut self) {
+        if let Some(f) = self.fallback.as_mut() {
+            f.drop_hooks();
+        }
+    }
+
+    fn reads_errno(&self) -> bool {
+        self.record.errno || self.fallback.as_ref().is_some_and(|f| f.reads_errno())
+    }
+
+    fn set_errno_tls(&mut self, pid: i32, tls: Option<(u64, i64)>) {
+        match tls {
+            Some(t) => self.errno_tls.insert(pid, t),
+            None => self.errno_tls.remove(&pid),
+        };
+        if let Some(p) = self.procs.get(&pid).filter(|_| self.record.errno) {
+            p.set_errno(pid, tls);
+        }
+        if let Some(f) = self.fallback.as_mut() {
+            f.set_errno_tls(pid, tls);
+        }
+    }
+
+    fn fork(&mut self, parent: i32, child: i32) -> Result<(), Error> {
+        self.traced.insert(child);
+        if let Some(p) = self.procs.get(&parent) {
+            // The child has the parent's memory: its patches, trampolines and ring (shared
+            // mappings), and a copy of the data page, which must name the child.
+            match p.forked(parent, child, &mut self.rings) {
+                Ok(Some(c)) => {
+                    self.procs.insert(child, c);
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    // Its firings would name its parent: it runs unpatched instead.
+                    p.unpatch(child);
+                    *self.fell_back.entry(format!("pid {child} runs unpatched: {why}")).or_default() += 1;
+                }
+            }
+        }
+        match self.fallback.as_mut() {
+            Some(f) => f.fork(parent, child),
+            None => Ok(()),
+        }
+    }
+
+    fn exec(&mut self, pid: i32) {
+        // The old image's patches, trampolines, ring and data page are gone with it.
+        if let Some(p) = self.procs.remove(&pid) {
+            p.gone(&mut self.rings);
+        }
+        if let Some(f) = self.fallback.as_mut() {
+            f.exec(pid);
+        }
+    }
+
+    fn exit(&mut self, pid: i32) {
+        self.errno_tls.remove(&pid);
+        if let Some(p) = self.procs.remove(&pid) {
+            p.gone(&mut self.rings);
+        }
+        self.traced.remove(&pid);
+        if let Some(f) = self.fallback.as_mut() {
+            f.exit(pid);
+        }
+    }
+
+    fn release(&mut self, pid: i32) {
+        if let Some(p) = self.procs.remove(&pid) {
+            p.unpatch(pid);
+            p.gone(&mut self.rings);
+        }
+        if let Some(f) = self.fallback.as_mut() {
+            f.release(pid);
+        }
+    }
+
+    fn notices(&mut self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let fallback = self.fallback.is_some();
+        for (why, n) in std::mem::take(&mut self.fell_back) {
+            if n == 0 {
+                continue;
+            }
+            let plural = if n == 1 { "" } else { "s" };
+            out.push(if fallback {
+                format!("{n} probe site{plural} {} uprobes, not in-process probes: {why}", if n == 1 { "uses" } else { "use" })
+            } else {
+                format!("{n} probe site{plural} not armed (in-process probes cannot patch them, and uprobes need BPF): {why}")
+            });
+        }
+        for (why, n) in std::mem::take(&mut self.broke) {
+            let plural = if n == 1 { "" } else { "s" };
+            out.push(format!(
+                "{n} probe site{plural} use{} breakpoints (slow), not in-process probes: {why}",
+                if n == 1 { "s" } else { "" }
+            ));
+        }
+        if let Some(f) = self.fallback.as_mut() {
+            out.extend(f.notices());
+        }
+        out
+    }
+
+    fn wait_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.fallback.as_ref().map(|f| f.wait_fds()).unwrap_or_default()
+    }
+
+    fn consume(&mut self, each: &mut dyn FnMut(Record<'_>)) {
+        let (layout, cookies, string_args) = (&self.layout, &self.cookies, &self.string_args);
+        // Breakpoint firings first: the ring's records from before were consumed before
+        // the trap was handled, and a stopped thread wrote nothing since.
+        for bytes in std::mem::take(&mut self.pending) {
+            let Ok(firing) = layout.parse(&bytes) else { continue };
+            let Some(sites) = cookies.get(firing.cookie as usize) else { continue };
+            each(Record::Pid { firing, sites, string_args });
+        }
+        self.rings.drain(|bytes| {
+            let Ok(firing) = layout.parse(bytes) else { return };
+            let Some(sites) = cookies.get(firing.cookie as usize) else { return };
+            each(Record::Pid { firing, sites, string_args });
+        });
+        if let Some(f) = self.fallback.as_mut() {
+            f.consume(each);
+        }
+    }
+
+    fn backlog(&self) -> bool {
+        self.rings.backlog() || self.fallback.as_ref().is_some_and(|f| f.backlog())
+    }
+
+    fn exec_notices(&mut self) -> Vec<i32> {
+        self.fallback.as_mut().map(|f| f.exec_notices()).unwrap_or_default()
+    }
+
+    fn new_drops(&mut self) -> Vec<(usize, u64)> {
+        let mut out = self.fallback.as_mut().map(|f| f.new_drops()).unwrap_or_default();
+        // The rings are not per CPU: their drops are reported against CPU 0.
+        let total = self.rings.drops();
+        if total > self.drops_seen {
+            out.push((0, total - self.drops_seen));
+            self.drops_seen = total;
+        }
+        out
+    }
+}
+
+impl InProcess {
+    /// Sets process `pid` up for patching (once): its ring, data page and clock.
+    fn ensure_proc(&mut self, pid: i32) -> Result<(), String> {
+        if self.procs.contains_key(&pid) {
+            return Ok(());
+        }
+        let p = Proc::set_up(pid, self.geometry, self.layout.size, self.cpu, &mut self.rings)?;
+        self.procs.insert(pid, p);
+        Ok(())
+    }
+}
+
+fn bpf_needed(what: &str) -> Error {
+    format!(
+        "{what} cannot be enabled without BPF, which the kernel refused: run as root (or with CAP_BPF and CAP_PERFMON)\n{}: pid probes on -c/-p processes work without it",
+        udtrace_messages::program()
+    )
+}

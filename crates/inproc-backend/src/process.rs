@@ -1,0 +1,560 @@
+//! What the in-process backend keeps of each traced process: its ring, its data page,
+//! the regions its trampolines live in and the bytes each patch replaced. Everything
+//! here runs while every thread of the process is in a ptrace stop under udtrace.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use nix::libc;
+
+use udtrace_inproc::ring::{Geometry, Reader, OFF_HEAD, OFF_TAIL};
+use udtrace_inproc::trampoline::{
+    errno_words, generate, CpuSource, ProcessAddrs, Trampoline, TrampolineError, DATA_ERRNO_SLOT, DATA_PID,
+    GLIBC_TID_OFFSET,
+};
+use udtrace_object::patch::{self, SiteKind as PatchKind};
+use udtrace_process::inject::{self, Prot, SharedRegion, REACH};
+use udtrace_process::procfs::{self, LoadedObject};
+use udtrace_record::pid::RecordPlan;
+
+use crate::breakpoint::{Breakpoint, Kind};
+
+/// Bytes of each trampoline region.
+const REGION_LEN: u64 = 1 << 20;
+/// Trampolines start on 16-byte boundaries.
+const ALIGN: u64 = 16;
+/// auxv: the vDSO's base.
+const AT_SYSINFO_EHDR: u64 = 33;
+
+/// One site to patch.
+pub struct Site<'a> {
+    pub file: &'a Path,
+    pub file_off: u64,
+    /// Offset in its function.
+    pub offset: u64,
+    pub func_size: u64,
+    pub kind: PatchKind,
+    pub cookie: u64,
+}
+
+/// A region of trampolines, shared by a process and the children it forked (the
+/// mapping is shared memory).
+struct Region {
+    shared: SharedRegion,
+    used: u64,
+}
+
+/// A patched site: where, and the bytes it had.
+#[derive(Clone)]
+struct Patch {
+    at: u64,
+    original: Vec<u8>,
+}
+
+/// The rings udtrace reads, each written by one process and the children it forked.
+#[derive(Default)]
+pub struct Rings {
+    list: Vec<Option<RingState>>,
+    /// Drops counted by rings already let go.
+    gone_drops: u64,
+}
+
+struct RingState {
+    region: SharedRegion,
+    reader: Reader,
+    /// Processes that write into it.
+    users: usize,
+}
+
+impl Rings {
+    fn add(&mut self, region: SharedRegion, reader: Reader) -> usize {
+        self.list.push(Some(RingState { region, reader, users: 1 }));
+        self.list.len() - 1
+    }
+
+    fn share(&mut self, i: usize) {
+        if let Some(Some(r)) = self.list.get_mut(i) {
+            r.users += 1;
+        }
+    }
+
+    /// A process stopped writing into ring `i`; the last one's ring is let go. (The
+    /// session consumes every firing before it handles an exec or an exit.)
+    fn leave(&mut self, i: usize) {
+        let Some(slot) = self.list.get_mut(i) else { return };
+        let Some(r) = slot else { return };
+        r.users = r.users.saturating_sub(1);
+        if r.users == 0 {
+            self.gone_drops += r.reader.drops(&r.region.view);
+            *slot = None;
+        }
+    }
+
+    /// Hands every committed record of every ring to `each`.
+    pub fn drain(&mut self, mut each: impl FnMut(&[u8])) {
+        for r in self.list.iter_mut().flatten() {
+            r.reader.drain(&mut r.region.view, &mut each);
+        }
+        // Rings whose writers are all gone were drained when they left.
+    }
+
+    /// Whether a ring is at least half full: drain again at once.
+    pub fn backlog(&self) -> bool {
+        self.list.iter().flatten().any(|r| {
+            let v = &r.region.view;
+            let used = v.load_acquire_u64(OFF_HEAD).saturating_sub(v.load_acquire_u64(OFF_TAIL));
+            used * 2 >= r.reader.geometry().nslots
+        })
+    }
+
+    /// Firings dropped because a ring was full, in all.
+    pub fn drops(&self) -> u64 {
+        self.gone_drops + self.list.iter().flatten().map(|r| r.reader.drops(&r.region.view)).sum::<u64>()
+    }
+}
+
+/// One traced process set up for patching.
+pub struct Proc {
+    ring: usize,
+    addrs: ProcessAddrs,
+    regions: Vec<Rc<RefCell<Region>>>,
+    patches: Vec<Patch>,
+    /// (file, file offset) of each site patched, with where its patch starts.
+    sites: HashMap<(PathBuf, u64), u64>,
+    /// Functions' bytes read from their files: (file, file offset) → bytes.
+    code: HashMap<(PathBuf, u64), Rc<Vec<u8>>>,
+    /// The dynamic loader, when the process was set up before it ran: its code runs
+    /// before the thread pointer exists, so it is never patched.
+    loader: Option<PathBuf>,
+    /// Breakpoints, by address.
+    breakpoints: HashMap<u64, Breakpoint>,
+    /// Why trampolines may not read the process's memory (`process_vm_readv` on itself):
+    /// it is in another pid namespace, or under a seccomp filter that may forbid it.
+    no_captures: Option<&'static str>,
+    /// Why no site of it may be patched (breakpoints still may be placed).
+    no_patch: Option<String>,
+}
+
+/// Why trampolines may not read `pid`'s memory through `process_vm_readv` with the pid
+/// udtrace sees: the process is in another pid namespace (the pid names another
+/// process there), or under a seccomp filter (which may forbid the call, or kill).
+fn captures_forbidden(pid: i32) -> Option<&'static str> {
+    let ns = |p: &str| std::fs::read_link(format!("{p}/ns/pid")).ok();
+    if ns(&format!("/proc/{pid}")) != ns("/proc/self") {
+        return Some("it runs in another pid namespace, where its captures cannot name it");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let seccomp = status.lines().find_map(|l| l.strip_prefix("Seccomp:")).map(str::trim);
+    if seccomp.is_some_and(|m| m != "0") {
+        return Some("it runs under seccomp, which may forbid the read its captures make");
+    }
+    None
+}
+
+/// The errno of thread `tid` of `pid` (stopped), from where glibc keeps it: the TLS
+/// offset (read from its GOT slot when `slot` is not 0) from the thread pointer.
+pub fn errno_of(pid: i32, tid: i32, (slot, offset): (u64, i64)) -> Option<i32> {
+    let regs = nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid)).ok()?;
+    let off =
+        if slot != 0 { i64::from_ne_bytes(procfs::read_memory(pid, slot, 8).ok()?.try_into().ok()?) } else { offset };
+    let b = procfs::read_memory(pid, regs.fs_base.wrapping_add(off as u64), 4).ok()?;
+    Some(i32::from_ne_bytes(b.try_into().ok()?))
+}
+
+/// The state letter of thread `tid` of `pid` (`t`: in a ptrace stop).
+fn state(pid: i32, tid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next())
+}
+
+/// A thread of `pid` in a ptrace stop, to run system calls in (the leader first).
+pub fn stopped_tid(pid: i32) -> Result<i32, String> {
+    let mut tids = procfs::tasks(pid).map_err(|e| format!("cannot list its threads: {e}"))?;
+    tids.sort_by_key(|&t| t != pid);
+    tids.into_iter().find(|&t| state(pid, t) == Some('t')).ok_or_else(|| "none of its threads is stopped".into())
+}
+
+/// Whether every thread of `pid` is in a ptrace stop (state `t`): only then may its
+/// code change under it.
+pub fn all_stopped(pid: i32) -> Result<(), String> {
+    let tids = procfs::tasks(pid).map_err(|e| format!("cannot list its threads: {e}"))?;
+    for tid in tids {
+        if state(pid, tid) != Some('t') {
+            return Err("threads of the process were running when its probes were armed".into());
+        }
+    }
+    Ok(())
+}
+
+fn mem(pid: i32) -> Result<File, String> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))
+        .map_err(|e| format!("cannot open its memory: {e}"))
+}
+
+impl Proc {
+    /// Maps a ring and a data page into `pid` (stopped) and finds its clock.
+    pub fn set_up(
+        pid: i32,
+        geometry: Geometry,
+        record_size: usize,
+        cpu: CpuSource,
+        rings: &mut Rings,
+    ) -> Result<Proc, String> {
+        // The thread system calls run in: held, while others may run (a library loaded).
+        let tid = stopped_tid(pid)?;
+        let mut regs = nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid))
+            .map_err(|e| format!("cannot read its registers: {e}"))?;
+        // Trampolines read the thread id where glibc keeps it, from the thread pointer.
+        let mut loader = None;
+        let mut no_patch = None;
+        if regs.fs_base == 0 {
+            // Held at its exec (inside execve still: a system call run now would return
+            // execve's result), one step ends the call before the new image's first
+            // instruction runs. Or a static program at its entry point.
+            if matches!(regs.orig_rax as i64, libc::SYS_execve | libc::SYS_execveat) {
+                finish_exec(tid)?;
+                regs = nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid))
+                    .map_err(|e| format!("cannot read its registers: {e}"))?;
+            }
+            // glibc's loader sets the thread pointer up before any code of the program
+            // or its libraries runs, but its own code runs before that and is not
+            // patched. Without it (a static program) nothing is patched: breakpoints
+            // need no thread pointer.
+            match glibc_loader(pid) {
+                Ok(l) => loader = Some(l),
+                Err(why) => no_patch = Some(why),
+            }
+        } else {
+            let tid_at = regs.fs_base.wrapping_add(GLIBC_TID_OFFSET as u64);
+            let found =
+                procfs::read_memory(pid, tid_at, 4).ok().and_then(|b| b.try_into().ok()).map(i32::from_ne_bytes);
+            if found != Some(tid) {
+                no_patch = Some("its thread ids are not where glibc keeps them".to_string());
+            }
+        }
+        let clock_gettime = vdso_clock(pid)?;
+        let (rw, private) =
+            ((libc::PROT_READ | libc::PROT_WRITE) as u64, (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64);
+        let page = inject::remote_syscall(tid, libc::SYS_mmap, [0, 4096, rw, private, u64::MAX, 0])
+            .map_err(|e| format!("cannot map its data page: {e}"))?;
+        if page < 0 {
+            return Err(format!("cannot map its data page: errno {}", -page));
+        }
+        let data_page = page as u64;
+        udtrace_messages::debug!(
+            "pid {pid}: data page at {data_page:#x}, fs_base {:#x}, rip {:#x}",
+            regs.fs_base,
+            regs.rip
+        );
+        write_pid(pid, data_page)?;
+        let mut region = inject::create_shared_near(tid, geometry.size() as u64, regs.rip, Prot::READ | Prot::WRITE)
+            .map_err(|e| format!("cannot map its ring: {e}"))?;
+        geometry.init(&mut region.view);
+        let reader = Reader::new(&region.view, record_size).map_err(|e| e.to_string())?;
+        let ring_addr = region.remote_addr;
+        let ring = rings.add(region, reader);
+        Ok(Proc {
+            ring,
+            addrs: ProcessAddrs { ring: ring_addr, data_page, clock_gettime, tid_offset: GLIBC_TID_OFFSET, cpu },
+            regions: Vec::new(),
+            patches: Vec::new(),
+            sites: HashMap::new(),
+            code: HashMap::new(),
+            loader,
+            breakpoints: HashMap::new(),
+            no_captures: captures_forbidden(pid),
+            no_patch,
+        })
+    }
+
+    /// The state of `child`, just forked from this process and held: the same
+    /// mappings and patches; its data page must name it.
+    /// `None` for a vfork child, which shares its parent's memory until it execs: its
+    /// firings meanwhile carry its parent's process id.
+    pub fn forked(&self, parent: i32, child: i32, rings: &mut Rings) -> Result<Option<Proc>, String> {
+        write_pid(child, self.addrs.data_page)?;
+        if read_pid(parent, self.addrs.data_page) == Some(child as u32) {
+            write_pid_as(parent, parent, self.addrs.data_page)?;
+            return Ok(None);
+        }
+        rings.share(self.ring);
+        Ok(Some(Proc {
+            ring: self.ring,
+            addrs: self.addrs,
+            regions: self.regions.clone(),
+            patches: self.patches.clone(),
+            sites: self.sites.clone(),
+            code: HashMap::new(),
+            loader: self.loader.clone(),
+            breakpoints: self.breakpoints.clone(),
+            no_captures: self.no_captures,
+            no_patch: self.no_patch.clone(),
+        }))
+    }
+
+    /// Where its threads keep errno, for the trampolines (`None`: unknown).
+    pub fn set_errno(&self, pid: i32, tls: Option<(u64, i64)>) {
+        let words = errno_words(self.addrs.data_page, tls);
+        if let Ok(m) = mem(pid) {
+            let _ = m.write_all_at(&words, self.addrs.data_page + DATA_ERRNO_SLOT as u64);
+        }
+    }
+
+    /// The process no longer runs this image (exec, exit, released).
+    pub fn gone(self, rings: &mut Rings) {
+        rings.leave(self.ring);
+    }
+
+    /// Puts back the original bytes of every patch and breakpoint (the process is
+    /// stopped).
+    pub fn unpatch(&self, pid: i32) {
+        let Ok(m) = mem(pid) else { return };
+        for p in self.patches.iter().rev() {
+            let _ = m.write_all_at(&p.original, p.at);
+        }
+        for (&at, b) in &self.breakpoints {
+            let _ = m.write_all_at(&[b.original], at);
+        }
+    }
+
+    /// Puts a breakpoint at one site of `pid` (some thread of it stopped; the others may
+    /// run: a one-byte write is seen whole or not at all).
+    pub fn break_at(&mut self, pid: i32, site: &Site<'_>, objects: &[LoadedObject]) -> Result<(), String> {
+        let func_off = site.file_off.checked_sub(site.offset).ok_or("bad site offset")?;
+        let func = runtime_address(pid, objects, site.file, func_off).ok_or("its object is not mapped")?;
+        let code = self.code(site.file, func_off, site.func_size)?;
+        self.place(pid, &code, func, site.offset, Kind::Site(site.cookie))
+    }
+
+    /// Puts a breakpoint on the loader's hook at `offset` in `file` (see [`Kind`]).
+    pub fn break_at_hook(
+        &mut self,
+        pid: i32,
+        file: &Path,
+        offset: u64,
+        r_state: u64,
+        objects: &[LoadedObject],
+    ) -> Result<(), String> {
+        let at = runtime_address(pid, objects, file, offset).ok_or("its loader is not mapped")?;
+        // The hook is a tiny function (`ret`, or `endbr64; ret`): its bytes from memory,
+        // where nothing of udtrace's sits yet.
+        let code = procfs::read_memory(pid, at, 16).map_err(|e| format!("cannot read its loader: {e}"))?;
+        self.place(pid, &code, at, 0, Kind::LoaderHook(r_state))
+    }
+
+    fn place(&mut self, pid: i32, code: &[u8], func: u64, offset: u64, kind: Kind) -> Result<(), String> {
+        let at = func + offset;
+        if self.breakpoints.contains_key(&at) || self.patches.iter().any(|p| p.at <= at && at < p.at + 5) {
+            return Ok(());
+        }
+        let region = self.region_near(pid, func)?;
+        let mut r = region.borrow_mut();
+        let copy = r.shared.remote_addr + r.used;
+        let bytes = patch::out_of_line(code, func, offset, copy).map_err(|e| e.summary().to_string())?;
+        r.shared.write(r.used, &bytes).map_err(|e| format!("cannot write its out-of-line copy: {e}"))?;
+        r.used += (bytes.len() as u64).div_ceil(ALIGN) * ALIGN;
+        drop(r);
+        let m = mem(pid)?;
+        let mut original = [0u8; 1];
+        m.read_exact_at(&mut original, at).map_err(|e| format!("cannot read its code: {e}"))?;
+        m.write_all_at(&[0xcc], at).map_err(|e| format!("cannot write a breakpoint: {e}"))?;
+        self.breakpoints.insert(at, Breakpoint { kind, original: original[0], copy });
+        Ok(())
+    }
+
+    /// Thread `tid`, stopped with SIGTRAP: if at one of this process's breakpoints,
+    /// what it is and the registers at the site; the thread then goes on through the
+    /// out-of-line copy.
+    pub fn trap(&self, tid: i32) -> Option<(Kind, nix::libc::user_regs_struct)> {
+        let p = nix::unistd::Pid::from_raw(tid);
+        let mut regs = nix::sys::ptrace::getregs(p).ok()?;
+        let at = regs.rip.wrapping_sub(1);
+        let b = self.breakpoints.get(&at)?;
+        let mut next = regs;
+        next.rip = b.copy;
+        nix::sys::ptrace::setregs(p, next).ok()?;
+        regs.rip = at;
+        Some((b.kind, regs))
+    }
+
+    /// Patches one site of `pid` (stopped), whose objects are `objects`.
+    pub fn patch(
+        &mut self,
+        pid: i32,
+        site: &Site<'_>,
+        objects: &[LoadedObject],
+        record: &RecordPlan,
+        geometry: Geometry,
+    ) -> Result<(), String> {
+        if self.sites.contains_key(&(site.file.to_path_buf(), site.file_off)) {
+            return Ok(());
+        }
+        if let Some(why) = &self.no_patch {
+            return Err(why.clone());
+        }
+        if self.loader.as_deref() == Some(site.file) {
+            return Err("the dynamic loader runs before the thread pointer is set".into());
+        }
+        if let Some(why) = self.no_captures.filter(|_| record.stack_bytes > 0 || !record.strings.is_empty()) {
+            return Err(why.into());
+        }
+        let func_off = site.file_off.checked_sub(site.offset).ok_or("bad site offset")?;
+        let func = runtime_address(pid, objects, site.file, func_off).ok_or("its object is not mapped")?;
+        let code = self.code(site.file, func_off, site.func_size)?;
+        let plan = patch::plan(&code, func, site.offset, site.kind).map_err(|e| e.summary().to_string())?;
+        let (start, end) = (plan.region_vaddr(), plan.region_vaddr() + u64::from(plan.end - plan.start));
+        if self.patches.iter().any(|p| p.at < end && start < p.at + p.original.len() as u64) {
+            return Err("it overlaps another patched site".into());
+        }
+        let region = self.region_near(pid, func)?;
+        let mut r = region.borrow_mut();
+        let at = r.shared.remote_addr + r.used;
+        let t = Trampoline {
+            plan: &plan,
+            at,
+            space: (r.shared.len - r.used) as usize,
+            cookie: site.cookie,
+            record,
+            ring: geometry,
+            process: self.addrs,
+        };
+        let bytes = generate(&t).map_err(|e| match e {
+            TrampolineError::Relocation(r) => r.summary().to_string(),
+            other => other.to_string(),
+        })?;
+        r.shared.write(r.used, &bytes).map_err(|e| format!("cannot write its trampoline: {e}"))?;
+        r.used += (bytes.len() as u64).div_ceil(ALIGN) * ALIGN;
+        drop(r);
+        let patch = plan.patch_bytes(at).ok_or("its trampoline is out of reach")?;
+        let m = mem(pid)?;
+        let mut original = vec![0u8; patch.len()];
+        m.read_exact_at(&mut original, start).map_err(|e| format!("cannot read its code: {e}"))?;
+        m.write_all_at(&patch, start).map_err(|e| format!("cannot patch its code: {e}"))?;
+        self.patches.push(Patch { at: start, original });
+        self.sites.insert((site.file.to_path_buf(), site.file_off), start);
+        Ok(())
+    }
+
+    /// A trampoline region with room within reach of `func`, mapped when none has.
+    fn region_near(&mut self, pid: i32, func: u64) -> Result<Rc<RefCell<Region>>, String> {
+        // Room for the largest trampoline; the region must be reachable from the whole
+        // function (its sites and resume addresses) by rel32.
+        const ROOM: u64 = 1024;
+        let reach = REACH - (1 << 24);
+        if let Some(r) = self.regions.iter().find(|r| {
+            let r = r.borrow();
+            r.used + ROOM <= r.shared.len && r.shared.remote_addr.abs_diff(func) < reach
+        }) {
+            return Ok(Rc::clone(r));
+        }
+        let shared = inject::map_exec_near(stopped_tid(pid)?, REGION_LEN, func)
+            .map_err(|e| format!("cannot map trampolines near it: {e}"))?;
+        let r = Rc::new(RefCell::new(Region { shared, used: 0 }));
+        self.regions.push(Rc::clone(&r));
+        Ok(r)
+    }
+
+    /// The bytes of the function at `func_off` in `file`.
+    fn code(&mut self, file: &Path, func_off: u64, size: u64) -> Result<Rc<Vec<u8>>, String> {
+        if let Some(c) = self.code.get(&(file.to_path_buf(), func_off)) {
+            return Ok(Rc::clone(c));
+        }
+        if size == 0 || size > 1 << 24 {
+            return Err("its function's size is unknown".into());
+        }
+        let f = File::open(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let mut buf = vec![0u8; size as usize];
+        f.read_exact_at(&mut buf, func_off).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let c = Rc::new(buf);
+        self.code.insert((file.to_path_buf(), func_off), Rc::clone(&c));
+        Ok(c)
+    }
+}
+
+/// Where file offset `off` of `file` is mapped in `pid`.
+fn runtime_address(pid: i32, objects: &[LoadedObject], file: &Path, off: u64) -> Option<u64> {
+    objects.iter().filter(|o| procfs::host_path(pid, &o.path) == file).find_map(|o| {
+        o.mappings
+            .iter()
+            .find(|m| m.offset <= off && off < m.offset + (m.end - m.start))
+            .map(|m| m.start + (off - m.offset))
+    })
+}
+
+/// `__vdso_clock_gettime` in `pid`.
+fn vdso_clock(pid: i32) -> Result<u64, String> {
+    let base = procfs::auxv(pid)
+        .ok()
+        .and_then(|a| a.into_iter().find(|&(t, _)| t == AT_SYSINFO_EHDR))
+        .map(|(_, v)| v)
+        .filter(|&b| b != 0)
+        .ok_or("it has no vDSO")?;
+    let maps = procfs::read_maps(pid).map_err(|e| format!("cannot read its maps: {e}"))?;
+    let len = maps.iter().find(|m| m.start == base).map(|m| m.end - m.start).ok_or("its vDSO is not mapped")?;
+    let image = procfs::read_memory(pid, base, len as usize).map_err(|e| format!("cannot read its vDSO: {e}"))?;
+    let off = udtrace_inproc::vdso::clock_gettime_offset(&image).map_err(|e| e.to_string())?;
+    Ok(base + off)
+}
+
+/// Writes `pid` into its data page at `page` (private memory: each process its own).
+fn write_pid(pid: i32, page: u64) -> Result<(), String> {
+    write_pid_as(pid, pid, page)
+}
+
+/// Writes `value` as the process id in the data page of `pid`.
+fn write_pid_as(pid: i32, value: i32, page: u64) -> Result<(), String> {
+    mem(pid)?
+        .write_all_at(&(value as u32).to_ne_bytes(), page + DATA_PID as u64)
+        .map_err(|e| format!("cannot write its data page: {e}"))
+}
+
+fn read_pid(pid: i32, page: u64) -> Option<u32> {
+    let b = procfs::read_memory(pid, page + DATA_PID as u64, 4).ok()?;
+    Some(u32::from_ne_bytes(b.try_into().ok()?))
+}
+
+/// Steps a thread held at its exec stop out of the execve call: it stops again (a step
+/// trap) at the new image's entry, before running it.
+fn finish_exec(pid: i32) -> Result<(), String> {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    let p = nix::unistd::Pid::from_raw(pid);
+    let before = nix::sys::ptrace::getregs(p).map_err(|e| format!("cannot read its registers: {e}"))?;
+    nix::sys::ptrace::step(p, None).map_err(|e| format!("cannot step it out of exec: {e}"))?;
+    match waitpid(p, Some(WaitPidFlag::__WALL)) {
+        Ok(WaitStatus::Stopped(_, nix::sys::signal::Signal::SIGTRAP)) => {}
+        other => return Err(format!("unexpected stop after exec: {other:?}")),
+    }
+    let after = nix::sys::ptrace::getregs(p).map_err(|e| format!("cannot read its registers: {e}"))?;
+    if after.rip != before.rip {
+        return Err("its first instruction ran while stepping out of exec".into());
+    }
+    Ok(())
+}
+
+/// The host path of `pid`'s dynamic loader when it is glibc's (whose thread pointer
+/// layout the trampolines assume); an error otherwise.
+fn glibc_loader(pid: i32) -> Result<PathBuf, String> {
+    const AT_BASE: u64 = 7;
+    let base = procfs::auxv(pid)
+        .ok()
+        .and_then(|a| a.into_iter().find(|&(t, _)| t == AT_BASE))
+        .map(|(_, v)| v)
+        .filter(|&b| b != 0)
+        .ok_or("it has no thread pointer yet and no dynamic loader (a static program)")?;
+    let objects = procfs::objects_of(pid).map_err(|e| format!("cannot read its maps: {e}"))?;
+    let ld = objects
+        .iter()
+        .find(|o| o.mappings.iter().any(|m| m.start == base))
+        .ok_or("its dynamic loader is not mapped")?;
+    if !ld.path.ends_with("/ld-linux-x86-64.so.2") {
+        return Err(format!("its dynamic loader is not glibc's ({})", ld.path));
+    }
+    Ok(procfs::host_path(pid, &ld.path))
+}

@@ -1,0 +1,297 @@
+//! The in-process backend end to end: pid probes patched into the traced process
+//! (`-x inprocess`, and by default where BPF is refused), with exact counts on the C
+//! fixtures and the example daemon, children and exec'd workers followed, threads
+//! firing at once, a grabbed process left with its original code, and tracing as an
+//! ordinary user.
+
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+mod util;
+
+use util::{bin, fixture, kill_after_deadline, stderr, stdout, udtrace_cmd, wait_mapped, Guard};
+
+/// Runs udtrace to completion (killed after 60 s as a hang guard).
+fn run(args: &[&str]) -> Output {
+    let mut g = Guard::spawn(&mut udtrace_cmd(args));
+    kill_after_deadline(g.child().id());
+    g.take().wait_with_output().expect("udtrace finishes")
+}
+
+/// The example daemon, built by `cargo test --workspace` with the examples.
+fn workerd() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let profile = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
+    let p = profile.join("examples").join("workerd");
+    assert!(p.exists(), "{} not built: `cargo test --workspace` builds examples", p.display());
+    p
+}
+
+fn script(name: &str) -> String {
+    format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The rows of `printa("%-8d %@8d\n", @requests)` under the WORKER header.
+fn per_worker(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("WORKER"))
+        .skip(1)
+        .map_while(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f.as_slice() {
+                [w, n] => Some((w.parse().ok()?, n.parse().ok()?)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// fixture.c: classify(i) returns -1, 0 or 1 through three `ret`s (offsets 0xb, 0x20,
+/// 0x33), for 1, 4 and 5 of 10 calls.
+fn assert_classify_counts(text: &str) {
+    assert!(text.contains("entries 10\n"), "{text}");
+    for row in ["11 0 1\n", "32 1 4\n", "51 4294967295 5\n"] {
+        assert!(text.contains(row), "missing {row:?} in\n{text}");
+    }
+}
+
+const CLASSIFY: &str = "pid$target::classify:entry { @e = count(); } \
+                        pid$target::classify:return { @r[arg0, arg1] = count(); } \
+                        END { printa(\"entries %@d\\n\", @e); printa(\"%d %d %@d\\n\", @r); }";
+
+#[test]
+fn classify_counts_match_the_uprobe_path() {
+    let cmd = format!("{} 10", fixture("fixture"));
+    let out = run(&["-q", "-x", "inprocess", "-n", CLASSIFY, "-c", &cmd]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_classify_counts(&text);
+    // The `ret` at 0xb needs the bytes the entry's patch takes: that one site is a
+    // uprobe, and udtrace says so.
+    assert!(
+        stderr(&out).contains("1 probe site uses uprobes, not in-process probes: it overlaps another patched site"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn the_main_job_in_process_counts_every_request() {
+    let (workers, requests) = (3u64, 300u64);
+    let cmd = format!("{} {workers} {requests}", workerd().display());
+    let out = run(&["-x", "inprocess", "-s", &script("workers.d"), "-c", &cmd]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(per_worker(&text), (0..workers).map(|w| (w, requests)).collect::<Vec<_>>(), "{text}");
+    assert!(text.contains(&format!("requests answered: {}\n", workers * requests)), "{text}");
+    // Every site of the exec'd workers was patched: nothing fell back.
+    assert!(!stderr(&out).contains("uprobes, not in-process"), "{}", stderr(&out));
+}
+
+#[test]
+fn threads_fire_at_once_without_loss() {
+    let m = 2000;
+    let cmd = format!("{} threads {m}", fixture("probes"));
+    let prog = "pid$target::thr_work:entry { @[tid] = count(); } END { printa(\"tid %@d\\n\", @); }";
+    let out = run(&["-q", "-x", "inprocess", "-n", prog, "-c", &cmd]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let counts: Vec<&str> = text.lines().filter(|l| l.starts_with("tid ")).collect();
+    assert_eq!(counts, vec![format!("tid {m}"); 4], "four threads, {m} firings each:\n{text}");
+    assert!(!stderr(&out).contains("drop"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("uprobes, not in-process"), "{}", stderr(&out));
+}
+
+#[test]
+fn forked_children_fire_with_their_own_pid() {
+    // forker.c: the daemon calls target() 3 times; each of 4 forked workers M times.
+    let (n, m) = (4, 25);
+    let cmd = format!("{} {n} {m} 1 fork", fixture("forker"));
+    let prog =
+        "pid$target::target:entry { @[pid == $target ? \"daemon\" : \"worker\"] = count(); @p[pid] = count(); } \
+                END { printa(\"%s %@d\\n\", @); printa(\"pid %d %@d\\n\", @p); }";
+    let out = run(&["-q", "-x", "inprocess", "-n", prog, "-c", &cmd]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(text.contains("daemon 3\n"), "{text}");
+    assert!(text.contains(&format!("worker {}\n", n * m)), "{text}");
+    let pids = text.lines().filter(|l| l.starts_with("pid ")).count();
+    assert_eq!(pids, 1 + n as usize, "the daemon and each worker under its own pid:\n{text}");
+    assert!(!stderr(&out).contains("uprobes, not in-process"), "{}", stderr(&out));
+}
+
+/// The bytes of `func` in the running process `pid` (whose executable is `exe`).
+fn code_of(pid: u32, exe: &str, func: &str) -> Vec<u8> {
+    let nm = Command::new("nm").arg(exe).output().expect("nm");
+    let vaddr = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[2] == func).then(|| u64::from_str_radix(f[0], 16).ok()).flatten()
+        })
+        .expect("symbol");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let base = maps
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 6 && f[2] == "00000000" && f[5].ends_with("/probes"))
+                .then(|| u64::from_str_radix(f[0].split('-').next()?, 16).ok())
+                .flatten()
+        })
+        .expect("mapping");
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("mem");
+    let mut b = vec![0u8; 16];
+    mem.read_exact_at(&mut b, base + vaddr).expect("read code");
+    b
+}
+
+#[test]
+fn a_grabbed_process_gets_its_code_back() {
+    let exe = fixture("probes");
+    let mut g = Guard::spawn(Command::new(&exe).args(["spin", "300", "5"]).stdout(Stdio::piped()));
+    let pid = g.child().id();
+    wait_mapped(pid, "libc");
+    let before = code_of(pid, &exe, "work");
+    let prog = "pid$target::work:entry { n++; } pid$target::work:entry /n == 20/ { exit(0); }";
+    let out = run(&["-q", "-x", "inprocess", "-n", prog, "-p", &pid.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("uprobes, not in-process"), "{}", stderr(&out));
+    assert_eq!(code_of(pid, &exe, "work"), before, "work() as it was before udtrace");
+    // It runs on and finishes its 300 calls as if never traced.
+    let done = g.take().wait_with_output().expect("fixture finishes");
+    assert!(done.status.success());
+    assert!(String::from_utf8_lossy(&done.stdout).starts_with("spin 300 "), "{:?}", done);
+}
+
+/// `runuser -u nobody -- udtrace ARGS`, or None (with the reason printed) where the
+/// test cannot switch users (not root).
+fn as_nobody(args: &[&str]) -> Option<Output> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|v| v.split_whitespace().nth(1));
+    if euid != Some("0") {
+        println!("skipped: switching to nobody needs root");
+        return None;
+    }
+    let mut c = Command::new("runuser");
+    c.args(["-u", "nobody", "--"]).arg(bin()).args(args).stdin(Stdio::null());
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut g = Guard::spawn(&mut c);
+    kill_after_deadline(g.child().id());
+    Some(g.take().wait_with_output().expect("udtrace finishes"))
+}
+
+#[test]
+fn an_ordinary_user_traces_the_main_job() {
+    let cmd = format!("{} 2 100", workerd().display());
+    let Some(out) = as_nobody(&["-s", &script("workers.d"), "-c", &cmd]) else { return };
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(per_worker(&text), vec![(0, 100), (1, 100)], "{text}\n{}", stderr(&out));
+    assert!(text.contains("requests answered: 200\n"), "{text}");
+}
+
+#[test]
+fn an_ordinary_user_is_told_what_needs_privilege() {
+    let Some(out) = as_nobody(&["-n", "proc:::exec-success { trace(pid); }", "-c", "/bin/true"]) else { return };
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("the proc provider cannot be enabled without BPF"), "{err}");
+    assert!(err.contains("run as root (or with CAP_BPF and CAP_PERFMON)"), "{err}");
+}
+
+#[test]
+fn list_verbose_says_which_sites_cannot_be_patched() {
+    let cmd = format!("{} 1", fixture("fixture"));
+    let out = run(&["-x", "inprocess", "-l", "-v", "-n", "pid$target::classify:", "-c", &cmd]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    // classify: entry, 3 return sites, and an offset probe per instruction; each taken
+    // alone. Its short blocks cannot all take a 5-byte jump.
+    let line = err.lines().find(|l| l.contains("pid probe sites can be patched in-process")).expect(&err);
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let (ok, total): (usize, usize) = (words[1].parse().unwrap(), words[3].parse().unwrap());
+    assert!(ok > 0 && ok < total, "{line}");
+    let refused: usize = err
+        .lines()
+        .filter(|l| l.contains(" cannot: "))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(ok + refused, total, "{err}");
+}
+
+#[test]
+fn without_bpf_unpatchable_sites_are_breakpoints() {
+    let cmd = format!("{} 10", fixture("fixture"));
+    let Some(out) = as_nobody(&["-q", "-n", CLASSIFY, "-c", &cmd]) else { return };
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_classify_counts(&text);
+    assert!(
+        stderr(&out)
+            .contains("1 probe site uses breakpoints (slow), not in-process probes: it overlaps another patched site"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn without_bpf_libraries_loaded_later_are_armed() {
+    // dlopener.c: plugin.so is dlopen()ed after tracing starts; plugin_fn runs N times.
+    let cmd = format!("{} 7", fixture("dlopener"));
+    let prog = "pid$target::plugin_fn:entry { @ = count(); } END { printa(\"plugin_fn %@d\\n\", @); }";
+    let Some(out) = as_nobody(&["-Z", "-q", "-n", prog, "-c", &cmd]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("plugin_fn 7\n"), "{}\n{}", stdout(&out), stderr(&out));
+}
+
+#[test]
+fn without_bpf_strings_are_read_at_breakpoints() {
+    // probes.c: fx_open(path) 8 times, cycling through 4 paths.
+    let cmd = format!("{} open 8", fixture("probes"));
+    let prog = "pid$target::fx_open:entry { @[copyinstr(arg0)] = count(); } END { printa(\"%s %@d\\n\", @); }";
+    let Some(out) = as_nobody(&["-q", "-n", prog, "-c", &cmd]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for path in ["/etc/passwd", "/tmp/udtrace-fixture", "relative/name", "x"] {
+        assert!(text.contains(&format!("{path} 2\n")), "{path}:\n{text}");
+    }
+}
+
+/// errnos.c: each thread's failing calls, and the errno each left, as the program
+/// printed it and as the probes recorded it (`traced ...`): they must agree.
+fn check_errnos(out: &Output) {
+    assert!(out.status.success(), "{}", stderr(out));
+    let text = stdout(out);
+    let mut own: Vec<&str> = text.lines().filter(|l| !l.is_empty() && !l.starts_with("traced ")).collect();
+    let mut traced: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("traced ")).collect();
+    own.sort_unstable();
+    traced.sort_unstable();
+    assert_eq!(own.len(), 20, "{text}");
+    assert_eq!(traced, own, "the errno each call left, as the program saw it");
+}
+
+const ERRNO_SCRIPT: &str = "pid$target::open:return, pid$target::close:return, pid$target::chdir:return \
+    { printf(\"traced %s %s %d\\n\", tid == pid ? \"main\" : \"thread\", probefunc, errno); }";
+
+#[test]
+fn errno_is_read_in_process() {
+    let cmd = format!("{} 2", fixture("errnos"));
+    let out = run(&["-q", "-x", "inprocess", "-n", ERRNO_SCRIPT, "-c", &cmd]);
+    check_errnos(&out);
+    assert!(!stderr(&out).contains("not in-process"), "{}", stderr(&out));
+}
+
+#[test]
+fn without_bpf_a_static_program_is_traced_with_breakpoints() {
+    let exe = fixture("errnos-static");
+    if !std::path::Path::new(&exe).exists() {
+        println!("skipped: no static libc to build errnos-static");
+        return;
+    }
+    let cmd = format!("{exe} 2");
+    let Some(out) = as_nobody(&["-q", "-n", ERRNO_SCRIPT, "-c", &cmd]) else { return };
+    check_errnos(&out);
+    assert!(stderr(&out).contains("breakpoints (slow)"), "{}", stderr(&out));
+}
