@@ -55,12 +55,14 @@ lwork=("$W/forker" work "$LW" "$LM" "$NE")
 echo "forker: $NW workers x $NM calls of target() = $total calls; every ${NE}th worker execs first"
 echo "ltrace runs its own smaller forker: $LW workers x $LM calls = $ltotal, one worker at a time"
 echo
-for f in base ud bt btp lbase lt; do : >"$W/$f"; done
-uc=(); bc=(); bpc=(); lc=()
+for f in base ud ip bt btp lbase lt; do : >"$W/$f"; done
+uc=(); ic=(); bc=(); bpc=(); lc=()
 for _ in $(seq "$ROUNDS"); do
   "${work[@]}" | field loop_ns >>"$W/base"
   out=$("$U" -q -n "$UDESC { @ = count(); }" -c "${work[*]}" 2>&1)
   echo "$out" | field loop_ns >>"$W/ud"; uc+=("$(echo "$out" | ucount_of)")
+  out=$("$U" -q -x inprocess -n "$UDESC { @ = count(); }" -c "${work[*]}" 2>&1)
+  echo "$out" | field loop_ns >>"$W/ip"; ic+=("$(echo "$out" | ucount_of)")
   out=$(bpftrace -e "$BPROBE { @ = count(); }" -c "${work[*]}" 2>&1)
   echo "$out" | field loop_ns >>"$W/bt"; bc+=("$(echo "$out" | bcount_of)")
   out=$(bpftrace -e "$BPROBE /pid == cpid/ { @ = count(); }" -c "${work[*]}" 2>&1)
@@ -71,7 +73,7 @@ for _ in $(seq "$ROUNDS"); do
 done
 mc() { printf '%s\n' "$@" | median; }
 base=$(median <"$W/base"); lbase=$(median <"$W/lbase")
-ud=$(median <"$W/ud"); bt=$(median <"$W/bt"); btp=$(median <"$W/btp"); lt=$(median <"$W/lt")
+ud=$(median <"$W/ud"); ip=$(median <"$W/ip"); bt=$(median <"$W/bt"); btp=$(median <"$W/btp"); lt=$(median <"$W/lt")
 
 printf '%-26s %9s %10s %14s %8s\n' tracer calls counted "ns/call" "vs bpf"
 row() { # name calls counted traced-ns base-ns bpftrace-ns/call
@@ -82,6 +84,7 @@ row() { # name calls counted traced-ns base-ns bpftrace-ns/call
 }
 bpn=$(awk -v t="$bt" -v b="$base" -v n="$total" 'BEGIN {print (t - b) / n}')
 row "udtrace" "$total" "$(mc "${uc[@]}")" "$ud" "$base" "$bpn"
+row "udtrace -x inprocess" "$total" "$(mc "${ic[@]}")" "$ip" "$base" "$bpn"
 row "bpftrace (system-wide)" "$total" "$(mc "${bc[@]}")" "$bt" "$base" 0
 row "bpftrace /pid == cpid/" "$total" "$(mc "${bpc[@]}")" "$btp" "$base" "$bpn"
 row "ltrace -f (wall, serial)" "$ltotal" "$(mc "${lc[@]}")" "$lt" "$lbase" "$bpn"
