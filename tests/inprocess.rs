@@ -295,3 +295,31 @@ fn without_bpf_a_static_program_is_traced_with_breakpoints() {
     check_errnos(&out);
     assert!(stderr(&out).contains("breakpoints (slow)"), "{}", stderr(&out));
 }
+
+#[test]
+fn offset_probes_inside_patched_bytes_and_callers_through_patched_calls() {
+    // probes.c: main -> chain_a -> chain_b -> chain_c, twice. Offset probes on every
+    // instruction of chain_b: sites that fall inside another site's patch must be armed
+    // some other way, never written into the patch; the `call chain_c` displaced into a
+    // trampoline must still return to chain_b, where ucaller finds it.
+    let prog = "pid$target::chain_c:return { @r[ufunc(ucaller)] = count(); }
+                pid$target::chain_b: /probename != \"entry\" && probename != \"return\"/
+                { @o[ufunc(ucaller)] = count(); }
+                END { printa(@r); printf(\"--\\n\"); printa(@o); }";
+    let cmd = format!("{} chain 2", fixture("probes"));
+    let out = run(&["-q", "-x", "inprocess", "-n", prog, "-c", &cmd]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("chain 2 sink="), "the program ran to its end:\n{text}\n{}", stderr(&out));
+    let (ret, off) = text.split_once("--\n").unwrap_or_else(|| panic!("{text}"));
+    let callers = |t: &str| -> Vec<(String, String)> {
+        t.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 2 && f[0].contains('`')).then(|| (f[0].to_string(), f[1].to_string()))
+            })
+            .collect()
+    };
+    assert_eq!(callers(ret), [("probes`chain_b".to_string(), "2".to_string())], "{text}");
+    assert_eq!(callers(off).iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>(), ["probes`chain_a"], "{text}");
+}

@@ -49,6 +49,8 @@ pub struct InProcess {
     fallback: Option<Box<dyn Backend>>,
     /// Sites not patched since the last notice, by reason.
     fell_back: BTreeMap<String, usize>,
+    /// Sites (and other things) not armed at all since the last notice, by reason.
+    unarmed: BTreeMap<String, usize>,
     /// Of those, without a fallback, the ones a breakpoint took, by reason.
     broke: BTreeMap<String, usize>,
     /// Records of breakpoint firings, written by udtrace, not yet consumed.
@@ -109,6 +111,7 @@ impl InProcess {
             string_args: setup.plan.strings.clone(),
             fallback,
             fell_back: BTreeMap::new(),
+            unarmed: BTreeMap::new(),
             broke: BTreeMap::new(),
             pending: Vec::new(),
             errno_tls: HashMap::new(),
@@ -148,17 +151,37 @@ impl InProcess {
                     };
                     match placed {
                         Ok(()) => *self.broke.entry(why.clone()).or_default() += 1,
-                        Err(e) => *self.fell_back.entry(format!("{why}; no breakpoint either: {e}")).or_default() += 1,
+                        Err(e) => *self.unarmed.entry(format!("{why}; no breakpoint either: {e}")).or_default() += 1,
                     }
                 }
             }
             return Ok(());
         }
-        for (p, why) in &unpatched {
+        // A uprobe inside a patch's bytes would write into them: such sites stay unarmed.
+        let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
+        let mut kept: Vec<(PidProbe, String)> = Vec::new();
+        for (p, why) in unpatched {
+            let mut sites = Vec::new();
+            for &(offset, file_off) in &p.sites {
+                let at = process::runtime_address(pid, &objects, &p.file, file_off);
+                let ok = match (self.procs.get_mut(&pid), at) {
+                    (Some(proc), Some(at)) => proc.may_arm_elsewhere(at),
+                    _ => Ok(()),
+                };
+                match ok {
+                    Ok(()) => sites.push((offset, file_off)),
+                    Err(e) => *self.unarmed.entry(e).or_default() += 1,
+                }
+            }
+            if !sites.is_empty() {
+                kept.push((with_sites(&p, sites), why));
+            }
+        }
+        for (p, why) in &kept {
             *self.fell_back.entry(why.clone()).or_default() += p.sites.len();
         }
         let Some(f) = self.fallback.as_mut() else { return Ok(()) };
-        let probes: Vec<PidProbe> = unpatched.into_iter().map(|(p, _)| p).collect();
+        let probes: Vec<PidProbe> = kept.into_iter().map(|(p, _)| p).collect();
         let refs: Vec<&PidProbe> = probes.iter().collect();
         f.arm(pid, &refs)
     }
@@ -207,6 +230,9 @@ impl Backend for InProcess {
     }
 
     fn arm(&mut self, pid: i32, probes: &[&PidProbe]) -> Result<(), Error> {
+        if probes.iter().all(|p| p.sites.is_empty()) {
+            return Ok(());
+        }
         let mut unpatched: Vec<(PidProbe, String)> = Vec::new();
         let ready = match self.off.clone() {
             Some(why) => {
@@ -226,13 +252,18 @@ impl Backend for InProcess {
             return self.fall_back(pid, unpatched);
         }
         let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
+        // Every site armed now, by address: no patch may cover another one.
+        let batch: HashSet<u64> = probes
+            .iter()
+            .flat_map(|p| p.sites.iter().filter_map(|&(_, fo)| process::runtime_address(pid, &objects, &p.file, fo)))
+            .collect();
         for p in probes {
             let mut refused: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
             for &(offset, file_off) in &p.sites {
                 let cookie = self.cookie(p, offset, file_off);
                 let site = site_of(p, offset, file_off, cookie);
                 let r = match self.procs.get_mut(&pid) {
-                    Some(proc) => proc.patch(pid, &site, &objects, &self.record, self.geometry),
+                    Some(proc) => proc.patch(pid, &site, &objects, &self.record, self.geometry, &batch),
                     None => Err("the process is gone".to_string()),
                 };
                 if let Err(why) = r {
@@ -269,7 +300,10 @@ impl Backend for InProcess {
             None => Err("the process is gone".into()),
         });
         if let Err(why) = placed {
-            *self.fell_back.entry(format!("libraries pid {pid} loads later are not armed: {why}")).or_default() += 1;
+            *self
+                .unarmed
+                .entry(format!("the loader hook of pid {pid} (libraries it loads later): {why}"))
+                .or_default() += 1;
         }
         Ok(())
     }
@@ -335,7 +369,10 @@ impl Backend for InProcess {
                 Err(why) => {
                     // Its firings would name its parent: it runs unpatched instead.
                     p.unpatch(child);
-                    *self.fell_back.entry(format!("pid {child} runs unpatched: {why}")).or_default() += 1;
+                    *self
+                        .unarmed
+                        .entry(format!("the sites of pid {child}, which runs unpatched: {why}"))
+                        .or_default() += 1;
                 }
             }
         }
@@ -378,17 +415,19 @@ impl Backend for InProcess {
 
     fn notices(&mut self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
-        let fallback = self.fallback.is_some();
         for (why, n) in std::mem::take(&mut self.fell_back) {
-            if n == 0 {
-                continue;
-            }
             let plural = if n == 1 { "" } else { "s" };
-            out.push(if fallback {
-                format!("{n} probe site{plural} {} uprobes, not in-process probes: {why}", if n == 1 { "uses" } else { "use" })
+            let verb = if n == 1 { "uses" } else { "use" };
+            out.push(format!("{n} probe site{plural} {verb} uprobes, not in-process probes: {why}"));
+        }
+        for (why, n) in std::mem::take(&mut self.unarmed) {
+            // Keys naming what is not armed ("the loader hook of …") stand alone.
+            if why.starts_with("the ") {
+                out.push(format!("not armed: {why}"));
             } else {
-                format!("{n} probe site{plural} not armed (in-process probes cannot patch them, and uprobes need BPF): {why}")
-            });
+                let plural = if n == 1 { "" } else { "s" };
+                out.push(format!("{n} probe site{plural} not armed: {why}"));
+            }
         }
         for (why, n) in std::mem::take(&mut self.broke) {
             let plural = if n == 1 { "" } else { "s" };

@@ -3,7 +3,7 @@
 //! here runs while every thread of the process is in a ptrace stop under udtrace.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -132,6 +132,8 @@ pub struct Proc {
     loader: Option<PathBuf>,
     /// Breakpoints, by address.
     breakpoints: HashMap<u64, Breakpoint>,
+    /// Sites armed some other way (uprobes, breakpoints): no patch may cover them.
+    elsewhere: HashSet<u64>,
     /// Why trampolines may not read the process's memory (`process_vm_readv` on itself):
     /// it is in another pid namespace, or under a seccomp filter that may forbid it.
     no_captures: Option<&'static str>,
@@ -269,6 +271,7 @@ impl Proc {
             code: HashMap::new(),
             loader,
             breakpoints: HashMap::new(),
+            elsewhere: HashSet::new(),
             no_captures: captures_forbidden(pid),
             no_patch,
         })
@@ -294,6 +297,7 @@ impl Proc {
             code: HashMap::new(),
             loader: self.loader.clone(),
             breakpoints: self.breakpoints.clone(),
+            elsewhere: self.elsewhere.clone(),
             no_captures: self.no_captures,
             no_patch: self.no_patch.clone(),
         }))
@@ -324,6 +328,16 @@ impl Proc {
         }
     }
 
+    /// Whether the site at `at` may be armed other than by a patch (a uprobe or a
+    /// breakpoint writes an `int3` there): not inside a patch's bytes. Noted if so.
+    pub fn may_arm_elsewhere(&mut self, at: u64) -> Result<(), String> {
+        if self.patches.iter().any(|p| p.at <= at && at < p.at + p.original.len() as u64) {
+            return Err("it lies in the bytes another site's patch took".into());
+        }
+        self.elsewhere.insert(at);
+        Ok(())
+    }
+
     /// Puts a breakpoint at one site of `pid` (some thread of it stopped; the others may
     /// run: a one-byte write is seen whole or not at all).
     pub fn break_at(&mut self, pid: i32, site: &Site<'_>, objects: &[LoadedObject]) -> Result<(), String> {
@@ -351,9 +365,10 @@ impl Proc {
 
     fn place(&mut self, pid: i32, code: &[u8], func: u64, offset: u64, kind: Kind) -> Result<(), String> {
         let at = func + offset;
-        if self.breakpoints.contains_key(&at) || self.patches.iter().any(|p| p.at <= at && at < p.at + 5) {
+        if self.breakpoints.contains_key(&at) {
             return Ok(());
         }
+        self.may_arm_elsewhere(at)?;
         let region = self.region_near(pid, func)?;
         let mut r = region.borrow_mut();
         let copy = r.shared.remote_addr + r.used;
@@ -384,7 +399,9 @@ impl Proc {
         Some((b.kind, regs))
     }
 
-    /// Patches one site of `pid` (stopped), whose objects are `objects`.
+    /// Patches one site of `pid` (stopped), whose objects are `objects`. `others`: the
+    /// addresses of the other sites being armed with it: a patch never covers another
+    /// site, whose uprobe or breakpoint would write into the patch's bytes.
     pub fn patch(
         &mut self,
         pid: i32,
@@ -392,6 +409,7 @@ impl Proc {
         objects: &[LoadedObject],
         record: &RecordPlan,
         geometry: Geometry,
+        others: &HashSet<u64>,
     ) -> Result<(), String> {
         if self.sites.contains_key(&(site.file.to_path_buf(), site.file_off)) {
             return Ok(());
@@ -412,6 +430,10 @@ impl Proc {
         let (start, end) = (plan.region_vaddr(), plan.region_vaddr() + u64::from(plan.end - plan.start));
         if self.patches.iter().any(|p| p.at < end && start < p.at + p.original.len() as u64) {
             return Err("it overlaps another patched site".into());
+        }
+        let here = func + site.offset;
+        if others.iter().chain(&self.elsewhere).any(|&a| a != here && start <= a && a < end) {
+            return Err("another probe site lies in the bytes its patch would take".into());
         }
         let region = self.region_near(pid, func)?;
         let mut r = region.borrow_mut();
@@ -479,7 +501,7 @@ impl Proc {
 }
 
 /// Where file offset `off` of `file` is mapped in `pid`.
-fn runtime_address(pid: i32, objects: &[LoadedObject], file: &Path, off: u64) -> Option<u64> {
+pub fn runtime_address(pid: i32, objects: &[LoadedObject], file: &Path, off: u64) -> Option<u64> {
     objects.iter().filter(|o| procfs::host_path(pid, &o.path) == file).find_map(|o| {
         o.mappings
             .iter()

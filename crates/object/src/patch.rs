@@ -15,8 +15,8 @@ use std::collections::BTreeSet;
 use std::ops::Range;
 
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, Instruction, InstructionBlock, Mnemonic, OpKind,
-    Register,
+    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, Instruction, InstructionBlock, MemoryOperand,
+    Mnemonic, OpKind, Register,
 };
 
 use crate::sites::{for_each_insn, is_direct_branch};
@@ -111,9 +111,9 @@ pub struct PatchPlan {
     pub end: u32,
     /// Bytes of displaced code that run before the firing: 0 but for return sites.
     pub probe_at: u32,
-    /// A `call` is displaced (always the last instruction): the callee's return address
-    /// is then in the trampoline, which unwinders (`ustack()`, C++ exceptions) must be
-    /// told about or the backend must refuse the plan.
+    /// A `call` is displaced (always the last instruction). Relocated, it pushes its
+    /// original return address and jumps, so the callee returns to the original code
+    /// and stacks unwind as if nothing were patched.
     pub displaced_call: bool,
     insns: Vec<Instruction>,
     /// Index in `insns` of the first instruction that runs after the firing.
@@ -404,6 +404,39 @@ pub fn relocate(code: &[u8], orig_ip: u64, new_ip: u64) -> Result<Vec<u8>, Refus
 /// the site again. A branch
 /// strictly inside it is refused (nothing is left there). `loop`, `jrcxz` and friends
 /// have no near form: BlockEncoder rewrites them with a near `jmp` beside them.
+/// A displaced `call`, as instructions that push the call's own return address (the
+/// original code after it) and jump to its target: the callee returns to the original
+/// code, not into the trampoline, so stacks unwind through it and `ucaller` is right.
+fn emulated_call(call: &Instruction) -> Result<Vec<Instruction>, Refusal> {
+    let bad = |_| Refusal::Unrelocatable(mnemonic(call));
+    let ret = call.next_ip();
+    let mut jump = *call;
+    match call.code() {
+        Code::Call_rel32_64 => {
+            jump = Instruction::with_branch(Code::Jmp_rel32_64, call.near_branch_target()).map_err(bad)?
+        }
+        Code::Call_rm64 => {
+            jump.set_code(Code::Jmp_rm64);
+            // The return address is pushed first: an operand addressed from rsp moves.
+            if call.op0_kind() == OpKind::Memory && call.memory_base() == Register::RSP {
+                jump.set_memory_displacement64(call.memory_displacement64().wrapping_add(8));
+            }
+            if call.op0_kind() == OpKind::Register && call.op0_register() == Register::RSP {
+                return Err(Refusal::Unrelocatable(mnemonic(call)));
+            }
+        }
+        _ => return Err(Refusal::Unrelocatable(mnemonic(call))),
+    }
+    let rsp = |displ: i64| MemoryOperand::with_base_displ(Register::RSP, displ);
+    Ok(vec![
+        // lea keeps the flags, as the call did.
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(-8)).map_err(bad)?,
+        Instruction::with2(Code::Mov_rm32_imm32, rsp(0), ret as u32).map_err(bad)?,
+        Instruction::with2(Code::Mov_rm32_imm32, rsp(4), (ret >> 32) as u32).map_err(bad)?,
+        jump,
+    ])
+}
+
 fn relocate_insns(insns: &[Instruction], region: Range<u64>, new_ip: u64) -> Result<Vec<u8>, Refusal> {
     if insns.is_empty() {
         return Ok(Vec::new());
@@ -433,11 +466,18 @@ fn relocate_insns(insns: &[Instruction], region: Range<u64>, new_ip: u64) -> Res
     // BlockEncoder sends a branch whose target is one of the block's instructions to that
     // instruction's copy: a loop back to the site would then skip the firing. Addresses
     // no user code branches to (the top of the address space) keep every target absolute.
-    let insns: Vec<Instruction> = insns
-        .iter()
+    let mut out: Vec<Instruction> = Vec::with_capacity(insns.len() + 3);
+    for insn in insns {
+        if insn.mnemonic() == Mnemonic::Call {
+            out.extend(emulated_call(insn)?);
+        } else {
+            out.push(*insn);
+        }
+    }
+    let insns: Vec<Instruction> = out
+        .into_iter()
         .enumerate()
-        .map(|(k, insn)| {
-            let mut insn = *insn;
+        .map(|(k, mut insn)| {
             insn.set_ip(u64::MAX - 16 * (k as u64 + 1));
             insn
         })

@@ -32,8 +32,29 @@ fn decode_all(code: &[u8], ip: u64) -> Vec<Instruction> {
 fn assert_equivalent(orig: &[u8], orig_ip: u64, new: &[u8], new_ip: u64) {
     let a = decode_all(orig, orig_ip);
     let b = decode_all(new, new_ip);
-    assert_eq!(a.len(), b.len(), "instruction count: {orig:02x?} -> {new:02x?}");
-    for (x, y) in a.iter().zip(&b) {
+    let mut b = b.iter();
+    for x in &a {
+        if x.mnemonic() == Mnemonic::Call {
+            // A displaced call pushes its own return address, then jumps: the callee
+            // returns to the original code after the call.
+            let seq: Vec<&Instruction> = b.by_ref().take(4).collect();
+            assert_eq!(seq.len(), 4, "a call becomes four instructions: {orig:02x?} -> {new:02x?}");
+            assert_eq!(seq[0].code(), Code::Lea_r64_m);
+            assert_eq!(
+                (seq[0].op0_register(), seq[0].memory_base()),
+                (iced_x86::Register::RSP, iced_x86::Register::RSP)
+            );
+            assert_eq!(seq[0].memory_displacement64() as i64, -8);
+            let (lo, hi) = (seq[1].immediate32() as u64, seq[2].immediate32() as u64);
+            assert_eq!((seq[1].memory_displacement64(), seq[2].memory_displacement64()), (0, 4));
+            assert_eq!(lo | hi << 32, x.next_ip(), "the return address is the original one");
+            assert_eq!(seq[3].mnemonic(), Mnemonic::Jmp);
+            if is_branch(x) {
+                assert_eq!(seq[3].near_branch_target(), x.near_branch_target(), "{:?}", x.code());
+            }
+            continue;
+        }
+        let y = b.next().unwrap_or_else(|| panic!("instruction count: {orig:02x?} -> {new:02x?}"));
         if is_branch(x) {
             // Short or near, the same condition (it is in the mnemonic) and target.
             assert_eq!(x.mnemonic(), y.mnemonic(), "{:?} became {:?}", x.code(), y.code());
@@ -49,6 +70,7 @@ fn assert_equivalent(orig: &[u8], orig_ip: u64, new: &[u8], new_ip: u64) {
             assert_eq!(x.near_branch_target(), y.near_branch_target(), "{:?}", x.code());
         }
     }
+    assert!(b.next().is_none(), "instruction count: {orig:02x?} -> {new:02x?}");
 }
 
 fn is_branch(insn: &Instruction) -> bool {
@@ -159,8 +181,9 @@ fn call_in_region() {
     let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
     assert_eq!((p.start, p.end, p.displaced_call), (0, 6, true));
     let (_, after) = check_plan(&code, FUNC, &p, FAR);
-    let call = decode_all(&after, FAR + 0x100)[1];
-    assert_eq!((call.code(), call.near_branch_target()), (Code::Call_rel32_64, FUNC + 6 + 0x1000));
+    // The call pushes the original return address (after it: the region's end) and jumps.
+    let jump = decode_all(&after, FAR + 0x100)[4];
+    assert_eq!((jump.code(), jump.near_branch_target()), (Code::Jmp_rel32_64, FUNC + 6 + 0x1000));
     // A call that does not end the region would return into the patched bytes.
     // 0: call rax; 2: xor eax,eax; 4: ret
     let code = [0xff, 0xd0, 0x31, 0xc0, 0xc3];
@@ -453,12 +476,14 @@ fn out_of_line_copies_for_breakpoints() {
     for (site, len) in [(0u64, 6usize), (6, 5), (11, 2), (13, 1)] {
         let out = out_of_line(&code, func, site, far).unwrap_or_else(|e| panic!("+{site:#x}: {e}"));
         let insns = decode_all(&out, far);
-        assert_eq!(insns.len(), 2, "the instruction, then the jump back: {out:02x?}");
+        // The instruction (a call: four), then the jump back.
+        let copy = if site == 6 { 4 } else { 1 };
+        assert_eq!(insns.len(), copy + 1, "{out:02x?}");
         let orig = &code[site as usize..site as usize + len];
-        let relocated_len = insns[0].len();
+        let relocated_len: usize = insns[..copy].iter().map(|i| i.len()).sum();
         assert_equivalent(orig, func + site, &out[..relocated_len], far);
-        assert_eq!(insns[1].mnemonic(), Mnemonic::Jmp);
-        assert_eq!(insns[1].near_branch_target(), func + site + len as u64, "back after the instruction");
+        assert_eq!(insns[copy].mnemonic(), Mnemonic::Jmp);
+        assert_eq!(insns[copy].near_branch_target(), func + site + len as u64, "back after the instruction");
     }
     // Out of reach, or not an instruction of the function.
     assert!(matches!(out_of_line(&code, func, 0, func + (3 << 30)), Err(Refusal::TooFar { .. })));

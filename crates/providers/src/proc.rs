@@ -110,6 +110,12 @@ fn is_fault(f: &ProcFiring) -> bool {
         && f.a[4] as u32 == f.tid
 }
 
+/// Whether a record is a trace trap (SIGTRAP for a single step or a hardware
+/// breakpoint, TRAP_BRKPT or TRAP_TRACE) the kernel sent a thread: a debugger's doing.
+pub fn is_trace_trap(f: &ProcFiring) -> bool {
+    f.hook == Hook::Signal && f.a[0] == SIGTRAP && matches!(f.a[5], 1 | 2) && f.a[4] as u32 == f.tid
+}
+
 /// The probes a record fires, in the order DTrace fires them.
 pub fn fired(f: &ProcFiring) -> Vec<&'static str> {
     match f.hook {

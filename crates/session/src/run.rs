@@ -767,6 +767,10 @@ impl Drain<'_> {
             }
         };
         b.consume(&mut |record| match record {
+            // A trace trap in a process udtrace follows is udtrace's own doing (a
+            // single-step to run a system call in it): no other debugger can be attached.
+            Record::Proc(f)
+                if procprov::is_trace_trap(&f) && tree.is_some_and(|t| t.root_of(f.pid as i32).is_some()) => {}
             Record::Proc(f) => {
                 let mut fire = |f: &ProcFiring| {
                     for (id, name) in enabled_probes(f, proc_ids) {
