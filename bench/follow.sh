@@ -59,7 +59,7 @@ for f in base ud ip bt btp lbase lt; do : >"$W/$f"; done
 uc=(); ic=(); bc=(); bpc=(); lc=()
 for _ in $(seq "$ROUNDS"); do
   "${work[@]}" | field loop_ns >>"$W/base"
-  out=$("$U" -q -n "$UDESC { @ = count(); }" -c "${work[*]}" 2>&1)
+  out=$("$U" -q -x uprobes -n "$UDESC { @ = count(); }" -c "${work[*]}" 2>&1)
   echo "$out" | field loop_ns >>"$W/ud"; uc+=("$(echo "$out" | ucount_of)")
   out=$("$U" -q -x inprocess -n "$UDESC { @ = count(); }" -c "${work[*]}" 2>&1)
   echo "$out" | field loop_ns >>"$W/ip"; ic+=("$(echo "$out" | ucount_of)")

@@ -41,7 +41,7 @@ for w in "${WORKLOADS[@]}"; do
   ucount=?; icount=?; bcount=?
   for _ in $(seq "$ROUNDS"); do
     "$W/calls" "$mode" "$n" | loop_ns >>"$W/base"
-    out=$("$U" -q -n "$udesc { @ = count(); }" -c "$W/calls $mode $n" 2>&1)
+    out=$("$U" -q -x uprobes -n "$udesc { @ = count(); }" -c "$W/calls $mode $n" 2>&1)
     echo "$out" | loop_ns >>"$W/ud"; ucount=$(echo "$out" | count_of)
     out=$("$U" -q -x inprocess -n "$udesc { @ = count(); }" -c "$W/calls $mode $n" 2>&1)
     echo "$out" | loop_ns >>"$W/ip"; icount=$(echo "$out" | count_of)

@@ -18,9 +18,9 @@ use udtrace_bpf_backend::Bpf;
 use udtrace_inproc_backend::InProcess;
 use udtrace_providers::backend::{Backend, Error, Setup};
 
-/// The backend for pid and proc probes: BPF where the kernel allows it; with
-/// `-x inprocess`, or without the privilege BPF needs, pid probes run inside the
-/// traced processes (BPF, when allowed, takes what they cannot do).
+/// The backend for pid and proc probes: pid probes run inside the traced processes,
+/// with BPF (where the kernel allows it) for what they cannot do and for the other
+/// providers; `-x uprobes` makes every pid probe a uprobe.
 fn load_backend(setup: &Setup) -> Result<Box<dyn Backend>, Error> {
     let bpf_ok = udtrace_bpf_backend::available();
     if bpf_ok && !setup.inprocess {

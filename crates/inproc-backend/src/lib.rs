@@ -59,6 +59,8 @@ pub struct InProcess {
     errno_tls: HashMap<i32, (u64, i64)>,
     /// Ring drops already reported.
     drops_seen: u64,
+    /// Whether to say which sites use uprobes (`-x inprocess` given).
+    explain: bool,
 }
 
 /// The slots of the ring each process writes into: DTrace's `bufsize` is per CPU, so a
@@ -116,6 +118,7 @@ impl InProcess {
             pending: Vec::new(),
             errno_tls: HashMap::new(),
             drops_seen: 0,
+            explain: setup.explain,
         })
     }
 
@@ -415,7 +418,9 @@ impl Backend for InProcess {
 
     fn notices(&mut self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
-        for (why, n) in std::mem::take(&mut self.fell_back) {
+        // Sites on uprobes behave the same, only slower: said when -x inprocess asked.
+        let fell_back = std::mem::take(&mut self.fell_back);
+        for (why, n) in fell_back.into_iter().filter(|_| self.explain) {
             let plural = if n == 1 { "" } else { "s" };
             let verb = if n == 1 { "uses" } else { "use" };
             out.push(format!("{n} probe site{plural} {verb} uprobes, not in-process probes: {why}"));

@@ -142,7 +142,7 @@ define_options! {
     Flowindent = "flowindent", Toggle, Dynamic, "indent output by function entry and return";
     Grabanon = "grabanon", Toggle, Runtime, "claim anonymous tracing state";
     Incdir = "incdir", Text, Compile, "add a preprocessor include directory";
-    Inprocess = "inprocess", Toggle, Runtime, "run pid probes inside the traced processes (udtrace)";
+    Inprocess = "inprocess", Toggle, Runtime, "run pid probes inside the traced processes, the default (udtrace)";
     Iregs = "iregs", Count { min: 1 }, Compile, "number of integer registers";
     Jstackframes = "jstackframes", Toggle, Runtime, "default number of jstack() frames";
     Jstackstrsize = "jstackstrsize", Size, Runtime, "jstack() string space size";
@@ -190,6 +190,7 @@ define_options! {
     Undef = "undef", Text, Compile, "undefine a preprocessor symbol";
     Unodefs = "unodefs", Switch, Compile, "permit undefined user symbols";
     Unsetenv = "unsetenv", EnvName, Compile, "unset an environment variable for -c commands";
+    Uprobes = "uprobes", Toggle, Runtime, "run pid probes as uprobes (BPF), not in the traced processes (udtrace)";
     Useruid = "useruid", Count { min: 0 }, Compile, "lowest uid of ordinary users (Oracle)";
     Ustackframes = "ustackframes", Toggle, Runtime, "default number of ustack() frames";
     Verbose = "verbose", Switch, Compile, "print intermediate code";
@@ -707,9 +708,11 @@ pub struct Options {
     /// udtrace: follow only the named processes, not their children (DTrace's own
     /// behaviour).
     pub nofollow: bool,
-    /// udtrace: pid probes run inside the traced processes (patched code), not as
-    /// uprobes; sites that cannot be patched fall back.
+    /// udtrace: `-x inprocess` was given (pid probes run inside the traced processes,
+    /// the default; with it, udtrace says which sites could not be patched).
     pub inprocess: bool,
+    /// udtrace: pid probes are uprobes (BPF), not patched into the traced processes.
+    pub uprobes: bool,
 
     /// Options udtrace accepts but does not act on, with their last value.
     pub other: BTreeMap<OptionName, OptionValue>,
@@ -773,6 +776,7 @@ impl Default for Options {
             zdefs: false,
             nofollow: false,
             inprocess: false,
+            uprobes: false,
             other: BTreeMap::new(),
         }
     }
@@ -917,6 +921,7 @@ impl Options {
             N::Zdefs => self.zdefs = true,
             N::Nofollow => self.nofollow = on,
             N::Inprocess => self.inprocess = on,
+            N::Uprobes => self.uprobes = on,
             _ => {
                 self.other.insert(name, value);
             }

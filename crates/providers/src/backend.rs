@@ -51,8 +51,10 @@ pub struct Setup {
     /// Children of followed processes are followed too (not `-x nofollow`): a child
     /// is held at its fork, so what the parent has armed can be taken out of it.
     pub children: bool,
-    /// `-x inprocess`: pid probes run inside the traced processes where they can.
+    /// pid probes run inside the traced processes where they can (not `-x uprobes`).
     pub inprocess: bool,
+    /// `-x inprocess` was asked for: say which sites use uprobes instead.
+    pub explain: bool,
 }
 
 impl Setup {

@@ -48,7 +48,7 @@ pub fn list(req: &Request, compiled: &Compiled, registry: &mut Registry, sink: &
         }
     }
     let _ = sink.write_all(out.as_bytes()).and_then(|()| sink.flush());
-    // Where pid probes would run in-process: asked for, or without root.
+    // Said when asked for (-x inprocess), or without root, where there is no fallback.
     if req.verbose && (compiled.options.inprocess || !nix::unistd::geteuid().is_root()) {
         report_patchability(compiled, registry);
     }

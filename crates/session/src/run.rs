@@ -306,7 +306,8 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
         follow: follower.is_some(),
         all: all.is_some(),
         children: !c.options.nofollow,
-        inprocess: c.options.inprocess,
+        inprocess: !c.options.uprobes,
+        explain: c.options.inprocess,
     };
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
