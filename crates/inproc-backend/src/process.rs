@@ -167,6 +167,15 @@ pub fn errno_of(pid: i32, tid: i32, (slot, offset): (u64, i64)) -> Option<i32> {
     Some(i32::from_ne_bytes(b.try_into().ok()?))
 }
 
+/// Where each thread of `pid` (all stopped) is.
+fn thread_rips(pid: i32) -> Vec<u64> {
+    procfs::tasks(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|t| nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(t)).ok().map(|r| r.rip))
+        .collect()
+}
+
 /// The state letter of thread `tid` of `pid` (`t`: in a ptrace stop).
 fn state(pid: i32, tid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
@@ -434,6 +443,10 @@ impl Proc {
         let here = func + site.offset;
         if others.iter().chain(&self.elsewhere).any(|&a| a != here && start <= a && a < end) {
             return Err("another probe site lies in the bytes its patch would take".into());
+        }
+        // A thread stopped inside the bytes would resume in the middle of the jump.
+        if thread_rips(pid).iter().any(|&ip| start < ip && ip < end) {
+            return Err("a thread is stopped inside the bytes its patch would take".into());
         }
         let region = self.region_near(pid, func)?;
         let mut r = region.borrow_mut();
