@@ -74,14 +74,9 @@ fn monotonic_ns() -> u64 {
         .map_or(0, |t| (t.tv_sec() as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec() as u64))
 }
 
-/// The CPU thread `tid` last ran on.
+/// The CPU thread `tid` last ran on (`stat` field 39, "processor").
 fn cpu_of(pid: i32, tid: i32) -> u32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
-    // Field 39, "processor"; fields after the command name's closing parenthesis.
-    stat.rsplit_once(") ")
-        .and_then(|(_, rest)| rest.split_whitespace().nth(36))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    procfs::task_stat(pid, tid).ok().and_then(|(_, f)| f.get(36)?.parse().ok()).unwrap_or(0)
 }
 
 /// The firing's record, as a trampoline would have written it, from the thread `tid`

@@ -19,11 +19,12 @@ use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
 use breakpoint::Kind;
-use process::{Proc, Rings};
+use process::{Batch, Proc, Rings};
 
 use udtrace_inproc::ring::Geometry;
 use udtrace_inproc::trampoline::{supported_layout, CpuSource};
 use udtrace_object::patch::SiteKind as PatchKind;
+use udtrace_process::procfs::LoadedObject;
 use udtrace_providers::backend::{Backend, Error, Record, Setup, SiteTarget, Trap};
 use udtrace_providers::pid::{PidProbe, SiteKind};
 use udtrace_record::pid::{RecordLayout, RecordPlan};
@@ -137,19 +138,23 @@ impl InProcess {
 
     /// Sites not patched go to the fallback; without one they stay unarmed. Either way
     /// the next notice counts them under `why`.
-    fn fall_back(&mut self, pid: i32, unpatched: Vec<(PidProbe, String)>) -> Result<(), Error> {
+    fn fall_back(
+        &mut self,
+        pid: i32,
+        objects: &[LoadedObject],
+        unpatched: Vec<(PidProbe, String)>,
+    ) -> Result<(), Error> {
         if unpatched.is_empty() {
             return Ok(());
         }
         if self.fallback.is_none() {
             // The slow path: a breakpoint at each site (see breakpoint.rs).
-            let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
             for (p, why) in &unpatched {
                 for &(offset, file_off) in &p.sites {
                     let cookie = self.cookie(p, offset, file_off);
                     let site = site_of(p, offset, file_off, cookie);
                     let placed = match self.procs.get_mut(&pid) {
-                        Some(proc) => proc.break_at(pid, &site, &objects),
+                        Some(proc) => proc.break_at(pid, &site, objects),
                         None => Err(why.clone()),
                     };
                     match placed {
@@ -161,12 +166,11 @@ impl InProcess {
             return Ok(());
         }
         // A uprobe inside a patch's bytes would write into them: such sites stay unarmed.
-        let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
         let mut kept: Vec<(PidProbe, String)> = Vec::new();
         for (p, why) in unpatched {
             let mut sites = Vec::new();
             for &(offset, file_off) in &p.sites {
-                let at = process::runtime_address(pid, &objects, &p.file, file_off);
+                let at = process::runtime_address(pid, objects, &p.file, file_off);
                 let ok = match (self.procs.get_mut(&pid), at) {
                     (Some(proc), Some(at)) => proc.may_arm_elsewhere(at),
                     _ => Ok(()),
@@ -241,32 +245,25 @@ impl Backend for InProcess {
             Some(why) => {
                 // Without a fallback the sites become breakpoints, which need the process
                 // set up (their out-of-line copies live in its trampoline regions).
-                if self.fallback.is_none() {
-                    if let Err(e) = self.ensure_proc(pid) {
-                        return self.fall_back(pid, probes.iter().map(|p| ((*p).clone(), e.clone())).collect());
-                    }
+                match self.fallback.is_none().then(|| self.ensure_proc(pid)) {
+                    Some(Err(e)) => Err(e),
+                    _ => Err(why),
                 }
-                Err(why)
             }
             None => self.ensure_proc(pid).and_then(|_| process::all_stopped(pid)),
         };
+        let batch = Batch::of(pid, probes);
         if let Err(why) = ready {
             unpatched.extend(probes.iter().map(|p| ((*p).clone(), why.clone())));
-            return self.fall_back(pid, unpatched);
+            return self.fall_back(pid, &batch.objects, unpatched);
         }
-        let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
-        // Every site armed now, by address: no patch may cover another one.
-        let batch: HashSet<u64> = probes
-            .iter()
-            .flat_map(|p| p.sites.iter().filter_map(|&(_, fo)| process::runtime_address(pid, &objects, &p.file, fo)))
-            .collect();
         for p in probes {
             let mut refused: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
             for &(offset, file_off) in &p.sites {
                 let cookie = self.cookie(p, offset, file_off);
                 let site = site_of(p, offset, file_off, cookie);
                 let r = match self.procs.get_mut(&pid) {
-                    Some(proc) => proc.patch(pid, &site, &objects, &self.record, self.geometry, &batch),
+                    Some(proc) => proc.patch(pid, &site, &batch, &self.record, self.geometry),
                     None => Err("the process is gone".to_string()),
                 };
                 if let Err(why) = r {
@@ -277,7 +274,7 @@ impl Backend for InProcess {
                 unpatched.push((with_sites(p, sites), why));
             }
         }
-        self.fall_back(pid, unpatched)
+        self.fall_back(pid, &batch.objects, unpatched)
     }
 
     fn arm_all(&mut self, probes: &[&PidProbe]) -> Result<(), Error> {

@@ -19,6 +19,7 @@ use udtrace_inproc::trampoline::{
 use udtrace_object::patch::{self, SiteKind as PatchKind};
 use udtrace_process::inject::{self, Prot, SharedRegion, REACH};
 use udtrace_process::procfs::{self, LoadedObject};
+use udtrace_providers::pid::PidProbe;
 use udtrace_record::pid::RecordPlan;
 
 use crate::breakpoint::{Breakpoint, Kind};
@@ -167,19 +168,37 @@ pub fn errno_of(pid: i32, tid: i32, (slot, offset): (u64, i64)) -> Option<i32> {
     Some(i32::from_ne_bytes(b.try_into().ok()?))
 }
 
-/// Where each thread of `pid` (all stopped) is.
-fn thread_rips(pid: i32) -> Vec<u64> {
-    procfs::tasks(pid)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|t| nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(t)).ok().map(|r| r.rip))
-        .collect()
+/// What one `arm` of a process reads of it once, for all its sites.
+pub struct Batch {
+    /// What the process has mapped.
+    pub objects: Vec<LoadedObject>,
+    /// The addresses of the sites being armed: a patch never covers another site, whose
+    /// uprobe or breakpoint would write into the patch's bytes.
+    pub sites: HashSet<u64>,
+    /// Where each thread is (all stopped): a patch never goes over one.
+    pub rips: Vec<u64>,
+}
+
+impl Batch {
+    /// Reads `pid`'s mappings and threads; `sites` are those of `probes`.
+    pub fn of(pid: i32, probes: &[&PidProbe]) -> Batch {
+        let objects = procfs::objects_of(pid).unwrap_or_default();
+        let sites = probes
+            .iter()
+            .flat_map(|p| p.sites.iter().filter_map(|&(_, fo)| runtime_address(pid, &objects, &p.file, fo)))
+            .collect();
+        let rips = procfs::tasks(pid)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|t| nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(t)).ok().map(|r| r.rip))
+            .collect();
+        Batch { objects, sites, rips }
+    }
 }
 
 /// The state letter of thread `tid` of `pid` (`t`: in a ptrace stop).
 fn state(pid: i32, tid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next())
+    procfs::task_stat(pid, tid).ok()?.1.first()?.chars().next()
 }
 
 /// A thread of `pid` in a ptrace stop, to run system calls in (the leader first).
@@ -408,18 +427,16 @@ impl Proc {
         Some((b.kind, regs))
     }
 
-    /// Patches one site of `pid` (stopped), whose objects are `objects`. `others`: the
-    /// addresses of the other sites being armed with it: a patch never covers another
-    /// site, whose uprobe or breakpoint would write into the patch's bytes.
+    /// Patches one site of `pid` (stopped), armed in `batch`.
     pub fn patch(
         &mut self,
         pid: i32,
         site: &Site<'_>,
-        objects: &[LoadedObject],
+        batch: &Batch,
         record: &RecordPlan,
         geometry: Geometry,
-        others: &HashSet<u64>,
     ) -> Result<(), String> {
+        let objects = &batch.objects;
         if self.sites.contains_key(&(site.file.to_path_buf(), site.file_off)) {
             return Ok(());
         }
@@ -441,11 +458,11 @@ impl Proc {
             return Err("it overlaps another patched site".into());
         }
         let here = func + site.offset;
-        if others.iter().chain(&self.elsewhere).any(|&a| a != here && start <= a && a < end) {
+        if batch.sites.iter().chain(&self.elsewhere).any(|&a| a != here && start <= a && a < end) {
             return Err("another probe site lies in the bytes its patch would take".into());
         }
         // A thread stopped inside the bytes would resume in the middle of the jump.
-        if thread_rips(pid).iter().any(|&ip| start < ip && ip < end) {
+        if batch.rips.iter().any(|&ip| start < ip && ip < end) {
             return Err("a thread is stopped inside the bytes its patch would take".into());
         }
         let region = self.region_near(pid, func)?;
