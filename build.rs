@@ -31,6 +31,8 @@
 //! - `exits`                proc provider: children that exit(3), get SIGKILL, abort() with a
 //!   core dump (in the directory given) and fault on NULL
 //! - `errnos`               failing libc calls in two threads, printing errno after each
+//! - `chaos`                threads, forks and execs with output that does not depend on
+//!   timing: the chaos test stops udtrace at random moments while it runs
 //! - `errnos-static`        the same, linked statically (only where libc.a is installed)
 //!
 //! Kept to a few seconds: a handful of compiler runs, independent ones in parallel.
@@ -112,6 +114,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("signals", &[]))?,
         spawn(&mut plain("exits", &[]))?,
         spawn(&mut plain("errnos", &["-pthread"]))?,
+        spawn(&mut plain("chaos", &["-pthread"]))?,
     ];
     let exe = |name: &str, pie: &[&str]| {
         let mut c = Command::new("gcc");

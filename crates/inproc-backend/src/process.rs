@@ -572,20 +572,22 @@ fn read_pid(pid: i32, page: u64) -> Option<u32> {
     Some(u32::from_ne_bytes(b.try_into().ok()?))
 }
 
-/// Steps a thread held at its exec stop out of the execve call: it stops again (a step
-/// trap) at the new image's entry, before running it.
+/// Takes a thread held at its exec stop out of the execve call: it stops again (the
+/// call's syscall-exit stop) at the new image's entry, before running it.
 fn finish_exec(pid: i32) -> Result<(), String> {
     use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
     let p = nix::unistd::Pid::from_raw(pid);
     let before = nix::sys::ptrace::getregs(p).map_err(|e| format!("cannot read its registers: {e}"))?;
-    nix::sys::ptrace::step(p, None).map_err(|e| format!("cannot step it out of exec: {e}"))?;
+    // To the syscall-exit stop, not a single step: if udtrace dies there the process
+    // runs on, where a step's pending SIGTRAP would kill it (udtrace_process::inject).
+    nix::sys::ptrace::syscall(p, None).map_err(|e| format!("cannot take it out of exec: {e}"))?;
     match waitpid(p, Some(WaitPidFlag::__WALL)) {
-        Ok(WaitStatus::Stopped(_, nix::sys::signal::Signal::SIGTRAP)) => {}
+        Ok(WaitStatus::PtraceSyscall(_)) => {}
         other => return Err(format!("unexpected stop after exec: {other:?}")),
     }
     let after = nix::sys::ptrace::getregs(p).map_err(|e| format!("cannot read its registers: {e}"))?;
     if after.rip != before.rip {
-        return Err("its first instruction ran while stepping out of exec".into());
+        return Err("its first instruction ran while taking it out of exec".into());
     }
     Ok(())
 }

@@ -62,7 +62,10 @@ pub struct Target {
 }
 
 /// Options while a created command is held: it dies with udtrace until it is released.
-const HOLD_OPTIONS: ptrace::Options = ptrace::Options::PTRACE_O_TRACEEXEC.union(ptrace::Options::PTRACE_O_EXITKILL);
+/// TRACESYSGOOD: see crate::inject (a thread left in a syscall stop survives udtrace).
+const HOLD_OPTIONS: ptrace::Options = ptrace::Options::PTRACE_O_TRACEEXEC
+    .union(ptrace::Options::PTRACE_O_EXITKILL)
+    .union(ptrace::Options::PTRACE_O_TRACESYSGOOD);
 
 impl Target {
     /// `-c`: starts `argv` and holds it at its entry point, libraries mapped.
@@ -147,7 +150,8 @@ impl Target {
         };
         for tid in tids {
             let p = Pid::from_raw(tid);
-            match ptrace::seize(p, ptrace::Options::empty()) {
+            // TRACESYSGOOD: see crate::inject (a thread left in a syscall stop survives).
+            match ptrace::seize(p, ptrace::Options::PTRACE_O_TRACESYSGOOD) {
                 Ok(()) => {}
                 // A thread that exited meanwhile is fine.
                 Err(Errno::ESRCH) if tid != pid => continue,

@@ -96,7 +96,9 @@ impl Tree {
     }
 
     fn options(&self) -> Options {
-        let mut o = Options::PTRACE_O_TRACECLONE | Options::PTRACE_O_TRACEEXEC;
+        // TRACESYSGOOD: a thread udtrace leaves in a syscall stop when it dies goes on
+        // unharmed (crate::inject).
+        let mut o = Options::PTRACE_O_TRACECLONE | Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_TRACESYSGOOD;
         if self.follow {
             o |= Options::PTRACE_O_TRACEFORK | Options::PTRACE_O_TRACEVFORK;
         }
@@ -348,8 +350,12 @@ impl Tree {
                 WaitStatus::PtraceEvent(p, _, ev) => {
                     // A child created meanwhile is attached too: it stops, then goes.
                     if matches!(ev, libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE) {
-                        if let Ok(new) = ptrace::getevent(p) {
-                            waiting.insert(new as i32);
+                        // Unless its first stop was reported already (before its
+                        // creator's event, as it may be): it would never come again.
+                        if let Ok(new) = ptrace::getevent(p).map(|n| n as i32) {
+                            if !stopped.iter().any(|&(t, _)| t == new) {
+                                waiting.insert(new);
+                            }
                         }
                     }
                     stopped.push((p.as_raw(), None));
@@ -394,7 +400,7 @@ impl Brief {
     /// Seizes `pid` (single-threaded: it has just exec'd) and waits for it to stop.
     pub fn seize(pid: i32) -> Option<Brief> {
         let p = Pid::from_raw(pid);
-        ptrace::seize(p, Options::empty()).ok()?;
+        ptrace::seize(p, Options::PTRACE_O_TRACESYSGOOD).ok()?;
         let mut b = Brief { pid: p, held: false };
         if ptrace::interrupt(p).is_err() {
             return None;

@@ -4,47 +4,55 @@
 //!
 //! # Remote system calls ([`RemoteCall`])
 //!
-//! The caller has the thread in a ptrace-stop (seized and interrupted, or any
-//! signal-delivery or event stop). A [`RemoteCall`] saves its registers and the siginfo
-//! of its stop, then for each call sets `rip` to a `syscall` instruction that is
-//! already mapped executable in the process (found in the vDSO, else in any executable
-//! mapping: nothing is ever written over code, so other threads running the code at the
-//! thread's `rip` see nothing), `rax` = number, `rdi, rsi, rdx, r10, r8, r9` = arguments,
-//! `orig_rax` = -1, and single-steps it: the step trap stops the thread right after the
-//! call, with its result in `rax`. [`RemoteCall::finish`] (or dropping it) puts back the
-//! registers, siginfo and any scratch memory exactly.
+//! The caller has the thread in a ptrace-stop (seized and interrupted, any
+//! signal-delivery stop, or a syscall-exit stop). A [`RemoteCall`] saves its registers
+//! and the siginfo of its stop, then for each call sets `rip` to a `syscall` instruction
+//! that is already mapped executable in the process (found in the vDSO, else in any
+//! executable mapping: nothing is ever written over code, so other threads running the
+//! code at the thread's `rip` see nothing), `rax` = number, `rdi, rsi, rdx, r10, r8,
+//! r9` = arguments, `orig_rax` = -1, and resumes it with `PTRACE_SYSCALL`: it stops at
+//! the call's entry and again at its exit, with the result in `rax`.
+//! [`RemoteCall::finish`] (or dropping it) puts back the registers and any scratch
+//! memory exactly; the thread stays in that last syscall-exit stop.
+//!
+//! **Why syscall stops, not single steps.** When udtrace dies (SIGKILL), the kernel
+//! detaches its tracees where they stand. A thread left in the SIGTRAP
+//! signal-delivery stop of a single step then receives that SIGTRAP and dies; a
+//! thread left in a syscall stop just goes on (with `PTRACE_O_TRACESYSGOOD`, which
+//! udtrace always sets, the stop's code is no signal the kernel could deliver). So the
+//! thread waits in a syscall-exit stop with its own registers whenever udtrace is not
+//! in the middle of a call: only the few microseconds of each call itself are exposed.
 //!
 //! **Restart.** A thread stopped inside an interruptible system call (blocked in `read`,
 //! `nanosleep`, ...) has `orig_rax` = its number and `rax` = -ERESTARTSYS (or
 //! ERESTARTNOHAND, ERESTARTNOINTR, ERESTART_RESTARTBLOCK), `rip` past its `syscall`. The
-//! kernel applies the restart (rax = orig_rax, rip -= 2) only when the thread leaves the
-//! stop, from the registers it then has. With `orig_rax` = -1 in the injected registers
-//! no restart is applied to them; the original registers, put back last, carry the
-//! original `orig_rax` and error code, so when the caller resumes the thread the kernel
-//! restarts the interrupted call as if nothing had happened (`restart_syscall` for
-//! ERESTART_RESTARTBLOCK: the injected calls never touch the thread's restart block).
+//! kernel applies the restart (rax = orig_rax, rip -= 2) only when the thread leaves a
+//! signal or group stop, from the registers it then has: with `orig_rax` = -1 in the
+//! injected registers none is applied to them. A syscall-exit stop applies none at all,
+//! so the registers put back last carry the restart already applied, as the kernel
+//! would have applied it with no handler to run (`restart_syscall` for
+//! ERESTART_RESTARTBLOCK: the injected calls never touch the thread's restart block):
+//! the interrupted call starts again as if nothing had happened.
 //!
-//! **Signals.** A signal that arrives (or was already pending) while the steps run makes
+//! **Signals.** A signal that arrives (or was already pending) while the calls run makes
 //! a signal-delivery-stop before the `syscall` instruction executes. Its siginfo is kept,
-//! the signal suppressed and the step repeated. At the end, with every signal but
+//! the signal suppressed and the call resumed. At the end, with every signal but
 //! SIGTRAP blocked (PTRACE_SETSIGMASK, the mask saved), the kept signals are queued
 //! again by the thread to itself (`rt_tgsigqueueinfo` on its own tgid, which the kernel
 //! allows with any `si_code`): they wait with their original siginfo until the caller
 //! resumes the thread, which then sees them as ordinary signal-delivery-stops. A
 //! process-wide signal comes back thread-directed. SIGSTOP and a foreign SIGTRAP, which
-//! no mask holds back, are sent again with `tgkill` after the last step (siginfo: from
-//! udtrace). SIGTRAP stays unblocked throughout: the kernel resets the handler of a
-//! blocked SIGTRAP when it forces the step trap. The mask is only set after a call has
-//! completed: by then the thread has left its original stop, and a mask that
-//! sigsuspend/ppoll/pselect saved for the return to user space is back in place
-//! (PTRACE_SETSIGMASK drops a saved mask); the interrupted call restarts afterwards and
-//! installs its temporary mask again.
+//! no mask holds back, are sent again with `tgkill` after the last call (siginfo: from
+//! udtrace). The mask is only set after a call has completed: by then the thread has
+//! left its original stop, and a mask that sigsuspend/ppoll/pselect saved for the
+//! return to user space is back in place (PTRACE_SETSIGMASK drops a saved mask); the
+//! interrupted call restarts afterwards and installs its temporary mask again.
 //!
-//! **The stop afterwards.** The thread ends in a SIGTRAP signal-delivery-stop with the
-//! original siginfo put back. Resuming it with `PTRACE_CONT`, `PTRACE_DETACH` and signal
-//! 0 or the signal of the original stop behaves as from the original stop. It is no
-//! longer a group-stop: `PTRACE_LISTEN` does not apply. Syscall-enter/exit stops
-//! (`PTRACE_SYSCALL`, which udtrace does not use) are not supported.
+//! **The stop afterwards.** The thread ends in a syscall-exit stop. Resuming it with
+//! `PTRACE_CONT` or `PTRACE_DETACH` and signal 0 behaves as from the original stop; a
+//! signal given then is sent anew (kernel siginfo). It is no longer a group-stop:
+//! `PTRACE_LISTEN` does not apply. A session whose first call failed before the
+//! thread left its original stop leaves it there, siginfo put back.
 //!
 //! # Shared memory
 //!
@@ -85,7 +93,8 @@ use nix::unistd::Pid;
 
 use udtrace_sys::mmap::{page_size, Mmap};
 use udtrace_sys::process::{
-    ptrace_getsiginfo_raw, ptrace_getsigmask, ptrace_setsiginfo_raw, ptrace_setsigmask, tgkill, SIGINFO_SIZE,
+    ptrace_get_xstate, ptrace_getsiginfo_raw, ptrace_getsigmask, ptrace_setsiginfo_raw, ptrace_setsigmask, tgkill,
+    SIGINFO_SIZE,
 };
 
 use crate::procfs::{self, Mapping};
@@ -104,11 +113,17 @@ const STACK_ROOM: u64 = 16 << 20;
 /// Bytes of scratch memory for path strings and siginfo.
 const SCRATCH: u64 = 512;
 
-/// Signal stops tolerated while one `syscall` instruction is stepped.
+/// Signal stops tolerated while one `syscall` instruction is run.
 const MAX_STOPS: usize = 64;
 
 /// Candidate addresses tried before /proc/<pid>/maps is read again.
 const MAX_TRIES: usize = 16;
+
+// The kernel's restart codes (include/linux/errno.h), as a stopped thread's rax holds them.
+const ERESTARTSYS: i64 = -512;
+const ERESTARTNOINTR: i64 = -513;
+const ERESTARTNOHAND: i64 = -514;
+const ERESTART_RESTARTBLOCK: i64 = -516;
 
 const MFD_CLOEXEC: u64 = 0x1;
 /// Linux 6.3: the memfd may be mapped executable (refused under vm.memfd_noexec = 2).
@@ -196,13 +211,18 @@ pub struct RemoteCall {
     saved_siginfo: Option<[u8; SIGINFO_SIZE]>,
     /// A `syscall` instruction (0f 05) mapped executable.
     syscall_at: u64,
+    /// The signal frame that takes the thread back to its registers if udtrace dies
+    /// in the middle of a call; `None` where it could not be set up.
+    way_back: Option<WayBack>,
     scratch: Option<Scratch>,
     /// Siginfo of signals taken out of the queue by the steps, to queue again.
     deferred: Vec<[u8; SIGINFO_SIZE]>,
     /// The thread's signal mask while the deferred signals are queued again.
     saved_sigmask: Option<u64>,
-    /// A call has completed: the thread has left its original stop.
+    /// A call has completed.
     stepped: bool,
+    /// The thread has left the stop the session began in (for a syscall stop).
+    left: bool,
     gone: bool,
     finished: bool,
 }
@@ -223,17 +243,23 @@ impl RemoteCall {
             .ok_or(InjectError::Io { tid, op: "reading Tgid", source: io::Error::other("no Tgid in status") })?;
         // Group-stops of PTRACE_ATTACHed threads have no siginfo; nothing to put back.
         let saved_siginfo = ptrace_getsiginfo_raw(tid).ok();
-        let syscall_at = find_syscall_instruction(pid).ok_or(InjectError::NoSyscallInstruction { tid })?;
+        let way_back = WayBack::set_up(pid, tid, &saved_regs);
+        let syscall_at = match &way_back {
+            Some(w) => w.syscall_ret,
+            None => find_syscall_instruction(pid).ok_or(InjectError::NoSyscallInstruction { tid })?,
+        };
         Ok(RemoteCall {
             tid,
             pid,
             saved_regs,
             saved_siginfo,
             syscall_at,
+            way_back,
             scratch: None,
             deferred: Vec::new(),
             saved_sigmask: None,
             stepped: false,
+            left: false,
             gone: false,
             finished: false,
         })
@@ -264,6 +290,21 @@ impl RemoteCall {
         if self.gone || self.finished {
             return Err(InjectError::Gone { tid: self.tid });
         }
+        let first = !self.stepped;
+        let out = self.step(self.call_registers(nr, args))?;
+        if first {
+            if let Some(w) = &self.way_back {
+                // Leaving the original stop put back a mask that sigsuspend, ppoll or
+                // pselect had replaced: that one is the thread's own.
+                if let Ok(mask) = ptrace_getsigmask(self.tid) {
+                    let _ = self.write_remote(w.frame + SIGMASK_AT, &mask.to_ne_bytes());
+                }
+            }
+        }
+        Ok(out.rax as i64)
+    }
+
+    fn call_registers(&self, nr: i64, args: [u64; 6]) -> libc::user_regs_struct {
         let mut r = self.saved_regs;
         r.rax = nr as u64;
         r.orig_rax = u64::MAX;
@@ -274,8 +315,36 @@ impl RemoteCall {
         r.r10 = args[3];
         r.r8 = args[4];
         r.r9 = args[5];
-        let out = self.step(r)?;
-        Ok(out.rax as i64)
+        if let Some(w) = &self.way_back {
+            // `syscall; ret` returns to the frame's first word: rt_sigreturn.
+            r.rsp = w.frame;
+        }
+        r
+    }
+
+    /// Whether a tracer's death in the middle of a call leaves the thread whole (see
+    /// [`WayBack`]): where the process has glibc's code and the stack has room.
+    pub fn has_way_back(&self) -> bool {
+        self.way_back.is_some()
+    }
+
+    /// For tests of the way back: sets up call `nr` and leaves the thread at its
+    /// syscall-entry stop, the session forgotten, as udtrace killed at that moment
+    /// would. The caller's end (the tracer's death) is what lets the thread go.
+    #[doc(hidden)]
+    pub fn abandon_in_call(mut self, nr: i64, args: [u64; 6]) -> Result<()> {
+        let regs = self.call_registers(nr, args);
+        let p = Pid::from_raw(self.tid);
+        ptrace::setregs(p, regs).map_err(self.ptrace_err("PTRACE_SETREGS"))?;
+        ptrace::syscall(p, None).map_err(self.ptrace_err("PTRACE_SYSCALL"))?;
+        match waitpid(p, Some(WaitPidFlag::__WALL)).map_err(self.ptrace_err("waitpid"))? {
+            WaitStatus::PtraceSyscall(_) => {
+                self.finished = true;
+                std::mem::forget(self);
+                Ok(())
+            }
+            other => Err(InjectError::UnexpectedStop { tid: self.tid, what: format!("{other:?}") }),
+        }
     }
 
     /// As [`RemoteCall::syscall`], a failure as [`InjectError::Remote`] named `call`.
@@ -293,38 +362,61 @@ impl RemoteCall {
         move |errno| InjectError::Ptrace { tid, op, errno }
     }
 
-    /// Sets `regs` and single-steps the `syscall` instruction; the registers after it.
+    /// Sets `regs` and runs the `syscall` instruction between a syscall-entry and a
+    /// syscall-exit stop (`PTRACE_SYSCALL`); the registers at the exit stop.
     fn step(&mut self, regs: libc::user_regs_struct) -> Result<libc::user_regs_struct> {
         let p = Pid::from_raw(self.tid);
         ptrace::setregs(p, regs).map_err(self.ptrace_err("PTRACE_SETREGS"))?;
+        let mut entered = false;
         for _ in 0..MAX_STOPS {
-            ptrace::step(p, None).map_err(self.ptrace_err("PTRACE_SINGLESTEP"))?;
+            ptrace::syscall(p, None).map_err(self.ptrace_err("PTRACE_SYSCALL"))?;
             let st = loop {
                 match waitpid(p, Some(WaitPidFlag::__WALL)) {
                     Err(Errno::EINTR) => continue,
                     other => break other.map_err(self.ptrace_err("waitpid"))?,
                 }
             };
+            // Whatever the stop, the thread has left the one the session began in.
+            self.left = true;
+            let syscall_stop = match st {
+                WaitStatus::PtraceSyscall(_) => true,
+                // Without PTRACE_O_TRACESYSGOOD a syscall stop looks like a SIGTRAP: the
+                // only one that can stop the thread right past the instruction.
+                WaitStatus::Stopped(_, nix::sys::signal::Signal::SIGTRAP) => {
+                    ptrace::getregs(p).is_ok_and(|r| r.rip == self.syscall_at + 2)
+                }
+                _ => false,
+            };
             match st {
-                WaitStatus::Stopped(_, sig) => {
+                _ if syscall_stop => {
                     let now = ptrace::getregs(p).map_err(self.ptrace_err("PTRACE_GETREGS"))?;
-                    if sig == nix::sys::signal::Signal::SIGTRAP && now.rip == self.syscall_at + 2 {
+                    if now.rip != self.syscall_at + 2 {
+                        return Err(InjectError::UnexpectedStop {
+                            tid: self.tid,
+                            what: format!("a system call stop at {:#x}", now.rip),
+                        });
+                    }
+                    if entered {
                         self.stepped = true;
                         return Ok(now);
                     }
-                    if now.rip != self.syscall_at {
+                    entered = true;
+                }
+                WaitStatus::Stopped(_, sig) => {
+                    let now = ptrace::getregs(p).map_err(self.ptrace_err("PTRACE_GETREGS"))?;
+                    if entered || now.rip != self.syscall_at {
                         return Err(InjectError::UnexpectedStop {
                             tid: self.tid,
                             what: format!("{sig} at {:#x}", now.rip),
                         });
                     }
                     // A signal dequeued before the instruction ran: kept for later, and
-                    // suppressed by stepping on with signal 0. (No siginfo: a group-stop.)
+                    // suppressed by going on with signal 0. (No siginfo: a group-stop.)
                     if let Ok(info) = ptrace_getsiginfo_raw(self.tid) {
                         self.deferred.push(info);
                     }
                 }
-                // PTRACE_EVENT_STOP (group-stop or interrupt of a seized thread): step on.
+                // PTRACE_EVENT_STOP (group-stop or interrupt of a seized thread): go on.
                 WaitStatus::PtraceEvent(..) | WaitStatus::PtraceSyscall(_) | WaitStatus::Continued(_) => {}
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
                     self.gone = true;
@@ -336,12 +428,23 @@ impl RemoteCall {
         Err(InjectError::UnexpectedStop { tid: self.tid, what: format!("more than {MAX_STOPS} signal stops") })
     }
 
+    /// The registers to leave the thread with: the saved ones, and once it has left its
+    /// original stop, with the restart of an interrupted system call applied (the stop
+    /// it ends in, a syscall-exit stop, applies none).
+    fn registers_to_restore(&self) -> libc::user_regs_struct {
+        if self.left {
+            restarted(&self.saved_regs)
+        } else {
+            self.saved_regs
+        }
+    }
+
     /// The address of the session's scratch memory ([`SCRATCH`] bytes, 16-aligned).
     fn scratch(&mut self) -> Result<u64> {
         if let Some(s) = &self.scratch {
             return Ok(s.addr());
         }
-        let below = self.saved_regs.rsp.checked_sub(128 + SCRATCH).map(|a| a & !15);
+        let below = scratch_below(self.saved_regs.rsp);
         if let Some(addr) = below {
             if let Ok(saved) = procfs::read_memory(self.pid, addr, SCRATCH as usize) {
                 if saved.len() == SCRATCH as usize && self.write_remote(addr, &saved).is_ok() {
@@ -576,12 +679,20 @@ impl RemoteCall {
                 }
             }
             let p = Pid::from_raw(self.tid);
-            if let Err(e) = ptrace::setregs(p, self.saved_regs) {
+            if let Err(e) = ptrace::setregs(p, self.registers_to_restore()) {
                 first_err.get_or_insert(InjectError::Ptrace { tid: self.tid, op: "PTRACE_SETREGS", errno: e });
             }
-            if let Some(info) = &self.saved_siginfo {
+            // The siginfo belongs to the original stop, which only a session that never
+            // ran a call is still in.
+            if let Some(info) = self.saved_siginfo.as_ref().filter(|_| !self.left) {
                 if let Err(e) = ptrace_setsiginfo_raw(self.tid, info) {
                     first_err.get_or_insert(InjectError::Io { tid: self.tid, op: "PTRACE_SETSIGINFO", source: e });
+                }
+            }
+            // Only now that the thread has its registers does it no longer need the frame.
+            if let Some(w) = self.way_back.take() {
+                if let Err(e) = self.write_remote(w.bottom, &w.saved) {
+                    first_err.get_or_insert(e);
                 }
             }
             late.dedup();
@@ -606,6 +717,176 @@ impl Drop for RemoteCall {
     fn drop(&mut self) {
         let _ = self.restore();
     }
+}
+
+/// Where scratch memory goes on a stack: past the 128-byte red zone below `rsp`.
+fn scratch_below(rsp: u64) -> Option<u64> {
+    rsp.checked_sub(128 + SCRATCH).map(|a| a & !15)
+}
+
+/// `regs` with the restart of an interrupted system call applied, as the kernel applies
+/// it when a thread leaves a signal or group stop with no handler to run: rip back on
+/// the `syscall` instruction, rax its number again (`restart_syscall` for
+/// ERESTART_RESTARTBLOCK), and no restart pending any more.
+fn restarted(regs: &libc::user_regs_struct) -> libc::user_regs_struct {
+    let mut r = *regs;
+    if (r.orig_rax as i64) < 0 {
+        return r;
+    }
+    match r.rax as i64 {
+        ERESTARTSYS | ERESTARTNOINTR | ERESTARTNOHAND => r.rax = r.orig_rax,
+        ERESTART_RESTARTBLOCK => r.rax = libc::SYS_restart_syscall as u64,
+        _ => return r,
+    }
+    r.rip -= 2;
+    r.orig_rax = u64::MAX;
+    r
+}
+
+// The x86-64 signal frame as rt_sigreturn reads it (arch/x86/include/asm/sigframe.h,
+// uapi asm/sigcontext.h): the return address, then `struct ucontext` { flags, link,
+// stack_t (24 bytes), sigcontext (256 bytes), sigset }, then siginfo (128 bytes).
+const UC_AT: u64 = 8;
+const UC_STACK_FLAGS_AT: u64 = UC_AT + 16 + 8;
+const MCONTEXT_AT: u64 = UC_AT + 40;
+const FPSTATE_AT: u64 = MCONTEXT_AT + 184;
+const SIGMASK_AT: u64 = UC_AT + 40 + 256;
+const FRAME_LEN: u64 = SIGMASK_AT + 8 + 128;
+/// `sw_reserved` of an XSAVE area (in a signal frame: magic1, extended size, features,
+/// xstate size).
+const SW_RESERVED_AT: usize = 464;
+const FP_XSTATE_MAGIC1: u32 = 0x4650_5853;
+const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
+/// An invalid `ss_flags`: sigaltstack refuses it (EINVAL, which rt_sigreturn ignores),
+/// so the thread's alternate signal stack, which udtrace cannot read, stays as it is.
+const SS_FLAGS_KEEP: u32 = 3;
+
+/// `syscall; ret`.
+const SYSCALL_RET: [u8; 3] = [0x0f, 0x05, 0xc3];
+/// glibc's signal return (`__restore_rt`): `mov rax, 15; syscall`, i.e. rt_sigreturn.
+const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+
+/// A thread's way back to its own registers that needs no tracer: a signal frame
+/// below its stack pointer holding them (restart applied), its signal mask and its
+/// x87/SSE/AVX state, and the process's own code to return through. During a call the
+/// thread's `rsp` points at the frame and `rip` at a `syscall; ret`: whatever moment
+/// udtrace dies at, the thread finishes the call, returns into rt_sigreturn and goes
+/// on exactly where it was (a memfd or mapping the call made stays behind).
+#[derive(Debug)]
+struct WayBack {
+    /// The `syscall; ret` the calls run through.
+    syscall_ret: u64,
+    /// The frame's first word (the address of rt_sigreturn's code).
+    frame: u64,
+    /// The lowest byte written, and the bytes that were there.
+    bottom: u64,
+    saved: Vec<u8>,
+}
+
+impl WayBack {
+    /// Writes the frame for `tid` (ptrace-stopped, registers `regs`); `None` where the
+    /// process has no such code (no glibc), the state is not XSAVE's, or the stack
+    /// has no room: the calls then run without a way back.
+    fn set_up(pid: i32, tid: i32, regs: &libc::user_regs_struct) -> Option<WayBack> {
+        let (syscall_ret, sigreturn) = gadgets(pid)?;
+        let mut xstate = ptrace_get_xstate(tid).ok()?;
+        // Below the XSAVE header there is no state: a regset too short is no XSAVE's.
+        let xsize = xstate.len() as u64;
+        if xsize < 576 {
+            return None;
+        }
+        // ptrace keeps XCR0 where a signal frame keeps its description (magic1,
+        // extended size, features, xstate size), which rt_sigreturn checks.
+        let xcr0: [u8; 8] = xstate[SW_RESERVED_AT..SW_RESERVED_AT + 8].try_into().ok()?;
+        let mut sw = [0u8; 48];
+        sw[0..4].copy_from_slice(&FP_XSTATE_MAGIC1.to_ne_bytes());
+        sw[4..8].copy_from_slice(&(xsize as u32 + 4).to_ne_bytes());
+        sw[8..16].copy_from_slice(&xcr0);
+        sw[16..20].copy_from_slice(&(xsize as u32).to_ne_bytes());
+        xstate[SW_RESERVED_AT..SW_RESERVED_AT + 48].copy_from_slice(&sw);
+        let top = scratch_below(regs.rsp)?;
+        // XRSTOR wants the area 64-byte aligned; magic2 follows it.
+        let fx = top.checked_sub(xsize + 4)? & !63;
+        let frame = fx.checked_sub(FRAME_LEN)? & !15;
+        let len = (top - frame) as usize;
+        let saved = procfs::read_memory(pid, frame, len).ok().filter(|b| b.len() == len)?;
+
+        let mut b = vec![0u8; len];
+        let mut put = |at: u64, v: &[u8]| b[at as usize..at as usize + v.len()].copy_from_slice(v);
+        put(0, &sigreturn.to_ne_bytes());
+        put(UC_STACK_FLAGS_AT, &SS_FLAGS_KEEP.to_ne_bytes());
+        let r = restarted(regs);
+        let gprs = [
+            r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rdi, r.rsi, r.rbp, r.rbx, r.rdx, r.rax, r.rcx,
+            r.rsp, r.rip, r.eflags,
+        ];
+        for (i, v) in gprs.iter().enumerate() {
+            put(MCONTEXT_AT + 8 * i as u64, &v.to_ne_bytes());
+        }
+        // cs, gs, fs, ss (uc_flags 0: the kernel puts the user ss back itself).
+        put(MCONTEXT_AT + 144, &(r.cs as u16).to_ne_bytes());
+        put(FPSTATE_AT, &fx.to_ne_bytes());
+        put(SIGMASK_AT, &ptrace_getsigmask(tid).ok()?.to_ne_bytes());
+        put(fx - frame, &xstate[..xsize as usize]);
+        put(fx - frame + xsize, &FP_XSTATE_MAGIC2.to_ne_bytes());
+
+        let remote = [RemoteIoVec { base: frame as usize, len }];
+        let n = process_vm_writev(Pid::from_raw(pid), &[io::IoSlice::new(&b)], &remote).ok()?;
+        if n != len {
+            let _ = process_vm_writev(Pid::from_raw(pid), &[io::IoSlice::new(&saved[..n])], &remote);
+            return None;
+        }
+        Some(WayBack { syscall_ret, frame, bottom: frame, saved })
+    }
+}
+
+/// The addresses of a `syscall; ret` and of glibc's signal return in `pid`'s code,
+/// searched in its loader and libc first. The offsets found are kept per file, so a
+/// process's next session (and the next process with the same libraries) only reads
+/// its maps.
+fn gadgets(pid: i32) -> Option<(u64, u64)> {
+    /// A mapping's file (path, inode, offset) and the offsets of both in it.
+    type Found = ((String, u64, u64), (Option<u64>, Option<u64>));
+    static FOUND: std::sync::Mutex<Vec<Found>> = std::sync::Mutex::new(Vec::new());
+    let maps = procfs::read_maps(pid).ok()?;
+    let mut exec: Vec<&Mapping> = maps
+        .iter()
+        .filter(|m| m.exec && m.inode != 0 && m.path.as_deref().is_some_and(|p| p.starts_with('/')))
+        .collect();
+    let rank = |m: &&Mapping| {
+        let p = m.path.as_deref().unwrap_or("");
+        if p.contains("/ld-linux") {
+            0
+        } else if p.contains("/libc.so") {
+            1
+        } else {
+            2
+        }
+    };
+    exec.sort_by_key(rank);
+    let (mut syscall_ret, mut sigreturn) = (None, None);
+    for m in exec {
+        let key = (m.path.clone().unwrap_or_default(), m.inode, m.offset);
+        let known = FOUND.lock().ok().and_then(|f| f.iter().find(|(k, _)| *k == key).map(|(_, v)| *v));
+        let (a, b) = match known {
+            Some(v) => v,
+            None => {
+                let Ok(code) = procfs::read_memory(pid, m.start, (m.end - m.start) as usize) else { continue };
+                let at = |pat: &[u8]| code.windows(pat.len()).position(|w| w == pat).map(|i| i as u64);
+                let v = (at(&SYSCALL_RET), at(&SIGRETURN));
+                if let Ok(mut f) = FOUND.lock() {
+                    f.push((key, v));
+                }
+                v
+            }
+        };
+        syscall_ret = syscall_ret.or(a.map(|o| m.start + o));
+        sigreturn = sigreturn.or(b.map(|o| m.start + o));
+        if let (Some(a), Some(b)) = (syscall_ret, sigreturn) {
+            return Some((a, b));
+        }
+    }
+    None
 }
 
 /// The first `syscall` instruction (0f 05) in the process's executable memory: the

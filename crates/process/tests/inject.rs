@@ -113,6 +113,21 @@ impl Drop for Tracee {
     }
 }
 
+/// The registers a thread stopped in an interrupted system call is left with after a
+/// session: the call restarted as the kernel restarts it with no handler to run (rip
+/// back on the `syscall`, rax its number or restart_syscall's), none pending.
+fn with_restart(before: &libc::user_regs_struct) -> libc::user_regs_struct {
+    let mut r = *before;
+    match r.rax as i64 {
+        -514..=-512 => r.rax = r.orig_rax,
+        -516 => r.rax = libc::SYS_restart_syscall as u64,
+        _ => return r,
+    }
+    r.rip -= 2;
+    r.orig_rax = u64::MAX;
+    r
+}
+
 fn parse_hex(s: &str) -> u64 {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or_else(|_| panic!("not hex: {s}"))
 }
@@ -330,7 +345,7 @@ fn inject_across_users() {
 /// read restarts and returns what is written later.
 #[test]
 fn inject_while_blocked_in_read() {
-    let mut t = Tracee::spawn("read", None);
+    let t = Tracee::spawn("read", None);
     assert_eq!(t.line(), "ready");
     let pid = t.pid();
     wait_in_syscall(pid, &[libc::SYS_read]);
@@ -343,13 +358,9 @@ fn inject_while_blocked_in_read() {
     let tramp = map_exec_near(pid, 4096, regs_before.rip).expect("map_exec_near");
     unmap(pid, region.remote_addr, region.len).expect("unmap");
     unmap(pid, tramp.remote_addr, tramp.len).expect("unmap");
-    assert_eq!(ptrace::getregs(p).expect("getregs"), regs_before);
+    assert_eq!(ptrace::getregs(p).expect("getregs"), with_restart(&regs_before));
     target.release();
-    std::thread::sleep(Duration::from_millis(50));
-    t.stdin.as_mut().expect("stdin").write_all(b"hello\n").expect("write to the fixture");
-    let (out, st) = t.finish();
-    assert_eq!(out, ["read 6 hello"]);
-    assert!(st.success(), "{st:?}");
+    read_restarts(t);
 }
 
 /// Stopped inside nanosleep (rax = -ERESTART_RESTARTBLOCK): after the injection the
@@ -367,7 +378,7 @@ fn inject_while_blocked_in_nanosleep() {
     assert_eq!(regs_before.rax as i64, -516, "ERESTART_RESTARTBLOCK");
     let region = create_shared_near(pid, 4096, regs_before.rip, Prot::READ | Prot::WRITE).expect("create_shared_near");
     region.write(0, b"x").expect("write");
-    assert_eq!(ptrace::getregs(p).expect("getregs"), regs_before);
+    assert_eq!(ptrace::getregs(p).expect("getregs"), with_restart(&regs_before));
     target.release();
     let (out, st) = t.finish();
     let f: Vec<&str> = out.first().map(|l| l.split_whitespace().collect()).unwrap_or_default();
@@ -393,7 +404,7 @@ fn inject_while_in_ppoll_with_a_signal_pending() {
     assert_eq!(regs_before.orig_rax as i64, libc::SYS_ppoll);
     let region = create_shared_near(pid, 4096, regs_before.rip, Prot::READ | Prot::WRITE).expect("create_shared_near");
     unmap(pid, region.remote_addr, region.len).expect("unmap");
-    assert_eq!(ptrace::getregs(p).expect("getregs"), regs_before);
+    assert_eq!(ptrace::getregs(p).expect("getregs"), with_restart(&regs_before));
     target.release();
     let (out, st) = t.finish();
     assert_eq!(out, [format!("ppoll -1 {} blocked 1 usr1 1", libc::EINTR)]);
@@ -475,4 +486,70 @@ fn bad_threads_are_errors() {
     assert!(matches!(RemoteCall::new(-5), Err(InjectError::Invalid(_))));
     // A live thread that is not traced by us.
     assert!(matches!(RemoteCall::new(1), Err(InjectError::Ptrace { .. })));
+}
+
+const ABANDON_ENV: &str = "UDTRACE_INJECT_ABANDON";
+
+/// udtrace killed in the middle of a remote call: the thread, left at the call's
+/// syscall-entry stop with the call's registers, returns to its own through the signal
+/// frame of the way back, and the program runs on as if it had never been stopped:
+/// spinning at any instruction (every register, the vector state), and blocked in
+/// `read` (the read restarts and gets what is written later).
+#[test]
+fn a_tracer_killed_in_a_call_leaves_the_thread_whole() {
+    let exe = std::env::current_exe().expect("current_exe");
+    let abandon = |pid: i32| {
+        let out = Command::new(&exe)
+            .args(["--exact", "worker_abandons_a_call", "--ignored", "--nocapture", "--test-threads=1"])
+            .env(ABANDON_ENV, pid.to_string())
+            .env(FIXTURE_ENV, fixture())
+            .output()
+            .expect("run the worker");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("abandoned"), "worker failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    };
+
+    let t = Tracee::spawn("spin", None);
+    let ready = t.line();
+    let f: Vec<&str> = ready.split_whitespace().collect();
+    let stop = parse_hex(f[2]);
+    abandon(t.pid());
+    std::thread::sleep(Duration::from_millis(50));
+    write_word(t.pid(), stop, &1i32.to_ne_bytes());
+    let (out, st) = t.finish();
+    assert_eq!(out, ["count ok", "usr1 0 usr2 0"]);
+    assert_eq!(st.code(), Some(42));
+
+    let t = Tracee::spawn("read", None);
+    assert_eq!(t.line(), "ready");
+    wait_in_syscall(t.pid(), &[libc::SYS_read]);
+    abandon(t.pid());
+    read_restarts(t);
+}
+
+/// The `read` fixture, let go inside its read: a line written later is what it reads.
+fn read_restarts(mut t: Tracee) {
+    std::thread::sleep(Duration::from_millis(50));
+    t.stdin.as_mut().expect("stdin").write_all(b"hello\n").expect("write to the fixture");
+    let (out, st) = t.finish();
+    assert_eq!(out, ["read 6 hello"]);
+    assert!(st.success(), "{st:?}");
+}
+
+/// Run by [`a_tracer_killed_in_a_call_leaves_the_thread_whole`] only: grabs the
+/// process, runs one call, leaves the thread inside a second one, and exits without
+/// putting anything back.
+#[test]
+#[ignore = "run by a_tracer_killed_in_a_call_leaves_the_thread_whole"]
+fn worker_abandons_a_call() {
+    let Ok(pid) = std::env::var(ABANDON_ENV) else { return };
+    let pid: i32 = pid.parse().expect("pid");
+    let target = Target::grab(pid).expect("grab");
+    let mut call = RemoteCall::new(pid).expect("session");
+    assert!(call.has_way_back(), "no way back in a glibc process");
+    assert_eq!(call.syscall(libc::SYS_getpid, [0; 6]).expect("getpid"), pid as i64);
+    call.abandon_in_call(libc::SYS_getppid, [0; 6]).expect("abandon");
+    std::mem::forget(target);
+    println!("abandoned");
+    std::process::exit(0);
 }

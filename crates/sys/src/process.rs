@@ -160,6 +160,22 @@ pub fn ptrace_setsigmask(tid: i32, mask: u64) -> io::Result<()> {
     cvt(unsafe { libc::ptrace(libc::PTRACE_SETSIGMASK, tid, 8usize, &mask as *const u64) } as libc::c_int).map(|_| ())
 }
 
+/// `PTRACE_GETREGSET` of `NT_X86_XSTATE`: the ptrace-stopped thread's x87/SSE/AVX/...
+/// state in the XSAVE layout user space sees (its `sw_reserved` bytes describe it as a
+/// signal frame's do: magic, sizes, features).
+pub fn ptrace_get_xstate(tid: i32) -> io::Result<Vec<u8>> {
+    const NT_X86_XSTATE: usize = 0x202;
+    // Larger than any XSAVE area of today (AMX included, ~11 KiB).
+    let mut buf = vec![0u8; 16384];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: the kernel writes at most `iov_len` bytes to `iov_base`, which points into
+    // `buf`, alive for the call, and stores the length it wrote back in `iov`.
+    cvt(unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, NT_X86_XSTATE, &mut iov as *mut libc::iovec) }
+        as libc::c_int)?;
+    buf.truncate(iov.iov_len);
+    Ok(buf)
+}
+
 /// `tgkill(tgid, tid, sig)`: sends `sig` to one thread.
 pub fn tgkill(tgid: i32, tid: i32, sig: i32) -> io::Result<()> {
     // SAFETY: tgkill takes no pointers.
