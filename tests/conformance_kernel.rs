@@ -3,8 +3,12 @@
 //! demand. `curthread` is a `struct task_struct *`.
 
 mod common;
+mod util;
 
 use common::*;
+use util::{pid_backends, Backend};
+
+pid_backends!(curthread_at_a_pid_firing_is_the_firing_task);
 
 use udtrace_bpf::btf::Btf;
 
@@ -119,16 +123,15 @@ fn uregs_r_fs_is_the_tasks_fs_base() {
     assert_eq!(out.trim_end(), "1 1");
 }
 
-#[test]
-fn curthread_at_a_pid_firing_is_the_firing_task() {
+fn curthread_at_a_pid_firing_is_the_firing_task(backend: Backend) {
     let probes = format!("{}/probes chain 1", env!("UDTRACE_FIXTURES"));
-    let r = udtrace(&[
+    let r = udtrace(&backend.with(&[
         "-q",
         "-n",
         "pid$target:probes:chain_c:entry { printf(\"%d %d %s\\n\", curthread->pid == tid, curthread->tgid == pid, curthread->comm); exit(0); }",
         "-c",
         &probes,
-    ]);
+    ]));
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.lines().any(|l| l == "1 1 probes"), "{}", r.stdout);
 }

@@ -7,7 +7,19 @@ use std::time::Duration;
 
 mod util;
 
-use util::{fixture, run_args, stderr, stdout, traced, wait_mapped, Guard};
+use util::{fixture, pid_backends, run_args, stderr, stdout, wait_mapped, Backend, Guard};
+
+pid_backends!(
+    provider_globs_that_match_pid_n_name_the_targets_pid_provider,
+    a_provider_glob_naming_the_target_follows_what_it_loads,
+    functions_that_never_return_have_return_probes_and_refused_instructions_none,
+    errno_is_the_one_the_call_left_in_the_calling_thread,
+    errno_in_a_static_program,
+    errno_in_a_grabbed_process,
+    grabbing_processes_with_a_utf8_locale,
+    symbol_actions_print_the_symbol_in_a_50_column_field,
+    ucaller_at_return_and_offset_probes,
+);
 
 /// Compiles a program with `-x errtags -e`: asserts that it fails with `[tag] ` and a
 /// first error line that ends with `msg`.
@@ -115,18 +127,21 @@ fn listed(text: &str) -> Vec<(String, String, String, String)> {
         .collect()
 }
 
-#[test]
-fn provider_globs_that_match_pid_n_name_the_targets_pid_provider() {
+fn provider_globs_that_match_pid_n_name_the_targets_pid_provider(backend: Backend) {
     let fx = format!("{} 1", fixture("fixture"));
-    let Some(out) = traced(&["-l", "-n", "p*d$target::target:entry", "-c", &fx]) else { return };
+    let Some(out) = backend.traced(&["-l", "-n", "p*d$target::target:entry", "-c", &fx]) else { return };
     assert!(out.status.success(), "{}", stderr(&out));
     let rows = listed(&stdout(&out));
     assert_eq!(rows.len(), 1, "{}", stdout(&out));
     assert!(rows[0].0.starts_with("pid") && rows[0].2 == "target" && rows[0].3 == "entry", "{rows:?}");
     // And they fire: the fixture calls target() once per round.
-    let Some(out) =
-        traced(&["-q", "-n", "p?d$target::target:entry { @ = count(); } END { printa(\"%@d\\n\", @); }", "-c", &fx])
-    else {
+    let Some(out) = backend.traced(&[
+        "-q",
+        "-n",
+        "p?d$target::target:entry { @ = count(); } END { printa(\"%@d\\n\", @); }",
+        "-c",
+        &fx,
+    ]) else {
         return;
     };
     assert!(out.status.success(), "{}", stderr(&out));
@@ -134,13 +149,12 @@ fn provider_globs_that_match_pid_n_name_the_targets_pid_provider() {
     assert_eq!(text.lines().rfind(|l| !l.is_empty()), Some("1"), "{text}");
 }
 
-#[test]
-fn a_provider_glob_naming_the_target_follows_what_it_loads() {
+fn a_provider_glob_naming_the_target_follows_what_it_loads(backend: Backend) {
     // plugin_fn is in plugin.so, which the fixture dlopens after tracing started.
     let n = 7;
     let cmd = format!("{} {n}", fixture("dlopener"));
     let prog = "p*d$target::plugin_fn:entry { @ = count(); } END { printa(\"plugin %@d\\n\", @); }";
-    let Some(out) = traced(&["-q", "-Z", "-n", prog, "-c", &cmd]) else { return };
+    let Some(out) = backend.traced(&["-q", "-Z", "-n", prog, "-c", &cmd]) else { return };
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.lines().any(|l| l == format!("plugin {n}")), "{text}");
@@ -162,19 +176,18 @@ fn start_insns(exe: &Path) -> Option<Vec<(u64, String)>> {
     Some(insns)
 }
 
-#[test]
-fn functions_that_never_return_have_return_probes_and_refused_instructions_none() {
+fn functions_that_never_return_have_return_probes_and_refused_instructions_none(backend: Backend) {
     let exe = fixture("fixture");
     let fx = format!("{exe} 1");
     // _start never returns: it has a return probe, which never fires.
-    let Some(out) = traced(&["-l", "-n", "pid$target:a.out:_start:return", "-c", &fx]) else { return };
+    let Some(out) = backend.traced(&["-l", "-n", "pid$target:a.out:_start:return", "-c", &fx]) else { return };
     assert!(out.status.success(), "{}", stderr(&out));
     let rows = listed(&stdout(&out));
     assert_eq!(rows.len(), 1, "{}", stdout(&out));
     assert_eq!((rows[0].2.as_str(), rows[0].3.as_str()), ("_start", "return"));
     // Its instructions have offset probes, but not `hlt`, which the kernel cannot probe.
     let Some(insns) = start_insns(Path::new(&exe)) else { return };
-    let Some(out) = traced(&["-l", "-n", "pid$target:a.out:_start:", "-c", &fx]) else { return };
+    let Some(out) = backend.traced(&["-l", "-n", "pid$target:a.out:_start:", "-c", &fx]) else { return };
     let offsets: Vec<String> =
         listed(&stdout(&out)).into_iter().filter(|r| r.3 != "entry" && r.3 != "return").map(|r| r.3).collect();
     for (off, mnemonic) in insns.iter().filter(|(o, _)| *o > 0) {
@@ -186,7 +199,7 @@ fn functions_that_never_return_have_return_probes_and_refused_instructions_none(
         }
     }
     // Enabling them all warns of nothing.
-    let Some(out) = traced(&["-q", "-n", "pid$target:a.out:_start: {}", "-c", &fx]) else { return };
+    let Some(out) = backend.traced(&["-q", "-n", "pid$target:a.out:_start: {}", "-c", &fx]) else { return };
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stderr(&out).contains("cannot place a uprobe"), "{}", stderr(&out));
 }
@@ -203,8 +216,8 @@ fn errno_lines(text: &str) -> (Vec<String>, Vec<String>) {
 const ERRNO_SCRIPT: &str = "pid$target::open:return, pid$target::close:return, pid$target::chdir:return
     { printf(\"traced %s %s %d\\n\", tid == pid ? \"main\" : \"thread\", probefunc, errno); }";
 
-fn check_errnos(exe: &str) {
-    let Some(out) = traced(&["-q", "-n", ERRNO_SCRIPT, "-c", &format!("{exe} 3")]) else { return };
+fn check_errnos(backend: Backend, exe: &str) {
+    let Some(out) = backend.traced(&["-q", "-n", ERRNO_SCRIPT, "-c", &format!("{exe} 3")]) else { return };
     assert!(out.status.success(), "{}", stderr(&out));
     let (own, traced) = errno_lines(&stdout(&out));
     assert_eq!(own.len(), 30, "{}", stdout(&out));
@@ -216,30 +229,27 @@ fn check_errnos(exe: &str) {
     assert!(own.contains(&"main open 2".to_string()) && own.contains(&"thread close 9".to_string()), "{own:?}");
 }
 
-#[test]
-fn errno_is_the_one_the_call_left_in_the_calling_thread() {
-    check_errnos(&fixture("errnos"));
+fn errno_is_the_one_the_call_left_in_the_calling_thread(backend: Backend) {
+    check_errnos(backend, &fixture("errnos"));
 }
 
-#[test]
-fn errno_in_a_static_program() {
+fn errno_in_a_static_program(backend: Backend) {
     let exe = fixture("errnos-static");
     if !Path::new(&exe).exists() {
         println!("skipped: no static libc to build errnos-static");
         return;
     }
-    check_errnos(&exe);
+    check_errnos(backend, &exe);
 }
 
-#[test]
-fn errno_in_a_grabbed_process() {
+fn errno_in_a_grabbed_process(backend: Backend) {
     // A process grabbed with -p: its libc is relocated already.
     let mut g = Guard::spawn(
         Command::new("sh").args(["-c", "while :; do cd /nonexistent-udtrace 2>/dev/null; sleep 0.05; done"]),
     );
     let pid = g.child().id().to_string();
     wait_mapped(&pid, "libc");
-    let Some(out) = traced(&[
+    let Some(out) = backend.traced(&[
         "-q",
         "-n",
         "pid$target::chdir:return /(int)arg1 == -1/ { printf(\"%d\\n\", errno); exit(0); }",
@@ -252,15 +262,15 @@ fn errno_in_a_grabbed_process() {
     assert_eq!(stdout(&out).trim(), "2", "ENOENT");
 }
 
-/// Runs udtrace grabbing `pid` with `desc` armed, and a timer that ends it.
-fn grab_and_stop(pid: &str, desc: &str) -> Option<std::process::Output> {
-    let out = traced(&["-q", "-n", &format!("{desc} {{}}"), "-n", "tick-200ms { exit(0); }", "-p", pid])?;
+/// Runs udtrace on `backend` grabbing `pid` with `desc` armed, and a timer that ends it.
+fn grab_and_stop(backend: Backend, pid: &str, desc: &str) -> Option<std::process::Output> {
+    let out = backend.traced(&["-q", "-n", &format!("{desc} {{}}"), "-n", "tick-200ms { exit(0); }", "-p", pid])?;
     Some(out)
 }
 
 /// Processes with a UTF-8 locale map locale files (not ELF objects): grabbing them
 /// works, with and without a module in the description.
-fn grabs_cleanly(mut c: Command, wait_for: &str) {
+fn grabs_cleanly(backend: Backend, mut c: Command, wait_for: &str) {
     c.env("LANG", "C.UTF-8").env("LC_ALL", "C.UTF-8");
     c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
     let mut g = Guard::spawn(&mut c);
@@ -268,26 +278,25 @@ fn grabs_cleanly(mut c: Command, wait_for: &str) {
     wait_mapped(&pid, wait_for);
     std::thread::sleep(Duration::from_millis(200));
     for desc in ["pid$target::nanosleep:entry", "pid$target:libc.so.6:nanosleep:entry", "pid$target:libc::entry"] {
-        let Some(out) = grab_and_stop(&pid, desc) else { return };
+        let Some(out) = grab_and_stop(backend, &pid, desc) else { return };
         assert!(out.status.success(), "{c:?} {desc}: {}", stderr(&out));
     }
 }
 
-#[test]
-fn grabbing_processes_with_a_utf8_locale() {
+fn grabbing_processes_with_a_utf8_locale(backend: Backend) {
     let mut bash = Command::new("bash");
     bash.args(["-c", "while :; do sleep 0.1; done"]);
-    grabs_cleanly(bash, "libc");
+    grabs_cleanly(backend, bash, "libc");
     let mut sleep = Command::new("sleep");
     sleep.arg("30");
-    grabs_cleanly(sleep, "libc");
+    grabs_cleanly(backend, sleep, "libc");
     let Ok(python) = which("python3") else {
         println!("skipped python3: not installed");
         return;
     };
     let mut py = Command::new(python);
     py.args(["-c", "import time\nwhile True: time.sleep(0.1)"]);
-    grabs_cleanly(py, "libc");
+    grabs_cleanly(backend, py, "libc");
 }
 
 fn which(name: &str) -> Result<String, ()> {
@@ -302,12 +311,11 @@ fn which(name: &str) -> Result<String, ()> {
     Ok(if real.is_empty() { p } else { real })
 }
 
-#[test]
-fn symbol_actions_print_the_symbol_in_a_50_column_field() {
+fn symbol_actions_print_the_symbol_in_a_50_column_field(backend: Backend) {
     // chain_c is called from chain_b: ucaller is in chain_b.
     let prog = "pid$target::chain_c:entry { ufunc(ucaller); usym(ucaller); umod(ucaller); uaddr(ucaller);
                 printf(\"|\\n\"); uaddr(0); printf(\"|\\n\"); exit(0); }";
-    let Some(out) = traced(&["-q", "-n", prog, "-c", &format!("{} chain 1", fixture("probes"))]) else {
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} chain 1", fixture("probes"))]) else {
         return;
     };
     assert!(out.status.success(), "{}", stderr(&out));
@@ -340,15 +348,14 @@ fn curpsinfo_in_begin_and_ticks_is_udtrace_itself() {
     }
 }
 
-#[test]
-fn ucaller_at_return_and_offset_probes() {
+fn ucaller_at_return_and_offset_probes(backend: Backend) {
     // chain_c is called from chain_b, chain_b from chain_a (no frame pointers: found by
     // unwinding from .eh_frame at offsets inside the function).
     let prog = "pid$target::chain_c:return { @r[ufunc(ucaller)] = count(); }
                 pid$target::chain_b: /probename != \"entry\" && probename != \"return\"/
                 { @o[ufunc(ucaller)] = count(); }
                 END { printa(@r); printf(\"--\\n\"); printa(@o); }";
-    let Some(out) = traced(&["-q", "-n", prog, "-c", &format!("{} chain 2", fixture("probes"))]) else {
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} chain 2", fixture("probes"))]) else {
         return;
     };
     assert!(out.status.success(), "{}", stderr(&out));

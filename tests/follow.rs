@@ -12,9 +12,21 @@ use std::time::{Duration, Instant};
 mod util;
 
 use util::{
-    bpf_gate, fixture, kill_after, kill_after_deadline, stderr, stdout, traced as udtrace, udtrace_cmd, wait_mapped,
-    Guard, TempDir,
+    bpf_gate, fixture, kill_after, kill_after_deadline, pid_backends, stderr, stdout, traced, udtrace_cmd, wait_mapped,
+    Backend, Guard, TempDir,
 };
+
+pid_backends!(
+    follows_forks_and_execs,
+    progeny_and_the_dead_are_remembered,
+    nofollow_counts_only_the_daemon,
+    unrelated_process_not_counted,
+    posix_spawn_children_followed,
+    vfork_children_followed,
+    dlopen_plugin_fires,
+    shell_under_c_behaves_as_untraced,
+    job_control_of_traced_children_passes_through,
+);
 
 /// The test of a never-seen executable under `pid*` races udtrace against the new
 /// process's loader (a known gap: see shared/design.md); it runs alone, so that the
@@ -71,16 +83,16 @@ fn forker_summary(text: &str) -> (u64, u64) {
     (f[5].parse().expect("T"), f[8].parse().expect("H"))
 }
 
-/// Runs `forker N M K MODE` under udtrace with `extra` options; checks that the
-/// fixture ran cleanly and that its summary agrees with our arithmetic; returns the
-/// traced (target, helper) counts, or None when BPF is refused.
-fn traced_forker(extra: &[&str], n: u64, m: u64, k: u64, mode: &str) -> Option<(u64, u64)> {
+/// Runs `forker N M K MODE` under udtrace on `backend` with `extra` options; checks
+/// that the fixture ran cleanly and that its summary agrees with our arithmetic;
+/// returns the traced (target, helper) counts, or None when BPF is refused.
+fn traced_forker(backend: Backend, extra: &[&str], n: u64, m: u64, k: u64, mode: &str) -> Option<(u64, u64)> {
     let cmd = format!("{} {n} {m} {k} {mode}", fixture("forker"));
     // -Z: helper() exists only in worker2, which no process runs when tracing starts.
     let mut args = vec!["-q", "-Z"];
     args.extend_from_slice(extra);
     args.extend_from_slice(&["-n", TARGET_AND_HELPER, "-c", &cmd]);
-    let out = udtrace(&args)?;
+    let out = backend.traced(&args)?;
     let (text, err) = (stdout(&out), stderr(&out));
     assert!(out.status.success(), "udtrace {args:?}: {err}");
     assert!(!err.contains("failed"), "forker's workers must all succeed: {err}");
@@ -90,20 +102,18 @@ fn traced_forker(extra: &[&str], n: u64, m: u64, k: u64, mode: &str) -> Option<(
     Some((labelled(&text, "target"), labelled(&text, "helper")))
 }
 
-#[test]
-fn follows_forks_and_execs() {
+fn follows_forks_and_execs(backend: Backend) {
     let _machine = shared();
     let (n, m, k) = (200, 5, 7);
     let want = forker_expected(n, m, k, "fork");
     assert_eq!(want, (3 + 200 * 5 + 40 * 7, 40 * 7));
     for run in 0..10 {
-        let Some(got) = traced_forker(&[], n, m, k, "fork") else { return };
+        let Some(got) = traced_forker(backend, &[], n, m, k, "fork") else { return };
         assert_eq!(got, want, "run {run}: (target, helper) over the whole tree");
     }
 }
 
-#[test]
-fn progeny_and_the_dead_are_remembered() {
+fn progeny_and_the_dead_are_remembered(backend: Backend) {
     let _machine = shared();
     // Workers exit long before udtrace consumes their firings: the names, parents and
     // mappings udtrace read while they were held must serve instead.
@@ -112,7 +122,7 @@ fn progeny_and_the_dead_are_remembered() {
                 pid$target::helper:entry /uregs[R_RDI] == arg0 && uregs[R_EDI] == arg0/ { @n[execname] = count(); @f[ufunc(uregs[R_PC])] = count(); } \
                 END { printa(\"children %@d\\n\", @c); printa(\"exec %s %@d\\n\", @n); }";
     let cmd = format!("{} {n} {m} {k} fork", fixture("forker"));
-    let Some(out) = udtrace(&["-q", "-Z", "-n", prog, "-c", &cmd]) else { return };
+    let Some(out) = backend.traced(&["-q", "-Z", "-n", prog, "-c", &cmd]) else { return };
     let text = stdout(&out);
     assert!(out.status.success(), "{}", stderr(&out));
     let (total, helper) = forker_expected(n, m, k, "fork");
@@ -124,15 +134,13 @@ fn progeny_and_the_dead_are_remembered() {
     );
 }
 
-#[test]
-fn nofollow_counts_only_the_daemon() {
+fn nofollow_counts_only_the_daemon(backend: Backend) {
     let _machine = shared();
-    let Some(got) = traced_forker(&["-x", "nofollow"], 200, 5, 7, "fork") else { return };
+    let Some(got) = traced_forker(backend, &["-x", "nofollow"], 200, 5, 7, "fork") else { return };
     assert_eq!(got, (D, 0), "(target, helper) with -x nofollow: the daemon's own calls only");
 }
 
-#[test]
-fn unrelated_process_not_counted() {
+fn unrelated_process_not_counted(backend: Backend) {
     let _machine = shared();
     // The same binaries run untraced alongside: a daemon starting a worker every 5 ms,
     // far longer than the traced run lasts.
@@ -146,7 +154,7 @@ fn unrelated_process_not_counted() {
     // Let it fork and exec a few workers before tracing starts.
     std::thread::sleep(Duration::from_millis(100));
     let (n, m, k) = (200, 5, 7);
-    let Some(got) = traced_forker(&[], n, m, k, "fork") else { return };
+    let Some(got) = traced_forker(backend, &[], n, m, k, "fork") else { return };
     assert!(
         other.child().try_wait().expect("try_wait").is_none(),
         "the untraced forker ran during the whole traced run"
@@ -154,42 +162,39 @@ fn unrelated_process_not_counted() {
     assert_eq!(got, forker_expected(n, m, k, "fork"), "(target, helper) of the traced tree only");
 }
 
-#[test]
-fn posix_spawn_children_followed() {
+fn posix_spawn_children_followed(backend: Backend) {
     let _machine = shared();
     let (n, m, k) = (200, 5, 7);
     let want = forker_expected(n, m, k, "spawn");
     assert_eq!(want, (3 + 160 * 5 + 40 * 7, 40 * 7));
     for run in 0..3 {
-        let Some(got) = traced_forker(&[], n, m, k, "spawn") else { return };
+        let Some(got) = traced_forker(backend, &[], n, m, k, "spawn") else { return };
         assert_eq!(got, want, "run {run}: (target, helper) with posix_spawn'ed workers");
     }
 }
 
-#[test]
-fn vfork_children_followed() {
+fn vfork_children_followed(backend: Backend) {
     let _machine = shared();
     let (n, m, k) = (200, 5, 7);
     let want = forker_expected(n, m, k, "vfork");
     for run in 0..3 {
-        let Some(got) = traced_forker(&[], n, m, k, "vfork") else { return };
+        let Some(got) = traced_forker(backend, &[], n, m, k, "vfork") else { return };
         assert_eq!(got, want, "run {run}: (target, helper) with vfork'ed workers");
     }
 }
 
-#[test]
-fn dlopen_plugin_fires() {
+fn dlopen_plugin_fires(backend: Backend) {
     let _machine = shared();
     let n = 500;
     let cmd = format!("{} {n}", fixture("dlopener"));
     let prog = "pid$target::plugin_fn:entry { @p = count(); } END { printa(\"plugin %@d\\n\", @p); }";
     // Without -Z the description matches nothing at start: a compile error, as dtrace.
-    let Some(out) = udtrace(&["-q", "-n", prog, "-c", &cmd]) else { return };
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &cmd]) else { return };
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("does not match any probes"), "{}", stderr(&out));
     assert!(!stdout(&out).contains("dlopener:"), "the command must not have run: {}", stdout(&out));
     // With -Z it is matched when plugin.so is loaded.
-    let Some(out) = udtrace(&["-q", "-Z", "-n", prog, "-c", &cmd]) else { return };
+    let Some(out) = backend.traced(&["-q", "-Z", "-n", prog, "-c", &cmd]) else { return };
     let text = stdout(&out);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(text.lines().any(|l| l == format!("dlopener: {n} calls")), "{text}");
@@ -212,6 +217,8 @@ fn line_reader(child: &mut Child) -> (mpsc::Receiver<String>, std::thread::JoinH
     (rx, h)
 }
 
+// `pid*` tests run on the default backend only: `pid*` probes are uprobes on either
+// (the in-process backend hands them to BPF), so a second run would test nothing new.
 #[test]
 fn all_processes_glob() {
     let _machine = alone();
@@ -314,23 +321,23 @@ fn untraced(cmd: &str) -> Output {
     g.take().wait_with_output().expect("untraced run")
 }
 
-/// Runs `cmd` under udtrace (not quiet, so that it reports how the command ended;
-/// trace output to a file, so that stdout is the command's alone). Returns udtrace's
-/// output and what it wrote to the file.
-fn traced_to_file(dir: &std::path::Path, prog: &str, cmd: &str) -> Option<(Output, String)> {
+/// Runs `cmd` under udtrace on `backend` (not quiet, so that it reports how the command
+/// ended; trace output to a file, so that stdout is the command's alone). Returns
+/// udtrace's output and what it wrote to the file.
+fn traced_to_file(backend: Backend, dir: &std::path::Path, prog: &str, cmd: &str) -> Option<(Output, String)> {
     let file = dir.join("trace.out");
     let _ = std::fs::remove_file(&file);
-    let out = udtrace(&["-Z", "-o", file.to_str().expect("path"), "-n", prog, "-c", cmd])?;
+    let out = backend.traced(&["-Z", "-o", file.to_str().expect("path"), "-n", prog, "-c", cmd])?;
     let trace = std::fs::read_to_string(&file).unwrap_or_default();
     Some((out, trace))
 }
 
 const TARGET_COUNT: &str = "pid$target::target:entry { @t = count(); } END { printa(\"target %@d\\n\", @t); }";
 
-#[test]
-fn shell_under_c_behaves_as_untraced() {
+fn shell_under_c_behaves_as_untraced(backend: Backend) {
     let _machine = shared();
-    let tmp = TempDir::new("shell");
+    // Named per backend: both variants run at once in this process.
+    let tmp = TempDir::new(&format!("shell-{backend:?}"));
     let dir = tmp.path();
     // A background job and a foreground one, then a distinctive exit status.
     let script = dir.join("jobs.sh");
@@ -339,7 +346,7 @@ fn shell_under_c_behaves_as_untraced() {
     let cmd = format!("bash {}", script.display());
     let plain = untraced(&cmd);
     assert_eq!(plain.status.code(), Some(7), "{}", stderr(&plain));
-    let Some((out, trace)) = traced_to_file(dir, TARGET_COUNT, &cmd) else { return };
+    let Some((out, trace)) = traced_to_file(backend, dir, TARGET_COUNT, &cmd) else { return };
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert_eq!(sorted_lines(&stdout(&out)), sorted_lines(&stdout(&plain)), "the shell's output under udtrace");
@@ -353,10 +360,9 @@ fn shell_under_c_behaves_as_untraced() {
     assert_eq!(labelled(&trace, "target"), 29 + 4, "target calls over the shell's whole tree: {trace}");
 }
 
-#[test]
-fn job_control_of_traced_children_passes_through() {
+fn job_control_of_traced_children_passes_through(backend: Backend) {
     let _machine = shared();
-    let tmp = TempDir::new("jobs");
+    let tmp = TempDir::new(&format!("jobs-{backend:?}"));
     let dir = tmp.path();
     // A shell stopping and continuing a background job.
     let script = dir.join("stop.sh");
@@ -365,7 +371,7 @@ fn job_control_of_traced_children_passes_through() {
     let cmd = format!("bash {}", script.display());
     let plain = untraced(&cmd);
     assert_eq!(stdout(&plain), "status=0\n");
-    let Some((out, _)) = traced_to_file(dir, TARGET_COUNT, &cmd) else { return };
+    let Some((out, _)) = traced_to_file(backend, dir, TARGET_COUNT, &cmd) else { return };
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), stdout(&plain), "{}", stderr(&out));
     assert!(
@@ -380,7 +386,7 @@ fn job_control_of_traced_children_passes_through() {
     assert!(plain.status.success(), "{}", stdout(&plain));
     let want = "stopped by signal 19\ncontinued\nterminated by signal 15\njobctl: ok\n";
     assert_eq!(stdout(&plain), want);
-    let Some((out, trace)) = traced_to_file(dir, TARGET_COUNT, &cmd) else { return };
+    let Some((out, trace)) = traced_to_file(backend, dir, TARGET_COUNT, &cmd) else { return };
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), want, "the child's stops reach its real parent: {}", stderr(&out));
     assert!(
@@ -391,12 +397,13 @@ fn job_control_of_traced_children_passes_through() {
     assert_eq!(labelled(&trace, "target"), 1, "the child's one target() call: {trace}");
 }
 
+// On the default backend only, as all_processes_glob.
 #[test]
 fn all_processes_leave_udtrace_itself_out() {
     let _machine = shared();
     // udtrace's own mallocs, made while it consumes each firing, would fire the probe
     // again without end: the run never reaches its tick.
-    let Some(out) = udtrace(&["-Z", "-q", "-n", "pid*::malloc:entry { @ = count(); } tick-1s { exit(0); }"]) else {
+    let Some(out) = traced(&["-Z", "-q", "-n", "pid*::malloc:entry { @ = count(); } tick-1s { exit(0); }"]) else {
         return;
     };
     assert!(out.status.success(), "{}", stderr(&out));

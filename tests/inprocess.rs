@@ -2,7 +2,7 @@
 //! (`-x inprocess`, and by default where BPF is refused), with exact counts on the C
 //! fixtures and the example daemon, children and exec'd workers followed, threads
 //! firing at once, a grabbed process left with its original code, and tracing as an
-//! ordinary user.
+//! ordinary user. The tests that hold for any pid backend run on uprobes too.
 
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -10,13 +10,26 @@ use std::process::{Command, Output, Stdio};
 
 mod util;
 
-use util::{bin, fixture, kill_after_deadline, stderr, stdout, udtrace_cmd, wait_mapped, Guard};
+use util::{bin, fixture, kill_after_deadline, pid_backends, stderr, stdout, udtrace_cmd, wait_mapped, Backend, Guard};
+
+pid_backends!(
+    classify_counts_match_the_uprobe_path,
+    threads_fire_at_once_without_loss,
+    forked_children_fire_with_their_own_pid,
+);
 
 /// Runs udtrace to completion (killed after 60 s as a hang guard).
 fn run(args: &[&str]) -> Output {
     let mut g = Guard::spawn(&mut udtrace_cmd(args));
     kill_after_deadline(g.child().id());
     g.take().wait_with_output().expect("udtrace finishes")
+}
+
+/// Runs udtrace on `backend` as [`Backend::traced`] does; in-process runs add
+/// `-x inprocess`, which reports the sites that fell back to uprobes.
+fn run_on(backend: Backend, args: &[&str]) -> Option<Output> {
+    let explain: &[&str] = if backend == Backend::InProcess { &["-x", "inprocess"] } else { &[] };
+    backend.traced(&[explain, args].concat())
 }
 
 /// The example daemon, built by `cargo test --workspace` with the examples.
@@ -60,20 +73,21 @@ const CLASSIFY: &str = "pid$target::classify:entry { @e = count(); } \
                         pid$target::classify:return { @r[arg0, arg1] = count(); } \
                         END { printa(\"entries %@d\\n\", @e); printa(\"%d %d %@d\\n\", @r); }";
 
-#[test]
-fn classify_counts_match_the_uprobe_path() {
+fn classify_counts_match_the_uprobe_path(backend: Backend) {
     let cmd = format!("{} 10", fixture("fixture"));
-    let out = run(&["-q", "-x", "inprocess", "-n", CLASSIFY, "-c", &cmd]);
+    let Some(out) = run_on(backend, &["-q", "-n", CLASSIFY, "-c", &cmd]) else { return };
     let text = stdout(&out);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_classify_counts(&text);
-    // The `ret` at 0xb needs the bytes the entry's patch takes: that one site is a
-    // uprobe, and udtrace says so.
-    assert!(
-        stderr(&out).contains("1 probe site uses uprobes, not in-process probes: it overlaps another patched site"),
-        "{}",
-        stderr(&out)
-    );
+    // In process, the `ret` at 0xb needs the bytes the entry's patch takes: that one
+    // site is a uprobe, and udtrace says so. On uprobes, nothing falls back.
+    if backend == Backend::InProcess {
+        assert!(
+            stderr(&out).contains("1 probe site uses uprobes, not in-process probes: it overlaps another patched site"),
+            "{}",
+            stderr(&out)
+        );
+    }
 }
 
 #[test]
@@ -89,12 +103,11 @@ fn the_main_job_in_process_counts_every_request() {
     assert!(!stderr(&out).contains("uprobes, not in-process"), "{}", stderr(&out));
 }
 
-#[test]
-fn threads_fire_at_once_without_loss() {
+fn threads_fire_at_once_without_loss(backend: Backend) {
     let m = 2000;
     let cmd = format!("{} threads {m}", fixture("probes"));
     let prog = "pid$target::thr_work:entry { @[tid] = count(); } END { printa(\"tid %@d\\n\", @); }";
-    let out = run(&["-q", "-x", "inprocess", "-n", prog, "-c", &cmd]);
+    let Some(out) = run_on(backend, &["-q", "-n", prog, "-c", &cmd]) else { return };
     let text = stdout(&out);
     assert!(out.status.success(), "{}", stderr(&out));
     let counts: Vec<&str> = text.lines().filter(|l| l.starts_with("tid ")).collect();
@@ -103,15 +116,14 @@ fn threads_fire_at_once_without_loss() {
     assert!(!stderr(&out).contains("uprobes, not in-process"), "{}", stderr(&out));
 }
 
-#[test]
-fn forked_children_fire_with_their_own_pid() {
+fn forked_children_fire_with_their_own_pid(backend: Backend) {
     // forker.c: the daemon calls target() 3 times; each of 4 forked workers M times.
     let (n, m) = (4, 25);
     let cmd = format!("{} {n} {m} 1 fork", fixture("forker"));
     let prog =
         "pid$target::target:entry { @[pid == $target ? \"daemon\" : \"worker\"] = count(); @p[pid] = count(); } \
                 END { printa(\"%s %@d\\n\", @); printa(\"pid %d %@d\\n\", @p); }";
-    let out = run(&["-q", "-x", "inprocess", "-n", prog, "-c", &cmd]);
+    let Some(out) = run_on(backend, &["-q", "-n", prog, "-c", &cmd]) else { return };
     let text = stdout(&out);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(text.contains("daemon 3\n"), "{text}");

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 mod util;
 
-use util::{stdout, traced};
+use util::{pid_backends, stdout, Backend};
+
+pid_backends!(the_main_job_counts_every_request_of_every_worker);
 
 /// `target/<profile>/examples/workerd`, next to this test's `deps/` directory.
 fn workerd() -> PathBuf {
@@ -18,12 +20,11 @@ fn workerd() -> PathBuf {
     path
 }
 
-#[test]
-fn the_main_job_counts_every_request_of_every_worker() {
+fn the_main_job_counts_every_request_of_every_worker(backend: Backend) {
     let (workers, requests) = (3u64, 250u64);
     let cmd = format!("{} {workers} {requests}", workerd().display());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/workers.d");
-    let Some(out) = traced(&["-s", script, "-c", &cmd]) else { return };
+    let Some(out) = backend.traced(&["-s", script, "-c", &cmd]) else { return };
     let text = stdout(&out);
     assert!(out.status.success(), "udtrace failed: {}", String::from_utf8_lossy(&out.stderr));
     assert!(

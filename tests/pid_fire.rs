@@ -1,4 +1,4 @@
-//! Issue 4 end to end: pid probes firing in real processes through the bpf backend,
+//! Issue 4 end to end: pid probes firing in real processes, on each backend,
 //! with exact counts, arguments, return values, strings, stacks and threads.
 
 use std::io::{Read, Write};
@@ -7,17 +7,28 @@ use std::time::Duration;
 
 mod util;
 
-use util::{bpf_gate, fixture, stdout, traced as udtrace, udtrace_cmd, wait_mapped, Guard};
+use util::{bpf_gate, fixture, pid_backends, stdout, wait_mapped, Backend, Guard};
+
+pid_backends!(
+    entry_count_and_sum_are_exact,
+    return_probes_give_site_offsets_and_values,
+    every_instruction_of_a_straight_function_fires_exactly,
+    copyinstr_shows_exact_strings_of_a_short_lived_process,
+    ustack_walks_a_chain_without_frame_pointers,
+    ustack_of_a_libc_probe_starts_in_libc,
+    threads_are_counted_exactly,
+    only_the_traced_process_is_counted,
+    a_grabbed_process_finishes_untouched_after_sigint_and_sigterm,
+);
 
 /// The lines of printed aggregation entries, split in whitespace-separated fields.
 fn agg_rows(text: &str) -> Vec<Vec<String>> {
     text.lines().map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>()).filter(|f| !f.is_empty()).collect()
 }
 
-#[test]
-fn entry_count_and_sum_are_exact() {
+fn entry_count_and_sum_are_exact(backend: Backend) {
     let n = 5000u64;
-    let Some(out) = udtrace(&[
+    let Some(out) = backend.traced(&[
         "-q",
         "-n",
         "pid$target::target:entry { @ = count(); @s = sum(arg1); }",
@@ -61,14 +72,13 @@ fn disassemble(binary: &str, func: &str) -> Option<(Vec<u64>, Vec<u64>)> {
     Some((insns, rets))
 }
 
-#[test]
-fn return_probes_give_site_offsets_and_values() {
+fn return_probes_give_site_offsets_and_values(backend: Backend) {
     let Some((_, rets)) = disassemble(&fixture("fixture"), "classify") else {
         println!("skipped: objdump or nm is not installed");
         return;
     };
     // classify(i - n/2) for i in 0..10: five negative (-1), one zero (0), four positive (1).
-    let Some(out) = udtrace(&[
+    let Some(out) = backend.traced(&[
         "-q",
         "-n",
         "pid$target::classify:return { @[arg0, arg1] = count(); }",
@@ -92,15 +102,14 @@ fn return_probes_give_site_offsets_and_values() {
     assert_eq!(by_value, vec![(0, 1), (1, 4), (0xffff_ffff, 5)]);
 }
 
-#[test]
-fn every_instruction_of_a_straight_function_fires_exactly() {
+fn every_instruction_of_a_straight_function_fires_exactly(backend: Backend) {
     let Some((insns, _)) = disassemble(&fixture("probes"), "work") else {
         println!("skipped: objdump or nm is not installed");
         return;
     };
     let n = 300u64;
     // work() has no branches: every instruction runs once per call.
-    let Some(out) = udtrace(&[
+    let Some(out) = backend.traced(&[
         "-q",
         "-n",
         "pid$target::work: { @[probename] = count(); }",
@@ -121,7 +130,7 @@ fn every_instruction_of_a_straight_function_fires_exactly() {
     assert_eq!(names, want);
     // A single offset probe.
     let second = format!("{:x}", insns[1]);
-    let Some(out) = udtrace(&[
+    let Some(out) = backend.traced(&[
         "-q",
         "-n",
         &format!("pid$target::work:{second} {{ @ = count(); }}"),
@@ -133,9 +142,8 @@ fn every_instruction_of_a_straight_function_fires_exactly() {
     assert!(stdout(&out).lines().any(|l| l.trim() == n.to_string()), "{}", stdout(&out));
 }
 
-#[test]
-fn copyinstr_shows_exact_strings_of_a_short_lived_process() {
-    let Some(out) = udtrace(&[
+fn copyinstr_shows_exact_strings_of_a_short_lived_process(backend: Backend) {
+    let Some(out) = backend.traced(&[
         "-q",
         "-n",
         "pid$target::fx_open:entry { @[copyinstr(arg0), arg1] = count(); }",
@@ -155,9 +163,8 @@ fn copyinstr_shows_exact_strings_of_a_short_lived_process() {
     }
 }
 
-#[test]
-fn ustack_walks_a_chain_without_frame_pointers() {
-    let Some(out) = udtrace(&[
+fn ustack_walks_a_chain_without_frame_pointers(backend: Backend) {
+    let Some(out) = backend.traced(&[
         "-q",
         "-n",
         "pid$target::chain_c:entry { @[ustack()] = count(); }",
@@ -177,9 +184,8 @@ fn ustack_walks_a_chain_without_frame_pointers() {
     assert!(text.lines().any(|l| l.trim() == "7"), "{text}");
 }
 
-#[test]
-fn ustack_of_a_libc_probe_starts_in_libc() {
-    let Some(out) = udtrace(&[
+fn ustack_of_a_libc_probe_starts_in_libc(backend: Backend) {
+    let Some(out) = backend.traced(&[
         "-q",
         "-n",
         "pid$target:libc:nanosleep:entry { @[ustack(2)] = count(); }",
@@ -194,10 +200,9 @@ fn ustack_of_a_libc_probe_starts_in_libc() {
     assert!(frames[1].starts_with("probes`main+0x"), "{text}");
 }
 
-#[test]
-fn threads_are_counted_exactly() {
+fn threads_are_counted_exactly(backend: Backend) {
     let m = 20000u64;
-    let Some(out) = udtrace(&[
+    let Some(out) = backend.traced(&[
         "-q",
         "-n",
         "pid$target::thr_work:entry { @ = count(); }",
@@ -210,11 +215,10 @@ fn threads_are_counted_exactly() {
     assert!(text.lines().any(|l| l.trim() == (4 * m).to_string()), "{text}");
 }
 
-#[test]
-fn only_the_traced_process_is_counted() {
+fn only_the_traced_process_is_counted(backend: Backend) {
     // The same binary runs untraced alongside, calling work() 500 times.
     let mut other = Guard::spawn(Command::new(fixture("probes")).args(["spin", "500", "1"]).stdout(Stdio::null()));
-    let Some(out) = udtrace(&[
+    let Some(out) = backend.traced(&[
         "-q",
         "-n",
         "pid$target::work:entry { @ = count(); }",
@@ -228,8 +232,7 @@ fn only_the_traced_process_is_counted() {
     let _ = other.child().kill();
 }
 
-#[test]
-fn a_grabbed_process_finishes_untouched_after_sigint_and_sigterm() {
+fn a_grabbed_process_finishes_untouched_after_sigint_and_sigterm(backend: Backend) {
     for sig in ["-INT", "-TERM"] {
         let untraced =
             Command::new(fixture("probes")).args(["wait", "1000"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn();
@@ -243,7 +246,7 @@ fn a_grabbed_process_finishes_untouched_after_sigint_and_sigterm() {
         let pid = target.child().id().to_string();
         wait_mapped(&pid, "libc.so.6");
         let mut tracer =
-            Guard::spawn(&mut udtrace_cmd(&["-q", "-n", "pid$target::work:entry { @ = count(); }", "-p", &pid]));
+            Guard::spawn(&mut backend.command(&["-q", "-n", "pid$target::work:entry { @ = count(); }", "-p", &pid]));
         // Let it arm, then stop it mid-trace.
         std::thread::sleep(Duration::from_millis(700));
         Command::new("kill").args([sig, &tracer.child().id().to_string()]).status().expect("kill");

@@ -8,7 +8,9 @@ use std::sync::{Mutex, MutexGuard};
 
 mod util;
 
-use util::{fixture, stderr, stdout, traced, TempDir};
+use util::{fixture, pid_backends, stderr, stdout, traced, Backend, TempDir};
+
+pid_backends!(curpsinfo_in_pid_probes);
 
 /// One at a time: the lifetimes test measures time, and other fixtures' load would
 /// stretch it.
@@ -17,10 +19,16 @@ fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs `udtrace -q -n SCRIPT -c COMMAND` and returns its stdout (fixture output
-/// included), after checking that both succeeded; None where BPF is refused.
+/// Runs `udtrace -q -n SCRIPT -c COMMAND` on the default backend and returns its
+/// stdout (fixture output included), after checking that both succeeded; None where
+/// BPF is refused.
 fn run(script: &str, command: &str) -> Option<String> {
-    let out = traced(&["-q", "-n", script, "-c", command])?;
+    run_on(Backend::InProcess, script, command)
+}
+
+/// [`run`] with pid probes on `backend`.
+fn run_on(backend: Backend, script: &str, command: &str) -> Option<String> {
+    let out = backend.traced(&["-q", "-n", script, "-c", command])?;
     let (text, err) = (stdout(&out), stderr(&out));
     assert!(out.status.success(), "udtrace failed: {err}\n{text}");
     assert!(err.is_empty(), "unexpected messages: {err}");
@@ -245,12 +253,11 @@ fn storms_arrive_whole_or_drops_are_told() {
 }
 
 /// `curpsinfo` and `curlwpsinfo` in pid probes, translated from /proc when read.
-#[test]
-fn curpsinfo_in_pid_probes() {
+fn curpsinfo_in_pid_probes(backend: Backend) {
     let _s = serial();
     let script = r#"pid$target::classify:entry /i++ == 0/ {
             printf("cur %s %d %d %d %s\n", stringof(curpsinfo->pr_fname), curpsinfo->pr_pid == pid, curpsinfo->pr_ppid == ppid, curlwpsinfo->pr_lwpid == tid, stringof(curlwpsinfo->pr_clname));
         }"#;
-    let Some(text) = run(script, &format!("{} 10", fixture("fixture"))) else { return };
+    let Some(text) = run_on(backend, script, &format!("{} 10", fixture("fixture"))) else { return };
     assert_eq!(tagged(&text, "cur"), ["fixture 1 1 1 TS"], "{text}");
 }

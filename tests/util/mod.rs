@@ -233,3 +233,65 @@ pub fn stdout(out: &std::process::Output) -> String {
 pub fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+// The pid provider's two backends. Both must behave the same, so each pid-provider
+// test is written once, as a function of its backend, and run on each.
+
+/// Where pid probes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The default: sites patched into the traced process, uprobes as the fallback.
+    InProcess,
+    /// `-x uprobes`: every site a kernel uprobe driven by BPF.
+    Uprobes,
+}
+
+impl Backend {
+    /// The options that select this backend.
+    pub fn flags(self) -> &'static [&'static str] {
+        match self {
+            Backend::InProcess => &[],
+            Backend::Uprobes => &["-x", "uprobes"],
+        }
+    }
+
+    /// udtrace's arguments `args` on this backend: its options go first, where any
+    /// option may be.
+    pub fn with<'a>(self, args: &[&'a str]) -> Vec<&'a str> {
+        self.flags().iter().chain(args).copied().collect()
+    }
+
+    /// [`traced`] on this backend.
+    pub fn traced(self, args: &[&str]) -> Option<std::process::Output> {
+        traced(&self.with(args))
+    }
+
+    /// [`udtrace_cmd`] on this backend.
+    pub fn command(self, args: &[&str]) -> Command {
+        udtrace_cmd(&self.with(args))
+    }
+}
+
+/// `pid_backends!(name, ...)`: for each `fn name(backend: Backend)` of the test file,
+/// the tests `in_process::name` and `uprobes::name`, so that `cargo test uprobes::`
+/// runs one half. The bodies stay ordinary functions, which rustfmt formats, and one
+/// missing from the list is dead code, which clippy refuses.
+#[allow(unused_macros)] // Test binaries without pid-provider tests do not use it.
+macro_rules! pid_backends {
+    ($($name:ident),* $(,)?) => {
+        mod in_process {
+            $(#[test]
+            fn $name() {
+                super::$name($crate::util::Backend::InProcess)
+            })*
+        }
+        mod uprobes {
+            $(#[test]
+            fn $name() {
+                super::$name($crate::util::Backend::Uprobes)
+            })*
+        }
+    };
+}
+#[allow(unused_imports)] // As above.
+pub(crate) use pid_backends;
