@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark of udtrace against bpftrace on the same workloads, in one
-# interleaved run. Prints per-firing overhead (traced loop time minus untraced, per
-# call) for each tracer and the udtrace/bpftrace ratio, then start-up and arming times.
+# Side-by-side benchmark of udtrace against bpftrace and uftrace on the same workloads,
+# in one interleaved run. Prints per-firing overhead (traced loop time minus untraced,
+# per call) for each tracer and the udtrace/bpftrace and in-process/uftrace ratios,
+# then start-up and arming times.
 #
 #   bench/run.sh            # ROUNDS=5 by default
 #   ROUNDS=9 bench/run.sh
 #
-# Needs root, gcc and bpftrace (apt-get install -y bpftrace). Not part of the tests.
+# Needs root, gcc and bpftrace (apt-get install -y bpftrace); uftrace
+# (apt-get install -y uftrace) adds its column when installed. Not part of the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,20 +27,24 @@ loop_ns() { grep -Eo '^[0-9]+ calls [0-9]+ ns' | awk '{print $3}' | tail -1; }
 count_of() { grep -Eo '^ *[0-9]+ *$' | tr -d ' ' | tail -1; }
 
 # workload  mode  N  udtrace-description  bpftrace-probe
+# uftrace patches functions of the program dynamically (-P) and always records both
+# entry and return; library calls it records through the PLT, under a traced main
+# (so the malloc row also records free, and each call is two records).
 WORKLOADS=(
-  "lea|lea|200000|pid\$target::f_lea:entry|uprobe:$W/calls:f_lea"
-  "push|push|1000000|pid\$target::f_push:entry|uprobe:$W/calls:f_push"
-  "malloc|malloc|1000000|pid\$target:libc:malloc:entry|uprobe:$LIBC:malloc"
-  "4 threads|threads|1000000|pid\$target::f_push:entry|uprobe:$W/calls:f_push"
-  "return|ret|200000|pid\$target::f_lea:return|uretprobe:$W/calls:f_lea"
+  "lea|lea|200000|pid\$target::f_lea:entry|uprobe:$W/calls:f_lea|-P f_lea --no-libcall|f_lea"
+  "push|push|1000000|pid\$target::f_push:entry|uprobe:$W/calls:f_push|-P f_push --no-libcall|f_push"
+  "malloc|malloc|1000000|pid\$target:libc:malloc:entry|uprobe:$LIBC:malloc|-P main|malloc"
+  "4 threads|threads|1000000|pid\$target::f_push:entry|uprobe:$W/calls:f_push|-P f_push --no-libcall|f_push"
+  "return|ret|200000|pid\$target::f_lea:return|uretprobe:$W/calls:f_lea|-P f_lea --no-libcall|f_lea"
 )
+UFTRACE=$(command -v uftrace || true)
 
-printf '%-10s %9s %12s %12s %12s %14s %14s %14s %8s %8s\n' workload calls "udtrace n" "inproc n" "bpftrace n" \
-  "udtrace ns/f" "inproc ns/f" "bpftrace ns/f" ratio inproc
+printf '%-10s %9s %10s %10s %10s %10s %13s %12s %13s %12s %7s %7s %9s\n' workload calls "udtrace n" "inproc n" \
+  "bpftrace n" "uftrace n" "udtrace ns/f" "inproc ns/f" "bpftrace ns/f" "uftrace ns/f" ratio inproc "ip/uftr"
 for w in "${WORKLOADS[@]}"; do
-  IFS='|' read -r name mode n udesc bprobe <<<"$w"
-  : >"$W/base"; : >"$W/ud"; : >"$W/ip"; : >"$W/bt"
-  ucount=?; icount=?; bcount=?
+  IFS='|' read -r name mode n udesc bprobe uargs ufunc <<<"$w"
+  : >"$W/base"; : >"$W/ud"; : >"$W/ip"; : >"$W/bt"; : >"$W/uf"
+  ucount=?; icount=?; bcount=?; fcount=-
   for _ in $(seq "$ROUNDS"); do
     "$W/calls" "$mode" "$n" | loop_ns >>"$W/base"
     out=$("$U" -q -x uprobes -n "$udesc { @ = count(); }" -c "$W/calls $mode $n" 2>&1)
@@ -47,13 +53,20 @@ for w in "${WORKLOADS[@]}"; do
     echo "$out" | loop_ns >>"$W/ip"; icount=$(echo "$out" | count_of)
     out=$(bpftrace -e "$bprobe { @ = count(); }" -c "$W/calls $mode $n" 2>&1)
     echo "$out" | loop_ns >>"$W/bt"; bcount=$(echo "$out" | grep -Eo '^@: [0-9]+' | awk '{print $2}')
+    if [ -n "$UFTRACE" ]; then
+      rm -rf "$W/uft"
+      # shellcheck disable=SC2086 # uargs is a list of options
+      "$UFTRACE" record -d "$W/uft" $uargs "$W/calls" "$mode" "$n" 2>&1 | loop_ns >>"$W/uf"
+      fcount=$("$UFTRACE" report -d "$W/uft" 2>/dev/null | awk -v f="$ufunc" '$NF == f {print $(NF-1)}' | head -1)
+    fi
   done
   base=$(median <"$W/base"); ud=$(median <"$W/ud"); ip=$(median <"$W/ip"); bt=$(median <"$W/bt")
-  awk -v name="$name" -v n="$n" -v uc="$ucount" -v ic="$icount" -v bc="$bcount" -v base="$base" -v ud="$ud" \
-      -v ip="$ip" -v bt="$bt" 'BEGIN {
-    u = (ud - base) / n; i = (ip - base) / n; b = (bt - base) / n;
-    printf "%-10s %9d %12s %12s %12s %14.0f %14.0f %14.0f %7.2fx %7.3fx\n", name, n, uc, ic, bc, u, i, b,
-      (b > 0 ? u / b : 0), (b > 0 ? i / b : 0) }'
+  uf=$( [ -s "$W/uf" ] && median <"$W/uf" || echo 0)
+  awk -v name="$name" -v n="$n" -v uc="$ucount" -v ic="$icount" -v bc="$bcount" -v fc="$fcount" -v base="$base" \
+      -v ud="$ud" -v ip="$ip" -v bt="$bt" -v uf="$uf" 'BEGIN {
+    u = (ud - base) / n; i = (ip - base) / n; b = (bt - base) / n; f = (uf > 0 ? (uf - base) / n : 0);
+    printf "%-10s %9d %10s %10s %10s %10s %13.0f %12.0f %13.0f %12.0f %6.2fx %6.3fx %8.2fx\n", name, n, uc, ic, bc,
+      fc, u, i, b, f, (b > 0 ? u / b : 0), (b > 0 ? i / b : 0), (f > 0 ? i / f : 0) }'
 done
 
 echo

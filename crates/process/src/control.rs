@@ -61,6 +61,14 @@ pub struct Target {
     adopted: bool,
 }
 
+/// Whether thread `tid` of `pid` still runs (not gone, not a zombie).
+fn thread_alive(pid: i32, tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()))
+        .is_some_and(|state| state != 'Z' && state != 'X')
+}
+
 /// Options while a created command is held: it dies with udtrace until it is released.
 /// TRACESYSGOOD: see crate::inject (a thread left in a syscall stop survives udtrace).
 const HOLD_OPTIONS: ptrace::Options = ptrace::Options::PTRACE_O_TRACEEXEC
@@ -148,22 +156,33 @@ impl Target {
             started: false,
             adopted: false,
         };
-        for tid in tids {
-            let p = Pid::from_raw(tid);
-            // TRACESYSGOOD: see crate::inject (a thread left in a syscall stop survives).
-            match ptrace::seize(p, ptrace::Options::PTRACE_O_TRACESYSGOOD) {
-                Ok(()) => {}
-                // A thread that exited meanwhile is fine.
-                Err(Errno::ESRCH) if tid != pid => continue,
-                Err(e) => {
-                    t.release();
-                    return Err(grab_err(e));
-                }
+        // Threads come and go meanwhile: list again until a listing has no thread that
+        // is not held yet (held threads are stopped, and create none).
+        let mut listed = tids;
+        loop {
+            let new: Vec<i32> = listed.into_iter().filter(|tid| !t.held.contains(tid)).collect();
+            if new.is_empty() {
+                break;
             }
-            t.held.push(tid);
-            ptrace::interrupt(p).map_err(grab_err)?;
-            // Wait for this thread's group-stop-like interrupt stop.
-            let _ = waitpid(p, Some(WaitPidFlag::__WALL));
+            for tid in new {
+                let p = Pid::from_raw(tid);
+                // TRACESYSGOOD: see crate::inject (a thread left in a syscall stop survives).
+                match ptrace::seize(p, ptrace::Options::PTRACE_O_TRACESYSGOOD) {
+                    Ok(()) => {}
+                    // A thread that exited meanwhile is fine: gone (ESRCH), or a zombie
+                    // that refuses (EPERM).
+                    Err(Errno::ESRCH | Errno::EPERM) if tid != pid && !thread_alive(pid, tid) => continue,
+                    Err(e) => {
+                        t.release();
+                        return Err(grab_err(e));
+                    }
+                }
+                t.held.push(tid);
+                ptrace::interrupt(p).map_err(grab_err)?;
+                // Wait for this thread's group-stop-like interrupt stop.
+                let _ = waitpid(p, Some(WaitPidFlag::__WALL));
+            }
+            listed = procfs::tasks(pid).unwrap_or_default();
         }
         Ok(t)
     }
