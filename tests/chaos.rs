@@ -8,13 +8,12 @@
 //! `UDTRACE_CHAOS_ROUNDS` sets the number of rounds (100 by default; bench/chaos.sh runs
 //! more), `UDTRACE_CHAOS_SEED` replays a failing sequence (each run prints its seed).
 
-use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 mod util;
 
-use util::{bpf_gate, fixture, udtrace_cmd, Guard};
+use util::{bpf_gate, fixture, udtrace_cmd, wait_output, Guard};
 
 /// Rounds of the fixture's own loop: about 15 ms each.
 const FIXTURE_ROUNDS: &str = "25";
@@ -36,37 +35,10 @@ impl Rng {
     }
 }
 
-/// What a child printed on stdout and stderr and how it ended: waited for at most 30 s
-/// (then it fails the test, and the guard kills it).
-fn finish(mut child: Guard, what: &str) -> (String, String, Option<i32>) {
-    let read = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_string(&mut text);
-            }
-            text
-        })
-    };
-    let out = read(child.child().stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = read(child.child().stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(st) = child.child().try_wait().expect("wait") {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "{what} did not finish (a thread left stopped?)");
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    // Already reaped by try_wait: this only takes it out of the guard.
-    let _ = child.take().wait();
-    (out.join().expect("reader"), err.join().expect("reader"), status.code())
-}
-
-/// The fixture's output and exit status.
-fn run_fixture(child: Guard) -> (String, Option<i32>) {
-    let (out, err, code) = finish(child, "the program");
-    (out + &err, code)
+/// The fixture's output (stdout, then stderr) and exit status (-1: killed by a signal).
+fn run_fixture(mut child: Guard) -> (String, i32) {
+    let out = wait_output(child.take(), "the program (a thread left stopped?)");
+    (out.stdout + &out.stderr, out.status)
 }
 
 fn spawn_fixture() -> Guard {
@@ -94,7 +66,7 @@ fn stopping_udtrace_at_any_moment_leaves_the_program_as_untraced() {
     let mut rng = Rng(seed);
 
     let expected = run_fixture(spawn_fixture());
-    assert_eq!(expected.1, Some(5), "untraced run: {}", expected.0);
+    assert_eq!(expected.1, 5, "untraced run: {}", expected.0);
 
     let signals = [("SIGINT", libc::SIGINT), ("SIGTERM", libc::SIGTERM), ("SIGKILL", libc::SIGKILL)];
     let mut printed = 0;
@@ -115,7 +87,7 @@ fn stopping_udtrace_at_any_moment_leaves_the_program_as_untraced() {
         // SAFETY: kill(2) on the pid of our own child, not yet reaped.
         unsafe { libc::kill(tracer.child().id() as i32, sig) };
         let traced = run_fixture(target);
-        let (stdout, stderr, status) = finish(tracer, "udtrace");
+        let util::Output { stdout, stderr, status } = wait_output(tracer.take(), "udtrace");
         assert!(!stderr.contains("panicked"), "{what}: udtrace panicked: {stderr}");
         if traced.1 != expected.1 || traced.0 != expected.0 {
             panic!(
@@ -125,7 +97,7 @@ fn stopping_udtrace_at_any_moment_leaves_the_program_as_untraced() {
             );
         }
         // Killed by the signal, or ended by it (or by the program's end) as it should.
-        assert!(matches!(status, None | Some(0)), "{what}: udtrace {status:?}: {stderr}");
+        assert!(status == -1 || status == 0, "{what}: udtrace exit status {status}: {stderr}");
         if stdout.lines().any(|l| !l.trim().is_empty()) {
             printed += 1;
         }

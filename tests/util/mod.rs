@@ -45,19 +45,25 @@ pub fn udtrace<S: AsRef<OsStr>>(args: &[S]) -> Command {
 /// Runs `cmd` with empty stdin, killing it if it outlives [`TIMEOUT`].
 pub fn run(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    wait_output(child, &format!("{cmd:?}"))
+}
+
+/// Waits for a spawned `child` (stdout and stderr piped) and collects what it printed,
+/// killing it if it outlives [`TIMEOUT`]; `what` names it in that failure.
+pub fn wait_output(mut child: Child, what: &str) -> Output {
     // Read both pipes on threads so a chatty child cannot block on a full pipe.
     let out = reader(&mut child, true);
     let err = reader(&mut child, false);
     let deadline = Instant::now() + TIMEOUT;
     let status = loop {
-        match child.try_wait().expect("wait for udtrace") {
+        match child.try_wait().expect("wait for the child") {
             Some(s) => break s,
             None if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
                 let stderr = err.join().unwrap_or_default();
-                panic!("{cmd:?} did not finish within {TIMEOUT:?}; stderr:\n{stderr}");
+                panic!("{what} did not finish within {TIMEOUT:?}; stderr:\n{stderr}");
             }
             None => thread::sleep(Duration::from_millis(10)),
         }

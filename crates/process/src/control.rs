@@ -159,8 +159,10 @@ impl Target {
         // Threads come and go meanwhile: list again until a listing has no thread that
         // is not held yet (held threads are stopped, and create none).
         let mut listed = tids;
+        // Exiting threads left alone: a zombie may stay listed for a while.
+        let mut left: Vec<i32> = Vec::new();
         loop {
-            let new: Vec<i32> = listed.into_iter().filter(|tid| !t.held.contains(tid)).collect();
+            let new: Vec<i32> = listed.into_iter().filter(|tid| !t.held.contains(tid) && !left.contains(tid)).collect();
             if new.is_empty() {
                 break;
             }
@@ -171,7 +173,10 @@ impl Target {
                     Ok(()) => {}
                     // A thread that exited meanwhile is fine: gone (ESRCH), or a zombie
                     // that refuses (EPERM).
-                    Err(Errno::ESRCH | Errno::EPERM) if tid != pid && !thread_alive(pid, tid) => continue,
+                    Err(Errno::ESRCH | Errno::EPERM) if tid != pid && !thread_alive(pid, tid) => {
+                        left.push(tid);
+                        continue;
+                    }
                     Err(e) => {
                         t.release();
                         return Err(grab_err(e));

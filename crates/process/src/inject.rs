@@ -11,7 +11,9 @@
 //! executable mapping: nothing is ever written over code, so other threads running the
 //! code at the thread's `rip` see nothing), `rax` = number, `rdi, rsi, rdx, r10, r8,
 //! r9` = arguments, `orig_rax` = -1, and resumes it with `PTRACE_SYSCALL`: it stops at
-//! the call's entry and again at its exit, with the result in `rax`.
+//! the call's entry and again at its exit, with the result in `rax`. The thread must
+//! have `PTRACE_O_TRACESYSGOOD` (every tracee of udtrace has it): without it a syscall
+//! stop looks like any SIGTRAP and is reported as an unexpected stop.
 //! [`RemoteCall::finish`] (or dropping it) puts back the registers and any scratch
 //! memory exactly; the thread stays in that last syscall-exit stop.
 //!
@@ -378,17 +380,8 @@ impl RemoteCall {
             };
             // Whatever the stop, the thread has left the one the session began in.
             self.left = true;
-            let syscall_stop = match st {
-                WaitStatus::PtraceSyscall(_) => true,
-                // Without PTRACE_O_TRACESYSGOOD a syscall stop looks like a SIGTRAP: the
-                // only one that can stop the thread right past the instruction.
-                WaitStatus::Stopped(_, nix::sys::signal::Signal::SIGTRAP) => {
-                    ptrace::getregs(p).is_ok_and(|r| r.rip == self.syscall_at + 2)
-                }
-                _ => false,
-            };
             match st {
-                _ if syscall_stop => {
+                WaitStatus::PtraceSyscall(_) => {
                     let now = ptrace::getregs(p).map_err(self.ptrace_err("PTRACE_GETREGS"))?;
                     if now.rip != self.syscall_at + 2 {
                         return Err(InjectError::UnexpectedStop {
@@ -417,7 +410,7 @@ impl RemoteCall {
                     }
                 }
                 // PTRACE_EVENT_STOP (group-stop or interrupt of a seized thread): go on.
-                WaitStatus::PtraceEvent(..) | WaitStatus::PtraceSyscall(_) | WaitStatus::Continued(_) => {}
+                WaitStatus::PtraceEvent(..) | WaitStatus::Continued(_) => {}
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
                     self.gone = true;
                     return Err(InjectError::Gone { tid: self.tid });

@@ -389,7 +389,7 @@ fn inject_while_blocked_in_nanosleep() {
 }
 
 /// Stopped in ppoll, whose temporary mask lets in SIGUSR1 (blocked otherwise), with a
-/// SIGUSR1 pending: the steps take it, it is queued again, and once let go ppoll gets
+/// SIGUSR1 pending: the calls take it, it is queued again, and once let go ppoll gets
 /// it as it would have (EINTR, the handler ran) and the mask is the original again.
 #[test]
 fn inject_while_in_ppoll_with_a_signal_pending() {
