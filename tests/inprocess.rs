@@ -10,7 +10,9 @@ use std::process::{Command, Output, Stdio};
 
 mod util;
 
-use util::{bin, fixture, kill_after_deadline, pid_backends, stderr, stdout, udtrace_cmd, wait_mapped, Backend, Guard};
+use util::{
+    bin, bpf_gate, fixture, kill_after_deadline, pid_backends, stderr, stdout, udtrace_cmd, wait_mapped, Backend, Guard,
+};
 
 pid_backends!(
     classify_counts_match_the_uprobe_path,
@@ -175,6 +177,29 @@ fn a_grabbed_process_gets_its_code_back() {
     let done = g.take().wait_with_output().expect("fixture finishes");
     assert!(done.status.success());
     assert!(String::from_utf8_lossy(&done.stdout).starts_with("spin 300 "), "{:?}", done);
+}
+
+/// A process traced before still has udtrace's memfds mapped (ring, trampolines),
+/// which no file backs: traced again, in-process and with uprobes, it counts as any
+/// other (their mappings are not objects udtrace must read).
+#[test]
+fn a_process_traced_before_is_traced_again() {
+    let mut g = Guard::spawn(Command::new(fixture("probes")).args(["spin", "300", "5"]).stdout(Stdio::piped()));
+    let pid = g.child().id().to_string();
+    wait_mapped(&pid, "libc");
+    let prog = "pid$target::work:entry { n++; } pid$target::work:entry /n == 20/ { exit(0); }";
+    for flags in [&[][..], &["-x", "uprobes"][..], &[][..]] {
+        let args: Vec<&str> = ["-q"].iter().chain(flags).chain(&["-n", prog, "-p", &pid]).copied().collect();
+        let out = run(&args);
+        if bpf_gate(&out).is_none() {
+            return;
+        }
+        assert!(out.status.success(), "{flags:?}: {}", stderr(&out));
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+        assert!(maps.contains("/memfd:udtrace-"), "the first run left its memfds mapped");
+    }
+    let done = g.take().wait_with_output().expect("fixture finishes");
+    assert!(done.status.success());
 }
 
 /// `runuser -u nobody -- udtrace ARGS`, or None (with the reason printed) where the

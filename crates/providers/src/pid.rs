@@ -278,7 +278,12 @@ impl PidProvider {
                 // A mapping that is not an ELF object (a locale archive, a font) has
                 // no probes: never an error.
                 Err(LoadError::Elf { .. }) => continue,
-                Err(e) if strict => return Err((Tag::D_PROC_LIB, format!("failed to read {}: {e}", file.display()))),
+                // Nor is a mapping whose file cannot be opened when no module was
+                // named (a memfd, udtrace's own among them after an earlier run, or a
+                // deleted file): only a module asked for by name must be readable.
+                Err(e) if strict && !glob::is_glob(module) => {
+                    return Err((Tag::D_PROC_LIB, format!("failed to read {}: {e}", file.display())))
+                }
                 Err(_) => continue,
             };
             let funcs: Vec<Function> = loaded.table.matching(func).into_iter().cloned().collect();
