@@ -85,7 +85,8 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     ]))?;
     let plugin =
         spawn(Command::new("gcc").args(cflags).args(["-fPIC", "-shared", "-o", &o("plugin.so"), &s("plugin.c")]))?;
-    let dlopener = spawn(Command::new("gcc").args(cflags).args(["-o", &o("dlopener"), &s("dlopener.c"), "-ldl"]))?;
+    let dlopener =
+        spawn(Command::new("gcc").args(cflags).args(["-pthread", "-o", &o("dlopener"), &s("dlopener.c"), "-ldl"]))?;
     wait(lib)?;
     wait(follow_lib)?;
     // Follow-children fixtures: linked with libfollow.so, found next to them.

@@ -275,10 +275,53 @@ fn without_bpf_unpatchable_sites_are_breakpoints() {
 
 #[test]
 fn without_bpf_libraries_loaded_later_are_armed() {
-    // dlopener.c: plugin.so is dlopen()ed after tracing starts; plugin_fn runs N times.
+    // dlopener.c: plugin.so is dlopen()ed after tracing starts, by the main thread, a
+    // thread created later, or a forked child; plugin_fn runs N times there.
+    let prog = "pid$target::plugin_fn:entry { @[pid == $target] = count(); } \
+                END { printa(\"plugin_fn %d %@d\\n\", @); }";
+    for (how, by_target) in [("", 1), ("thread", 1), ("fork", 0)] {
+        let cmd = format!("{} 7 {how}", fixture("dlopener"));
+        let Some(out) = as_nobody(&["-Z", "-q", "-n", prog, "-c", &cmd]) else { return };
+        assert!(out.status.success(), "{how}: {}", stderr(&out));
+        let want = format!("plugin_fn {by_target} 7\n");
+        assert!(stdout(&out).contains(&want), "{how}: {}\n{}", stdout(&out), stderr(&out));
+    }
+}
+
+#[test]
+fn without_bpf_the_loader_hook_survives_a_kernel_uprobe_on_it() {
+    // A root session on BPF puts a uprobe on the loader's hook in every process that
+    // maps the loader (its hook follows children, so it has no pid filter). An int3 of
+    // udtrace's own there would lose every hit to the kernel: this failed every time
+    // before the hook became a debug register.
+    let mut root = udtrace_cmd(&[
+        "-x",
+        "uprobes",
+        "-Z",
+        "-q",
+        "-n",
+        "BEGIN { printf(\"ready\\n\"); }",
+        "-n",
+        "pid$target::plugin_fn:entry { }",
+        "-c",
+        "sleep 60",
+    ]);
+    let mut g = Guard::spawn(&mut root);
+    kill_after_deadline(g.child().id());
+    let mut line = String::new();
+    let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(g.child().stdout.take().unwrap()), &mut line);
+    if line != "ready\n" {
+        let out = g.take().wait_with_output().expect("udtrace finishes");
+        bpf_gate(&out).expect("the root session ends only when BPF is refused");
+        panic!("the root session did not start: {}", stderr(&out));
+    }
     let cmd = format!("{} 7", fixture("dlopener"));
     let prog = "pid$target::plugin_fn:entry { @ = count(); } END { printa(\"plugin_fn %@d\\n\", @); }";
-    let Some(out) = as_nobody(&["-Z", "-q", "-n", prog, "-c", &cmd]) else { return };
+    let out = as_nobody(&["-Z", "-q", "-n", prog, "-c", &cmd]);
+    // SIGINT: the root session ends cleanly, and its `sleep` with it.
+    let _ = Command::new("kill").args(["-INT", &g.child().id().to_string()]).status();
+    let _ = g.take().wait();
+    let Some(out) = out else { return };
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("plugin_fn 7\n"), "{}\n{}", stdout(&out), stderr(&out));
 }

@@ -403,15 +403,15 @@ impl Backend for Bpf {
         Ok(())
     }
 
-    fn arm_hook(&mut self, _pid: i32, file: &Path, offset: u64, r_state: u64) -> Result<(), Error> {
-        let Some(hold) = &mut self.hold else { return Ok(()) };
+    fn arm_hook(&mut self, _pid: i32, file: &Path, offset: u64, r_state: u64) -> Result<Option<u64>, Error> {
+        let Some(hold) = &mut self.hold else { return Ok(None) };
         if hold.links.contains_key(file) {
-            return Ok(());
+            return Ok(None);
         }
         let link = attach_multi_pid(&hold.program, file, &[Site { offset, cookie: r_state }], false, 0)
             .map_err(|e| bpf_error("arm the loader hook", &e.to_string(), e.os_error()))?;
         hold.links.insert(file.to_path_buf(), link);
-        Ok(())
+        Ok(None)
     }
 
     fn take_hold(&self, tid: i32) -> bool {

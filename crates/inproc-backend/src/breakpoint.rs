@@ -3,7 +3,8 @@
 //! with SIGTRAP), writes the firing's record itself from the stopped thread (the same
 //! bytes a trampoline or a BPF program writes), and sends the thread on through an
 //! out-of-line copy of the instruction, so the breakpoint stays in place for every
-//! other thread. The dynamic loader's hook is a breakpoint of the same kind.
+//! other thread. (The dynamic loader's hook is watched with a debug register instead:
+//! see `udtrace_process::watch`.)
 
 use nix::libc::user_regs_struct;
 
@@ -13,19 +14,11 @@ use udtrace_record::pid::{
     OFF_PID_TGID, OFF_REGS, OFF_STACK_LEN,
 };
 
-/// What a breakpoint is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A probe site: its cookie.
-    Site(u64),
-    /// The loader's `_dl_debug_state`: `r_state` lies this far from it (0: unknown).
-    LoaderHook(u64),
-}
-
-/// One breakpoint: what it is, the byte it replaced, where its out-of-line copy runs.
+/// One breakpoint: its site's cookie, the byte it replaced, where its out-of-line copy
+/// runs.
 #[derive(Debug, Clone)]
 pub struct Breakpoint {
-    pub kind: Kind,
+    pub cookie: u64,
     pub original: u8,
     pub copy: u64,
 }

@@ -18,7 +18,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
-use breakpoint::Kind;
 use process::{Batch, Proc, Rings};
 
 use udtrace_inproc::ring::Geometry;
@@ -62,6 +61,9 @@ pub struct InProcess {
     drops_seen: u64,
     /// Whether to say which sites use uprobes (`-x inprocess` given).
     explain: bool,
+    /// Without BPF: process → its loader hook's address and the distance from it to
+    /// `_r_debug.r_state`, watched by a hardware breakpoint in each of its threads.
+    hooks: HashMap<i32, (u64, u64)>,
 }
 
 /// The slots of the ring each process writes into: DTrace's `bufsize` is per CPU, so a
@@ -120,7 +122,22 @@ impl InProcess {
             errno_tls: HashMap::new(),
             drops_seen: 0,
             explain: setup.explain,
+            hooks: HashMap::new(),
         })
+    }
+
+    /// A thread of `pid` stopped at its loader hook (`at`; `_r_debug.r_state` lies
+    /// `r_state` bytes on, 0 if unknown). It goes on through the hook's instruction.
+    fn hook_hit(pid: i32, at: u64, r_state: u64) -> Trap {
+        if r_state == 0 {
+            return Trap::Hold;
+        }
+        // Only a consistent link map means objects were added (or removed).
+        let state = at.wrapping_add(r_state);
+        match udtrace_process::procfs::read_memory(pid, state, 4).ok().and_then(|b| b.try_into().ok()) {
+            Some(b) if i32::from_ne_bytes(b) != 0 => Trap::Fired,
+            _ => Trap::Hold,
+        }
     }
 
     fn cookie(&mut self, p: &PidProbe, offset: u64, file_off: u64) -> u64 {
@@ -289,44 +306,40 @@ impl Backend for InProcess {
         self.fallback.as_ref().map_or(&[], |f| f.refused())
     }
 
-    fn arm_hook(&mut self, pid: i32, file: &Path, offset: u64, r_state: u64) -> Result<(), Error> {
+    fn arm_hook(&mut self, pid: i32, file: &Path, offset: u64, r_state: u64) -> Result<Option<u64>, Error> {
         if let Some(f) = self.fallback.as_mut() {
             return f.arm_hook(pid, file, offset, r_state);
         }
-        // Without BPF, a breakpoint on the hook holds the process.
+        // Without BPF, a hardware breakpoint on the hook holds the process. Not an
+        // int3: a kernel uprobe there (any BPF tracer's loader hook, system-wide) would
+        // take its hits, and erase it when removed.
         let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
-        let placed = self.ensure_proc(pid).and_then(|_| match self.procs.get_mut(&pid) {
-            Some(p) => p.break_at_hook(pid, file, offset, r_state, &objects),
-            None => Err("the process is gone".into()),
-        });
-        if let Err(why) = placed {
-            *self
-                .unarmed
-                .entry(format!("the loader hook of pid {pid} (libraries it loads later): {why}"))
-                .or_default() += 1;
+        match process::runtime_address(pid, &objects, file, offset) {
+            Some(at) => {
+                self.hooks.insert(pid, (at, r_state));
+                Ok(Some(at))
+            }
+            None => {
+                *self
+                    .unarmed
+                    .entry(format!("the loader hook of pid {pid} (libraries it loads later): its loader is not mapped"))
+                    .or_default() += 1;
+                Ok(None)
+            }
         }
-        Ok(())
     }
 
     fn trap(&mut self, pid: i32, tid: i32) -> Trap {
-        let Some(p) = self.procs.get(&pid) else { return Trap::NotOurs };
-        let Some((kind, regs)) = p.trap(tid) else { return Trap::NotOurs };
-        match kind {
-            Kind::Site(cookie) => {
-                let errno = self.errno_tls.get(&pid).and_then(|&tls| process::errno_of(pid, tid, tls));
-                self.pending.push(breakpoint::record(&self.layout, &self.record, cookie, pid, tid, &regs, errno));
-                Trap::Fired
+        if let Some(&(at, r_state)) = self.hooks.get(&pid) {
+            if udtrace_process::watch::is_hit(tid) {
+                return Self::hook_hit(pid, at, r_state);
             }
-            // Only a consistent link map means objects were added (or removed).
-            Kind::LoaderHook(r_state) if r_state != 0 => {
-                let at = regs.rip.wrapping_add(r_state);
-                match udtrace_process::procfs::read_memory(pid, at, 4).ok().and_then(|b| b.try_into().ok()) {
-                    Some(b) if i32::from_ne_bytes(b) != 0 => Trap::Fired,
-                    _ => Trap::Hold,
-                }
-            }
-            Kind::LoaderHook(_) => Trap::Hold,
         }
+        let Some(p) = self.procs.get(&pid) else { return Trap::NotOurs };
+        let Some((cookie, regs)) = p.trap(tid) else { return Trap::NotOurs };
+        let errno = self.errno_tls.get(&pid).and_then(|&tls| process::errno_of(pid, tid, tls));
+        self.pending.push(breakpoint::record(&self.layout, &self.record, cookie, pid, tid, &regs, errno));
+        Trap::Fired
     }
 
     fn take_hold(&self, tid: i32) -> bool {
@@ -358,6 +371,10 @@ impl Backend for InProcess {
 
     fn fork(&mut self, parent: i32, child: i32) -> Result<(), Error> {
         self.traced.insert(child);
+        // Its threads watch the hook where its parent's do (see Tree::watch).
+        if let Some(&h) = self.hooks.get(&parent) {
+            self.hooks.insert(child, h);
+        }
         if let Some(p) = self.procs.get(&parent) {
             // The child has the parent's memory: its patches, trampolines and ring (shared
             // mappings), and a copy of the data page, which must name the child.
@@ -384,6 +401,7 @@ impl Backend for InProcess {
 
     fn exec(&mut self, pid: i32) {
         // The old image's patches, trampolines, ring and data page are gone with it.
+        self.hooks.remove(&pid);
         if let Some(p) = self.procs.remove(&pid) {
             p.gone(&mut self.rings);
         }
@@ -394,6 +412,7 @@ impl Backend for InProcess {
 
     fn exit(&mut self, pid: i32) {
         self.errno_tls.remove(&pid);
+        self.hooks.remove(&pid);
         if let Some(p) = self.procs.remove(&pid) {
             p.gone(&mut self.rings);
         }
@@ -404,6 +423,7 @@ impl Backend for InProcess {
     }
 
     fn release(&mut self, pid: i32) {
+        self.hooks.remove(&pid);
         if let Some(p) = self.procs.remove(&pid) {
             p.unpatch(pid);
             p.gone(&mut self.rings);

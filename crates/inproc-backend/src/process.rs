@@ -22,7 +22,7 @@ use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_providers::pid::PidProbe;
 use udtrace_record::pid::RecordPlan;
 
-use crate::breakpoint::{Breakpoint, Kind};
+use crate::breakpoint::Breakpoint;
 
 /// Bytes of each trampoline region.
 const REGION_LEN: u64 = 1 << 20;
@@ -372,26 +372,10 @@ impl Proc {
         let func_off = site.file_off.checked_sub(site.offset).ok_or("bad site offset")?;
         let func = runtime_address(pid, objects, site.file, func_off).ok_or("its object is not mapped")?;
         let code = self.code(site.file, func_off, site.func_size)?;
-        self.place(pid, &code, func, site.offset, Kind::Site(site.cookie))
+        self.place(pid, &code, func, site.offset, site.cookie)
     }
 
-    /// Puts a breakpoint on the loader's hook at `offset` in `file` (see [`Kind`]).
-    pub fn break_at_hook(
-        &mut self,
-        pid: i32,
-        file: &Path,
-        offset: u64,
-        r_state: u64,
-        objects: &[LoadedObject],
-    ) -> Result<(), String> {
-        let at = runtime_address(pid, objects, file, offset).ok_or("its loader is not mapped")?;
-        // The hook is a tiny function (`ret`, or `endbr64; ret`): its bytes from memory,
-        // where nothing of udtrace's sits yet.
-        let code = procfs::read_memory(pid, at, 16).map_err(|e| format!("cannot read its loader: {e}"))?;
-        self.place(pid, &code, at, 0, Kind::LoaderHook(r_state))
-    }
-
-    fn place(&mut self, pid: i32, code: &[u8], func: u64, offset: u64, kind: Kind) -> Result<(), String> {
+    fn place(&mut self, pid: i32, code: &[u8], func: u64, offset: u64, cookie: u64) -> Result<(), String> {
         let at = func + offset;
         if self.breakpoints.contains_key(&at) {
             return Ok(());
@@ -408,14 +392,14 @@ impl Proc {
         let mut original = [0u8; 1];
         m.read_exact_at(&mut original, at).map_err(|e| format!("cannot read its code: {e}"))?;
         m.write_all_at(&[0xcc], at).map_err(|e| format!("cannot write a breakpoint: {e}"))?;
-        self.breakpoints.insert(at, Breakpoint { kind, original: original[0], copy });
+        self.breakpoints.insert(at, Breakpoint { cookie, original: original[0], copy });
         Ok(())
     }
 
     /// Thread `tid`, stopped with SIGTRAP: if at one of this process's breakpoints,
     /// what it is and the registers at the site; the thread then goes on through the
     /// out-of-line copy.
-    pub fn trap(&self, tid: i32) -> Option<(Kind, nix::libc::user_regs_struct)> {
+    pub fn trap(&self, tid: i32) -> Option<(u64, nix::libc::user_regs_struct)> {
         let p = nix::unistd::Pid::from_raw(tid);
         let mut regs = nix::sys::ptrace::getregs(p).ok()?;
         let at = regs.rip.wrapping_sub(1);
@@ -424,7 +408,7 @@ impl Proc {
         next.rip = b.copy;
         nix::sys::ptrace::setregs(p, next).ok()?;
         regs.rip = at;
-        Some((b.kind, regs))
+        Some((b.cookie, regs))
     }
 
     /// Patches one site of `pid` (stopped), armed in `batch`.

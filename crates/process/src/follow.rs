@@ -74,6 +74,9 @@ pub struct Tree {
     parents: HashMap<i32, (Option<i32>, i32)>,
     /// New tasks whose first stop came before their creator's event.
     early: HashSet<i32>,
+    /// Process → the address every thread of it watches with a debug register
+    /// ([`Tree::watch`]).
+    watches: HashMap<i32, u64>,
 }
 
 fn is_stop_signal(sig: Signal) -> bool {
@@ -92,7 +95,27 @@ impl Tree {
             procs: HashSet::new(),
             parents: HashMap::new(),
             early: HashSet::new(),
+            watches: HashMap::new(),
         }
+    }
+
+    /// Every thread of process `pid`, those it creates and the processes it forks stop
+    /// with SIGTRAP ([`Event::Trap`]) before executing `addr` (a hardware breakpoint,
+    /// [`crate::watch`]); `None` stops that. Its threads must be stopped (held). Exec
+    /// ends it (the kernel clears the registers); so does detaching. Returns how many
+    /// threads refused.
+    pub fn watch(&mut self, pid: i32, addr: Option<u64>) -> usize {
+        match addr {
+            Some(a) => self.watches.insert(pid, a),
+            None => self.watches.remove(&pid),
+        };
+        let tids: Vec<i32> = self.tasks.iter().filter(|(_, t)| t.tgid == pid).map(|(&tid, _)| tid).collect();
+        tids.into_iter()
+            .filter(|&tid| match addr {
+                Some(a) => crate::watch::set(tid, a).is_err(),
+                None => crate::watch::clear(tid).is_err(),
+            })
+            .count()
     }
 
     fn options(&self) -> Options {
@@ -236,6 +259,10 @@ impl Tree {
             let root = self.root_of(tgid).unwrap_or(tgid);
             self.procs.insert(new);
             self.parents.insert(new, (Some(tgid), root));
+            // Same memory, same code: the child watches what its parent does.
+            if let Some(&a) = self.watches.get(&tgid) {
+                self.watches.insert(new, a);
+            }
             self.tasks.insert(new, Task { tgid: new, state: State::Starting { release: false } });
             out.push(Event::Forked { parent: tgid, child: new });
         } else {
@@ -249,6 +276,10 @@ impl Tree {
     /// A new task's first stop.
     fn first_stop(&mut self, tid: i32) {
         let Some(t) = self.tasks.get_mut(&tid) else { return };
+        // A new task starts without debug registers.
+        if let Some(&a) = self.watches.get(&t.tgid).filter(|_| t.state != State::Unwanted) {
+            let _ = crate::watch::set(tid, a);
+        }
         match t.state {
             State::Starting { release: true } => self.resume(tid, None),
             State::Starting { release: false } => t.state = State::Born,
@@ -285,6 +316,8 @@ impl Tree {
             self.tasks.remove(&former);
         }
         self.tasks.insert(pid, Task { tgid: pid, state: State::Held });
+        // Exec cleared its debug registers.
+        self.watches.remove(&pid);
     }
 
     fn gone(&mut self, tid: i32, status: WaitStatus, out: &mut Vec<Event>) {
@@ -292,6 +325,7 @@ impl Tree {
         let Some(t) = self.tasks.remove(&tid) else { return };
         if t.tgid == tid {
             self.tasks.retain(|_, o| o.tgid != tid);
+            self.watches.remove(&tid);
             if self.procs.remove(&tid) {
                 out.push(Event::Exited { pid: tid, status });
             }
@@ -301,10 +335,12 @@ impl Tree {
     /// Lets every process go on untraced. Running threads are interrupted first; once
     /// every thread of a process is stopped, `release(pid)` may take out what was placed
     /// in it (patched code) before any of its threads runs again; then every thread is
-    /// detached. A held thread's hold signal is dropped when `ours(tid)` says udtrace sent
-    /// it, delivered otherwise. A process with a thread that never stops (it is exiting)
-    /// is not released: waiting is bounded.
-    pub fn detach_all(&mut self, ours: &mut dyn FnMut(i32) -> bool, release: &mut dyn FnMut(i32)) {
+    /// detached, its debug registers cleared ([`Tree::watch`]). A thread that stops
+    /// meanwhile with the hold signal or SIGTRAP has it dropped when `ours(pid, tid,
+    /// signal)` says udtrace caused it (and has dealt with the stop), delivered
+    /// otherwise. A process with a thread that never stops (it is exiting) is not
+    /// released: waiting is bounded.
+    pub fn detach_all(&mut self, ours: &mut dyn FnMut(i32, i32, Signal) -> bool, release: &mut dyn FnMut(i32)) {
         let mut waiting: HashSet<i32> = HashSet::new();
         // (tid, signal to deliver at detach) of every stopped thread.
         let mut stopped: Vec<(i32, Option<Signal>)> = Vec::new();
@@ -343,7 +379,9 @@ impl Tree {
                     waiting.remove(&p.as_raw());
                 }
                 WaitStatus::Stopped(p, sig) => {
-                    let deliver = if sig == self.hold_signal && ours(p.as_raw()) { None } else { Some(sig) };
+                    let tgid = tgids.get(&p.as_raw()).copied().unwrap_or(p.as_raw());
+                    let mine = (sig == self.hold_signal || sig == Signal::SIGTRAP) && ours(tgid, p.as_raw(), sig);
+                    let deliver = if mine { None } else { Some(sig) };
                     stopped.push((p.as_raw(), deliver));
                     waiting.remove(&p.as_raw());
                 }
@@ -374,7 +412,11 @@ impl Tree {
                 }
             }
         }
+        let watches = std::mem::take(&mut self.watches);
         for (tid, sig) in stopped {
+            if tgids.get(&tid).is_some_and(|t| watches.contains_key(t)) {
+                let _ = crate::watch::clear(tid);
+            }
             let _ = ptrace::detach(Pid::from_raw(tid), sig);
         }
     }
@@ -383,7 +425,7 @@ impl Tree {
 impl Drop for Tree {
     fn drop(&mut self) {
         if !self.tasks.is_empty() {
-            self.detach_all(&mut |_| false, &mut |_| {});
+            self.detach_all(&mut |_, _, _| false, &mut |_| {});
         }
     }
 }

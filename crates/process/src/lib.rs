@@ -13,3 +13,4 @@ pub mod control;
 pub mod follow;
 pub mod inject;
 pub mod procfs;
+pub mod watch;

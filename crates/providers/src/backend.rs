@@ -112,7 +112,11 @@ pub trait Backend {
     /// link map consistent is held, with [`HOLD_SIGNAL`] or at a breakpoint
     /// ([`Backend::trap`]). `r_state`: the distance from the hook to `_r_debug.r_state`
     /// (0 if unknown). A backend may arm it once for every process.
-    fn arm_hook(&mut self, pid: i32, file: &Path, offset: u64, r_state: u64) -> Result<(), Error>;
+    ///
+    /// `Some(address)`: the backend hears of the hook through a hardware breakpoint at
+    /// that address, which the caller sets in every thread of `pid`, its new threads
+    /// and its forked children; their SIGTRAP stops there go to [`Backend::trap`].
+    fn arm_hook(&mut self, pid: i32, file: &Path, offset: u64, r_state: u64) -> Result<Option<u64>, Error>;
 
     /// Thread `tid` of `pid` stopped with SIGTRAP: a breakpoint of this backend (a
     /// firing it recorded, or the loader hook), or not its own.

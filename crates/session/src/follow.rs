@@ -238,7 +238,9 @@ impl Follower {
         self.tree.adopt(target).map_err(|e: ControlError| e.to_string())?;
         let objects = mapped(pid);
         self.seen.insert(pid, objects.iter().map(|o| o.path.clone()).collect());
-        arm_hook(pid, &objects, backend, registry)
+        let hook = arm_hook(pid, &objects, backend, registry)?;
+        watch_hook(&mut self.tree, pid, hook);
+        Ok(())
     }
 
     /// Handles one event; the process it concerns goes on afterwards. Firings already
@@ -258,8 +260,9 @@ impl Follower {
                 self.seen.remove(&pid);
                 w.backend.exec(pid);
                 let objects = self.discover(pid, w);
-                if let Err(e) = arm_hook(pid, &objects, w.backend, w.registry) {
-                    note!("pid {pid}: {e}");
+                match arm_hook(pid, &objects, w.backend, w.registry) {
+                    Ok(hook) => watch_hook(&mut self.tree, pid, hook),
+                    Err(e) => note!("pid {pid}: {e}"),
                 }
                 remember(pid, objects, w);
                 self.tree.resume(pid, None);
@@ -316,7 +319,16 @@ impl Follower {
         backend.drop_hooks();
         // Both closures need the backend: take_hold only reads it.
         let backend = std::cell::RefCell::new(backend);
-        self.tree.detach_all(&mut |tid| backend.borrow().take_hold(tid), &mut |pid| backend.borrow_mut().release(pid));
+        // A thread stopped meanwhile at a breakpoint of the backend's is dealt with
+        // (its firing recorded) and goes on without the SIGTRAP.
+        let mut ours = |pid: i32, tid: i32, sig: Signal| {
+            if sig == Signal::SIGTRAP {
+                backend.borrow_mut().trap(pid, tid) != Trap::NotOurs
+            } else {
+                backend.borrow().take_hold(tid)
+            }
+        };
+        self.tree.detach_all(&mut ours, &mut |pid| backend.borrow_mut().release(pid));
     }
 }
 
@@ -332,17 +344,27 @@ fn loader(pid: i32, objects: &[LoadedObject]) -> Option<&LoadedObject> {
 }
 
 /// Puts the loader hook into `pid`'s dynamic loader, if it has one: a statically
-/// linked program loads nothing later.
+/// linked program loads nothing later. `Some(address)`: the hook is to be watched
+/// there with a hardware breakpoint ([`Backend::arm_hook`]).
 fn arm_hook(
     pid: i32,
     objects: &[LoadedObject],
     backend: &mut dyn Backend,
     registry: &mut Registry,
-) -> Result<(), String> {
-    let Some(ld) = loader(pid, objects) else { return Ok(()) };
+) -> Result<Option<u64>, String> {
+    let Some(ld) = loader(pid, objects) else { return Ok(None) };
     let file = procfs::host_path(pid, &ld.path);
     match registry.pid.loader_hook(&file) {
         Some((off, r_state)) => backend.arm_hook(pid, &file, off, r_state),
-        None => Ok(()),
+        None => Ok(None),
+    }
+}
+
+/// Sets the hardware breakpoint the backend asked for in every thread of `pid` (held).
+fn watch_hook(tree: &mut Tree, pid: i32, addr: Option<u64>) {
+    let Some(a) = addr else { return };
+    let refused = tree.watch(pid, Some(a));
+    if refused > 0 {
+        note!("pid {pid}: {refused} threads refused the loader hook's breakpoint: libraries they load go unseen");
     }
 }
