@@ -285,6 +285,8 @@ fn without_bpf_libraries_loaded_later_are_armed() {
         assert!(out.status.success(), "{how}: {}", stderr(&out));
         let want = format!("plugin_fn {by_target} 7\n");
         assert!(stdout(&out).contains(&want), "{how}: {}\n{}", stdout(&out), stderr(&out));
+        // Patched in-process, also with the main thread running: it is stopped meanwhile.
+        assert!(!stderr(&out).contains("breakpoints"), "{how}: {}", stderr(&out));
     }
 }
 

@@ -54,6 +54,8 @@ enum State {
     Unwanted,
     /// In a group-stop, left stopped with PTRACE_LISTEN.
     Listening,
+    /// Stopped by [`Tree::pause_others`] until [`Tree::unpause`].
+    Paused,
 }
 
 #[derive(Debug)]
@@ -77,6 +79,8 @@ pub struct Tree {
     /// Process → the address every thread of it watches with a debug register
     /// ([`Tree::watch`]).
     watches: HashMap<i32, u64>,
+    /// Events that came while threads were being paused, for the next [`Tree::poll`].
+    backlog: Vec<Event>,
 }
 
 fn is_stop_signal(sig: Signal) -> bool {
@@ -96,6 +100,67 @@ impl Tree {
             parents: HashMap::new(),
             early: HashSet::new(),
             watches: HashMap::new(),
+            backlog: Vec::new(),
+        }
+    }
+
+    /// Stops every running thread of process `pid` (one of its threads is held by the
+    /// caller), so that its code may change: an interrupt, then a wait for each. A
+    /// thread that stops otherwise meanwhile (a breakpoint, the hold signal, a new
+    /// thread) is dealt with as [`Tree::poll`] would, its events kept for the next poll.
+    /// Whether every thread is now stopped, in the same image; [`Tree::unpause`] lets
+    /// them go on. Bounded: a thread that does not stop within a second is left running.
+    pub fn pause_others(&mut self, pid: i32) -> bool {
+        let running: Vec<i32> =
+            self.tasks.iter().filter(|(_, t)| t.tgid == pid && t.state == State::Running).map(|(&t, _)| t).collect();
+        let mut waiting: HashSet<i32> =
+            running.into_iter().filter(|&t| ptrace::interrupt(Pid::from_raw(t)).is_ok()).collect();
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !waiting.is_empty() && Instant::now() < deadline {
+            let mut progress = false;
+            for tid in waiting.clone() {
+                let st = match waitpid(Pid::from_raw(tid), Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => continue,
+                    Err(_) => {
+                        waiting.remove(&tid);
+                        continue;
+                    }
+                    Ok(st) => st,
+                };
+                progress = true;
+                match st {
+                    WaitStatus::PtraceEvent(_, sig, libc::PTRACE_EVENT_STOP) if !is_stop_signal(sig) => {
+                        if let Some(t) = self.tasks.get_mut(&tid) {
+                            t.state = State::Paused;
+                        }
+                    }
+                    st => self.handle(st, &mut out),
+                }
+                // Paused, held at an event of its own, in a group-stop, or gone: stopped.
+                // Otherwise it went on, and its interrupt stop is still to come.
+                if self.tasks.get(&tid).is_none_or(|t| t.state != State::Running) {
+                    waiting.remove(&tid);
+                }
+            }
+            if !progress {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        let exec = out.iter().any(|e| matches!(e, Event::Exec { .. }));
+        self.backlog.append(&mut out);
+        // A thread created meanwhile waits at its first stop until a later poll.
+        !exec
+            && waiting.is_empty()
+            && self.tasks.iter().filter(|(_, t)| t.tgid == pid).all(|(_, t)| t.state != State::Running)
+    }
+
+    /// Lets the threads [`Tree::pause_others`] stopped go on.
+    pub fn unpause(&mut self, pid: i32) {
+        let paused: Vec<i32> =
+            self.tasks.iter().filter(|(_, t)| t.tgid == pid && t.state == State::Paused).map(|(&t, _)| t).collect();
+        for tid in paused {
+            self.resume(tid, None);
         }
     }
 
@@ -194,7 +259,7 @@ impl Tree {
 
     /// Collects what happened since the last call, without blocking.
     pub fn poll(&mut self) -> Vec<Event> {
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.backlog);
         loop {
             match waitpid(None::<Pid>, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
@@ -349,7 +414,7 @@ impl Tree {
         for (tid, state) in tasks {
             let p = Pid::from_raw(tid);
             match state {
-                State::Held | State::Born => stopped.push((tid, None)),
+                State::Held | State::Born | State::Paused => stopped.push((tid, None)),
                 _ => {
                     if ptrace::interrupt(p).is_ok() || matches!(state, State::Starting { .. } | State::Unwanted) {
                         waiting.insert(tid);

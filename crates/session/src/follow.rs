@@ -305,9 +305,13 @@ impl Follower {
         }
         let found = self.rematcher.probes_in(root, pid, &new, w.registry, w.consumer);
         if !found.is_empty() {
+            // Code changes only under stopped threads: the others (a library loaded by
+            // one thread of many) are stopped for the moment of arming.
+            self.tree.pause_others(pid);
             if let Err(e) = w.backend.arm(pid, &pid_probes(w.registry, &found)) {
                 note!("pid {pid}: {e}");
             }
+            self.tree.unpause(pid);
             w.procs.borrow_mut().share(w.registry.pid.objects());
         }
         objects
