@@ -329,6 +329,35 @@ fn without_bpf_the_loader_hook_survives_a_kernel_uprobe_on_it() {
 }
 
 #[test]
+fn sites_the_kernel_cannot_probe_are_patched_in_process() {
+    // probes.c: fx_locked's first instruction is `lock incq`, which uprobes refuse.
+    let cmd = format!("{} locked 5", fixture("probes"));
+    let prog = "pid$target::fx_locked:entry, pid$target::fx_locked:return { @[probename] = count(); } \
+                END { printa(\"%s %@d\\n\", @); }";
+    let Some(out) = Backend::Uprobes.traced(&["-q", "-n", prog, "-c", &cmd]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(":fx_locked:entry: the kernel cannot place a uprobe on its instruction"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("return 5\n") && !stdout(&out).contains("entry"), "{}", stdout(&out));
+    let out = run(&["-q", "-n", prog, "-c", &cmd]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("entry 5\nreturn 5\n"), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(!stderr(&out).contains("cannot place a uprobe"), "{}", stderr(&out));
+    // Without BPF, every instruction's probe too: patched, or a breakpoint.
+    let prog = "pid$target::fx_locked: { @[probename] = count(); } END { printa(\"%s %@d\\n\", @); }";
+    let Some(out) = as_nobody(&["-q", "-n", prog, "-c", &cmd]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for name in ["entry", "8", "f", "return"] {
+        assert!(text.contains(&format!("{name} 5\n")), "{name}: {text}\n{}", stderr(&out));
+    }
+    assert!(!stderr(&out).contains("cannot place a uprobe"), "{}", stderr(&out));
+}
+
+#[test]
 fn without_bpf_strings_are_read_at_breakpoints() {
     // probes.c: fx_open(path) 8 times, cycling through 4 paths.
     let cmd = format!("{} open 8", fixture("probes"));

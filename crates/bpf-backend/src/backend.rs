@@ -344,7 +344,8 @@ impl Backend for Bpf {
     fn arm(&mut self, pid: i32, probes: &[&PidProbe]) -> Result<(), Error> {
         let mut new: BTreeMap<PathBuf, Vec<Site>> = BTreeMap::new();
         for p in probes {
-            // Unprobeable sites were set aside when the probe was made.
+            // Unprobeable sites were set aside when the probe was made: refused here.
+            self.refused.extend(p.unprobeable.iter().map(|&(_, fo)| (p.file.clone(), fo)));
             for &(offset, file_off) in &p.sites {
                 let cookie = self.site_cookie(p, offset, file_off, false);
                 let list = new.entry(p.file.clone()).or_default();
@@ -381,6 +382,7 @@ impl Backend for Bpf {
         }
         let mut new: BTreeMap<PathBuf, Vec<Site>> = BTreeMap::new();
         for p in probes {
+            self.refused.extend(p.unprobeable.iter().map(|&(_, fo)| (p.file.clone(), fo)));
             for &(offset, file_off) in &p.sites {
                 let cookie = self.site_cookie(p, offset, file_off, true);
                 let list = new.entry(p.file.clone()).or_default();

@@ -167,7 +167,8 @@ impl InProcess {
         if self.fallback.is_none() {
             // The slow path: a breakpoint at each site (see breakpoint.rs).
             for (p, why) in &unpatched {
-                for &(offset, file_off) in &p.sites {
+                // A breakpoint works where a uprobe cannot (lock-prefixed, VEX).
+                for &(offset, file_off) in p.sites.iter().chain(&p.unprobeable) {
                     let cookie = self.cookie(p, offset, file_off);
                     let site = site_of(p, offset, file_off, cookie);
                     let placed = match self.procs.get_mut(&pid) {
@@ -197,8 +198,9 @@ impl InProcess {
                     Err(e) => *self.unarmed.entry(e).or_default() += 1,
                 }
             }
-            if !sites.is_empty() {
-                kept.push((with_sites(&p, sites), why));
+            // Sites the kernel cannot probe go along: the fallback reports them refused.
+            if !sites.is_empty() || !p.unprobeable.is_empty() {
+                kept.push((with_sites(&p, sites, p.unprobeable.clone()), why));
             }
         }
         for (p, why) in &kept {
@@ -224,9 +226,9 @@ fn site_of(p: &PidProbe, offset: u64, file_off: u64, cookie: u64) -> process::Si
     process::Site { file: &p.file, file_off, offset, func_size: p.func_size, kind: patch_kind(p.kind), cookie }
 }
 
-/// `p` with only `sites`.
-fn with_sites(p: &PidProbe, sites: Vec<(u64, u64)>) -> PidProbe {
-    PidProbe { sites, ..p.clone() }
+/// `p` with only `sites` and `unprobeable`.
+fn with_sites(p: &PidProbe, sites: Vec<(u64, u64)>, unprobeable: Vec<(u64, u64)>) -> PidProbe {
+    PidProbe { sites, unprobeable, ..p.clone() }
 }
 
 impl Backend for InProcess {
@@ -254,7 +256,7 @@ impl Backend for InProcess {
     }
 
     fn arm(&mut self, pid: i32, probes: &[&PidProbe]) -> Result<(), Error> {
-        if probes.iter().all(|p| p.sites.is_empty()) {
+        if probes.iter().all(|p| p.sites.is_empty() && p.unprobeable.is_empty()) {
             return Ok(());
         }
         let mut unpatched: Vec<(PidProbe, String)> = Vec::new();
@@ -275,8 +277,11 @@ impl Backend for InProcess {
             return self.fall_back(pid, &batch.objects, unpatched);
         }
         for p in probes {
-            let mut refused: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
-            for &(offset, file_off) in &p.sites {
+            // Why → (sites, sites the kernel cannot probe) not patched.
+            type Left = (Vec<(u64, u64)>, Vec<(u64, u64)>);
+            let mut refused: BTreeMap<String, Left> = BTreeMap::new();
+            let all = p.sites.iter().map(|&s| (s, false)).chain(p.unprobeable.iter().map(|&s| (s, true)));
+            for ((offset, file_off), unprobeable) in all {
                 let cookie = self.cookie(p, offset, file_off);
                 let site = site_of(p, offset, file_off, cookie);
                 let r = match self.procs.get_mut(&pid) {
@@ -284,11 +289,12 @@ impl Backend for InProcess {
                     None => Err("the process is gone".to_string()),
                 };
                 if let Err(why) = r {
-                    refused.entry(why).or_default().push((offset, file_off));
+                    let left = refused.entry(why).or_default();
+                    if unprobeable { &mut left.1 } else { &mut left.0 }.push((offset, file_off));
                 }
             }
-            for (why, sites) in refused {
-                unpatched.push((with_sites(p, sites), why));
+            for (why, (sites, unprobeable)) in refused {
+                unpatched.push((with_sites(p, sites, unprobeable), why));
             }
         }
         self.fall_back(pid, &batch.objects, unpatched)

@@ -185,7 +185,9 @@ impl Batch {
         let objects = procfs::objects_of(pid).unwrap_or_default();
         let sites = probes
             .iter()
-            .flat_map(|p| p.sites.iter().filter_map(|&(_, fo)| runtime_address(pid, &objects, &p.file, fo)))
+            .flat_map(|p| {
+                p.sites.iter().chain(&p.unprobeable).filter_map(|&(_, fo)| runtime_address(pid, &objects, &p.file, fo))
+            })
             .collect();
         let rips = procfs::tasks(pid)
             .unwrap_or_default()

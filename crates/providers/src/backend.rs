@@ -196,7 +196,7 @@ pub fn refused_probes<'a>(refused: &[(PathBuf, u64)], probes: &[&'a PidProbe]) -
     let set: HashMap<(&Path, u64), ()> = refused.iter().map(|(f, o)| ((f.as_path(), *o), ())).collect();
     probes
         .iter()
-        .filter(|p| p.sites.iter().any(|&(_, fo)| set.contains_key(&(p.file.as_path(), fo))))
+        .filter(|p| p.sites.iter().chain(&p.unprobeable).any(|&(_, fo)| set.contains_key(&(p.file.as_path(), fo))))
         .copied()
         .collect()
 }

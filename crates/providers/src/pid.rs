@@ -42,9 +42,10 @@ pub struct PidProbe {
     pub func_size: u64,
     /// (offset in the function, offset in the file) of each site the kernel can probe.
     pub sites: Vec<(u64, u64)>,
-    /// Offsets in the function of sites whose instruction the kernel refuses to probe
-    /// (`lock`-prefixed, VEX/EVEX): the probe does not fire there.
-    pub unprobeable: Vec<u64>,
+    /// (offset in the function, offset in the file) of each site whose instruction the
+    /// kernel refuses to probe (`lock`-prefixed, VEX/EVEX): only an in-process backend
+    /// can arm them, and a backend reports those it does not arm as refused.
+    pub unprobeable: Vec<(u64, u64)>,
 }
 
 #[derive(Default)]
@@ -457,7 +458,7 @@ impl PidProvider {
         self.index.insert(key, self.probes.len());
         let (sites, refused): (Vec<_>, Vec<_>) =
             sites.into_iter().partition(|&(off, file_off)| probeable_at(data, file_off, f.addr + off));
-        let unprobeable = refused.into_iter().map(|(off, _)| off).collect();
+        let unprobeable = refused;
         self.probes.push(PidProbe {
             probe: Rc::clone(&probe),
             pid,

@@ -322,8 +322,9 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
         let mine: Vec<&PidProbe> = probes.iter().filter(|p| p.pid == pid).copied().collect();
         backend.arm(pid, &mine)?;
     }
-    // Probes with sites the kernel refuses (checked up front, or refused anyway).
-    let mut unarmed: Vec<&PidProbe> = probes.iter().filter(|p| !p.unprobeable.is_empty()).copied().collect();
+    // Probes with sites the kernel refuses (checked up front, or refused when attached)
+    // that no backend armed otherwise.
+    let mut unarmed: Vec<&PidProbe> = Vec::new();
     for p in refused_probes(backend.refused(), &probes) {
         if !unarmed.iter().any(|u| u.probe.id == p.probe.id) {
             unarmed.push(p);
