@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark of following children (issue 5): udtrace against bpftrace and
-# ltrace on a daemon (bench/workloads/forker.c) that forks workers which call target(),
+# Side-by-side benchmark of following children (issue 5): udtrace against bpftrace,
+# ltrace and (when installed) uftrace on a daemon (bench/workloads/forker.c) that forks workers which call target(),
 # in one interleaved run. Prints how many target() firings each tracer counted against
 # the exact total, the per-firing overhead in the workers (traced loop time minus
 # untraced, per call) and the udtrace/bpftrace ratio, then fork+exec latency.
@@ -9,8 +9,8 @@
 #   ROUNDS=9 bench/follow.sh
 #   WORKERS=200 CALLS=2000 EXEC_EVERY=5 SPAWNS=200 LTRACE_WORKERS=20 LTRACE_CALLS=100
 #
-# Needs root, gcc, bpftrace and ltrace (apt-get install -y bpftrace ltrace). Not part of
-# the tests.
+# Needs root, gcc, bpftrace and ltrace (apt-get install -y bpftrace ltrace); uftrace
+# (apt-get install -y uftrace) adds its row. Not part of the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +46,9 @@ ucount_of() { local c; c=$(grep -Eo '^ *[0-9]+ *$' | tr -d ' ' | tail -1); echo 
 bcount_of() { local c; c=$(grep -Eo '^@: [0-9]+' | awk '{print $2}' | tail -1); echo "${c:-0}"; }
 # ltrace -c's summary: "% time  seconds  usecs/call  calls  function".
 lcount_of() { local c; c=$(awk '$NF == "target" {print $4}' "$1" | tail -1); echo "${c:-0}"; }
+# uftrace report's "Total time  Self time  Calls  Function", every task of the record.
+fcount_of() { local c; c=$(uftrace report -d "$1" 2>/dev/null | awk '$NF == "target" {print $(NF-1)}' | head -1); echo "${c:-0}"; }
+UFTRACE=$(command -v uftrace || true)
 
 total=$((NW * NM))
 ltotal=$((LW * LM))
@@ -55,8 +58,8 @@ lwork=("$W/forker" work "$LW" "$LM" "$NE")
 echo "forker: $NW workers x $NM calls of target() = $total calls; every ${NE}th worker execs first"
 echo "ltrace runs its own smaller forker: $LW workers x $LM calls = $ltotal, one worker at a time"
 echo
-for f in base ud ip bt btp lbase lt; do : >"$W/$f"; done
-uc=(); ic=(); bc=(); bpc=(); lc=()
+for f in base ud ip bt btp lbase lt uf; do : >"$W/$f"; done
+uc=(); ic=(); bc=(); bpc=(); lc=(); fc=()
 for _ in $(seq "$ROUNDS"); do
   "${work[@]}" | field loop_ns >>"$W/base"
   out=$("$U" -q -x uprobes -n "$UDESC { @ = count(); }" -c "${work[*]}" 2>&1)
@@ -67,6 +70,13 @@ for _ in $(seq "$ROUNDS"); do
   echo "$out" | field loop_ns >>"$W/bt"; bc+=("$(echo "$out" | bcount_of)")
   out=$(bpftrace -e "$BPROBE /pid == cpid/ { @ = count(); }" -c "${work[*]}" 2>&1)
   echo "$out" | field loop_ns >>"$W/btp"; bpc+=("$(echo "$out" | bcount_of)")
+  if [ -n "$UFTRACE" ]; then
+    # Dynamic patching of target in every image (forked and exec'd workers alike: its
+    # libmcount is preloaded through exec).
+    rm -rf "$W/uft"
+    out=$("$UFTRACE" record -d "$W/uft" -P target --no-libcall "${work[@]}" 2>&1)
+    echo "$out" | field loop_ns >>"$W/uf"; fc+=("$(fcount_of "$W/uft")")
+  fi
   FORKER_SERIAL=1 "${lwork[@]}" | field loop_wall_ns >>"$W/lbase"
   out=$(FORKER_SERIAL=1 ltrace -f -c -x target@MAIN -o "$W/lsum" "${lwork[@]}" 2>&1)
   echo "$out" | field loop_wall_ns >>"$W/lt"; lc+=("$(lcount_of "$W/lsum")")
@@ -87,6 +97,12 @@ row "udtrace" "$total" "$(mc "${uc[@]}")" "$ud" "$base" "$bpn"
 row "udtrace -x inprocess" "$total" "$(mc "${ic[@]}")" "$ip" "$base" "$bpn"
 row "bpftrace (system-wide)" "$total" "$(mc "${bc[@]}")" "$bt" "$base" 0
 row "bpftrace /pid == cpid/" "$total" "$(mc "${bpc[@]}")" "$btp" "$base" "$bpn"
+if [ -n "$UFTRACE" ]; then
+  uf=$(median <"$W/uf")
+  row "uftrace -P target" "$total" "$(mc "${fc[@]}")" "$uf" "$base" "$bpn"
+  awk -v ip="$ip" -v uf="$uf" -v b="$base" \
+    'BEGIN { if (uf > b) printf "udtrace -x inprocess / uftrace, per call: %.2fx\n", (ip - b) / (uf - b) }'
+fi
 row "ltrace -f (wall, serial)" "$ltotal" "$(mc "${lc[@]}")" "$lt" "$lbase" "$bpn"
 echo "(medians of $ROUNDS; ns/call = (traced - untraced sum of the workers' loop CPU times)"
 echo " / calls, whether or not the tracer counted them; for ltrace wall time, since the"

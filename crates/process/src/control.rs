@@ -62,7 +62,7 @@ pub struct Target {
 }
 
 /// Whether thread `tid` of `pid` still runs (not gone, not a zombie).
-fn thread_alive(pid: i32, tid: i32) -> bool {
+pub(crate) fn thread_alive(pid: i32, tid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
         .ok()
         .and_then(|s| s.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()))
@@ -184,8 +184,12 @@ impl Target {
                 }
                 t.held.push(tid);
                 ptrace::interrupt(p).map_err(grab_err)?;
-                // Wait for this thread's group-stop-like interrupt stop.
-                let _ = waitpid(p, Some(WaitPidFlag::__WALL));
+                // Wait for this thread's group-stop-like interrupt stop. A thread that
+                // was exiting ends instead: it is not held.
+                if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) = waitpid(p, Some(WaitPidFlag::__WALL)) {
+                    t.held.retain(|&h| h != tid);
+                    left.push(tid);
+                }
             }
             listed = procfs::tasks(pid).unwrap_or_default();
         }

@@ -198,8 +198,12 @@ impl Tree {
     pub fn adopt(&mut self, target: &mut Target) -> Result<(), ControlError> {
         let pid = target.pid;
         for tid in target.hand_over() {
-            ptrace::setoptions(Pid::from_raw(tid), self.options())
-                .map_err(|e| ControlError::Control { pid, reason: e.desc().to_string() })?;
+            match ptrace::setoptions(Pid::from_raw(tid), self.options()) {
+                Ok(()) => {}
+                // A thread that exited since it was held: nothing to follow.
+                Err(Errno::ESRCH) if tid != pid && !crate::control::thread_alive(pid, tid) => continue,
+                Err(e) => return Err(ControlError::Control { pid, reason: e.desc().to_string() }),
+            }
             self.tasks.insert(tid, Task { tgid: pid, state: State::Held });
         }
         self.procs.insert(pid);
