@@ -66,12 +66,18 @@ pub struct InProcess {
     hooks: HashMap<i32, (u64, u64)>,
 }
 
-/// The slots of the ring each process writes into: DTrace's `bufsize` is per CPU, so a
-/// ring holds `bufsize` times the CPUs, within bounds.
+/// How many times DTrace's `bufsize` (per CPU) an in-process ring holds, per CPU. A
+/// trampoline writes a record in ~30 ns, while the consumer runs clauses on it in user
+/// space at ~0.3-1 µs: the ring must take a burst whole. The room costs little: a
+/// ring's pages are touched only as records reach them (a memfd, zero until written).
+const RING_HEADROOM: u64 = 8;
+
+/// The slots of the ring each process image writes into: `bufsize` × CPUs ×
+/// [`RING_HEADROOM`] bytes, within bounds.
 fn ring_slots(bufsize: u64, record_size: usize) -> u64 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let slot = 8 + (record_size as u64).div_ceil(8) * 8;
-    (bufsize.saturating_mul(cpus) / slot).clamp(1 << 10, 1 << 20).next_power_of_two()
+    (bufsize.saturating_mul(cpus).saturating_mul(RING_HEADROOM) / slot).clamp(1 << 10, 1 << 22).next_power_of_two()
 }
 
 impl InProcess {
