@@ -28,8 +28,6 @@ use crate::breakpoint::Breakpoint;
 const REGION_LEN: u64 = 1 << 20;
 /// Trampolines start on 16-byte boundaries.
 const ALIGN: u64 = 16;
-/// auxv: the vDSO's base.
-const AT_SYSINFO_EHDR: u64 = 33;
 
 /// One site to patch.
 pub struct Site<'a> {
@@ -528,12 +526,7 @@ pub fn runtime_address(pid: i32, objects: &[LoadedObject], file: &Path, off: u64
 
 /// `__vdso_clock_gettime` in `pid`.
 fn vdso_clock(pid: i32) -> Result<u64, String> {
-    let base = procfs::auxv(pid)
-        .ok()
-        .and_then(|a| a.into_iter().find(|&(t, _)| t == AT_SYSINFO_EHDR))
-        .map(|(_, v)| v)
-        .filter(|&b| b != 0)
-        .ok_or("it has no vDSO")?;
+    let base = procfs::auxv_value(pid, procfs::AT_SYSINFO_EHDR).ok_or("it has no vDSO")?;
     let maps = procfs::read_maps(pid).map_err(|e| format!("cannot read its maps: {e}"))?;
     let len = maps.iter().find(|m| m.start == base).map(|m| m.end - m.start).ok_or("its vDSO is not mapped")?;
     let image = procfs::read_memory(pid, base, len as usize).map_err(|e| format!("cannot read its vDSO: {e}"))?;
@@ -581,18 +574,10 @@ fn finish_exec(pid: i32) -> Result<(), String> {
 /// The host path of `pid`'s dynamic loader when it is glibc's (whose thread pointer
 /// layout the trampolines assume); an error otherwise.
 fn glibc_loader(pid: i32) -> Result<PathBuf, String> {
-    const AT_BASE: u64 = 7;
-    let base = procfs::auxv(pid)
-        .ok()
-        .and_then(|a| a.into_iter().find(|&(t, _)| t == AT_BASE))
-        .map(|(_, v)| v)
-        .filter(|&b| b != 0)
+    procfs::auxv_value(pid, procfs::AT_BASE)
         .ok_or("it has no thread pointer yet and no dynamic loader (a static program)")?;
     let objects = procfs::objects_of(pid).map_err(|e| format!("cannot read its maps: {e}"))?;
-    let ld = objects
-        .iter()
-        .find(|o| o.mappings.iter().any(|m| m.start == base))
-        .ok_or("its dynamic loader is not mapped")?;
+    let ld = procfs::loader_of(pid, &objects).ok_or("its dynamic loader is not mapped")?;
     if !ld.path.ends_with("/ld-linux-x86-64.so.2") {
         return Err(format!("its dynamic loader is not glibc's ({})", ld.path));
     }

@@ -198,6 +198,22 @@ pub fn auxv(pid: i32) -> io::Result<Vec<(u64, u64)>> {
 }
 
 pub const AT_ENTRY: u64 = 9;
+/// The dynamic loader's base address (0 or absent for a static program).
+pub const AT_BASE: u64 = 7;
+/// The vDSO's base address.
+pub const AT_SYSINFO_EHDR: u64 = 33;
+
+/// The value of `pid`'s auxiliary vector entry `tag`, when it has one that is not 0.
+pub fn auxv_value(pid: i32, tag: u64) -> Option<u64> {
+    auxv(pid).ok()?.into_iter().find(|&(t, _)| t == tag).map(|(_, v)| v).filter(|&v| v != 0)
+}
+
+/// `pid`'s dynamic loader among its `objects`: the one mapped at AT_BASE (a statically
+/// linked program has none).
+pub fn loader_of(pid: i32, objects: &[LoadedObject]) -> Option<&LoadedObject> {
+    let base = auxv_value(pid, AT_BASE)?;
+    objects.iter().find(|o| o.mappings.iter().any(|m| m.start == base))
+}
 
 /// `comm` and parent pid from /proc/<pid>/stat.
 pub fn stat(pid: i32) -> io::Result<(String, i32)> {

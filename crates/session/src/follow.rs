@@ -26,8 +26,6 @@ use crate::compile::{first_statement, Compiled};
 
 /// How long a `pid*` process with a new image may be held waiting for its loader.
 const BRIEF_HOLD: std::time::Duration = std::time::Duration::from_millis(100);
-/// auxv: the interpreter's load address.
-const AT_BASE: u64 = 7;
 
 pub struct Follower {
     pub tree: Tree,
@@ -119,7 +117,7 @@ impl AllProcesses {
         for pid in procfs::all_pids().unwrap_or_default() {
             let objects = mapped(pid);
             locate_errno(pid, &objects, backend, registry);
-            if let Some(ld) = loader(pid, &objects) {
+            if let Some(ld) = procfs::loader_of(pid, &objects) {
                 if loaders.insert(procfs::host_path(pid, &ld.path)) {
                     arm_hook(pid, &objects, backend, registry)?;
                 }
@@ -340,13 +338,6 @@ fn mapped(pid: i32) -> Vec<LoadedObject> {
     procfs::objects_of(pid).unwrap_or_default()
 }
 
-/// `pid`'s dynamic loader: the object at AT_BASE (statically linked programs have none).
-fn loader(pid: i32, objects: &[LoadedObject]) -> Option<&LoadedObject> {
-    let base = procfs::auxv(pid).ok().and_then(|a| a.into_iter().find(|&(t, _)| t == AT_BASE)).map(|(_, v)| v);
-    let base = base.filter(|&b| b != 0)?;
-    objects.iter().find(|o| o.mappings.iter().any(|m| m.start == base))
-}
-
 /// Puts the loader hook into `pid`'s dynamic loader, if it has one: a statically
 /// linked program loads nothing later. `Some(address)`: the hook is to be watched
 /// there with a hardware breakpoint ([`Backend::arm_hook`]).
@@ -356,7 +347,7 @@ fn arm_hook(
     backend: &mut dyn Backend,
     registry: &mut Registry,
 ) -> Result<Option<u64>, String> {
-    let Some(ld) = loader(pid, objects) else { return Ok(None) };
+    let Some(ld) = procfs::loader_of(pid, objects) else { return Ok(None) };
     let file = procfs::host_path(pid, &ld.path);
     match registry.pid.loader_hook(&file) {
         Some((off, r_state)) => backend.arm_hook(pid, &file, off, r_state),
