@@ -166,21 +166,11 @@ impl Tree {
 
     /// Every thread of process `pid`, those it creates and the processes it forks stop
     /// with SIGTRAP ([`Event::Trap`]) before executing `addr` (a hardware breakpoint,
-    /// [`crate::watch`]); `None` stops that. Its threads must be stopped (held). Exec
-    /// ends it (the kernel clears the registers); so does detaching. Returns how many
-    /// threads refused.
-    pub fn watch(&mut self, pid: i32, addr: Option<u64>) -> usize {
-        match addr {
-            Some(a) => self.watches.insert(pid, a),
-            None => self.watches.remove(&pid),
-        };
-        let tids: Vec<i32> = self.tasks.iter().filter(|(_, t)| t.tgid == pid).map(|(&tid, _)| tid).collect();
-        tids.into_iter()
-            .filter(|&tid| match addr {
-                Some(a) => crate::watch::set(tid, a).is_err(),
-                None => crate::watch::clear(tid).is_err(),
-            })
-            .count()
+    /// [`crate::watch`]). Its threads must be stopped (held). Exec ends it (the kernel
+    /// clears the registers); so does detaching. Returns how many threads refused.
+    pub fn watch(&mut self, pid: i32, addr: u64) -> usize {
+        self.watches.insert(pid, addr);
+        self.tasks.iter().filter(|(&tid, t)| t.tgid == pid && crate::watch::set(tid, addr).is_err()).count()
     }
 
     fn options(&self) -> Options {

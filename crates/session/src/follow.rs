@@ -358,7 +358,7 @@ fn arm_hook(
 /// Sets the hardware breakpoint the backend asked for in every thread of `pid` (held).
 fn watch_hook(tree: &mut Tree, pid: i32, addr: Option<u64>) {
     let Some(a) = addr else { return };
-    let refused = tree.watch(pid, Some(a));
+    let refused = tree.watch(pid, a);
     if refused > 0 {
         note!("pid {pid}: {refused} threads refused the loader hook's breakpoint: libraries they load go unseen");
     }
