@@ -291,6 +291,59 @@ fn without_bpf_libraries_loaded_later_are_armed() {
 }
 
 #[test]
+fn without_bpf_a_program_runs_on_after_udtrace_is_killed() {
+    // SIGKILL leaves no chance to take breakpoints and debug registers out: the guard
+    // (a SIGTRAP handler udtrace installed) sends the threads on. dlopener waits on its
+    // stdin, then runs load_and_call (its first instruction patched, the second a
+    // breakpoint: the patch took its bytes) and dlopen()s the plugin (the loader hook's
+    // debug register). Before the guard, it died of SIGTRAP at the first of them.
+    let ready = "BEGIN { printf(\"ready\\n\"); } ";
+    let with_breakpoint = "pid$target::load_and_call:entry, pid$target::load_and_call:1 { @[probename] = count(); }";
+    let hook_only = "pid$target::plugin_fn:entry { @ = count(); }";
+    for (what, probes) in [("a breakpoint", with_breakpoint), ("the loader hook", hook_only)] {
+        let mut target = Guard::spawn(
+            util::unprivileged(fixture("dlopener"))
+                .args(["5", "wait"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        kill_after_deadline(target.child().id());
+        let pid = target.child().id().to_string();
+        // setpriv (root) execs dlopener, which then maps libc: both before the grab.
+        wait_mapped(&pid, "dlopener");
+        wait_mapped(&pid, "libc");
+        let program = format!("{ready}{probes}");
+        let mut tracer = Guard::spawn(
+            util::unprivileged(bin())
+                .args(["-Z", "-q", "-p", &pid, "-n", &program])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        kill_after_deadline(tracer.child().id());
+        // BEGIN fires once the probes and the hook are in.
+        let mut line = String::new();
+        let out = tracer.child().stdout.take().expect("stdout");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).expect("udtrace's stdout");
+        let mut tracer = tracer.take();
+        tracer.kill().expect("SIGKILL udtrace");
+        tracer.wait().expect("udtrace's end");
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut tracer.stderr.take().expect("stderr"), &mut err).expect("udtrace's stderr");
+        assert_eq!(line, "ready\n", "{what}: {err}");
+        if what == "a breakpoint" {
+            assert!(err.contains("1 probe site uses breakpoints (slow)"), "{err}");
+        }
+        let mut stdin = target.child().stdin.take().expect("stdin");
+        std::io::Write::write_all(&mut stdin, b"go\n").expect("dlopener's stdin");
+        drop(stdin);
+        let out = util::wait_output(target.take(), "dlopener");
+        assert_eq!((out.status, out.stdout.as_str()), (0, "dlopener: 5 calls\n"), "{what}: {}", out.stderr);
+    }
+}
+
+#[test]
 fn without_bpf_the_loader_hook_survives_a_kernel_uprobe_on_it() {
     // A root session on BPF puts a uprobe on the loader's hook in every process that
     // maps the loader (its hook follows children, so it has no pid filter). An int3 of

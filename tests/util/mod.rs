@@ -187,6 +187,20 @@ pub fn wait_mapped(pid: impl std::fmt::Display, name: &str) {
     panic!("pid {pid} never mapped {name}");
 }
 
+/// `program` to run without BPF: as the user nobody when the tests run as root
+/// (`setpriv` execs it, so the pid is the program's), as the current user otherwise.
+#[allow(dead_code)]
+pub fn unprivileged(program: impl AsRef<OsStr>) -> Command {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|v| v.split_whitespace().nth(1));
+    if euid != Some("0") {
+        return Command::new(program);
+    }
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(program);
+    c
+}
+
 /// A udtrace command with stdout and stderr piped and no stdin.
 pub fn udtrace_cmd(args: &[&str]) -> Command {
     let mut c = udtrace(args);

@@ -12,12 +12,14 @@
 #![forbid(unsafe_code)]
 
 mod breakpoint;
+mod guard;
 mod process;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
+use guard::Guard;
 use process::{Batch, Proc, Rings};
 
 use udtrace_inproc::ring::Geometry;
@@ -64,6 +66,9 @@ pub struct InProcess {
     /// Without BPF: process → its loader hook's address and the distance from it to
     /// `_r_debug.r_state`, watched by a hardware breakpoint in each of its threads.
     hooks: HashMap<i32, (u64, u64)>,
+    /// Without BPF: the SIGTRAP guard of each process with breakpoints or a watched
+    /// hook, or why it has none (see guard.rs).
+    guards: HashMap<i32, Result<Guard, String>>,
 }
 
 /// How many times DTrace's `bufsize` (per CPU) an in-process ring holds, per CPU. A
@@ -129,6 +134,7 @@ impl InProcess {
             drops_seen: 0,
             explain: setup.explain,
             hooks: HashMap::new(),
+            guards: HashMap::new(),
         })
     }
 
@@ -144,6 +150,17 @@ impl InProcess {
             Some(b) if i32::from_ne_bytes(b) != 0 => Trap::Fired,
             _ => Trap::Hold,
         }
+    }
+
+    /// Installs `pid`'s SIGTRAP guard, once, before its first breakpoint or debug
+    /// register. Without it those work as well while udtrace runs; only a SIGKILL of
+    /// udtrace would leave the process to die at its next hit.
+    fn ensure_guard(&mut self, pid: i32) {
+        self.guards.entry(pid).or_insert_with(|| {
+            Guard::install(pid).inspect_err(|e| {
+                udtrace_messages::debug!("pid {pid}: no SIGTRAP guard: {e}");
+            })
+        });
     }
 
     fn cookie(&mut self, p: &PidProbe, offset: u64, file_off: u64) -> u64 {
@@ -172,13 +189,17 @@ impl InProcess {
         }
         if self.fallback.is_none() {
             // The slow path: a breakpoint at each site (see breakpoint.rs).
+            if self.procs.contains_key(&pid) {
+                self.ensure_guard(pid);
+            }
             for (p, why) in &unpatched {
                 // A breakpoint works where a uprobe cannot (lock-prefixed, VEX).
                 for &(offset, file_off) in p.sites.iter().chain(&p.unprobeable) {
                     let cookie = self.cookie(p, offset, file_off);
                     let site = site_of(p, offset, file_off, cookie);
+                    let guard = self.guards.get_mut(&pid).and_then(|g| g.as_mut().ok());
                     let placed = match self.procs.get_mut(&pid) {
-                        Some(proc) => proc.break_at(pid, &site, objects),
+                        Some(proc) => proc.break_at(pid, &site, objects, guard),
                         None => Err(why.clone()),
                     };
                     match placed {
@@ -328,6 +349,7 @@ impl Backend for InProcess {
         let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
         match process::runtime_address(pid, &objects, file, offset) {
             Some(at) => {
+                self.ensure_guard(pid);
                 self.hooks.insert(pid, (at, r_state));
                 Ok(Some(at))
             }
@@ -387,6 +409,10 @@ impl Backend for InProcess {
         if let Some(&h) = self.hooks.get(&parent) {
             self.hooks.insert(child, h);
         }
+        // And it has its parent's SIGTRAP action and a copy of its guard.
+        if let Some(g) = self.guards.get(&parent).cloned() {
+            self.guards.insert(child, g);
+        }
         if let Some(p) = self.procs.get(&parent) {
             // The child has the parent's memory: its patches, trampolines and ring (shared
             // mappings), and a copy of the data page, which must name the child.
@@ -412,8 +438,10 @@ impl Backend for InProcess {
     }
 
     fn exec(&mut self, pid: i32) {
-        // The old image's patches, trampolines, ring and data page are gone with it.
+        // The old image's patches, trampolines, ring and data page are gone with it, and
+        // its SIGTRAP handler (exec resets handled signals to their default).
         self.hooks.remove(&pid);
+        self.guards.remove(&pid);
         if let Some(p) = self.procs.remove(&pid) {
             p.gone(&mut self.rings);
         }
@@ -425,6 +453,7 @@ impl Backend for InProcess {
     fn exit(&mut self, pid: i32) {
         self.errno_tls.remove(&pid);
         self.hooks.remove(&pid);
+        self.guards.remove(&pid);
         if let Some(p) = self.procs.remove(&pid) {
             p.gone(&mut self.rings);
         }
@@ -439,6 +468,13 @@ impl Backend for InProcess {
         if let Some(p) = self.procs.remove(&pid) {
             p.unpatch(pid);
             p.gone(&mut self.rings);
+        }
+        // The breakpoints are out and the debug registers are cleared next: the
+        // process's own SIGTRAP action goes back.
+        if let Some(Ok(g)) = self.guards.remove(&pid) {
+            if let Err(e) = g.remove(pid) {
+                udtrace_messages::debug!("pid {pid}: SIGTRAP action not restored: {e}");
+            }
         }
         if let Some(f) = self.fallback.as_mut() {
             f.release(pid);

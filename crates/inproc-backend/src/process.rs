@@ -23,6 +23,7 @@ use udtrace_providers::pid::PidProbe;
 use udtrace_record::pid::RecordPlan;
 
 use crate::breakpoint::Breakpoint;
+use crate::guard::Guard;
 
 /// Bytes of each trampoline region.
 const REGION_LEN: u64 = 1 << 20;
@@ -201,11 +202,42 @@ fn state(pid: i32, tid: i32) -> Option<char> {
     procfs::task_stat(pid, tid).ok()?.1.first()?.chars().next()
 }
 
-/// A thread of `pid` in a ptrace stop, to run system calls in (the leader first).
+/// A thread of `pid` in a ptrace stop, to run system calls in (the leader first). Not
+/// one held at a fork or clone event: it is inside that call still (`rax` is the
+/// entry's `-ENOSYS`), and a call run there would first end the fork (a vfork only when
+/// the child lets go of its memory). A thread held at its exec is one (see
+/// [`ready_tid`]).
 pub fn stopped_tid(pid: i32) -> Result<i32, String> {
     let mut tids = procfs::tasks(pid).map_err(|e| format!("cannot list its threads: {e}"))?;
     tids.sort_by_key(|&t| t != pid);
-    tids.into_iter().find(|&t| state(pid, t) == Some('t')).ok_or_else(|| "none of its threads is stopped".into())
+    let in_fork = |t: i32| {
+        nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(t)).is_ok_and(|r| {
+            let exec = matches!(r.orig_rax as i64, libc::SYS_execve | libc::SYS_execveat);
+            r.orig_rax as i64 >= 0 && r.rax as i64 == -i64::from(libc::ENOSYS) && !exec
+        })
+    };
+    tids.into_iter()
+        .find(|&t| state(pid, t) == Some('t') && !in_fork(t))
+        .ok_or_else(|| "none of its threads is stopped where a system call can run".into())
+}
+
+/// A thread of `pid` in a ptrace stop, ready to run system calls in, with its
+/// registers. A thread held at its exec is inside execve still (`rax` is the entry's
+/// `-ENOSYS`): a system call run now would get execve's result. Stepping to the call's
+/// end takes it out, before the new image's first instruction runs.
+pub fn ready_tid(pid: i32) -> Result<(i32, libc::user_regs_struct), String> {
+    let tid = stopped_tid(pid)?;
+    let regs = || {
+        nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid))
+            .map_err(|e| format!("cannot read its registers: {e}"))
+    };
+    let r = regs()?;
+    let in_exec = matches!(r.orig_rax as i64, libc::SYS_execve | libc::SYS_execveat);
+    if in_exec && r.rax as i64 == -i64::from(libc::ENOSYS) {
+        finish_exec(tid)?;
+        return Ok((tid, regs()?));
+    }
+    Ok((tid, r))
 }
 
 /// Whether every thread of `pid` is in a ptrace stop (state `t`): only then may its
@@ -220,7 +252,7 @@ pub fn all_stopped(pid: i32) -> Result<(), String> {
     Ok(())
 }
 
-fn mem(pid: i32) -> Result<File, String> {
+pub(crate) fn mem(pid: i32) -> Result<File, String> {
     OpenOptions::new()
         .read(true)
         .write(true)
@@ -238,21 +270,12 @@ impl Proc {
         rings: &mut Rings,
     ) -> Result<Proc, String> {
         // The thread system calls run in: held, while others may run (a library loaded).
-        let tid = stopped_tid(pid)?;
-        let mut regs = nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid))
-            .map_err(|e| format!("cannot read its registers: {e}"))?;
+        let (tid, regs) = ready_tid(pid)?;
         // Trampolines read the thread id where glibc keeps it, from the thread pointer.
         let mut loader = None;
         let mut no_patch = None;
         if regs.fs_base == 0 {
-            // Held at its exec (inside execve still: a system call run now would return
-            // execve's result), one step ends the call before the new image's first
-            // instruction runs. Or a static program at its entry point.
-            if matches!(regs.orig_rax as i64, libc::SYS_execve | libc::SYS_execveat) {
-                finish_exec(tid)?;
-                regs = nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid))
-                    .map_err(|e| format!("cannot read its registers: {e}"))?;
-            }
+            // Held at its exec, or a static program at its entry point.
             // glibc's loader sets the thread pointer up before any code of the program
             // or its libraries runs, but its own code runs before that and is not
             // patched. Without it (a static program) nothing is patched: breakpoints
@@ -368,14 +391,29 @@ impl Proc {
 
     /// Puts a breakpoint at one site of `pid` (some thread of it stopped; the others may
     /// run: a one-byte write is seen whole or not at all).
-    pub fn break_at(&mut self, pid: i32, site: &Site<'_>, objects: &[LoadedObject]) -> Result<(), String> {
+    /// `guard`: the process's SIGTRAP guard, which learns of the breakpoint before it
+    /// is written.
+    pub fn break_at(
+        &mut self,
+        pid: i32,
+        site: &Site<'_>,
+        objects: &[LoadedObject],
+        guard: Option<&mut Guard>,
+    ) -> Result<(), String> {
         let func_off = site.file_off.checked_sub(site.offset).ok_or("bad site offset")?;
         let func = runtime_address(pid, objects, site.file, func_off).ok_or("its object is not mapped")?;
         let code = self.code(site.file, func_off, site.func_size)?;
-        self.place(pid, &code, func, site.offset, site.cookie)
+        self.place(pid, &code, (func, site.offset), site.cookie, guard)
     }
 
-    fn place(&mut self, pid: i32, code: &[u8], func: u64, offset: u64, cookie: u64) -> Result<(), String> {
+    fn place(
+        &mut self,
+        pid: i32,
+        code: &[u8],
+        (func, offset): (u64, u64),
+        cookie: u64,
+        guard: Option<&mut Guard>,
+    ) -> Result<(), String> {
         let at = func + offset;
         if self.breakpoints.contains_key(&at) {
             return Ok(());
@@ -388,6 +426,11 @@ impl Proc {
         r.shared.write(r.used, &bytes).map_err(|e| format!("cannot write its out-of-line copy: {e}"))?;
         r.used += (bytes.len() as u64).div_ceil(ALIGN) * ALIGN;
         drop(r);
+        if let Some(g) = guard {
+            if let Err(e) = g.add(pid, at, copy) {
+                udtrace_messages::debug!("pid {pid}: breakpoint at {at:#x} unguarded: {e}");
+            }
+        }
         let m = mem(pid)?;
         let mut original = [0u8; 1];
         m.read_exact_at(&mut original, at).map_err(|e| format!("cannot read its code: {e}"))?;

@@ -4,7 +4,8 @@
 //! shared with udtrace, then runs the displaced code and jumps back.
 //!
 //! Owns: the ring's layout and protocol and udtrace's reader of it ([`ring`]), the
-//! trampoline's machine code ([`trampoline`]), finding the vDSO clock ([`vdso`]).
+//! trampoline's machine code ([`trampoline`]), the SIGTRAP handler that keeps breakpoints
+//! harmless once udtrace is gone ([`guard`]), finding the vDSO clock ([`vdso`]).
 //!
 //! Must not: touch a process (mapping, writing code, stopping threads are the backend's,
 //! through `udtrace-sys` and `udtrace-process`), decide which sites to patch
@@ -12,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod guard;
 pub mod ring;
 pub mod trampoline;
 pub mod vdso;

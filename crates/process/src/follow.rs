@@ -15,10 +15,13 @@ use nix::errno::Errno;
 use nix::libc;
 use nix::sys::ptrace::{self, Options};
 use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::control::{ControlError, Target};
+
+/// `si_code` of the SIGTRAP an `int3` raises.
+const SI_KERNEL: i32 = 0x80;
 
 /// What a followed process did that needs the caller before it may go on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +59,9 @@ enum State {
     Listening,
     /// Stopped by [`Tree::pause_others`] until [`Tree::unpause`].
     Paused,
+    /// Found by [`Tree::pause_others`] at an `int3`, its stop left unreaped for
+    /// [`Tree::poll`].
+    AtInt3,
 }
 
 #[derive(Debug)]
@@ -120,6 +126,15 @@ impl Tree {
         while !waiting.is_empty() && Instant::now() < deadline {
             let mut progress = false;
             for tid in waiting.clone() {
+                // At a breakpoint: stopped, its stop left for poll to deal with unreaped.
+                if self.unreaped_int3(tid) {
+                    if let Some(t) = self.tasks.get_mut(&tid) {
+                        t.state = State::AtInt3;
+                    }
+                    waiting.remove(&tid);
+                    progress = true;
+                    continue;
+                }
                 let st = match waitpid(Pid::from_raw(tid), Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
                     Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => continue,
                     Err(_) => {
@@ -252,15 +267,57 @@ impl Tree {
     }
 
     /// Collects what happened since the last call, without blocking.
-    pub fn poll(&mut self) -> Vec<Event> {
+    ///
+    /// `at_breakpoint(pid, tid)` deals with a thread stopped at an `int3` (SIGTRAP,
+    /// `SI_KERNEL`) before its stop is reaped: true when it has (the thread goes on, no
+    /// event), false to have the stop reported as [`Event::Trap`]. Reaping a stop takes
+    /// its signal away: should udtrace die between reaping and resuming, the kernel
+    /// would let the thread go on without the SIGTRAP, past the `int3`, in the middle of
+    /// an instruction. Unreaped, the signal stays, and the process's SIGTRAP handler
+    /// (the in-process backend's guard) takes it.
+    pub fn poll(&mut self, at_breakpoint: &mut dyn FnMut(i32, i32) -> bool) -> Vec<Event> {
         let mut out = std::mem::take(&mut self.backlog);
+        let any = WaitPidFlag::__WALL | WaitPidFlag::WNOHANG;
         loop {
-            match waitpid(None::<Pid>, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+            let peek = WaitPidFlag::WEXITED | WaitPidFlag::WSTOPPED | WaitPidFlag::WNOWAIT | any;
+            let next = match waitid(Id::All, peek) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
+                Ok(st) => st.pid(),
+                // A status nix cannot express (a real-time signal): reaped as before.
+                Err(_) => None,
+            };
+            if let Some(p) = next.filter(|&p| self.at_int3(p)) {
+                let tid = p.as_raw();
+                let tgid = self.tasks.get(&tid).map_or(tid, |t| t.tgid);
+                if at_breakpoint(tgid, tid) {
+                    self.resume(tid, None);
+                    continue;
+                }
+            }
+            let reaped = match next.map(|p| waitpid(p, Some(any))) {
+                Some(Ok(WaitStatus::StillAlive)) | Some(Err(_)) | None => waitpid(None::<Pid>, Some(any)),
+                Some(st) => st,
+            };
+            match reaped {
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(st) => self.handle(st, &mut out),
             }
         }
         out
+    }
+
+    /// Whether thread `tid` is in the signal-delivery stop of an `int3`, unreaped.
+    fn unreaped_int3(&self, tid: i32) -> bool {
+        let p = Pid::from_raw(tid);
+        let peek = WaitPidFlag::WSTOPPED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG | WaitPidFlag::__WALL;
+        matches!(waitid(Id::Pid(p), peek), Ok(st) if st.pid() == Some(p)) && self.at_int3(p)
+    }
+
+    /// Whether `p`, a followed thread with an unreaped stop, is in the signal-delivery
+    /// stop of an `int3`'s SIGTRAP.
+    fn at_int3(&self, p: Pid) -> bool {
+        self.tasks.contains_key(&p.as_raw())
+            && ptrace::getsiginfo(p).is_ok_and(|i| i.si_signo == libc::SIGTRAP && i.si_code == SI_KERNEL)
     }
 
     fn handle(&mut self, st: WaitStatus, out: &mut Vec<Event>) {

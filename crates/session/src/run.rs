@@ -680,7 +680,12 @@ fn follow_events(
     targets: &mut Targets,
     out: &mut dyn Output,
 ) -> io::Result<Option<i32>> {
-    let Some(events) = w.follower.as_deref_mut().map(|f| f.tree.poll()) else { return Ok(None) };
+    // A thread at one of the backend's breakpoints is dealt with while its stop is
+    // unreaped (see Tree::poll); its firing is consumed with the next event's.
+    let backend = &mut w.backend;
+    let mut at_breakpoint =
+        |pid, tid| backend.as_deref_mut().is_some_and(|b| b.trap(pid, tid) == udtrace_providers::backend::Trap::Fired);
+    let Some(events) = w.follower.as_deref_mut().map(|f| f.tree.poll(&mut at_breakpoint)) else { return Ok(None) };
     let mut stop = None;
     for ev in events {
         if let Some(s) = sink.drain(consumer, w, out)? {
