@@ -501,6 +501,17 @@ impl Tree {
                     stopped.push((p.as_raw(), deliver));
                     waiting.remove(&p.as_raw());
                 }
+                WaitStatus::PtraceEvent(p, Signal::SIGTRAP, libc::PTRACE_EVENT_STOP)
+                    if crate::procfs::thread_pending_signals(p.as_raw())
+                        .is_some_and(|s| s & (1 << (libc::SIGTRAP - 1)) != 0) =>
+                {
+                    // The interrupt stop comes before a signal already queued: here a
+                    // breakpoint's SIGTRAP (an int3 just run, or the debug register).
+                    // Released now, the thread would get it with the breakpoints and
+                    // the guard gone, and die of it. It goes on to take it, and its
+                    // stop is dealt with as any other.
+                    let _ = ptrace::cont(p, None);
+                }
                 WaitStatus::PtraceEvent(p, _, ev) => {
                     // A child created meanwhile is attached too: it stops, then goes.
                     if matches!(ev, libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE) {

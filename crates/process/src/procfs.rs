@@ -241,6 +241,13 @@ pub fn status_numbers(pid: i32, name: &str) -> Option<Vec<u64>> {
     Some(line.split_whitespace().filter_map(|v| v.parse().ok()).collect())
 }
 
+/// The signals pending for thread `tid` alone (`SigPnd`, bit n-1 for signal n).
+pub fn thread_pending_signals(tid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let hex = text.lines().find_map(|l| l.strip_prefix("SigPnd:"))?.trim();
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// Thread ids of a process.
 pub fn tasks(pid: i32) -> io::Result<Vec<i32>> {
     let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
