@@ -11,16 +11,18 @@ use udtrace_bpf::codegen::{
 };
 use udtrace_bpf::maps::RingBuf;
 use udtrace_bpf::proc::{attach_points, proc_program, AttachPoints, SyscallField, TaskOffsets};
+use udtrace_bpf::profile::{self, SampleFilter, UserRegs};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::tracepoint::{self, TracepointLink};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_messages::program;
 use udtrace_process::procfs;
-use udtrace_providers::backend::{Backend, Error, Record, Setup, SiteTarget, HOLD_SIGNAL};
+use udtrace_providers::backend::{Backend, Error, ProfileProbe, Record, Setup, SiteTarget, HOLD_SIGNAL};
 use udtrace_providers::pid::PidProbe;
 use udtrace_record::pid::RecordLayout;
 use udtrace_record::proc::{hook_of, Hook, ProcLayout, ProcPlan};
+use udtrace_record::profile::{is_profile, ProfileLayout};
 
 /// The BPF backend: see the crate's documentation.
 pub struct Bpf {
@@ -57,6 +59,29 @@ pub struct Bpf {
     /// Drops per CPU already reported.
     drops_seen: Vec<u64>,
     closer: Closer,
+    /// The profile probes' programs and clocks.
+    profile: Option<Profiling>,
+}
+
+/// What samples for the profile probes.
+struct Profiling {
+    layout: ProfileLayout,
+    /// Probe ids, by the index each program writes into its records' cookies.
+    ids: Vec<u32>,
+    seen: udtrace_bpf::maps::HashMap<u64, u32>,
+    _programs: Vec<Program>,
+    _clocks: Vec<std::os::fd::OwnedFd>,
+}
+
+/// Where the kernel keeps a task's user registers: `task_pt_regs`, at the top of its
+/// kernel stack (THREAD_SIZE, 16 KiB on x86-64 without KASAN, less 16 bytes of padding
+/// on a kernel that enters through FRED), whose base the task's BTF names.
+fn user_regs() -> Result<UserRegs, Error> {
+    let btf = Btf::vmlinux().map_err(|e| e.to_string())?;
+    let task_stack = btf.place("task_struct", "stack").map_err(|e| e.to_string())?.offset;
+    let fred = std::fs::read_to_string("/proc/cpuinfo")
+        .is_ok_and(|c| c.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "fred")));
+    Ok(UserRegs { task_stack, top: 16384 - if fred { 16 } else { 0 } })
 }
 
 /// One proc hook: the layout of its records and its attachments.
@@ -240,6 +265,7 @@ impl Bpf {
             proc: HashMap::new(),
             drops_seen: Vec::new(),
             closer: Closer::new(),
+            profile: None,
         })
     }
 
@@ -275,6 +301,34 @@ impl Bpf {
 }
 
 impl Backend for Bpf {
+    fn enable_profile(&mut self, probes: &[ProfileProbe], stack_bytes: u32) -> Result<(), Error> {
+        if probes.is_empty() {
+            return Ok(());
+        }
+        let layout = ProfileLayout::new(stack_bytes).map_err(|e| format!("cannot lay out profile samples: {e}"))?;
+        let regs = user_regs().map_err(|e| format!("cannot find the user registers of sampled threads: {e}"))?;
+        let seen = udtrace_bpf::maps::HashMap::create_lru("udtrace_sampled", 65536)
+            .map_err(|e| bpf_error("create BPF maps", &e.to_string(), e.os_error()))?;
+        let mut p = Profiling { layout, ids: Vec::new(), seen, _programs: Vec::new(), _clocks: Vec::new() };
+        for (i, probe) in probes.iter().enumerate() {
+            let filter = match &probe.pids {
+                Some(pids) => SampleFilter::Pids(pids.clone()),
+                None => SampleFilter::All,
+            };
+            let insns = profile::program(&p.layout, &self.maps, &p.seen, i as u32, &filter, regs)
+                .map_err(|e| format!("cannot generate the profile program: {e}"))?;
+            let prog = Program::load(ProgramKind::PerfEvent, "udtrace_profile", &insns)
+                .map_err(|e| bpf_error("load the profile program", &e.to_string(), Some(e.os_error())))?;
+            let clocks = profile::attach_cpu_clocks(&prog, probe.period_ns, &probe.cpus)
+                .map_err(|e| bpf_error("sample the CPUs", &e.to_string(), e.os_error()))?;
+            p.ids.push(probe.probe_id);
+            p._programs.push(prog);
+            p._clocks.extend(clocks);
+        }
+        self.profile = Some(p);
+        Ok(())
+    }
+
     fn enable_proc(&mut self, hooks: &[(Hook, ProcPlan)]) -> Result<(), Error> {
         if hooks.is_empty() {
             return Ok(());
@@ -486,7 +540,17 @@ impl Backend for Bpf {
 
     fn consume(&mut self, each: &mut dyn FnMut(Record<'_>)) {
         let (proc, layout, cookies, string_args) = (&self.proc, &self.layout, &self.cookies, &self.string_args);
+        let profile = &self.profile;
         self.reader.consume(|bytes| {
+            if is_profile(bytes) {
+                let Some(p) = profile else { return };
+                if let Ok(sample) = p.layout.parse(bytes) {
+                    if let Some(&probe_id) = p.ids.get(sample.probe as usize) {
+                        each(Record::Profile { sample, probe_id });
+                    }
+                }
+                return;
+            }
             if let Some(hook) = hook_of(bytes) {
                 if let Some(f) = proc.get(&hook).and_then(|h| h.layout.parse(bytes).ok()) {
                     each(Record::Proc(f));

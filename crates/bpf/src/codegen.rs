@@ -161,7 +161,7 @@ const MIN_STACK_TRY: u32 = 64;
 const RB_AVAIL_DATA: i32 = 0;
 /// bpf_ringbuf_submit's flags.
 const RB_NO_WAKEUP: i32 = 1;
-const RB_FORCE_WAKEUP: i32 = 2;
+pub(crate) const RB_FORCE_WAKEUP: i32 = 2;
 
 pub fn uprobe_program(plan: &RecordPlan, maps: &ProbeMaps) -> Result<Vec<Insn>, CodegenError> {
     uprobe_program_for(plan, maps, Filter::Traced)
@@ -228,7 +228,7 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter) -
     }
 
     if layout.stack_bytes > 0 {
-        emit_stack(&mut a, layout.stack_bytes, layout.off_stack)?;
+        emit_stack(&mut a, layout.stack_bytes, layout.off_stack, (Reg::R6, PtReg::Sp.offset() as i16))?;
     }
 
     if let (true, Some(src)) = (layout.errno, &maps.errno) {
@@ -342,10 +342,11 @@ fn emit_errno(a: &mut Asm, src: &ErrnoSource) {
     a.bind(skip);
 }
 
-/// Copies the user stack from `sp` up: the full size, or on a fault half of it, and so
-/// on down to MIN_STACK_TRY bytes. A failed read leaves zeros (the helper clears its
-/// destination), so bytes past `stack_len` are always zero.
-fn emit_stack(a: &mut Asm, stack_bytes: u32, off_stack: usize) -> Result<(), AsmError> {
+/// Copies the user stack from `sp` up into the record in R8: the full size, or on a
+/// fault half of it, and so on down to MIN_STACK_TRY bytes. `sp`: where the user stack
+/// pointer is (a register and an offset). A failed read leaves zeros (the helper clears
+/// its destination), so bytes past `stack_len` are always zero.
+pub(crate) fn emit_stack(a: &mut Asm, stack_bytes: u32, off_stack: usize, sp: (Reg, i16)) -> Result<(), AsmError> {
     let done = a.label();
     let mut tries = vec![stack_bytes];
     while let Some(&last) = tries.last() {
@@ -360,7 +361,7 @@ fn emit_stack(a: &mut Asm, stack_bytes: u32, off_stack: usize) -> Result<(), Asm
         a.push(mov64_reg(Reg::R1, Reg::R8));
         a.push(alu64_imm(AluOp::Add, Reg::R1, off_stack as i32));
         a.push(mov64_imm(Reg::R2, size as i32));
-        a.push(ldx(Size::DW, Reg::R3, Reg::R6, PtReg::Sp.offset() as i16));
+        a.push(ldx(Size::DW, Reg::R3, sp.0, sp.1));
         a.call(helper::PROBE_READ_USER);
         a.jmp_imm(Cond::Ne, Reg::R0, 0, next);
         a.push(st(Size::W, Reg::R8, record::OFF_STACK_LEN as i16, size as i32));

@@ -16,6 +16,7 @@ pub mod insn;
 pub mod kmem;
 pub mod maps;
 pub mod proc;
+pub mod profile;
 pub mod prog;
 pub mod ringbuf;
 pub mod tracepoint;

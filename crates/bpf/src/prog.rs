@@ -11,6 +11,7 @@ use crate::insn::{encode, Insn};
 
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
+const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
 const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 
 /// What a program is loaded for; the kernel checks helpers and context against it.
@@ -25,6 +26,9 @@ pub enum ProgramKind {
     /// A raw tracepoint: its context is the tracepoint's arguments (task pointers and
     /// all), not the formatted record.
     RawTracepoint,
+    /// A perf event's overflow (the CPU clock): its context is the interrupted
+    /// registers.
+    PerfEvent,
 }
 
 impl ProgramKind {
@@ -34,6 +38,7 @@ impl ProgramKind {
             ProgramKind::UprobeMulti => (BPF_PROG_TYPE_KPROBE, sys::BPF_TRACE_UPROBE_MULTI),
             ProgramKind::Tracepoint => (BPF_PROG_TYPE_TRACEPOINT, 0),
             ProgramKind::RawTracepoint => (BPF_PROG_TYPE_RAW_TRACEPOINT, 0),
+            ProgramKind::PerfEvent => (BPF_PROG_TYPE_PERF_EVENT, 0),
         }
     }
 }

@@ -26,7 +26,7 @@ use udtrace_inproc::ring::Geometry;
 use udtrace_inproc::trampoline::{supported_layout, CpuSource};
 use udtrace_object::patch::SiteKind as PatchKind;
 use udtrace_process::procfs::LoadedObject;
-use udtrace_providers::backend::{Backend, Error, Record, Setup, SiteTarget, Trap};
+use udtrace_providers::backend::{Backend, Error, ProfileProbe, Record, Setup, SiteTarget, Trap};
 use udtrace_providers::pid::{PidProbe, SiteKind};
 use udtrace_record::pid::{RecordLayout, RecordPlan};
 use udtrace_record::proc::{Hook, ProcPlan};
@@ -244,7 +244,8 @@ fn patch_kind(k: SiteKind) -> PatchKind {
     match k {
         SiteKind::Entry => PatchKind::Entry,
         SiteKind::Return => PatchKind::Return,
-        SiteKind::Offset(_) => PatchKind::Offset,
+        // Never a site to patch.
+        SiteKind::Offset(_) | SiteKind::Profile => PatchKind::Offset,
     }
 }
 
@@ -264,6 +265,14 @@ impl Backend for InProcess {
             Some(f) => f.enable_proc(hooks),
             None if hooks.is_empty() => Ok(()),
             None => Err(bpf_needed("the proc provider")),
+        }
+    }
+
+    fn enable_profile(&mut self, probes: &[ProfileProbe], stack_bytes: u32) -> Result<(), Error> {
+        match self.fallback.as_mut() {
+            Some(f) => f.enable_profile(probes, stack_bytes),
+            None if probes.is_empty() => Ok(()),
+            None => Err("the kernel refused BPF, which profile probes need to sample other processes".into()),
         }
     }
 

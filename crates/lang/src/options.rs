@@ -96,6 +96,7 @@ const EVALTIMES: &[&str] = &["exec", "preinit", "postinit", "main"];
 const LINKMODES: &[&str] = &["kernel", "primary", "dynamic", "static"];
 const LINKTYPES: &[&str] = &["elf", "dof"];
 const ENCODINGS: &[&str] = &["ascii", "utf8"];
+const STACKFMTS: &[&str] = &["default", "folded"];
 const XLATEMODES: &[&str] = &["dynamic", "static"];
 const STDCMODES: &[&str] = &["a", "c", "s", "t"];
 
@@ -174,6 +175,7 @@ define_options! {
     Scratchsize = "scratchsize", Size, Runtime, "scratch space size (Oracle)";
     Setenv = "setenv", Text, Compile, "set an environment variable for -c commands";
     Specsize = "specsize", Size, Runtime, "speculation buffer size";
+    Stackfmt = "stackfmt", Choice(STACKFMTS, false), Runtime, "aggregations keyed by stacks: default, or folded for flame graphs (udtrace)";
     Stackframes = "stackframes", Toggle, Runtime, "default number of stack() frames";
     Stackindent = "stackindent", Toggle, Dynamic, "indentation of stack output";
     Statusrate = "statusrate", Time, Runtime, "rate of status checking";
@@ -663,6 +665,9 @@ pub struct Options {
     pub specsize: u64,
     pub stackframes: u64,
     pub stackindent: u64,
+    /// `-x stackfmt=folded`: aggregations print one line per entry, its stacks' frames
+    /// root first joined by `;`, then the value (flame graph tools' input).
+    pub folded: bool,
     pub statusrate: u64,
     pub strsize: u64,
     /// `print()`'s bytes: at most this many of the object are shown.
@@ -670,6 +675,8 @@ pub struct Options {
     pub switchrate: u64,
     pub temporal: bool,
     pub ustackframes: u64,
+    /// `maxframes` (Oracle): no stack has more frames, whatever its call asks.
+    pub maxframes: Option<u64>,
 
     pub agghist: bool,
     pub aggpack: bool,
@@ -741,12 +748,14 @@ impl Default for Options {
             specsize: 32 << 10,
             stackframes: 20,
             stackindent: 14,
+            folded: false,
             statusrate: NANOSEC,
             strsize: 256,
             printsize: DEFAULT_PRINTSIZE,
             switchrate: NANOSEC,
             temporal: true,
             ustackframes: 100,
+            maxframes: None,
             agghist: false,
             aggpack: false,
             aggpercpu: false,
@@ -867,12 +876,14 @@ impl Options {
             N::Specsize => self.specsize = int.unwrap_or(dflt.specsize),
             N::Stackframes => self.stackframes = int.unwrap_or(dflt.stackframes),
             N::Stackindent => self.stackindent = int.unwrap_or(dflt.stackindent),
+            N::Stackfmt => self.folded = text.as_deref() == Some("folded"),
             N::Statusrate => self.statusrate = int.unwrap_or(dflt.statusrate),
             N::Strsize => self.strsize = int.unwrap_or(dflt.strsize),
             N::Printsize => self.printsize = printsize(int),
             N::Switchrate => self.switchrate = int.unwrap_or(dflt.switchrate),
             N::Temporal => self.temporal = on,
             N::Ustackframes => self.ustackframes = int.unwrap_or(dflt.ustackframes),
+            N::Maxframes => self.maxframes = int,
             N::Agghist => self.agghist = on,
             N::Aggpack => self.aggpack = on,
             N::Aggpercpu => self.aggpercpu = true,

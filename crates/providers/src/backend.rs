@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use udtrace_lang::capture::CapturePlan;
 use udtrace_record::pid::{Firing, PtReg, RecordPlan, StringCapture, MAX_STRING};
 use udtrace_record::proc::{Hook, ProcFiring, ProcPlan};
+use udtrace_record::profile::Sample;
 
 use crate::pid::{PidProbe, SiteKind};
 
@@ -75,6 +76,18 @@ impl Setup {
     }
 }
 
+/// A `profile-N` probe to sample with: a perf event on each of `cpus` every
+/// `period_ns` of CPU time, in the context of the thread it interrupts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileProbe {
+    pub probe_id: u32,
+    pub period_ns: u64,
+    pub cpus: Vec<i32>,
+    /// Only these processes' samples are recorded (every clause of the probe has a
+    /// predicate `pid == N`); `None`: every thread's.
+    pub pids: Option<Vec<u32>>,
+}
+
 /// One firing, as the backend reports it.
 // Each is handed once, by value, to a callback; none is stored, so sizes may differ.
 #[allow(clippy::large_enum_variant)]
@@ -84,12 +97,23 @@ pub enum Record<'a> {
     Pid { firing: Firing<'a>, sites: &'a [SiteTarget], string_args: &'a [u8] },
     /// A proc hook fired.
     Proc(ProcFiring),
+    /// A profile probe sampled a thread.
+    Profile { sample: Sample<'a>, probe_id: u32 },
 }
 
 /// A backend for the pid and proc providers.
 pub trait Backend {
     /// Enables the proc provider's hooks, each recording what its plan asks.
     fn enable_proc(&mut self, hooks: &[(Hook, ProcPlan)]) -> Result<(), Error>;
+
+    /// Starts sampling for `probes`, each sample with `stack_bytes` of the interrupted
+    /// thread's user stack. Only a backend with BPF can.
+    fn enable_profile(&mut self, probes: &[ProfileProbe], _stack_bytes: u32) -> Result<(), Error> {
+        if probes.is_empty() {
+            return Ok(());
+        }
+        Err("the kernel refused BPF, which profile probes need to sample other processes".into())
+    }
 
     /// Counts process `pid`'s firings from now on.
     fn trace_pid(&mut self, pid: i32) -> Result<(), Error>;

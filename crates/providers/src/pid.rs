@@ -26,6 +26,8 @@ pub enum SiteKind {
     /// Every return site; `arg0` is the site's offset in the function.
     Return,
     Offset(u64),
+    /// Not a site: a `profile-N` sample (`arg0` the kernel PC, `arg1` the user PC).
+    Profile,
 }
 
 /// One pid probe with everything the backend needs to arm it.
@@ -125,6 +127,7 @@ impl PidProvider {
                     SiteKind::Entry => patch::SiteKind::Entry,
                     SiteKind::Return => patch::SiteKind::Return,
                     SiteKind::Offset(_) => patch::SiteKind::Offset,
+                    SiteKind::Profile => continue,
                 };
                 let refusal = match code {
                     Some(code) => patch::plan(code, p.func_vaddr, offset, kind).err().map(|e| e.summary().to_string()),

@@ -35,6 +35,11 @@ pub struct ProcInfo {
     /// `mapped` with symbols and load bias, resolved when first needed.
     objects: Option<Vec<(LoadedObject, u64 /*bias*/, Rc<ObjectSymbols>)>>,
     unwinder: Option<Unwinder>,
+    /// When `mapped` was last read again because an address fell outside it. Only for
+    /// processes known from samples: a process udtrace follows is read at each of its
+    /// holds, and read later it may run another image.
+    refreshed: Option<std::time::Instant>,
+    from_samples: bool,
 }
 
 /// Per-process facts and per-file symbols, shared by all firings.
@@ -55,7 +60,17 @@ fn status_ids(pid: u32) -> (i64, i64) {
 fn read_info(pid: u32) -> ProcInfo {
     let (execname, ppid) = procfs::stat(pid as i32).map(|(c, p)| (c, i64::from(p))).unwrap_or_default();
     let (uid, gid) = status_ids(pid);
-    ProcInfo { execname, ppid, uid, gid, mapped: None, objects: None, unwinder: None }
+    ProcInfo {
+        execname,
+        ppid,
+        uid,
+        gid,
+        mapped: None,
+        objects: None,
+        unwinder: None,
+        refreshed: None,
+        from_samples: false,
+    }
 }
 
 impl Procs {
@@ -84,6 +99,31 @@ impl Procs {
         self.procs.insert(pid, info);
     }
 
+    /// Thread `tid` of process `pid`, named `comm`, was sampled (a profile probe, which
+    /// sees every process). A process seen for the first time is read now, while it
+    /// most likely still runs, so that its samples symbolize after it exits; read again
+    /// when its main thread's name changed (it exec'd). Its name is the sample's when
+    /// /proc has no more to say; the idle task is DTrace's `sched`.
+    pub fn sampled(&mut self, pid: u32, tid: u32, comm: &[u8]) {
+        let comm = String::from_utf8_lossy(comm);
+        let stale = match self.procs.get(&pid) {
+            None => true,
+            Some(info) => pid != 0 && tid == pid && info.execname != comm,
+        };
+        if !stale {
+            return;
+        }
+        let mut info = read_info(pid);
+        info.mapped = Some(Rc::new(procfs::objects_of(pid as i32).unwrap_or_default()));
+        info.from_samples = true;
+        if pid == 0 {
+            info.execname = "sched".into();
+        } else if info.execname.is_empty() {
+            info.execname = comm.into_owned();
+        }
+        self.procs.insert(pid, info);
+    }
+
     /// A new child: a copy of its parent (same image, same ids) until it execs.
     pub fn inherit(&mut self, child: u32, parent: u32) {
         let p = self.info(parent);
@@ -95,6 +135,8 @@ impl Procs {
             mapped: p.mapped.clone(),
             objects: None,
             unwinder: None,
+            refreshed: None,
+            from_samples: false,
         };
         self.procs.insert(child, info);
     }
@@ -153,14 +195,40 @@ impl Procs {
         info.unwinder = Some(unwinder);
     }
 
+    /// A user address of `pid` outside every object remembered of it: the process may
+    /// have mapped more since (a library loaded, or it was read while its loader was
+    /// still at work). Read again, at most once a second, if it still runs.
+    fn refresh_for(&mut self, pid: u32, addr: u64) {
+        self.objects(pid);
+        let info = self.info(pid);
+        let known =
+            info.objects.iter().flatten().any(|(o, _, _)| o.mappings.iter().any(|m| m.start <= addr && addr < m.end));
+        if known
+            || addr == 0
+            || !info.from_samples
+            || info.refreshed.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1))
+        {
+            return;
+        }
+        info.refreshed = Some(std::time::Instant::now());
+        let Ok(mapped) = procfs::objects_of(pid as i32) else { return };
+        if mapped.is_empty() {
+            return;
+        }
+        info.mapped = Some(Rc::new(mapped));
+        info.objects = None;
+        info.unwinder = None;
+        self.objects(pid);
+    }
+
     /// `module`function+0xoff` for an address, as DTrace prints user frames.
     fn symbolize(&mut self, pid: u32, addr: u64) -> String {
         self.symbol(pid, addr, SymKind::Addr).unwrap_or_else(|| format!("0x{addr:x}"))
     }
 
     /// An address as DTrace's usym/ufunc/umod/uaddr print it; `None` outside any object.
-    fn symbol(&mut self, pid: u32, addr: u64, kind: SymKind) -> Option<String> {
-        self.objects(pid);
+    pub(crate) fn symbol(&mut self, pid: u32, addr: u64, kind: SymKind) -> Option<String> {
+        self.refresh_for(pid, addr);
         let info = self.info(pid);
         for (obj, bias, syms) in info.objects.iter().flatten() {
             if !obj.mappings.iter().any(|m| m.start <= addr && addr < m.end) {
@@ -197,6 +265,8 @@ pub struct FiringCtx<'a> {
     /// String captures: which argument register each slot of `f.strings` read.
     pub string_args: &'a [u8],
     pub ustackframes: u32,
+    /// No stack has more frames (`-x maxframes`).
+    pub maxframes: u32,
     /// For `curpsinfo` and `curlwpsinfo`: the program's types and the clocks.
     pub types: &'a TypeTable,
     pub clocks: Clocks,
@@ -217,6 +287,14 @@ impl FiringCtx<'_> {
                 _ => 0,
             };
         }
+        // A sample's: the kernel PC (0 in user mode), then the user PC (0 in the kernel).
+        if self.site.kind == SiteKind::Profile {
+            return match n {
+                0 => self.site.offset,
+                1 if self.site.offset == 0 => self.f.reg(PtReg::Ip),
+                _ => 0,
+            };
+        }
         match n {
             0..=5 => self.f.arg(usize::from(n)).unwrap_or(0),
             // At a function's entry [sp] holds the return address; stack arguments follow.
@@ -231,7 +309,7 @@ impl FiringCtx<'_> {
     fn ucaller(&self) -> u64 {
         match self.site.kind {
             SiteKind::Entry | SiteKind::Return => self.stack_word(0).unwrap_or(0),
-            SiteKind::Offset(_) => self.unwound(2).get(1).copied().unwrap_or(0),
+            SiteKind::Offset(_) | SiteKind::Profile => self.unwound(2).get(1).copied().unwrap_or(0),
         }
     }
 
@@ -239,7 +317,7 @@ impl FiringCtx<'_> {
     fn unwound(&self, max: usize) -> Vec<u64> {
         let pid = self.f.pid;
         let mut procs = self.procs.borrow_mut();
-        procs.objects(pid);
+        procs.refresh_for(pid, self.f.reg(PtReg::Ip));
         let snap = Snapshot {
             ip: self.f.reg(PtReg::Ip),
             sp: self.f.reg(PtReg::Sp),
@@ -357,12 +435,15 @@ impl Context for FiringCtx<'_> {
         if !user {
             return Vec::new();
         }
-        let addrs = self.unwound(frames.unwrap_or(self.ustackframes) as usize);
+        let addrs = self.unwound(frames.unwrap_or(self.ustackframes).min(self.maxframes) as usize);
         let mut procs = self.procs.borrow_mut();
         addrs.into_iter().map(|a| procs.symbolize(self.f.pid, a)).collect()
     }
 
     fn symbol(&self, addr: u64, kind: SymKind) -> Option<String> {
+        if crate::kernel::is_kernel_address(addr) {
+            return crate::kernel::symbol(addr, kind);
+        }
         self.procs.borrow_mut().symbol(self.f.pid, addr, kind)
     }
 

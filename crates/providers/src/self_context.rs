@@ -1,14 +1,17 @@
 //! The context of probes that fire in udtrace itself (BEGIN, END, ERROR, timers):
 //! built-ins describe the udtrace process, as they describe dtrace in DTrace.
 
+use std::cell::RefCell;
+
 use nix::time::{clock_gettime, ClockId};
 use nix::unistd::{getegid, geteuid, getgid, getpgrp, getpid, getppid, getsid, gettid, getuid};
 
 use udtrace_lang::ir::Builtin;
-use udtrace_lang::types::TypeTable;
+use udtrace_lang::types::{SymKind, TypeTable};
 use udtrace_process::procfs;
 use udtrace_runtime::{Context, Value};
 
+use crate::pid_context::Procs;
 use crate::proc::{Clocks, CurrentFromProc};
 
 pub struct SelfContext {
@@ -126,6 +129,9 @@ pub struct SelfFiring<'a> {
     pub clocks: Clocks,
     timestamp: i64,
     vtimestamp: i64,
+    /// `$target` (the first `-c`/`-p` process) and what udtrace knows of processes:
+    /// `%A` in printf and printa symbolizes integers against it, as DTrace does.
+    target: Option<(&'a RefCell<Procs>, u32)>,
 }
 
 impl<'a> SelfFiring<'a> {
@@ -137,7 +143,14 @@ impl<'a> SelfFiring<'a> {
             clocks,
             timestamp: ns(ClockId::CLOCK_MONOTONIC) as i64,
             vtimestamp: ns(ClockId::CLOCK_THREAD_CPUTIME_ID) as i64,
+            target: None,
         }
+    }
+
+    /// With `$target` for user addresses.
+    pub fn with_target(mut self, procs: &'a RefCell<Procs>, pid: Option<u32>) -> SelfFiring<'a> {
+        self.target = pid.map(|p| (procs, p));
+        self
     }
 }
 
@@ -189,5 +202,13 @@ impl Context for SelfFiring<'_> {
 
     fn progenyof(&self, pid: i64) -> bool {
         self.me.progenyof(pid)
+    }
+
+    fn symbol(&self, addr: u64, kind: SymKind) -> Option<String> {
+        if crate::kernel::is_kernel_address(addr) {
+            return crate::kernel::symbol(addr, kind);
+        }
+        let (procs, pid) = self.target?;
+        procs.borrow_mut().symbol(pid, addr, kind)
     }
 }

@@ -11,3 +11,4 @@
 
 pub mod pid;
 pub mod proc;
+pub mod profile;

@@ -72,6 +72,8 @@ pub struct Settings {
     pub aggpercpu: bool,
     /// `print()` shows at most this many bytes of an object.
     pub printsize: usize,
+    /// `-x stackfmt=folded`: aggregations print folded, one line per entry.
+    pub folded: bool,
 }
 
 impl Default for Settings {
@@ -91,6 +93,7 @@ impl Default for Settings {
             scratch_room: 256,
             aggpercpu: false,
             printsize: udtrace_lang::options::DEFAULT_PRINTSIZE as usize,
+            folded: false,
         }
     }
 }
@@ -653,7 +656,8 @@ impl Consumer {
                 }
                 let list: Vec<&Aggregation> = aggs.iter().map(|&i| &self.aggs[i]).collect();
                 let fmt = format.as_ref().map(|(f, _)| f.as_ref());
-                let text = self.formats.printa(fmt, &list, &self.settings);
+                let sym = |addr: u64, _user: bool| ctx.symbol(addr, udtrace_lang::types::SymKind::Addr);
+                let text = self.formats.printa(fmt, &list, &self.settings, &sym);
                 rec.data.extend_from_slice(&text);
             }
             Action::AggUpdate { agg, keys, args } => {

@@ -22,7 +22,7 @@ fn trace_opts(s: &Settings) -> TraceOpts {
 }
 
 fn print_opts(s: &Settings) -> AggPrintOpts {
-    AggPrintOpts { sort: s.sort, trace: trace_opts(s) }
+    AggPrintOpts { sort: s.sort, trace: trace_opts(s), folded: s.folded }
 }
 
 fn format_ctx(s: &Settings) -> FormatCtx<'static> {
@@ -93,10 +93,20 @@ impl FormatCache {
         }
     }
 
-    pub fn printa(&self, fmt: Option<&str>, aggs: &[&Aggregation], s: &Settings) -> Vec<u8> {
+    /// `symbolize` as for [`FormatCache::printf`].
+    pub fn printa(
+        &self,
+        fmt: Option<&str>,
+        aggs: &[&Aggregation],
+        s: &Settings,
+        symbolize: &dyn Fn(u64, bool) -> Option<String>,
+    ) -> Vec<u8> {
         let o = print_opts(s);
         match fmt.and_then(|f| self.parsed.get(f)) {
-            Some(f) => aggregation::printa_fmt(f, aggs, &format_ctx(s), &o).unwrap_or_default(),
+            Some(f) => {
+                let ctx = FormatCtx { symbolize: Some(symbolize), ..format_ctx(s) };
+                aggregation::printa_fmt(f, aggs, &ctx, &o).unwrap_or_default()
+            }
             None => aggregation::printa_joined(aggs, &o),
         }
     }

@@ -22,8 +22,8 @@ use udtrace_messages::{debug, note};
 use udtrace_process::control::Target;
 use udtrace_process::follow::Event;
 use udtrace_process::procfs;
-use udtrace_providers::backend::{refused_probes, Backend, Loader, Record, Setup};
-use udtrace_providers::pid::{is_pid_provider, PidProbe};
+use udtrace_providers::backend::{refused_probes, Backend, Loader, ProfileProbe, Record, Setup, SiteTarget};
+use udtrace_providers::pid::{is_pid_provider, PidProbe, SiteKind};
 use udtrace_providers::pid_context::{FiringCtx, Procs};
 use udtrace_providers::proc::{self as procprov, Clocks, ProcCtx};
 use udtrace_providers::registry::{self as probes, Registry, TimerKind};
@@ -228,7 +228,7 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
     if compiled.options.destructive && !quiet {
         note!("allowing destructive actions");
     }
-    let (mut backend, mut follower, mut all) = match arm(&compiled, &mut registry, &mut targets, load) {
+    let (mut backend, mut follower, mut all, sampled) = match arm(&compiled, &mut registry, &mut targets, load) {
         Ok(b) => b,
         Err(m) => {
             targets.finish();
@@ -241,6 +241,7 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
         follower: follower.as_mut(),
         all: all.as_mut(),
         registry: &mut registry,
+        sampled,
     };
     let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, &mut out);
     if let (Some(f), Some(b)) = (follower.as_mut(), backend.as_deref_mut()) {
@@ -277,7 +278,9 @@ fn stability_reports(c: &Compiled) -> String {
 }
 
 /// The backend, the follower of `-c`/`-p` trees and the watcher of `pid*` processes.
-type Armed = (Option<Box<dyn Backend>>, Option<Follower>, Option<AllProcesses>);
+/// The backend, the follower of `-c`/`-p` processes, the `pid*` watcher, and the
+/// profile probes the backend samples (the others fire in udtrace's context).
+type Armed = (Option<Box<dyn Backend>>, Option<Follower>, Option<AllProcesses>, HashSet<u32>);
 
 /// Arms the enabled pid probes, if any, and starts tracing their processes; `-c`/`-p`
 /// processes with pid descriptions are adopted by a follower (held until released).
@@ -288,8 +291,9 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
         c.ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")).map(|e| e.probe.id).collect();
     let strsize = c.options.strsize.min(u64::from(u32::MAX)) as u32;
     let proc_hooks = proc_hook_plans(c, strsize);
-    if enabled.is_empty() && follower.is_none() && all.is_none() && proc_hooks.is_empty() {
-        return Ok((None, None, None));
+    let (profile, profile_stack) = profile_probes(c);
+    if enabled.is_empty() && follower.is_none() && all.is_none() && proc_hooks.is_empty() && profile.is_empty() {
+        return Ok((None, None, None, HashSet::new()));
     }
     // `pid*` probes (owner 0) are armed for every process, apart.
     let probes: Vec<&PidProbe> =
@@ -311,6 +315,13 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     };
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
+    let sampled = match backend.enable_profile(&profile, profile_stack) {
+        Ok(()) => profile.iter().map(|p| p.probe_id).collect(),
+        Err(e) => {
+            note!("{e}: they fire in udtrace's own context (run as root, or with CAP_BPF and CAP_PERFMON)");
+            HashSet::new()
+        }
+    };
     let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
     pids.sort_unstable();
     pids.dedup();
@@ -355,7 +366,62 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     for n in backend.notices() {
         note!("{n}");
     }
-    Ok((Some(backend), follower, all))
+    Ok((Some(backend), follower, all, sampled))
+}
+
+/// The enabled `profile-N` probes, sampled on every online CPU (the one `-x cpu` names),
+/// with the user stack bytes their clauses need.
+fn profile_probes(c: &Compiled) -> (Vec<ProfileProbe>, u32) {
+    let cpus: Vec<i32> = match c.options.cpu {
+        Some(n) => vec![n.min(i32::MAX as u64) as i32],
+        None => crate::cpus::online().iter().map(|c| c.id).collect(),
+    };
+    let mut out: Vec<ProfileProbe> = Vec::new();
+    let mut plan = CapturePlan::default();
+    for e in c.ecbs.iter().filter(|e| e.probe.provider == "profile") {
+        let Some((TimerKind::Profile, period_ns)) = probes::timer_period(&e.probe.name) else { continue };
+        let clause = &c.program.clauses[e.clause];
+        plan.merge(&capture::plan(clause));
+        // Samples of other processes cost nothing in user space when every clause on
+        // the probe keeps only named processes.
+        let pid = clause.predicate.as_ref().and_then(pid_named);
+        match out.iter_mut().find(|p| p.probe_id == e.probe.id) {
+            Some(p) => match (&mut p.pids, pid) {
+                (Some(pids), Some(pid)) => pids.push(pid),
+                (pids, _) => *pids = None,
+            },
+            None => out.push(ProfileProbe {
+                probe_id: e.probe.id,
+                period_ns,
+                cpus: cpus.clone(),
+                pids: pid.map(|p| vec![p]),
+            }),
+        }
+    }
+    (out, plan.stack_bytes.div_ceil(8) * 8)
+}
+
+/// The process a predicate keeps alone: `pid == N` (`$target` is a constant by now),
+/// or such a term of a `&&`.
+fn pid_named(e: &udtrace_lang::ir::Expr) -> Option<u32> {
+    use udtrace_lang::ast::BinaryOp;
+    use udtrace_lang::ir::{Builtin, ExprKind};
+    let bare = |e: &udtrace_lang::ir::Expr| -> ExprKind {
+        let mut e = e;
+        while let ExprKind::Cast(x) = &e.kind {
+            e = x;
+        }
+        e.kind.clone()
+    };
+    match &e.kind {
+        ExprKind::Binary { op: BinaryOp::Eq, lhs, rhs, .. } => match (bare(lhs), bare(rhs)) {
+            (ExprKind::Builtin(Builtin::Pid), ExprKind::Int(n))
+            | (ExprKind::Int(n), ExprKind::Builtin(Builtin::Pid)) => u32::try_from(n).ok(),
+            _ => None,
+        },
+        ExprKind::Logical { op: BinaryOp::LogAnd, lhs, rhs } => pid_named(lhs).or_else(|| pid_named(rhs)),
+        _ => None,
+    }
 }
 
 /// The proc hooks the enabled proc probes need, each with what its records must carry
@@ -391,6 +457,8 @@ struct Tracing<'a> {
     follower: Option<&'a mut Follower>,
     all: Option<&'a mut AllProcesses>,
     registry: &'a mut Registry,
+    /// Profile probes the backend samples.
+    sampled: HashSet<u32>,
 }
 
 fn settings(c: &Compiled) -> Settings {
@@ -415,6 +483,7 @@ fn settings(c: &Compiled) -> Settings {
         scratch_room: udtrace_lang::options::scratch_room(o.scratchsize),
         aggpercpu: o.aggpercpu,
         printsize: o.printsize as usize,
+        folded: o.folded,
     }
 }
 
@@ -426,11 +495,11 @@ struct Timer {
     next: Instant,
 }
 
-fn timers(c: &Compiled, start: Instant) -> Vec<Timer> {
+fn timers(c: &Compiled, start: Instant, sampled: &HashSet<u32>) -> Vec<Timer> {
     let mut seen = Vec::new();
     let mut out = Vec::new();
     for e in &c.ecbs {
-        if e.probe.provider != "profile" || seen.contains(&e.probe.id) {
+        if e.probe.provider != "profile" || seen.contains(&e.probe.id) || sampled.contains(&e.probe.id) {
             continue;
         }
         seen.push(e.probe.id);
@@ -459,15 +528,17 @@ fn trace(
 
     let wall = wall_offset();
     let clocks = Clocks { wall, boot: boot_offset() };
-    let fire = |consumer: &mut Consumer, id: u32, cpu: u32, out: &mut dyn Output| -> io::Result<Option<i32>> {
-        let fx = consumer.fire(id, cpu, &SelfFiring::now(me, &c.program.types, clocks), out)?;
-        out.flush()?;
-        Ok(apply(&fx))
-    };
-
     // Remember traced processes while they are held: some exit before their firings
     // are consumed.
     let procs = RefCell::new(Procs::new(wall, w.registry.pid.objects().clone()));
+    // BEGIN, END and timers: `%A` symbolizes against $target, the first -c/-p process.
+    let target = targets.pids().first().map(|&p| p as u32);
+    let fire = |consumer: &mut Consumer, id: u32, cpu: u32, out: &mut dyn Output| -> io::Result<Option<i32>> {
+        let ctx = SelfFiring::now(me, &c.program.types, clocks).with_target(&procs, target);
+        let fx = consumer.fire(id, cpu, &ctx, out)?;
+        out.flush()?;
+        Ok(apply(&fx))
+    };
     for t in &targets.list {
         let objects = procfs::objects_of(t.pid).unwrap_or_default();
         if let Some(b) = w.backend.as_deref_mut() {
@@ -489,13 +560,14 @@ fn trace(
     }
     let started = Instant::now();
     let begin_exited = done;
-    let mut timers = timers(c, started);
+    let mut timers = timers(c, started, &w.sampled);
 
     let mut last_drop_check = Instant::now();
     let ustackframes = c.options.ustackframes.min(u64::from(u32::MAX)) as u32;
     let mut sink = Drain {
         procs: &procs,
         ustackframes,
+        maxframes: c.options.maxframes.map_or(u32::MAX, |m| m.min(u64::from(u32::MAX)) as u32),
         proc_ids: proc_ids(c),
         types: &c.program.types,
         clocks,
@@ -726,6 +798,7 @@ fn all_events(
 struct Drain<'p> {
     procs: &'p RefCell<Procs>,
     ustackframes: u32,
+    maxframes: u32,
     /// The enabled proc probes, by name.
     proc_ids: HashMap<&'static str, u32>,
     /// The program's types: the proc provider's structs are laid out by them.
@@ -756,7 +829,7 @@ impl Drain<'_> {
     fn drain(&mut self, consumer: &mut Consumer, w: &mut Tracing<'_>, out: &mut dyn Output) -> io::Result<Option<i32>> {
         let Some(b) = w.backend.as_deref_mut() else { return Ok(None) };
         let tree = w.follower.as_deref().map(|f| &f.tree);
-        let (procs, ustackframes) = (self.procs, self.ustackframes);
+        let (procs, ustackframes, maxframes) = (self.procs, self.ustackframes, self.maxframes);
         let (proc_ids, types, clocks, pending) = (&self.proc_ids, self.types, self.clocks, &mut self.pending_exec);
         let mut result: io::Result<Option<i32>> = Ok(None);
         let only_cpu = self.only_cpu;
@@ -796,11 +869,19 @@ impl Drain<'_> {
                     fire(&f);
                 }
             }
+            Record::Profile { sample, probe_id } => {
+                let f = &sample.firing;
+                procs.borrow_mut().sampled(f.pid, f.tid, sample.comm);
+                let site = SiteTarget { probe_id, pid: 0, kind: SiteKind::Profile, offset: sample.kernel_pc };
+                let ctx = FiringCtx { f, site, procs, string_args: &[], ustackframes, maxframes, types, clocks };
+                run(consumer, probe_id, f.cpu, &ctx);
+            }
             Record::Pid { firing: f, sites, string_args } => {
                 // A site shared by several roots' probes fires each only in its own tree.
                 let owner = tree.and_then(|t| t.root_of(f.pid as i32)).unwrap_or(f.pid as i32);
                 for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
-                    let ctx = FiringCtx { f: &f, site: *site, procs, string_args, ustackframes, types, clocks };
+                    let ctx =
+                        FiringCtx { f: &f, site: *site, procs, string_args, ustackframes, maxframes, types, clocks };
                     run(consumer, site.probe_id, f.cpu, &ctx);
                 }
             }

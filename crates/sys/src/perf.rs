@@ -1,5 +1,6 @@
-//! `perf_event_open(2)` for the two events udtrace attaches BPF programs to (uprobes on
-//! the uprobe PMU, kernel tracepoints) and the two ioctls that arm a program on them.
+//! `perf_event_open(2)` for the events udtrace attaches BPF programs to (uprobes on the
+//! uprobe PMU, kernel tracepoints, CPU clocks) and the two ioctls that arm a program on
+//! them.
 
 use std::ffi::CStr;
 use std::io;
@@ -36,6 +37,8 @@ impl Attr {
 // Field offsets in `struct perf_event_attr`.
 const CONFIG: usize = 8;
 const SAMPLE_PERIOD: usize = 16;
+/// The bit fields after `read_format`: bit 0 `disabled`.
+const FLAGS: usize = 40;
 const CONFIG1: usize = 56;
 const CONFIG2: usize = 64;
 
@@ -68,6 +71,18 @@ pub fn open_uprobe(
         .u64(CONFIG2, file_offset)
         .u64(SAMPLE_PERIOD, 1);
     open(&a, pid, cpu)
+}
+
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+
+/// The CPU clock of CPU `cpu`, every process: an overflow every `period_ns` of time
+/// that CPU runs, taken in the context of the thread it interrupts (the `profile-N`
+/// probes). Opened disabled: [`enable`] starts it once its program is set.
+pub fn open_cpu_clock(period_ns: u64, cpu: i32) -> io::Result<OwnedFd> {
+    let mut a = Attr::new(PERF_TYPE_SOFTWARE);
+    a.u64(CONFIG, PERF_COUNT_SW_CPU_CLOCK).u64(SAMPLE_PERIOD, period_ns.max(1)).u64(FLAGS, 1); // disabled
+    open(&a, -1, cpu)
 }
 
 /// A kernel tracepoint by its tracefs id, for every process (`pid -1, cpu 0`).

@@ -33,6 +33,8 @@ pub struct AggPrintOpts {
     pub sort: SortOptions,
     /// strsize, stackindent and rawbytes apply to keys; `quiet` is ignored.
     pub trace: TraceOpts,
+    /// `-x stackfmt=folded`: see [`print_folded`].
+    pub folded: bool,
 }
 
 fn rev(o: Ordering, s: &SortOptions) -> Ordering {
@@ -84,6 +86,12 @@ fn print_keys(out: &mut Vec<u8>, key: &[Value], o: &AggPrintOpts) {
 /// An unkeyed count prints as "                5\n" (guide: "  dtrace   …   1").
 pub fn print_aggregation(agg: &Aggregation, o: &AggPrintOpts) -> Vec<u8> {
     let mut out = Vec::new();
+    if o.folded && agg.entries().iter().all(|(_, st)| st.scalar().is_some()) {
+        for (key, st) in sorted_entries(agg, &o.sort) {
+            print_folded(&mut out, key, st.scalar().unwrap_or(0), agg.normal);
+        }
+        return out;
+    }
     for (key, st) in sorted_entries(agg, &o.sort) {
         print_keys(&mut out, key, o);
         print_value(&mut out, st, agg.normal);
@@ -95,6 +103,25 @@ pub fn print_aggregation(agg: &Aggregation, o: &AggPrintOpts) -> Vec<u8> {
         out.push(b'\n');
     }
     out
+}
+
+/// One entry folded, as flame graph tools read stacks (Brendan Gregg's
+/// stackcollapse output): every key a frame, a stack's frames outermost first and
+/// without their offsets (`libc.so.6`write+0x16` is `libc.so.6`write`), joined by
+/// `;`, then a space and the value.
+fn print_folded(out: &mut Vec<u8>, key: &[Value], value: i64, normal: u64) {
+    let mut frames: Vec<String> = Vec::new();
+    for k in key {
+        match k {
+            Value::Stack(stack) => frames.extend(stack.iter().rev().map(|f| match f.rsplit_once("+0x") {
+                Some((func, off)) if off.bytes().all(|c| c.is_ascii_hexdigit()) => func.to_string(),
+                _ => f.clone(),
+            })),
+            other => frames.push(super::trace::datum_text(other)),
+        }
+    }
+    out.extend_from_slice(frames.join(";").as_bytes());
+    out.extend_from_slice(format!(" {}\n", ll_div_u64(value, normal)).as_bytes());
 }
 
 /// `printa(@a)` without a format: a newline, then the entries.

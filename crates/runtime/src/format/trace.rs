@@ -63,6 +63,17 @@ pub fn record_end(out: &mut Vec<u8>, quiet: bool) {
     }
 }
 
+/// A key as plain text (a folded line's frame): integers in decimal, strings as they
+/// are.
+pub fn datum_text(v: &Value) -> String {
+    match v {
+        Value::Int(i) if i.signed => i.as_i64().to_string(),
+        Value::Int(i) => i.bits.to_string(),
+        Value::Str(s) | Value::Bytes(s) => String::from_utf8_lossy(s).trim_end_matches('\0').to_string(),
+        Value::Stack(f) => f.join(";"),
+    }
+}
+
 /// The usym()/ufunc()/umod()/uaddr() (and kernel sym()…) actions: the symbol, or the
 /// address in hex where none is known, left-aligned in 50 columns after two spaces
 /// (dt_consume.c's "  %-50s").
