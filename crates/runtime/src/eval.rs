@@ -849,12 +849,13 @@ impl Evaluator<'_> {
             Subr::Htons | Subr::Ntohs => int_of(ty, u64::from((n(0) as u16).swap_bytes())),
             Subr::Htonl | Subr::Ntohl => int_of(ty, u64::from((n(0) as u32).swap_bytes())),
             Subr::Htonll | Subr::Ntohll => int_of(ty, (n(0) as u64).swap_bytes()),
-            // usym()/ufunc()/umod()/uaddr() print symbolically; keep the address when
-            // nothing is known about it.
+            // usym()/ufunc()/umod()/uaddr() print symbolically; an address nothing is
+            // known about prints in hex, as DTrace prints it (`0x0` for arg1 in the
+            // kernel).
             Subr::Symbol => match ty {
                 Type::Symbol { kind, .. } => match self.ctx.symbol(n(0) as u64, *kind) {
                     Some(s) => Value::Str(s.into_bytes()),
-                    None => int_of(ty, n(0) as u64),
+                    None => Value::Str(format!("0x{:x}", n(0) as u64).into_bytes()),
                 },
                 _ => int_of(ty, n(0) as u64),
             },
