@@ -6,7 +6,9 @@
 
 mod util;
 
-use util::{fixture, stderr, stdout, traced};
+use std::process::Stdio;
+
+use util::{bin, fixture, stderr, stdout, traced, unprivileged};
 
 fn busy(args: &str) -> String {
     format!("{} {args}", fixture("busy"))
@@ -129,4 +131,37 @@ fn other_processes_are_sampled_too() {
     let text = stdout(&out);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(count_of(&counts(&text), "busy") > 300, "{text}");
+}
+
+#[test]
+fn kernel_pcs_name_kernel_functions() {
+    let prog = "profile-997 /pid == $target && arg0 != 0/ { @[mod(arg0)] = count(); @f[func(arg0)] = count(); }";
+    let cmd = "dd if=/dev/zero of=/dev/null bs=1 count=1000000";
+    let Some(out) = traced(&["-q", "-n", prog, "-c", cmd]) else { return };
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = counts(&text);
+    // Printed in declaration order: the modules (vmlinux, nearly all), then functions.
+    let vmlinux = count_of(&rows, "vmlinux");
+    let named: u64 = rows.iter().filter(|(k, _)| k.starts_with("vmlinux`")).map(|(_, n)| n).sum();
+    assert!(vmlinux > 50 && named == vmlinux, "{text}");
+}
+
+#[test]
+fn without_bpf_profile_probes_fire_in_udtraces_context() {
+    // An ordinary user: no BPF, so no sampling of other processes; the probe still
+    // fires (as tick does), and one line says why it is not a sample.
+    let out = unprivileged(bin())
+        .args(["-q", "-n", "profile-97 { @ = count(); } tick-300ms { exit(0); }"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("udtrace");
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{err}");
+    if !err.contains("the kernel refused BPF") {
+        println!("skipped: this user has BPF");
+        return;
+    }
+    assert!(err.contains("profile probes need to sample other processes: they fire in udtrace's own context"), "{err}");
+    assert!(text.trim().parse::<u64>().is_ok_and(|n| n > 0), "{text}");
 }

@@ -408,4 +408,20 @@ mod tests {
             "\n              a.out`f+0x4\n              a.out`main+0x10\n                1\n"
         );
     }
+
+    #[test]
+    fn folded_stacks_are_one_line_root_first_without_offsets() {
+        let st = |f: &[&str]| Value::Stack(f.iter().map(|s| s.to_string()).collect());
+        let a = st(&["a.out`f+0x4", "a.out`main+0x10", "libc.so.6`__libc_start_main+0x80"]);
+        let b = st(&["a.out`g", "a.out`main+0x18", "0x7f00dead"]);
+        let c = agg(AggFunc::Count, &[(&[s("x"), a.clone()], 0), (&[s("x"), a], 0), (&[s("y"), b], 0)]);
+        let o = AggPrintOpts { folded: true, ..Default::default() };
+        assert_eq!(
+            text(print_aggregation(&c, &o)),
+            "y;0x7f00dead;a.out`main;a.out`g 1\nx;libc.so.6`__libc_start_main;a.out`main;a.out`f 2\n"
+        );
+        // A distribution has no single value: the default layout.
+        let q = agg(AggFunc::Quantize, &[(&[s("k")], 1)]);
+        assert!(text(print_aggregation(&q, &o)).contains("value  ----"));
+    }
 }
