@@ -311,6 +311,13 @@ impl Backend for Bpf {
             .map_err(|e| bpf_error("create BPF maps", &e.to_string(), e.os_error()))?;
         let mut p = Profiling { layout, ids: Vec::new(), seen, _programs: Vec::new(), _clocks: Vec::new() };
         for (i, probe) in probes.iter().enumerate() {
+            udtrace_messages::debug!(
+                "profile probe {}: every {} ns on CPUs {:?}, processes {:?}",
+                probe.probe_id,
+                probe.period_ns,
+                probe.cpus,
+                probe.pids
+            );
             let filter = match &probe.pids {
                 Some(pids) => SampleFilter::Pids(pids.clone()),
                 None => SampleFilter::All,

@@ -16,6 +16,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::WaitStatus;
 
 use udtrace_lang::capture::{self, CapturePlan};
+use udtrace_lang::ir::Builtin;
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::types::TypeTable;
 use udtrace_messages::{debug, note};
@@ -383,17 +384,28 @@ fn profile_probes(c: &Compiled) -> (Vec<ProfileProbe>, u32) {
         let clause = &c.program.clauses[e.clause];
         plan.merge(&capture::plan(clause));
         // Samples of other processes cost nothing in user space when every clause on
-        // the probe keeps only named processes.
-        let pid = clause.predicate.as_ref().and_then(pid_named);
+        // the probe keeps only named processes; other CPUs are not sampled at all when
+        // every clause keeps only named CPUs.
+        let pred = clause.predicate.as_ref();
+        let pid = pred.and_then(|p| named(p, Builtin::Pid));
+        let cpu = pred.and_then(|p| named(p, Builtin::Cpu)).map(|c| c as i32);
+        let clause_cpus: Vec<i32> = cpus.iter().copied().filter(|&c| cpu.is_none_or(|n| n == c)).collect();
         match out.iter_mut().find(|p| p.probe_id == e.probe.id) {
-            Some(p) => match (&mut p.pids, pid) {
-                (Some(pids), Some(pid)) => pids.push(pid),
-                (pids, _) => *pids = None,
-            },
+            Some(p) => {
+                match (&mut p.pids, pid) {
+                    (Some(pids), Some(pid)) => pids.push(pid),
+                    (pids, _) => *pids = None,
+                }
+                for c in clause_cpus {
+                    if !p.cpus.contains(&c) {
+                        p.cpus.push(c);
+                    }
+                }
+            }
             None => out.push(ProfileProbe {
                 probe_id: e.probe.id,
                 period_ns,
-                cpus: cpus.clone(),
+                cpus: clause_cpus,
                 pids: pid.map(|p| vec![p]),
             }),
         }
@@ -401,11 +413,11 @@ fn profile_probes(c: &Compiled) -> (Vec<ProfileProbe>, u32) {
     (out, plan.stack_bytes.div_ceil(8) * 8)
 }
 
-/// The process a predicate keeps alone: `pid == N` (`$target` is a constant by now),
-/// or such a term of a `&&`.
-fn pid_named(e: &udtrace_lang::ir::Expr) -> Option<u32> {
+/// The value of built-in `b` a predicate keeps alone: `pid == N` (`$target` is a
+/// constant by now), `cpu == N`, or such a term of a `&&`.
+fn named(e: &udtrace_lang::ir::Expr, b: Builtin) -> Option<u32> {
     use udtrace_lang::ast::BinaryOp;
-    use udtrace_lang::ir::{Builtin, ExprKind};
+    use udtrace_lang::ir::ExprKind;
     let bare = |e: &udtrace_lang::ir::Expr| -> ExprKind {
         let mut e = e;
         while let ExprKind::Cast(x) = &e.kind {
@@ -415,11 +427,12 @@ fn pid_named(e: &udtrace_lang::ir::Expr) -> Option<u32> {
     };
     match &e.kind {
         ExprKind::Binary { op: BinaryOp::Eq, lhs, rhs, .. } => match (bare(lhs), bare(rhs)) {
-            (ExprKind::Builtin(Builtin::Pid), ExprKind::Int(n))
-            | (ExprKind::Int(n), ExprKind::Builtin(Builtin::Pid)) => u32::try_from(n).ok(),
+            (ExprKind::Builtin(x), ExprKind::Int(n)) | (ExprKind::Int(n), ExprKind::Builtin(x)) if x == b => {
+                u32::try_from(n).ok()
+            }
             _ => None,
         },
-        ExprKind::Logical { op: BinaryOp::LogAnd, lhs, rhs } => pid_named(lhs).or_else(|| pid_named(rhs)),
+        ExprKind::Logical { op: BinaryOp::LogAnd, lhs, rhs } => named(lhs, b).or_else(|| named(rhs, b)),
         _ => None,
     }
 }
