@@ -268,12 +268,37 @@ fn all_processes_glob() {
     for f in ["worker2", "libfollow.so"] {
         std::fs::copy(fixture(f), fresh.path().join(f)).expect("copy fixture");
     }
-    // Nobody holds it before udtrace hears of its exec: it runs niced so that the busy
-    // test machine does not keep udtrace from the CPU longer than its loader runs.
+    // Nobody holds it when udtrace hears of its exec: udtrace may or may not get to
+    // hold it before its loader is done (a busy test machine keeps udtrace from the CPU
+    // at times). So it waits before its calls until the uprobe of target() (an int3
+    // in its copy of the code) shows that udtrace armed its new library.
     let mut novel = Guard::spawn(
-        Command::new("nice").args(["-n", "19"]).arg(fresh.path().join("worker2")).arg("6").stdout(Stdio::null()),
+        Command::new(fresh.path().join("worker2")).args(["6", "wait"]).stdin(Stdio::piped()).stdout(Stdio::piped()),
     );
     let novel_pid = novel.child().id();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(novel.child().stdout.as_mut().expect("stdout")),
+        &mut first,
+    )
+    .expect("worker2's address line");
+    let at = first
+        .trim()
+        .strip_prefix("worker2: target at 0x")
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .unwrap_or_else(|| panic!("worker2 said {first:?}"));
+    let mem = std::fs::File::open(format!("/proc/{novel_pid}/mem")).expect("worker2's memory");
+    let armed_by = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut b = [0u8; 1];
+        std::os::unix::fs::FileExt::read_exact_at(&mem, &mut b, at).expect("read target()");
+        if b[0] == 0xcc {
+            break;
+        }
+        assert!(Instant::now() < armed_by, "udtrace never armed the new worker2's target()");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    novel.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
     assert!(novel.child().wait().expect("fresh worker2").success());
     present.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
     assert!(present.child().wait().expect("worker2 wait").success());
