@@ -26,7 +26,7 @@ use udtrace_inproc::ring::Geometry;
 use udtrace_inproc::trampoline::{supported_layout, CpuSource};
 use udtrace_object::patch::SiteKind as PatchKind;
 use udtrace_process::procfs::LoadedObject;
-use udtrace_providers::backend::{Backend, Error, ProfileProbe, Record, Setup, SiteTarget, Trap};
+use udtrace_providers::backend::{Backend, Error, ProfileProbe, Record, Setup, SiteTarget, Trap, PROFILE_NEEDS_BPF};
 use udtrace_providers::pid::{PidProbe, SiteKind};
 use udtrace_record::pid::{RecordLayout, RecordPlan};
 use udtrace_record::proc::{Hook, ProcPlan};
@@ -272,7 +272,7 @@ impl Backend for InProcess {
         match self.fallback.as_mut() {
             Some(f) => f.enable_profile(probes, stack_bytes),
             None if probes.is_empty() => Ok(()),
-            None => Err("the kernel refused BPF, which profile probes need to sample other processes".into()),
+            None => Err(PROFILE_NEEDS_BPF.into()),
         }
     }
 

@@ -76,6 +76,9 @@ impl Setup {
     }
 }
 
+/// Why a backend without BPF samples nothing for `profile-N`.
+pub const PROFILE_NEEDS_BPF: &str = "the kernel refused BPF, which profile probes need to sample other processes";
+
 /// A `profile-N` probe to sample with: a perf event on each of `cpus` every
 /// `period_ns` of CPU time, in the context of the thread it interrupts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,7 +115,7 @@ pub trait Backend {
         if probes.is_empty() {
             return Ok(());
         }
-        Err("the kernel refused BPF, which profile probes need to sample other processes".into())
+        Err(PROFILE_NEEDS_BPF.into())
     }
 
     /// Counts process `pid`'s firings from now on.

@@ -64,9 +64,8 @@ impl ProfileLayout {
 
 /// Whether a record from a shared ring is a profile sample.
 pub fn is_profile(rec: &[u8]) -> bool {
-    rec.get(OFF_COOKIE..OFF_COOKIE + 8).and_then(|b| b.try_into().ok()).is_some_and(|b| {
-        u64::from_ne_bytes(b) & PROFILE_COOKIE != 0 && u64::from_ne_bytes(b) & crate::proc::PROC_COOKIE == 0
-    })
+    let cookie = rec.get(OFF_COOKIE..OFF_COOKIE + 8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes);
+    cookie.is_some_and(|c| c & PROFILE_COOKIE != 0 && c & crate::proc::PROC_COOKIE == 0)
 }
 
 #[cfg(test)]
