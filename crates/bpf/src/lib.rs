@@ -1,6 +1,7 @@
 //! udtrace's own BPF toolkit, built on `udtrace-sys` and nothing that needs clang or
 //! LLVM: an instruction emitter ([`insn`]), the uprobe program generator ([`codegen`])
-//! writing the records `udtrace-record` lays out, typed maps ([`maps`]), program loading
+//! writing the records `udtrace-record` lays out, the profile program and its CPU clocks
+//! ([`profile`]), typed maps ([`maps`]), program loading
 //! with the verifier log ([`prog`]), uprobe and tracepoint attachment ([`uprobe`],
 //! [`tracepoint`]) and the ring buffer reader ([`ringbuf`]).
 //!
