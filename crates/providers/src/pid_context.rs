@@ -35,11 +35,12 @@ pub struct ProcInfo {
     /// `mapped` with symbols and load bias, resolved when first needed.
     objects: Option<Vec<(LoadedObject, u64 /*bias*/, Rc<ObjectSymbols>)>>,
     unwinder: Option<Unwinder>,
-    /// When `mapped` was last read again because an address fell outside it. Only for
-    /// processes known from samples: a process udtrace follows is read at each of its
-    /// holds, and read later it may run another image.
+    /// When `mapped` was last read again because an address fell outside it.
     refreshed: Option<std::time::Instant>,
-    from_samples: bool,
+    /// Whether that may happen: for processes known from samples or not followed. A
+    /// process udtrace follows is read at each of its holds, and read later it may run
+    /// another image.
+    refreshable: bool,
 }
 
 /// Per-process facts and per-file symbols, shared by all firings.
@@ -69,7 +70,7 @@ fn read_info(pid: u32) -> ProcInfo {
         objects: None,
         unwinder: None,
         refreshed: None,
-        from_samples: false,
+        refreshable: false,
     }
 }
 
@@ -115,13 +116,21 @@ impl Procs {
         }
         let mut info = read_info(pid);
         info.mapped = Some(Rc::new(procfs::objects_of(pid as i32).unwrap_or_default()));
-        info.from_samples = true;
+        info.refreshable = true;
         if pid == 0 {
             info.execname = "sched".into();
         } else if info.execname.is_empty() {
             info.execname = comm.into_owned();
         }
         self.procs.insert(pid, info);
+    }
+
+    /// Process `pid`, remembered, is not followed: what it maps later is read when a
+    /// firing's address falls outside what is known of it (see `refresh_for`).
+    pub fn unfollowed(&mut self, pid: u32) {
+        if let Some(info) = self.procs.get_mut(&pid) {
+            info.refreshable = true;
+        }
     }
 
     /// A new child: a copy of its parent (same image, same ids) until it execs.
@@ -136,7 +145,7 @@ impl Procs {
             objects: None,
             unwinder: None,
             refreshed: None,
-            from_samples: false,
+            refreshable: false,
         };
         self.procs.insert(child, info);
     }
@@ -205,7 +214,7 @@ impl Procs {
             info.objects.iter().flatten().any(|(o, _, _)| o.mappings.iter().any(|m| m.start <= addr && addr < m.end));
         if known
             || addr == 0
-            || !info.from_samples
+            || !info.refreshable
             || info.refreshed.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1))
         {
             return;

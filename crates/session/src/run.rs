@@ -558,6 +558,10 @@ fn trace(
             crate::follow::locate_errno(t.pid, &objects, b, w.registry);
         }
         procs.borrow_mut().remember(t.pid as u32, objects);
+        if w.follower.is_none() {
+            // Not held when it loads libraries: read again when an address calls for it.
+            procs.borrow_mut().unfollowed(t.pid as u32);
+        }
     }
     // `-x cpu`: probes fire on that CPU only; BEGIN, END and ticks run there.
     let only_cpu = c.options.cpu.map(|n| n.min(u64::from(u32::MAX)) as u32);
