@@ -34,6 +34,7 @@
 //! - `chaos`                threads, forks and execs with output that does not depend on
 //!   timing: the chaos test stops udtrace at random moments while it runs
 //! - `errnos-static`        the same, linked statically (only where libc.a is installed)
+//! - `coldstr`              strings on pages never touched before the probed call
 //! - `busy`                 profile provider: threads spending 75% and 25% of their CPU
 //!   time in two functions, reporting the CPU time used
 //!
@@ -119,6 +120,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("errnos", &["-pthread"]))?,
         spawn(&mut plain("chaos", &["-pthread"]))?,
         spawn(&mut plain("busy", &["-pthread"]))?,
+        spawn(&mut plain("coldstr", &[]))?,
     ];
     let exe = |name: &str, pie: &[&str]| {
         let mut c = Command::new("gcc");

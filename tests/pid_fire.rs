@@ -14,6 +14,7 @@ pid_backends!(
     return_probes_give_site_offsets_and_values,
     every_instruction_of_a_straight_function_fires_exactly,
     copyinstr_shows_exact_strings_of_a_short_lived_process,
+    copyinstr_reads_strings_on_pages_never_touched,
     ustack_walks_a_chain_without_frame_pointers,
     ustack_of_a_libc_probe_starts_in_libc,
     threads_are_counted_exactly,
@@ -161,6 +162,22 @@ fn copyinstr_shows_exact_strings_of_a_short_lived_process(backend: Backend) {
     for (s, flag) in want {
         assert!(got.contains(&(s.to_string(), flag.to_string(), "10".to_string())), "{s}: {text}");
     }
+}
+
+fn copyinstr_reads_strings_on_pages_never_touched(backend: Backend) {
+    // coldstr.c: each string is alone on a page nothing has read yet; bare() is a
+    // uprobe on either backend (no patch fits a lone `ret`), name() is patched
+    // in-process by default. A read that cannot fault the page in lost the first of
+    // each (DTrace's "invalid address").
+    let prog = "pid$target::bare:entry, pid$target::name:entry { printf(\"%s %s\\n\", probefunc, copyinstr(arg0)); }";
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &fixture("coldstr")]) else { return };
+    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success() && !err.contains("invalid address"), "{err}");
+    // Two backends' records: each in order, not interleaved by time.
+    let mut lines: Vec<&str> = text.lines().filter(|l| l.starts_with("bare ") || l.starts_with("name ")).collect();
+    lines.sort_unstable();
+    let want = ["bare alpha", "bare beta", "bare gamma", "name delta", "name epsilon", "name zeta"];
+    assert_eq!(lines, want, "{text}\n{err}");
 }
 
 fn ustack_walks_a_chain_without_frame_pointers(backend: Backend) {

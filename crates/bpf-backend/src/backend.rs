@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use udtrace_bpf::btf::Btf;
 use udtrace_bpf::codegen::{
-    errno_entry, exec_program, hold_program, uprobe_program, uprobe_program_for, ErrnoSource, Filter, ProbeMaps,
+    errno_entry, exec_program, hold_program, uprobe_program_for, ErrnoSource, Filter, ProbeMaps,
 };
 use udtrace_bpf::maps::RingBuf;
 use udtrace_bpf::proc::{attach_points, proc_program, AttachPoints, SyscallField, TaskOffsets};
@@ -20,7 +20,7 @@ use udtrace_messages::program;
 use udtrace_process::procfs;
 use udtrace_providers::backend::{Backend, Error, ProfileProbe, Record, Setup, SiteTarget, HOLD_SIGNAL};
 use udtrace_providers::pid::PidProbe;
-use udtrace_record::pid::RecordLayout;
+use udtrace_record::pid::{RecordLayout, RecordPlan};
 use udtrace_record::proc::{hook_of, Hook, ProcLayout, ProcPlan};
 use udtrace_record::profile::{is_profile, ProfileLayout};
 
@@ -193,6 +193,24 @@ fn ring_size(bufsize: u64) -> usize {
     want.next_power_of_two() as usize
 }
 
+/// The uprobe program for `filter`. When its records capture strings it is loaded
+/// sleepable where the kernel allows, so that a string on a page the process has not
+/// touched yet is faulted in rather than lost (docs/pid-provider.md); else as before.
+fn load_uprobe_program(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter, name: &str) -> Result<Program, Error> {
+    let gen = |sleepable| {
+        uprobe_program_for(plan, maps, filter, sleepable)
+            .map_err(|e| format!("cannot generate the uprobe program: {e}"))
+    };
+    if !plan.strings.is_empty() {
+        match Program::load_sleepable(ProgramKind::UprobeMulti, name, &gen(true)?) {
+            Ok(p) => return Ok(p),
+            Err(e) => udtrace_messages::debug!("{name} not sleepable: {e}"),
+        }
+    }
+    Program::load(ProgramKind::UprobeMulti, name, &gen(false)?)
+        .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))
+}
+
 /// Where errno is read from: the offset of a thread's pointer in the kernel's
 /// task_struct comes from its BTF. Without BTF errno reads 0.
 fn errno_source() -> Option<ErrnoSource> {
@@ -217,14 +235,9 @@ impl Bpf {
         if rplan.errno {
             maps.errno = errno_source();
         }
-        let insns = uprobe_program(&rplan, &maps).map_err(|e| format!("cannot generate the uprobe program: {e}"))?;
-        let program = Program::load(ProgramKind::UprobeMulti, "udtrace_pid", &insns)
-            .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))?;
+        let program = load_uprobe_program(&rplan, &maps, Filter::Traced, "udtrace_pid")?;
         let all = if all {
-            let insns = uprobe_program_for(&rplan, &maps, Filter::AllBut(std::process::id()))
-                .map_err(|e| format!("cannot generate the uprobe program: {e}"))?;
-            let program = Program::load(ProgramKind::UprobeMulti, "udtrace_pidall", &insns)
-                .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))?;
+            let program = load_uprobe_program(&rplan, &maps, Filter::AllBut(std::process::id()), "udtrace_pidall")?;
             let events = RingBuf::create("udtrace_events", 256 << 10).map_err(maps_err)?;
             let insns = exec_program(&events).map_err(|e| format!("cannot generate the exec program: {e}"))?;
             let exec = Program::load(ProgramKind::Tracepoint, "udtrace_exec", &insns)

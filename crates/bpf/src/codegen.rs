@@ -164,7 +164,7 @@ const RB_NO_WAKEUP: i32 = 1;
 pub(crate) const RB_FORCE_WAKEUP: i32 = 2;
 
 pub fn uprobe_program(plan: &RecordPlan, maps: &ProbeMaps) -> Result<Vec<Insn>, CodegenError> {
-    uprobe_program_for(plan, maps, Filter::Traced)
+    uprobe_program_for(plan, maps, Filter::Traced, false)
 }
 
 /// Whose firings a uprobe program records.
@@ -177,8 +177,15 @@ pub enum Filter {
     AllBut(u32),
 }
 
-/// As [`uprobe_program`], for the processes `filter` names.
-pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter) -> Result<Vec<Insn>, CodegenError> {
+/// As [`uprobe_program`], for the processes `filter` names. `sleepable`: the program is
+/// loaded sleepable, and a string its first read could not take (a page the process has
+/// not touched yet) is faulted in with `bpf_copy_from_user` and read again.
+pub fn uprobe_program_for(
+    plan: &RecordPlan,
+    maps: &ProbeMaps,
+    filter: Filter,
+    sleepable: bool,
+) -> Result<Vec<Insn>, CodegenError> {
     let layout = RecordLayout::new(plan)?;
     if layout.size + 8 > maps.ring.size() {
         return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring.size() });
@@ -246,6 +253,9 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter) -
         a.push(mov64_imm(Reg::R2, max as i32));
         a.push(ldx(Size::DW, Reg::R3, Reg::R6, cap.reg.offset() as i16));
         a.call(helper::PROBE_READ_USER_STR);
+        if sleepable {
+            emit_fault_in_string(&mut a, cap.reg, slot, max);
+        }
         a.push(stx(Size::W, Reg::R8, off(slot), Reg::R0));
         a.push(st(Size::W, Reg::R8, off(slot + 4), 0));
     }
@@ -256,6 +266,35 @@ pub fn uprobe_program_for(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter) -
     a.push(mov64_imm(Reg::R0, 0));
     a.exit();
     Ok(a.finish()?)
+}
+
+/// After a string read whose result is in R0: when it failed, copies the string's
+/// bytes up to the end of its page with `bpf_copy_from_user` (which faults the page in:
+/// the program is sleepable) and reads the string again, R0 its result.
+fn emit_fault_in_string(a: &mut Asm, reg: PtReg, slot: usize, max: u32) {
+    let done = a.label();
+    let fits = a.label();
+    a.jmp_imm(Cond::Sge, Reg::R0, 0, done);
+    // Bytes to the page's end, at most `max`: a copy that crossed into an unmapped
+    // page would fail whole.
+    a.push(ldx(Size::DW, Reg::R2, Reg::R6, reg.offset() as i16));
+    a.push(alu64_imm(AluOp::And, Reg::R2, 4095));
+    a.push(mov64_imm(Reg::R1, 4096));
+    a.push(alu64_reg(AluOp::Sub, Reg::R1, Reg::R2));
+    a.push(mov64_reg(Reg::R2, Reg::R1));
+    a.jmp_imm(Cond::Le, Reg::R2, max as i32, fits);
+    a.push(mov64_imm(Reg::R2, max as i32));
+    a.bind(fits);
+    a.push(mov64_reg(Reg::R1, Reg::R8));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
+    a.push(ldx(Size::DW, Reg::R3, Reg::R6, reg.offset() as i16));
+    a.call(helper::COPY_FROM_USER);
+    a.push(mov64_reg(Reg::R1, Reg::R8));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
+    a.push(mov64_imm(Reg::R2, max as i32));
+    a.push(ldx(Size::DW, Reg::R3, Reg::R6, reg.offset() as i16));
+    a.call(helper::PROBE_READ_USER_STR);
+    a.bind(done);
 }
 
 /// Reserves a record of `size` bytes in the ring into R8; when the ring is full,

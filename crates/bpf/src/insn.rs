@@ -230,6 +230,7 @@ pub mod helper {
     pub const RINGBUF_DISCARD: i32 = 133;
     pub const RINGBUF_QUERY: i32 = 134;
     pub const GET_ATTACH_COOKIE: i32 = 174;
+    pub const COPY_FROM_USER: i32 = 148;
 }
 
 /// A jump target in an [`Asm`], bound to a position with [`Asm::bind`].

@@ -12,6 +12,7 @@ use crate::insn::{encode, Insn};
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
 const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
+const BPF_F_SLEEPABLE: u32 = 1 << 4;
 const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 
 /// What a program is loaded for; the kernel checks helpers and context against it.
@@ -78,6 +79,16 @@ impl Program {
     /// Loads with license "GPL" (the helpers udtrace uses require it). The first attempt
     /// runs without a log, which keeps loading fast; a refusal is retried with the log on.
     pub fn load(kind: ProgramKind, name: &str, insns: &[Insn]) -> Result<Program, LoadError> {
+        Program::load_flags(kind, name, insns, 0)
+    }
+
+    /// As [`Program::load`], sleepable (BPF_F_SLEEPABLE): it may fault user pages in
+    /// (`bpf_copy_from_user`). Uprobe programs only, on kernels that allow it.
+    pub fn load_sleepable(kind: ProgramKind, name: &str, insns: &[Insn]) -> Result<Program, LoadError> {
+        Program::load_flags(kind, name, insns, BPF_F_SLEEPABLE)
+    }
+
+    fn load_flags(kind: ProgramKind, name: &str, insns: &[Insn], flags: u32) -> Result<Program, LoadError> {
         let (prog_type, expected_attach_type) = kind.types();
         let code = encode(insns);
         let mut spec = ProgSpec {
@@ -88,6 +99,7 @@ impl Program {
             name,
             log_level: 0,
             log: &mut [],
+            flags,
         };
         match sys::prog_load(&mut spec) {
             Ok(fd) => return Ok(Program { fd, kind }),

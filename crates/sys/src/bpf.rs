@@ -163,6 +163,8 @@ pub struct ProgSpec<'a> {
     /// 0 = no log; 1 or 2 = the verifier writes its log into `log`.
     pub log_level: u32,
     pub log: &'a mut [u8],
+    /// `prog_flags` (BPF_F_SLEEPABLE, …).
+    pub flags: u32,
 }
 
 pub fn prog_load(spec: &mut ProgSpec<'_>) -> io::Result<OwnedFd> {
@@ -174,6 +176,7 @@ pub fn prog_load(spec: &mut ProgSpec<'_>) -> io::Result<OwnedFd> {
         .u32(4, (spec.insns.len() / 8) as u32)
         .u64(8, ptr(spec.insns.as_ptr()))
         .u64(16, ptr(spec.license.as_ptr()))
+        .u32(44, spec.flags)
         .bytes(48, &obj_name(spec.name))
         .u32(68, spec.expected_attach_type);
     if spec.log_level > 0 && !spec.log.is_empty() {
