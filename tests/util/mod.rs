@@ -214,10 +214,23 @@ pub fn kill_after_deadline(pid: u32) {
 }
 
 /// Kills `pid` with SIGKILL after `secs` seconds (a hang guard, not a timing check).
+/// Through a pidfd taken now: once the process has ended and been reaped, its pid may
+/// name another process of the machine (another test's, or anyone's), which a `kill`
+/// by number would hit.
 pub fn kill_after(pid: u32, secs: u64) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as i32;
+    if fd < 0 {
+        return; // Gone already: nothing can hang.
+    }
     thread::spawn(move || {
         thread::sleep(Duration::from_secs(secs));
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        // SAFETY: `fd` is the pidfd opened above, owned by this thread and closed once;
+        // a process that has ended makes the signal fail with ESRCH, harmlessly.
+        unsafe {
+            libc::syscall(libc::SYS_pidfd_send_signal, fd, libc::SIGKILL, std::ptr::null::<libc::siginfo_t>(), 0);
+            libc::close(fd);
+        }
     });
 }
 
