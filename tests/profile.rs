@@ -172,7 +172,10 @@ fn predicates_on_pid_and_cpu_are_applied_where_samples_are_taken() {
     // `pid == $target && cpu == 0` on every clause: only CPU 0's clock is armed, and
     // its program keeps only the target's samples (the debug line says what was armed).
     let prog = "profile-997 /pid == $target && cpu == 0/ { @[cpu] = count(); }";
-    let mut cmd = util::udtrace_cmd(&["-q", "-n", prog, "-c", &busy("500 2")]);
+    // Pinned to CPU 0 (taskset execs busy: the pid stays), so that a loaded machine
+    // cannot keep it off the one CPU sampled.
+    let pinned = format!("taskset -c 0 {}", busy("500 2"));
+    let mut cmd = util::udtrace_cmd(&["-q", "-n", prog, "-c", &pinned]);
     cmd.env("DTRACE_DEBUG", "1");
     let out = cmd.output().expect("udtrace");
     if util::bpf_gate(&out).is_none() {

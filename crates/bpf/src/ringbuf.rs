@@ -65,8 +65,11 @@ impl RingBufReader {
     pub fn consume(&mut self, mut f: impl FnMut(&[u8])) -> usize {
         let mut seen = 0;
         let mut cons = self.consumer.load_acquire_u64(0);
+        // What is there now, no more: under a stream of firings faster than the
+        // consumer, reading on until the ring is empty would never return, and the
+        // session's timers (tick, exit) would never run.
+        let prod = self.producer.load_acquire_u64(0);
         loop {
-            let prod = self.producer.load_acquire_u64(0);
             if cons >= prod {
                 break;
             }

@@ -201,7 +201,10 @@ impl Reader {
         let g = self.geometry;
         let mut d = Drained::default();
         let mut tail = view.load_acquire_u64(OFF_TAIL);
-        loop {
+        // Records reserved by now, no more: writers faster than the consumer must not
+        // keep it here (the session's timers would never run).
+        let limit = view.load_acquire_u64(OFF_HEAD);
+        while tail < limit {
             let slot = g.slot_offset(tail);
             if view.load_acquire_u64(slot) == tail + 1 {
                 each(view.bytes(slot + 8, self.record_size));
