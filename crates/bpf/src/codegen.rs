@@ -99,19 +99,10 @@ pub fn hold_program(
     a.push(stx(Size::W, Reg::R10, -4, Reg::R6)); // the thread id: the low half
     a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
     a.push(stx(Size::W, Reg::R10, -8, Reg::R0)); // the process id
-    a.push_wide(ld_map_fd(Reg::R1, traced.raw_fd()));
-    a.push(mov64_reg(Reg::R2, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R2, -8));
-    a.call(helper::MAP_LOOKUP_ELEM);
+    a.map_lookup(traced.raw_fd(), -8);
     a.jmp_imm(Cond::Eq, Reg::R0, 0, untraced);
     a.push(st(Size::W, Reg::R10, -8, 1));
-    a.push_wide(ld_map_fd(Reg::R1, holds.raw_fd()));
-    a.push(mov64_reg(Reg::R2, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
-    a.push(mov64_reg(Reg::R3, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R3, -8));
-    a.push(mov64_imm(Reg::R4, 0));
-    a.call(helper::MAP_UPDATE_ELEM);
+    a.map_update(holds.raw_fd(), -4, -8);
     a.push(mov64_imm(Reg::R1, signal));
     a.call(helper::SEND_SIGNAL_THREAD);
     a.ja(out);
@@ -204,10 +195,7 @@ pub fn uprobe_program_for(
         Filter::Traced => {
             // Drop firings of processes that are not traced.
             a.push(stx(Size::W, Reg::R10, -4, Reg::R1));
-            a.push_wide(ld_map_fd(Reg::R1, maps.traced.raw_fd()));
-            a.push(mov64_reg(Reg::R2, Reg::R10));
-            a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
-            a.call(helper::MAP_LOOKUP_ELEM);
+            a.map_lookup(maps.traced.raw_fd(), -4);
             a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
         }
         Filter::AllBut(pid) => {
@@ -307,10 +295,7 @@ pub(crate) fn emit_reserve(a: &mut Asm, maps: &ProbeMaps, size: usize, out: crat
     a.call(helper::RINGBUF_RESERVE);
     a.jmp_imm(Cond::Ne, Reg::R0, 0, have);
     a.push(st(Size::W, Reg::R10, -4, 0));
-    a.push_wide(ld_map_fd(Reg::R1, maps.drops.raw_fd()));
-    a.push(mov64_reg(Reg::R2, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
-    a.call(helper::MAP_LOOKUP_ELEM);
+    a.map_lookup(maps.drops.raw_fd(), -4);
     a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
     a.push(ldx(Size::DW, Reg::R1, Reg::R0, 0));
     a.push(alu64_imm(AluOp::Add, Reg::R1, 1));
@@ -347,10 +332,7 @@ fn emit_errno(a: &mut Asm, src: &ErrnoSource) {
     a.push(mov64_reg(Reg::R1, Reg::R7));
     a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
     a.push(stx(Size::W, Reg::R10, -4, Reg::R1));
-    a.push_wide(ld_map_fd(Reg::R1, src.tls.raw_fd()));
-    a.push(mov64_reg(Reg::R2, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
-    a.call(helper::MAP_LOOKUP_ELEM);
+    a.map_lookup(src.tls.raw_fd(), -4);
     a.jmp_imm(Cond::Eq, Reg::R0, 0, skip);
     a.push(ldx(Size::DW, Reg::R9, Reg::R0, 8));
     a.push(ldx(Size::DW, Reg::R3, Reg::R0, 0));

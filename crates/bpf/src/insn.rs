@@ -323,6 +323,26 @@ impl Asm {
         self.push(exit())
     }
 
+    /// `R0 = bpf_map_lookup_elem(map, fp + key)`: the value's address, or 0. Clobbers
+    /// R1-R5.
+    pub fn map_lookup(&mut self, map_fd: i32, key: i16) -> &mut Self {
+        self.push_wide(ld_map_fd(Reg::R1, map_fd));
+        self.push(mov64_reg(Reg::R2, Reg::R10));
+        self.push(alu64_imm(AluOp::Add, Reg::R2, i32::from(key)));
+        self.call(helper::MAP_LOOKUP_ELEM)
+    }
+
+    /// `bpf_map_update_elem(map, fp + key, fp + value, BPF_ANY)`. Clobbers R0-R5.
+    pub fn map_update(&mut self, map_fd: i32, key: i16, value: i16) -> &mut Self {
+        self.push_wide(ld_map_fd(Reg::R1, map_fd));
+        self.push(mov64_reg(Reg::R2, Reg::R10));
+        self.push(alu64_imm(AluOp::Add, Reg::R2, i32::from(key)));
+        self.push(mov64_reg(Reg::R3, Reg::R10));
+        self.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(value)));
+        self.push(mov64_imm(Reg::R4, 0));
+        self.call(helper::MAP_UPDATE_ELEM)
+    }
+
     pub fn finish(mut self) -> Result<Vec<Insn>, AsmError> {
         if let Some(l) = self.twice {
             return Err(AsmError::BoundTwice(l));

@@ -10,7 +10,7 @@ use thiserror::Error;
 
 use udtrace_sys::bpf::{self as sys, MapSpec};
 
-use crate::insn::{alu64_imm, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, Cond, Reg, Size};
+use crate::insn::{helper, ldx, mov64_imm, mov64_reg, st, stx, Asm, Cond, Reg, Size};
 use crate::prog::{LoadError, Program, ProgramKind};
 
 /// The most bytes one run copies; longer reads take several runs.
@@ -42,10 +42,7 @@ fn program(map_fd: i32) -> Result<Vec<crate::insn::Insn>, KmemError> {
     let task = a.label();
     a.push(mov64_reg(Reg::R6, Reg::R1));
     a.push(st(Size::W, Reg::R10, -4, 0));
-    a.push(mov64_reg(Reg::R2, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R2, -4));
-    a.push_wide(ld_map_fd(Reg::R1, map_fd));
-    a.call(helper::MAP_LOOKUP_ELEM);
+    a.map_lookup(map_fd, -4);
     a.push(mov64_reg(Reg::R7, Reg::R0));
     a.push(mov64_imm(Reg::R0, -1));
     a.jmp_imm(Cond::Eq, Reg::R7, 0, out);

@@ -328,12 +328,7 @@ fn emit_path(a: &mut Asm, hook: Hook, base: usize, max: u32, fld: i16, o: &TaskO
             a.push(stx(Size::DW, Reg::R10, PSLEN, Reg::R3));
             read(a, helper::PROBE_READ_USER_STR);
             a.push(stx(Size::W, Reg::R10, SCRATCH, Reg::R7));
-            a.push_wide(ld_map_fd(Reg::R1, paths.raw_fd()));
-            key(a, Reg::R2);
-            a.push(mov64_reg(Reg::R3, Reg::R10));
-            a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(PSLEN)));
-            a.push(mov64_imm(Reg::R4, 0));
-            a.call(helper::MAP_UPDATE_ELEM);
+            a.map_update(paths.raw_fd(), SCRATCH, PSLEN);
         }
         Hook::ExecFail | Hook::ExecDone => {
             // The thread's id before the exec: a0 for ExecDone, the current one else.
@@ -343,9 +338,7 @@ fn emit_path(a: &mut Asm, hook: Hook, base: usize, max: u32, fld: i16, o: &TaskO
             } else {
                 a.push(stx(Size::W, Reg::R10, SCRATCH, Reg::R7));
             }
-            a.push_wide(ld_map_fd(Reg::R1, paths.raw_fd()));
-            key(a, Reg::R2);
-            a.call(helper::MAP_LOOKUP_ELEM);
+            a.map_lookup(paths.raw_fd(), SCRATCH);
             a.jmp_imm(Cond::Eq, Reg::R0, 0, done);
             if hook == Hook::ExecFail {
                 a.push(ldx(Size::DW, Reg::R3, Reg::R0, 0));

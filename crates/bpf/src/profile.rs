@@ -11,9 +11,7 @@ use udtrace_record::profile::{ProfileLayout, COMM_LEN, PROFILE_COOKIE};
 use udtrace_sys::perf;
 
 use crate::codegen::{emit_reserve, emit_stack, emit_submit, CodegenError, ProbeMaps, RB_FORCE_WAKEUP};
-use crate::insn::{
-    alu64_imm, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, Cond, Insn, Reg, Size,
-};
+use crate::insn::{alu64_imm, helper, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, Cond, Insn, Reg, Size};
 use crate::maps::HashMap;
 use crate::prog::Program;
 #[cfg(doc)]
@@ -140,19 +138,10 @@ pub fn program(
     a.push(stx(Size::DW, Reg::R10, -8, Reg::R7));
     a.push(ldx(Size::W, Reg::R1, Reg::R8, off(layout.off_comm)));
     a.push(stx(Size::W, Reg::R10, -8, Reg::R1));
-    a.push_wide(ld_map_fd(Reg::R1, seen.raw_fd()));
-    a.push(mov64_reg(Reg::R2, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R2, -8));
-    a.call(helper::MAP_LOOKUP_ELEM);
+    a.map_lookup(seen.raw_fd(), -8);
     a.jmp_imm(Cond::Ne, Reg::R0, 0, known);
     a.push(st(Size::W, Reg::R10, -12, 0));
-    a.push_wide(ld_map_fd(Reg::R1, seen.raw_fd()));
-    a.push(mov64_reg(Reg::R2, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R2, -8));
-    a.push(mov64_reg(Reg::R3, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R3, -12));
-    a.push(mov64_imm(Reg::R4, 0));
-    a.call(helper::MAP_UPDATE_ELEM);
+    a.map_update(seen.raw_fd(), -8, -12);
     a.push(mov64_reg(Reg::R1, Reg::R8));
     a.push(mov64_imm(Reg::R2, RB_FORCE_WAKEUP));
     a.call(helper::RINGBUF_SUBMIT);
