@@ -10,6 +10,13 @@ use std::process::Stdio;
 
 use util::{bin, fixture, stderr, stdout, traced, unprivileged};
 
+/// udtrace's stdout after a successful run; `None` where the kernel refuses BPF.
+fn sampled(args: &[&str]) -> Option<String> {
+    let out = traced(args)?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    Some(stdout(&out))
+}
+
 fn busy(args: &str) -> String {
     format!("{} {args}", fixture("busy"))
 }
@@ -40,9 +47,7 @@ fn count_of(rows: &[(String, u64)], key: &str) -> u64 {
 #[test]
 fn samples_fall_in_each_function_by_its_share_of_cpu_time() {
     let prog = "profile-997 /pid == $target/ { @[ufunc(arg1)] = count(); }";
-    let Some(out) = traced(&["-q", "-n", prog, "-c", &busy("1500")]) else { return };
-    let text = stdout(&out);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let Some(text) = sampled(&["-q", "-n", prog, "-c", &busy("1500")]) else { return };
     let rows = counts(&text);
     let (heavy, light) = (count_of(&rows, "busy`heavy"), count_of(&rows, "busy`light"));
     let total: u64 = rows.iter().map(|(_, n)| n).sum();
@@ -57,9 +62,7 @@ fn samples_fall_in_each_function_by_its_share_of_cpu_time() {
 #[test]
 fn user_stacks_reach_main_without_frame_pointers() {
     let prog = "profile-997 /pid == $target/ { @[ustack()] = count(); }";
-    let Some(out) = traced(&["-q", "-x", "stackfmt=folded", "-n", prog, "-c", &busy("1000")]) else { return };
-    let text = stdout(&out);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let Some(text) = sampled(&["-q", "-x", "stackfmt=folded", "-n", prog, "-c", &busy("1000")]) else { return };
     let rows = counts(&text);
     let total: u64 = rows.iter().map(|(_, n)| n).sum();
     // Folded: root first. In user mode, busy's main calls outer, which calls heavy or light.
@@ -79,9 +82,7 @@ fn threads_share_the_samples_of_the_cpu_time_they_use() {
     // second of each CPU, so the process gets one per 10 ms of the CPU time it uses.
     let prog = "profile-100 /pid == $target/ { @t[tid] = count(); @n = count(); } \
                 END { printa(\"tid %d %@d\\n\", @t); printa(\"total %@d\\n\", @n); }";
-    let Some(out) = traced(&["-q", "-n", prog, "-c", &busy("1500 4")]) else { return };
-    let text = stdout(&out);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let Some(text) = sampled(&["-q", "-n", prog, "-c", &busy("1500 4")]) else { return };
     let total = text.lines().find_map(|l| l.strip_prefix("total ")?.parse::<u64>().ok()).expect("total");
     let expected = cpu_ms(&text) / 10;
     assert!(total * 10 >= expected * 7 && total * 10 <= expected * 13, "{total} samples, {expected} expected:\n{text}");
@@ -98,9 +99,7 @@ fn arg0_is_the_kernel_pc_and_arg1_the_user_pc() {
                 profile-997 /pid == $target && arg0 != 0/ { @k[ufunc(uregs[R_PC])] = count(); } \
                 END { printa(\"%d %d %@d\\n\", @); printa(@k); }";
     let cmd = "dd if=/dev/zero of=/dev/null bs=1 count=1000000";
-    let Some(out) = traced(&["-q", "-n", prog, "-c", cmd]) else { return };
-    let text = stdout(&out);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let Some(text) = sampled(&["-q", "-n", prog, "-c", cmd]) else { return };
     let rows = counts(&text);
     // Exactly one of the two is set, whichever mode the thread was in.
     assert_eq!(count_of(&rows, "1 1") + count_of(&rows, "0 0"), 0, "{text}");
@@ -115,9 +114,7 @@ fn arg0_is_the_kernel_pc_and_arg1_the_user_pc() {
 #[test]
 fn printa_symbolizes_user_pcs_against_the_target() {
     let prog = "profile-1001hz /pid == $target/ { @pc[arg1] = count(); } END { printa(\"%A %@d\\n\", @pc); }";
-    let Some(out) = traced(&["-q", "-n", prog, "-c", &busy("800")]) else { return };
-    let text = stdout(&out);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let Some(text) = sampled(&["-q", "-n", prog, "-c", &busy("800")]) else { return };
     let heavy: u64 = counts(&text).iter().filter(|(k, _)| k.starts_with("busy`heavy+0x")).map(|(_, n)| n).sum();
     assert!(heavy > 100, "{text}");
 }
@@ -127,9 +124,7 @@ fn other_processes_are_sampled_too() {
     // No predicate: every process on the machine, busy (started by -c) among them, by
     // its name; the session ends at its exit.
     let prog = "profile-997 { @[execname] = count(); } END { printa(\"%s %@d\\n\", @); }";
-    let Some(out) = traced(&["-q", "-n", prog, "-c", &busy("600")]) else { return };
-    let text = stdout(&out);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let Some(text) = sampled(&["-q", "-n", prog, "-c", &busy("600")]) else { return };
     // One sample per ~1 ms of the CPU time busy used.
     assert!(count_of(&counts(&text), "busy") * 10 >= cpu_ms(&text) * 7, "{text}");
 }
@@ -138,9 +133,7 @@ fn other_processes_are_sampled_too() {
 fn kernel_pcs_name_kernel_functions() {
     let prog = "profile-997 /pid == $target && arg0 != 0/ { @[mod(arg0)] = count(); @f[func(arg0)] = count(); }";
     let cmd = "dd if=/dev/zero of=/dev/null bs=1 count=1000000";
-    let Some(out) = traced(&["-q", "-n", prog, "-c", cmd]) else { return };
-    let text = stdout(&out);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let Some(text) = sampled(&["-q", "-n", prog, "-c", cmd]) else { return };
     let rows = counts(&text);
     // Printed in declaration order: the modules (vmlinux, nearly all), then functions.
     let vmlinux = count_of(&rows, "vmlinux");
