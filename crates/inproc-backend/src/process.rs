@@ -211,14 +211,23 @@ pub fn stopped_tid(pid: i32) -> Result<i32, String> {
     let mut tids = procfs::tasks(pid).map_err(|e| format!("cannot list its threads: {e}"))?;
     tids.sort_by_key(|&t| t != pid);
     let in_fork = |t: i32| {
-        nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(t)).is_ok_and(|r| {
-            let exec = matches!(r.orig_rax as i64, libc::SYS_execve | libc::SYS_execveat);
-            r.orig_rax as i64 >= 0 && r.rax as i64 == -i64::from(libc::ENOSYS) && !exec
-        })
+        nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(t))
+            .is_ok_and(|r| held_in_call(&r).is_some_and(|nr| !is_exec(nr)))
     };
     tids.into_iter()
         .find(|&t| state(pid, t) == Some('t') && !in_fork(t))
         .ok_or_else(|| "none of its threads is stopped where a system call can run".into())
+}
+
+/// The system call a thread is held inside of, at an event stop (fork, clone, exec):
+/// `rax` is still the entry's `-ENOSYS`, the call's result not yet in.
+fn held_in_call(r: &libc::user_regs_struct) -> Option<i64> {
+    let nr = r.orig_rax as i64;
+    (nr >= 0 && r.rax as i64 == -i64::from(libc::ENOSYS)).then_some(nr)
+}
+
+fn is_exec(nr: i64) -> bool {
+    matches!(nr, libc::SYS_execve | libc::SYS_execveat)
 }
 
 /// A thread of `pid` in a ptrace stop, ready to run system calls in, with its
@@ -232,8 +241,7 @@ pub fn ready_tid(pid: i32) -> Result<(i32, libc::user_regs_struct), String> {
             .map_err(|e| format!("cannot read its registers: {e}"))
     };
     let r = regs()?;
-    let in_exec = matches!(r.orig_rax as i64, libc::SYS_execve | libc::SYS_execveat);
-    if in_exec && r.rax as i64 == -i64::from(libc::ENOSYS) {
+    if held_in_call(&r).is_some_and(is_exec) {
         finish_exec(tid)?;
         return Ok((tid, regs()?));
     }
