@@ -126,7 +126,7 @@ impl Procs {
     }
 
     /// Process `pid`, remembered, is not followed: what it maps later is read when a
-    /// firing's address falls outside what is known of it (see `refresh_for`).
+    /// firing's address falls outside what is known of it (see `refresh`).
     pub fn unfollowed(&mut self, pid: u32) {
         if let Some(info) = self.procs.get_mut(&pid) {
             info.refreshable = true;
@@ -204,30 +204,38 @@ impl Procs {
         info.unwinder = Some(unwinder);
     }
 
-    /// A user address of `pid` outside every object remembered of it: the process may
-    /// have mapped more since (a library loaded, or it was read while its loader was
-    /// still at work). Read again, at most once a second, if it still runs.
-    fn refresh_for(&mut self, pid: u32, addr: u64) {
+    /// The object of `pid` that maps `addr`, with its load bias and symbols.
+    fn object_at(&mut self, pid: u32, addr: u64) -> Option<&(LoadedObject, u64, Rc<ObjectSymbols>)> {
         self.objects(pid);
+        self.info(pid)
+            .objects
+            .iter()
+            .flatten()
+            .find(|(o, _, _)| o.mappings.iter().any(|m| m.start <= addr && addr < m.end))
+    }
+
+    /// `addr`, a user address of `pid`, lies outside every object remembered of it: the
+    /// process may have mapped more since (a library loaded, or it was read while its
+    /// loader was still at work). Read again, at most once a second, if it still runs
+    /// and may be (see `refreshable`); whether it was.
+    fn refresh(&mut self, pid: u32, addr: u64) -> bool {
         let info = self.info(pid);
-        let known =
-            info.objects.iter().flatten().any(|(o, _, _)| o.mappings.iter().any(|m| m.start <= addr && addr < m.end));
-        if known
-            || addr == 0
+        if addr == 0
             || !info.refreshable
             || info.refreshed.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1))
         {
-            return;
+            return false;
         }
         info.refreshed = Some(std::time::Instant::now());
-        let Ok(mapped) = procfs::objects_of(pid as i32) else { return };
+        let Ok(mapped) = procfs::objects_of(pid as i32) else { return false };
         if mapped.is_empty() {
-            return;
+            return false;
         }
         info.mapped = Some(Rc::new(mapped));
         info.objects = None;
         info.unwinder = None;
         self.objects(pid);
+        true
     }
 
     /// `module`function+0xoff` for an address, as DTrace prints user frames.
@@ -237,23 +245,19 @@ impl Procs {
 
     /// An address as DTrace's usym/ufunc/umod/uaddr print it; `None` outside any object.
     pub(crate) fn symbol(&mut self, pid: u32, addr: u64, kind: SymKind) -> Option<String> {
-        self.refresh_for(pid, addr);
-        let info = self.info(pid);
-        for (obj, bias, syms) in info.objects.iter().flatten() {
-            if !obj.mappings.iter().any(|m| m.start <= addr && addr < m.end) {
-                continue;
-            }
-            let module = modules::module_name(&obj.path);
-            if kind == SymKind::Mod {
-                return Some(module.to_string());
-            }
-            return Some(match syms.table.lookup(addr.wrapping_sub(*bias)) {
-                Some((f, off)) if off == 0 || kind != SymKind::Addr => format!("{module}`{}", f.name),
-                Some((f, off)) => format!("{module}`{}+0x{off:x}", f.name),
-                None => format!("{module}`0x{addr:x}"),
-            });
+        if self.object_at(pid, addr).is_none() && !self.refresh(pid, addr) {
+            return None;
         }
-        None
+        let (obj, bias, syms) = self.object_at(pid, addr)?;
+        let module = modules::module_name(&obj.path);
+        if kind == SymKind::Mod {
+            return Some(module.to_string());
+        }
+        Some(match syms.table.lookup(addr.wrapping_sub(*bias)) {
+            Some((f, off)) if off == 0 || kind != SymKind::Addr => format!("{module}`{}", f.name),
+            Some((f, off)) => format!("{module}`{}+0x{off:x}", f.name),
+            None => format!("{module}`0x{addr:x}"),
+        })
     }
 }
 
@@ -326,7 +330,10 @@ impl FiringCtx<'_> {
     fn unwound(&self, max: usize) -> Vec<u64> {
         let pid = self.f.pid;
         let mut procs = self.procs.borrow_mut();
-        procs.refresh_for(pid, self.f.reg(PtReg::Ip));
+        let ip = self.f.reg(PtReg::Ip);
+        if procs.object_at(pid, ip).is_none() {
+            procs.refresh(pid, ip);
+        }
         let snap = Snapshot {
             ip: self.f.reg(PtReg::Ip),
             sp: self.f.reg(PtReg::Sp),
