@@ -418,17 +418,16 @@ fn profile_probes(c: &Compiled) -> (Vec<ProfileProbe>, u32) {
 fn named(e: &udtrace_lang::ir::Expr, b: Builtin) -> Option<u32> {
     use udtrace_lang::ast::BinaryOp;
     use udtrace_lang::ir::ExprKind;
-    let bare = |e: &udtrace_lang::ir::Expr| -> ExprKind {
-        let mut e = e;
+    fn bare(mut e: &udtrace_lang::ir::Expr) -> &ExprKind {
         while let ExprKind::Cast(x) = &e.kind {
             e = x;
         }
-        e.kind.clone()
-    };
+        &e.kind
+    }
     match &e.kind {
         ExprKind::Binary { op: BinaryOp::Eq, lhs, rhs, .. } => match (bare(lhs), bare(rhs)) {
-            (ExprKind::Builtin(x), ExprKind::Int(n)) | (ExprKind::Int(n), ExprKind::Builtin(x)) if x == b => {
-                u32::try_from(n).ok()
+            (ExprKind::Builtin(x), ExprKind::Int(n)) | (ExprKind::Int(n), ExprKind::Builtin(x)) if *x == b => {
+                u32::try_from(*n).ok()
             }
             _ => None,
         },
