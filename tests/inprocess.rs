@@ -205,9 +205,7 @@ fn a_process_traced_before_is_traced_again() {
 /// `runuser -u nobody -- udtrace ARGS`, or None (with the reason printed) where the
 /// test cannot switch users (not root).
 fn as_nobody(args: &[&str]) -> Option<Output> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|v| v.split_whitespace().nth(1));
-    if euid != Some("0") {
+    if !util::is_root() {
         println!("skipped: switching to nobody needs root");
         return None;
     }

@@ -187,13 +187,18 @@ pub fn wait_mapped(pid: impl std::fmt::Display, name: &str) {
     panic!("pid {pid} never mapped {name}");
 }
 
+/// Whether the tests run as root (effective uid 0), who may switch to another user.
+#[allow(dead_code)]
+pub fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|v| v.split_whitespace().nth(1)) == Some("0")
+}
+
 /// `program` to run without BPF: as the user nobody when the tests run as root
 /// (`setpriv` execs it, so the pid is the program's), as the current user otherwise.
 #[allow(dead_code)]
 pub fn unprivileged(program: impl AsRef<OsStr>) -> Command {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|v| v.split_whitespace().nth(1));
-    if euid != Some("0") {
+    if !is_root() {
         return Command::new(program);
     }
     let mut c = Command::new("setpriv");
