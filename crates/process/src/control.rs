@@ -63,9 +63,9 @@ pub struct Target {
 
 /// Whether thread `tid` of `pid` still runs (not gone, not a zombie).
 pub(crate) fn thread_alive(pid: i32, tid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+    procfs::task_stat(pid, tid)
         .ok()
-        .and_then(|s| s.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()))
+        .and_then(|(_, fields)| fields.first()?.chars().next())
         .is_some_and(|state| state != 'Z' && state != 'X')
 }
 
