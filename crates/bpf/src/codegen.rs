@@ -6,7 +6,7 @@ use thiserror::Error;
 use udtrace_record::pid::{self as record, PlanError, PtReg, RecordLayout, RecordPlan};
 
 use crate::insn::{
-    alu64_imm, alu64_reg, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, AsmError, Cond, Insn, Reg,
+    alu64_imm, alu64_reg, atomic_add, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, AsmError, Cond, Insn, Reg,
     Size,
 };
 use crate::maps::{HashMap, MapError, PerCpuArray, RingBuf};
@@ -297,9 +297,11 @@ pub(crate) fn emit_reserve(a: &mut Asm, maps: &ProbeMaps, size: usize, out: crat
     a.push(st(Size::W, Reg::R10, -4, 0));
     a.map_lookup(maps.drops.raw_fd(), -4);
     a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
-    a.push(ldx(Size::DW, Reg::R1, Reg::R0, 0));
-    a.push(alu64_imm(AluOp::Add, Reg::R1, 1));
-    a.push(stx(Size::DW, Reg::R0, 0, Reg::R1));
+    // Atomic although the slot is this CPU's: uprobe programs run preemptible (only
+    // migration is disabled), so two threads on one CPU can interleave a load/add/store
+    // and lose a drop.
+    a.push(mov64_imm(Reg::R1, 1));
+    a.push(atomic_add(Size::DW, Reg::R0, 0, Reg::R1));
     a.ja(out);
     a.bind(have);
     a.push(mov64_reg(Reg::R8, Reg::R0));

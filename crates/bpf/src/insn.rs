@@ -73,6 +73,7 @@ const X: u8 = 0x08;
 // Memory modes.
 const IMM: u8 = 0x00;
 const MEM: u8 = 0x60;
+const ATOMIC: u8 = 0xc0;
 
 /// Access sizes for loads and stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +169,10 @@ pub fn ldx(size: Size, dst: Reg, src: Reg, off: i16) -> Insn {
 /// `*(size *)(dst + off) = src`
 pub fn stx(size: Size, dst: Reg, off: i16, src: Reg) -> Insn {
     insn(STX | MEM | size as u8, dst, src, off, 0)
+}
+/// `*(size *)(dst + off) += src`, atomically (`lock xadd`; imm 0 is BPF_ADD without fetch).
+pub fn atomic_add(size: Size, dst: Reg, off: i16, src: Reg) -> Insn {
+    insn(STX | ATOMIC | size as u8, dst, src, off, 0)
 }
 /// `*(size *)(dst + off) = imm`
 pub fn st(size: Size, dst: Reg, off: i16, imm: i32) -> Insn {
