@@ -34,6 +34,7 @@
 //! - `chaos`                threads, forks and execs with output that does not depend on
 //!   timing: the chaos test stops udtrace at random moments while it runs
 //! - `errnos-static`        the same, linked statically (only where libc.a is installed)
+//! - `errnos-static-stripped` `errnos-static` with `strip --strip-all`: no symbol at all
 //! - `coldstr`              strings on pages never touched before the probed call
 //! - `busy`                 profile provider: threads spending 75% and 25% of their CPU
 //!   time in two functions, reporting the CPU time used
@@ -181,7 +182,10 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         .args(cflags)
         .args(["-static", "-pthread", "-o", &o("errnos-static"), &s("errnos.c")])
         .output();
-    if !static_errnos.is_ok_and(|o| o.status.success()) {
+    if static_errnos.is_ok_and(|o| o.status.success()) {
+        let stripped = ["--strip-all", "-o", &o("errnos-static-stripped"), &o("errnos-static")];
+        run(Command::new("strip").args(stripped))?;
+    } else {
         println!("cargo:warning=no static libc (libc.a): errnos-static not built");
     }
 

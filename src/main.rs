@@ -16,19 +16,25 @@ mod cli;
 
 use udtrace_bpf_backend::Bpf;
 use udtrace_inproc_backend::InProcess;
-use udtrace_providers::backend::{Backend, Error, Setup};
+use udtrace_providers::backend::{Backend, Error, Setup, BPF_OTHER_PID_NAMESPACE, BPF_REFUSED};
 
 /// The backend for pid and proc probes: pid probes run inside the traced processes,
 /// with BPF (where the kernel allows it) for what they cannot do and for the other
 /// providers; `-x uprobes` makes every pid probe a uprobe.
 fn load_backend(setup: &Setup) -> Result<Box<dyn Backend>, Error> {
-    let bpf_ok = udtrace_bpf_backend::available();
-    if bpf_ok && !setup.inprocess {
+    let bpf = if !udtrace_process::refusal::in_initial_pid_namespace() {
+        Err(BPF_OTHER_PID_NAMESPACE.to_string())
+    } else if !udtrace_bpf_backend::available() {
+        Err(BPF_REFUSED.to_string())
+    } else {
+        Ok(())
+    };
+    if bpf.is_ok() && !setup.inprocess {
         return Ok(Box::new(Bpf::load(setup)?));
     }
-    let fallback = match bpf_ok {
-        true => Some(Box::new(Bpf::load(setup)?) as Box<dyn Backend>),
-        false => None,
+    let fallback = match bpf {
+        Ok(()) => Ok(Box::new(Bpf::load(setup)?) as Box<dyn Backend>),
+        Err(why) => Err(why),
     };
     Ok(Box::new(InProcess::load(setup, fallback)?))
 }

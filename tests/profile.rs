@@ -156,7 +156,10 @@ fn without_bpf_profile_probes_fire_in_udtraces_context() {
         println!("skipped: this user has BPF");
         return;
     }
-    assert!(err.contains("profile probes need to sample other processes: they fire in udtrace's own context"), "{err}");
+    assert!(
+        err.contains("profile probes need BPF to sample other processes: the kernel refused BPF: run as root (or with CAP_BPF and CAP_PERFMON); they fire in udtrace's own context"),
+        "{err}"
+    );
     assert!(text.trim().parse::<u64>().is_ok_and(|n| n > 0), "{text}");
 }
 

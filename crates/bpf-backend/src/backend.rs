@@ -633,8 +633,7 @@ impl Drop for Bpf {
 fn bpf_error(what: &str, detail: &str, os: Option<&std::io::Error>) -> Error {
     if os.is_some_and(udtrace_bpf::is_bpf_refusal) {
         return format!(
-            "failed to {what}: {detail}\n{}: the kernel refused BPF: run as root (or with CAP_BPF and CAP_PERFMON), and check kernel.unprivileged_bpf_disabled and lockdown",
-            program()
+            "failed to {what}: {detail}; the kernel refused BPF: run as root (or with CAP_BPF and CAP_PERFMON), and check kernel.unprivileged_bpf_disabled and lockdown"
         );
     }
     format!("failed to {what}: {detail}")

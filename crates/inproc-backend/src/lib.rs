@@ -49,6 +49,9 @@ pub struct InProcess {
     traced: HashSet<i32>,
     string_args: Vec<u8>,
     fallback: Option<Box<dyn Backend>>,
+    /// Without a fallback, why there is no BPF, and what to do (for the messages of
+    /// what only BPF can do).
+    no_bpf: String,
     /// Sites not patched since the last notice, by reason.
     fell_back: BTreeMap<String, usize>,
     /// Sites (and other things) not armed at all since the last notice, by reason.
@@ -87,8 +90,13 @@ fn ring_slots(bufsize: u64, record_size: usize) -> u64 {
 
 impl InProcess {
     /// An in-process backend for `setup`; `fallback` (BPF, when the kernel allows it)
-    /// takes what in-process probes cannot do.
-    pub fn load(setup: &Setup, fallback: Option<Box<dyn Backend>>) -> Result<InProcess, Error> {
+    /// takes what in-process probes cannot do; otherwise it is why BPF cannot be used
+    /// and what to do (`the kernel refused BPF: run as root …`).
+    pub fn load(setup: &Setup, fallback: Result<Box<dyn Backend>, String>) -> Result<InProcess, Error> {
+        let (fallback, no_bpf) = match fallback {
+            Ok(f) => (Some(f), String::new()),
+            Err(why) => (None, why),
+        };
         let record = setup.record_plan();
         let (layout, mut off) = match supported_layout(&record) {
             Ok(l) => (l, None),
@@ -101,8 +109,7 @@ impl InProcess {
             if fallback.is_none() {
                 // Breakpoints or patches in an unfollowed child would kill or misname it.
                 return Err(format!(
-                    "-x nofollow needs uprobes for pid probes, which need BPF, which the kernel refused: run as root (or with CAP_BPF and CAP_PERFMON)\n{}: without it, pid probes follow children",
-                    udtrace_messages::program()
+                    "-x nofollow needs uprobes for pid probes, which need BPF: {no_bpf}; without it, pid probes follow children"
                 ));
             }
             off.get_or_insert_with(|| "with -x nofollow, children would run the patched code unfollowed".into());
@@ -126,6 +133,7 @@ impl InProcess {
             traced: HashSet::new(),
             string_args: setup.plan.strings.clone(),
             fallback,
+            no_bpf,
             fell_back: BTreeMap::new(),
             unarmed: BTreeMap::new(),
             broke: BTreeMap::new(),
@@ -264,7 +272,7 @@ impl Backend for InProcess {
         match self.fallback.as_mut() {
             Some(f) => f.enable_proc(hooks),
             None if hooks.is_empty() => Ok(()),
-            None => Err(bpf_needed("the proc provider")),
+            None => Err(bpf_needed("the proc provider", &self.no_bpf)),
         }
     }
 
@@ -272,7 +280,7 @@ impl Backend for InProcess {
         match self.fallback.as_mut() {
             Some(f) => f.enable_profile(probes, stack_bytes),
             None if probes.is_empty() => Ok(()),
-            None => Err(PROFILE_NEEDS_BPF.into()),
+            None => Err(format!("{PROFILE_NEEDS_BPF}: {}", self.no_bpf)),
         }
     }
 
@@ -340,7 +348,7 @@ impl Backend for InProcess {
         match self.fallback.as_mut() {
             Some(f) => f.arm_all(probes),
             None if probes.is_empty() => Ok(()),
-            None => Err(bpf_needed("pid* probes (every process)")),
+            None => Err(bpf_needed("pid* probes (every process)", &self.no_bpf)),
         }
     }
 
@@ -576,9 +584,7 @@ impl InProcess {
     }
 }
 
-fn bpf_needed(what: &str) -> Error {
-    format!(
-        "{what} cannot be enabled without BPF, which the kernel refused: run as root (or with CAP_BPF and CAP_PERFMON)\n{}: pid probes on -c/-p processes work without it",
-        udtrace_messages::program()
-    )
+/// One line: what cannot be enabled, why there is no BPF, what to do, what still works.
+fn bpf_needed(what: &str, no_bpf: &str) -> Error {
+    format!("{what} cannot be enabled without BPF: {no_bpf}; pid probes on -c/-p processes work without it")
 }

@@ -48,6 +48,12 @@ impl ObjectSymbols {
         Some(sites::decode_with_parts(code, f.addr, &self.table.other_parts(f)))
     }
 
+    /// Whether the object lost its full symbol table with nothing to stand in for it (no
+    /// debug file, no minidebuginfo): only its exported (`.dynsym`) functions have names.
+    pub fn stripped(&self) -> bool {
+        self.info.symbols_from != SymbolSource::Symtab && self.debug_file.is_none() && self.info.gnu_debugdata.is_none()
+    }
+
     /// File offset of a virtual address: what a uprobe is attached at.
     pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
         self.info.vaddr_to_offset(vaddr)

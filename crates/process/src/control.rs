@@ -17,18 +17,17 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::procfs;
+use crate::refusal::{self, Refusal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// dtrace: `failed to execute CMD: REASON`
     #[error("failed to execute {cmd}: {reason}")]
     Exec { cmd: String, reason: String },
-    /// dtrace: `failed to grab pid N: REASON`
-    #[error("failed to grab pid {pid}: {reason}")]
-    Grab { pid: i32, reason: String },
-    /// dtrace for a pid with no /proc entry: strerror(ESRCH) alone.
-    #[error("No such process")]
-    NoProcess { pid: i32 },
+    /// dtrace: `failed to grab pid N: REASON`, where the reason says why (dtrace for
+    /// Linux gives strerror alone, and for a pid with no /proc entry not even the pid).
+    #[error("failed to grab pid {pid}: {why}")]
+    Grab { pid: i32, why: Refusal },
     #[error("failed to control pid {pid}: {reason}")]
     Control { pid: i32, reason: String },
 }
@@ -79,6 +78,8 @@ impl Target {
     /// `-c`: starts `argv` and holds it at its entry point, libraries mapped.
     pub fn create(argv: &[String]) -> Result<Target, ControlError> {
         let cmd = argv.first().cloned().unwrap_or_default();
+        // The command's pid would name another process in /proc.
+        refusal::check_proc().map_err(|r| ControlError::Exec { cmd: cmd.clone(), reason: r.to_string() })?;
         // Seized (not PTRACE_TRACEME) so that job-control stops can be passed on later.
         // If udtrace dies before releasing it, the half-started command dies too.
         let pid = udtrace_sys::process::spawn_seized(argv, HOLD_OPTIONS.bits())
@@ -136,26 +137,19 @@ impl Target {
         Ok(())
     }
 
-    /// `-p`: seizes and stops every thread of a running process.
+    /// `-p`: seizes and stops every thread of a running process. A kernel thread is
+    /// watched, not seized (ptrace refuses it): a program without pid probes, which
+    /// only needs `$target` and its end, runs on it; the pid provider refuses probes on
+    /// it with the reason.
     pub fn grab(pid: i32) -> Result<Target, ControlError> {
-        let grab_err = |e: Errno| ControlError::Grab { pid, reason: reason(e) };
-        // libproc's Pexists(): no /proc entry, no process.
-        if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            return Err(ControlError::NoProcess { pid });
+        let grab_err = |e: Errno| ControlError::Grab { pid, why: refusal::after_refusal(pid, e) };
+        match refusal::before_grab(pid) {
+            Some(Refusal::KernelThread { .. }) => return Ok(Target::unheld(pid)),
+            Some(why) => return Err(ControlError::Grab { pid, why }),
+            None => {}
         }
-        if pid == std::process::id() as i32 {
-            return Err(ControlError::Grab { pid, reason: "cannot grab udtrace itself".into() });
-        }
-        let tids = procfs::tasks(pid).map_err(|_| ControlError::NoProcess { pid })?;
-        let mut t = Target {
-            pid,
-            created: false,
-            held: Vec::new(),
-            exited: false,
-            status: None,
-            started: false,
-            adopted: false,
-        };
+        let tids = procfs::tasks(pid).map_err(|_| ControlError::Grab { pid, why: Refusal::NoProcess })?;
+        let mut t = Target::unheld(pid);
         // Threads come and go meanwhile: list again until a listing has no thread that
         // is not held yet (held threads are stopped, and create none).
         let mut listed = tids;
@@ -194,6 +188,11 @@ impl Target {
             listed = procfs::tasks(pid).unwrap_or_default();
         }
         Ok(t)
+    }
+
+    /// A running process not created by udtrace, none of its threads held yet.
+    fn unheld(pid: i32) -> Target {
+        Target { pid, created: false, held: Vec::new(), exited: false, status: None, started: false, adopted: false }
     }
 
     /// Lets every held thread run on, untouched.

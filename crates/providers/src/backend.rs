@@ -76,8 +76,18 @@ impl Setup {
     }
 }
 
-/// Why a backend without BPF samples nothing for `profile-N`.
-pub const PROFILE_NEEDS_BPF: &str = "the kernel refused BPF, which profile probes need to sample other processes";
+/// Why a backend without BPF samples nothing for `profile-N` (followed by why there is
+/// no BPF).
+pub const PROFILE_NEEDS_BPF: &str = "profile probes need BPF to sample other processes";
+
+/// Why there is no BPF when the kernel refuses it, and what to do.
+pub const BPF_REFUSED: &str = "the kernel refused BPF: run as root (or with CAP_BPF and CAP_PERFMON)";
+
+/// Why there is no BPF when udtrace runs in a PID namespace below the host's: BPF
+/// helpers give the host's pids, which are not the ones udtrace knows its processes by
+/// (its pid filters would drop every firing).
+pub const BPF_OTHER_PID_NAMESPACE: &str =
+    "BPF sees the host's pids, and udtrace runs in another PID namespace: run udtrace in the host's PID namespace";
 
 /// A `profile-N` probe to sample with: a perf event on each of `cpus` every
 /// `period_ns` of CPU time, in the context of the thread it interrupts.
@@ -115,7 +125,7 @@ pub trait Backend {
         if probes.is_empty() {
             return Ok(());
         }
-        Err(PROFILE_NEEDS_BPF.into())
+        Err(format!("{PROFILE_NEEDS_BPF}: {BPF_REFUSED}"))
     }
 
     /// Counts process `pid`'s firings from now on.

@@ -15,6 +15,7 @@ use udtrace_object::patch;
 use udtrace_object::sites::{self, Sites};
 use udtrace_object::symbols::Function;
 use udtrace_process::procfs::{self, LoadedObject};
+use udtrace_process::refusal;
 use udtrace_runtime::Probe;
 
 use crate::glob;
@@ -193,13 +194,49 @@ impl PidProvider {
     /// `Ok(None)`: the description is not for the pid provider.
     pub fn matching(&mut self, d: &ProbeDesc, next_id: &mut u32) -> Result<Option<Vec<Rc<Probe>>>, DescError> {
         let Some(pid) = provider_pid(&d.provider)? else { return Ok(None) };
-        let objects =
-            procfs::objects_of(pid).map_err(|_| (Tag::D_PROC_GRAB, format!("failed to grab process {pid}")))?;
+        let grab = |why: refusal::Refusal| (Tag::D_PROC_GRAB, format!("failed to grab process {pid}: {why}"));
+        // A /proc of another PID namespace would show another process than pid N.
+        refusal::check_proc().map_err(grab)?;
+        let objects = procfs::objects_of(pid).map_err(|e| grab(refusal::unreadable(pid, &e)))?;
         if d.function == "-" {
             let name = if d.name.is_empty() { "*" } else { d.name.as_str() };
             return self.absolute(pid, &d.module, name, &objects, next_id).map(Some);
         }
         self.match_objects(d, pid, pid, &objects, true, next_id).map(Some)
+    }
+
+    /// Why a description of one process's probes matched none, when the process says
+    /// more than DTrace's bare "does not match any probes": the executable is static
+    /// (a library module named is not there) or stripped (the function named is not
+    /// among the few it exports).
+    pub fn why_no_match(&mut self, d: &ProbeDesc) -> Option<String> {
+        let pid = named_process(&d.provider)?;
+        let objects = procfs::objects_of(pid).ok()?;
+        let main = objects.iter().find(|o| o.is_main)?;
+        let module = if d.module.is_empty() { "*" } else { d.module.as_str() };
+        let named: Vec<&LoadedObject> =
+            objects.iter().filter(|o| !o.is_vdso && modules::module_matches(module, &o.path, o.is_main)).collect();
+        if named.is_empty() {
+            // A process without a dynamic loader has no libraries: their code, when it
+            // has any, was linked into the executable.
+            return procfs::loader_of(pid, &objects).is_none().then(|| {
+                let exe = modules::module_name(&main.path);
+                format!("{exe} is statically linked: it maps no library, its libc functions are in a.out")
+            });
+        }
+        // Every library of a distribution is stripped: only the objects named, or
+        // the executable under a glob, are worth a word.
+        let candidates: Vec<&LoadedObject> = match glob::is_glob(module) {
+            true => vec![main],
+            false => named,
+        };
+        for obj in candidates {
+            let loaded = self.load(&procfs::host_path(pid, &obj.path)).ok()?;
+            if let Some(note) = stripped_note(obj, &loaded, pid) {
+                return Some(note);
+            }
+        }
+        None
     }
 
     /// A `pid*` description: its probes in every object of every process now running
@@ -293,7 +330,8 @@ impl PidProvider {
             let funcs: Vec<Function> = loaded.table.matching(func).into_iter().cloned().collect();
             if funcs.is_empty() && !glob::is_glob(func) && !glob::is_glob(module) {
                 if strict {
-                    return Err((Tag::D_PROC_FUNC, format!("failed to lookup '{func}' in module '{module}'")));
+                    let why = stripped_note(obj, &loaded, pid).map(|n| format!(": {n}")).unwrap_or_default();
+                    return Err((Tag::D_PROC_FUNC, format!("failed to lookup '{func}' in module '{module}'{why}")));
                 }
                 continue;
             }
@@ -474,6 +512,25 @@ impl PidProvider {
         });
         probe
     }
+}
+
+/// What can still be probed in `obj` of process `pid` when it is stripped.
+fn stripped_note(obj: &LoadedObject, loaded: &ObjectSymbols, pid: i32) -> Option<String> {
+    if !loaded.stripped() {
+        return None;
+    }
+    let name = modules::module_name(&obj.path);
+    let n = loaded.table.functions().len();
+    let addresses = format!("absolute addresses (pid{pid}:a.out:-:ADDR)");
+    Some(match (n, obj.is_main) {
+        (0, true) => format!("{name} is stripped and exports no function: only {addresses} can be probed"),
+        (0, false) => format!("{name} is stripped and exports no function: none of it can be probed by name"),
+        (1, _) => format!("{name} is stripped: only its 1 exported function can be probed by name"),
+        (n, true) => {
+            format!("{name} is stripped: only its {n} exported functions can be probed by name, or {addresses}")
+        }
+        (n, false) => format!("{name} is stripped: only its {n} exported functions can be probed by name"),
+    })
 }
 
 #[cfg(test)]

@@ -230,10 +230,11 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
                     }
                 };
                 if found.is_empty() && !zdefs {
+                    let why = registry.pid.why_no_match(desc).map(|w| format!(": {w}")).unwrap_or_default();
                     let err = CompileError::new(
                         Tag::D_PDESC_ZERO,
                         desc.span,
-                        format!("probe description {} does not match any probes", full_name(desc)),
+                        format!("probe description {} does not match any probes{why}", full_name(desc)),
                     );
                     return Err(match sources[si].origin {
                         Origin::Description => plain(&sources[si], &err, style),

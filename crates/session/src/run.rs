@@ -319,7 +319,7 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     let sampled = match backend.enable_profile(&profile, profile_stack) {
         Ok(()) => profile.iter().map(|p| p.probe_id).collect(),
         Err(e) => {
-            note!("{e}: they fire in udtrace's own context (run as root, or with CAP_BPF and CAP_PERFMON)");
+            note!("{e}; they fire in udtrace's own context");
             HashSet::new()
         }
     };
