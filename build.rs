@@ -36,6 +36,7 @@
 //! - `errnos-static`        the same, linked statically (only where libc.a is installed)
 //! - `errnos-static-stripped` `errnos-static` with `strip --strip-all`: no symbol at all
 //! - `coldstr`              strings on pages never touched before the probed call
+//! - `holder`               holds a process with ptrace, as a debugger does
 //! - `busy`                 profile provider: threads spending 75% and 25% of their CPU
 //!   time in two functions, reporting the CPU time used
 //!
@@ -122,6 +123,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("chaos", &["-pthread"]))?,
         spawn(&mut plain("busy", &["-pthread"]))?,
         spawn(&mut plain("coldstr", &[]))?,
+        spawn(&mut plain("holder", &[]))?,
     ];
     let exe = |name: &str, pie: &[&str]| {
         let mut c = Command::new("gcc");

@@ -158,7 +158,7 @@ fn bad_pids() {
     assert_eq!(out.stderr, "udtrace: invalid pid: abc\n");
     let out = run_args(&["-p", "0", "-n", "BEGIN"]);
     assert_eq!(out.status, 1);
-    assert_eq!(out.stderr, "udtrace: failed to grab pid 0: No such process\n");
+    assert_eq!(out.stderr, "udtrace: No such process\n");
 }
 
 /// `-o` appends (dtrace opens it with "a") and leaves stdout empty.

@@ -327,7 +327,7 @@ fn a_created_process_dies_with_udtrace_whatever_the_way_out() {
 fn a_missing_process_is_no_such_process() {
     let out = run_args(&["-p", "2147483647", "-n", "BEGIN"]);
     assert_eq!(out.status, 1);
-    assert_eq!(out.stderr, "udtrace: failed to grab pid 2147483647: No such process\n");
+    assert_eq!(out.stderr, "udtrace: No such process\n");
 }
 
 // ---- pragmas ---------------------------------------------------------------------

@@ -248,7 +248,7 @@ fn process_errors_use_dtraces_words() {
     assert_eq!(first_stderr_line(&out), "udtrace: failed to execute /nonexistent/prog: No such file or directory");
     let out = udtrace(&["-n", "BEGIN", "-p", "999999999"]);
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(first_stderr_line(&out), "udtrace: failed to grab pid 999999999: No such process");
+    assert_eq!(first_stderr_line(&out), "udtrace: No such process");
     // A script that fails to compile kills the command it started.
     let out = udtrace(&["-n", "BEGIN { x = ; }", "-c", "sleep 1000"]);
     assert_eq!(out.status.code(), Some(1));

@@ -9,12 +9,14 @@ use udtrace_bpf::btf::Btf;
 use udtrace_bpf::codegen::{
     errno_entry, exec_program, hold_program, uprobe_program_for, ErrnoSource, Filter, ProbeMaps,
 };
+use udtrace_bpf::insn::Insn;
+use udtrace_bpf::lineage::{exit_program, fork_program, LineageError, TaskIds, KERNEL_FOLLOWED};
 use udtrace_bpf::maps::RingBuf;
 use udtrace_bpf::proc::{attach_points, proc_program, AttachPoints, SyscallField, TaskOffsets};
 use udtrace_bpf::profile::{self, SampleFilter, UserRegs};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::ringbuf::RingBufReader;
-use udtrace_bpf::tracepoint::{self, TracepointLink};
+use udtrace_bpf::tracepoint::{self, RawTracepointLink, TracepointLink};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_messages::program;
 use udtrace_process::procfs;
@@ -52,12 +54,20 @@ pub struct Bpf {
     procs: HashMap<i32, ProcLinks>,
     /// Sites the kernel refused to probe, for the warning: (file, offset).
     refused: Vec<(PathBuf, u64)>,
+    /// Sites left alone, by process, because another tracer changed their code there,
+    /// not yet reported.
+    changed: BTreeMap<i32, usize>,
     /// The argument register (0..=5) behind each string slot of a record, in slot order.
     string_args: Vec<u8>,
     /// The proc provider's programs, by hook.
     proc: HashMap<Hook, ProcHook>,
     /// Drops per CPU already reported.
     drops_seen: Vec<u64>,
+    /// Traced processes udtrace does not hold (another tracer does): marked
+    /// `KERNEL_FOLLOWED` in the traced map, which the kernel extends to their children.
+    unheld: HashSet<i32>,
+    /// The fork and exit programs that do, while attached.
+    _lineage: Option<Lineage>,
     closer: Closer,
     /// The profile probes' programs and clocks.
     profile: Option<Profiling>,
@@ -259,8 +269,11 @@ impl Bpf {
         } else {
             None
         };
+        let lineage = if setup.children && !setup.unheld.is_empty() { Some(follow_in_kernel(&maps)?) } else { None };
         let reader = RingBufReader::new(&maps.ring).map_err(|e| e.to_string())?;
         Ok(Bpf {
+            unheld: setup.unheld.iter().copied().collect(),
+            _lineage: lineage,
             maps,
             layout,
             reader,
@@ -277,6 +290,7 @@ impl Bpf {
             string_args: plan.strings.clone(),
             proc: HashMap::new(),
             drops_seen: Vec::new(),
+            changed: BTreeMap::new(),
             closer: Closer::new(),
             profile: None,
         })
@@ -295,6 +309,25 @@ impl Bpf {
             targets.push(SiteTarget { probe_id: p.probe.id, pid: if all { 0 } else { p.pid }, kind: p.kind, offset });
         }
         cookie
+    }
+
+    /// Takes out of `sites` of `file` those whose code another tracer changed in one of
+    /// `pids` (none: every traced process that maps it): a uprobe there would make the
+    /// kernel run the file's instruction over the other tracer's jump, and its removal
+    /// would write the file's byte into it. A uprobe of another session (an `int3`) is
+    /// no change: uprobes at one place share it.
+    fn leave_changed(&mut self, file: &Path, pids: &[i32], sites: &mut Vec<Site>) {
+        let owners: Vec<i32> = if pids.is_empty() { self.traced.iter().copied().collect() } else { pids.to_vec() };
+        let maps: Vec<(i32, Vec<procfs::Mapping>)> =
+            owners.into_iter().filter_map(|p| procfs::read_maps(p).ok().map(|m| (p, m))).collect();
+        let changed = &mut self.changed;
+        sites.retain(|s| match maps.iter().find(|(p, m)| procfs::code_changed(*p, m, file, s.offset) == Some(true)) {
+            Some((p, _)) => {
+                *changed.entry(*p).or_default() += 1;
+                false
+            }
+            None => true,
+        });
     }
 
     /// Decided once per file: a file that processes udtrace does not trace have mapped
@@ -402,7 +435,8 @@ impl Backend for Bpf {
     }
 
     fn trace_pid(&mut self, pid: i32) -> Result<(), Error> {
-        self.maps.traced.insert(&(pid as u32), &1).map_err(|e| format!("cannot trace pid {pid}: {e}"))?;
+        let mark = if self.unheld.contains(&pid) { KERNEL_FOLLOWED } else { 1 };
+        self.maps.traced.insert(&(pid as u32), &mark).map_err(|e| format!("cannot trace pid {pid}: {e}"))?;
         self.traced.insert(pid);
         Ok(())
     }
@@ -430,6 +464,8 @@ impl Backend for Bpf {
         }
         for (file, mut sites) in new {
             let per_process = self.is_per_process(&file);
+            let owner = [pid];
+            self.leave_changed(&file, if per_process { &owner } else { &[] }, &mut sites);
             let links = if per_process { self.procs.entry(pid).or_default() } else { &mut self.global };
             let armed = links.sites.get(&file);
             sites.retain(|s| !armed.is_some_and(|a| a.iter().any(|o| o.offset == s.offset)));
@@ -514,6 +550,9 @@ impl Backend for Bpf {
     }
 
     fn fork(&mut self, parent: i32, child: i32) -> Result<(), Error> {
+        if self.unheld.contains(&parent) {
+            self.unheld.insert(child);
+        }
         self.trace_pid(child)?;
         // The same memory layout: errno is where the parent's is.
         if let Some(src) = &self.maps.errno {
@@ -538,6 +577,20 @@ impl Backend for Bpf {
             self.closer.close(p.links);
         }
         self.untrace(pid);
+        self.unheld.remove(&pid);
+    }
+
+    fn notices(&mut self) -> Vec<String> {
+        let changed = std::mem::take(&mut self.changed);
+        changed
+            .into_iter()
+            .map(|(pid, n)| {
+                let by = procfs::tracer(pid)
+                    .map_or(String::new(), |(t, name)| format!("; it is traced by {name} (pid {t})"));
+                let plural = if n == 1 { "" } else { "s" };
+                format!("pid {pid}: {n} probe site{plural} not armed: another tracer changed the code there{by}")
+            })
+            .collect()
     }
 
     fn refused(&self) -> &[(PathBuf, u64)] {
@@ -562,6 +615,10 @@ impl Backend for Bpf {
         let (proc, layout, cookies, string_args) = (&self.proc, &self.layout, &self.cookies, &self.string_args);
         let profile = &self.profile;
         self.reader.consume(|bytes| {
+            if let Some(l) = udtrace_record::lineage::parse(bytes) {
+                each(Record::Lineage(l));
+                return;
+            }
             if is_profile(bytes) {
                 let Some(p) = profile else { return };
                 if let Ok(sample) = p.layout.parse(bytes) {
@@ -628,6 +685,32 @@ impl Drop for Bpf {
         }
         self.closer.close(all);
     }
+}
+
+/// The programs following unheld processes' children in the kernel, and their links.
+struct Lineage {
+    _programs: [Program; 2],
+    _links: [RawTracepointLink; 2],
+}
+
+/// Loads and attaches the fork and exit programs of [`udtrace_bpf::lineage`].
+fn follow_in_kernel(maps: &ProbeMaps) -> Result<Lineage, Error> {
+    let btf = Btf::vmlinux().map_err(|e| format!("cannot follow children in the kernel: {e}"))?;
+    let ids = TaskIds::from_btf(&btf).map_err(|e| format!("cannot follow children in the kernel: {e}"))?;
+    let gen = |e: LineageError| format!("cannot generate the fork and exit programs: {e}");
+    let group_dead = btf.tracepoint_arity("sched_process_exit").is_some_and(|n| n >= 2);
+    let fork = fork_program(ids, &maps.traced, &maps.ring).map_err(gen)?;
+    let exit = exit_program(&maps.traced, &maps.ring, group_dead).map_err(gen)?;
+    let load = |name: &str, insns: &[Insn]| {
+        Program::load(ProgramKind::RawTracepoint, name, insns)
+            .map_err(|e| bpf_error("load the fork and exit programs", &e.to_string(), Some(e.os_error())))
+    };
+    let (fork, exit) = (load("udtrace_fork", &fork)?, load("udtrace_exit", &exit)?);
+    let attach = |p: &Program, name: &str| {
+        tracepoint::attach_raw(p, name).map_err(|e| format!("cannot follow children in the kernel: {e}"))
+    };
+    let links = [attach(&fork, "sched_process_fork")?, attach(&exit, "sched_process_exit")?];
+    Ok(Lineage { _programs: [fork, exit], _links: links })
 }
 
 fn bpf_error(what: &str, detail: &str, os: Option<&std::io::Error>) -> Error {

@@ -6,8 +6,8 @@ use thiserror::Error;
 use udtrace_record::pid::{self as record, PlanError, PtReg, RecordLayout, RecordPlan};
 
 use crate::insn::{
-    alu64_imm, alu64_reg, atomic_add, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, AsmError, Cond, Insn, Reg,
-    Size,
+    alu64_imm, alu64_reg, atomic_add, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, AsmError,
+    Cond, Insn, Reg, Size,
 };
 use crate::maps::{HashMap, MapError, PerCpuArray, RingBuf};
 
@@ -23,7 +23,8 @@ pub enum CodegenError {
 
 /// The maps a uprobe program uses.
 pub struct ProbeMaps {
-    /// Processes (tgid) whose firings count; the value is unused.
+    /// Processes (tgid) whose firings count: 1 for those held with ptrace,
+    /// [`crate::lineage::KERNEL_FOLLOWED`] for those followed in the kernel.
     pub traced: HashMap<u32, u32>,
     pub ring: RingBuf,
     /// Slot 0 counts, per CPU, records lost because the ring was full.
@@ -101,6 +102,10 @@ pub fn hold_program(
     a.push(stx(Size::W, Reg::R10, -8, Reg::R0)); // the process id
     a.map_lookup(traced.raw_fd(), -8);
     a.jmp_imm(Cond::Eq, Reg::R0, 0, untraced);
+    // A process udtrace does not hold (another tracer does) would only be stopped for
+    // that tracer to see: its new objects go unarmed.
+    a.push(ldx(Size::W, Reg::R1, Reg::R0, 0));
+    a.jmp_imm(Cond::Ne, Reg::R1, 1, out);
     a.push(st(Size::W, Reg::R10, -8, 1));
     a.map_update(holds.raw_fd(), -4, -8);
     a.push(mov64_imm(Reg::R1, signal));

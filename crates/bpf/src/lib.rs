@@ -15,6 +15,7 @@ pub mod btf;
 pub mod codegen;
 pub mod insn;
 pub mod kmem;
+pub mod lineage;
 pub mod maps;
 pub mod proc;
 pub mod profile;

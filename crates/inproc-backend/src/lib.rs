@@ -66,6 +66,8 @@ pub struct InProcess {
     drops_seen: u64,
     /// Whether to say which sites use uprobes (`-x inprocess` given).
     explain: bool,
+    /// Processes another tracer holds: udtrace cannot stop them to patch them.
+    unheld: HashSet<i32>,
     /// Without BPF: process → its loader hook's address and the distance from it to
     /// `_r_debug.r_state`, watched by a hardware breakpoint in each of its threads.
     hooks: HashMap<i32, (u64, u64)>,
@@ -141,6 +143,7 @@ impl InProcess {
             errno_tls: HashMap::new(),
             drops_seen: 0,
             explain: setup.explain,
+            unheld: setup.unheld.iter().copied().collect(),
             hooks: HashMap::new(),
             guards: HashMap::new(),
         })
@@ -304,6 +307,17 @@ impl Backend for InProcess {
             return Ok(());
         }
         let mut unpatched: Vec<(PidProbe, String)> = Vec::new();
+        if self.unheld.contains(&pid) {
+            if self.fallback.is_none() {
+                return Err(format!(
+                    "pid {pid} is held by another tracer, and without BPF udtrace can only probe a process \
+                     it holds: run as root (or with CAP_BPF and CAP_PERFMON)"
+                ));
+            }
+            let why = "another tracer holds the process: udtrace cannot stop it to patch it".to_string();
+            unpatched.extend(probes.iter().map(|p| ((*p).clone(), why.clone())));
+            return self.fall_back(pid, &Batch::of(pid, probes).objects, unpatched);
+        }
         let ready = match self.off.clone() {
             Some(why) => {
                 // Without a fallback the sites become breakpoints, which need the process
@@ -422,6 +436,9 @@ impl Backend for InProcess {
 
     fn fork(&mut self, parent: i32, child: i32) -> Result<(), Error> {
         self.traced.insert(child);
+        if self.unheld.contains(&parent) {
+            self.unheld.insert(child);
+        }
         // Its threads watch the hook where its parent's do (see Tree::watch).
         if let Some(&h) = self.hooks.get(&parent) {
             self.hooks.insert(child, h);
@@ -468,6 +485,7 @@ impl Backend for InProcess {
     }
 
     fn exit(&mut self, pid: i32) {
+        self.unheld.remove(&pid);
         self.errno_tls.remove(&pid);
         self.hooks.remove(&pid);
         self.guards.remove(&pid);

@@ -427,6 +427,13 @@ impl Proc {
             return Ok(());
         }
         self.may_arm_elsewhere(at)?;
+        // As for a patch: another tracer's byte there would be taken for the original.
+        let m = mem(pid)?;
+        let mut original = [0u8; 1];
+        m.read_exact_at(&mut original, at).map_err(|e| format!("cannot read its code: {e}"))?;
+        if code.get(offset as usize) != Some(&original[0]) {
+            return Err("another tracer changed its code (a breakpoint or a patch)".into());
+        }
         let region = self.region_near(pid, func)?;
         let mut r = region.borrow_mut();
         let copy = r.shared.remote_addr + r.used;
@@ -439,9 +446,6 @@ impl Proc {
                 udtrace_messages::debug!("pid {pid}: breakpoint at {at:#x} unguarded: {e}");
             }
         }
-        let m = mem(pid)?;
-        let mut original = [0u8; 1];
-        m.read_exact_at(&mut original, at).map_err(|e| format!("cannot read its code: {e}"))?;
         m.write_all_at(&[0xcc], at).map_err(|e| format!("cannot write a breakpoint: {e}"))?;
         self.breakpoints.insert(at, Breakpoint { cookie, original: original[0], copy });
         Ok(())
@@ -500,6 +504,15 @@ impl Proc {
         if batch.rips.iter().any(|&ip| start < ip && ip < end) {
             return Err("a thread is stopped inside the bytes its patch would take".into());
         }
+        // Another tracer's breakpoint or patch there (a uprobe of another session, a
+        // debugger's int3): a jump over it would take its firings away, and its removal
+        // later would write its byte into the jump. A uprobe instead shares the place.
+        let m = mem(pid)?;
+        let mut live = vec![0u8; (end - start) as usize];
+        m.read_exact_at(&mut live, start).map_err(|e| format!("cannot read its code: {e}"))?;
+        if code.get(plan.start as usize..plan.end as usize) != Some(&live[..]) {
+            return Err("another tracer changed its code (a breakpoint or a patch)".into());
+        }
         let region = self.region_near(pid, func)?;
         let mut r = region.borrow_mut();
         let at = r.shared.remote_addr + r.used;
@@ -520,7 +533,6 @@ impl Proc {
         r.used += (bytes.len() as u64).div_ceil(ALIGN) * ALIGN;
         drop(r);
         let patch = plan.patch_bytes(at).ok_or("its trampoline is out of reach")?;
-        let m = mem(pid)?;
         let mut original = vec![0u8; patch.len()];
         m.read_exact_at(&mut original, start).map_err(|e| format!("cannot read its code: {e}"))?;
         m.write_all_at(&patch, start).map_err(|e| format!("cannot patch its code: {e}"))?;

@@ -181,6 +181,13 @@ const REFUSED_OPCODES: &[u8] = &[
 const REFUSED_0F_OPCODES: &[u8] =
     &[0x00, 0x01, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0b, 0x30, 0x34, 0x35, 0x37, 0x78, 0x79, 0xae];
 
+/// The length of the instruction starting at `code[0]`, when it decodes.
+pub fn instruction_len(code: &[u8]) -> Option<usize> {
+    let mut d = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let insn = d.can_decode().then(|| d.decode()).filter(|i| !i.is_invalid())?;
+    Some(insn.len())
+}
+
 /// Whether the kernel can place a uprobe on the instruction starting at `code[0]`.
 /// x86 uprobes refuse `lock` and es/cs/ss/ds segment prefixes, VEX/EVEX/XOP-encoded
 /// instructions and the opcodes above (ENOTSUPP), and one refused site fails a whole

@@ -25,11 +25,20 @@ pub enum ControlError {
     #[error("failed to execute {cmd}: {reason}")]
     Exec { cmd: String, reason: String },
     /// dtrace: `failed to grab pid N: REASON`, where the reason says why (dtrace for
-    /// Linux gives strerror alone, and for a pid with no /proc entry not even the pid).
-    #[error("failed to grab pid {pid}: {why}")]
+    /// Linux gives strerror alone). A pid with no /proc entry gets dtrace for Linux's
+    /// bare `No such process`, which its test suite expects (the pid is on the command
+    /// line).
+    #[error("{}", grab_message(*.pid, .why))]
     Grab { pid: i32, why: Refusal },
     #[error("failed to control pid {pid}: {reason}")]
     Control { pid: i32, reason: String },
+}
+
+fn grab_message(pid: i32, why: &Refusal) -> String {
+    match why {
+        Refusal::NoProcess => why.to_string(),
+        _ => format!("failed to grab pid {pid}: {why}"),
+    }
 }
 
 /// strerror's words, which DTrace for Linux prints.
@@ -58,6 +67,9 @@ pub struct Target {
     started: bool,
     /// Controlled by a tree, which reports its end.
     adopted: bool,
+    /// Another process holds it with ptrace (a debugger, another udtrace): its pid and
+    /// name. udtrace then never stops it; its probes are armed while it runs.
+    pub tracer: Option<(i32, String)>,
 }
 
 /// Whether thread `tid` of `pid` still runs (not gone, not a zombie).
@@ -84,8 +96,8 @@ impl Target {
         // If udtrace dies before releasing it, the half-started command dies too.
         let pid = udtrace_sys::process::spawn_seized(argv, HOLD_OPTIONS.bits())
             .map_err(|e| ControlError::Exec { cmd: cmd.clone(), reason: io_reason(&e) })?;
-        let mut t =
-            Target { pid, created: true, held: vec![pid], exited: false, status: None, started: false, adopted: false };
+        let mut t = Target::unheld(pid);
+        (t.created, t.held) = (true, vec![pid]);
         let ctl = |e: Errno| ControlError::Control { pid, reason: reason(e) };
         match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::__WALL)).map_err(ctl)? {
             WaitStatus::PtraceEvent(_, _, ev) if ev == nix::libc::PTRACE_EVENT_EXEC => {}
@@ -148,6 +160,13 @@ impl Target {
             Some(why) => return Err(ControlError::Grab { pid, why }),
             None => {}
         }
+        // A process has one tracer: udtrace watches one that has another instead (its
+        // pid probes need no ptrace; see docs/pid-provider.md, "Traced by another").
+        if let Some(tracer) = procfs::tracer(pid) {
+            let mut t = Target::unheld(pid);
+            t.tracer = Some(tracer);
+            return Ok(t);
+        }
         let tids = procfs::tasks(pid).map_err(|_| ControlError::Grab { pid, why: Refusal::NoProcess })?;
         let mut t = Target::unheld(pid);
         // Threads come and go meanwhile: list again until a listing has no thread that
@@ -192,7 +211,16 @@ impl Target {
 
     /// A running process not created by udtrace, none of its threads held yet.
     fn unheld(pid: i32) -> Target {
-        Target { pid, created: false, held: Vec::new(), exited: false, status: None, started: false, adopted: false }
+        Target {
+            pid,
+            created: false,
+            held: Vec::new(),
+            exited: false,
+            status: None,
+            started: false,
+            adopted: false,
+            tracer: None,
+        }
     }
 
     /// Lets every held thread run on, untouched.

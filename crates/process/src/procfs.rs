@@ -248,6 +248,32 @@ pub fn thread_pending_signals(tid: i32) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
+/// The process's tracer, when one holds it with ptrace: its pid and name (`TracerPid`).
+pub fn tracer(pid: i32) -> Option<(i32, String)> {
+    let t = i32::try_from(*status_numbers(pid, "TracerPid:")?.first()?).ok().filter(|&t| t != 0)?;
+    Some((t, stat(t).map_or_else(|_| "?".to_string(), |(comm, _)| comm)))
+}
+
+/// Whether another tracer changed the code of `pid` at `file_off` of `file` (mapped as
+/// `maps` lists it): a live byte of the instruction there that is neither the file's
+/// nor a leading `int3` (a uprobe's, which another uprobe at the same place shares).
+/// `None` when the offset is not mapped executable or a read fails.
+pub fn code_changed(pid: i32, maps: &[Mapping], file: &Path, file_off: u64) -> Option<bool> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let f = std::fs::File::open(file).ok()?;
+    let inode = f.metadata().ok()?.ino();
+    let m = maps
+        .iter()
+        .find(|m| m.exec && m.inode == inode && m.offset <= file_off && file_off < m.offset + (m.end - m.start))?;
+    let addr = m.start + (file_off - m.offset);
+    // The longest x86 instruction; the file may end sooner.
+    let mut want = vec![0u8; 15];
+    let n = f.read_at(&mut want, file_off).ok()?;
+    let len = udtrace_object::sites::instruction_len(&want[..n]).unwrap_or(1).min((m.end - addr) as usize);
+    let live = read_memory(pid, addr, len).ok().filter(|l| l.len() == len)?;
+    Some(live.iter().zip(&want).enumerate().any(|(i, (l, w))| l != w && !(i == 0 && *l == 0xcc)))
+}
+
 /// Thread ids of a process.
 pub fn tasks(pid: i32) -> io::Result<Vec<i32>> {
     let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?

@@ -56,6 +56,10 @@ pub struct Setup {
     pub inprocess: bool,
     /// `-x inprocess` was asked for: say which sites use uprobes instead.
     pub explain: bool,
+    /// Processes udtrace may not stop (another tracer holds them with ptrace): their
+    /// probes are uprobes, armed while they run, and with `children` the kernel adds
+    /// the processes they fork ([`Record::Lineage`]).
+    pub unheld: Vec<i32>,
 }
 
 impl Setup {
@@ -112,6 +116,9 @@ pub enum Record<'a> {
     Proc(ProcFiring),
     /// A profile probe sampled a thread.
     Profile { sample: Sample<'a>, probe_id: u32 },
+    /// The kernel followed a process udtrace does not hold ([`Setup::unheld`]): a
+    /// child of it fires from now on, or it ended. Comes before the child's firings.
+    Lineage(udtrace_record::lineage::Lineage),
 }
 
 /// A backend for the pid and proc providers.

@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod lineage;
 pub mod pid;
 pub mod proc;
 pub mod profile;

@@ -29,6 +29,7 @@ use udtrace_providers::pid_context::{FiringCtx, Procs};
 use udtrace_providers::proc::{self as procprov, Clocks, ProcCtx};
 use udtrace_providers::registry::{self as probes, Registry, TimerKind};
 use udtrace_providers::self_context::{SelfContext, SelfFiring};
+use udtrace_record::lineage::Lineage;
 use udtrace_record::proc::{Hook, ProcFiring, ProcPlan};
 use udtrace_runtime::consumer::Settings;
 use udtrace_runtime::Context;
@@ -286,7 +287,9 @@ type Armed = (Option<Box<dyn Backend>>, Option<Follower>, Option<AllProcesses>, 
 /// Arms the enabled pid probes, if any, and starts tracing their processes; `-c`/`-p`
 /// processes with pid descriptions are adopted by a follower (held until released).
 fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loader<'_>) -> Result<Armed, String> {
-    let mut follower = Follower::new(c, &targets.pids());
+    let held: Vec<i32> = targets.list.iter().filter(|t| t.tracer.is_none()).map(|t| t.pid).collect();
+    let unheld: Vec<&Target> = targets.list.iter().filter(|t| t.tracer.is_some()).collect();
+    let mut follower = Follower::new(c, &held);
     let all = AllProcesses::new(c);
     let enabled: HashSet<u32> =
         c.ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")).map(|e| e.probe.id).collect();
@@ -313,6 +316,7 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
         children: !c.options.nofollow,
         inprocess: !c.options.uprobes,
         explain: c.options.inprocess,
+        unheld: unheld.iter().map(|t| t.pid).collect(),
     };
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
@@ -357,8 +361,19 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
         note!("... and {} more probes on instructions the kernel cannot probe", unarmed.len() - 5);
     }
     if let Some(f) = follower.as_mut() {
-        for t in targets.list.iter_mut() {
+        for t in targets.list.iter_mut().filter(|t| t.tracer.is_none()) {
             f.adopt(t, backend.as_mut(), registry)?;
+        }
+    }
+    for t in targets.list.iter().filter(|t| pids.contains(&t.pid)) {
+        if let Some((tracer, name)) = &t.tracer {
+            let follow = if c.options.nofollow {
+                ""
+            } else {
+                "; the kernel adds the processes it forks, their probes in shared libraries armed \
+                 once they run, but programs they exec and objects loaded later are not armed"
+            };
+            note!("pid {} is traced by {name} (pid {tracer}): its probes are armed without stopping it{follow}", t.pid);
         }
     }
     if let Some(a) = &all {
@@ -589,6 +604,7 @@ fn trace(
         clocks,
         pending_exec: HashMap::new(),
         only_cpu,
+        kernel_roots: HashMap::new(),
     };
     while !done {
         let now = Instant::now();
@@ -688,7 +704,7 @@ fn trace(
             }
         }
         report_consumer_drops(&mut consumer);
-        if w.follower.is_none() && !targets.is_empty() && targets.reap(c.options.quiet) {
+        if w.follower.is_none() && !targets.is_empty() && targets.reap(c.options.quiet) && !sink.kernel_children_run() {
             break;
         }
     }
@@ -824,6 +840,9 @@ struct Drain<'p> {
     pending_exec: HashMap<u32, ProcFiring>,
     /// `-x cpu`: firings on other CPUs are not traced.
     only_cpu: Option<u32>,
+    /// Children the kernel follows for processes another tracer holds, with the root
+    /// whose probes they fire (see [`Record::Lineage`]).
+    kernel_roots: HashMap<i32, i32>,
 }
 
 impl Drain<'_> {
@@ -847,6 +866,8 @@ impl Drain<'_> {
         let tree = w.follower.as_deref().map(|f| &f.tree);
         let (procs, ustackframes, maxframes) = (self.procs, self.ustackframes, self.maxframes);
         let (proc_ids, types, clocks, pending) = (&self.proc_ids, self.types, self.clocks, &mut self.pending_exec);
+        let kernel_roots = &mut self.kernel_roots;
+        let mut lineage: Vec<Lineage> = Vec::new();
         let mut result: io::Result<Option<i32>> = Ok(None);
         let only_cpu = self.only_cpu;
         let mut run = |consumer: &mut Consumer, id: u32, cpu: u32, ctx: &dyn Context| {
@@ -892,9 +913,20 @@ impl Drain<'_> {
                 let ctx = FiringCtx { f, site, procs, string_args: &[], ustackframes, maxframes, types, clocks };
                 run(consumer, probe_id, f.cpu, &ctx);
             }
+            Record::Lineage(l) => {
+                if let Lineage::Forked { parent, child } = l {
+                    let root = kernel_roots.get(&parent).copied().unwrap_or(parent);
+                    kernel_roots.insert(child, root);
+                    procs.borrow_mut().inherit(child as u32, parent as u32);
+                }
+                lineage.push(l);
+            }
             Record::Pid { firing: f, sites, string_args } => {
                 // A site shared by several roots' probes fires each only in its own tree.
-                let owner = tree.and_then(|t| t.root_of(f.pid as i32)).unwrap_or(f.pid as i32);
+                let owner = tree
+                    .and_then(|t| t.root_of(f.pid as i32))
+                    .or_else(|| kernel_roots.get(&(f.pid as i32)).copied())
+                    .unwrap_or(f.pid as i32);
                 for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
                     let ctx =
                         FiringCtx { f: &f, site: *site, procs, string_args, ustackframes, maxframes, types, clocks };
@@ -902,8 +934,30 @@ impl Drain<'_> {
                 }
             }
         });
+        // What the kernel cannot do for a child it added: per-process links (libraries
+        // other processes map too), after the fact.
+        for l in lineage {
+            match l {
+                Lineage::Forked { parent, child } => {
+                    if let Err(e) = b.fork(parent, child) {
+                        note!("failed to follow pid {child}: {e}");
+                    }
+                }
+                Lineage::Exited { pid } => {
+                    self.kernel_roots.remove(&pid);
+                    b.exit(pid);
+                }
+            }
+        }
         out.flush()?;
         result
+    }
+
+    /// Whether a child the kernel follows still runs (its end may be a record lost in
+    /// a full ring: /proc tells too).
+    fn kernel_children_run(&mut self) -> bool {
+        self.kernel_roots.retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        !self.kernel_roots.is_empty()
     }
 }
 

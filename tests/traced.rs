@@ -1,0 +1,255 @@
+//! Issue 15, items 2 and 3: a process that another tracer holds with ptrace (a
+//! debugger, another udtrace session) is traced all the same: its probes are armed
+//! without stopping it, the kernel adds the processes it forks, and udtrace names the
+//! tracer in one line.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+mod util;
+
+use util::{bpf_gate, fixture, kill_after_deadline, stdout, udtrace_cmd, wait_mapped, Guard, TempDir};
+
+/// Starts `holder PID` and waits until it holds the process.
+fn hold(pid: u32) -> Guard {
+    let mut h = Guard::spawn(Command::new(fixture("holder")).arg(pid.to_string()).stdout(Stdio::piped()));
+    let mut line = String::new();
+    BufReader::new(h.child().stdout.take().expect("stdout")).read_line(&mut line).expect("holder's line");
+    assert_eq!(line, format!("holder: holding {pid}\n"));
+    h
+}
+
+/// Reads `child`'s stderr on a thread: its lines come through the receiver, and the
+/// whole text when the stream ends.
+fn stderr_lines(child: &mut Child) -> (mpsc::Receiver<String>, std::thread::JoinHandle<String>) {
+    let (tx, rx) = mpsc::channel();
+    let err = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    (rx, reader)
+}
+
+/// Waits (at most 30 s) for a line containing `what`; `None` if the stream ended first.
+fn wait_line(rx: &mpsc::Receiver<String>, what: &str) -> Option<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.contains(what) => return Some(l),
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("no line with {what:?} in 30 s"),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
+
+/// A udtrace session whose stderr is read as it comes.
+struct Session {
+    guard: Guard,
+    lines: mpsc::Receiver<String>,
+    all: std::thread::JoinHandle<String>,
+}
+
+impl Session {
+    fn start(args: &[&str]) -> Session {
+        let mut guard = Guard::spawn(udtrace_cmd(args).stderr(Stdio::piped()));
+        kill_after_deadline(guard.child().id());
+        let (lines, all) = stderr_lines(guard.child());
+        Session { guard, lines, all }
+    }
+
+    fn pid(&mut self) -> u32 {
+        self.guard.child().id()
+    }
+
+    /// Waits for a stderr line containing `what`. `None` when udtrace ended first
+    /// because the kernel refused BPF (the test skips); any other end fails the test.
+    fn wait_for(&mut self, what: &str) -> Option<String> {
+        if let Some(l) = wait_line(&self.lines, what) {
+            return Some(l);
+        }
+        let (out, err) = self.finish();
+        bpf_gate(&std::process::Output { stderr: err.clone().into_bytes(), ..out })?;
+        panic!("udtrace ended before printing {what:?}:\n{err}");
+    }
+
+    /// Waits for udtrace's end: its output and its whole stderr.
+    fn finish(&mut self) -> (std::process::Output, String) {
+        let out = self.guard.take().wait_with_output().expect("udtrace ends");
+        let all = std::mem::replace(&mut self.all, std::thread::spawn(String::new));
+        (out, all.join().expect("stderr"))
+    }
+}
+
+/// The `name count` rows of a printed aggregation.
+fn rows(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?.to_string(), f.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_process_under_a_debugger_is_traced_with_its_forked_children() {
+    // A copy of forker and its library of our own: no other test's process maps them,
+    // so their probes fire in a child from its first instruction (docs/pid-provider.md).
+    let dir = TempDir::new("traced-forker");
+    for f in ["forker", "libfollow.so", "worker2"] {
+        std::fs::copy(fixture(f), dir.path().join(f)).expect("copy the fixture");
+    }
+    let (workers, calls) = (4u64, 50u64);
+    let forker = dir.path().join("forker");
+    let args = [workers.to_string(), calls.to_string(), "1".into(), "fork".into()];
+    let untraced = Command::new(&forker).args(&args).output().expect("forker");
+    let mut target = Guard::spawn(
+        Command::new(&forker).args(&args).env("FORKER_WAIT", "1").stdin(Stdio::piped()).stdout(Stdio::piped()),
+    );
+    let pid = target.child().id();
+    wait_mapped(pid, "libfollow.so");
+    let _holder = hold(pid);
+    let prog = "pid$target::target:entry { @[pid == $target ? \"daemon\" : \"workers\"] = count(); }";
+    let mut tracer = Session::start(&["-q", "-n", prog, "-p", &pid.to_string()]);
+    let Some(note) = tracer.wait_for("is traced by") else { return };
+    assert!(note.contains(&format!("pid {pid} is traced by holder (pid ")), "{note}");
+    target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
+    let mut child = target.take();
+    let mut text = String::new();
+    child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
+    let status = child.wait().expect("wait");
+    assert_eq!(text.as_bytes(), untraced.stdout, "the program ran as untraced");
+    assert_eq!(status.code(), untraced.status.code());
+    let (out, err) = tracer.finish();
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        rows(&stdout(&out)),
+        vec![("daemon".to_string(), 3), ("workers".to_string(), workers * calls)],
+        "every call, in the daemon and in each forked worker:\n{err}"
+    );
+}
+
+/// Starts `probes wait N`, which calls work() N times once it reads a line.
+fn waiting_probes(n: u64) -> Guard {
+    let mut g = Guard::spawn(
+        Command::new(fixture("probes")).args(["wait", &n.to_string()]).stdin(Stdio::piped()).stdout(Stdio::piped()),
+    );
+    wait_mapped(g.child().id(), "libc.so.6");
+    g
+}
+
+/// The count a session printed with `printa("count %@d\n", @)` (after END's
+/// default line: the sessions are not quiet, so that "matched" tells they armed).
+fn count_of(out: &std::process::Output) -> Option<u64> {
+    stdout(out).lines().find_map(|l| l.split("count ").nth(1)?.trim().parse().ok())
+}
+
+const COUNT: &str = "pid$target::work:entry { @ = count(); } END { printa(\"count %@d\\n\", @); }";
+
+#[test]
+fn two_sessions_on_one_process_each_count_every_firing() {
+    let n = 5000u64;
+    let mut target = waiting_probes(n);
+    let pid = target.child().id().to_string();
+    // The first session holds the process (its uprobes stay in place: a site another
+    // session patched in-process is one a uprobe must not share, see below).
+    let mut first = Session::start(&["-x", "uprobes", "-n", COUNT, "-p", &pid]);
+    if first.wait_for("matched").is_none() {
+        return;
+    }
+    // Its tracer pid shows once it has seized the process.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while util_tracer(&pid).is_none() {
+        assert!(std::time::Instant::now() < deadline, "the first session never held pid {pid}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut second = Session::start(&["-n", COUNT, "-p", &pid]);
+    let note = second.wait_for("is traced by").expect("the second session names the first");
+    assert!(note.contains(&format!("pid {pid} is traced by udtrace (pid {})", first.pid())), "{note}");
+    target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
+    let mut text = String::new();
+    let mut child = target.take();
+    child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
+    assert!(child.wait().expect("wait").success());
+    assert!(text.starts_with(&format!("wait {n} ")), "{text}");
+    for session in [&mut first, &mut second] {
+        let (out, err) = session.finish();
+        assert!(out.status.success(), "{err}");
+        assert_eq!(count_of(&out), Some(n), "{}\n{err}", stdout(&out));
+    }
+}
+
+#[test]
+fn a_second_session_leaves_sites_patched_in_process_alone_and_says_so() {
+    let n = 3000u64;
+    let mut target = waiting_probes(n);
+    let pid = target.child().id().to_string();
+    // The first session patches work() in-process: a uprobe of the second on the
+    // patched bytes would run the file's instruction over the first's jump.
+    let mut first = Session::start(&["-n", COUNT, "-p", &pid]);
+    if first.wait_for("matched").is_none() {
+        return;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while util_tracer(&pid).is_none() || !patched(&pid) {
+        assert!(std::time::Instant::now() < deadline, "the first session never patched pid {pid}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut second = Session::start(&["-n", COUNT, "-p", &pid]);
+    let left = second.wait_for("probe site not armed").expect("the second session says what it leaves");
+    assert_eq!(
+        left,
+        format!(
+            "udtrace: pid {pid}: 1 probe site not armed: another tracer changed the code there; it is traced by \
+             udtrace (pid {})",
+            first.pid()
+        )
+    );
+    target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
+    let mut child = target.take();
+    let mut text = String::new();
+    child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
+    assert!(child.wait().expect("wait").success(), "the program survives both sessions");
+    assert!(text.starts_with(&format!("wait {n} ")), "{text}");
+    let (out, err) = first.finish();
+    assert_eq!(count_of(&out), Some(n), "the first session is exact\n{err}");
+    let (out, err) = second.finish();
+    assert!(out.status.success(), "{err}");
+}
+
+/// The pid of `pid`'s tracer, if it has one.
+fn util_tracer(pid: &str) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse().ok()).filter(|&t| t != 0)
+}
+
+/// Whether work()'s first byte in `pid` is a jump (the in-process backend's patch).
+fn patched(pid: &str) -> bool {
+    let Some(addr) = symbol_address(pid, "work") else { return false };
+    let mut b = [0u8; 1];
+    let Ok(f) = std::fs::File::open(format!("/proc/{pid}/mem")) else { return false };
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, addr).is_ok() && b[0] == 0xe9
+}
+
+/// `name`'s address in `pid`'s executable, from `nm` and the executable's first mapping.
+fn symbol_address(pid: &str, name: &str) -> Option<u64> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let nm = Command::new("nm").arg(&exe).output().ok()?;
+    let value = String::from_utf8_lossy(&nm.stdout).lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() == 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).ok()).flatten()
+    })?;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let exe = exe.to_string_lossy().into_owned();
+    let base = maps.lines().find(|l| l.ends_with(&exe))?.split('-').next()?;
+    Some(u64::from_str_radix(base, 16).ok()? + value)
+}
