@@ -118,9 +118,9 @@ fn progeny_and_the_dead_are_remembered(backend: Backend) {
     // Workers exit long before udtrace consumes their firings: the names, parents and
     // mappings udtrace read while they were held must serve instead.
     let (n, m, k) = (50u64, 3u64, 4u64);
-    let prog = "pid$target::target:entry /pid != $target && progenyof($target)/ { @c = count(); } \
+    let prog = "pid$target::target:entry /pid != $target && progenyof($target)/ { @c = count(); @a[curpsinfo->pr_psargs] = count(); } \
                 pid$target::helper:entry /uregs[R_RDI] == arg0 && uregs[R_EDI] == arg0/ { @n[execname] = count(); @f[ufunc(uregs[R_PC])] = count(); } \
-                END { printa(\"children %@d\\n\", @c); printa(\"exec %s %@d\\n\", @n); }";
+                END { printa(\"children %@d\\n\", @c); printa(\"exec %s %@d\\n\", @n); printa(\"args %s|%@d\\n\", @a); }";
     let cmd = format!("{} {n} {m} {k} fork", fixture("forker"));
     let Some(out) = backend.traced(&["-q", "-Z", "-n", prog, "-c", &cmd]) else { return };
     let text = stdout(&out);
@@ -132,6 +132,14 @@ fn progeny_and_the_dead_are_remembered(backend: Backend) {
         text.lines().any(|l| l.split_whitespace().eq(["worker2`helper", &helper.to_string()])),
         "helper symbolized in exited workers: {text}"
     );
+    // pr_psargs as each worker ran at its firing, though it has exited (or exec'd)
+    // since: the daemon's arguments before exec (at most PRARGSZ - 1 bytes), worker2's
+    // after.
+    let mut args: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("args ")).collect();
+    args.sort_unstable();
+    let mut want = [format!("{}|{}", &cmd[..cmd.len().min(79)], total - D - helper), format!("worker2 {k}|{helper}")];
+    want.sort_unstable();
+    assert_eq!(args, want, "{text}");
 }
 
 fn nofollow_counts_only_the_daemon(backend: Backend) {

@@ -16,11 +16,12 @@ use udtrace_object::modules;
 use udtrace_object::unwind::{Snapshot, Unwinder};
 use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_record::pid::{Firing, PtReg};
+use udtrace_record::proc::TaskSnap;
 use udtrace_runtime::{Context, Value};
 
 use crate::backend::SiteTarget;
 use crate::pid::SiteKind;
-use crate::proc::{Clocks, CurrentFromProc};
+use crate::proc::{self, Clocks, CurrentFromProc};
 
 /// What udtrace remembers of a process: read while it is held (at its start, fork, exec
 /// or when it maps new objects) or at its first firing, so that output for a process
@@ -41,6 +42,12 @@ pub struct ProcInfo {
     /// process udtrace follows is read at each of its holds, and read later it may run
     /// another image.
     refreshable: bool,
+    /// The process as /proc showed it when read, its arguments included: `curpsinfo`
+    /// of its firings once it has exited (consumed after its end).
+    snap: Option<TaskSnap>,
+    /// `snap` was read while udtrace held the process (remembered at a hold, or
+    /// inherited from its parent at its fork).
+    held: bool,
 }
 
 /// Per-process facts and per-file symbols, shared by all firings.
@@ -71,6 +78,8 @@ fn read_info(pid: u32) -> ProcInfo {
         unwinder: None,
         refreshed: None,
         refreshable: false,
+        snap: proc::snapshot_with_args(pid),
+        held: false,
     }
 }
 
@@ -97,6 +106,7 @@ impl Procs {
     pub fn remember(&mut self, pid: u32, mapped: Vec<LoadedObject>) {
         let mut info = read_info(pid);
         info.mapped = Some(Rc::new(mapped));
+        info.held = true;
         self.procs.insert(pid, info);
     }
 
@@ -146,6 +156,8 @@ impl Procs {
             unwinder: None,
             refreshed: None,
             refreshable: false,
+            snap: p.snap.clone().map(|s| TaskSnap { tid: child, tgid: child, ppid: parent, ..s }),
+            held: p.held,
         };
         self.procs.insert(child, info);
     }
@@ -389,8 +401,14 @@ impl Context for FiringCtx<'_> {
 
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
         if CurrentFromProc::covers(addr) {
-            let execname = self.procs.borrow_mut().info(self.f.pid).execname.clone();
+            let (execname, cached, held) = {
+                let mut procs = self.procs.borrow_mut();
+                let info = procs.info(self.f.pid);
+                (info.execname.clone(), info.snap.clone(), info.held)
+            };
             let cur = CurrentFromProc {
+                cached: cached.as_ref(),
+                held,
                 pid: self.f.pid,
                 tid: self.f.tid,
                 cpu: self.f.cpu,

@@ -465,9 +465,23 @@ pub fn snapshot_from_proc(pid: u32, tid: u32, cpu: u32) -> Option<TaskSnap> {
     })
 }
 
+/// [`snapshot_from_proc`] of process `pid`'s main thread with its arguments, kept for
+/// when the process has gone.
+pub fn snapshot_with_args(pid: u32) -> Option<TaskSnap> {
+    let mut s = snapshot_from_proc(pid, pid, 0)?;
+    s.psargs = std::fs::read(format!("/proc/{pid}/cmdline")).ok().filter(|a| !a.is_empty());
+    Some(s)
+}
+
 /// `curpsinfo`/`curlwpsinfo` of a pid probe firing, translated from /proc when read:
 /// the addresses the built-ins give, and the struct bytes behind them.
 pub struct CurrentFromProc<'a> {
+    /// The process as udtrace last read it (when it was held at its start, exec or
+    /// grab, or first seen): what is given once /proc has no more of it.
+    pub cached: Option<&'a TaskSnap>,
+    /// `cached` was read at the process's last hold (udtrace follows it), not when
+    /// first seen: it is what the process ran at the firing.
+    pub held: bool,
     pub pid: u32,
     pub tid: u32,
     pub cpu: u32,
@@ -492,14 +506,24 @@ impl CurrentFromProc<'_> {
     /// The bytes at `addr` when it lies in one of the two structs.
     pub fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
         let base = addr & !0xfff;
+        let live = snapshot_from_proc(self.pid, self.tid, self.cpu);
+        let cached = self.cached.map(|c| TaskSnap { tid: self.tid, cpu: self.cpu, ..c.clone() });
+        let mut snap = match (live, cached) {
+            // Read while the process was held before this firing (a followed process is
+            // read again at each exec): its image and arguments then. Live, it may have
+            // exec'd since, or exited.
+            (Some(l), Some(c)) if self.held => TaskSnap { nlwp: l.nlwp, ..c },
+            (Some(l), _) => l,
+            (None, c) => c?,
+        };
+        // A zombie still has its stat, but no arguments any more.
+        if snap.psargs.is_none() {
+            let live = std::fs::read(format!("/proc/{}/cmdline", self.pid)).ok().filter(|a| !a.is_empty());
+            snap.psargs = live.or_else(|| self.cached.and_then(|c| c.psargs.clone()));
+        }
         let img = match base {
-            CUR_PSINFO => psinfo(self.types, &snapshot_from_proc(self.pid, self.tid, self.cpu)?, self.clocks),
-            CUR_LWPSINFO => lwpsinfo(
-                self.types,
-                &snapshot_from_proc(self.pid, self.tid, self.cpu)?,
-                self.comm.as_bytes(),
-                self.clocks,
-            ),
+            CUR_PSINFO => psinfo(self.types, &snap, self.clocks),
+            CUR_LWPSINFO => lwpsinfo(self.types, &snap, self.comm.as_bytes(), self.clocks),
             _ => return None,
         };
         // DTrace translates the struct into scratch memory, which a cast may read past

@@ -169,6 +169,8 @@ impl Context for SelfFiring<'_> {
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
         if CurrentFromProc::covers(addr) {
             let cur = CurrentFromProc {
+                cached: None,
+                held: false,
                 pid: self.me.pid as u32,
                 tid: gettid().as_raw() as u32,
                 cpu: self.me.cpu(),
