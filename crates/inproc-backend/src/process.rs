@@ -72,7 +72,14 @@ struct RingState {
 
 impl Rings {
     fn add(&mut self, region: SharedRegion, reader: Reader) -> usize {
-        self.list.push(Some(RingState { region, reader, users: 1 }));
+        let ring = Some(RingState { region, reader, users: 1 });
+        // A slot let go is taken again: a daemon's short-lived workers must not grow
+        // the list (nor every drain's walk over it).
+        if let Some(i) = self.list.iter().position(Option::is_none) {
+            self.list[i] = ring;
+            return i;
+        }
+        self.list.push(ring);
         self.list.len() - 1
     }
 

@@ -436,6 +436,14 @@ impl Tree {
         self.watches.remove(&pid);
     }
 
+    /// Forgets the place in the tree of `pid`, which ended and whose firings have all
+    /// been consumed.
+    pub fn forget(&mut self, pid: i32) {
+        if !self.procs.contains(&pid) {
+            self.parents.remove(&pid);
+        }
+    }
+
     fn gone(&mut self, tid: i32, status: WaitStatus, out: &mut Vec<Event>) {
         self.early.remove(&tid);
         let Some(t) = self.tasks.remove(&tid) else { return };

@@ -50,6 +50,10 @@ pub struct ProcInfo {
     held: bool,
 }
 
+/// How long what is known of an ended process is kept for its last firings: five
+/// times the in-process ring's stall timeout.
+pub const RETIRE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Per-process facts and per-file symbols, shared by all firings.
 #[derive(Default)]
 pub struct Procs {
@@ -57,6 +61,9 @@ pub struct Procs {
     files: HashMap<PathBuf, Rc<ObjectSymbols>>,
     /// CLOCK_REALTIME − CLOCK_MONOTONIC, to turn ktime into walltimestamp.
     pub wall_offset: i64,
+    /// Processes that ended, and when, kept until the records they left have been
+    /// consumed.
+    retiring: Vec<(u32, std::time::Instant)>,
 }
 
 /// The real user and group ids of a process (0 when unknown).
@@ -140,6 +147,31 @@ impl Procs {
     pub fn unfollowed(&mut self, pid: u32) {
         if let Some(info) = self.procs.get_mut(&pid) {
             info.refreshable = true;
+        }
+    }
+
+    /// Process `pid` ended: what is known of it goes once the firings it left are
+    /// consumed (see [`Procs::take_retiring`]).
+    pub fn retire(&mut self, pid: u32) {
+        self.retiring.push((pid, std::time::Instant::now()));
+    }
+
+    /// The processes that ended at least [`RETIRE_GRACE`] ago: every firing of theirs
+    /// is consumed by the next drain, so they may be forgotten ([`Procs::forget`])
+    /// after it. Not at once: a ring a process shares with its parent and siblings is
+    /// read in order, and a slot another writer has not committed yet holds up the
+    /// reader (up to the ring's stall timeout) before the ended process's records.
+    pub fn take_retiring(&mut self) -> Vec<u32> {
+        let now = std::time::Instant::now();
+        let (due, keep): (Vec<_>, Vec<_>) =
+            self.retiring.drain(..).partition(|&(_, at)| now.duration_since(at) >= RETIRE_GRACE);
+        self.retiring = keep;
+        due.into_iter().map(|(pid, _)| pid).collect()
+    }
+
+    pub fn forget(&mut self, pids: &[u32]) {
+        for pid in pids {
+            self.procs.remove(pid);
         }
     }
 

@@ -286,6 +286,7 @@ impl Follower {
             Event::Exited { pid, .. } => {
                 w.backend.exit(pid);
                 self.seen.remove(&pid);
+                w.procs.borrow_mut().retire(pid as u32);
             }
         }
     }

@@ -863,6 +863,8 @@ impl Drain<'_> {
 
     fn drain(&mut self, consumer: &mut Consumer, w: &mut Tracing<'_>, out: &mut dyn Output) -> io::Result<Option<i32>> {
         let Some(b) = w.backend.as_deref_mut() else { return Ok(None) };
+        // Processes that ended well before this drain: it consumes their last firings.
+        let retired = self.procs.borrow_mut().take_retiring();
         let tree = w.follower.as_deref().map(|f| &f.tree);
         let (procs, ustackframes, maxframes) = (self.procs, self.ustackframes, self.maxframes);
         let (proc_ids, types, clocks, pending) = (&self.proc_ids, self.types, self.clocks, &mut self.pending_exec);
@@ -946,8 +948,13 @@ impl Drain<'_> {
                 Lineage::Exited { pid } => {
                     self.kernel_roots.remove(&pid);
                     b.exit(pid);
+                    self.procs.borrow_mut().retire(pid as u32);
                 }
             }
+        }
+        self.procs.borrow_mut().forget(&retired);
+        if let Some(f) = w.follower.as_deref_mut() {
+            retired.iter().for_each(|&p| f.tree.forget(p as i32));
         }
         out.flush()?;
         result
