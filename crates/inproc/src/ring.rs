@@ -186,6 +186,12 @@ impl Reader {
         view.load_acquire_u64(OFF_DROPS)
     }
 
+    /// Whether the ring is at least half full: the consumer should drain again at once.
+    pub fn backlog(&self, view: &impl RingView) -> bool {
+        let used = view.load_acquire_u64(OFF_HEAD).saturating_sub(view.load_acquire_u64(OFF_TAIL));
+        used * 2 >= self.geometry.nslots
+    }
+
     /// Reserved slots skipped so far because they were never committed.
     pub fn skipped(&self) -> u64 {
         self.skipped
