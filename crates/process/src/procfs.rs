@@ -91,7 +91,8 @@ impl LoadedObject {
         for m in &self.mappings {
             for s in &info.segments {
                 let seg_page = s.offset & !0xfff;
-                if m.offset >= seg_page && m.offset < s.offset + s.filesz.max(1) {
+                // Saturating: the segment's numbers are the object file's, which may lie.
+                if m.offset >= seg_page && m.offset < s.offset.saturating_add(s.filesz.max(1)) {
                     // The vaddr that this mapping's first byte has in the file.
                     let vaddr = s.vaddr.wrapping_add(m.offset).wrapping_sub(s.offset);
                     return Some(m.start.wrapping_sub(vaddr));
@@ -284,6 +285,8 @@ pub fn tasks(pid: i32) -> io::Result<Vec<i32>> {
 
 #[cfg(test)]
 mod tests {
+    use udtrace_object::elf::{LoadSegment, SymbolSource};
+
     use super::*;
 
     const MAPS: &str = "\
@@ -311,4 +314,33 @@ mod tests {
         assert!(!objs[1].contains_code(0x7f0000000100));
     }
 
+    #[test]
+    fn bias_of_a_segment_at_the_end_of_the_file_space() {
+        // Found by fuzzing: a segment whose offset plus size overflows (a hostile object)
+        // panicked while looking for the mapping of its first page.
+        let seg = LoadSegment { vaddr: 0x2000, memsz: 0x1000, offset: u64::MAX - 0xfff, filesz: 0x2000, exec: true };
+        let info = ElfInfo {
+            is_dyn: true,
+            entry: 0,
+            build_id: None,
+            debuglink: None,
+            segments: vec![seg],
+            symbols: Vec::new(),
+            symbols_from: SymbolSource::None,
+            gnu_debugdata: None,
+            plt: Vec::new(),
+        };
+        let m = Mapping {
+            start: 0x7f00_0000_0000,
+            end: 0x7f00_0000_1000,
+            read: true,
+            write: false,
+            exec: true,
+            offset: u64::MAX - 0xfff,
+            inode: 1,
+            path: Some("/x".into()),
+        };
+        let obj = LoadedObject { path: "/x".into(), is_main: false, is_vdso: false, mappings: vec![m] };
+        assert_eq!(obj.bias(&info), Some(0x7f00_0000_0000 - 0x2000));
+    }
 }
