@@ -248,7 +248,7 @@ pub fn task_stat(pid: i32, tid: i32) -> io::Result<(String, Vec<String>)> {
 /// the first `(` and the last `)`: it may hold parentheses and spaces itself.
 pub fn parse_task_stat(s: &str) -> io::Result<(String, Vec<String>)> {
     let open = s.find('(').ok_or_else(|| io::Error::other("bad stat"))?;
-    let close = s.rfind(')').ok_or_else(|| io::Error::other("bad stat"))?;
+    let close = s.rfind(')').filter(|&c| c > open).ok_or_else(|| io::Error::other("bad stat"))?;
     Ok((s[open + 1..close].to_string(), s[close + 1..].split_whitespace().map(str::to_string).collect()))
 }
 
@@ -312,6 +312,16 @@ mod tests {
         assert_eq!(objs[1].mappings.len(), 2);
         assert!(objs[1].contains_code(0x7f0000030000));
         assert!(!objs[1].contains_code(0x7f0000000100));
+    }
+
+    #[test]
+    fn stat_lines() {
+        let (comm, rest) = parse_task_stat("12 (a) b) (c) S 1 12").unwrap();
+        assert_eq!((comm.as_str(), rest), ("a) b) (c", vec!["S".to_string(), "1".into(), "12".into()]));
+        assert_eq!(parse_stat("12 (sh) S 7 12").unwrap(), ("sh".to_string(), 7));
+        // Found by fuzzing: the last `)` before the first `(` panicked slicing the comm.
+        assert!(parse_task_stat(")(").is_err());
+        assert!(parse_stat("1 ) x (").is_err());
     }
 
     #[test]
