@@ -9,7 +9,7 @@ use udtrace_lang::diag::{render, Origin, Style};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::Options;
 use udtrace_lang::parser::{parse_program, parse_script, DescAlign};
-use udtrace_lang::CompileError;
+use udtrace_lang::{CompileError, Tag};
 
 /// One compile of `src`; any error is rendered, as the binary would print it.
 fn compile(src: &str, script: bool, align: DescAlign, macros: &MacroArgs) {
@@ -29,7 +29,7 @@ fn compile(src: &str, script: bool, align: DescAlign, macros: &MacroArgs) {
     let mut options = Options::default();
     for o in &checked.options {
         if let Err(e) = options.set(&o.name, o.value.as_deref()) {
-            return show(&CompileError::new(o.span, e.pragma_message()));
+            return show(&CompileError::new(Tag::D_PRAGMA_OPTSET, o.span, e.pragma_message()));
         }
     }
     if let Err((_, e)) = udtrace_runtime::output::validate_formats(&checked, macros.target.is_some()) {

@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use nix::libc;
 
-use udtrace_inproc::ring::{Geometry, Reader, OFF_HEAD, OFF_TAIL};
+use udtrace_inproc::ring::{Geometry, Reader};
 use udtrace_inproc::trampoline::{
     errno_words, generate, CpuSource, ProcessAddrs, Trampoline, TrampolineError, DATA_ERRNO_SLOT, DATA_PID,
     GLIBC_TID_OFFSET,
@@ -111,11 +111,7 @@ impl Rings {
 
     /// Whether a ring is at least half full: drain again at once.
     pub fn backlog(&self) -> bool {
-        self.list.iter().flatten().any(|r| {
-            let v = &r.region.view;
-            let used = v.load_acquire_u64(OFF_HEAD).saturating_sub(v.load_acquire_u64(OFF_TAIL));
-            used * 2 >= r.reader.geometry().nslots
-        })
+        self.list.iter().flatten().any(|r| r.reader.backlog(&r.region.view))
     }
 
     /// Firings dropped because a ring was full, in all.

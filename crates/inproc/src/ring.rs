@@ -186,6 +186,13 @@ impl Reader {
         view.load_acquire_u64(OFF_DROPS)
     }
 
+    /// Whether the ring is at least half full: the consumer should drain again at once.
+    pub fn backlog(&self, view: &impl RingView) -> bool {
+        let used = view.load_acquire_u64(OFF_HEAD).saturating_sub(view.load_acquire_u64(OFF_TAIL));
+        // Not `used * 2`: head and tail are the writers' to scribble on, used may be huge.
+        used >= self.geometry.nslots / 2
+    }
+
     /// Reserved slots skipped so far because they were never committed.
     pub fn skipped(&self) -> u64 {
         self.skipped
@@ -202,8 +209,10 @@ impl Reader {
         let mut d = Drained::default();
         let mut tail = view.load_acquire_u64(OFF_TAIL);
         // Records reserved by now, no more: writers faster than the consumer must not
-        // keep it here (the session's timers would never run).
-        let limit = view.load_acquire_u64(OFF_HEAD);
+        // keep it here (the session's timers would never run). Never more than a lap,
+        // which is all a writer keeping to the protocol can have reserved: a hostile one
+        // could otherwise keep committing ahead of us and hold us here forever.
+        let limit = view.load_acquire_u64(OFF_HEAD).min(tail.saturating_add(g.nslots));
         while tail < limit {
             let slot = g.slot_offset(tail);
             if view.load_acquire_u64(slot) == tail + 1 {
@@ -218,7 +227,7 @@ impl Reader {
             // Not committed: empty, a writer at work, or a dead writer. Only the last
             // stalls the ring, and it shows as later slots committed behind it.
             let head = view.load_acquire_u64(OFF_HEAD);
-            let end = head.min(tail + g.nslots);
+            let end = head.min(tail.saturating_add(g.nslots));
             let later = (tail + 1..end).any(|i| view.load_acquire_u64(g.slot_offset(i)) == i + 1);
             if !later {
                 break;
@@ -358,6 +367,46 @@ mod tests {
         for tag in 5..=20 {
             produce(&mut v, g, tag, true);
             assert_eq!(drain(&mut r, &mut v, t0).0, [tag]);
+        }
+    }
+
+    #[test]
+    fn hostile_positions_neither_panic_nor_hold_the_reader() {
+        let (mut v, g) = ring(4);
+        let mut r = Reader::new(&v, REC).unwrap();
+        // Found by fuzzing: head far ahead of tail made backlog() overflow, a tail near
+        // the end of u64 made drain() overflow.
+        v.store_release_u64(OFF_HEAD, u64::MAX);
+        assert!(r.backlog(&v));
+        v.store_release_u64(OFF_TAIL, u64::MAX - 2);
+        assert_eq!(drain(&mut r, &mut v, Instant::now()).1, Drained::default());
+        // A writer that commits each slot just before the reader looks at it, forever:
+        // one drain reads one lap at most, then returns.
+        v.store_release_u64(OFF_TAIL, 0);
+        let mut racing = Racing(v);
+        let mut reads = 0;
+        let d = r.drain_at(&mut racing, Instant::now(), |_| reads += 1);
+        assert_eq!((d.records, reads), (g.nslots, g.nslots));
+    }
+
+    /// A ring whose slot at `tail` always reads as committed.
+    struct Racing(Vec<u8>);
+
+    impl RingView for Racing {
+        fn size(&self) -> usize {
+            self.0.size()
+        }
+        fn load_acquire_u64(&self, off: usize) -> u64 {
+            match off {
+                HEADER_SIZE.. => self.0.load_acquire_u64(OFF_TAIL) + 1,
+                _ => self.0.load_acquire_u64(off),
+            }
+        }
+        fn store_release_u64(&mut self, off: usize, v: u64) {
+            self.0.store_release_u64(off, v)
+        }
+        fn bytes(&self, off: usize, len: usize) -> &[u8] {
+            self.0.bytes(off, len)
         }
     }
 

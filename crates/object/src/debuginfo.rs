@@ -71,19 +71,26 @@ pub fn load(path: &Path) -> Result<ObjectSymbols, LoadError> {
 pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymbols, LoadError> {
     let data = read(path)?;
     let info = elf::parse(&data).map_err(|source| LoadError::Elf { path: path.to_path_buf(), source })?;
+    // A debug file that is missing or unreadable only costs symbols.
+    let debug = find_debug_file(path, &info, debug_root).and_then(|p| Some((read(&p).ok()?, p)));
+    Ok(assemble(info, data, debug.as_ref().map(|(d, p)| (d.as_slice(), p.as_path()))))
+}
 
-    // A debug file that is missing, unreadable or malformed only costs symbols: the object
-    // itself is still probeable through its own table.
-    let debug = find_debug_file(path, &info, debug_root).and_then(|p| {
-        let d = read(&p).ok()?;
-        let dinfo = elf::parse(&d).ok()?;
+/// The functions of an object already parsed from `data`, with the symbols of its
+/// separate debug file (its bytes and path) when one was found: all of loading but the
+/// reading, so that hostile bytes can be fed to it directly.
+pub fn assemble(info: ElfInfo, data: Vec<u8>, debug: Option<(&[u8], &Path)>) -> ObjectSymbols {
+    // A malformed debug file only costs symbols: the object itself is still probeable
+    // through its own table.
+    let debug = debug.and_then(|(d, p)| {
+        let dinfo = elf::parse(d).ok()?;
         // A debuglink found by name must be the same build, when both say which.
         if let (Some(a), Some(b)) = (&info.build_id, &dinfo.build_id) {
             if a != b {
                 return None;
             }
         }
-        (dinfo.symbols_from == SymbolSource::Symtab).then_some((p, dinfo))
+        (dinfo.symbols_from == SymbolSource::Symtab).then(|| (p.to_path_buf(), dinfo))
     });
     let mini = info.gnu_debugdata.as_deref().and_then(|d| elf::parse(d).ok());
 
@@ -96,7 +103,7 @@ pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymb
     }
     let table = SymbolTable::from_symbols(&sources, &info.plt);
     let debug_file = debug.map(|(p, _)| p);
-    Ok(ObjectSymbols { info, table, debug_file, data })
+    ObjectSymbols { info, table, debug_file, data }
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, LoadError> {

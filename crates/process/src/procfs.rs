@@ -91,7 +91,8 @@ impl LoadedObject {
         for m in &self.mappings {
             for s in &info.segments {
                 let seg_page = s.offset & !0xfff;
-                if m.offset >= seg_page && m.offset < s.offset + s.filesz.max(1) {
+                // Saturating: the segment's numbers are the object file's, which may lie.
+                if m.offset >= seg_page && m.offset < s.offset.saturating_add(s.filesz.max(1)) {
                     // The vaddr that this mapping's first byte has in the file.
                     let vaddr = s.vaddr.wrapping_add(m.offset).wrapping_sub(s.offset);
                     return Some(m.start.wrapping_sub(vaddr));
@@ -119,8 +120,12 @@ pub fn objects_of(pid: i32) -> io::Result<Vec<LoadedObject>> {
 /// The executable's path as maps shows it.
 pub fn exe_path(pid: i32) -> io::Result<String> {
     let p = std::fs::read_link(format!("/proc/{pid}/exe"))?;
-    let s = p.to_string_lossy().into_owned();
-    Ok(s.strip_suffix(" (deleted)").map(String::from).unwrap_or(s))
+    Ok(parse_exe_link(&p.to_string_lossy()))
+}
+
+/// The target of /proc/<pid>/exe as maps spells the path: without ` (deleted)`.
+pub fn parse_exe_link(link: &str) -> String {
+    link.strip_suffix(" (deleted)").unwrap_or(link).to_string()
 }
 
 /// A path of the target's as udtrace can open it, also across mount namespaces.
@@ -164,14 +169,16 @@ pub fn mapped_by_any(path: &str, skip: impl Fn(i32) -> bool) -> bool {
             continue;
         }
         let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
-        if text
-            .lines()
-            .any(|l| l.ends_with(path) && l.len() > path.len() && l.as_bytes()[l.len() - path.len() - 1] == b' ')
-        {
+        if maps_mention(&text, path) {
             return true;
         }
     }
     false
+}
+
+/// Whether some line of a maps text ends with ` <path>`.
+pub fn maps_mention(text: &str, path: &str) -> bool {
+    text.lines().any(|l| l.ends_with(path) && l.len() > path.len() && l.as_bytes()[l.len() - path.len() - 1] == b' ')
 }
 
 /// Reads target memory without stopping it.
@@ -186,15 +193,19 @@ pub fn read_memory(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
 
 /// The auxiliary vector: (type, value) pairs.
 pub fn auxv(pid: i32) -> io::Result<Vec<(u64, u64)>> {
-    let raw = std::fs::read(format!("/proc/{pid}/auxv"))?;
-    Ok(raw
-        .chunks_exact(16)
+    Ok(parse_auxv(&std::fs::read(format!("/proc/{pid}/auxv"))?))
+}
+
+/// The (type, value) pairs of an auxv image, up to `AT_NULL`; a partial last pair is
+/// ignored.
+pub fn parse_auxv(raw: &[u8]) -> Vec<(u64, u64)> {
+    raw.chunks_exact(16)
         .map(|c| {
             let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
             (word(&c[..8]), word(&c[8..]))
         })
         .take_while(|&(t, _)| t != 0)
-        .collect())
+        .collect()
 }
 
 pub const AT_ENTRY: u64 = 9;
@@ -217,33 +228,48 @@ pub fn loader_of(pid: i32, objects: &[LoadedObject]) -> Option<&LoadedObject> {
 
 /// `comm` and parent pid from /proc/<pid>/stat.
 pub fn stat(pid: i32) -> io::Result<(String, i32)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let open = s.find('(').ok_or_else(|| io::Error::other("bad stat"))?;
-    let close = s.rfind(')').ok_or_else(|| io::Error::other("bad stat"))?;
-    let comm = s[open + 1..close].to_string();
-    let ppid = s[close + 1..].split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat"))?)
+}
+
+/// `comm` and parent pid from the text of a stat file (0 when the parent is unreadable).
+pub fn parse_stat(s: &str) -> io::Result<(String, i32)> {
+    let (comm, rest) = parse_task_stat(s)?;
+    let ppid = rest.get(1).and_then(|p| p.parse().ok()).unwrap_or(0);
     Ok((comm, ppid))
 }
 
 /// A thread's `stat` line: its comm and the fields after it (field 3, the state, is
 /// index 0).
 pub fn task_stat(pid: i32, tid: i32) -> io::Result<(String, Vec<String>)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))?;
+    parse_task_stat(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))?)
+}
+
+/// The comm and the fields after it of a stat line. The comm is whatever lies between
+/// the first `(` and the last `)`: it may hold parentheses and spaces itself.
+pub fn parse_task_stat(s: &str) -> io::Result<(String, Vec<String>)> {
     let open = s.find('(').ok_or_else(|| io::Error::other("bad stat"))?;
-    let close = s.rfind(')').ok_or_else(|| io::Error::other("bad stat"))?;
+    let close = s.rfind(')').filter(|&c| c > open).ok_or_else(|| io::Error::other("bad stat"))?;
     Ok((s[open + 1..close].to_string(), s[close + 1..].split_whitespace().map(str::to_string).collect()))
 }
 
 /// The numbers of a `status` line (`Uid:` gives real, effective, saved, fs).
 pub fn status_numbers(pid: i32, name: &str) -> Option<Vec<u64>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_status_numbers(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?, name)
+}
+
+/// The numbers of the first line of a status text that starts with `name`.
+pub fn parse_status_numbers(text: &str, name: &str) -> Option<Vec<u64>> {
     let line = text.lines().find_map(|l| l.strip_prefix(name))?;
     Some(line.split_whitespace().filter_map(|v| v.parse().ok()).collect())
 }
 
 /// The signals pending for thread `tid` alone (`SigPnd`, bit n-1 for signal n).
 pub fn thread_pending_signals(tid: i32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    parse_pending_signals(&std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?)
+}
+
+/// The `SigPnd` mask of a status text.
+pub fn parse_pending_signals(text: &str) -> Option<u64> {
     let hex = text.lines().find_map(|l| l.strip_prefix("SigPnd:"))?.trim();
     u64::from_str_radix(hex, 16).ok()
 }
@@ -285,6 +311,8 @@ pub fn tasks(pid: i32) -> io::Result<Vec<i32>> {
 
 #[cfg(test)]
 mod tests {
+    use udtrace_object::elf::{LoadSegment, SymbolSource};
+
     use super::*;
 
     const MAPS: &str = "\
@@ -310,5 +338,45 @@ mod tests {
         assert_eq!(objs[1].mappings.len(), 2);
         assert!(objs[1].contains_code(0x7f0000030000));
         assert!(!objs[1].contains_code(0x7f0000000100));
+    }
+
+    #[test]
+    fn stat_lines() {
+        let (comm, rest) = parse_task_stat("12 (a) b) (c) S 1 12").unwrap();
+        assert_eq!((comm.as_str(), rest), ("a) b) (c", vec!["S".to_string(), "1".into(), "12".into()]));
+        assert_eq!(parse_stat("12 (sh) S 7 12").unwrap(), ("sh".to_string(), 7));
+        // Found by fuzzing: the last `)` before the first `(` panicked slicing the comm.
+        assert!(parse_task_stat(")(").is_err());
+        assert!(parse_stat("1 ) x (").is_err());
+    }
+
+    #[test]
+    fn bias_of_a_segment_at_the_end_of_the_file_space() {
+        // Found by fuzzing: a segment whose offset plus size overflows (a hostile object)
+        // panicked while looking for the mapping of its first page.
+        let seg = LoadSegment { vaddr: 0x2000, memsz: 0x1000, offset: u64::MAX - 0xfff, filesz: 0x2000, exec: true };
+        let info = ElfInfo {
+            is_dyn: true,
+            entry: 0,
+            build_id: None,
+            debuglink: None,
+            segments: vec![seg],
+            symbols: Vec::new(),
+            symbols_from: SymbolSource::None,
+            gnu_debugdata: None,
+            plt: Vec::new(),
+        };
+        let m = Mapping {
+            start: 0x7f00_0000_0000,
+            end: 0x7f00_0000_1000,
+            read: true,
+            write: false,
+            exec: true,
+            offset: u64::MAX - 0xfff,
+            inode: 1,
+            path: Some("/x".into()),
+        };
+        let obj = LoadedObject { path: "/x".into(), is_main: false, is_vdso: false, mappings: vec![m] };
+        assert_eq!(obj.bias(&info), Some(0x7f00_0000_0000 - 0x2000));
     }
 }

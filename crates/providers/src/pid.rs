@@ -156,7 +156,8 @@ impl PidProvider {
         let r_debug = l.info.symbols.iter().find(|s| s.defined && s.name == "_r_debug").map(|s| s.addr);
         // struct r_debug { int r_version; struct link_map *r_map; ElfW(Addr) r_brk;
         // enum r_state; ... }: r_state at 24 on x86-64.
-        let delta = r_debug.map_or(0, |r| (r + 24).wrapping_sub(addr));
+        // Wrapping: the symbol's value is the file's, which may lie.
+        let delta = r_debug.map_or(0, |r| r.wrapping_add(24).wrapping_sub(addr));
         Some((l.file_offset(addr)?, delta))
     }
 

@@ -336,7 +336,8 @@ impl ProcLayout {
         let string = self.string.map(|(off, max)| {
             let n = u32_at(b, off) as i32;
             if n < 0 {
-                Err(-n)
+                // Saturating: i32::MIN is no errno, but a record may say it.
+                Err(n.saturating_neg())
             } else {
                 let n = (n as usize).min(max as usize);
                 let bytes = &b[off + 8..off + 8 + n];
@@ -408,5 +409,23 @@ mod tests {
         assert_eq!(o.psargs.as_deref(), Some(&b"a\0b\0c"[..]));
         assert!(l.parse(&b[..l.size - 8]).is_err());
         assert_eq!(hook_of(&[0u8; 8]), None, "a uprobe record's cookie");
+    }
+
+    #[test]
+    fn string_results() {
+        let plan = ProcPlan { string_max: 8, ..ProcPlan::default() };
+        let l = ProcLayout::new(Hook::ExecEnter, &plan);
+        let (off, _) = l.string.unwrap();
+        let mut b = vec![0u8; l.size];
+        b[..8].copy_from_slice(&(PROC_COOKIE | Hook::ExecEnter as u64).to_ne_bytes());
+        b[off..off + 4].copy_from_slice(&(-2i32).to_ne_bytes());
+        assert_eq!(l.parse(&b).unwrap().string, Some(Err(2)));
+        // Found by fuzzing: a result of i32::MIN overflowed negating it.
+        b[off..off + 4].copy_from_slice(&i32::MIN.to_ne_bytes());
+        assert_eq!(l.parse(&b).unwrap().string, Some(Err(i32::MAX)));
+        // A length past the capture is cut at it.
+        b[off..off + 4].copy_from_slice(&1000i32.to_ne_bytes());
+        b[off + 8..off + 16].copy_from_slice(b"/bin/shX");
+        assert_eq!(l.parse(&b).unwrap().string, Some(Ok(b"/bin/shX".to_vec())));
     }
 }
