@@ -243,8 +243,13 @@ pub fn status_numbers(pid: i32, name: &str) -> Option<Vec<u64>> {
 
 /// The signals pending for thread `tid` alone (`SigPnd`, bit n-1 for signal n).
 pub fn thread_pending_signals(tid: i32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    let hex = text.lines().find_map(|l| l.strip_prefix("SigPnd:"))?.trim();
+    status_signals(tid, "SigPnd:")
+}
+
+/// A signal set of a `status` line (`SigPnd:`, `SigIgn:`, …; bit n-1 for signal n).
+pub fn status_signals(pid: i32, name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let hex = text.lines().find_map(|l| l.strip_prefix(name))?.trim();
     u64::from_str_radix(hex, 16).ok()
 }
 
