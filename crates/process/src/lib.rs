@@ -13,4 +13,5 @@ pub mod control;
 pub mod follow;
 pub mod inject;
 pub mod procfs;
+pub mod wait;
 pub mod watch;
