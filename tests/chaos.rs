@@ -1,22 +1,36 @@
-//! The chaos test: udtrace grabs a multi-threaded program that forks and execs (the
-//! `chaos` fixture, with pid probes patched in it and in its children, strings
-//! captured) and is stopped by SIGINT, SIGTERM or SIGKILL at a random moment: while it
-//! starts, while it sets processes up, while they run patched, or after the program
-//! ended. Whatever the moment, the program's output and exit status must be those of
-//! an untraced run. Twice: with BPF (proc probes too, sites the kernel cannot take
-//! patched), and without (as an ordinary user: breakpoints where a site cannot be
-//! patched, the loader hook on a debug register, the SIGTRAP guard after a SIGKILL).
+//! The chaos test: udtrace grabs a multi-threaded program that forks, execs and signals
+//! (the `chaos` fixture, with pid probes patched in it and in its children, strings
+//! captured) and is stopped by SIGINT, SIGTERM, SIGHUP or SIGKILL at a random moment:
+//! while it starts, while it sets processes up, while they run patched, or while the
+//! program waits at its end. On each pid backend: in-process with BPF (proc probes too,
+//! sites the kernel cannot take patched), BPF uprobes (`-x uprobes`), and in-process
+//! without BPF (as an ordinary user: breakpoints where a site cannot be patched, the
+//! loader hook on a debug register, the SIGTRAP guard after a SIGKILL).
 //!
-//! `UDTRACE_CHAOS_ROUNDS` sets the number of rounds of each (100 by default;
+//! Every round, once udtrace has gone and while the program's processes still live
+//! (the program waits for its stdin's end of file after its last round, except in one
+//! round of six, where it may end first): no thread of the program is left stopped, no
+//! probe is left in its code (memory compared with the files), and then its output and
+//! exit status are an untraced run's. Each test counts, per signal, the rounds, harmed
+//! programs, stopped processes and leftover probes, prints them, and fails on any.
+//!
+//! `UDTRACE_CHAOS_ROUNDS` sets the number of rounds of each (60 by default;
 //! bench/chaos.sh runs more), `UDTRACE_CHAOS_SEED` replays a failing sequence (each run
 //! prints its seed).
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime};
+use std::process::{ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
 
 mod util;
 
+use util::live::{code_differences, process_tree, stopped_threads};
 use util::{bin, bpf_gate, fixture, udtrace_cmd, unprivileged, wait_output, Guard};
+
+/// Known gap (docs/design.md, "Exit policy"): killed with SIGKILL, udtrace cannot take
+/// the in-process backend's patched jumps (nor, without BPF, its guarded breakpoints)
+/// out of the program; they run correctly with their firings discarded. Counted and
+/// printed, not failed, while this is true; flip it once SIGKILL leaves no patch.
+const SIGKILL_LEAVES_PATCHES: bool = true;
 
 /// Rounds of the fixture's own loop: about 15 ms each.
 const FIXTURE_ROUNDS: &str = "25";
@@ -33,6 +47,9 @@ const SCRIPT_WITHOUT_BPF: &str = "pid$target::work:entry { @c[pid] = count(); } 
      pid$target::mix:entry { @s[copyinstr(arg0)] = count(); } \
      pid$target::mix:return { @m = sum(arg1); }";
 
+const SIGNALS: [(&str, i32); 4] =
+    [("SIGINT", libc::SIGINT), ("SIGTERM", libc::SIGTERM), ("SIGHUP", libc::SIGHUP), ("SIGKILL", libc::SIGKILL)];
+
 /// A small xorshift generator: the sequence of moments is replayable from its seed.
 struct Rng(u64);
 
@@ -45,26 +62,83 @@ impl Rng {
     }
 }
 
-/// The fixture's output (stdout, then stderr) and exit status (-1: killed by a signal).
-fn run_fixture(mut child: Guard) -> (String, i32) {
-    let out = wait_output(child.take(), "the program (a thread left stopped?)");
-    (out.stdout + &out.stderr, out.status)
-}
-
-/// How udtrace and the fixture run.
-#[derive(Clone, Copy)]
-enum Privilege {
-    /// As the tests run (root in CI): BPF.
-    Bpf,
-    /// Both as the user nobody (or as the current user, when not root): no BPF.
+/// The pid backend and privilege a test runs udtrace with.
+#[derive(Clone, Copy, PartialEq)]
+enum Variant {
+    /// The default backend, as the tests run (root in CI): patches, BPF as fallback.
+    InProcess,
+    /// `-x uprobes`: every site a kernel uprobe.
+    Uprobes,
+    /// Both udtrace and the program as the user nobody (or as the current user, when
+    /// not root): patches and breakpoints, no BPF.
     WithoutBpf,
 }
 
-fn command(program: &str, how: Privilege) -> Command {
-    match how {
-        Privilege::Bpf => Command::new(program),
-        Privilege::WithoutBpf => unprivileged(program),
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::InProcess => "in-process",
+            Variant::Uprobes => "uprobes",
+            Variant::WithoutBpf => "in-process without BPF",
+        }
     }
+
+    fn command(self, program: &str) -> Command {
+        match self {
+            Variant::WithoutBpf => unprivileged(program),
+            _ => Command::new(program),
+        }
+    }
+
+    fn udtrace_args(self, pid: u32) -> Vec<String> {
+        let (flags, script): (&[&str], _) = match self {
+            Variant::InProcess => (&[], SCRIPT),
+            Variant::Uprobes => (&["-x", "uprobes"], SCRIPT),
+            Variant::WithoutBpf => (&[], SCRIPT_WITHOUT_BPF),
+        };
+        let args = ["-q", "-p", &pid.to_string(), "-n", script].map(String::from);
+        flags.iter().map(|f| f.to_string()).chain(args).collect()
+    }
+
+    /// Whether leftover code after this signal is the known gap rather than a failure.
+    fn leftovers_allowed(self, sig: i32) -> bool {
+        SIGKILL_LEAVES_PATCHES && sig == libc::SIGKILL && self != Variant::Uprobes
+    }
+}
+
+/// What the rounds of one signal found.
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    rounds: u64,
+    /// Rounds where the program's output or exit status differed from the untraced run.
+    harmed: u64,
+    /// Processes found with a thread stopped.
+    stopped: u64,
+    /// Runs of code bytes that differ from the file (one per patch or breakpoint).
+    leftovers: u64,
+    leftover_rounds: u64,
+    /// Kernel uprobes of another tracer on the machine (see `other_tracer_runs`).
+    foreign: u64,
+}
+
+/// The fixture, its stdin a pipe: it waits at its end until the pipe is closed.
+fn spawn_fixture(v: Variant) -> (Guard, Option<ChildStdin>) {
+    let mut g = Guard::spawn(
+        v.command(&fixture("chaos"))
+            .arg(FIXTURE_ROUNDS)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let stdin = g.child().stdin.take();
+    (g, stdin)
+}
+
+/// The fixture's output (stdout, then stderr) and exit status (-1: killed by a signal).
+fn finish_fixture(mut child: Guard, stdin: Option<ChildStdin>) -> (String, i32) {
+    drop(stdin);
+    let out = wait_output(child.take(), "the program");
+    (out.stdout + &out.stderr, out.status)
 }
 
 /// Waits (10 s at most) until process `pid` runs the executable `name`.
@@ -78,62 +152,113 @@ fn wait_exec(pid: u32, name: &str) {
     panic!("pid {pid} never ran {name}");
 }
 
-fn spawn_fixture(how: Privilege) -> Guard {
-    Guard::spawn(
-        command(&fixture("chaos"), how)
-            .arg(FIXTURE_ROUNDS)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
-    )
+/// Waits until the program's main thread reads its stdin at its end (`read`, system
+/// call 0, on descriptor 0), the program has ended, or one of its threads is stopped
+/// (which would keep it from getting there); 20 s at most.
+fn wait_held(pid: u32) {
+    let deadline = Instant::now() + util::TIMEOUT;
+    while Instant::now() < deadline {
+        let Ok(call) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")) else { return };
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if call.starts_with("0 0x0 ")
+            || state.rsplit_once(") ").is_none_or(|(_, s)| s.starts_with('Z'))
+            || !stopped_threads(&process_tree(pid)).is_empty()
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 #[test]
 fn stopping_udtrace_at_any_moment_leaves_the_program_as_untraced() {
     // The proc probe needs BPF: skip only where the kernel refuses it.
-    let probe = udtrace_cmd(&["-q", "-n", "proc:::exec-success { exit(0); }", "-c", "true"]).output().expect("udtrace");
-    if bpf_gate(&probe).is_none() {
+    if bpf_refused() {
         return;
     }
-    chaos(Privilege::Bpf, SCRIPT);
+    chaos(Variant::InProcess);
+}
+
+#[test]
+fn stopping_udtrace_on_uprobes_at_any_moment_leaves_the_program_as_untraced() {
+    if bpf_refused() {
+        return;
+    }
+    chaos(Variant::Uprobes);
 }
 
 #[test]
 fn stopping_udtrace_without_bpf_at_any_moment_leaves_the_program_as_untraced() {
-    chaos(Privilege::WithoutBpf, SCRIPT_WITHOUT_BPF);
+    chaos(Variant::WithoutBpf);
 }
 
-fn chaos(how: Privilege, script: &str) {
-    let rounds: u64 = std::env::var("UDTRACE_CHAOS_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(100);
+/// Whether a tracer other than this round's udtrace (gone by now) runs on the machine.
+fn other_tracer_runs() -> bool {
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
+        std::fs::read_link(e.path().join("exe")).is_ok_and(|x| {
+            let n = x.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            n.starts_with("udtrace") || n == "dtrace" || n == "bpftrace"
+        })
+    })
+}
+
+/// Prints a failed check at once (a long run goes on to count the others).
+fn fail(failures: &mut Vec<String>, f: String) {
+    println!("chaos FAILED: {f}");
+    failures.push(f);
+}
+
+fn bpf_refused() -> bool {
+    let probe = udtrace_cmd(&["-q", "-n", "proc:::exec-success { exit(0); }", "-c", "true"]).output().expect("udtrace");
+    bpf_gate(&probe).is_none()
+}
+
+fn chaos(v: Variant) {
+    let rounds: u64 = std::env::var("UDTRACE_CHAOS_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
     let seed = std::env::var("UDTRACE_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64) | 1
     });
-    println!("chaos: {rounds} rounds, UDTRACE_CHAOS_SEED={seed}");
+    let name = v.name();
+    println!("chaos {name}: {rounds} rounds, UDTRACE_CHAOS_SEED={seed}");
     let mut rng = Rng(seed);
+    let started = Instant::now();
 
-    let expected = run_fixture(spawn_fixture(how));
+    let (g, stdin) = spawn_fixture(v);
+    let expected = finish_fixture(g, stdin);
     assert_eq!(expected.1, 5, "untraced run: {}", expected.0);
 
-    let signals = [("SIGINT", libc::SIGINT), ("SIGTERM", libc::SIGTERM), ("SIGKILL", libc::SIGKILL)];
     let udtrace = bin().display().to_string();
+    let mut tally = [Tally::default(); SIGNALS.len()];
     let mut printed = 0;
+    let mut failures = Vec::new();
     for round in 0..rounds {
-        let (name, sig) = signals[rng.below(3) as usize];
+        let s = rng.below(SIGNALS.len() as u64) as usize;
+        let (sig_name, sig) = SIGNALS[s];
         let grab_after = Duration::from_millis(rng.below(40));
         // Half the moments fall in udtrace's first 60 ms (start, grab, set-up), the
-        // rest anywhere in the program's run and a little past its end.
+        // rest anywhere in the program's run and a little past its last round.
         let stop_after = Duration::from_millis(if rng.below(2) == 0 { rng.below(60) } else { 60 + rng.below(400) });
-        let what =
-            format!("round {round}: {name} {stop_after:?} after udtrace started, {grab_after:?} after the program");
+        let hold = rng.below(6) != 0;
+        let what = format!(
+            "{name}, round {round} (UDTRACE_CHAOS_SEED={seed}): {sig_name} {stop_after:?} after udtrace started, \
+             {grab_after:?} after the program{}",
+            if hold { "" } else { ", which did not wait at its end" }
+        );
+        let t = &mut tally[s];
+        t.rounds += 1;
 
-        let target = spawn_fixture(how);
+        let (target, mut stdin) = spawn_fixture(v);
         let pid = target.0.as_ref().map(|c| c.id()).expect("fixture pid");
+        if !hold {
+            // Its end of file: the program may end before udtrace is stopped.
+            stdin = None;
+        }
         // setpriv runs as root until it execs the program: no user may grab it before.
         wait_exec(pid, "chaos");
         std::thread::sleep(grab_after);
         let mut tracer = Guard::spawn(
-            command(&udtrace, how)
-                .args(["-q", "-p", &pid.to_string(), "-n", script])
+            v.command(&udtrace)
+                .args(v.udtrace_args(pid))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped()),
@@ -142,24 +267,81 @@ fn chaos(how: Privilege, script: &str) {
         // SAFETY: kill(2) on the pid of our own child, not yet reaped (setpriv execs
         // udtrace: the pid is udtrace's).
         unsafe { libc::kill(tracer.child().id() as i32, sig) };
-        let traced = run_fixture(target);
         let util::Output { stdout, stderr, status } = wait_output(tracer.take(), "udtrace");
         assert!(!stderr.contains("panicked"), "{what}: udtrace panicked: {stderr}");
-        if traced.1 != expected.1 || traced.0 != expected.0 {
-            panic!(
-                "{what} (UDTRACE_CHAOS_SEED={seed}): the program ended differently\n\
-                 untraced: status {:?}\n{}\ntraced: status {:?}\n{}\nudtrace: {status:?}\n{stderr}",
-                expected.1, expected.0, traced.1, traced.0
-            );
-        }
         // Killed by the signal, or ended by it (or by the program's end) as it should.
         assert!(status == -1 || status == 0, "{what}: udtrace exit status {status}: {stderr}");
         if stdout.lines().any(|l| !l.trim().is_empty()) {
             printed += 1;
         }
+
+        // udtrace has gone: what it left is what the program lives with.
+        if hold {
+            wait_held(pid);
+        }
+        let tree = process_tree(pid);
+        for &p in &tree {
+            let stopped = stopped_threads(&[p]);
+            if stopped.is_empty() {
+                continue;
+            }
+            t.stopped += 1;
+            fail(&mut failures, format!("{what}: threads left stopped:\n  {}", stopped.join("\n  ")));
+            // Let them go, so that the output can still be compared.
+            // SAFETY: kill(2) with SIGCONT on a process of the program's tree.
+            unsafe { libc::kill(p as i32, libc::SIGCONT) };
+        }
+        let mut left: Vec<String> = tree.iter().flat_map(|&p| code_differences(p)).collect();
+        // Another tracer on the machine (a concurrent test's udtrace, BPF's loader hook
+        // without a pid filter, a `pid*` probe) puts kernel uprobes in every process
+        // mapping a library: a lone int3 outside the fixture's own file is its while one
+        // runs. Counted apart; never in the fixture, where this round's probes are.
+        let before = left.len();
+        left.retain(|d| !(d.contains(": cc in memory,") && !d.contains("/fixtures/chaos ") && other_tracer_runs()));
+        t.foreign += (before - left.len()) as u64;
+        if !left.is_empty() {
+            t.leftovers += left.len() as u64;
+            t.leftover_rounds += 1;
+            if !v.leftovers_allowed(sig) {
+                fail(&mut failures, format!("{what}: probes left in the program's code:\n  {}", left.join("\n  ")));
+            }
+        }
+
+        let traced = finish_fixture(target, stdin);
+        if traced != expected {
+            t.harmed += 1;
+            fail(
+                &mut failures,
+                format!(
+                    "{what}: the program ended differently\nuntraced: status {:?}\n{}\ntraced: status {:?}\n{}\n\
+                     udtrace: {status:?}\n{stderr}",
+                    expected.1, expected.0, traced.1, traced.0
+                ),
+            );
+        }
     }
+    let elapsed = started.elapsed();
+    for (&(sig_name, sig), t) in SIGNALS.iter().zip(&tally) {
+        println!(
+            "chaos summary | {name} | {sig_name} | {} rounds | {} harmed | {} stopped | {} leftover probes in {} rounds | \
+             {} other tracers' uprobes{}",
+            t.rounds,
+            t.harmed,
+            t.stopped,
+            t.leftovers,
+            t.leftover_rounds,
+            t.foreign,
+            if t.leftovers > 0 && v.leftovers_allowed(sig) {
+                " (SIGKILL_LEAVES_PATCHES)"
+            } else {
+                ""
+            }
+        );
+    }
+    println!("chaos summary | {name} | all | {rounds} rounds in {:.0} s", elapsed.as_secs_f64());
     // Not a check of timing: rounds where udtrace printed what it traced prove that the
     // stops fell while it traced, not only before it began.
-    println!("chaos: udtrace printed its aggregations in {printed} of {rounds} rounds");
+    println!("chaos {name}: udtrace printed its aggregations in {printed} of {rounds} rounds");
+    assert!(failures.is_empty(), "{} failures, the first:\n{}", failures.len(), failures[0]);
     assert!(rounds < 10 || printed > 0, "udtrace never traced anything");
 }

@@ -328,3 +328,14 @@ fn pragma_quiet() {
     assert_eq!(out.stdout, "p\n\n");
     assert_eq!(out.stderr, "");
 }
+
+#[test]
+fn a_hangup_stays_ignored_under_nohup() {
+    // udtrace ends at SIGHUP as at SIGTERM, unless started with it ignored.
+    let out = run(std::process::Command::new("nohup").arg(util::bin()).args([
+        "-wq",
+        "-n",
+        r#"BEGIN { raise(1); } tick-200ms { exit(3); } END { printf("end\n"); }"#,
+    ]));
+    assert_eq!((out.status, out.stdout.as_str()), (3, "end\n\n"), "{}", out.stderr);
+}

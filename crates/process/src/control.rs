@@ -13,11 +13,12 @@ use std::os::unix::fs::FileExt;
 use nix::errno::Errno;
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitpid as nix_waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::procfs;
 use crate::refusal::{self, Refusal};
+use crate::wait::{self, waitpid, Wait};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -99,7 +100,7 @@ impl Target {
         let mut t = Target::unheld(pid);
         (t.created, t.held) = (true, vec![pid]);
         let ctl = |e: Errno| ControlError::Control { pid, reason: reason(e) };
-        match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::__WALL)).map_err(ctl)? {
+        match nix_waitpid(Pid::from_raw(pid), Some(WaitPidFlag::__WALL)).map_err(ctl)? {
             WaitStatus::PtraceEvent(_, _, ev) if ev == nix::libc::PTRACE_EVENT_EXEC => {}
             other => {
                 t.exited = true;
@@ -130,11 +131,13 @@ impl Target {
         mem.write_all_at(&[0xcc], entry).map_err(ioerr)?;
         ptrace::cont(Pid::from_raw(pid), None).map_err(ctl)?;
         loop {
-            match waitpid(Pid::from_raw(pid), None).map_err(ctl)? {
-                WaitStatus::Stopped(_, Signal::SIGTRAP) => break,
+            match waitpid(Some(Pid::from_raw(pid)), WaitPidFlag::empty()).map_err(ctl)? {
+                Wait::Status(WaitStatus::Stopped(_, Signal::SIGTRAP)) => break,
                 // Signals before main (rare) are delivered as they would have been.
-                WaitStatus::Stopped(_, sig) => ptrace::cont(Pid::from_raw(pid), Some(sig)).map_err(ctl)?,
-                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                w @ (Wait::Status(WaitStatus::Stopped(..)) | Wait::RealTime(..)) => {
+                    wait::cont(pid, w.delivery_signal().unwrap_or(0))
+                }
+                Wait::Status(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => {
                     self.exited = true;
                     self.held.clear();
                     return Err(ControlError::Control { pid, reason: "exited before reaching its entry point".into() });
@@ -198,10 +201,21 @@ impl Target {
                 t.held.push(tid);
                 ptrace::interrupt(p).map_err(grab_err)?;
                 // Wait for this thread's group-stop-like interrupt stop. A thread that
-                // was exiting ends instead: it is not held.
-                if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) = waitpid(p, Some(WaitPidFlag::__WALL)) {
-                    t.held.retain(|&h| h != tid);
-                    left.push(tid);
+                // was exiting ends instead: it is not held. A signal taken first is
+                // delivered (held, its signal would be lost); the interrupt stop follows.
+                loop {
+                    match waitpid(Some(p), WaitPidFlag::__WALL) {
+                        Ok(Wait::Status(WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => {
+                            t.held.retain(|&h| h != tid);
+                            left.push(tid);
+                        }
+                        Ok(w) if w.delivery_signal().is_some() => {
+                            wait::cont(tid, w.delivery_signal().unwrap_or(0));
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    break;
                 }
             }
             listed = procfs::tasks(pid).unwrap_or_default();
@@ -240,7 +254,7 @@ impl Target {
             return self.exited;
         }
         if self.created {
-            match waitpid(Pid::from_raw(self.pid), Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL)) {
+            match nix_waitpid(Pid::from_raw(self.pid), Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL)) {
                 Ok(WaitStatus::StillAlive) => {}
                 Ok(s @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => self.set_exited(s),
                 Ok(_) => {}
@@ -278,7 +292,7 @@ impl Target {
         if self.created && !self.exited {
             let _ = nix::sys::signal::kill(Pid::from_raw(self.pid), Signal::SIGKILL);
             self.held.clear();
-            let _ = waitpid(Pid::from_raw(self.pid), Some(WaitPidFlag::__WALL));
+            let _ = nix_waitpid(Pid::from_raw(self.pid), Some(WaitPidFlag::__WALL));
         } else {
             self.release();
         }

@@ -15,10 +15,11 @@ use nix::errno::Errno;
 use nix::libc;
 use nix::sys::ptrace::{self, Options};
 use nix::sys::signal::Signal;
-use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::control::{ControlError, Target};
+use crate::wait::{self, waitpid, Wait};
 
 /// `si_code` of the SIGTRAP an `int3` raises.
 const SI_KERNEL: i32 = 0x80;
@@ -135,13 +136,19 @@ impl Tree {
                     progress = true;
                     continue;
                 }
-                let st = match waitpid(Pid::from_raw(tid), Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
-                    Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => continue,
+                let st = match waitpid(Some(Pid::from_raw(tid)), WaitPidFlag::__WALL | WaitPidFlag::WNOHANG) {
+                    Ok(Wait::Status(WaitStatus::StillAlive)) | Err(Errno::EINTR) => continue,
                     Err(_) => {
                         waiting.remove(&tid);
                         continue;
                     }
-                    Ok(st) => st,
+                    // Delivered; its interrupt stop is still to come.
+                    Ok(Wait::RealTime(_, sig)) => {
+                        wait::cont(tid, sig);
+                        progress = true;
+                        continue;
+                    }
+                    Ok(Wait::Status(st)) => st,
                 };
                 progress = true;
                 match st {
@@ -294,13 +301,15 @@ impl Tree {
                     continue;
                 }
             }
-            let reaped = match next.map(|p| waitpid(p, Some(any))) {
-                Some(Ok(WaitStatus::StillAlive)) | Some(Err(_)) | None => waitpid(None::<Pid>, Some(any)),
+            let reaped = match next.map(|p| waitpid(Some(p), any)) {
+                Some(Ok(Wait::Status(WaitStatus::StillAlive))) | Some(Err(_)) | None => waitpid(None, any),
                 Some(st) => st,
             };
             match reaped {
-                Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(st) => self.handle(st, &mut out),
+                Ok(Wait::Status(WaitStatus::StillAlive)) | Err(_) => break,
+                // Never udtrace's: delivered as it would have been.
+                Ok(Wait::RealTime(p, sig)) => wait::cont(p.as_raw(), sig),
+                Ok(Wait::Status(st)) => self.handle(st, &mut out),
             }
         }
         out
@@ -466,14 +475,14 @@ impl Tree {
     /// released: waiting is bounded.
     pub fn detach_all(&mut self, ours: &mut dyn FnMut(i32, i32, Signal) -> bool, release: &mut dyn FnMut(i32)) {
         let mut waiting: HashSet<i32> = HashSet::new();
-        // (tid, signal to deliver at detach) of every stopped thread.
-        let mut stopped: Vec<(i32, Option<Signal>)> = Vec::new();
+        // (tid, signal to deliver at detach, 0 for none) of every stopped thread.
+        let mut stopped: Vec<(i32, i32)> = Vec::new();
         let tgids: HashMap<i32, i32> = self.tasks.iter().map(|(&tid, t)| (tid, t.tgid)).collect();
         let tasks: Vec<(i32, State)> = self.tasks.iter().map(|(&tid, t)| (tid, t.state)).collect();
         for (tid, state) in tasks {
             let p = Pid::from_raw(tid);
             match state {
-                State::Held | State::Born | State::Paused => stopped.push((tid, None)),
+                State::Held | State::Born | State::Paused => stopped.push((tid, 0)),
                 _ => {
                     if ptrace::interrupt(p).is_ok() || matches!(state, State::Starting { .. } | State::Unwanted) {
                         waiting.insert(tid);
@@ -482,21 +491,26 @@ impl Tree {
             }
         }
         for tid in self.early.drain() {
-            stopped.push((tid, None));
+            stopped.push((tid, 0));
         }
         self.tasks.clear();
         self.procs.clear();
         // Bounded: a thread that never stops (it is exiting) must not hang udtrace.
         let deadline = Instant::now() + Duration::from_secs(2);
         while !waiting.is_empty() && Instant::now() < deadline {
-            let st = match waitpid(None::<Pid>, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => {
+            let st = match waitpid(None, WaitPidFlag::__WALL | WaitPidFlag::WNOHANG) {
+                Ok(Wait::Status(WaitStatus::StillAlive)) => {
                     std::thread::sleep(Duration::from_millis(1));
                     continue;
                 }
                 Err(Errno::EINTR) => continue,
                 Err(_) => break,
-                Ok(st) => st,
+                Ok(Wait::RealTime(p, sig)) => {
+                    stopped.push((p.as_raw(), sig));
+                    waiting.remove(&p.as_raw());
+                    continue;
+                }
+                Ok(Wait::Status(st)) => st,
             };
             match st {
                 WaitStatus::Exited(p, _) | WaitStatus::Signaled(p, _, _) => {
@@ -505,7 +519,7 @@ impl Tree {
                 WaitStatus::Stopped(p, sig) => {
                     let tgid = tgids.get(&p.as_raw()).copied().unwrap_or(p.as_raw());
                     let mine = (sig == self.hold_signal || sig == Signal::SIGTRAP) && ours(tgid, p.as_raw(), sig);
-                    let deliver = if mine { None } else { Some(sig) };
+                    let deliver = if mine { 0 } else { sig as i32 };
                     stopped.push((p.as_raw(), deliver));
                     waiting.remove(&p.as_raw());
                 }
@@ -531,7 +545,7 @@ impl Tree {
                             }
                         }
                     }
-                    stopped.push((p.as_raw(), None));
+                    stopped.push((p.as_raw(), 0));
                     waiting.remove(&p.as_raw());
                 }
                 _ => {}
@@ -552,7 +566,7 @@ impl Tree {
             if tgids.get(&tid).is_some_and(|t| watches.contains_key(t)) {
                 let _ = crate::watch::clear(tid);
             }
-            let _ = ptrace::detach(Pid::from_raw(tid), sig);
+            let _ = udtrace_sys::process::ptrace_detach(tid, sig);
         }
     }
 }
@@ -590,14 +604,16 @@ impl Brief {
     /// Waits for the next stop: `Some(sig)` for a signal-delivery stop (the signal is
     /// taken away), `Some(None)` for any other stop; `None` if it exited or the time
     /// passed.
-    fn wait_stop(&mut self, limit: Duration) -> Option<Option<Signal>> {
+    fn wait_stop(&mut self, limit: Duration) -> Option<Option<i32>> {
         let deadline = Instant::now() + limit;
         loop {
-            match waitpid(self.pid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
-                Ok(WaitStatus::Stopped(_, sig)) => return Some(Some(sig)),
-                Ok(WaitStatus::PtraceEvent(..)) => return Some(None),
-                Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => {
+            match waitpid(Some(self.pid), WaitPidFlag::__WALL | WaitPidFlag::WNOHANG) {
+                Ok(Wait::Status(WaitStatus::StillAlive)) | Err(Errno::EINTR) => {}
+                Ok(w @ (Wait::Status(WaitStatus::Stopped(..)) | Wait::RealTime(..))) => {
+                    return Some(w.delivery_signal())
+                }
+                Ok(Wait::Status(WaitStatus::PtraceEvent(..))) => return Some(None),
+                Ok(Wait::Status(WaitStatus::Exited(..) | WaitStatus::Signaled(..))) | Err(_) => {
                     self.held = false;
                     return None;
                 }
@@ -619,10 +635,8 @@ impl Brief {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.wait_stop(left) {
-                Some(Some(s)) if s == sig => return true,
-                Some(Some(s)) => {
-                    let _ = ptrace::cont(self.pid, s);
-                }
+                Some(Some(s)) if s == sig as i32 => return true,
+                Some(Some(s)) => wait::cont(self.pid.as_raw(), s),
                 Some(None) => {
                     let _ = ptrace::cont(self.pid, None);
                 }

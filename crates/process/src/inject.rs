@@ -93,6 +93,7 @@ use nix::sys::uio::{process_vm_writev, RemoteIoVec};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use crate::wait::Wait;
 use udtrace_sys::mmap::{page_size, Mmap};
 use udtrace_sys::process::{
     ptrace_get_xstate, ptrace_getsiginfo_raw, ptrace_getsigmask, ptrace_setsiginfo_raw, ptrace_setsigmask, tgkill,
@@ -372,16 +373,12 @@ impl RemoteCall {
         let mut entered = false;
         for _ in 0..MAX_STOPS {
             ptrace::syscall(p, None).map_err(self.ptrace_err("PTRACE_SYSCALL"))?;
-            let st = loop {
-                match waitpid(p, Some(WaitPidFlag::__WALL)) {
-                    Err(Errno::EINTR) => continue,
-                    other => break other.map_err(self.ptrace_err("waitpid"))?,
-                }
-            };
+            let st = crate::wait::waitpid(Some(p), WaitPidFlag::__WALL).map_err(self.ptrace_err("waitpid"))?;
             // Whatever the stop, the thread has left the one the session began in.
             self.left = true;
+            let signal = st.delivery_signal();
             match st {
-                WaitStatus::PtraceSyscall(_) => {
+                Wait::Status(WaitStatus::PtraceSyscall(_)) => {
                     let now = ptrace::getregs(p).map_err(self.ptrace_err("PTRACE_GETREGS"))?;
                     if now.rip != self.syscall_at + 2 {
                         return Err(InjectError::UnexpectedStop {
@@ -395,12 +392,14 @@ impl RemoteCall {
                     }
                     entered = true;
                 }
-                WaitStatus::Stopped(_, sig) => {
+                // Real-time signals too, which nix cannot name.
+                Wait::Status(WaitStatus::Stopped(..)) | Wait::RealTime(..) => {
+                    let sig = signal.unwrap_or(0);
                     let now = ptrace::getregs(p).map_err(self.ptrace_err("PTRACE_GETREGS"))?;
                     if entered || now.rip != self.syscall_at {
                         return Err(InjectError::UnexpectedStop {
                             tid: self.tid,
-                            what: format!("{sig} at {:#x}", now.rip),
+                            what: format!("signal {sig} at {:#x}", now.rip),
                         });
                     }
                     // A signal dequeued before the instruction ran: kept for later, and
@@ -410,12 +409,12 @@ impl RemoteCall {
                     }
                 }
                 // PTRACE_EVENT_STOP (group-stop or interrupt of a seized thread): go on.
-                WaitStatus::PtraceEvent(..) | WaitStatus::Continued(_) => {}
-                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                Wait::Status(WaitStatus::PtraceEvent(..) | WaitStatus::Continued(_)) => {}
+                Wait::Status(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => {
                     self.gone = true;
                     return Err(InjectError::Gone { tid: self.tid });
                 }
-                WaitStatus::StillAlive => {}
+                Wait::Status(WaitStatus::StillAlive) => {}
             }
         }
         Err(InjectError::UnexpectedStop { tid: self.tid, what: format!("more than {MAX_STOPS} signal stops") })

@@ -14,4 +14,5 @@ pub mod follow;
 pub mod inject;
 pub mod procfs;
 pub mod refusal;
+pub mod wait;
 pub mod watch;

@@ -265,12 +265,22 @@ pub fn parse_status_numbers(text: &str, name: &str) -> Option<Vec<u64>> {
 
 /// The signals pending for thread `tid` alone (`SigPnd`, bit n-1 for signal n).
 pub fn thread_pending_signals(tid: i32) -> Option<u64> {
-    parse_pending_signals(&std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?)
+    status_signals(tid, "SigPnd:")
+}
+
+/// A signal set of a `status` line (`SigPnd:`, `SigIgn:`, …; bit n-1 for signal n).
+pub fn status_signals(pid: i32, name: &str) -> Option<u64> {
+    parse_status_signals(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?, name)
 }
 
 /// The `SigPnd` mask of a status text.
 pub fn parse_pending_signals(text: &str) -> Option<u64> {
-    let hex = text.lines().find_map(|l| l.strip_prefix("SigPnd:"))?.trim();
+    parse_status_signals(text, "SigPnd:")
+}
+
+/// The signal set of the status text's line `name`.
+pub fn parse_status_signals(text: &str, name: &str) -> Option<u64> {
+    let hex = text.lines().find_map(|l| l.strip_prefix(name))?.trim();
     u64::from_str_radix(hex, 16).ok()
 }
 

@@ -154,6 +154,13 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGINT);
     mask.add(Signal::SIGTERM);
+    // A hangup (the terminal closed, a supervisor's stop) ends tracing as SIGTERM does;
+    // its default action would kill udtrace without taking its probes out. Under
+    // `nohup` it stays ignored: blocked, it would be queued for the signalfd instead.
+    let ignored = procfs::status_signals(std::process::id() as i32, "SigIgn:").unwrap_or(0);
+    if ignored & (1 << (Signal::SIGHUP as u32 - 1)) == 0 {
+        mask.add(Signal::SIGHUP);
+    }
     // Followed processes' ptrace events are noticed through SIGCHLD.
     mask.add(Signal::SIGCHLD);
     if let Err(e) = mask.thread_block() {

@@ -112,6 +112,28 @@ pub fn spawn_seized(argv: &[String], options: libc::c_int) -> io::Result<i32> {
     Ok(pid)
 }
 
+/// `waitpid(pid, flags)` with the raw status: (pid, status), pid 0 when `WNOHANG`
+/// found nothing. nix decodes a status into its `Signal`, which has no real-time
+/// signals: a real-time signal's stop would be reaped and then lost as an error.
+pub fn waitpid_raw(pid: i32, flags: libc::c_int) -> io::Result<(i32, libc::c_int)> {
+    let mut status = 0;
+    // SAFETY: `status` is a valid out-pointer for the call's duration.
+    let p = cvt(unsafe { libc::waitpid(pid, &mut status, flags) })?;
+    Ok((p, status))
+}
+
+/// `PTRACE_CONT` delivering signal `sig` (any number, real-time ones too; 0 for none).
+pub fn ptrace_cont(tid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_CONT takes no pointers; the signal travels in the data word.
+    cvt(unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0usize, sig as usize) } as libc::c_int).map(|_| ())
+}
+
+/// `PTRACE_DETACH` delivering signal `sig` (any number; 0 for none).
+pub fn ptrace_detach(tid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_DETACH takes no pointers; the signal travels in the data word.
+    cvt(unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, sig as usize) } as libc::c_int).map(|_| ())
+}
+
 /// `PTRACE_LISTEN`: lets a seized thread in group-stop stay stopped, as if untraced,
 /// while its tracer goes on; SIGCONT then wakes it with an event stop.
 pub fn ptrace_listen(tid: i32) -> io::Result<()> {
