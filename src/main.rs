@@ -18,6 +18,18 @@ use udtrace_bpf_backend::Bpf;
 use udtrace_inproc_backend::InProcess;
 use udtrace_providers::backend::{Backend, Error, Setup, BPF_OTHER_PID_NAMESPACE, BPF_REFUSED};
 
+/// The undertaker's life: a hang-up or interrupt of the terminal udtrace ran in must
+/// not end it before udtrace does.
+fn undertaker() -> i32 {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut quiet = SigSet::empty();
+    quiet.add(Signal::SIGHUP);
+    quiet.add(Signal::SIGINT);
+    let _ = quiet.thread_block();
+    udtrace_process::undertaker::serve(std::io::stdin().lock());
+    0
+}
+
 /// The backend for pid and proc probes: pid probes run inside the traced processes,
 /// with BPF (where the kernel allows it) for what they cannot do and for the other
 /// providers; `-x uprobes` makes every pid probe a uprobe.
@@ -40,6 +52,11 @@ fn load_backend(setup: &Setup) -> Result<Box<dyn Backend>, Error> {
 }
 
 fn main() {
+    // Started by udtrace itself to undo its patches if it dies (crates/process's
+    // undertaker): nothing else of the command line applies.
+    if std::env::var_os(udtrace_process::undertaker::UNDERTAKER_ENV).is_some() {
+        std::process::exit(undertaker());
+    }
     udtrace_messages::enable_debug_from_env();
     let cli = cli::parse_or_exit();
     if cli.options.debug {

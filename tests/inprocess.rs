@@ -290,8 +290,9 @@ fn without_bpf_libraries_loaded_later_are_armed() {
 
 #[test]
 fn without_bpf_a_program_runs_on_after_udtrace_is_killed() {
-    // SIGKILL leaves no chance to take breakpoints and debug registers out: the guard
-    // (a SIGTRAP handler udtrace installed) sends the threads on. dlopener waits on its
+    // SIGKILL leaves udtrace no chance to take its patch, breakpoints and debug
+    // registers out: its undertaker takes the first two out, and until it has, the
+    // guard (a SIGTRAP handler udtrace installed) sends the threads on. dlopener waits on its
     // stdin, then runs load_and_call (its first instruction patched, the second a
     // breakpoint: the patch took its bytes) and dlopen()s the plugin (the loader hook's
     // debug register). Before the guard, it died of SIGTRAP at the first of them.
@@ -325,8 +326,13 @@ fn without_bpf_a_program_runs_on_after_udtrace_is_killed() {
         let out = tracer.child().stdout.take().expect("stdout");
         std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).expect("udtrace's stdout");
         let mut tracer = tracer.take();
+        let undertakers = util::live::children_of(tracer.id());
         tracer.kill().expect("SIGKILL udtrace");
         tracer.wait().expect("udtrace's end");
+        // Its undertaker takes the patch and the breakpoint out of the running program.
+        util::live::wait_gone(&undertakers);
+        let left = util::live::code_differences(target.child().id());
+        assert!(left.iter().all(|d| !d.contains("/fixtures/dlopener ")), "{what}: left in the code: {left:?}");
         let mut err = String::new();
         std::io::Read::read_to_string(&mut tracer.stderr.take().expect("stderr"), &mut err).expect("udtrace's stderr");
         assert_eq!(line, "ready\n", "{what}: {err}");

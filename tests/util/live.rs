@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::time::Duration;
 
 /// `root` and its descendants, as /proc shows them now (parents before children).
 pub fn process_tree(root: u32) -> Vec<u32> {
@@ -146,4 +147,27 @@ fn read_all(mut f: File) -> String {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")
+}
+
+/// The children of udtrace `pid`: with `-p`, only its undertaker.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).collect::<Vec<_>>())
+        .collect()
+}
+
+/// Waits (at most 10 s) until the processes `pids` have ended (a zombie has).
+pub fn wait_gone(pids: &[u32]) {
+    let runs = |p: &u32| {
+        std::fs::read_to_string(format!("/proc/{p}/stat"))
+            .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(runs) {
+        assert!(std::time::Instant::now() < deadline, "the undertaker {pids:?} did not end within 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -26,6 +26,7 @@ use udtrace_inproc::ring::Geometry;
 use udtrace_inproc::trampoline::{supported_layout, CpuSource};
 use udtrace_object::patch::SiteKind as PatchKind;
 use udtrace_process::procfs::LoadedObject;
+use udtrace_process::undertaker::Ledger;
 use udtrace_providers::backend::{Backend, Error, ProfileProbe, Record, Setup, SiteTarget, Trap, PROFILE_NEEDS_BPF};
 use udtrace_providers::pid::{PidProbe, SiteKind};
 use udtrace_record::pid::{RecordLayout, RecordPlan};
@@ -74,6 +75,60 @@ pub struct InProcess {
     /// Without BPF: the SIGTRAP guard of each process with breakpoints or a watched
     /// hook, or why it has none (see guard.rs).
     guards: HashMap<i32, Result<Guard, String>>,
+    /// What is patched, told to the undertaker (who undoes it if udtrace dies).
+    ledger: LedgerSlot,
+}
+
+/// The undertaker's ledger, started at the first patch, and the processes it holds
+/// patches of.
+#[derive(Default)]
+struct LedgerSlot {
+    ledger: Option<Ledger>,
+    failed: bool,
+    live: HashSet<i32>,
+}
+
+impl LedgerSlot {
+    /// The ledger, for a patch about to go into `pid`; `None` if it cannot start.
+    fn get(&mut self, pid: i32) -> Option<&mut Ledger> {
+        if self.ledger.is_none() && !self.failed {
+            match Ledger::start() {
+                Ok(l) => self.ledger = Some(l),
+                Err(e) => {
+                    self.failed = true;
+                    udtrace_messages::debug!("no undertaker: {e}");
+                }
+            }
+        }
+        self.live.insert(pid);
+        self.ledger.as_mut()
+    }
+
+    fn forked(&mut self, parent: i32, child: i32) {
+        if let Some(l) = self.ledger.as_mut().filter(|_| self.live.contains(&parent)) {
+            l.forked(parent, child);
+            self.live.insert(child);
+        }
+    }
+
+    /// `pid` carries no patch of udtrace's any more.
+    fn gone(&mut self, pid: i32) {
+        if let Some(l) = self.ledger.as_mut().filter(|_| self.live.remove(&pid)) {
+            l.gone(pid);
+        }
+    }
+}
+
+impl Drop for LedgerSlot {
+    fn drop(&mut self) {
+        // A clean stop with every patch taken out tells the undertaker so; a process
+        // still patched (udtrace ends by a path that did not release it) is left to it.
+        if let Some(l) = self.ledger.take() {
+            if self.live.is_empty() {
+                l.close();
+            }
+        }
+    }
 }
 
 /// How many times DTrace's `bufsize` (per CPU) an in-process ring holds, per CPU. A
@@ -144,6 +199,7 @@ impl InProcess {
             drops_seen: 0,
             explain: setup.explain,
             unheld: setup.unheld.iter().copied().collect(),
+            ledger: LedgerSlot::default(),
             hooks: HashMap::new(),
             guards: HashMap::new(),
         })
@@ -210,7 +266,7 @@ impl InProcess {
                     let site = site_of(p, offset, file_off, cookie);
                     let guard = self.guards.get_mut(&pid).and_then(|g| g.as_mut().ok());
                     let placed = match self.procs.get_mut(&pid) {
-                        Some(proc) => proc.break_at(pid, &site, objects, guard),
+                        Some(proc) => proc.break_at(pid, &site, objects, guard, self.ledger.get(pid)),
                         None => Err(why.clone()),
                     };
                     match placed {
@@ -343,7 +399,7 @@ impl Backend for InProcess {
                 let cookie = self.cookie(p, offset, file_off);
                 let site = site_of(p, offset, file_off, cookie);
                 let r = match self.procs.get_mut(&pid) {
-                    Some(proc) => proc.patch(pid, &site, &batch, &self.record, self.geometry),
+                    Some(proc) => proc.patch(pid, &site, &batch, &self.record, self.geometry, self.ledger.get(pid)),
                     None => Err("the process is gone".to_string()),
                 };
                 if let Err(why) = r {
@@ -453,6 +509,7 @@ impl Backend for InProcess {
             match p.forked(parent, child, &mut self.rings) {
                 Ok(Some(c)) => {
                     self.procs.insert(child, c);
+                    self.ledger.forked(parent, child);
                 }
                 Ok(None) => {}
                 Err(why) => {
@@ -479,6 +536,7 @@ impl Backend for InProcess {
         if let Some(p) = self.procs.remove(&pid) {
             p.gone(&mut self.rings);
         }
+        self.ledger.gone(pid);
         if let Some(f) = self.fallback.as_mut() {
             f.exec(pid);
         }
@@ -492,6 +550,7 @@ impl Backend for InProcess {
         if let Some(p) = self.procs.remove(&pid) {
             p.gone(&mut self.rings);
         }
+        self.ledger.gone(pid);
         self.traced.remove(&pid);
         if let Some(f) = self.fallback.as_mut() {
             f.exit(pid);
@@ -504,6 +563,7 @@ impl Backend for InProcess {
             p.unpatch(pid);
             p.gone(&mut self.rings);
         }
+        self.ledger.gone(pid);
         // The breakpoints are out and the debug registers are cleared next: the
         // process's own SIGTRAP action goes back.
         if let Some(Ok(g)) = self.guards.remove(&pid) {

@@ -19,6 +19,7 @@ use udtrace_inproc::trampoline::{
 use udtrace_object::patch::{self, SiteKind as PatchKind};
 use udtrace_process::inject::{self, Prot, SharedRegion, REACH};
 use udtrace_process::procfs::{self, LoadedObject};
+use udtrace_process::undertaker::Ledger;
 use udtrace_providers::pid::PidProbe;
 use udtrace_record::pid::RecordPlan;
 
@@ -410,11 +411,12 @@ impl Proc {
         site: &Site<'_>,
         objects: &[LoadedObject],
         guard: Option<&mut Guard>,
+        ledger: Option<&mut Ledger>,
     ) -> Result<(), String> {
         let func_off = site.file_off.checked_sub(site.offset).ok_or("bad site offset")?;
         let func = runtime_address(pid, objects, site.file, func_off).ok_or("its object is not mapped")?;
         let code = self.code(site.file, func_off, site.func_size)?;
-        self.place(pid, &code, (func, site.offset), site.cookie, guard)
+        self.place(pid, &code, (func, site.offset), site.cookie, guard, ledger)
     }
 
     fn place(
@@ -424,6 +426,7 @@ impl Proc {
         (func, offset): (u64, u64),
         cookie: u64,
         guard: Option<&mut Guard>,
+        ledger: Option<&mut Ledger>,
     ) -> Result<(), String> {
         let at = func + offset;
         if self.breakpoints.contains_key(&at) {
@@ -448,6 +451,9 @@ impl Proc {
             if let Err(e) = g.add(pid, at, copy) {
                 udtrace_messages::debug!("pid {pid}: breakpoint at {at:#x} unguarded: {e}");
             }
+        }
+        if let Some(l) = ledger {
+            l.writing(pid, at, &original, &[0xcc]);
         }
         m.write_all_at(&[0xcc], at).map_err(|e| format!("cannot write a breakpoint: {e}"))?;
         self.breakpoints.insert(at, Breakpoint { cookie, original: original[0], copy });
@@ -477,6 +483,7 @@ impl Proc {
         batch: &Batch,
         record: &RecordPlan,
         geometry: Geometry,
+        ledger: Option<&mut Ledger>,
     ) -> Result<(), String> {
         let objects = &batch.objects;
         if self.sites.contains_key(&(site.file.to_path_buf(), site.file_off)) {
@@ -538,6 +545,9 @@ impl Proc {
         let patch = plan.patch_bytes(at).ok_or("its trampoline is out of reach")?;
         let mut original = vec![0u8; patch.len()];
         m.read_exact_at(&mut original, start).map_err(|e| format!("cannot read its code: {e}"))?;
+        if let Some(l) = ledger {
+            l.writing(pid, start, &original, &patch);
+        }
         m.write_all_at(&patch, start).map_err(|e| format!("cannot patch its code: {e}"))?;
         self.patches.push(Patch { at: start, original });
         self.sites.insert((site.file.to_path_buf(), site.file_off), start);

@@ -14,5 +14,6 @@ pub mod follow;
 pub mod inject;
 pub mod procfs;
 pub mod refusal;
+pub mod undertaker;
 pub mod wait;
 pub mod watch;

@@ -1,0 +1,247 @@
+//! What puts a process's code back when udtrace cannot: the undertaker.
+//!
+//! The in-process backend patches code in the processes it traces, and takes the
+//! patches out when it stops. Killed with SIGKILL, it cannot. So before its first patch
+//! it starts the undertaker, a copy of its own binary in a process group of its own
+//! (a signal to udtrace's group does not reach it), and tells it through a pipe every
+//! change it is about to make ([`Ledger`]): the address, the original bytes and the
+//! bytes written, with the process's start time (a pid may be reused). A clean stop
+//! sends `C` first. When the pipe closes without it, udtrace died: the undertaker
+//! stops every thread of each process with ptrace (udtrace's ptrace went with it),
+//! writes the original bytes back wherever the written ones are still there, and lets
+//! the threads go. No thread is inside a patch's bytes: a patch is only written where
+//! no thread is stopped inside them, and a thread after it runs the jump whole.
+//! Trampolines, rings and the SIGTRAP guard stay mapped, unused.
+//!
+//! One text line per message:
+//!
+//! ```text
+//!   W pid start addr original written   a patch (hex bytes) is about to be written
+//!   F parent child                      child was forked with parent's patches
+//!   G pid                               pid's patches are gone (undone, exec, exit)
+//!   C                                   udtrace stops cleanly: nothing to undo
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::{self, BufRead, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use nix::sys::ptrace;
+use nix::sys::wait::WaitPidFlag;
+use nix::unistd::Pid;
+
+use crate::procfs;
+use crate::wait::waitpid;
+
+/// The environment variable that makes udtrace's binary the undertaker.
+pub const UNDERTAKER_ENV: &str = "UDTRACE_UNDERTAKER";
+
+/// Its name (`comm`), as `ps` shows it.
+pub const UNDERTAKER_NAME: &str = "udtrace-undertk";
+
+/// One change written into a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub at: u64,
+    pub original: Vec<u8>,
+    pub written: Vec<u8>,
+}
+
+/// What the undertaker knows: per process, its start time and its changes in order.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Book {
+    pub procs: BTreeMap<i32, (u64, Vec<Change>)>,
+    pub clean: bool,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || s.len() > 64 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+impl Book {
+    /// Takes one message; a malformed one is ignored.
+    pub fn take(&mut self, line: &str) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let num = |s: &str| s.parse::<i64>().ok();
+        match f.as_slice() {
+            ["W", pid, start, at, original, written] => {
+                let (Some(pid), Some(start)) = (num(pid), num(start)) else { return };
+                let Ok(at) = u64::from_str_radix(at, 16) else { return };
+                let (Some(original), Some(written)) = (unhex(original), unhex(written)) else { return };
+                if original.len() != written.len() {
+                    return;
+                }
+                let entry = self.procs.entry(pid as i32).or_insert((start as u64, Vec::new()));
+                entry.1.push(Change { at, original, written });
+            }
+            ["F", parent, child] => {
+                let (Some(parent), Some(child)) = (num(parent), num(child)) else { return };
+                if let Some((_, changes)) = self.procs.get(&(parent as i32)) {
+                    let changes = changes.clone();
+                    // The child's own start time, read now: it runs, held by udtrace.
+                    let start = start_time(child as i32).unwrap_or(0);
+                    self.procs.insert(child as i32, (start, changes));
+                }
+            }
+            ["G", pid] => {
+                if let Some(pid) = num(pid) {
+                    self.procs.remove(&(pid as i32));
+                }
+            }
+            ["C"] => self.clean = true,
+            _ => {}
+        }
+    }
+}
+
+/// A process's start time (field 22 of its stat, clock ticks since boot).
+pub fn start_time(pid: i32) -> Option<u64> {
+    let (_, fields) = procfs::task_stat(pid, pid).ok()?;
+    fields.get(19)?.parse().ok()
+}
+
+/// udtrace's side: the pipe to its undertaker.
+pub struct Ledger {
+    child: Child,
+    pipe: Option<ChildStdin>,
+}
+
+impl Ledger {
+    /// Starts the undertaker: `/proc/self/exe` with [`UNDERTAKER_ENV`] set.
+    pub fn start() -> io::Result<Ledger> {
+        let mut child = Command::new("/proc/self/exe")
+            .env(UNDERTAKER_ENV, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        let pipe = child.stdin.take();
+        Ok(Ledger { child, pipe })
+    }
+
+    fn send(&mut self, line: &str) {
+        if let Some(p) = self.pipe.as_mut() {
+            if p.write_all(line.as_bytes()).is_err() {
+                self.pipe = None;
+            }
+        }
+    }
+
+    /// `written` is about to replace `original` at `at` in `pid`.
+    pub fn writing(&mut self, pid: i32, at: u64, original: &[u8], written: &[u8]) {
+        let start = start_time(pid).unwrap_or(0);
+        self.send(&format!("W {pid} {start} {at:x} {} {}\n", hex(original), hex(written)));
+    }
+
+    pub fn forked(&mut self, parent: i32, child: i32) {
+        self.send(&format!("F {parent} {child}\n"));
+    }
+
+    pub fn gone(&mut self, pid: i32) {
+        self.send(&format!("G {pid}\n"));
+    }
+
+    /// udtrace stops cleanly: the undertaker goes without touching anything.
+    pub fn close(mut self) {
+        self.send("C\n");
+        self.pipe = None;
+        // Reaped when it ends (soon, its pipe closed), so as not to leave a zombie.
+        let _ = self.child.wait();
+    }
+}
+
+/// The undertaker's life: reads messages until the pipe closes, then undoes what is
+/// left unless udtrace said it stopped cleanly. Returns what it restored, by process.
+pub fn serve(input: impl BufRead) -> Vec<(i32, usize)> {
+    if let Ok(name) = std::ffi::CString::new(UNDERTAKER_NAME) {
+        let _ = nix::sys::prctl::set_name(&name);
+    }
+    let mut book = Book::default();
+    for line in input.lines() {
+        let Ok(line) = line else { break };
+        book.take(&line);
+    }
+    if book.clean {
+        return Vec::new();
+    }
+    book.procs.iter().map(|(&pid, (start, changes))| (pid, undo(pid, *start, changes))).collect()
+}
+
+/// Stops every thread of `pid`, writes the original bytes back where the written ones
+/// still are (latest change first), lets the threads go. The number restored.
+fn undo(pid: i32, start: u64, changes: &[Change]) -> usize {
+    if start_time(pid) != Some(start) {
+        return 0; // gone, or another process with its pid
+    }
+    let mut held: Vec<i32> = Vec::new();
+    // Threads come and go: seize until a listing has none new (held ones create none).
+    loop {
+        let new: Vec<i32> = procfs::tasks(pid).unwrap_or_default().into_iter().filter(|t| !held.contains(t)).collect();
+        if new.is_empty() {
+            break;
+        }
+        for tid in new {
+            let p = Pid::from_raw(tid);
+            if ptrace::seize(p, ptrace::Options::empty()).is_err() || ptrace::interrupt(p).is_err() {
+                continue;
+            }
+            held.push(tid);
+            // Until the interrupt stop (a signal stop first is passed on).
+            loop {
+                match waitpid(Some(p), WaitPidFlag::__WALL) {
+                    Ok(w) if w.delivery_signal().is_some() => {
+                        crate::wait::cont(tid, w.delivery_signal().unwrap_or(0));
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+    let mut restored = 0;
+    if let Ok(mem) = OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem")) {
+        for c in changes.iter().rev() {
+            let mut now = vec![0u8; c.written.len()];
+            if mem.read_exact_at(&mut now, c.at).is_ok()
+                && now == c.written
+                && mem.write_all_at(&c.original, c.at).is_ok()
+            {
+                restored += 1;
+            }
+        }
+    }
+    for tid in held {
+        let _ = ptrace::detach(Pid::from_raw(tid), None);
+    }
+    restored
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_book_follows_the_messages() {
+        let mut b = Book::default();
+        for l in ["W 10 77 1000 554889e5 e9aabbccdd", "W 10 77 1000 5548 e9aa", "W 10 77 2000 55 cc", "W x", "G 11"] {
+            b.take(l);
+        }
+        assert_eq!(b.procs[&10].0, 77);
+        assert_eq!(b.procs[&10].1.len(), 2, "the entry of two lengths is dropped");
+        assert_eq!(b.procs[&10].1[1], Change { at: 0x2000, original: vec![0x55], written: vec![0xcc] });
+        b.take("G 10");
+        assert!(b.procs.is_empty());
+        assert!(!b.clean);
+        b.take("C");
+        assert!(b.clean);
+    }
+}
