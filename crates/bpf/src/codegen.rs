@@ -263,10 +263,14 @@ pub fn uprobe_program_for(
 
 /// After a string read whose result is in R0: when it failed, copies the string's
 /// bytes up to the end of its page with `bpf_copy_from_user` (which faults the page in:
-/// the program is sleepable) and reads the string again, R0 its result.
+/// the program is sleepable) and reads the string again, R0 its result. When that
+/// fails too, the string goes on into the next page, untouched as well: that page is
+/// faulted in the same way (into the slot's start: only the fault matters, the last
+/// read writes the slot), and the string read once more. (`max` is at most a page.)
 fn emit_fault_in_string(a: &mut Asm, reg: PtReg, slot: usize, max: u32) {
     let done = a.label();
     let fits = a.label();
+    let second = a.label();
     a.jmp_imm(Cond::Sge, Reg::R0, 0, done);
     // Bytes to the page's end, at most `max`: a copy that crossed into an unmapped
     // page would fail whole.
@@ -280,14 +284,34 @@ fn emit_fault_in_string(a: &mut Asm, reg: PtReg, slot: usize, max: u32) {
     a.bind(fits);
     a.push(mov64_reg(Reg::R1, Reg::R8));
     a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
+    a.push(mov64_reg(Reg::R9, Reg::R2)); // the first page's part, kept for below
     a.push(ldx(Size::DW, Reg::R3, Reg::R6, reg.offset() as i16));
     a.call(helper::COPY_FROM_USER);
+    emit_read_string_again(a, reg, slot, max);
+    a.jmp_imm(Cond::Sge, Reg::R0, 0, done);
+    // The rest, up to `max`, from the next page's start.
+    a.push(mov64_imm(Reg::R2, max as i32));
+    a.push(alu64_reg(AluOp::Sub, Reg::R2, Reg::R9));
+    a.jmp_imm(Cond::Sle, Reg::R2, 0, done);
+    a.jmp_imm(Cond::Le, Reg::R2, max as i32, second);
+    a.push(mov64_imm(Reg::R2, max as i32));
+    a.bind(second);
+    a.push(mov64_reg(Reg::R1, Reg::R8));
+    a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
+    a.push(ldx(Size::DW, Reg::R3, Reg::R6, reg.offset() as i16));
+    a.push(alu64_reg(AluOp::Add, Reg::R3, Reg::R9));
+    a.call(helper::COPY_FROM_USER);
+    emit_read_string_again(a, reg, slot, max);
+    a.bind(done);
+}
+
+/// Reads the string behind `reg` into its slot again, R0 the result.
+fn emit_read_string_again(a: &mut Asm, reg: PtReg, slot: usize, max: u32) {
     a.push(mov64_reg(Reg::R1, Reg::R8));
     a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
     a.push(mov64_imm(Reg::R2, max as i32));
     a.push(ldx(Size::DW, Reg::R3, Reg::R6, reg.offset() as i16));
     a.call(helper::PROBE_READ_USER_STR);
-    a.bind(done);
 }
 
 /// Reserves a record of `size` bytes in the ring into R8; when the ring is full,
