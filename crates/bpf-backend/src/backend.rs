@@ -585,7 +585,10 @@ impl Backend for Bpf {
         changed
             .into_iter()
             .map(|(pid, n)| {
+                // Not named when it is this udtrace: its own patch (of the in-process
+                // backend it backs) is there.
                 let by = procfs::tracer(pid)
+                    .filter(|&(t, _)| t != std::process::id() as i32)
                     .map_or(String::new(), |(t, name)| format!("; it is traced by {name} (pid {t})"));
                 let plural = if n == 1 { "" } else { "s" };
                 format!("pid {pid}: {n} probe site{plural} not armed: another tracer changed the code there{by}")

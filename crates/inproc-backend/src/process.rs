@@ -62,6 +62,8 @@ pub struct Rings {
     list: Vec<Option<RingState>>,
     /// Drops counted by rings already let go.
     gone_drops: u64,
+    /// Records left in rings let go, for the next drain.
+    left: Vec<Vec<u8>>,
 }
 
 struct RingState {
@@ -97,17 +99,39 @@ impl Rings {
         let Some(r) = slot else { return };
         r.users = r.users.saturating_sub(1);
         if r.users == 0 {
-            self.gone_drops += r.reader.drops(&r.region.view);
+            // Its writers are gone, but records they committed after the last drain
+            // began may still be in it: kept for the next. A slot reserved and never
+            // committed (a writer that died in the middle) is a drop.
+            let left = &mut self.left;
+            // No writer is left to commit a stalled slot: skip it at once (a few
+            // rounds: one per writer that died in the middle of a record).
+            let later = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+            let mut idle = 0;
+            for _ in 0..64 {
+                let before = r.reader.unread(&r.region.view);
+                r.reader.drain_at(&mut r.region.view, later, |b| left.push(b.to_vec()));
+                let now = r.reader.unread(&r.region.view);
+                // The first call on a stalled slot only notes it; the next skips it.
+                idle = if now == before { idle + 1 } else { 0 };
+                if now == 0 || idle == 2 {
+                    break;
+                }
+            }
+            let unread = r.reader.unread(&r.region.view);
+            self.gone_drops += r.reader.drops(&r.region.view) + r.reader.skipped() + unread;
             *slot = None;
         }
     }
 
-    /// Hands every committed record of every ring to `each`.
+    /// Hands every committed record of every ring to `each`: first those left in rings
+    /// let go since the last drain.
     pub fn drain(&mut self, mut each: impl FnMut(&[u8])) {
+        for b in std::mem::take(&mut self.left) {
+            each(&b);
+        }
         for r in self.list.iter_mut().flatten() {
             r.reader.drain(&mut r.region.view, &mut each);
         }
-        // Rings whose writers are all gone were drained when they left.
     }
 
     /// Whether a ring is at least half full: drain again at once.
@@ -115,9 +139,12 @@ impl Rings {
         self.list.iter().flatten().any(|r| r.reader.backlog(&r.region.view))
     }
 
-    /// Firings dropped because a ring was full, in all.
+    /// Firings dropped, in all: because a ring was full, or their slot was never
+    /// committed (skipped after the stall timeout: a writer that died, or one held off
+    /// the CPU that long, whose record comes too late).
     pub fn drops(&self) -> u64 {
-        self.gone_drops + self.list.iter().flatten().map(|r| r.reader.drops(&r.region.view)).sum::<u64>()
+        self.gone_drops
+            + self.list.iter().flatten().map(|r| r.reader.drops(&r.region.view) + r.reader.skipped()).sum::<u64>()
     }
 }
 

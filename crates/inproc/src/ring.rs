@@ -186,6 +186,12 @@ impl Reader {
         view.load_acquire_u64(OFF_DROPS)
     }
 
+    /// Slots reserved and not read yet (bounded by a lap: the writers' words).
+    pub fn unread(&self, view: &impl RingView) -> u64 {
+        let used = view.load_acquire_u64(OFF_HEAD).saturating_sub(view.load_acquire_u64(OFF_TAIL));
+        used.min(self.geometry.nslots)
+    }
+
     /// Whether the ring is at least half full: the consumer should drain again at once.
     pub fn backlog(&self, view: &impl RingView) -> bool {
         let used = view.load_acquire_u64(OFF_HEAD).saturating_sub(view.load_acquire_u64(OFF_TAIL));
