@@ -470,19 +470,20 @@ impl Tree {
     /// in it (patched code) before any of its threads runs again; then every thread is
     /// detached, its debug registers cleared ([`Tree::watch`]). A thread that stops
     /// meanwhile with the hold signal or SIGTRAP has it dropped when `ours(pid, tid,
-    /// signal)` says udtrace caused it (and has dealt with the stop), delivered
-    /// otherwise. A process with a thread that never stops (it is exiting) is not
-    /// released: waiting is bounded.
+    /// signal)` says udtrace caused it (and has dealt with the stop); any other signal
+    /// is delivered at once, from its own stop, and the thread waited for again. A
+    /// process with a thread that never stops (it is exiting) is not released: waiting
+    /// is bounded.
     pub fn detach_all(&mut self, ours: &mut dyn FnMut(i32, i32, Signal) -> bool, release: &mut dyn FnMut(i32)) {
         let mut waiting: HashSet<i32> = HashSet::new();
-        // (tid, signal to deliver at detach, 0 for none) of every stopped thread.
-        let mut stopped: Vec<(i32, i32)> = Vec::new();
+        // Every stopped thread; none is detached with a signal (see the signal stops).
+        let mut stopped: Vec<i32> = Vec::new();
         let tgids: HashMap<i32, i32> = self.tasks.iter().map(|(&tid, t)| (tid, t.tgid)).collect();
         let tasks: Vec<(i32, State)> = self.tasks.iter().map(|(&tid, t)| (tid, t.state)).collect();
         for (tid, state) in tasks {
             let p = Pid::from_raw(tid);
             match state {
-                State::Held | State::Born | State::Paused => stopped.push((tid, 0)),
+                State::Held | State::Born | State::Paused => stopped.push(tid),
                 _ => {
                     if ptrace::interrupt(p).is_ok() || matches!(state, State::Starting { .. } | State::Unwanted) {
                         waiting.insert(tid);
@@ -491,7 +492,7 @@ impl Tree {
             }
         }
         for tid in self.early.drain() {
-            stopped.push((tid, 0));
+            stopped.push(tid);
         }
         self.tasks.clear();
         self.procs.clear();
@@ -505,9 +506,9 @@ impl Tree {
                 }
                 Err(Errno::EINTR) => continue,
                 Err(_) => break,
+                // Never udtrace's: delivered now, from its own stop (see below).
                 Ok(Wait::RealTime(p, sig)) => {
-                    stopped.push((p.as_raw(), sig));
-                    waiting.remove(&p.as_raw());
+                    deliver_then_stop(p, sig);
                     continue;
                 }
                 Ok(Wait::Status(st)) => st,
@@ -518,10 +519,12 @@ impl Tree {
                 }
                 WaitStatus::Stopped(p, sig) => {
                     let tgid = tgids.get(&p.as_raw()).copied().unwrap_or(p.as_raw());
-                    let mine = (sig == self.hold_signal || sig == Signal::SIGTRAP) && ours(tgid, p.as_raw(), sig);
-                    let deliver = if mine { 0 } else { sig as i32 };
-                    stopped.push((p.as_raw(), deliver));
-                    waiting.remove(&p.as_raw());
+                    if (sig == self.hold_signal || sig == Signal::SIGTRAP) && ours(tgid, p.as_raw(), sig) {
+                        stopped.push(p.as_raw());
+                        waiting.remove(&p.as_raw());
+                    } else {
+                        deliver_then_stop(p, sig as i32);
+                    }
                 }
                 WaitStatus::PtraceEvent(p, Signal::SIGTRAP, libc::PTRACE_EVENT_STOP)
                     if crate::procfs::thread_pending_signals(p.as_raw())
@@ -540,12 +543,12 @@ impl Tree {
                         // Unless its first stop was reported already (before its
                         // creator's event, as it may be): it would never come again.
                         if let Ok(new) = ptrace::getevent(p).map(|n| n as i32) {
-                            if !stopped.iter().any(|&(t, _)| t == new) {
+                            if !stopped.contains(&new) {
                                 waiting.insert(new);
                             }
                         }
                     }
-                    stopped.push((p.as_raw(), 0));
+                    stopped.push(p.as_raw());
                     waiting.remove(&p.as_raw());
                 }
                 _ => {}
@@ -554,7 +557,7 @@ impl Tree {
         // Released: processes none of whose threads is still running.
         let running: HashSet<i32> = waiting.iter().filter_map(|t| tgids.get(t).copied()).collect();
         let mut released: HashSet<i32> = HashSet::new();
-        for &(tid, _) in &stopped {
+        for &tid in &stopped {
             if let Some(&tgid) = tgids.get(&tid) {
                 if !running.contains(&tgid) && released.insert(tgid) {
                     release(tgid);
@@ -562,13 +565,26 @@ impl Tree {
             }
         }
         let watches = std::mem::take(&mut self.watches);
-        for (tid, sig) in stopped {
+        for tid in stopped {
             if tgids.get(&tid).is_some_and(|t| watches.contains_key(t)) {
                 let _ = crate::watch::clear(tid);
             }
-            let _ = udtrace_sys::process::ptrace_detach(tid, sig);
+            let _ = ptrace::detach(Pid::from_raw(tid), None);
         }
     }
+}
+
+/// Delivers `sig` to `p` from the signal-delivery stop it is in, then has it stop
+/// again ([`Tree::detach_all`]). Resumed from its own stop, the signal keeps its siginfo
+/// (a sigqueue value, its sender) and its thread. Kept for the detach instead, it went
+/// out from whatever stop the thread was in by then: after `release` had run remote
+/// calls in the thread, a syscall-exit stop, where the kernel sends the signal anew,
+/// process-wide, with its own siginfo (value 0: the chaos test's lost real-time value).
+/// The interrupt stop comes before any handler runs; interrupting again (a no-op while
+/// one is pending) covers a thread whose interrupt stop was taken already.
+fn deliver_then_stop(p: Pid, sig: i32) {
+    wait::cont(p.as_raw(), sig);
+    let _ = ptrace::interrupt(p);
 }
 
 impl Drop for Tree {

@@ -44,17 +44,22 @@
 //! allows with any `si_code`): they wait with their original siginfo until the caller
 //! resumes the thread, which then sees them as ordinary signal-delivery-stops. A
 //! process-wide signal comes back thread-directed. SIGSTOP and a foreign SIGTRAP, which
-//! no mask holds back, are sent again with `tgkill` after the last call (siginfo: from
-//! udtrace). The mask is only set after a call has completed: by then the thread has
-//! left its original stop, and a mask that sigsuspend/ppoll/pselect saved for the
-//! return to user space is back in place (PTRACE_SETSIGMASK drops a saved mask); the
-//! interrupted call restarts afterwards and installs its temporary mask again.
+//! no mask holds back, are sent again by udtrace after the last call, as are the
+//! signals of a session whose first call failed: with `rt_tgsigqueueinfo` and their
+//! siginfo where the kernel allows it from another process (negative `si_code` but
+//! `SI_TKILL`: a sigqueue'd signal keeps its value), else with `tgkill`. The mask is
+//! only set after a call has completed: by then the thread has left its original stop,
+//! and a mask that sigsuspend/ppoll/pselect saved for the return to user space is back
+//! in place (PTRACE_SETSIGMASK drops a saved mask); the interrupted call restarts
+//! afterwards and installs its temporary mask again.
 //!
 //! **The stop afterwards.** The thread ends in a syscall-exit stop. Resuming it with
 //! `PTRACE_CONT` or `PTRACE_DETACH` and signal 0 behaves as from the original stop; a
-//! signal given then is sent anew (kernel siginfo). It is no longer a group-stop:
-//! `PTRACE_LISTEN` does not apply. A session whose first call failed before the
-//! thread left its original stop leaves it there, siginfo put back.
+//! signal given then is sent anew, process-wide, with the kernel's siginfo (`SI_KERNEL`,
+//! no value): a caller that means to deliver the signal of a signal-delivery stop does
+//! it from that stop, before any session in the thread (`Tree::detach_all` does). It is
+//! no longer a group-stop: `PTRACE_LISTEN` does not apply. A session whose first call
+//! failed before the thread left its original stop leaves it there, siginfo put back.
 //!
 //! # Shared memory
 //!
@@ -96,8 +101,8 @@ use nix::unistd::Pid;
 use crate::wait::Wait;
 use udtrace_sys::mmap::{page_size, Mmap};
 use udtrace_sys::process::{
-    ptrace_get_xstate, ptrace_getsiginfo_raw, ptrace_getsigmask, ptrace_setsiginfo_raw, ptrace_setsigmask, tgkill,
-    SIGINFO_SIZE,
+    ptrace_get_xstate, ptrace_getsiginfo_raw, ptrace_getsigmask, ptrace_setsiginfo_raw, ptrace_setsigmask,
+    rt_tgsigqueueinfo, tgkill, SIGINFO_SIZE,
 };
 
 use crate::procfs::{self, Mapping};
@@ -586,20 +591,19 @@ impl RemoteCall {
     /// Blocks every signal but SIGTRAP (saving the mask) and queues the deferred
     /// signals again, to the thread, from the thread itself, so that they wait with their
     /// siginfo until the caller resumes it. SIGSTOP and SIGTRAP, which no mask holds
-    /// back (another step would take them at once), are returned to be sent with tgkill
-    /// once no step is left. The mask is set with ptrace, which needs no step: only
+    /// back (another step would take them at once), are returned to be sent by udtrace
+    /// ([`resend`]) once no step is left. The mask is set with ptrace, which needs no step: only
     /// after a first step, when a mask that sigsuspend/ppoll/pselect had saved is
     /// already back in place (PTRACE_SETSIGMASK would drop it).
-    fn requeue_signals(&mut self) -> Result<Vec<i32>> {
-        let signo = |info: &[u8; SIGINFO_SIZE]| i32::from_ne_bytes([info[0], info[1], info[2], info[3]]);
+    fn requeue_signals(&mut self) -> Result<Vec<[u8; SIGINFO_SIZE]>> {
         let mut late = Vec::new();
         if self.deferred.is_empty() {
             return Ok(late);
         }
         if !self.stepped {
             // No call completed (an error): the mask must not be touched; the signals
-            // go back without their siginfo.
-            late.extend(self.deferred.drain(..).map(|i| signo(&i)));
+            // are sent by udtrace, in arrival order (the list is reversed).
+            late.extend(self.deferred.drain(..).rev());
             return Ok(late);
         }
         let old = ptrace_getsigmask(self.tid).map_err(|source| InjectError::Io {
@@ -619,12 +623,12 @@ impl RemoteCall {
             let Some(info) = self.deferred.pop() else { break };
             let sig = signo(&info);
             if sig == libc::SIGSTOP || sig == libc::SIGTRAP {
-                late.push(sig);
+                late.push(info);
             } else if let Err(e) = self.queue_signal(sig, &info) {
                 first_err.get_or_insert(e);
             }
         }
-        late.extend(self.deferred.drain(..).map(|i| signo(&i)));
+        late.extend(self.deferred.drain(..).rev());
         first_err.map_or(Ok(late), Err)
     }
 
@@ -664,7 +668,7 @@ impl RemoteCall {
                 None => {}
             }
             // A SIGSTOP during the munmap's step.
-            late.extend(self.deferred.drain(..).map(|i| i32::from_ne_bytes([i[0], i[1], i[2], i[3]])));
+            late.append(&mut self.deferred);
             if let Some(mask) = self.saved_sigmask.take() {
                 if let Err(source) = ptrace_setsigmask(self.tid, mask) {
                     first_err.get_or_insert(InjectError::Io { tid: self.tid, op: "PTRACE_SETSIGMASK", source });
@@ -687,10 +691,9 @@ impl RemoteCall {
                     first_err.get_or_insert(e);
                 }
             }
-            late.dedup();
-            for sig in late {
-                if let Err(source) = tgkill(self.pid, self.tid, sig) {
-                    first_err.get_or_insert(InjectError::Io { tid: self.tid, op: "tgkill", source });
+            for info in late {
+                if let Err(source) = resend(self.pid, self.tid, &info) {
+                    first_err.get_or_insert(InjectError::Io { tid: self.tid, op: "sending a signal again", source });
                 }
             }
         }
@@ -708,6 +711,22 @@ impl RemoteCall {
 impl Drop for RemoteCall {
     fn drop(&mut self) {
         let _ = self.restore();
+    }
+}
+
+/// The signal number of raw siginfo bytes.
+fn signo(info: &[u8; SIGINFO_SIZE]) -> i32 {
+    i32::from_ne_bytes([info[0], info[1], info[2], info[3]])
+}
+
+/// Sends a signal taken from the thread back to it from udtrace: with its siginfo where
+/// the kernel lets another process set it (`rt_tgsigqueueinfo`: a sigqueue'd signal
+/// keeps its value and sender), else with `tgkill` (siginfo from udtrace). A standard
+/// signal sent twice while the thread is stopped is merged, as it would have been.
+fn resend(pid: i32, tid: i32, info: &[u8; SIGINFO_SIZE]) -> io::Result<()> {
+    match rt_tgsigqueueinfo(pid, tid, signo(info), info) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => tgkill(pid, tid, signo(info)),
+        r => r,
     }
 }
 

@@ -18,6 +18,7 @@ use nix::sys::uio::{process_vm_writev, RemoteIoVec};
 use nix::unistd::Pid;
 
 use udtrace_process::control::Target;
+use udtrace_process::follow::Tree;
 use udtrace_process::inject::{
     self, create_shared_near, map_exec_near, map_shared_near, remote_syscall, unmap, InjectError, Prot, RemoteCall,
     REACH,
@@ -552,4 +553,38 @@ fn worker_abandons_a_call() {
     std::mem::forget(target);
     println!("abandoned");
     std::process::exit(0);
+}
+
+/// The chaos test's lost real-time value, made deterministic: a thread is in the
+/// signal-delivery stop of a sigqueue'd SIGRTMIN (value 7, a second one with 35 still
+/// queued) when the tree lets go, and the release runs a remote call in that very
+/// thread (as the guard's removal does). Both values must arrive: a signal resumed
+/// from any stop but its own is sent anew by the kernel, value 0.
+#[test]
+fn detach_after_remote_calls_keeps_a_stopped_signals_value() {
+    let t = Tracee::spawn("rt", None);
+    assert_eq!(t.line(), "ready");
+    let pid = t.pid();
+    let rtmin = libc::SIGRTMIN();
+    let mut target = Target::grab(pid).expect("grab");
+    let mut tree = Tree::new(false, Signal::SIGURG);
+    tree.adopt(&mut target).expect("adopt");
+    tree.start(pid);
+    udtrace_sys::process::sigqueue(pid, rtmin, 7).expect("sigqueue 7");
+    // Never polled: the stop stays for detach_all to find.
+    let deadline = Instant::now() + TIMEOUT;
+    while procfs::task_stat(pid, pid).expect("stat").1[0] != "t" {
+        assert!(Instant::now() < deadline, "the fixture never stopped with SIGRTMIN");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    udtrace_sys::process::sigqueue(pid, rtmin, 35).expect("sigqueue 35");
+    let mut released = 0;
+    tree.detach_all(&mut |_, _, _| false, &mut |p| {
+        assert_eq!(remote_syscall(p, libc::SYS_getpid, [0; 6]).expect("getpid"), p as i64);
+        released += 1;
+    });
+    assert_eq!(released, 1);
+    let (out, st) = t.finish();
+    assert_eq!(out, ["rt 2 42"]);
+    assert!(st.success(), "{st:?}");
 }

@@ -204,6 +204,25 @@ pub fn tgkill(tgid: i32, tid: i32, sig: i32) -> io::Result<()> {
     cvt(unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, sig) } as libc::c_int).map(|_| ())
 }
 
+/// `rt_tgsigqueueinfo(tgid, tid, sig, info)`: queues `sig` to one thread with the
+/// siginfo `info` (raw bytes, as [`ptrace_getsiginfo_raw`] returned them), value and
+/// sender kept. The kernel refuses (EPERM) a siginfo whose `si_code` is not negative,
+/// or is `SI_TKILL`, unless the caller sends to its own process.
+pub fn rt_tgsigqueueinfo(tgid: i32, tid: i32, sig: i32, info: &[u8; SIGINFO_SIZE]) -> io::Result<()> {
+    // SAFETY: the kernel reads sizeof(siginfo_t) = 128 bytes from `info`, 128 bytes,
+    // alive for the call; it is not written.
+    let r = unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, tgid, tid, sig, info.as_ptr()) };
+    cvt(r as libc::c_int).map(|_| ())
+}
+
+/// `sigqueue(pid, sig, value)`: queues `sig` (real-time ones too) to process `pid`
+/// with `value` as its `si_value`, as a program does.
+pub fn sigqueue(pid: i32, sig: i32, value: i32) -> io::Result<()> {
+    let v = libc::sigval { sival_ptr: value as isize as *mut libc::c_void };
+    // SAFETY: sigqueue takes the value by copy and no pointer is dereferenced.
+    cvt(unsafe { libc::sigqueue(pid, sig, v) }).map(|_| ())
+}
+
 /// The calling thread's FS base (its thread pointer), as `arch_prctl(ARCH_GET_FS)`
 /// reports it.
 #[cfg(target_arch = "x86_64")]
