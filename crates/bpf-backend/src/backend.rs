@@ -464,14 +464,17 @@ impl Backend for Bpf {
         }
         for (file, mut sites) in new {
             let per_process = self.is_per_process(&file);
+            let links = if per_process { self.procs.get(&pid) } else { Some(&self.global) };
+            let armed = links.and_then(|l| l.sites.get(&file));
+            sites.retain(|s| !armed.is_some_and(|a| a.iter().any(|o| o.offset == s.offset)));
+            // Only what is about to be armed: a global file's sites are checked in every
+            // traced process that maps it.
             let owner = [pid];
             self.leave_changed(&file, if per_process { &owner } else { &[] }, &mut sites);
-            let links = if per_process { self.procs.entry(pid).or_default() } else { &mut self.global };
-            let armed = links.sites.get(&file);
-            sites.retain(|s| !armed.is_some_and(|a| a.iter().any(|o| o.offset == s.offset)));
             if sites.is_empty() {
                 continue;
             }
+            let links = if per_process { self.procs.entry(pid).or_default() } else { &mut self.global };
             sites.sort_by_key(|s| s.offset);
             attach_file(
                 &self.program,
