@@ -138,11 +138,44 @@ fn a_process_under_a_debugger_is_traced_with_its_forked_children() {
     );
 }
 
+#[test]
+fn a_program_exec_d_under_a_debugger_is_armed_after_the_fact() {
+    // A shell the holder holds execs the fixture: its pid probes, matched against the
+    // new image once udtrace reads the kernel's record of the exec, fire from then on.
+    let (calls, gap_ms) = (300u64, 3);
+    let script = format!("read x; exec {} spin {calls} {gap_ms}", fixture("probes"));
+    let mut target =
+        Guard::spawn(Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).stdout(Stdio::piped()));
+    let pid = target.child().id();
+    wait_mapped(pid, "libc.so.6");
+    let _holder = hold(pid);
+    let prog = "pid$target::work:entry { @ = count(); } END { printa(\"count %@d\\n\", @); }";
+    let mut tracer = Session::start(&["-q", "-Z", "-n", prog, "-p", &pid.to_string()]);
+    let Some(note) = tracer.wait_for("is traced by") else { return };
+    assert!(note.contains("the programs they exec"), "{note}");
+    target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
+    let mut child = target.take();
+    let mut text = String::new();
+    child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
+    assert!(child.wait().expect("wait").success());
+    assert!(text.starts_with(&format!("spin {calls} ")), "{text}");
+    let (out, err) = tracer.finish();
+    assert!(out.status.success(), "{err}");
+    // Armed within a few tens of milliseconds of the exec: the first calls, 3 ms apart,
+    // may be missed, never most of them.
+    let n = count_of(&out).unwrap_or(0);
+    assert!((calls * 2 / 3..=calls).contains(&n), "{n} of {calls} calls counted\n{}\n{err}", stdout(&out));
+}
+
 /// Starts `probes wait N`, which calls work() N times once it reads a line.
-fn waiting_probes(n: u64) -> Guard {
-    let mut g = Guard::spawn(
-        Command::new(fixture("probes")).args(["wait", &n.to_string()]).stdin(Stdio::piped()).stdout(Stdio::piped()),
-    );
+/// A copy of its own in `dir`: a uprobe that another test places on the fixture for
+/// every process mapping it (a file only traced processes map is armed once for all)
+/// would be a change another tracer made, here.
+fn waiting_probes(n: u64, dir: &TempDir) -> Guard {
+    let exe = dir.path().join("probes");
+    std::fs::copy(fixture("probes"), &exe).expect("copy the fixture");
+    let mut g =
+        Guard::spawn(Command::new(&exe).args(["wait", &n.to_string()]).stdin(Stdio::piped()).stdout(Stdio::piped()));
     wait_mapped(g.child().id(), "libc.so.6");
     g
 }
@@ -158,7 +191,8 @@ const COUNT: &str = "pid$target::work:entry { @ = count(); } END { printa(\"coun
 #[test]
 fn two_sessions_on_one_process_each_count_every_firing() {
     let n = 5000u64;
-    let mut target = waiting_probes(n);
+    let dir = TempDir::new("two-sessions");
+    let mut target = waiting_probes(n, &dir);
     let pid = target.child().id().to_string();
     // The first session holds the process (its uprobes stay in place: a site another
     // session patched in-process is one a uprobe must not share, see below).
@@ -191,7 +225,8 @@ fn two_sessions_on_one_process_each_count_every_firing() {
 #[test]
 fn a_second_session_leaves_sites_patched_in_process_alone_and_says_so() {
     let n = 3000u64;
-    let mut target = waiting_probes(n);
+    let dir = TempDir::new("beside-in-process");
+    let mut target = waiting_probes(n, &dir);
     let pid = target.child().id().to_string();
     // The first session patches work() in-process: a uprobe of the second on the
     // patched bytes would run the file's instruction over the first's jump.

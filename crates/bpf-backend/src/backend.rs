@@ -10,7 +10,7 @@ use udtrace_bpf::codegen::{
     errno_entry, exec_program, hold_program, uprobe_program_for, ErrnoSource, Filter, ProbeMaps,
 };
 use udtrace_bpf::insn::Insn;
-use udtrace_bpf::lineage::{exit_program, fork_program, LineageError, TaskIds, KERNEL_FOLLOWED};
+use udtrace_bpf::lineage::{self, exit_program, fork_program, LineageError, TaskIds, KERNEL_FOLLOWED};
 use udtrace_bpf::maps::RingBuf;
 use udtrace_bpf::proc::{attach_points, proc_program, AttachPoints, SyscallField, TaskOffsets};
 use udtrace_bpf::profile::{self, SampleFilter, UserRegs};
@@ -695,11 +695,11 @@ impl Drop for Bpf {
 
 /// The programs following unheld processes' children in the kernel, and their links.
 struct Lineage {
-    _programs: [Program; 2],
-    _links: [RawTracepointLink; 2],
+    _programs: [Program; 3],
+    _links: [RawTracepointLink; 3],
 }
 
-/// Loads and attaches the fork and exit programs of [`udtrace_bpf::lineage`].
+/// Loads and attaches the fork, exit and exec programs of [`udtrace_bpf::lineage`].
 fn follow_in_kernel(maps: &ProbeMaps) -> Result<Lineage, Error> {
     let btf = Btf::vmlinux().map_err(|e| format!("cannot follow children in the kernel: {e}"))?;
     let ids = TaskIds::from_btf(&btf).map_err(|e| format!("cannot follow children in the kernel: {e}"))?;
@@ -707,16 +707,21 @@ fn follow_in_kernel(maps: &ProbeMaps) -> Result<Lineage, Error> {
     let group_dead = btf.tracepoint_arity("sched_process_exit").is_some_and(|n| n >= 2);
     let fork = fork_program(ids, &maps.traced, &maps.ring).map_err(gen)?;
     let exit = exit_program(&maps.traced, &maps.ring, group_dead).map_err(gen)?;
+    let exec = lineage::exec_program(&maps.traced, &maps.ring).map_err(gen)?;
     let load = |name: &str, insns: &[Insn]| {
         Program::load(ProgramKind::RawTracepoint, name, insns)
             .map_err(|e| bpf_error("load the fork and exit programs", &e.to_string(), Some(e.os_error())))
     };
-    let (fork, exit) = (load("udtrace_fork", &fork)?, load("udtrace_exit", &exit)?);
+    let (fork, exit, exec) = (load("udtrace_fork", &fork)?, load("udtrace_exit", &exit)?, load("udtrace_exec", &exec)?);
     let attach = |p: &Program, name: &str| {
         tracepoint::attach_raw(p, name).map_err(|e| format!("cannot follow children in the kernel: {e}"))
     };
-    let links = [attach(&fork, "sched_process_fork")?, attach(&exit, "sched_process_exit")?];
-    Ok(Lineage { _programs: [fork, exit], _links: links })
+    let links = [
+        attach(&fork, "sched_process_fork")?,
+        attach(&exit, "sched_process_exit")?,
+        attach(&exec, "sched_process_exec")?,
+    ];
+    Ok(Lineage { _programs: [fork, exit, exec], _links: links })
 }
 
 fn bpf_error(what: &str, detail: &str, os: Option<&std::io::Error>) -> Error {

@@ -2,7 +2,8 @@
 //! with ptrace (another tracer, a debugger, holds them): at `sched_process_fork` a new
 //! process whose parent is traced joins the traced map before it runs its first
 //! instruction, with its parent's mark; at `sched_process_exit` a process whose last
-//! thread ends with such a mark leaves it. Each change goes to user space as a
+//! thread ends with such a mark leaves it; at `sched_process_exec` one that runs a new
+//! image is told, for its probes to be armed. Each change goes to user space as a
 //! `udtrace_record::lineage` record in the firings' ring (so it comes before any firing
 //! of the child), for what the kernel cannot do (per-process links, symbols).
 //!
@@ -63,6 +64,48 @@ fn emit_event(a: &mut Asm, ring: &RingBuf) {
     a.call(helper::RINGBUF_OUTPUT);
 }
 
+/// Stores the current process's id at `fp + slot`, and leaves it in R0.
+fn emit_current_tgid(a: &mut Asm, slot: i16) {
+    a.call(helper::GET_CURRENT_PID_TGID);
+    a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
+    a.push(stx(Size::W, Reg::R10, slot, Reg::R0));
+}
+
+/// Jumps to `out` unless the process whose id is at `fp + slot` is in the traced map
+/// with the [`KERNEL_FOLLOWED`] mark.
+fn emit_unless_kernel_followed(a: &mut Asm, traced: &HashMap<u32, u32>, slot: i16, out: Label) {
+    a.map_lookup(traced.raw_fd(), slot);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+    a.push(ldx(Size::W, Reg::R1, Reg::R0, 0));
+    a.jmp_imm(Cond::Ne, Reg::R1, KERNEL_FOLLOWED as i32, out);
+}
+
+/// Writes a lineage record of `kind` to `events`: the process id at `fp + pid`, the
+/// child's at `fp + child` (0 without).
+fn emit_record(a: &mut Asm, events: &RingBuf, kind: u64, pid: i16, child: Option<i16>) {
+    emit_cookie(a, kind);
+    a.push(ldx(Size::W, Reg::R1, Reg::R10, pid));
+    a.push(stx(Size::W, Reg::R10, -24, Reg::R1));
+    match child {
+        Some(c) => {
+            a.push(ldx(Size::W, Reg::R1, Reg::R10, c));
+            a.push(stx(Size::W, Reg::R10, -20, Reg::R1));
+        }
+        None => {
+            a.push(st(Size::W, Reg::R10, -20, 0));
+        }
+    }
+    emit_event(a, events);
+}
+
+/// Ends a program at `out`, returning 0.
+fn finish(mut a: Asm, out: Label) -> Result<Vec<Insn>, LineageError> {
+    a.bind(out);
+    a.push(mov64_imm(Reg::R0, 0));
+    a.exit();
+    Ok(a.finish().map_err(CodegenError::from)?)
+}
+
 /// Stores a lineage cookie of `kind` at `fp - 32`.
 fn emit_cookie(a: &mut Asm, kind: u64) {
     a.push_wide(ld_imm64(Reg::R1, lineage::LINEAGE_COOKIE | kind));
@@ -94,25 +137,23 @@ pub fn fork_program(ids: TaskIds, traced: &HashMap<u32, u32>, events: &RingBuf) 
     a.push(ldx(Size::W, Reg::R1, Reg::R10, -8));
     a.push(ldx(Size::W, Reg::R2, Reg::R10, -4));
     a.jmp_reg(Cond::Ne, Reg::R1, Reg::R2, out);
-    a.call(helper::GET_CURRENT_PID_TGID);
-    a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
-    a.push(stx(Size::W, Reg::R10, -12, Reg::R0));
-    a.map_lookup(traced.raw_fd(), -12);
-    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
-    a.push(ldx(Size::W, Reg::R1, Reg::R0, 0));
-    a.jmp_imm(Cond::Ne, Reg::R1, KERNEL_FOLLOWED as i32, out);
+    emit_current_tgid(&mut a, -12);
+    emit_unless_kernel_followed(&mut a, traced, -12, out);
     a.push(st(Size::W, Reg::R10, -16, KERNEL_FOLLOWED as i32));
     a.map_update(traced.raw_fd(), -8, -16);
-    emit_cookie(&mut a, lineage::FORKED);
-    a.push(ldx(Size::W, Reg::R1, Reg::R10, -12));
-    a.push(stx(Size::W, Reg::R10, -24, Reg::R1));
-    a.push(ldx(Size::W, Reg::R1, Reg::R10, -8));
-    a.push(stx(Size::W, Reg::R10, -20, Reg::R1));
-    emit_event(&mut a, events);
-    a.bind(out);
-    a.push(mov64_imm(Reg::R0, 0));
-    a.exit();
-    Ok(a.finish().map_err(CodegenError::from)?)
+    emit_record(&mut a, events, lineage::FORKED, -12, Some(-8));
+    finish(a, out)
+}
+
+/// The RAW_TRACEPOINT program for `sched_process_exec`, in the process that exec'd:
+/// a kernel-followed one is told (its new image is matched and armed after the fact).
+pub fn exec_program(traced: &HashMap<u32, u32>, events: &RingBuf) -> Result<Vec<Insn>, LineageError> {
+    let mut a = Asm::new();
+    let out = a.label();
+    emit_current_tgid(&mut a, -8);
+    emit_unless_kernel_followed(&mut a, traced, -8, out);
+    emit_record(&mut a, events, lineage::EXECED, -8, None);
+    finish(a, out)
 }
 
 /// The RAW_TRACEPOINT program for `sched_process_exit`, in the exiting thread. With
@@ -140,22 +181,12 @@ pub fn exit_program(traced: &HashMap<u32, u32>, events: &RingBuf, group_dead: bo
     }
     a.bind(ending);
     a.push(stx(Size::W, Reg::R10, -8, Reg::R0));
-    a.map_lookup(traced.raw_fd(), -8);
-    a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
-    a.push(ldx(Size::W, Reg::R1, Reg::R0, 0));
-    a.jmp_imm(Cond::Ne, Reg::R1, KERNEL_FOLLOWED as i32, out);
+    emit_unless_kernel_followed(&mut a, traced, -8, out);
     // Out of the map at once: its pid may name another process soon.
     a.push_wide(ld_map_fd(Reg::R1, traced.raw_fd()));
     a.push(mov64_reg(Reg::R2, Reg::R10));
     a.push(alu64_imm(AluOp::Add, Reg::R2, -8));
     a.call(helper::MAP_DELETE_ELEM);
-    emit_cookie(&mut a, lineage::EXITED);
-    a.push(ldx(Size::W, Reg::R1, Reg::R10, -8));
-    a.push(stx(Size::W, Reg::R10, -24, Reg::R1));
-    a.push(st(Size::W, Reg::R10, -20, 0));
-    emit_event(&mut a, events);
-    a.bind(out);
-    a.push(mov64_imm(Reg::R0, 0));
-    a.exit();
-    Ok(a.finish().map_err(CodegenError::from)?)
+    emit_record(&mut a, events, lineage::EXITED, -8, None);
+    finish(a, out)
 }

@@ -201,19 +201,55 @@ fn hold_signal() -> Signal {
     Signal::try_from(HOLD_SIGNAL).unwrap_or(Signal::SIGURG)
 }
 
+/// The program's descriptions of the `targets` processes: (clause, statement,
+/// description, root).
+fn descs_of(c: &Compiled, targets: &[i32]) -> Vec<(usize, usize, ProbeDesc, i32)> {
+    let mut descs = Vec::new();
+    for (ci, clause) in c.program.clauses.iter().enumerate() {
+        let first = first_statement(&c.program, ci);
+        for (di, d) in clause.probes.iter().enumerate() {
+            let named = named_process(&d.provider);
+            if let Some(root) = named.filter(|p| targets.contains(p)) {
+                descs.push((ci, first + di, d.clone(), root));
+            }
+        }
+    }
+    descs
+}
+
+/// Follows processes another tracer holds, without a tree: the kernel tells of their
+/// children and new images (`Record::Lineage`), and a new image's descriptions are
+/// matched and armed when udtrace reads that (its first firings are missed).
+pub struct KernelFollower {
+    rematcher: Rematcher,
+}
+
+impl KernelFollower {
+    pub fn new(c: &Compiled, roots: &[i32]) -> Option<KernelFollower> {
+        let descs = descs_of(c, roots);
+        (!descs.is_empty()).then(|| KernelFollower { rematcher: Rematcher { descs, matched: HashMap::new() } })
+    }
+
+    /// Process `pid`, of `root`'s tree, runs a new image.
+    pub fn exec(&mut self, root: i32, pid: i32, w: &mut World<'_>) {
+        w.backend.exec(pid);
+        let objects = mapped(pid);
+        let new: Vec<LoadedObject> = objects.iter().filter(|o| !o.is_vdso).cloned().collect();
+        let found = self.rematcher.probes_in(root, pid, &new, w.registry, w.consumer);
+        if !found.is_empty() {
+            if let Err(e) = w.backend.arm(pid, &pid_probes(w.registry, &found)) {
+                note!("pid {pid}: {e}");
+            }
+            w.procs.borrow_mut().share(w.registry.pid.objects());
+        }
+        remember(pid, objects, w);
+    }
+}
+
 impl Follower {
     /// A follower when the program has pid descriptions for the targets' processes.
     pub fn new(c: &Compiled, targets: &[i32]) -> Option<Follower> {
-        let mut descs: Vec<(usize, usize, ProbeDesc, i32)> = Vec::new();
-        for (ci, clause) in c.program.clauses.iter().enumerate() {
-            let first = first_statement(&c.program, ci);
-            for (di, d) in clause.probes.iter().enumerate() {
-                let named = named_process(&d.provider);
-                if let Some(root) = named.filter(|p| targets.contains(p)) {
-                    descs.push((ci, first + di, d.clone(), root));
-                }
-            }
-        }
+        let descs = descs_of(c, targets);
         if descs.is_empty() {
             return None;
         }

@@ -36,7 +36,7 @@ use udtrace_runtime::Context;
 use udtrace_runtime::{Consumer, Effects, Output, Probe};
 
 use crate::compile::{self, io_reason, Compiled};
-use crate::follow::{AllProcesses, Follower, World};
+use crate::follow::{AllProcesses, Follower, KernelFollower, World};
 use crate::list;
 use crate::request::{split_command, Request};
 use crate::sink::Sink;
@@ -303,7 +303,17 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     let strsize = c.options.strsize.min(u64::from(u32::MAX)) as u32;
     let proc_hooks = proc_hook_plans(c, strsize);
     let (profile, profile_stack) = profile_probes(c);
-    if enabled.is_empty() && follower.is_none() && all.is_none() && proc_hooks.is_empty() && profile.is_empty() {
+    // Descriptions of an unheld target that match nothing yet (-Z) may match what it
+    // execs: the kernel must follow it.
+    let unheld_pids: Vec<i32> = unheld.iter().map(|t| t.pid).collect();
+    let kernel_follow = !c.options.nofollow && KernelFollower::new(c, &unheld_pids).is_some();
+    if enabled.is_empty()
+        && follower.is_none()
+        && !kernel_follow
+        && all.is_none()
+        && proc_hooks.is_empty()
+        && profile.is_empty()
+    {
         return Ok((None, None, None, HashSet::new()));
     }
     // `pid*` probes (owner 0) are armed for every process, apart.
@@ -323,7 +333,7 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
         children: !c.options.nofollow,
         inprocess: !c.options.uprobes,
         explain: c.options.inprocess,
-        unheld: unheld.iter().map(|t| t.pid).collect(),
+        unheld: unheld_pids,
     };
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
@@ -377,8 +387,9 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
             let follow = if c.options.nofollow {
                 ""
             } else {
-                "; the kernel adds the processes it forks, their probes in shared libraries armed \
-                 once they run, but programs they exec and objects loaded later are not armed"
+                "; the kernel follows the processes it forks and the programs they exec, armed when \
+                 udtrace reads of them (probes in shared libraries of a child, and in a new program, miss \
+                 their first firings); objects loaded later are not armed"
             };
             note!("pid {} is traced by {name} (pid {tracer}): its probes are armed without stopping it{follow}", t.pid);
         }
@@ -612,6 +623,12 @@ fn trace(
         pending_exec: HashMap::new(),
         only_cpu,
         kernel_roots: HashMap::new(),
+        kernel_follower: (!c.options.nofollow)
+            .then(|| {
+                let unheld: Vec<i32> = targets.list.iter().filter(|t| t.tracer.is_some()).map(|t| t.pid).collect();
+                KernelFollower::new(c, &unheld)
+            })
+            .flatten(),
     };
     while !done {
         let now = Instant::now();
@@ -850,6 +867,8 @@ struct Drain<'p> {
     /// Children the kernel follows for processes another tracer holds, with the root
     /// whose probes they fire (see [`Record::Lineage`]).
     kernel_roots: HashMap<i32, i32>,
+    /// What matches their new images.
+    kernel_follower: Option<KernelFollower>,
 }
 
 impl Drain<'_> {
@@ -956,6 +975,14 @@ impl Drain<'_> {
                     self.kernel_roots.remove(&pid);
                     b.exit(pid);
                     self.procs.borrow_mut().retire(pid as u32);
+                }
+                Lineage::Execed { pid } => {
+                    let root = self.kernel_roots.get(&pid).copied().unwrap_or(pid);
+                    if let Some(k) = self.kernel_follower.as_mut() {
+                        let mut world =
+                            World { backend: &mut *b, registry: &mut *w.registry, consumer, procs: self.procs };
+                        k.exec(root, pid, &mut world);
+                    }
                 }
             }
         }
