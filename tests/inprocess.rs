@@ -179,6 +179,78 @@ fn a_grabbed_process_gets_its_code_back() {
     assert!(String::from_utf8_lossy(&done.stdout).starts_with("spin 300 "), "{:?}", done);
 }
 
+/// The state letter of a `stat` file (`/proc/PID/stat`, `/proc/PID/task/TID/stat`).
+fn state_of(stat: &str) -> String {
+    let s = std::fs::read_to_string(stat).unwrap_or_default();
+    s.rsplit_once(") ").and_then(|(_, rest)| rest.get(..1)).unwrap_or("").to_string()
+}
+
+/// Waits (20 s at most) until `cond` holds.
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + util::TIMEOUT;
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on the pid of a child of this test, not yet reaped.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// A process forked as udtrace ends, its fork not yet seen by udtrace (the signal was
+/// read first), is a copy of its patched parent: udtrace takes the patches out of it
+/// too. udtrace is stopped (SIGSTOP) while the signal is sent and the program forks,
+/// so that it finds both waiting when it goes on, and reads the signal first.
+#[test]
+fn a_child_forked_as_udtrace_ends_gets_its_code_back() {
+    use std::io::{BufRead, Write};
+    use util::live::{code_differences, process_tree, stopped_threads};
+
+    let exe = fixture("probes");
+    let mut g = Guard::spawn(Command::new(&exe).args(["fork", "2"]).stdin(Stdio::piped()).stdout(Stdio::piped()));
+    let pid = g.child().id();
+    let mut stdin = g.child().stdin.take().expect("piped stdin");
+    wait_mapped(pid, "libc");
+    let prog = "BEGIN { printf(\"ready\\n\"); } pid$target::work:entry { n++; }";
+    let mut tracer = Guard::spawn(&mut udtrace_cmd(&["-q", "-n", prog, "-p", &pid.to_string()]));
+    let udtrace = tracer.child().id();
+    kill_after_deadline(udtrace);
+    // BEGIN fires once the probes are armed; then the program goes on, to read a line.
+    let mut ready = String::new();
+    let out = tracer.child().stdout.as_mut().expect("piped stdout");
+    std::io::BufReader::new(out).read_line(&mut ready).expect("udtrace's output");
+    assert_eq!(ready, "ready\n");
+    let main_thread = format!("/proc/{pid}/task/{pid}/stat");
+    wait_until("the program reads its stdin", || state_of(&main_thread) == "S");
+
+    signal(udtrace, libc::SIGSTOP);
+    wait_until("udtrace stopped", || state_of(&format!("/proc/{udtrace}/stat")) == "T");
+    signal(udtrace, libc::SIGTERM);
+    stdin.write_all(b"fork\n").expect("write to the program");
+    // The parent waits in its fork's stop, the child at its first: both for udtrace.
+    let child = || process_tree(pid).get(1).copied();
+    wait_until("the program forked", || {
+        state_of(&main_thread) == "t" && child().is_some_and(|c| state_of(&format!("/proc/{c}/stat")) == "t")
+    });
+    signal(udtrace, libc::SIGCONT);
+    let out = util::wait_output(tracer.take(), "udtrace");
+    assert_eq!(out.status, 0, "{}", out.stderr);
+
+    let tree = process_tree(pid);
+    assert_eq!(tree.len(), 2, "the program and its child");
+    assert_eq!(stopped_threads(&tree), Vec::<String>::new());
+    // Only the program's own file: another tracer's uprobes may sit in the loader.
+    let left: Vec<String> =
+        tree.iter().flat_map(|&p| code_differences(p)).filter(|d| d.contains(&format!("{exe} at"))).collect();
+    assert_eq!(left, Vec::<String>::new(), "probes left in the program's code");
+    drop(stdin);
+    let done = g.take().wait_with_output().expect("the program finishes");
+    assert!(done.status.success(), "{done:?}");
+    assert!(String::from_utf8_lossy(&done.stdout).starts_with("fork 1 "), "{done:?}");
+}
+
 /// A process traced before still has udtrace's memfds mapped (ring, trampolines),
 /// which no file backs: traced again, in-process and with uprobes, it counts as any
 /// other (their mappings are not objects udtrace must read).

@@ -375,8 +375,7 @@ impl Tree {
 
     fn created(&mut self, parent_tid: i32, new: i32, ev: i32, out: &mut Vec<Event>) {
         let Some(tgid) = self.tasks.get(&parent_tid).map(|t| t.tgid) else { return };
-        let thread =
-            ev == libc::PTRACE_EVENT_CLONE && std::path::Path::new(&format!("/proc/{tgid}/task/{new}")).exists();
+        let thread = is_thread(tgid, new, ev);
         let early = self.early.remove(&new);
         if thread {
             self.tasks.insert(new, Task { tgid, state: State::Starting { release: true } });
@@ -474,11 +473,24 @@ impl Tree {
     /// is delivered at once, from its own stop, and the thread waited for again. A
     /// process with a thread that never stops (it is exiting) is not released: waiting
     /// is bounded.
-    pub fn detach_all(&mut self, ours: &mut dyn FnMut(i32, i32, Signal) -> bool, release: &mut dyn FnMut(i32)) {
+    ///
+    /// Forks and execs the caller has not been told of (their stops were still to be
+    /// reaped, or kept for the next poll) go to `unseen` first, before any release: a
+    /// child is a copy of its parent, with what was placed in it, and is released as
+    /// any other process; an exec'd image has none of it.
+    pub fn detach_all(
+        &mut self,
+        ours: &mut dyn FnMut(i32, i32, Signal) -> bool,
+        unseen: &mut dyn FnMut(&Event),
+        release: &mut dyn FnMut(i32),
+    ) {
         let mut waiting: HashSet<i32> = HashSet::new();
         // Every stopped thread; none is detached with a signal (see the signal stops).
         let mut stopped: Vec<i32> = Vec::new();
-        let tgids: HashMap<i32, i32> = self.tasks.iter().map(|(&tid, t)| (tid, t.tgid)).collect();
+        let mut tgids: HashMap<i32, i32> = self.tasks.iter().map(|(&tid, t)| (tid, t.tgid)).collect();
+        // Forks and execs reported by no poll yet, in order.
+        let mut news: Vec<Event> =
+            self.backlog.drain(..).filter(|e| matches!(e, Event::Forked { .. } | Event::Exec { .. })).collect();
         let tasks: Vec<(i32, State)> = self.tasks.iter().map(|(&tid, t)| (tid, t.state)).collect();
         for (tid, state) in tasks {
             let p = Pid::from_raw(tid);
@@ -538,22 +550,34 @@ impl Tree {
                     let _ = ptrace::cont(p, None);
                 }
                 WaitStatus::PtraceEvent(p, _, ev) => {
+                    let tid = p.as_raw();
+                    let tgid = tgids.get(&tid).copied().unwrap_or(tid);
                     // A child created meanwhile is attached too: it stops, then goes.
                     if matches!(ev, libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE) {
-                        // Unless its first stop was reported already (before its
-                        // creator's event, as it may be): it would never come again.
                         if let Ok(new) = ptrace::getevent(p).map(|n| n as i32) {
+                            // Unless its first stop was reported already (before its
+                            // creator's event, as it may be): it would never come again.
                             if !stopped.contains(&new) {
                                 waiting.insert(new);
                             }
+                            if is_thread(tgid, new, ev) {
+                                tgids.insert(new, tgid);
+                            } else {
+                                tgids.insert(new, new);
+                                news.push(Event::Forked { parent: tgid, child: new });
+                            }
                         }
                     }
-                    stopped.push(p.as_raw());
-                    waiting.remove(&p.as_raw());
+                    if ev == libc::PTRACE_EVENT_EXEC {
+                        news.push(Event::Exec { pid: tgid });
+                    }
+                    stopped.push(tid);
+                    waiting.remove(&tid);
                 }
                 _ => {}
             }
         }
+        news.iter().for_each(unseen);
         // Released: processes none of whose threads is still running.
         let running: HashSet<i32> = waiting.iter().filter_map(|t| tgids.get(t).copied()).collect();
         let mut released: HashSet<i32> = HashSet::new();
@@ -590,9 +614,15 @@ fn deliver_then_stop(p: Pid, sig: i32) {
 impl Drop for Tree {
     fn drop(&mut self) {
         if !self.tasks.is_empty() {
-            self.detach_all(&mut |_, _, _| false, &mut |_| {});
+            self.detach_all(&mut |_, _, _| false, &mut |_| {}, &mut |_| {});
         }
     }
+}
+
+/// Whether task `new`, created by process `tgid` with ptrace event `ev`, is a thread
+/// of it: a clone without CLONE_THREAD makes a process.
+fn is_thread(tgid: i32, new: i32, ev: i32) -> bool {
+    ev == libc::PTRACE_EVENT_CLONE && std::path::Path::new(&format!("/proc/{tgid}/task/{new}")).exists()
 }
 
 /// A process held for a moment without following it (a `pid*` process that exec'd an

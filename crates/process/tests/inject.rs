@@ -579,7 +579,7 @@ fn detach_after_remote_calls_keeps_a_stopped_signals_value() {
     }
     udtrace_sys::process::sigqueue(pid, rtmin, 35).expect("sigqueue 35");
     let mut released = 0;
-    tree.detach_all(&mut |_, _, _| false, &mut |p| {
+    tree.detach_all(&mut |_, _, _| false, &mut |_| {}, &mut |p| {
         assert_eq!(remote_syscall(p, libc::SYS_getpid, [0; 6]).expect("getpid"), p as i64);
         released += 1;
     });

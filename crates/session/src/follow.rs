@@ -12,7 +12,7 @@ use std::rc::Rc;
 use nix::sys::signal::Signal;
 
 use udtrace_lang::ast::ProbeDesc;
-use udtrace_messages::note;
+use udtrace_messages::{debug, note};
 use udtrace_process::control::{ControlError, Target};
 use udtrace_process::follow::{Brief, Event, Tree};
 use udtrace_process::procfs::{self, LoadedObject};
@@ -353,10 +353,12 @@ impl Follower {
     }
 
     /// Lets every followed process go on untraced: the loader hooks are removed first,
-    /// and a hold signal udtrace sent is not delivered.
+    /// and a hold signal udtrace sent is not delivered. A process forked since the last
+    /// event handled (its parent's patches copied into it) is told to the backend, so
+    /// that releasing it takes them out.
     pub fn finish(&mut self, backend: &mut dyn Backend) {
         backend.drop_hooks();
-        // Both closures need the backend: take_hold only reads it.
+        // The closures share the backend: take_hold only reads it.
         let backend = std::cell::RefCell::new(backend);
         // A thread stopped meanwhile at a breakpoint of the backend's is dealt with
         // (its firing recorded) and goes on without the SIGTRAP.
@@ -367,7 +369,16 @@ impl Follower {
                 backend.borrow().take_hold(tid)
             }
         };
-        self.tree.detach_all(&mut ours, &mut |pid| backend.borrow_mut().release(pid));
+        let mut unseen = |ev: &Event| match *ev {
+            Event::Forked { parent, child } => {
+                if let Err(e) = backend.borrow_mut().fork(parent, child) {
+                    debug!("pid {child}, forked as tracing ended: {e}");
+                }
+            }
+            Event::Exec { pid } => backend.borrow_mut().exec(pid),
+            _ => {}
+        };
+        self.tree.detach_all(&mut ours, &mut unseen, &mut |pid| backend.borrow_mut().release(pid));
     }
 }
 
