@@ -28,6 +28,7 @@ use std::io::{self, BufRead, Write};
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use nix::sys::ptrace;
 use nix::sys::wait::WaitPidFlag;
@@ -174,14 +175,59 @@ pub fn serve(input: impl BufRead) -> Vec<(i32, usize)> {
     if book.clean {
         return Vec::new();
     }
-    book.procs.iter().map(|(&pid, (start, changes))| (pid, undo(pid, *start, changes))).collect()
+    let done: Vec<(i32, usize)> =
+        book.procs.iter().map(|(&pid, (start, changes))| (pid, undo(pid, *start, changes, &book))).collect();
+    if let Some(log) = std::env::var_os("UDTRACE_UNDERTAKER_LOG") {
+        let text = format!("{book:?}\n{done:?}\n");
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .and_then(|mut f| f.write_all(text.as_bytes()));
+    }
+    done
+}
+
+/// Undoes `changes` in `pid` (when it is still the process that started at `start`)
+/// and in every child of it the book does not list: one forked while udtrace died,
+/// before it could say so, is a copy of its parent, patches included. The number of
+/// changes restored, children included.
+fn undo(pid: i32, start: u64, changes: &[Change], book: &Book) -> usize {
+    if start_time(pid) != Some(start) {
+        return 0; // gone, or another process with its pid
+    }
+    let mut restored = 0;
+    let mut todo = vec![pid];
+    let mut done: Vec<i32> = Vec::new();
+    while let Some(p) = todo.pop() {
+        if done.contains(&p) {
+            continue;
+        }
+        done.push(p);
+        restored += undo_one(p, changes);
+        // Only where the written bytes are: an exec'd child has none of them.
+        todo.extend(children(p).into_iter().filter(|c| !book.procs.contains_key(c)));
+    }
+    restored
+}
+
+/// The children of `pid` (every thread's).
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().filter_map(|n| n.parse().ok()).collect::<Vec<i32>>())
+        .collect()
 }
 
 /// Stops every thread of `pid`, writes the original bytes back where the written ones
 /// still are (latest change first), lets the threads go. The number restored.
-fn undo(pid: i32, start: u64, changes: &[Change]) -> usize {
-    if start_time(pid) != Some(start) {
-        return 0; // gone, or another process with its pid
+fn undo_one(pid: i32, changes: &[Change]) -> usize {
+    // udtrace's files close before the kernel lets its tracees go: wait for that.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while procfs::tracer(pid).is_some() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
     }
     let mut held: Vec<i32> = Vec::new();
     // Threads come and go: seize until a listing has none new (held ones create none).
@@ -192,18 +238,15 @@ fn undo(pid: i32, start: u64, changes: &[Change]) -> usize {
         }
         for tid in new {
             let p = Pid::from_raw(tid);
-            if ptrace::seize(p, ptrace::Options::empty()).is_err() || ptrace::interrupt(p).is_err() {
+            if ptrace::seize(p, ptrace::Options::empty()).is_err() {
+                // Gone, or another tracer took it: its bytes are written all the same
+                // (a thread runs a jump or the original, one whole write apart).
+                held.push(tid);
                 continue;
             }
             held.push(tid);
-            // Until the interrupt stop (a signal stop first is passed on).
-            loop {
-                match waitpid(Some(p), WaitPidFlag::__WALL) {
-                    Ok(w) if w.delivery_signal().is_some() => {
-                        crate::wait::cont(tid, w.delivery_signal().unwrap_or(0));
-                    }
-                    _ => break,
-                }
+            if ptrace::interrupt(p).is_ok() {
+                wait_stop(p);
             }
         }
     }
@@ -212,7 +255,7 @@ fn undo(pid: i32, start: u64, changes: &[Change]) -> usize {
         for c in changes.iter().rev() {
             let mut now = vec![0u8; c.written.len()];
             if mem.read_exact_at(&mut now, c.at).is_ok()
-                && now == c.written
+                && still_ours(&now, c)
                 && mem.write_all_at(&c.original, c.at).is_ok()
             {
                 restored += 1;
@@ -225,9 +268,41 @@ fn undo(pid: i32, start: u64, changes: &[Change]) -> usize {
     restored
 }
 
+/// Whether `now`, the bytes at `c`, are udtrace's change still: each byte the one
+/// written or already the original, not all original. (A kernel uprobe of another
+/// session on a byte inside the patch, an int3 pad never run, writes the file's byte
+/// back there when it goes.)
+fn still_ours(now: &[u8], c: &Change) -> bool {
+    now != c.original.as_slice()
+        && now.iter().zip(c.written.iter().zip(&c.original)).all(|(n, (w, o))| n == w || n == o)
+}
+
+/// Waits (at most a second) for `p`'s interrupt stop; a signal stop first is passed on.
+fn wait_stop(p: Pid) {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        match waitpid(Some(p), WaitPidFlag::__WALL | WaitPidFlag::WNOHANG) {
+            Ok(crate::wait::Wait::Status(nix::sys::wait::WaitStatus::StillAlive)) => {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Ok(w) if w.delivery_signal().is_some() => crate::wait::cont(p.as_raw(), w.delivery_signal().unwrap_or(0)),
+            _ => return,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_is_ours_while_each_byte_is_written_or_original() {
+        let c = Change { at: 0, original: vec![0x25, 0xff, 0xc3], written: vec![0xe9, 0x82, 0xcc] };
+        assert!(still_ours(&[0xe9, 0x82, 0xcc], &c));
+        assert!(still_ours(&[0xe9, 0x82, 0xc3], &c), "a uprobe put the pad's byte back");
+        assert!(!still_ours(&[0x25, 0xff, 0xc3], &c), "already the original");
+        assert!(!still_ours(&[0x48, 0x89, 0xc3], &c), "another image");
+    }
 
     #[test]
     fn the_book_follows_the_messages() {
