@@ -36,6 +36,8 @@
 //! - `errnos-static`        the same, linked statically (only where libc.a is installed)
 //! - `errnos-static-stripped` `errnos-static` with `strip --strip-all`: no symbol at all
 //! - `coldstr`              strings on pages never touched before the probed call
+//! - `changebuf`            buffers changed (or unmapped) right after the probed call,
+//!   some on pages never touched before it
 //! - `holder`               holds a process with ptrace, as a debugger does
 //! - `busy`                 profile provider: threads spending 75% and 25% of their CPU
 //!   time in two functions, reporting the CPU time used
@@ -123,6 +125,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("chaos", &["-pthread"]))?,
         spawn(&mut plain("busy", &["-pthread"]))?,
         spawn(&mut plain("coldstr", &[]))?,
+        spawn(&mut plain("changebuf", &[]))?,
         spawn(&mut plain("holder", &[]))?,
     ];
     let exe = |name: &str, pie: &[&str]| {

@@ -15,6 +15,7 @@ pid_backends!(
     every_instruction_of_a_straight_function_fires_exactly,
     copyinstr_shows_exact_strings_of_a_short_lived_process,
     copyinstr_reads_strings_on_pages_never_touched,
+    copyin_shows_buffers_as_they_were_at_each_call,
     ustack_walks_a_chain_without_frame_pointers,
     ustack_of_a_libc_probe_starts_in_libc,
     threads_are_counted_exactly,
@@ -172,15 +173,36 @@ fn copyinstr_reads_strings_on_pages_never_touched(backend: Backend) {
     // is read whole (the kernel maps neighbouring cached pages of the file with the
     // first fault; the program's second fault-in is for a page that is not cached).
     let prog = "pid$target::bare:entry, pid$target::name:entry { printf(\"%s %s\\n\", probefunc, copyinstr(arg0)); }";
-    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &fixture("coldstr")]) else { return };
-    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert!(out.status.success() && !err.contains("invalid address"), "{err}");
-    // Two backends' records: each in order, not interleaved by time.
-    let mut lines: Vec<&str> = text.lines().filter(|l| l.starts_with("bare ") || l.starts_with("name ")).collect();
-    lines.sort_unstable();
     let want =
         ["bare alpha", "bare beta", "bare gamma", "bare spanning-two-pages", "name delta", "name epsilon", "name zeta"];
+    assert_firings_read_at_the_call(backend, prog, "coldstr", &want);
+}
+
+/// Runs `prog` on the fixture, which must exit 0 with no read failing, and compares
+/// the output lines whose first word is that of a line of `want` with `want`, sorted
+/// (two backends' records are each in order, not interleaved by time).
+fn assert_firings_read_at_the_call(backend: Backend, prog: &str, fixture_name: &str, want: &[&str]) {
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &fixture(fixture_name)]) else { return };
+    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success() && !err.contains("invalid address"), "{text}\n{err}");
+    let heads: Vec<&str> = want.iter().filter_map(|w| w.split(' ').next()).collect();
+    let mut lines: Vec<&str> = text.lines().filter(|l| heads.iter().any(|h| l.split(' ').next() == Some(h))).collect();
+    lines.sort_unstable();
     assert_eq!(lines, want, "{text}\n{err}");
+}
+
+fn copyin_shows_buffers_as_they_were_at_each_call(backend: Backend) {
+    // changebuf.c: each struct is overwritten right after the call, the mmap'd one
+    // unmapped after the last, and the process exits at once: copyin() read when the
+    // record is consumed saw -1s or a process that was gone. point() is patched
+    // in-process by default; bare() is a uprobe on either backend, and its structs are
+    // on pages never touched before the call (the read at the firing faults them in).
+    // Both clauses read arg0: one capture of 8 bytes serves the 4-byte copyin too.
+    let prog = "pid$target::point:entry, pid$target::bare:entry { \
+                printf(\"%s %d %d\\n\", probefunc, *(int *)copyin(arg0, 4), ((int *)copyin(arg0, 8))[1]); }";
+    let want =
+        ["bare 100 1000", "bare 200 2000", "bare 300 3000", "point 1 10", "point 2 20", "point 3 30", "point 4 40"];
+    assert_firings_read_at_the_call(backend, prog, "changebuf", &want);
 }
 
 fn ustack_walks_a_chain_without_frame_pointers(backend: Backend) {

@@ -59,6 +59,8 @@ pub struct Bpf {
     changed: BTreeMap<i32, usize>,
     /// The argument register (0..=5) behind each string slot of a record, in slot order.
     string_args: Vec<u8>,
+    /// The argument register and size behind each buffer slot, in slot order.
+    buffer_args: Vec<(u8, u32)>,
     /// The proc provider's programs, by hook.
     proc: HashMap<Hook, ProcHook>,
     /// Drops per CPU already reported.
@@ -203,15 +205,15 @@ fn ring_size(bufsize: u64) -> usize {
     want.next_power_of_two() as usize
 }
 
-/// The uprobe program for `filter`. When its records capture strings it is loaded
-/// sleepable where the kernel allows, so that a string on a page the process has not
+/// The uprobe program for `filter`. When its records capture strings or buffers it is
+/// loaded sleepable where the kernel allows, so that one on a page the process has not
 /// touched yet is faulted in rather than lost (docs/pid-provider.md); else as before.
 fn load_uprobe_program(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter, name: &str) -> Result<Program, Error> {
     let gen = |sleepable| {
         uprobe_program_for(plan, maps, filter, sleepable)
             .map_err(|e| format!("cannot generate the uprobe program: {e}"))
     };
-    if !plan.strings.is_empty() {
+    if !plan.strings.is_empty() || !plan.buffers.is_empty() {
         match Program::load_sleepable(ProgramKind::UprobeMulti, name, &gen(true)?) {
             Ok(p) => return Ok(p),
             Err(e) => udtrace_messages::debug!("{name} not sleepable: {e}"),
@@ -288,6 +290,7 @@ impl Bpf {
             procs: HashMap::new(),
             refused: Vec::new(),
             string_args: plan.strings.clone(),
+            buffer_args: plan.buffers.clone(),
             proc: HashMap::new(),
             drops_seen: Vec::new(),
             changed: BTreeMap::new(),
@@ -618,7 +621,8 @@ impl Backend for Bpf {
     }
 
     fn consume(&mut self, each: &mut dyn FnMut(Record<'_>)) {
-        let (proc, layout, cookies, string_args) = (&self.proc, &self.layout, &self.cookies, &self.string_args);
+        let (proc, layout, cookies) = (&self.proc, &self.layout, &self.cookies);
+        let (string_args, buffer_args) = (&self.string_args, &self.buffer_args);
         let profile = &self.profile;
         self.reader.consume(|bytes| {
             if let Some(l) = udtrace_record::lineage::parse(bytes) {
@@ -642,7 +646,7 @@ impl Backend for Bpf {
             }
             let Ok(firing) = layout.parse(bytes) else { return };
             let Some(sites) = cookies.get(firing.cookie as usize) else { return };
-            each(Record::Pid { firing, sites, string_args });
+            each(Record::Pid { firing, sites, string_args, buffer_args });
         });
     }
 

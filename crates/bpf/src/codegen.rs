@@ -174,8 +174,8 @@ pub enum Filter {
 }
 
 /// As [`uprobe_program`], for the processes `filter` names. `sleepable`: the program is
-/// loaded sleepable, and a string its first read could not take (a page the process has
-/// not touched yet) is faulted in with `bpf_copy_from_user` and read again.
+/// loaded sleepable, and a string or buffer its first read could not take (a page the
+/// process has not touched yet) is faulted in with `bpf_copy_from_user` and read again.
 pub fn uprobe_program_for(
     plan: &RecordPlan,
     maps: &ProbeMaps,
@@ -253,6 +253,10 @@ pub fn uprobe_program_for(
         a.push(st(Size::W, Reg::R8, off(slot + 4), 0));
     }
 
+    for (cap, &(slot, size)) in plan.buffers.iter().zip(&layout.buffers) {
+        emit_buffer(&mut a, cap.reg, slot, size, sleepable);
+    }
+
     emit_submit(&mut a, maps);
 
     a.bind(out);
@@ -303,6 +307,34 @@ fn emit_fault_in_string(a: &mut Asm, reg: PtReg, slot: usize, max: u32) {
     a.call(helper::COPY_FROM_USER);
     emit_read_string_again(a, reg, slot, max);
     a.bind(done);
+}
+
+/// Copies `size` bytes from the address in `reg` into the buffer slot at `slot`: i32
+/// `size`, or -errno with the bytes zeroed (the helpers clear their destination on a
+/// fault), then a u32 0. Sleepable, a failed read (a page not present) is done again
+/// with `bpf_copy_from_user`, which faults the pages in.
+fn emit_buffer(a: &mut Asm, reg: PtReg, slot: usize, size: u32, sleepable: bool) {
+    let read = |a: &mut Asm, helper_id| {
+        a.push(mov64_reg(Reg::R1, Reg::R8));
+        a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
+        a.push(mov64_imm(Reg::R2, size as i32));
+        a.push(ldx(Size::DW, Reg::R3, Reg::R6, reg.offset() as i16));
+        a.call(helper_id);
+    };
+    let done = a.label();
+    read(a, helper::PROBE_READ_USER);
+    if sleepable {
+        a.jmp_imm(Cond::Eq, Reg::R0, 0, done);
+        read(a, helper::COPY_FROM_USER);
+    }
+    a.bind(done);
+    // 0 on success: the slot's result is the size read.
+    let stored = a.label();
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, stored);
+    a.push(mov64_imm(Reg::R0, size as i32));
+    a.bind(stored);
+    a.push(stx(Size::W, Reg::R8, slot as i16, Reg::R0));
+    a.push(st(Size::W, Reg::R8, (slot + 4) as i16, 0));
 }
 
 /// Reads the string behind `reg` into its slot again, R0 the result.

@@ -6,11 +6,13 @@ mod common;
 use std::hint::black_box;
 use std::time::Duration;
 
-use udtrace_bpf::codegen::{uprobe_program, ProbeMaps};
+use std::sync::atomic::AtomicU8;
+use udtrace_bpf::codegen::{uprobe_program, uprobe_program_for, Filter, ProbeMaps};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::uprobe::{self, Site};
-use udtrace_record::pid::{PtReg, RecordLayout, RecordPlan, StringCapture};
+
+use udtrace_record::pid::{BufferCapture, PtReg, RecordLayout, RecordPlan, StringCapture};
 
 #[no_mangle]
 #[inline(never)]
@@ -180,6 +182,7 @@ fn strings_and_stack_are_captured() {
     let plan = RecordPlan {
         stack_bytes: 256,
         strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Di, max: 64 }],
+        buffers: vec![],
         regs: true,
         errno: false,
         curthread: true,
@@ -210,6 +213,55 @@ fn strings_and_stack_are_captured() {
         // in this executable, near the probed function.
         let ret = u64::from_ne_bytes(f.stack[..8].try_into().unwrap());
         assert!(ret.abs_diff(f.reg(PtReg::Ip)) < 1 << 26, "return address {ret:#x} vs ip {:#x}", f.reg(PtReg::Ip));
+    }
+}
+
+/// Pages of .bss that nothing touches before the test reads them through a firing.
+#[repr(C, align(4096))]
+struct Cold([AtomicU8; 8192]);
+static COLD: Cold = Cold([const { AtomicU8::new(0) }; 8192]);
+
+#[test]
+fn buffers_are_captured_and_faulted_in_when_sleepable() {
+    if !common::bpf_available("buffer capture") {
+        return;
+    }
+    let _g = common::serial();
+    let plan = RecordPlan {
+        buffers: vec![BufferCapture { reg: PtReg::Di, size: 12 }, BufferCapture { reg: PtReg::Si, size: 3 }],
+        ..RecordPlan::default()
+    };
+    let layout = RecordLayout::new(&plan).unwrap();
+    let (exe, off) = common::own_function("udtrace_test_str");
+    let data = *b"0123456789abcdef";
+    let (cold, second) = (COLD.0.as_ptr() as u64, COLD.0[4096..].as_ptr() as u64);
+    for sleepable in [false, true] {
+        let maps = ProbeMaps::create(1 << 16, 64).unwrap();
+        maps.traced.insert(&our_tgid(), &1).unwrap();
+        let insns = uprobe_program_for(&plan, &maps, Filter::Traced, sleepable).expect("codegen");
+        let prog = if sleepable {
+            Program::load_sleepable(ProgramKind::UprobeMulti, "udtrace_test", &insns)
+        } else {
+            Program::load(ProgramKind::UprobeMulti, "udtrace_test", &insns)
+        }
+        .unwrap_or_else(|e| panic!("sleepable {sleepable}: {e}"));
+        let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 1 }], false).unwrap();
+        udtrace_test_str(data.as_ptr() as u64, data[13..].as_ptr() as u64);
+        udtrace_test_str(0, 0xffff_8000_0000_0000);
+        // A page never touched: only the sleepable program faults it in.
+        udtrace_test_str(if sleepable { cold } else { second }, data.as_ptr() as u64);
+        let recs = drain(&maps);
+        let fs: Vec<_> = recs.iter().map(|r| layout.parse(r).unwrap()).collect();
+        assert_eq!(fs.len(), 3);
+        assert_eq!(fs[0].buffers, vec![Some(&data[..12]), Some(&data[13..])]);
+        assert_eq!(fs[1].buffers, vec![None, None]);
+        let zeros = [0u8; 12];
+        let want = if sleepable { Some(&zeros[..]) } else { None };
+        assert_eq!(fs[2].buffers, vec![want, Some(&data[..3])], "sleepable {sleepable}");
+        // A failed read leaves the slot's result negative and its bytes zero.
+        let (slot, _) = layout.buffers[0];
+        assert!(i32::from_ne_bytes(recs[1][slot..slot + 4].try_into().unwrap()) < 0);
+        assert!(recs[1][slot + 4..slot + 24].iter().all(|&b| b == 0));
     }
 }
 

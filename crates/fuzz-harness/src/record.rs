@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use udtrace_inproc::ring::{Geometry, Reader, RingView, OFF_DROPS, OFF_HEAD, OFF_NSLOTS, OFF_SLOT_SIZE, OFF_TAIL};
-use udtrace_record::pid::{PtReg, RecordLayout, RecordPlan, StringCapture};
+use udtrace_record::pid::{BufferCapture, PtReg, RecordLayout, RecordPlan, StringCapture};
 use udtrace_record::proc::{self, Hook, ProcLayout, ProcPlan};
 use udtrace_record::profile::{self, ProfileLayout};
 
@@ -88,9 +88,13 @@ fn layout(input: &mut Input) -> RecordLayout {
     let strings = (0..flags % 3)
         .map(|i| StringCapture { reg: PtReg::ARGS[i as usize], max: 1 + u32::from(input.u8()) })
         .collect();
+    let buffers = (0..(flags >> 5) % 3)
+        .map(|i| BufferCapture { reg: PtReg::ARGS[i as usize], size: 1 + u32::from(input.u8()) })
+        .collect();
     let plan = RecordPlan {
         stack_bytes: 8 * u32::from(input.u8() % 9),
         strings,
+        buffers,
         regs: flags & 4 != 0,
         errno: flags & 8 != 0,
         curthread: flags & 16 != 0,
@@ -111,6 +115,7 @@ fn consume(layout: &RecordLayout, rec: &[u8]) {
         let _ = f.arg(n);
     }
     let _ = (f.reg(PtReg::Sp), f.stack.len(), f.strings.iter().flatten().map(|s| s.len()).sum::<usize>());
+    let _ = f.buffers.iter().flatten().map(|b| b.len()).sum::<usize>();
 }
 
 /// Proc and profile records (written by BPF programs, read by the same parsers) of the

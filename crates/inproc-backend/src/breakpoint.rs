@@ -124,6 +124,16 @@ pub fn record(
         };
         put_u32(&mut b, off, result as u32);
     }
+    for (&(off, size), cap) in layout.buffers.iter().zip(&plan.buffers) {
+        let addr = pt_regs(regs)[cap.reg as usize];
+        // As a trampoline's read: the bytes up to the first unreadable page, or -EFAULT
+        // when none is readable.
+        let got =
+            if addr == 0 { Vec::new() } else { procfs::read_memory(pid, addr, size as usize).unwrap_or_default() };
+        let result = if got.is_empty() { -EFAULT } else { got.len() as i32 };
+        b[off + 8..off + 8 + got.len()].copy_from_slice(&got);
+        put_u32(&mut b, off, result as u32);
+    }
     if layout.errno {
         put_u32(&mut b, OFF_ERRNO, errno.unwrap_or(0) as u32);
     }

@@ -49,6 +49,8 @@ pub struct InProcess {
     rings: Rings,
     traced: HashSet<i32>,
     string_args: Vec<u8>,
+    /// The argument register and size behind each buffer slot, in slot order.
+    buffer_args: Vec<(u8, u32)>,
     fallback: Option<Box<dyn Backend>>,
     /// Without a fallback, why there is no BPF, and what to do (for the messages of
     /// what only BPF can do).
@@ -189,6 +191,7 @@ impl InProcess {
             rings: Rings::default(),
             traced: HashSet::new(),
             string_args: setup.plan.strings.clone(),
+            buffer_args: setup.plan.buffers.clone(),
             fallback,
             no_bpf,
             fell_back: BTreeMap::new(),
@@ -612,18 +615,19 @@ impl Backend for InProcess {
     }
 
     fn consume(&mut self, each: &mut dyn FnMut(Record<'_>)) {
-        let (layout, cookies, string_args) = (&self.layout, &self.cookies, &self.string_args);
+        let (layout, cookies) = (&self.layout, &self.cookies);
+        let (string_args, buffer_args) = (&self.string_args, &self.buffer_args);
         // Breakpoint firings first: the ring's records from before were consumed before
         // the trap was handled, and a stopped thread wrote nothing since.
         for bytes in std::mem::take(&mut self.pending) {
             let Ok(firing) = layout.parse(&bytes) else { continue };
             let Some(sites) = cookies.get(firing.cookie as usize) else { continue };
-            each(Record::Pid { firing, sites, string_args });
+            each(Record::Pid { firing, sites, string_args, buffer_args });
         }
         self.rings.drain(|bytes| {
             let Ok(firing) = layout.parse(bytes) else { return };
             let Some(sites) = cookies.get(firing.cookie as usize) else { return };
-            each(Record::Pid { firing, sites, string_args });
+            each(Record::Pid { firing, sites, string_args, buffer_args });
         });
         if let Some(f) = self.fallback.as_mut() {
             f.consume(each);

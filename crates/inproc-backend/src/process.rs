@@ -522,7 +522,10 @@ impl Proc {
         if self.loader.as_deref() == Some(site.file) {
             return Err("the dynamic loader runs before the thread pointer is set".into());
         }
-        if let Some(why) = self.no_captures.filter(|_| record.stack_bytes > 0 || !record.strings.is_empty()) {
+        if let Some(why) = self
+            .no_captures
+            .filter(|_| record.stack_bytes > 0 || !record.strings.is_empty() || !record.buffers.is_empty())
+        {
             return Err(why.into());
         }
         let func_off = site.file_off.checked_sub(site.offset).ok_or("bad site offset")?;

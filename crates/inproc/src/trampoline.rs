@@ -3,8 +3,8 @@
 //! ```text
 //! at          relocate_before   displaced code before the probe point (return sites)
 //!             firing            save all, build the record on the stack (header,
-//!                               registers, errno, stack bytes, strings), reserve a
-//!                               slot, copy, commit, restore all
+//!                               registers, errno, stack bytes, strings, buffers),
+//!                               reserve a slot, copy, commit, restore all
 //!             relocate_after    the rest of the displaced code
 //!             jmp rel32         back to the site's resume address
 //! ```
@@ -13,7 +13,7 @@
 //! relocated code and the final `jmp rel32`; the ring, the data page and the vDSO are
 //! reached through 64-bit immediates.
 //!
-//! Stack bytes and strings are read with `process_vm_readv` on the process itself, which
+//! Stack bytes, strings and buffers are read with `process_vm_readv` on the process itself, which
 //! copies what is readable and never faults: a bad pointer costs a record field, never
 //! the traced process.
 
@@ -178,8 +178,8 @@ const HEADER: i32 = udtrace_record::pid::OFF_REGS as i32;
 /// Where the registers (the pt_regs image) start in the record.
 const OFF_REGS: i32 = udtrace_record::pid::OFF_REGS as i32;
 
-/// Bytes of the record after the registers (stack bytes, strings): they go between the
-/// pt_regs image and the red zone, so that the whole record is contiguous.
+/// Bytes of the record after the registers (stack bytes, strings, buffers): they go
+/// between the pt_regs image and the red zone, so that the whole record is contiguous.
 fn tail_size(layout: &RecordLayout) -> usize {
     if layout.regs {
         layout.size - layout.off_stack
@@ -273,6 +273,15 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
         a.mov(edx, max)?;
         a.call(subs.readstr)?;
     }
+    for (cap, &(slot, size)) in t.record.buffers.iter().zip(&layout.buffers) {
+        // The result is readv's: the bytes read (up to the first unreadable page) or
+        // -errno; the reserved word and the bytes past those read stay zero.
+        a.lea(rdi, qword_ptr(rbx + (slot + 8) as i32))?;
+        a.mov(rsi, qword_ptr(rbx + (OFF_REGS + cap.reg.offset() as i32)))?;
+        a.mov(edx, size)?;
+        a.call(subs.readv)?;
+        a.mov(dword_ptr(rbx + slot as i32), eax)?;
+    }
 
     // Reserve slot h: head h -> h + 1 unless the ring is full.
     let mut retry = a.create_label();
@@ -315,7 +324,7 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     a.mov(qword_ptr(rdi), rdx)?;
     a.jmp(restore)?;
     // The subroutines, off the main path.
-    if layout.stack_bytes > 0 || !layout.strings.is_empty() {
+    if layout.stack_bytes > 0 || !layout.strings.is_empty() || !layout.buffers.is_empty() {
         emit_readv(&mut a, &mut subs.readv, p.data_page)?;
         if !layout.strings.is_empty() {
             emit_readstr(&mut a, &mut subs)?;
@@ -485,7 +494,7 @@ mod tests {
     use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter, Mnemonic};
 
     use udtrace_object::patch::{plan, SiteKind};
-    use udtrace_record::pid::{StringCapture, OFF_STACK};
+    use udtrace_record::pid::{BufferCapture, StringCapture, OFF_STACK};
 
     use super::*;
 
@@ -581,13 +590,14 @@ mod tests {
         let rec = RecordPlan {
             stack_bytes: 512,
             strings: vec![StringCapture { reg: PtReg::Di, max: 256 }, StringCapture { reg: PtReg::Si, max: 5 }],
+            buffers: vec![BufferCapture { reg: PtReg::Dx, size: 20 }],
             regs: true,
             errno: true,
             curthread: false,
         };
         let layout = supported_layout(&rec).unwrap();
         let tail = layout.size - OFF_STACK;
-        assert_eq!(tail, 512 + (8 + 256) + (8 + 8));
+        assert_eq!(tail, 512 + (8 + 256) + (8 + 8) + (8 + 24));
         let code = gen(SiteKind::Entry, 0, &rec).unwrap();
         let text = disasm(&code);
         if std::env::var_os("UDTRACE_SHOW_TRAMPOLINE").is_some() {
@@ -608,7 +618,13 @@ mod tests {
         assert!(has("mov eax,136h"));
         assert!(has("repne scasb [rdi]"));
         let calls = text.iter().filter(|s| s.starts_with("call ") && *s != "call rax").count();
-        assert_eq!(calls, 1 + 2 + 1, "stack, two strings, readstr's readv");
+        assert_eq!(calls, 1 + 2 + 1 + 1, "stack, two strings, readstr's readv, the buffer");
+        // The buffer: 20 bytes from rdx's address into its slot's data, readv's result
+        // into its slot.
+        let (slot, _) = layout.buffers[0];
+        assert!(has(&format!("lea rdi,[rbx+{:X}h]", slot + 8)), "{text:#?}");
+        assert!(has(&format!("mov rsi,[rbx+{:X}h]", 40 + PtReg::Dx.offset())), "{text:#?}");
+        assert!(has("mov edx,14h") && has(&format!("mov [rbx+{slot:X}h],eax")), "{text:#?}");
         assert!(has(&format!("mov dword ptr [rbx+1Ch],{FLAG_STACK_TRUNCATED}")), "{text:#?}");
         // A record this big is copied with rep movsq.
         assert!(has("rep movsq [rdi],[rsi]"));

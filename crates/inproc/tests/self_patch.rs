@@ -28,7 +28,8 @@ use udtrace_object::elf;
 use udtrace_object::errno::{self, ErrnoTls};
 use udtrace_object::patch::{plan, PatchPlan, SiteKind};
 use udtrace_record::pid::{
-    PtReg, RecordLayout, RecordPlan, StringCapture, FLAG_STACK_TRUNCATED, OFF_ERRNO, OFF_FLAGS, OFF_STACK_LEN,
+    BufferCapture, PtReg, RecordLayout, RecordPlan, StringCapture, FLAG_STACK_TRUNCATED, OFF_ERRNO, OFF_FLAGS,
+    OFF_STACK_LEN,
 };
 use udtrace_sys::mmap::Mmap;
 use udtrace_sys::selfpatch::{memfd_create, mprotect, read_own_memory, vdso_base, write_own_code, Prot, RawMap};
@@ -538,6 +539,16 @@ fn check_strings(env: &Env, rec: &[u8], want: &[Option<&[u8]>]) {
     assert_eq!((u32_at(rec, OFF_FLAGS), u32_at(rec, OFF_STACK_LEN), u32_at(rec, OFF_ERRNO)), (0, 0, 0));
 }
 
+/// Two pages, the second inaccessible (its address is returned), with `tail` written
+/// to end right before it.
+fn guarded(tail: &[u8]) -> (RawMap, u64) {
+    let mut pages = RawMap::anon(8192).unwrap();
+    let guard = pages.addr() + 4096;
+    pages.write(4096 - tail.len(), tail);
+    mprotect(guard, 4096, Prot::None).unwrap();
+    (pages, guard)
+}
+
 #[test]
 fn strings_read_as_probe_read_user_str() {
     let _g = lock();
@@ -548,11 +559,8 @@ fn strings_read_as_probe_read_user_str() {
     };
     let mut env = Env::with_plan(64, plan);
     let _p = Patched::new(&t, SiteKind::Entry, &env);
-    // Two pages, the second inaccessible: strings that end right before it, or run into it.
-    let mut pages = RawMap::anon(8192).unwrap();
-    let guard = pages.addr() + 4096;
-    pages.write(4096 - 5, b"tail\0");
-    mprotect(guard, 4096, Prot::None).unwrap();
+    // Strings that end right before an inaccessible page, or run into it.
+    let (mut pages, guard) = guarded(b"tail\0");
 
     let addr = |s: &'static [u8]| s.as_ptr() as u64;
     let xy = addr(b"xy\0");
@@ -589,6 +597,47 @@ fn strings_read_as_probe_read_user_str() {
     call_str(guard - 3, guard - 1);
     let recs = env.drain_raw();
     check_strings(&env, &recs[0], &[None, None]);
+    assert_eq!(env.reader.drops(&env.view), 0);
+}
+
+#[test]
+fn buffers_are_read_up_to_the_first_unreadable_page() {
+    let _g = lock();
+    let t = strtarget();
+    let plan = RecordPlan {
+        buffers: vec![BufferCapture { reg: PtReg::Di, size: 12 }, BufferCapture { reg: PtReg::Si, size: 3 }],
+        ..record_plan()
+    };
+    let mut env = Env::with_plan(64, plan);
+    let _p = Patched::new(&t, SiteKind::Entry, &env);
+    let (_pages, guard) = guarded(b"tail!");
+    let data = b"0123456789abcdef";
+    let at = data.as_ptr() as u64;
+    // (rdi, rsi, the bytes each slot holds: None where nothing was readable)
+    type Case = (u64, u64, Option<&'static [u8]>, Option<&'static [u8]>);
+    let cases: Vec<Case> = vec![
+        (at, at + 13, Some(&data[..12]), Some(&data[13..])),
+        (0, at, None, Some(&data[..3])),
+        (guard, 0xffff_8000_0000_0000, None, None),
+        // Runs into the inaccessible page: the bytes before it.
+        (guard - 5, guard - 2, Some(b"tail!"), Some(b"l!")),
+    ];
+    for &(di, si, _, _) in &cases {
+        call_str(di, si);
+    }
+    let recs = env.drain_raw();
+    assert_eq!(recs.len(), cases.len());
+    for (rec, (_, _, want_di, want_si)) in recs.iter().zip(&cases) {
+        let f = env.layout.parse(rec).unwrap();
+        assert_eq!(f.buffers, vec![*want_di, *want_si]);
+        for (&(off, size), want) in env.layout.buffers.iter().zip([want_di, want_si]) {
+            // The result, the reserved word, and zeros past the bytes read.
+            let n = want.map_or(-14, |w| w.len() as i32);
+            assert_eq!((i32_at(rec, off), u32_at(rec, off + 4)), (n, 0));
+            let read = want.map_or(0, |w| w.len());
+            assert!(rec[off + 8 + read..off + 8 + size.div_ceil(8) as usize * 8].iter().all(|&b| b == 0));
+        }
+    }
     assert_eq!(env.reader.drops(&env.view), 0);
 }
 

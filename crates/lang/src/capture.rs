@@ -1,8 +1,10 @@
 //! Capture plans: what a firing must record in the kernel, at the instant it happens,
 //! for a clause to be evaluated later in user space: the registers when it reads
 //! arguments or registers, user stack bytes (for `ustack()`, `ucaller`, stack
-//! arguments), the strings behind `copyinstr(argN)` and `errno`. Anything else a clause reads from the process is
-//! read from the live process when the consumer evaluates it.
+//! arguments), the strings behind `copyinstr(argN)`, the bytes behind `copyin(argN,
+//! SIZE)` and `copyinto(argN, SIZE, …)` with a constant SIZE, and `errno`. Anything
+//! else a clause reads from the process is read from the live process when the
+//! consumer evaluates it.
 
 use crate::ir::{visit_actions, visit_expr, Action, Builtin, Clause, Expr, ExprKind, Subr};
 
@@ -17,12 +19,19 @@ pub const ARGS_STACK_BYTES: u32 = 64;
 /// pointer; at an offset inside a function, enough of its frame to unwind to the caller.
 pub const UCALLER_STACK_BYTES: u32 = 512;
 
+/// The largest `copyin(argN, SIZE)` captured at the firing; larger sizes are read from
+/// the live process when the record is consumed.
+pub const MAX_BUFFER_BYTES: u32 = 4096;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CapturePlan {
     /// User stack bytes to copy from the stack pointer up.
     pub stack_bytes: u32,
     /// `copyinstr(argN)`: the argument registers (0..=5) whose strings to copy.
     pub strings: Vec<u8>,
+    /// `copyin(argN, SIZE)`: (argument register 0..=5, bytes to copy), one per
+    /// register, the largest size any clause asks for, sorted by register.
+    pub buffers: Vec<(u8, u32)>,
     /// The registers: arguments, `uregs[]`, stacks. A clause that only counts or reads
     /// the probe's identity needs none, and its firings cost less to record and read.
     pub regs: bool,
@@ -55,6 +64,20 @@ impl CapturePlan {
             }
         }
         self.strings.sort_unstable();
+        for &(n, size) in &other.buffers {
+            add_buffer(&mut self.buffers, n, size);
+        }
+    }
+}
+
+/// Adds a buffer capture: one per register, the largest size; kept sorted.
+fn add_buffer(buffers: &mut Vec<(u8, u32)>, n: u8, size: u32) {
+    match buffers.iter_mut().find(|b| b.0 == n) {
+        Some(b) => b.1 = b.1.max(size),
+        None => {
+            buffers.push((n, size));
+            buffers.sort_unstable();
+        }
     }
 }
 
@@ -72,8 +95,9 @@ pub fn plan(c: &Clause) -> CapturePlan {
         p.stack_bytes = p.stack_bytes.max(USTACK_BYTES);
     }
     p.strings.sort_unstable();
-    // Stacks unwind from ip/sp/bp; string captures are matched to their argument.
-    p.regs |= p.stack_bytes > 0 || !p.strings.is_empty();
+    // Stacks unwind from ip/sp/bp; string and buffer captures are matched to their
+    // argument.
+    p.regs |= p.stack_bytes > 0 || !p.strings.is_empty() || !p.buffers.is_empty();
     p
 }
 
@@ -122,6 +146,15 @@ fn note(e: &Expr, p: &mut CapturePlan) {
                 }
             }
         }
+        ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => {
+            if let [src, size, ..] = args.as_slice() {
+                if let (ExprKind::Builtin(Builtin::Arg(n)), ExprKind::Int(size)) = (&src.kind, &size.kind) {
+                    if *n < 6 && (1..=u64::from(MAX_BUFFER_BYTES)).contains(size) {
+                        add_buffer(&mut p.buffers, *n, *size as u32);
+                    }
+                }
+            }
+        }
         _ => {}
     }
 }
@@ -158,5 +191,33 @@ mod tests {
         assert_eq!(plan_of("BEGIN { trace(arg7); }").stack_bytes, ARGS_STACK_BYTES);
         // A computed address is read from the live process instead.
         assert!(plan_of("BEGIN { trace(copyinstr(arg0 + 8)); }").strings.is_empty());
+    }
+
+    #[test]
+    fn constant_copyins_of_arguments_are_captured() {
+        let p = plan_of("BEGIN { trace(*(int *)copyin(arg1, 4)); }");
+        assert_eq!(p.buffers, vec![(1, 4)]);
+        assert!(p.regs && p.strings.is_empty());
+        // One capture per register, the largest size; sorted by register.
+        let p = plan_of("BEGIN / *(int *)copyin(arg2, 4) == 1 / { tracemem(copyin(arg0, 16), 16); trace(*(long *)copyin(arg2, sizeof (long))); }");
+        assert_eq!(p.buffers, vec![(0, 16), (2, 8)]);
+        assert_eq!(plan_of("BEGIN { copyinto(arg3, 12, alloca(12)); }").buffers, vec![(3, 12)]);
+        let big = "#pragma D option scratchsize=8192\nBEGIN { trace(*(char *)copyin(arg0, 4096)); }";
+        assert_eq!(plan_of(big).buffers, vec![(0, 4096)]);
+        // Computed sizes and addresses, sizes past the bound, stack arguments: read
+        // when consumed.
+        for src in [
+            "BEGIN { trace(*(char *)copyin(arg0, arg1)); }",
+            "BEGIN { trace(*(char *)copyin(arg0 + 8, 4)); }",
+            "#pragma D option scratchsize=8192\nBEGIN { trace(*(char *)copyin(arg0, 4097)); }",
+            "BEGIN { trace(*(char *)copyin(arg6, 4)); }",
+        ] {
+            assert!(plan_of(src).buffers.is_empty(), "{src}");
+        }
+        // Clauses merged: per register the largest.
+        let mut p = plan_of("BEGIN { trace(*(char *)copyin(arg0, 8)); }");
+        p.merge(&plan_of("BEGIN { trace(*(char *)copyin(arg0, 32)); trace(*(char *)copyin(arg5, 2)); }"));
+        p.merge(&plan_of("BEGIN { trace(*(char *)copyin(arg0, 16)); }"));
+        assert_eq!(p.buffers, vec![(0, 32), (5, 2)]);
     }
 }

@@ -10,7 +10,7 @@ use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
 use udtrace_lang::capture::CapturePlan;
-use udtrace_record::pid::{Firing, PtReg, RecordPlan, StringCapture, MAX_STRING};
+use udtrace_record::pid::{BufferCapture, Firing, PtReg, RecordPlan, StringCapture, MAX_STRING};
 use udtrace_record::proc::{Hook, ProcFiring, ProcPlan};
 use udtrace_record::profile::Sample;
 
@@ -73,6 +73,12 @@ impl Setup {
                 .iter()
                 .map(|&n| StringCapture { reg: PtReg::ARGS[usize::from(n)], max: self.strsize.clamp(1, MAX_STRING) })
                 .collect(),
+            buffers: self
+                .plan
+                .buffers
+                .iter()
+                .map(|&(n, size)| BufferCapture { reg: PtReg::ARGS[usize::from(n)], size })
+                .collect(),
             regs: self.plan.regs,
             errno: self.plan.errno,
             curthread: self.plan.curthread,
@@ -109,9 +115,10 @@ pub struct ProfileProbe {
 // Each is handed once, by value, to a callback; none is stored, so sizes may differ.
 #[allow(clippy::large_enum_variant)]
 pub enum Record<'a> {
-    /// A pid probe site fired: every probe whose site it is, and the argument register
-    /// (0..=5) behind each string the record captured, in order.
-    Pid { firing: Firing<'a>, sites: &'a [SiteTarget], string_args: &'a [u8] },
+    /// A pid probe site fired: every probe whose site it is, the argument register
+    /// (0..=5) behind each string the record captured, in order, and the argument
+    /// register and size of each buffer it captured (`CapturePlan::buffers`).
+    Pid { firing: Firing<'a>, sites: &'a [SiteTarget], string_args: &'a [u8], buffer_args: &'a [(u8, u32)] },
     /// A proc hook fired.
     Proc(ProcFiring),
     /// A profile probe sampled a thread.

@@ -321,6 +321,8 @@ pub struct FiringCtx<'a> {
     pub procs: &'a RefCell<Procs>,
     /// String captures: which argument register each slot of `f.strings` read.
     pub string_args: &'a [u8],
+    /// Buffer captures: the argument register and size of each slot of `f.buffers`.
+    pub buffer_args: &'a [(u8, u32)],
     pub ustackframes: u32,
     /// No stack has more frames (`-x maxframes`).
     pub maxframes: u32,
@@ -400,6 +402,23 @@ impl FiringCtx<'_> {
         }
         None
     }
+
+    /// `len` bytes at `addr` from a buffer captured at the firing (`copyin(argN,
+    /// SIZE)`): `Some(Some(bytes))` when a capture covers them, `Some(None)` when one
+    /// should have and its read faulted (the memory was unreadable at the firing, as
+    /// DTrace's read there would have found), `None` when no capture covers them.
+    fn captured_buffer(&self, addr: u64, len: usize) -> Option<Option<Vec<u8>>> {
+        for (slot, &(n, size)) in self.buffer_args.iter().enumerate() {
+            let Some(off) = self.f.arg(usize::from(n)).and_then(|a| addr.checked_sub(a)) else { continue };
+            let Some(end) = (off as usize).checked_add(len).filter(|&e| off < u64::from(size) && e <= size as usize)
+            else {
+                continue;
+            };
+            let bytes = self.f.buffers.get(slot).copied().flatten();
+            return Some(bytes.and_then(|b| b.get(off as usize..end)).map(<[u8]>::to_vec));
+        }
+        None
+    }
 }
 
 impl Context for FiringCtx<'_> {
@@ -463,6 +482,9 @@ impl Context for FiringCtx<'_> {
             if s.len() >= len {
                 return Some(s[..len].to_vec());
             }
+        }
+        if let Some(b) = self.captured_buffer(addr, len) {
+            return b;
         }
         let data = procfs::read_memory(self.f.pid as i32, addr, len).ok()?;
         (data.len() == len).then_some(data)

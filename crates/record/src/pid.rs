@@ -14,6 +14,9 @@
 //!  R=208 or 40  user stack from regs->sp, S = plan.stack_bytes (zeros past stack_len)
 //!    R+S        per string capture: i32 probe_read_user_str result (length with NUL,
 //!               or -errno), u32 reserved, then `max` bytes rounded up to 8
+//!               per buffer capture: i32 bytes read (`size`, or fewer where the
+//!               rest was unreadable) or -errno, u32 reserved, then `size` bytes
+//!               rounded up to 8 (zeros past the bytes read)
 //!    last    8  the current task's `struct task_struct` address, when plan.curthread
 //! ```
 
@@ -83,13 +86,23 @@ pub struct StringCapture {
     pub max: u32,
 }
 
+/// `size` bytes of user memory read at the firing from the address in `reg`
+/// (`copyin(argN, SIZE)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferCapture {
+    pub reg: PtReg,
+    pub size: u32,
+}
+
 /// What a probe's program records besides the fixed header.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordPlan {
     /// User stack bytes copied from the stack pointer up: 0..=16384, a multiple of 8.
     pub stack_bytes: u32,
     pub strings: Vec<StringCapture>,
-    /// Whether the registers are recorded (needed by stack and string captures too).
+    pub buffers: Vec<BufferCapture>,
+    /// Whether the registers are recorded (needed by stack, string and buffer captures
+    /// too).
     pub regs: bool,
     /// Whether the thread's errno is read (where the process's errno is known).
     pub errno: bool,
@@ -103,6 +116,8 @@ pub enum PlanError {
     StackBytes(u32),
     #[error("string capture of {0} bytes: must be between 1 and 4096")]
     StringMax(u32),
+    #[error("buffer capture of {0} bytes: must be between 1 and 4096")]
+    BufferSize(u32),
     #[error("a record of {0} bytes is too large (at most 32767)")]
     TooLarge(usize),
 }
@@ -117,6 +132,8 @@ pub enum RecordError {
 
 /// The maximum length of a string capture; DTrace's strsize defaults to 256.
 pub const MAX_STRING: u32 = 4096;
+/// The maximum size of a buffer capture.
+pub const MAX_BUFFER: u32 = 4096;
 
 /// Offsets of a plan's record; build once per plan, use for codegen and parsing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +145,8 @@ pub struct RecordLayout {
     pub errno: bool,
     /// (offset of the slot, max) per string capture; data at offset + 8.
     pub strings: Vec<(usize, u32)>,
+    /// (offset of the slot, size) per buffer capture; data at offset + 8.
+    pub buffers: Vec<(usize, u32)>,
     /// Where the current task's address is, when recorded.
     pub off_task: Option<usize>,
     pub size: usize,
@@ -138,17 +157,11 @@ impl RecordLayout {
         if !plan.stack_bytes.is_multiple_of(8) || plan.stack_bytes > MAX_STACK_BYTES {
             return Err(PlanError::StackBytes(plan.stack_bytes));
         }
-        let regs = plan.regs || plan.stack_bytes > 0 || !plan.strings.is_empty();
+        let regs = plan.regs || plan.stack_bytes > 0 || !plan.strings.is_empty() || !plan.buffers.is_empty();
         let off_stack = if regs { OFF_STACK } else { OFF_REGS };
         let mut off = off_stack + plan.stack_bytes as usize;
-        let mut strings = Vec::with_capacity(plan.strings.len());
-        for s in &plan.strings {
-            if s.max == 0 || s.max > MAX_STRING {
-                return Err(PlanError::StringMax(s.max));
-            }
-            strings.push((off, s.max));
-            off += 8 + (s.max as usize).div_ceil(8) * 8;
-        }
+        let strings = slots(&mut off, plan.strings.iter().map(|s| s.max), MAX_STRING, PlanError::StringMax)?;
+        let buffers = slots(&mut off, plan.buffers.iter().map(|b| b.size), MAX_BUFFER, PlanError::BufferSize)?;
         let off_task = plan.curthread.then_some(off);
         if plan.curthread {
             off += 8;
@@ -162,6 +175,7 @@ impl RecordLayout {
             stack_bytes: plan.stack_bytes,
             errno: plan.errno,
             strings,
+            buffers,
             off_task,
             size: off,
         })
@@ -194,6 +208,16 @@ impl RecordLayout {
                 (n > 0).then(|| &rec[off + 8..off + 8 + (n as usize - 1).min(max as usize)])
             })
             .collect();
+        let buffers = self
+            .buffers
+            .iter()
+            .map(|&(off, size)| {
+                let n = u32_at(off) as i32;
+                // Bytes read (a trampoline's read may stop at an unreadable page), or
+                // -errno.
+                (n >= 0).then(|| &rec[off + 8..off + 8 + (n as usize).min(size as usize)])
+            })
+            .collect();
         Ok(Firing {
             cookie: u64_at(OFF_COOKIE),
             pid: (pid_tgid >> 32) as u32,
@@ -205,9 +229,30 @@ impl RecordLayout {
             stack_truncated: u32_at(OFF_FLAGS) & FLAG_STACK_TRUNCATED != 0,
             errno: u32_at(OFF_ERRNO) as i32,
             strings,
+            buffers,
             curthread: self.off_task.map(u64_at),
         })
     }
+}
+
+/// The (offset, size) of each slot of a string or buffer capture of `sizes` bytes, from
+/// `*off` on: an i32 result, a u32, then the bytes rounded up to 8.
+fn slots(
+    off: &mut usize,
+    sizes: impl Iterator<Item = u32>,
+    max: u32,
+    bad: fn(u32) -> PlanError,
+) -> Result<Vec<(usize, u32)>, PlanError> {
+    sizes
+        .map(|n| {
+            if n == 0 || n > max {
+                return Err(bad(n));
+            }
+            let at = *off;
+            *off += 8 + (n as usize).div_ceil(8) * 8;
+            Ok((at, n))
+        })
+        .collect()
 }
 
 /// One firing as the program recorded it.
@@ -230,6 +275,8 @@ pub struct Firing<'a> {
     pub curthread: Option<u64>,
     /// Per string capture, the bytes before the NUL; None if the address faulted.
     pub strings: Vec<Option<&'a [u8]>>,
+    /// Per buffer capture, the bytes read; None if the address faulted.
+    pub buffers: Vec<Option<&'a [u8]>>,
 }
 
 impl Firing<'_> {
@@ -252,6 +299,7 @@ mod tests {
         let plan = RecordPlan {
             stack_bytes: 64,
             strings: vec![StringCapture { reg: PtReg::Di, max: 5 }, StringCapture { reg: PtReg::Si, max: 16 }],
+            buffers: vec![BufferCapture { reg: PtReg::Di, size: 4 }, BufferCapture { reg: PtReg::Dx, size: 16 }],
             regs: true,
             errno: false,
             curthread: false,
@@ -259,7 +307,13 @@ mod tests {
         let l = RecordLayout::new(&plan).unwrap();
         assert_eq!(OFF_STACK, 208);
         assert_eq!(l.strings, vec![(272, 5), (288, 16)]);
-        assert_eq!(l.size, 312);
+        assert_eq!(l.buffers, vec![(312, 4), (328, 16)]);
+        assert_eq!(l.size, 352);
+        // Buffers alone record the registers they are matched to.
+        let alone = RecordPlan { buffers: vec![BufferCapture { reg: PtReg::Si, size: 1 }], ..RecordPlan::default() };
+        let l = RecordLayout::new(&alone).unwrap();
+        assert!(l.regs);
+        assert_eq!((l.buffers[0], l.size), ((OFF_STACK, 1), OFF_STACK + 16));
         assert_eq!(PtReg::Di.offset(), 112);
         assert_eq!(PtReg::Sp.offset(), 152);
         assert_eq!(PtReg::Ip.offset(), 128);
@@ -271,6 +325,7 @@ mod tests {
             RecordLayout::new(&RecordPlan {
                 stack_bytes: 12,
                 strings: vec![],
+                buffers: vec![],
                 regs: true,
                 errno: false,
                 curthread: false
@@ -281,17 +336,23 @@ mod tests {
             RecordLayout::new(&RecordPlan {
                 stack_bytes: 0,
                 strings: vec![StringCapture { reg: PtReg::Di, max: 0 }],
+                buffers: vec![],
                 regs: true,
                 errno: false,
                 curthread: false,
             }),
             Err(PlanError::StringMax(0))
         );
+        for size in [0, MAX_BUFFER + 1] {
+            let plan = RecordPlan { buffers: vec![BufferCapture { reg: PtReg::Di, size }], ..RecordPlan::default() };
+            assert_eq!(RecordLayout::new(&plan), Err(PlanError::BufferSize(size)));
+        }
         let many = vec![StringCapture { reg: PtReg::Di, max: 4096 }; 5];
         assert!(matches!(
             RecordLayout::new(&RecordPlan {
                 stack_bytes: 16384,
                 strings: many,
+                buffers: vec![],
                 regs: true,
                 errno: false,
                 curthread: false
@@ -305,6 +366,11 @@ mod tests {
         let plan = RecordPlan {
             stack_bytes: 16,
             strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Si, max: 8 }],
+            buffers: vec![
+                BufferCapture { reg: PtReg::Di, size: 4 },
+                BufferCapture { reg: PtReg::Si, size: 12 },
+                BufferCapture { reg: PtReg::Dx, size: 8 },
+            ],
             regs: true,
             errno: true,
             curthread: true,
@@ -322,6 +388,13 @@ mod tests {
         r[s0..s0 + 4].copy_from_slice(&3i32.to_ne_bytes());
         r[s0 + 8..s0 + 11].copy_from_slice(b"hi\0");
         r[s1..s1 + 4].copy_from_slice(&(-14i32).to_ne_bytes());
+        let (b0, b1, b2) = (l.buffers[0].0, l.buffers[1].0, l.buffers[2].0);
+        r[b0..b0 + 4].copy_from_slice(&4i32.to_ne_bytes());
+        r[b0 + 8..b0 + 12].copy_from_slice(&[1, 2, 3, 4]);
+        // Read up to an unreadable page: the bytes read only.
+        r[b1..b1 + 4].copy_from_slice(&5i32.to_ne_bytes());
+        r[b1 + 8..b1 + 13].copy_from_slice(b"abcde");
+        r[b2..b2 + 4].copy_from_slice(&(-14i32).to_ne_bytes());
         let task = l.off_task.unwrap();
         assert_eq!(task + 8, l.size);
         r[task..task + 8].copy_from_slice(&0xffff_8880_0000_1000u64.to_ne_bytes());
@@ -332,6 +405,7 @@ mod tests {
         assert_eq!(f.stack.len(), 8);
         assert!(f.stack_truncated);
         assert_eq!(f.strings, vec![Some(&b"hi"[..]), None]);
+        assert_eq!(f.buffers, vec![Some(&[1u8, 2, 3, 4][..]), Some(&b"abcde"[..]), None]);
         assert!(matches!(l.parse(&r[1..]), Err(RecordError::Size { .. })));
     }
 

@@ -938,7 +938,17 @@ impl Drain<'_> {
                 let f = &sample.firing;
                 procs.borrow_mut().sampled(f.pid, f.tid, sample.comm);
                 let site = SiteTarget { probe_id, pid: 0, kind: SiteKind::Profile, offset: sample.kernel_pc };
-                let ctx = FiringCtx { f, site, procs, string_args: &[], ustackframes, maxframes, types, clocks };
+                let ctx = FiringCtx {
+                    f,
+                    site,
+                    procs,
+                    string_args: &[],
+                    buffer_args: &[],
+                    ustackframes,
+                    maxframes,
+                    types,
+                    clocks,
+                };
                 run(consumer, probe_id, f.cpu, &ctx);
             }
             Record::Lineage(l) => {
@@ -949,15 +959,24 @@ impl Drain<'_> {
                 }
                 lineage.push(l);
             }
-            Record::Pid { firing: f, sites, string_args } => {
+            Record::Pid { firing: f, sites, string_args, buffer_args } => {
                 // A site shared by several roots' probes fires each only in its own tree.
                 let owner = tree
                     .and_then(|t| t.root_of(f.pid as i32))
                     .or_else(|| kernel_roots.get(&(f.pid as i32)).copied())
                     .unwrap_or(f.pid as i32);
                 for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
-                    let ctx =
-                        FiringCtx { f: &f, site: *site, procs, string_args, ustackframes, maxframes, types, clocks };
+                    let ctx = FiringCtx {
+                        f: &f,
+                        site: *site,
+                        procs,
+                        string_args,
+                        buffer_args,
+                        ustackframes,
+                        maxframes,
+                        types,
+                        clocks,
+                    };
                     run(consumer, site.probe_id, f.cpu, &ctx);
                 }
             }
