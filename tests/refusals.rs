@@ -9,7 +9,7 @@ use std::time::Duration;
 
 mod util;
 
-use util::{fixture, is_root, run, run_args, unprivileged, wait_mapped, Backend, Guard, NAME};
+use util::{fixture, is_root, run, run_args, unprivileged, wait_mapped, Backend, Guard, TempDir, NAME};
 
 /// A kernel thread: kthreadd (pid 2) where it is one, else the first /proc lists.
 fn kernel_thread() -> (i32, String) {
@@ -223,12 +223,18 @@ fn udtrace_under_another_namespaces_proc_refuses() {
 #[test]
 fn udtrace_inside_a_pid_namespace_runs_pid_probes_without_bpf() {
     let Some(mut c) = unshare(&[]) else { return };
+    // A copy of its own: another test's uprobe on the fixture, armed for every process
+    // that maps it, is another tracer's change in its code, which in-process probes
+    // leave alone (and without BPF nothing else can probe).
+    let dir = TempDir::new("namespace-probes");
+    let exe = dir.path().join("probes");
+    std::fs::copy(fixture("probes"), &exe).expect("copy the fixture");
     c.arg(util::bin()).args([
         "-q",
         "-n",
         "pid$target::work:entry { @ = count(); }",
         "-c",
-        &format!("{} spin 7 1", fixture("probes")),
+        &format!("{} spin 7 1", exe.display()),
     ]);
     let out = run(&mut c);
     assert_eq!(out.status, 0, "{}", out.stderr);
