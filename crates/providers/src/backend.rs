@@ -10,7 +10,9 @@ use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
 use udtrace_lang::capture::CapturePlan;
-use udtrace_record::pid::{BufferCapture, Firing, PtReg, RecordPlan, StringCapture, MAX_STRING};
+use udtrace_record::pid::{
+    BufferCapture, Firing, PlanError, PtReg, RecordLayout, RecordPlan, StringCapture, MAX_STRING,
+};
 use udtrace_record::proc::{Hook, ProcFiring, ProcPlan};
 use udtrace_record::profile::Sample;
 
@@ -65,6 +67,17 @@ pub struct Setup {
 impl Setup {
     /// What each pid firing's record holds, as every backend lays it out.
     pub fn record_plan(&self) -> RecordPlan {
+        let mut plan = self.full_record_plan();
+        // Buffers too large for one record together (with a big stack capture) are read
+        // from the process when consumed instead, the largest first, rather than fail.
+        while matches!(RecordLayout::new(&plan), Err(PlanError::TooLarge(_))) && !plan.buffers.is_empty() {
+            let largest = (0..plan.buffers.len()).max_by_key(|&i| plan.buffers[i].size).unwrap_or(0);
+            plan.buffers.remove(largest);
+        }
+        plan
+    }
+
+    fn full_record_plan(&self) -> RecordPlan {
         RecordPlan {
             stack_bytes: self.plan.stack_bytes.div_ceil(8) * 8,
             strings: self
@@ -250,4 +263,41 @@ pub fn refused_probes<'a>(refused: &[(PathBuf, u64)], probes: &[&'a PidProbe]) -
         .filter(|p| p.sites.iter().chain(&p.unprobeable).any(|&(_, fo)| set.contains_key(&(p.file.as_path(), fo))))
         .copied()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(plan: CapturePlan) -> Setup {
+        Setup {
+            plan,
+            bufsize: 4 << 20,
+            strsize: 256,
+            follow: false,
+            all: false,
+            children: true,
+            inprocess: true,
+            explain: false,
+            unheld: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn buffers_too_large_for_one_record_are_read_when_consumed() {
+        let small = CapturePlan { buffers: vec![(0, 64), (1, 4096)], regs: true, ..CapturePlan::default() };
+        assert_eq!(setup(small).record_plan().buffers.len(), 2);
+        // With the largest stack capture, six 4 KiB buffers cannot all fit in a record:
+        // the largest go, the record is laid out.
+        let big = CapturePlan {
+            stack_bytes: 16384,
+            buffers: (0..6).map(|n| (n, 4096 - u32::from(n))).collect(),
+            regs: true,
+            ..CapturePlan::default()
+        };
+        let plan = setup(big).record_plan();
+        assert!(RecordLayout::new(&plan).is_ok());
+        assert!(!plan.buffers.is_empty() && plan.buffers.len() < 6, "{:?}", plan.buffers);
+        assert!(plan.buffers.iter().all(|b| b.size < 4096), "the largest went first: {:?}", plan.buffers);
+    }
 }
