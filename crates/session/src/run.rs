@@ -1014,10 +1014,10 @@ impl Drain<'_> {
     }
 
     /// Whether a child the kernel follows still runs (its end may be a record lost in
-    /// a full ring: /proc tells too).
-    fn kernel_children_run(&mut self) -> bool {
-        self.kernel_roots.retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
-        !self.kernel_roots.is_empty()
+    /// a full ring: /proc tells too). The entries stay: records of a child that ended
+    /// may still be in the ring, and are owned through them.
+    fn kernel_children_run(&self) -> bool {
+        self.kernel_roots.keys().any(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
     }
 }
 
