@@ -87,10 +87,7 @@ pub fn hold_program(
     a.jmp_imm(Cond::Eq, Reg::R0, 0, checked);
     a.push(ldx(Size::DW, Reg::R3, Reg::R9, PtReg::Ip.offset() as i16));
     a.push(alu64_reg(AluOp::Add, Reg::R3, Reg::R0));
-    a.push(mov64_reg(Reg::R1, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R1, -16));
-    a.push(mov64_imm(Reg::R2, 4));
-    a.call(helper::PROBE_READ_USER);
+    a.read_to_stack(helper::PROBE_READ_USER, -16, 4);
     a.jmp_imm(Cond::Ne, Reg::R0, 0, checked);
     a.push(ldx(Size::W, Reg::R1, Reg::R10, -16));
     a.jmp_imm(Cond::Ne, Reg::R1, RT_CONSISTENT, out);
@@ -400,10 +397,7 @@ fn emit_errno(a: &mut Asm, src: &ErrnoSource) {
     a.push(ldx(Size::DW, Reg::R9, Reg::R0, 8));
     a.push(ldx(Size::DW, Reg::R3, Reg::R0, 0));
     a.jmp_imm(Cond::Eq, Reg::R3, 0, have);
-    a.push(mov64_reg(Reg::R1, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R1, -16));
-    a.push(mov64_imm(Reg::R2, 8));
-    a.call(helper::PROBE_READ_USER);
+    a.read_to_stack(helper::PROBE_READ_USER, -16, 8);
     a.jmp_imm(Cond::Ne, Reg::R0, 0, skip);
     a.push(ldx(Size::DW, Reg::R9, Reg::R10, -16));
     a.bind(have);
@@ -411,10 +405,7 @@ fn emit_errno(a: &mut Asm, src: &ErrnoSource) {
     a.call(helper::GET_CURRENT_TASK);
     a.push(mov64_reg(Reg::R3, Reg::R0));
     a.push(alu64_imm(AluOp::Add, Reg::R3, src.fsbase as i32));
-    a.push(mov64_reg(Reg::R1, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R1, -24));
-    a.push(mov64_imm(Reg::R2, 8));
-    a.call(helper::PROBE_READ_KERNEL);
+    a.read_to_stack(helper::PROBE_READ_KERNEL, -24, 8);
     a.jmp_imm(Cond::Ne, Reg::R0, 0, skip);
     a.push(ldx(Size::DW, Reg::R3, Reg::R10, -24));
     a.jmp_imm(Cond::Eq, Reg::R3, 0, skip);

@@ -328,6 +328,16 @@ impl Asm {
         self.push(exit())
     }
 
+    /// `R0 = read(fp + slot, size, R3)` with `read` a probe-read helper: `size` bytes at
+    /// the address in R3 to the stack at `fp + slot`; R0 is 0 or a negative error.
+    /// Clobbers R1-R5.
+    pub fn read_to_stack(&mut self, read: i32, slot: i16, size: i32) -> &mut Self {
+        self.push(mov64_reg(Reg::R1, Reg::R10));
+        self.push(alu64_imm(AluOp::Add, Reg::R1, i32::from(slot)));
+        self.push(mov64_imm(Reg::R2, size));
+        self.call(read)
+    }
+
     /// `R0 = bpf_map_lookup_elem(map, fp + key)`: the value's address, or 0. Clobbers
     /// R1-R5.
     pub fn map_lookup(&mut self, map_fd: i32, key: i16) -> &mut Self {

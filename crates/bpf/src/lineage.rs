@@ -115,12 +115,9 @@ fn emit_cookie(a: &mut Asm, kind: u64) {
 /// Reads the 4-byte field at `off` of the task whose pointer is in R7 to `fp + slot`;
 /// jumps to `out` when the read fails.
 fn read_task_id(a: &mut Asm, off: i32, slot: i16, out: Label) {
-    a.push(mov64_reg(Reg::R1, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R1, i32::from(slot)));
-    a.push(mov64_imm(Reg::R2, 4));
     a.push(mov64_reg(Reg::R3, Reg::R7));
     a.push(alu64_imm(AluOp::Add, Reg::R3, off));
-    a.call(helper::PROBE_READ_KERNEL);
+    a.read_to_stack(helper::PROBE_READ_KERNEL, slot, 4);
     a.jmp_imm(Cond::Ne, Reg::R0, 0, out);
 }
 

@@ -178,10 +178,7 @@ const A_SLOTS: i16 = -96;
 fn read_ptr(a: &mut Asm, dst: i16, base: i16, off: i16) {
     a.push(ldx(Size::DW, Reg::R3, Reg::R10, base));
     a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(off)));
-    a.push(mov64_reg(Reg::R1, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R1, i32::from(dst)));
-    a.push(mov64_imm(Reg::R2, 8));
-    a.call(helper::PROBE_READ_KERNEL);
+    a.read_to_stack(helper::PROBE_READ_KERNEL, dst, 8);
 }
 
 /// `record[at..at + size] = *(*(fp + base) + off)` (zeros where it faults).

@@ -97,10 +97,7 @@ pub fn program(
     a.call(helper::GET_CURRENT_TASK);
     a.push(mov64_reg(Reg::R3, Reg::R0));
     a.push(alu64_imm(AluOp::Add, Reg::R3, regs.task_stack as i32));
-    a.push(mov64_reg(Reg::R1, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R1, -8));
-    a.push(mov64_imm(Reg::R2, 8));
-    a.call(helper::PROBE_READ_KERNEL);
+    a.read_to_stack(helper::PROBE_READ_KERNEL, -8, 8);
     a.jmp_imm(Cond::Ne, Reg::R0, 0, zero);
     a.push(ldx(Size::DW, Reg::R3, Reg::R10, -8));
     a.jmp_imm(Cond::Eq, Reg::R3, 0, zero);
