@@ -237,18 +237,20 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
     if compiled.options.destructive && !quiet {
         note!("allowing destructive actions");
     }
-    let (mut backend, mut follower, mut all, sampled) = match arm(&compiled, &mut registry, &mut targets, load) {
-        Ok(b) => b,
-        Err(m) => {
-            targets.finish();
-            return fail(&m);
-        }
-    };
+    let Armed { mut backend, mut follower, mut all, kernel, sampled } =
+        match arm(&compiled, &mut registry, &mut targets, load) {
+            Ok(b) => b,
+            Err(m) => {
+                targets.finish();
+                return fail(&m);
+            }
+        };
     debug!("{} enablings armed; firing BEGIN", compiled.ecbs.len());
     let mut world = Tracing {
         backend: backend.as_deref_mut(),
         follower: follower.as_mut(),
         all: all.as_mut(),
+        kernel,
         registry: &mut registry,
         sampled,
     };
@@ -286,10 +288,19 @@ fn stability_reports(c: &Compiled) -> String {
         .collect()
 }
 
-/// The backend, the follower of `-c`/`-p` trees and the watcher of `pid*` processes.
-/// The backend, the follower of `-c`/`-p` processes, the `pid*` watcher, and the
-/// profile probes the backend samples (the others fire in udtrace's context).
-type Armed = (Option<Box<dyn Backend>>, Option<Follower>, Option<AllProcesses>, HashSet<u32>);
+/// What tracing runs with once armed.
+#[derive(Default)]
+struct Armed {
+    backend: Option<Box<dyn Backend>>,
+    /// The follower of the `-c`/`-p` processes udtrace holds.
+    follower: Option<Follower>,
+    /// The `pid*` watcher.
+    all: Option<AllProcesses>,
+    /// What matches new images of the processes another tracer holds.
+    kernel: Option<KernelFollower>,
+    /// The profile probes the backend samples (the others fire in udtrace's context).
+    sampled: HashSet<u32>,
+}
 
 /// Arms the enabled pid probes, if any, and starts tracing their processes; `-c`/`-p`
 /// processes with pid descriptions are adopted by a follower (held until released).
@@ -306,15 +317,15 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     // Descriptions of an unheld target that match nothing yet (-Z) may match what it
     // execs: the kernel must follow it.
     let unheld_pids: Vec<i32> = unheld.iter().map(|t| t.pid).collect();
-    let kernel_follow = !c.options.nofollow && KernelFollower::new(c, &unheld_pids).is_some();
+    let kernel = if c.options.nofollow { None } else { KernelFollower::new(c, &unheld_pids) };
     if enabled.is_empty()
         && follower.is_none()
-        && !kernel_follow
+        && kernel.is_none()
         && all.is_none()
         && proc_hooks.is_empty()
         && profile.is_empty()
     {
-        return Ok((None, None, None, HashSet::new()));
+        return Ok(Armed::default());
     }
     // `pid*` probes (owner 0) are armed for every process, apart.
     let probes: Vec<&PidProbe> =
@@ -400,7 +411,7 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     for n in backend.notices() {
         note!("{n}");
     }
-    Ok((Some(backend), follower, all, sampled))
+    Ok(Armed { backend: Some(backend), follower, all, kernel, sampled })
 }
 
 /// The enabled `profile-N` probes, sampled on every online CPU (the one `-x cpu` names),
@@ -501,6 +512,8 @@ struct Tracing<'a> {
     backend: Option<&'a mut (dyn Backend + 'static)>,
     follower: Option<&'a mut Follower>,
     all: Option<&'a mut AllProcesses>,
+    /// What matches new images of the processes another tracer holds.
+    kernel: Option<KernelFollower>,
     registry: &'a mut Registry,
     /// Profile probes the backend samples.
     sampled: HashSet<u32>,
@@ -623,12 +636,6 @@ fn trace(
         pending_exec: HashMap::new(),
         only_cpu,
         kernel_roots: HashMap::new(),
-        kernel_follower: (!c.options.nofollow)
-            .then(|| {
-                let unheld: Vec<i32> = targets.list.iter().filter(|t| t.tracer.is_some()).map(|t| t.pid).collect();
-                KernelFollower::new(c, &unheld)
-            })
-            .flatten(),
     };
     while !done {
         let now = Instant::now();
@@ -867,8 +874,6 @@ struct Drain<'p> {
     /// Children the kernel follows for processes another tracer holds, with the root
     /// whose probes they fire (see [`Record::Lineage`]).
     kernel_roots: HashMap<i32, i32>,
-    /// What matches their new images.
-    kernel_follower: Option<KernelFollower>,
 }
 
 impl Drain<'_> {
@@ -997,7 +1002,7 @@ impl Drain<'_> {
                 }
                 Lineage::Execed { pid } => {
                     let root = self.kernel_roots.get(&pid).copied().unwrap_or(pid);
-                    if let Some(k) = self.kernel_follower.as_mut() {
+                    if let Some(k) = w.kernel.as_mut() {
                         let mut world =
                             World { backend: &mut *b, registry: &mut *w.registry, consumer, procs: self.procs };
                         k.exec(root, pid, &mut world);
