@@ -290,7 +290,7 @@ impl Bpf {
             procs: HashMap::new(),
             refused: Vec::new(),
             string_args: plan.strings.clone(),
-            buffer_args: plan.buffers.clone(),
+            buffer_args: setup.buffer_args(),
             proc: HashMap::new(),
             drops_seen: Vec::new(),
             changed: BTreeMap::new(),

@@ -191,7 +191,7 @@ impl InProcess {
             rings: Rings::default(),
             traced: HashSet::new(),
             string_args: setup.plan.strings.clone(),
-            buffer_args: setup.plan.buffers.clone(),
+            buffer_args: setup.buffer_args(),
             fallback,
             no_bpf,
             fell_back: BTreeMap::new(),

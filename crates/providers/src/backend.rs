@@ -77,6 +77,13 @@ impl Setup {
         plan
     }
 
+    /// The buffers the record captures: (argument register 0..=5, size) per slot, in
+    /// slot order (those [`Setup::record_plan`] left out are read when consumed).
+    pub fn buffer_args(&self) -> Vec<(u8, u32)> {
+        let arg = |r: PtReg| PtReg::ARGS.iter().position(|&a| a == r).unwrap_or(0) as u8;
+        self.record_plan().buffers.iter().map(|b| (arg(b.reg), b.size)).collect()
+    }
+
     fn full_record_plan(&self) -> RecordPlan {
         RecordPlan {
             stack_bytes: self.plan.stack_bytes.div_ceil(8) * 8,
@@ -295,8 +302,13 @@ mod tests {
             regs: true,
             ..CapturePlan::default()
         };
-        let plan = setup(big).record_plan();
+        let s = setup(big);
+        let plan = s.record_plan();
         assert!(RecordLayout::new(&plan).is_ok());
+        // The slots the consumer is told of are those the record has.
+        let args: Vec<u8> = s.buffer_args().iter().map(|b| b.0).collect();
+        assert_eq!(args.len(), plan.buffers.len());
+        assert!(args.iter().zip(&plan.buffers).all(|(&n, b)| PtReg::ARGS[usize::from(n)] == b.reg));
         assert!(!plan.buffers.is_empty() && plan.buffers.len() < 6, "{:?}", plan.buffers);
         assert!(plan.buffers.iter().all(|b| b.size < 4096), "the largest went first: {:?}", plan.buffers);
     }
