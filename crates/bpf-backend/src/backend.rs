@@ -324,7 +324,9 @@ impl Bpf {
         let maps: Vec<(i32, Vec<procfs::Mapping>)> =
             owners.into_iter().filter_map(|p| procfs::read_maps(p).ok().map(|m| (p, m))).collect();
         let changed = &mut self.changed;
-        sites.retain(|s| match maps.iter().find(|(p, m)| procfs::code_changed(*p, m, file, s.offset) == Some(true)) {
+        // Opened once for all the sites: code_changed reads each one's bytes from it.
+        let Ok(f) = std::fs::File::open(file) else { return };
+        sites.retain(|s| match maps.iter().find(|(p, m)| procfs::code_changed(*p, m, &f, s.offset) == Some(true)) {
             Some((p, _)) => {
                 *changed.entry(*p).or_default() += 1;
                 false

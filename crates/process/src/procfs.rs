@@ -290,13 +290,13 @@ pub fn tracer(pid: i32) -> Option<(i32, String)> {
     Some((t, stat(t).map_or_else(|_| "?".to_string(), |(comm, _)| comm)))
 }
 
-/// Whether another tracer changed the code of `pid` at `file_off` of `file` (mapped as
-/// `maps` lists it): a live byte of the instruction there that is neither the file's
-/// nor a leading `int3` (a uprobe's, which another uprobe at the same place shares).
+/// Whether another tracer changed the code of `pid` at `file_off` of the open file
+/// `f` (mapped as `maps` lists it): a live byte of the instruction there that is
+/// neither the file's nor a leading `int3` (a uprobe's, which another uprobe at the
+/// same place shares).
 /// `None` when the offset is not mapped executable or a read fails.
-pub fn code_changed(pid: i32, maps: &[Mapping], file: &Path, file_off: u64) -> Option<bool> {
+pub fn code_changed(pid: i32, maps: &[Mapping], f: &std::fs::File, file_off: u64) -> Option<bool> {
     use std::os::unix::fs::{FileExt, MetadataExt};
-    let f = std::fs::File::open(file).ok()?;
     let inode = f.metadata().ok()?.ino();
     let m = maps
         .iter()
