@@ -116,10 +116,7 @@ pub fn after_refusal(pid: i32, e: Errno) -> Refusal {
     if e != Errno::EPERM {
         return Refusal::Os(e);
     }
-    let tracer = procfs::status_numbers(pid, "TracerPid:").and_then(|v| v.first().copied()).unwrap_or(0);
-    if tracer != 0 {
-        let tracer = tracer as i32;
-        let comm = procfs::stat(tracer).map(|(c, _)| c).unwrap_or_else(|_| "?".into());
+    if let Some((tracer, comm)) = procfs::tracer(pid) {
         return Refusal::Traced { tracer, comm };
     }
     if has_cap_sys_ptrace() {
