@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 mod util;
 
 use util::{
-    bpf_gate, fixture, kill_after, kill_after_deadline, pid_backends, stderr, stdout, traced, udtrace_cmd, wait_mapped,
-    Backend, Guard, TempDir,
+    bpf_gate, copy_fixture, fixture, kill_after, kill_after_deadline, pid_backends, stderr, stdout, traced,
+    udtrace_cmd, wait_mapped, Backend, Guard, TempDir,
 };
 
 pid_backends!(
@@ -274,7 +274,7 @@ fn all_processes_glob() {
     // new files to udtrace, armed while the new process is briefly held.
     let fresh = TempDir::new("fresh");
     for f in ["worker2", "libfollow.so"] {
-        std::fs::copy(fixture(f), fresh.path().join(f)).expect("copy fixture");
+        copy_fixture(f, &fresh.path().join(f));
     }
     // Nobody holds it when udtrace hears of its exec: udtrace may or may not get to
     // hold it before its loader is done (a busy test machine keeps udtrace from the CPU

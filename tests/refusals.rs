@@ -9,7 +9,7 @@ use std::time::Duration;
 
 mod util;
 
-use util::{fixture, is_root, run, run_args, unprivileged, wait_mapped, Backend, Guard, TempDir, NAME};
+use util::{copy_fixture, fixture, is_root, run, run_args, unprivileged, wait_mapped, Backend, Guard, TempDir, NAME};
 
 /// A kernel thread: kthreadd (pid 2) where it is one, else the first /proc lists.
 fn kernel_thread() -> (i32, String) {
@@ -228,7 +228,7 @@ fn udtrace_inside_a_pid_namespace_runs_pid_probes_without_bpf() {
     // leave alone (and without BPF nothing else can probe).
     let dir = TempDir::new("namespace-probes");
     let exe = dir.path().join("probes");
-    std::fs::copy(fixture("probes"), &exe).expect("copy the fixture");
+    copy_fixture("probes", &exe);
     c.arg(util::bin()).args([
         "-q",
         "-n",

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 mod util;
 
-use util::{bpf_gate, fixture, kill_after_deadline, stdout, udtrace_cmd, wait_mapped, Guard, TempDir};
+use util::{bpf_gate, copy_fixture, fixture, kill_after_deadline, stdout, udtrace_cmd, wait_mapped, Guard, TempDir};
 
 /// Starts `holder PID` and waits until it holds the process.
 fn hold(pid: u32) -> Guard {
@@ -104,38 +104,68 @@ fn rows(text: &str) -> Vec<(String, u64)> {
 fn a_process_under_a_debugger_is_traced_with_its_forked_children() {
     // A copy of forker and its library of our own: no other test's process maps them,
     // so their probes fire in a child from its first instruction (docs/pid-provider.md).
-    let dir = TempDir::new("traced-forker");
-    for f in ["forker", "libfollow.so", "worker2"] {
-        std::fs::copy(fixture(f), dir.path().join(f)).expect("copy the fixture");
-    }
-    let (workers, calls) = (4u64, 50u64);
-    let forker = dir.path().join("forker");
-    let args = [workers.to_string(), calls.to_string(), "1".into(), "fork".into()];
-    let untraced = Command::new(&forker).args(&args).output().expect("forker");
-    let mut target = Guard::spawn(
-        Command::new(&forker).args(&args).env("FORKER_WAIT", "1").stdin(Stdio::piped()).stdout(Stdio::piped()),
-    );
-    let pid = target.child().id();
-    wait_mapped(pid, "libfollow.so");
+    let w = WaitingForker::start("traced-forker");
+    let pid = w.pid;
     let _holder = hold(pid);
-    let prog = "pid$target::target:entry { @[pid == $target ? \"daemon\" : \"workers\"] = count(); }";
-    let mut tracer = Session::start(&["-q", "-n", prog, "-p", &pid.to_string()]);
+    let mut tracer = Session::start(&["-q", "-n", BY_PROCESS, "-p", &pid.to_string()]);
     let Some(note) = tracer.wait_for("is traced by") else { return };
     assert!(note.contains(&format!("pid {pid} is traced by holder (pid ")), "{note}");
-    target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
-    let mut child = target.take();
-    let mut text = String::new();
-    child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
-    let status = child.wait().expect("wait");
-    assert_eq!(text.as_bytes(), untraced.stdout, "the program ran as untraced");
-    assert_eq!(status.code(), untraced.status.code());
-    let (out, err) = tracer.finish();
-    assert!(out.status.success(), "{err}");
-    assert_eq!(
-        rows(&stdout(&out)),
-        vec![("daemon".to_string(), 3), ("workers".to_string(), workers * calls)],
-        "every call, in the daemon and in each forked worker:\n{err}"
-    );
+    w.run_and_check(&mut [&mut tracer]);
+}
+
+/// Counts target() calls in the daemon and in its workers.
+const BY_PROCESS: &str = "pid$target::target:entry { @[pid == $target ? \"daemon\" : \"workers\"] = count(); }";
+
+/// `forker 4 50 1 fork` (four forked workers, none exec'ing), from copies of its files
+/// (no other test's process maps them, so their probes fire in a child from its first
+/// instruction, docs/pid-provider.md), waiting for a line before it calls anything.
+struct WaitingForker {
+    _dir: TempDir,
+    lib: std::path::PathBuf,
+    untraced: std::process::Output,
+    target: Guard,
+    pid: u32,
+}
+
+const WORKERS: u64 = 4;
+const CALLS: u64 = 50;
+
+impl WaitingForker {
+    fn start(name: &str) -> WaitingForker {
+        let dir = TempDir::new(name);
+        for f in ["forker", "libfollow.so", "worker2"] {
+            copy_fixture(f, &dir.path().join(f));
+        }
+        let forker = dir.path().join("forker");
+        let args = [WORKERS.to_string(), CALLS.to_string(), "1".into(), "fork".into()];
+        let untraced = Command::new(&forker).args(&args).output().expect("forker");
+        let mut target = Guard::spawn(
+            Command::new(&forker).args(&args).env("FORKER_WAIT", "1").stdin(Stdio::piped()).stdout(Stdio::piped()),
+        );
+        let pid = target.child().id();
+        wait_mapped(pid, "libfollow.so");
+        WaitingForker { lib: dir.path().join("libfollow.so"), _dir: dir, untraced, target, pid }
+    }
+
+    /// Lets it go; checks it ran as untraced, and that each session counted every call.
+    fn run_and_check(mut self, sessions: &mut [&mut Session]) {
+        self.target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
+        let mut child = self.target.take();
+        let mut text = String::new();
+        child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
+        let status = child.wait().expect("wait");
+        assert_eq!(text.as_bytes(), self.untraced.stdout, "the program ran as untraced");
+        assert_eq!(status.code(), self.untraced.status.code());
+        for session in sessions.iter_mut() {
+            let (out, err) = session.finish();
+            assert!(out.status.success(), "{err}");
+            assert_eq!(
+                rows(&stdout(&out)),
+                vec![("daemon".to_string(), 3), ("workers".to_string(), WORKERS * CALLS)],
+                "every call, in the daemon and in each forked worker:\n{err}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -173,7 +203,7 @@ fn a_program_exec_d_under_a_debugger_is_armed_after_the_fact() {
 /// would be a change another tracer made, here.
 fn waiting_probes(n: u64, dir: &TempDir) -> Guard {
     let exe = dir.path().join("probes");
-    std::fs::copy(fixture("probes"), &exe).expect("copy the fixture");
+    copy_fixture("probes", &exe);
     let mut g =
         Guard::spawn(Command::new(&exe).args(["wait", &n.to_string()]).stdin(Stdio::piped()).stdout(Stdio::piped()));
     wait_mapped(g.child().id(), "libc.so.6");
@@ -223,42 +253,90 @@ fn two_sessions_on_one_process_each_count_every_firing() {
 }
 
 #[test]
-fn a_second_session_leaves_sites_patched_in_process_alone_and_says_so() {
-    let n = 3000u64;
+fn a_first_session_gives_its_in_process_sites_to_a_second_and_both_are_exact() {
+    let n = 5000u64;
     let dir = TempDir::new("beside-in-process");
     let mut target = waiting_probes(n, &dir);
     let pid = target.child().id().to_string();
     // The first session patches work() in-process: a uprobe of the second on the
-    // patched bytes would run the file's instruction over the first's jump.
-    let mut first = Session::start(&["-n", COUNT, "-p", &pid]);
-    if first.wait_for("matched").is_none() {
-        return;
+    // patched bytes would run the file's instruction over the first's jump, so the
+    // second asks the first to give the site up.
+    let Some(mut first) = patching_session(&pid) else { return };
+    let mut second = Session::start(&["-n", COUNT, "-p", &pid]);
+    let note = second.wait_for("is traced by").expect("the second session names the first");
+    assert!(note.contains(&format!("pid {pid} is traced by udtrace (pid {})", first.pid())), "{note}");
+    // Its probes are armed when it says so; both sessions' uprobes share the place now.
+    assert_eq!(first_byte(&pid), Some(0xcc), "the patch gave way to uprobes");
+    run_waiting(target, n);
+    for session in [&mut first, &mut second] {
+        let (out, err) = session.finish();
+        assert!(out.status.success(), "{err}");
+        assert_eq!(count_of(&out), Some(n), "{}\n{err}", stdout(&out));
+        assert!(!err.contains("probe site"), "{err}");
     }
+}
+
+#[test]
+fn a_second_session_given_in_process_sites_stays_exact_after_the_first_ends() {
+    let n = 5000u64;
+    let dir = TempDir::new("after-in-process");
+    let mut target = waiting_probes(n, &dir);
+    let pid = target.child().id().to_string();
+    let Some(mut first) = patching_session(&pid) else { return };
+    let mut second = Session::start(&["-n", COUNT, "-p", &pid]);
+    second.wait_for("is traced by").expect("the second session names the first");
+    // The first session ends: taking its other patches out must leave the site it gave
+    // up, where the second's uprobe is, alone.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first.pid() as i32), nix::sys::signal::Signal::SIGINT)
+        .expect("kill");
+    let (out, err) = first.finish();
+    assert!(out.status.success(), "{err}");
+    assert_eq!(util_tracer(&pid), None, "the first session let the process go");
+    assert_eq!(first_byte(&pid), Some(0xcc), "the second session's uprobe is in place");
+    run_waiting(target, n);
+    let (out, err) = second.finish();
+    assert!(out.status.success(), "{err}");
+    assert_eq!(count_of(&out), Some(n), "{}\n{err}", stdout(&out));
+}
+
+#[test]
+fn two_sessions_on_a_forking_daemon_count_every_worker_when_the_first_patched_in_process() {
+    let w = WaitingForker::start("two-on-forker");
+    let pid = w.pid.to_string();
+    let mut first = Session::start(&["-q", "-n", BY_PROCESS, "-p", &pid]);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while util_tracer(&pid).is_none() || !patched(&pid) {
+    while first_byte_of(&pid, &w.lib, "target") != Some(0xe9) {
         assert!(std::time::Instant::now() < deadline, "the first session never patched pid {pid}");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let mut second = Session::start(&["-n", COUNT, "-p", &pid]);
-    let left = second.wait_for("probe site not armed").expect("the second session says what it leaves");
-    assert_eq!(
-        left,
-        format!(
-            "udtrace: pid {pid}: 1 probe site not armed: another tracer changed the code there; it is traced by \
-             udtrace (pid {})",
-            first.pid()
-        )
-    );
+    let mut second = Session::start(&["-q", "-n", BY_PROCESS, "-p", &pid]);
+    if second.wait_for("is traced by").is_none() {
+        return;
+    }
+    w.run_and_check(&mut [&mut first, &mut second]);
+}
+
+/// A session counting work() in `pid`, once it has patched it in-process (`None`: the
+/// kernel refused BPF, and the test skips).
+fn patching_session(pid: &str) -> Option<Session> {
+    let mut first = Session::start(&["-n", COUNT, "-p", pid]);
+    first.wait_for("matched")?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while util_tracer(pid).is_none() || first_byte(pid) != Some(0xe9) {
+        assert!(std::time::Instant::now() < deadline, "the first session never patched pid {pid}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Some(first)
+}
+
+/// Lets `probes wait N` go, and checks it ran as untraced.
+fn run_waiting(mut target: Guard, n: u64) {
     target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
     let mut child = target.take();
     let mut text = String::new();
     child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
     assert!(child.wait().expect("wait").success(), "the program survives both sessions");
     assert!(text.starts_with(&format!("wait {n} ")), "{text}");
-    let (out, err) = first.finish();
-    assert_eq!(count_of(&out), Some(n), "the first session is exact\n{err}");
-    let (out, err) = second.finish();
-    assert!(out.status.success(), "{err}");
 }
 
 /// The pid of `pid`'s tracer, if it has one.
@@ -267,17 +345,25 @@ fn util_tracer(pid: &str) -> Option<u32> {
     status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse().ok()).filter(|&t| t != 0)
 }
 
-/// Whether work()'s first byte in `pid` is a jump (the in-process backend's patch).
-fn patched(pid: &str) -> bool {
-    let Some(addr) = symbol_address(pid, "work") else { return false };
-    let mut b = [0u8; 1];
-    let Ok(f) = std::fs::File::open(format!("/proc/{pid}/mem")) else { return false };
-    std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, addr).is_ok() && b[0] == 0xe9
+/// work()'s first byte in `pid`: a jump (0xe9) where the in-process backend patched it,
+/// an `int3` (0xcc) under uprobes.
+fn first_byte(pid: &str) -> Option<u8> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    first_byte_of(pid, &exe, "work")
 }
 
-/// `name`'s address in `pid`'s executable, from `nm` and the executable's first mapping.
-fn symbol_address(pid: &str, name: &str) -> Option<u64> {
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+/// The first byte of function `name` of object `file` in `pid`.
+fn first_byte_of(pid: &str, file: &std::path::Path, name: &str) -> Option<u8> {
+    let addr = symbol_address(pid, file, name)?;
+    let mut b = [0u8; 1];
+    let f = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, addr).ok()?;
+    Some(b[0])
+}
+
+/// `name`'s address in `pid`, from `nm` of `file` and the file's first mapping.
+fn symbol_address(pid: &str, file: &std::path::Path, name: &str) -> Option<u64> {
+    let exe = file.to_path_buf();
     let nm = Command::new("nm").arg(&exe).output().ok()?;
     let value = String::from_utf8_lossy(&nm.stdout).lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();

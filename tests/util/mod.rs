@@ -153,6 +153,14 @@ pub fn fixture(name: &str) -> String {
     PathBuf::from(env!("UDTRACE_FIXTURES")).join(name).display().to_string()
 }
 
+/// Copies fixture `name` to `to`, through `cp`: a file this process wrote would be open
+/// for writing in any child another test thread forks meanwhile, until that child execs,
+/// and running it then fails with "Text file busy".
+pub fn copy_fixture(name: &str, to: &std::path::Path) {
+    let st = Command::new("cp").arg(fixture(name)).arg(to).status().expect("cp");
+    assert!(st.success(), "cannot copy {name} to {}", to.display());
+}
+
 /// Kills and reaps a spawned process when the test ends, even on failure.
 pub struct Guard(pub Option<Child>);
 

@@ -19,7 +19,7 @@ use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::tracepoint::{self, RawTracepointLink, TracepointLink};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_messages::program;
-use udtrace_process::procfs;
+use udtrace_process::{handoff, procfs};
 use udtrace_providers::backend::{Backend, Error, ProfileProbe, Record, Setup, SiteTarget, HOLD_SIGNAL};
 use udtrace_providers::pid::PidProbe;
 use udtrace_record::pid::{RecordLayout, RecordPlan};
@@ -57,6 +57,8 @@ pub struct Bpf {
     /// Sites left alone, by process, because another tracer changed their code there,
     /// not yet reported.
     changed: BTreeMap<i32, usize>,
+    /// Why the session tracing a process kept the sites it was asked for, by process.
+    kept: HashMap<i32, String>,
     /// The argument register (0..=5) behind each string slot of a record, in slot order.
     string_args: Vec<u8>,
     /// The argument register and size behind each buffer slot, in slot order.
@@ -141,6 +143,10 @@ struct Closer {
 }
 
 const CLOSE_THREADS: usize = 32;
+
+/// How long a session that patched sites in-process may take to give them up: it stops
+/// the processes carrying them, at most a second each.
+const HANDOFF_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Closer {
     fn new() -> Closer {
@@ -294,6 +300,7 @@ impl Bpf {
             proc: HashMap::new(),
             drops_seen: Vec::new(),
             changed: BTreeMap::new(),
+            kept: HashMap::new(),
             closer: Closer::new(),
             profile: None,
         })
@@ -318,14 +325,33 @@ impl Bpf {
     /// `pids` (none: every traced process that maps it): a uprobe there would make the
     /// kernel run the file's instruction over the other tracer's jump, and its removal
     /// would write the file's byte into it. A uprobe of another session (an `int3`) is
-    /// no change: uprobes at one place share it.
+    /// no change: uprobes at one place share it. A tracer that is a udtrace session
+    /// which patched them in-process is asked to give them up first (handoff.rs).
     fn leave_changed(&mut self, file: &Path, pids: &[i32], sites: &mut Vec<Site>) {
         let owners: Vec<i32> = if pids.is_empty() { self.traced.iter().copied().collect() } else { pids.to_vec() };
         let maps: Vec<(i32, Vec<procfs::Mapping>)> =
             owners.into_iter().filter_map(|p| procfs::read_maps(p).ok().map(|m| (p, m))).collect();
-        let changed = &mut self.changed;
-        // Opened once for all the sites: code_changed reads each one's bytes from it.
+        // Opened once for all the sites: code_change reads each one's bytes from it.
         let Ok(f) = std::fs::File::open(file) else { return };
+        let mut asks: BTreeMap<i32, Vec<(i32, u64)>> = BTreeMap::new();
+        for s in sites.iter() {
+            for (p, m) in &maps {
+                if let Some((addr, true)) = procfs::code_change(*p, m, &f, s.offset) {
+                    if let Some((tracer, _)) = procfs::tracer(*p).filter(|&(t, _)| t != std::process::id() as i32) {
+                        asks.entry(tracer).or_default().push((*p, addr));
+                    }
+                }
+            }
+        }
+        for (tracer, asked) in asks {
+            if let Err(why) = handoff::ask(tracer, &asked, HANDOFF_WAIT) {
+                udtrace_messages::debug!("udtrace (pid {tracer}) kept {} sites: {why}", asked.len());
+                for (p, _) in asked {
+                    self.kept.insert(p, why.clone());
+                }
+            }
+        }
+        let changed = &mut self.changed;
         sites.retain(|s| match maps.iter().find(|(p, m)| procfs::code_changed(*p, m, &f, s.offset) == Some(true)) {
             Some((p, _)) => {
                 *changed.entry(*p).or_default() += 1;
@@ -595,9 +621,13 @@ impl Backend for Bpf {
             .map(|(pid, n)| {
                 // Not named when it is this udtrace: its own patch (of the in-process
                 // backend it backs) is there.
-                let by = procfs::tracer(pid)
+                let mut by = procfs::tracer(pid)
                     .filter(|&(t, _)| t != std::process::id() as i32)
                     .map_or(String::new(), |(t, name)| format!("; it is traced by {name} (pid {t})"));
+                // A tracer that listens for such requests (another udtrace) said why not.
+                if let Some(why) = self.kept.remove(&pid).filter(|w| !w.starts_with("it does not listen")) {
+                    by.push_str(&format!(", which kept {}: {why}", if n == 1 { "it" } else { "them" }));
+                }
                 let plural = if n == 1 { "" } else { "s" };
                 format!("pid {pid}: {n} probe site{plural} not armed: another tracer changed the code there{by}")
             })

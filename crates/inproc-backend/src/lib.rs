@@ -25,6 +25,7 @@ use process::{Batch, Proc, Rings};
 use udtrace_inproc::ring::Geometry;
 use udtrace_inproc::trampoline::{supported_layout, CpuSource};
 use udtrace_object::patch::SiteKind as PatchKind;
+use udtrace_process::handoff::Server;
 use udtrace_process::procfs::LoadedObject;
 use udtrace_process::undertaker::Ledger;
 use udtrace_providers::backend::{Backend, Error, ProfileProbe, Record, Setup, SiteTarget, Trap, PROFILE_NEEDS_BPF};
@@ -79,6 +80,17 @@ pub struct InProcess {
     guards: HashMap<i32, Result<Guard, String>>,
     /// What is patched, told to the undertaker (who undoes it if udtrace dies).
     ledger: LedgerSlot,
+    /// Where other sessions ask for sites patched here, listening from the first process
+    /// set up for patching (without a fallback, to say why they cannot have them).
+    handoff: Option<Server>,
+    handoff_tried: bool,
+    /// The probes of each site patched somewhere, (file, file offset) → probes with
+    /// that site alone: what the fallback arms when the site is given up.
+    patched_probes: HashMap<(PathBuf, u64), Vec<PidProbe>>,
+    /// Sites another session asked for, being given up.
+    asked: HashSet<(PathBuf, u64)>,
+    /// Sites given up: never patched again, in any process.
+    given: HashSet<(PathBuf, u64)>,
 }
 
 /// The undertaker's ledger, started at the first patch, and the processes it holds
@@ -132,6 +144,10 @@ impl Drop for LedgerSlot {
         }
     }
 }
+
+/// Why a site given up to another session is not patched (it uses uprobes, which the
+/// sessions share).
+const GIVEN_UP: &str = "another session probes it too";
 
 /// How many times DTrace's `bufsize` (per CPU) an in-process ring holds, per CPU. A
 /// trampoline writes a record in ~30 ns, while the consumer runs clauses on it in user
@@ -205,6 +221,11 @@ impl InProcess {
             ledger: LedgerSlot::default(),
             hooks: HashMap::new(),
             guards: HashMap::new(),
+            handoff: None,
+            handoff_tried: false,
+            patched_probes: HashMap::new(),
+            asked: HashSet::new(),
+            given: HashSet::new(),
         })
     }
 
@@ -401,13 +422,24 @@ impl Backend for InProcess {
             for ((offset, file_off), unprobeable) in all {
                 let cookie = self.cookie(p, offset, file_off);
                 let site = site_of(p, offset, file_off, cookie);
+                let key = (p.file.clone(), file_off);
                 let r = match self.procs.get_mut(&pid) {
+                    _ if self.given.contains(&key) => Err(GIVEN_UP.to_string()),
                     Some(proc) => proc.patch(pid, &site, &batch, &self.record, self.geometry, self.ledger.get(pid)),
                     None => Err("the process is gone".to_string()),
                 };
-                if let Err(why) = r {
-                    let left = refused.entry(why).or_default();
-                    if unprobeable { &mut left.1 } else { &mut left.0 }.push((offset, file_off));
+                match r {
+                    Ok(()) if !unprobeable => {
+                        let probes = self.patched_probes.entry(key).or_default();
+                        if !probes.iter().any(|q| q.probe.id == p.probe.id) {
+                            probes.push(with_sites(p, vec![(offset, file_off)], Vec::new()));
+                        }
+                    }
+                    Ok(()) => {}
+                    Err(why) => {
+                        let left = refused.entry(why).or_default();
+                        if unprobeable { &mut left.1 } else { &mut left.0 }.push((offset, file_off));
+                    }
                 }
             }
             for (why, (sites, unprobeable)) in refused {
@@ -611,7 +643,76 @@ impl Backend for InProcess {
     }
 
     fn wait_fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.fallback.as_ref().map(|f| f.wait_fds()).unwrap_or_default()
+        let mut fds = self.fallback.as_ref().map(|f| f.wait_fds()).unwrap_or_default();
+        fds.extend(self.handoff.as_ref().map(|h| h.fd()));
+        fds
+    }
+
+    fn handoff_asked(&mut self) -> Vec<i32> {
+        let Some(server) = self.handoff.as_mut() else { return Vec::new() };
+        let sites = server.take();
+        if sites.is_empty() {
+            return Vec::new();
+        }
+        if self.fallback.is_none() {
+            server.answer(&Err(format!("it has nothing else to probe them with: {}", self.no_bpf)));
+            return Vec::new();
+        }
+        // Sites the kernel cannot probe stay patched: the asker's uprobe is refused there.
+        for (pid, addr) in sites {
+            let Some(key) = self.procs.get(&pid).and_then(|p| p.site_at(addr)) else { continue };
+            if self.patched_probes.contains_key(&key) {
+                self.asked.insert(key);
+            }
+        }
+        let carriers: Vec<i32> =
+            self.procs.iter().filter(|(_, p)| self.asked.iter().any(|k| p.has_site(k))).map(|(&pid, _)| pid).collect();
+        if carriers.is_empty() {
+            // Nothing of this session's there: the asker looks again.
+            if let Some(s) = self.handoff.as_mut() {
+                s.answer(&Ok(()));
+            }
+            self.asked.clear();
+        }
+        carriers
+    }
+
+    fn hand_over(&mut self, paused: &[i32]) {
+        let asked = std::mem::take(&mut self.asked);
+        let carriers: Vec<i32> =
+            self.procs.iter().filter(|(_, p)| asked.iter().any(|k| p.has_site(k))).map(|(&pid, _)| pid).collect();
+        // All or none: a file armed for every process would get a uprobe in a process
+        // still carrying the patch, over its jump.
+        let outcome = match carriers.iter().find(|&&pid| !paused.contains(&pid) || process::all_stopped(pid).is_err()) {
+            Some(pid) => Err(format!("pid {pid} did not stop")),
+            None => Ok(()),
+        };
+        if outcome.is_ok() {
+            self.given.extend(asked.iter().cloned());
+            for pid in carriers {
+                let mut unpatched: Vec<(PidProbe, String)> = Vec::new();
+                for key in &asked {
+                    let Some(proc) = self.procs.get_mut(&pid).filter(|p| p.has_site(key)) else { continue };
+                    match proc.unpatch_site(pid, key, self.ledger.get(pid)) {
+                        Ok(()) => unpatched.extend(
+                            self.patched_probes
+                                .get(key)
+                                .into_iter()
+                                .flatten()
+                                .map(|p| (p.clone(), GIVEN_UP.to_string())),
+                        ),
+                        Err(e) => udtrace_messages::debug!("pid {pid}: site not given up: {e}"),
+                    }
+                }
+                let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
+                if let Err(e) = self.fall_back(pid, &objects, unpatched) {
+                    udtrace_messages::note!("pid {pid}: {e}");
+                }
+            }
+        }
+        if let Some(s) = self.handoff.as_mut() {
+            s.answer(&outcome);
+        }
     }
 
     fn consume(&mut self, each: &mut dyn FnMut(Record<'_>)) {
@@ -662,6 +763,11 @@ impl InProcess {
         }
         let p = Proc::set_up(pid, self.geometry, self.layout.size, self.cpu, &mut self.rings)?;
         self.procs.insert(pid, p);
+        // Another session may come to probe the sites patched here: it asks for them.
+        if !self.handoff_tried {
+            self.handoff_tried = true;
+            self.handoff = Server::listen().inspect_err(|e| udtrace_messages::debug!("no handoff socket: {e}")).ok();
+        }
         Ok(())
     }
 }

@@ -418,6 +418,34 @@ impl Proc {
         }
     }
 
+    /// The site (file, file offset) whose patch covers address `addr`.
+    pub fn site_at(&self, addr: u64) -> Option<(PathBuf, u64)> {
+        let p = self.patches.iter().find(|p| p.at <= addr && addr < p.at + p.original.len() as u64)?;
+        self.sites.iter().find(|&(_, &start)| start == p.at).map(|(k, _)| k.clone())
+    }
+
+    /// Whether site `key` (file, file offset) is patched.
+    pub fn has_site(&self, key: &(PathBuf, u64)) -> bool {
+        self.sites.contains_key(key)
+    }
+
+    /// Takes the patch of site `key` out of `pid` (stopped): its original bytes go back.
+    /// The undertaker hears of it after the write (udtrace dying between the two
+    /// leaves it bytes that are no longer its own: it writes nothing there).
+    pub fn unpatch_site(&mut self, pid: i32, key: &(PathBuf, u64), ledger: Option<&mut Ledger>) -> Result<(), String> {
+        let start = *self.sites.get(key).ok_or("it is not patched")?;
+        let i = self.patches.iter().position(|p| p.at == start).ok_or("its patch is not known")?;
+        mem(pid)?
+            .write_all_at(&self.patches[i].original, start)
+            .map_err(|e| format!("cannot put its code back: {e}"))?;
+        if let Some(l) = ledger {
+            l.undone(pid, start);
+        }
+        self.patches.remove(i);
+        self.sites.remove(key);
+        Ok(())
+    }
+
     /// Whether the site at `at` may be armed other than by a patch (a uprobe or a
     /// breakpoint writes an `int3` there): not inside a patch's bytes. Noted if so.
     pub fn may_arm_elsewhere(&mut self, at: u64) -> Result<(), String> {

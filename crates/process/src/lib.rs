@@ -11,6 +11,7 @@
 
 pub mod control;
 pub mod follow;
+pub mod handoff;
 pub mod inject;
 pub mod procfs;
 pub mod refusal;

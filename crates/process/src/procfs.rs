@@ -296,6 +296,11 @@ pub fn tracer(pid: i32) -> Option<(i32, String)> {
 /// same place shares).
 /// `None` when the offset is not mapped executable or a read fails.
 pub fn code_changed(pid: i32, maps: &[Mapping], f: &std::fs::File, file_off: u64) -> Option<bool> {
+    code_change(pid, maps, f, file_off).map(|(_, changed)| changed)
+}
+
+/// [`code_changed`], with the instruction's address in `pid`.
+pub fn code_change(pid: i32, maps: &[Mapping], f: &std::fs::File, file_off: u64) -> Option<(u64, bool)> {
     use std::os::unix::fs::{FileExt, MetadataExt};
     let inode = f.metadata().ok()?.ino();
     let m = maps
@@ -307,7 +312,7 @@ pub fn code_changed(pid: i32, maps: &[Mapping], f: &std::fs::File, file_off: u64
     let n = f.read_at(&mut want, file_off).ok()?;
     let len = udtrace_object::sites::instruction_len(&want[..n]).unwrap_or(1).min((m.end - addr) as usize);
     let live = read_memory(pid, addr, len).ok().filter(|l| l.len() == len)?;
-    Some(live.iter().zip(&want).enumerate().any(|(i, (l, w))| l != w && !(i == 0 && *l == 0xcc)))
+    Some((addr, live.iter().zip(&want).enumerate().any(|(i, (l, w))| l != w && !(i == 0 && *l == 0xcc))))
 }
 
 /// Thread ids of a process.

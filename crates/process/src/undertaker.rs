@@ -17,6 +17,7 @@
 //!
 //! ```text
 //!   W pid start addr original written   a patch (hex bytes) is about to be written
+//!   U pid addr                          the change at addr is taken out (handed over)
 //!   F parent child                      child was forked with parent's patches
 //!   G pid                               pid's patches are gone (undone, exec, exit)
 //!   C                                   udtrace stops cleanly: nothing to undo
@@ -94,6 +95,12 @@ impl Book {
                     self.procs.insert(child as i32, (start, changes));
                 }
             }
+            ["U", pid, at] => {
+                let (Some(pid), Ok(at)) = (num(pid), u64::from_str_radix(at, 16)) else { return };
+                if let Some((_, changes)) = self.procs.get_mut(&(pid as i32)) {
+                    changes.retain(|c| c.at != at);
+                }
+            }
             ["G", pid] => {
                 if let Some(pid) = num(pid) {
                     self.procs.remove(&(pid as i32));
@@ -142,6 +149,12 @@ impl Ledger {
     pub fn writing(&mut self, pid: i32, at: u64, original: &[u8], written: &[u8]) {
         let start = start_time(pid).unwrap_or(0);
         self.send(&format!("W {pid} {start} {at:x} {} {}\n", hex(original), hex(written)));
+    }
+
+    /// The change written at `at` in `pid` was taken out again (the original bytes are
+    /// back): nothing to undo there.
+    pub fn undone(&mut self, pid: i32, at: u64) {
+        self.send(&format!("U {pid} {at:x}\n"));
     }
 
     pub fn forked(&mut self, parent: i32, child: i32) {
@@ -313,6 +326,9 @@ mod tests {
         assert_eq!(b.procs[&10].0, 77);
         assert_eq!(b.procs[&10].1.len(), 2, "the entry of two lengths is dropped");
         assert_eq!(b.procs[&10].1[1], Change { at: 0x2000, original: vec![0x55], written: vec![0xcc] });
+        b.take("U 10 1000");
+        assert_eq!(b.procs[&10].1.len(), 1, "the change at 0x1000 is undone");
+        assert_eq!(b.procs[&10].1[0].at, 0x2000);
         b.take("G 10");
         assert!(b.procs.is_empty());
         assert!(!b.clean);

@@ -223,6 +223,18 @@ pub trait Backend {
     /// out what was placed in it (patched code), so that it runs on untouched.
     fn release(&mut self, _pid: i32) {}
 
+    /// Another session asked for sites this one patched (udtrace_process::handoff): the
+    /// processes carrying them, which must be stopped before [`Backend::hand_over`].
+    /// Empty when nothing was asked.
+    fn handoff_asked(&mut self) -> Vec<i32> {
+        Vec::new()
+    }
+
+    /// Gives up the sites asked for in the processes `paused` (every thread stopped),
+    /// probing them otherwise, and answers the askers. `paused` lacks a process of
+    /// [`Backend::handoff_asked`] that did not stop.
+    fn hand_over(&mut self, _paused: &[i32]) {}
+
     /// What the backend has to say since the last call, one line each (sites that
     /// fell back to another mechanism, and why).
     fn notices(&mut self) -> Vec<String> {

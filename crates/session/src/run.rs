@@ -700,6 +700,7 @@ fn trace(
             }
         }
         if w.follower.is_some() {
+            hand_over(w);
             if let Some(s) = follow_events(&mut sink, &mut consumer, w, targets, out)? {
                 status = s;
                 break;
@@ -834,6 +835,21 @@ fn follow_events(
         f.handle(ev, &mut world);
     }
     Ok(stop)
+}
+
+/// Gives up the sites another session asked for (udtrace_process::handoff): the
+/// processes carrying them are stopped meanwhile, as for any change of their code.
+fn hand_over(w: &mut Tracing<'_>) {
+    let (Some(f), Some(b)) = (w.follower.as_deref_mut(), w.backend.as_deref_mut()) else { return };
+    let asked = b.handoff_asked();
+    if asked.is_empty() {
+        return;
+    }
+    let paused: Vec<i32> = asked.iter().copied().filter(|&pid| f.tree.pause_others(pid)).collect();
+    b.hand_over(&paused);
+    for pid in asked {
+        f.tree.unpause(pid);
+    }
 }
 
 /// Processes that exec'd or loaded objects, for `pid*` descriptions: what they bring
