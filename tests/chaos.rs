@@ -35,17 +35,21 @@ const SIGKILL_LEAVES_PATCHES: bool = false;
 /// Rounds of the fixture's own loop: about 15 ms each.
 const FIXTURE_ROUNDS: &str = "25";
 
+/// `copyinstr(self->s)` is read when consumed: every thread stops as it ends
+/// (docs/pid-provider.md, "Exits wait for those reads").
 const SCRIPT: &str = "pid$target::work:entry { @c[pid] = count(); } \
-     pid$target::mix:entry { @s[copyinstr(arg0)] = count(); } \
+     pid$target::mix:entry { @s[copyinstr(arg0)] = count(); self->s = arg0; } \
      pid$target::mix:return { @m = sum(arg1); } \
+     pid$target::mix:return /self->s/ { @t[copyinstr(self->s)] = count(); self->s = 0; } \
      proc:::exec-success /ppid == $target/ { @e = count(); }";
 
 /// Without BPF: no proc probe; work's return site becomes a breakpoint (its block is
 /// the bytes the entry's patch took).
 const SCRIPT_WITHOUT_BPF: &str = "pid$target::work:entry { @c[pid] = count(); } \
      pid$target::work:return { @r = count(); } \
-     pid$target::mix:entry { @s[copyinstr(arg0)] = count(); } \
-     pid$target::mix:return { @m = sum(arg1); }";
+     pid$target::mix:entry { @s[copyinstr(arg0)] = count(); self->s = arg0; } \
+     pid$target::mix:return { @m = sum(arg1); } \
+     pid$target::mix:return /self->s/ { @t[copyinstr(self->s)] = count(); self->s = 0; }";
 
 const SIGNALS: [(&str, i32); 4] =
     [("SIGINT", libc::SIGINT), ("SIGTERM", libc::SIGTERM), ("SIGHUP", libc::SIGHUP), ("SIGKILL", libc::SIGKILL)];

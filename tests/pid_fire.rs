@@ -15,6 +15,7 @@ pid_backends!(
     every_instruction_of_a_straight_function_fires_exactly,
     copyinstr_shows_exact_strings_of_a_short_lived_process,
     copyinstr_reads_strings_on_pages_never_touched,
+    copyinstr_of_a_pointer_saved_at_entry_reads_it_before_the_process_ends,
     copyin_shows_buffers_as_they_were_at_each_call,
     ustack_walks_a_chain_without_frame_pointers,
     ustack_of_a_libc_probe_starts_in_libc,
@@ -163,6 +164,28 @@ fn copyinstr_shows_exact_strings_of_a_short_lived_process(backend: Backend) {
     for (s, flag) in want {
         assert!(got.contains(&(s.to_string(), flag.to_string(), "10".to_string())), "{s}: {text}");
     }
+}
+
+fn copyinstr_of_a_pointer_saved_at_entry_reads_it_before_the_process_ends(backend: Backend) {
+    // DTrace's idiom: the pointer kept at entry, its string read at return. The address
+    // is not an argument of the return probe, so the string is read from the process
+    // when the record is consumed, and the process exits right after its last call:
+    // every firing was consumed after its memory had gone ("invalid address"). Its
+    // exit now waits for them.
+    let prog = "pid$target::fx_open:entry { self->p = arg0; } \
+                pid$target::fx_open:return /self->p/ { @[copyinstr(self->p)] = count(); self->p = 0; }";
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} open 40", fixture("probes"))]) else {
+        return;
+    };
+    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success() && !err.contains("invalid address"), "{text}\n{err}");
+    let mut rows: Vec<Vec<String>> = agg_rows(&text).into_iter().filter(|r| r.len() == 2).collect();
+    rows.sort();
+    let want: Vec<Vec<String>> = ["/etc/passwd", "/tmp/udtrace-fixture", "relative/name", "x"]
+        .iter()
+        .map(|s| vec![s.to_string(), "10".to_string()])
+        .collect();
+    assert_eq!(rows, want, "{text}\n{err}");
 }
 
 fn copyinstr_reads_strings_on_pages_never_touched(backend: Backend) {

@@ -101,6 +101,33 @@ pub fn plan(c: &Clause) -> CapturePlan {
     p
 }
 
+/// Whether the clause reads the process's memory where the firing captures none of it:
+/// `copyinstr`, `copyin` or `copyinto` of an address that is not an argument register,
+/// or of a size not constant or over [`MAX_BUFFER_BYTES`]. Those are read from the live
+/// process when the record is consumed.
+pub fn reads_live_memory(c: &Clause) -> bool {
+    let mut live = false;
+    let mut see = |e: &Expr| {
+        live |= match &e.kind {
+            ExprKind::Call(Subr::Copyinstr, args) => {
+                !matches!(args.first().map(|a| &a.kind), Some(ExprKind::Builtin(Builtin::Arg(n))) if *n < 6)
+            }
+            ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => !matches!(
+                args.as_slice(),
+                [src, size, ..] if matches!((&src.kind, &size.kind),
+                    (ExprKind::Builtin(Builtin::Arg(n)), ExprKind::Int(size))
+                        if *n < 6 && (1..=u64::from(MAX_BUFFER_BYTES)).contains(size))
+            ),
+            _ => false,
+        }
+    };
+    if let Some(pred) = &c.predicate {
+        visit_expr(pred, &mut see);
+    }
+    visit_actions(&c.actions, &mut see);
+    live
+}
+
 /// Whether the actions include `ustack()` as a statement (inside `if` too).
 fn ustack_action(list: &[Action]) -> bool {
     list.iter().any(|a| match a {
@@ -191,6 +218,22 @@ mod tests {
         assert_eq!(plan_of("BEGIN { trace(arg7); }").stack_bytes, ARGS_STACK_BYTES);
         // A computed address is read from the live process instead.
         assert!(plan_of("BEGIN { trace(copyinstr(arg0 + 8)); }").strings.is_empty());
+    }
+
+    #[test]
+    fn reads_of_computed_addresses_are_told_apart() {
+        let live = |src: &str| {
+            let prog = parse_program(src, DescAlign::Name).expect("parses");
+            let macros = MacroArgs::new(vec!["udtrace".into()]);
+            let mut c = Checker::new(&macros);
+            c.add_source(&prog, 0, src).expect("checks");
+            reads_live_memory(&c.finish().clauses[0])
+        };
+        assert!(!live("BEGIN { trace(copyinstr(arg0)); trace(*(int *)copyin(arg1, 4)); }"));
+        assert!(live("BEGIN { trace(copyinstr(arg0 + 8)); }"));
+        assert!(live("BEGIN /copyinstr(arg0 + arg1) != \"\"/ { }"));
+        assert!(live("BEGIN { trace(*(int *)copyin(arg1, arg2)); }"));
+        assert!(!live("BEGIN { trace(arg0); }"));
     }
 
     #[test]

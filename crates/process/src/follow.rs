@@ -35,6 +35,9 @@ pub enum Event {
     /// Thread `tid` of `pid` is about to take the hold signal; it waits in the stop
     /// until [`Tree::resume`] says whether to deliver it.
     Hold { pid: i32, tid: i32 },
+    /// Thread `tid` of `pid` is ending (its exit stop, [`Tree::new`]'s `exit_stops`):
+    /// its process's memory is still there until [`Tree::resume`].
+    Exiting { pid: i32, tid: i32 },
     /// Process `pid` has ended (`Exited` or `Signaled`).
     Exited { pid: i32, status: WaitStatus },
     /// Thread `tid` of `pid` stopped with SIGTRAP (a breakpoint udtrace placed, or the
@@ -74,6 +77,7 @@ struct Task {
 #[derive(Debug)]
 pub struct Tree {
     follow: bool,
+    exit_stops: bool,
     hold_signal: Signal,
     tasks: HashMap<i32, Task>,
     /// Live processes.
@@ -98,9 +102,12 @@ impl Tree {
     /// `follow`: new processes join the tree (otherwise only threads do, and the named
     /// processes are still followed through exec). `hold_signal` is the signal whose
     /// delivery stops are reported as [`Event::Hold`].
-    pub fn new(follow: bool, hold_signal: Signal) -> Tree {
+    /// `exit_stops`: every thread stops as it ends ([`Event::Exiting`]), while its
+    /// memory can still be read.
+    pub fn new(follow: bool, hold_signal: Signal, exit_stops: bool) -> Tree {
         Tree {
             follow,
+            exit_stops,
             hold_signal,
             tasks: HashMap::new(),
             procs: HashSet::new(),
@@ -201,6 +208,9 @@ impl Tree {
         let mut o = Options::PTRACE_O_TRACECLONE | Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_TRACESYSGOOD;
         if self.follow {
             o |= Options::PTRACE_O_TRACEFORK | Options::PTRACE_O_TRACEVFORK;
+        }
+        if self.exit_stops {
+            o |= Options::PTRACE_O_TRACEEXIT;
         }
         o
     }
@@ -364,6 +374,15 @@ impl Tree {
                         out.push(Event::Exec { pid: tid });
                     }
                     libc::PTRACE_EVENT_STOP => self.event_stop(tid, sig),
+                    libc::PTRACE_EVENT_EXIT => match self.tasks.get_mut(&tid) {
+                        Some(t) => {
+                            t.state = State::Held;
+                            out.push(Event::Exiting { pid: t.tgid, tid });
+                        }
+                        None => {
+                            let _ = ptrace::cont(p, None);
+                        }
+                    },
                     _ => {
                         let _ = ptrace::cont(p, None);
                     }

@@ -12,12 +12,13 @@ use std::rc::Rc;
 use nix::sys::signal::Signal;
 
 use udtrace_lang::ast::ProbeDesc;
+use udtrace_lang::capture;
 use udtrace_messages::{debug, note};
 use udtrace_process::control::{ControlError, Target};
 use udtrace_process::follow::{Brief, Event, Tree};
 use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_providers::backend::{Backend, Trap, HOLD_SIGNAL};
-use udtrace_providers::pid::{is_all_processes, named_process, PidProbe};
+use udtrace_providers::pid::{is_all_processes, is_pid_provider, named_process, PidProbe};
 use udtrace_providers::pid_context::Procs;
 use udtrace_providers::registry::Registry;
 use udtrace_runtime::{Consumer, Probe};
@@ -253,8 +254,15 @@ impl Follower {
         if descs.is_empty() {
             return None;
         }
+        // Firings whose clauses read memory not captured with them are consumed while
+        // their process ends, before its memory goes (see docs/pid-provider.md).
+        let exit_stops = c
+            .program
+            .clauses
+            .iter()
+            .any(|cl| cl.probes.iter().any(|d| is_pid_provider(&d.provider)) && capture::reads_live_memory(cl));
         Some(Follower {
-            tree: Tree::new(!c.options.nofollow, hold_signal()),
+            tree: Tree::new(!c.options.nofollow, hold_signal(), exit_stops),
             rematcher: Rematcher { descs, matched: HashMap::new() },
             seen: HashMap::new(),
         })
@@ -319,6 +327,8 @@ impl Follower {
                     self.tree.resume(tid, Some(hold_signal()));
                 }
             }
+            // Its firings were consumed before this event, its memory still there.
+            Event::Exiting { tid, .. } => self.tree.resume(tid, None),
             Event::Exited { pid, .. } => {
                 w.backend.exit(pid);
                 self.seen.remove(&pid);
