@@ -267,9 +267,13 @@ impl Bpf {
         } else {
             None
         };
-        let hold = if follow || all.is_some() {
+        // Processes another tracer holds are told of in the firings' ring when they load
+        // objects (lineage records).
+        let unheld = !setup.unheld.is_empty();
+        let hold = if follow || all.is_some() || unheld {
             let holds = udtrace_bpf::maps::HashMap::create("udtrace_holds", 65536).map_err(maps_err)?;
-            let insns = hold_program(&maps.traced, &holds, HOLD_SIGNAL, all.as_ref().map(|a| &a.events))
+            let lineage = unheld.then_some(&maps.ring);
+            let insns = hold_program(&maps.traced, &holds, HOLD_SIGNAL, all.as_ref().map(|a| &a.events), lineage)
                 .map_err(|e| format!("cannot generate the loader hook program: {e}"))?;
             let program = Program::load(ProgramKind::UprobeMulti, "udtrace_hold", &insns)
                 .map_err(|e| bpf_error("load the loader hook program", &e.to_string(), Some(e.os_error())))?;

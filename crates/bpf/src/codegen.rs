@@ -77,10 +77,12 @@ pub fn hold_program(
     holds: &HashMap<u32, u32>,
     signal: i32,
     events: Option<&RingBuf>,
+    lineage: Option<&RingBuf>,
 ) -> Result<Vec<Insn>, CodegenError> {
     let mut a = Asm::new();
     let out = a.label();
     let untraced = a.label();
+    let unheld = a.label();
     let checked = a.label();
     a.push(mov64_reg(Reg::R9, Reg::R1));
     a.call(helper::GET_ATTACH_COOKIE);
@@ -100,13 +102,20 @@ pub fn hold_program(
     a.map_lookup(traced.raw_fd(), -8);
     a.jmp_imm(Cond::Eq, Reg::R0, 0, untraced);
     // A process udtrace does not hold (another tracer does) would only be stopped for
-    // that tracer to see: its new objects go unarmed.
+    // that tracer to see: it is told of in `lineage`, its new objects armed after the
+    // fact.
     a.push(ldx(Size::W, Reg::R1, Reg::R0, 0));
-    a.jmp_imm(Cond::Ne, Reg::R1, 1, out);
+    a.jmp_imm(Cond::Ne, Reg::R1, 1, unheld);
     a.push(st(Size::W, Reg::R10, -8, 1));
     a.map_update(holds.raw_fd(), -4, -8);
     a.push(mov64_imm(Reg::R1, signal));
     a.call(helper::SEND_SIGNAL_THREAD);
+    a.ja(out);
+    a.bind(unheld);
+    if let Some(ring) = lineage {
+        a.jmp_imm(Cond::Ne, Reg::R1, crate::lineage::KERNEL_FOLLOWED as i32, out);
+        crate::lineage::emit_loaded(&mut a, ring, -8);
+    }
     a.ja(out);
     a.bind(untraced);
     if let Some(ring) = events {

@@ -153,6 +153,12 @@ pub fn exec_program(traced: &HashMap<u32, u32>, events: &RingBuf) -> Result<Vec<
     finish(a, out)
 }
 
+/// In the loader hook's program: writes a `Loaded` record for the process whose id is
+/// at `fp + pid` to `events` (it uses `fp - 32 .. fp - 16`).
+pub fn emit_loaded(a: &mut Asm, events: &RingBuf, pid: i16) {
+    emit_record(a, events, lineage::LOADED, pid, None);
+}
+
 /// The RAW_TRACEPOINT program for `sched_process_exit`, in the exiting thread. With
 /// `group_dead` (the tracepoint's second argument, where the kernel passes it) the
 /// process ends with its last thread; without it, with its first (a process whose

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //!   offset size
-//!      0     8  cookie: LINEAGE_COOKIE | kind (1 forked, 2 exited, 3 exec'd)
+//!      0     8  cookie: LINEAGE_COOKIE | kind (1 forked, 2 exited, 3 exec'd,
+//!                 4 loaded objects)
 //!      8     4  pid (the parent, for a fork)
 //!     12     4  the child (0 for an exit or an exec)
 //! ```
@@ -16,6 +17,7 @@ pub const LINEAGE_COOKIE: u64 = 1 << 60;
 pub const FORKED: u64 = 1;
 pub const EXITED: u64 = 2;
 pub const EXECED: u64 = 3;
+pub const LOADED: u64 = 4;
 pub const SIZE: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +31,11 @@ pub enum Lineage {
     },
     /// It runs a new image, whose probes udtrace has yet to arm.
     Execed {
+        pid: i32,
+    },
+    /// Its dynamic loader has mapped (or unmapped) objects, whose probes udtrace has
+    /// yet to arm.
+    Loaded {
         pid: i32,
     },
 }
@@ -45,6 +52,7 @@ pub fn parse(rec: &[u8]) -> Option<Lineage> {
         FORKED => Some(Lineage::Forked { parent: pid, child }),
         EXITED => Some(Lineage::Exited { pid }),
         EXECED => Some(Lineage::Execed { pid }),
+        LOADED => Some(Lineage::Loaded { pid }),
         _ => None,
     }
 }
@@ -62,7 +70,8 @@ mod tests {
         assert_eq!(parse(&rec(LINEAGE_COOKIE | FORKED, 41, 42)), Some(Lineage::Forked { parent: 41, child: 42 }));
         assert_eq!(parse(&rec(LINEAGE_COOKIE | EXITED, 41, 0)), Some(Lineage::Exited { pid: 41 }));
         assert_eq!(parse(&rec(LINEAGE_COOKIE | EXECED, 41, 0)), Some(Lineage::Execed { pid: 41 }));
-        assert_eq!(parse(&rec(LINEAGE_COOKIE | 4, 41, 0)), None);
+        assert_eq!(parse(&rec(LINEAGE_COOKIE | LOADED, 41, 0)), Some(Lineage::Loaded { pid: 41 }));
+        assert_eq!(parse(&rec(LINEAGE_COOKIE | 5, 41, 0)), None);
         assert_eq!(parse(&rec(crate::proc::PROC_COOKIE | LINEAGE_COOKIE | FORKED, 1, 2)), None);
         assert_eq!(parse(&rec(7, 1, 2)), None);
         assert_eq!(parse(&rec(LINEAGE_COOKIE | FORKED, 1, 2)[..12]), None);

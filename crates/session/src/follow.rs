@@ -219,16 +219,47 @@ fn descs_of(c: &Compiled, targets: &[i32]) -> Vec<(usize, usize, ProbeDesc, i32)
 }
 
 /// Follows processes another tracer holds, without a tree: the kernel tells of their
-/// children and new images (`Record::Lineage`), and a new image's descriptions are
-/// matched and armed when udtrace reads that (its first firings are missed).
+/// children, new images and objects their loader mapped (`Record::Lineage`), and what
+/// is new is matched and armed when udtrace reads that (its first firings are missed).
 pub struct KernelFollower {
     rematcher: Rematcher,
+    /// Objects already matched in each process, by their path there.
+    seen: HashMap<i32, HashSet<String>>,
 }
 
 impl KernelFollower {
     pub fn new(c: &Compiled, roots: &[i32]) -> Option<KernelFollower> {
         let descs = descs_of(c, roots);
-        (!descs.is_empty()).then(|| KernelFollower { rematcher: Rematcher { descs, matched: HashMap::new() } })
+        (!descs.is_empty())
+            .then(|| KernelFollower { rematcher: Rematcher { descs, matched: HashMap::new() }, seen: HashMap::new() })
+    }
+
+    /// Takes on `pid`, whose objects were matched at compile time: its loader hook goes
+    /// in (it tells of objects loaded later, and never stops the process).
+    pub fn adopt(&mut self, pid: i32, backend: &mut dyn Backend, registry: &mut Registry) -> Result<(), String> {
+        let objects = mapped(pid);
+        self.seen.insert(pid, objects.iter().map(|o| o.path.clone()).collect());
+        arm_hook(pid, &objects, backend, registry).map(|_| ())
+    }
+
+    /// `child` was forked by `parent`: it has its parent's objects, and their probes.
+    pub fn forked(&mut self, parent: i32, child: i32) {
+        let seen = self.seen.get(&parent).cloned().unwrap_or_default();
+        self.seen.insert(child, seen);
+    }
+
+    /// Process `pid` ended.
+    pub fn exited(&mut self, pid: i32) {
+        self.seen.remove(&pid);
+    }
+
+    /// Process `pid`, of `root`'s tree, loaded (or unloaded) objects.
+    pub fn loaded(&mut self, root: i32, pid: i32, w: &mut World<'_>) {
+        let objects = mapped(pid);
+        let seen = self.seen.entry(pid).or_default();
+        let new: Vec<LoadedObject> =
+            objects.iter().filter(|o| !o.is_vdso && seen.insert(o.path.clone())).cloned().collect();
+        self.arm_new(root, pid, objects, &new, w);
     }
 
     /// Process `pid`, of `root`'s tree, runs a new image.
@@ -236,7 +267,14 @@ impl KernelFollower {
         w.backend.exec(pid);
         let objects = mapped(pid);
         let new: Vec<LoadedObject> = objects.iter().filter(|o| !o.is_vdso).cloned().collect();
-        let found = self.rematcher.probes_in(root, pid, &new, w.registry, w.consumer);
+        self.seen.insert(pid, new.iter().map(|o| o.path.clone()).collect());
+        self.arm_new(root, pid, objects, &new, w);
+    }
+
+    /// Matches `root`'s descriptions in `new` objects of `pid` and arms what they find;
+    /// `objects` (every one mapped) are remembered for the firings to come.
+    fn arm_new(&mut self, root: i32, pid: i32, objects: Vec<LoadedObject>, new: &[LoadedObject], w: &mut World<'_>) {
+        let found = self.rematcher.probes_in(root, pid, new, w.registry, w.consumer);
         if !found.is_empty() {
             if let Err(e) = w.backend.arm(pid, &pid_probes(w.registry, &found)) {
                 note!("pid {pid}: {e}");

@@ -317,7 +317,8 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     // Descriptions of an unheld target that match nothing yet (-Z) may match what it
     // execs: the kernel must follow it.
     let unheld_pids: Vec<i32> = unheld.iter().map(|t| t.pid).collect();
-    let kernel = if c.options.nofollow { None } else { KernelFollower::new(c, &unheld_pids) };
+    // Without following, still there for the objects the processes load.
+    let mut kernel = KernelFollower::new(c, &unheld_pids);
     if enabled.is_empty()
         && follower.is_none()
         && kernel.is_none()
@@ -393,14 +394,21 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
             f.adopt(t, backend.as_mut(), registry)?;
         }
     }
+    if let Some(k) = kernel.as_mut() {
+        for t in targets.list.iter().filter(|t| t.tracer.is_some()) {
+            if let Err(e) = k.adopt(t.pid, backend.as_mut(), registry) {
+                note!("pid {}: {e}: objects it loads later are not armed", t.pid);
+            }
+        }
+    }
     for t in targets.list.iter().filter(|t| pids.contains(&t.pid)) {
         if let Some((tracer, name)) = &t.tracer {
             let follow = if c.options.nofollow {
-                ""
+                "; objects it loads are armed when udtrace reads of them (their first firings are missed)"
             } else {
-                "; the kernel follows the processes it forks and the programs they exec, armed when \
-                 udtrace reads of them (probes in shared libraries of a child, and in a new program, miss \
-                 their first firings); objects loaded later are not armed"
+                "; the kernel follows the processes it forks, the programs they exec and the objects they \
+                 load, armed when udtrace reads of them (probes in shared libraries of a child, in a new \
+                 program or in a new object miss their first firings)"
             };
             note!("pid {} is traced by {name} (pid {tracer}): its probes are armed without stopping it{follow}", t.pid);
         }
@@ -1010,8 +1018,14 @@ impl Drain<'_> {
                     if let Err(e) = b.fork(parent, child) {
                         note!("failed to follow pid {child}: {e}");
                     }
+                    if let Some(k) = w.kernel.as_mut() {
+                        k.forked(parent, child);
+                    }
                 }
                 Lineage::Exited { pid } => {
+                    if let Some(k) = w.kernel.as_mut() {
+                        k.exited(pid);
+                    }
                     self.kernel_roots.remove(&pid);
                     b.exit(pid);
                     self.procs.borrow_mut().retire(pid as u32);
@@ -1022,6 +1036,14 @@ impl Drain<'_> {
                         let mut world =
                             World { backend: &mut *b, registry: &mut *w.registry, consumer, procs: self.procs };
                         k.exec(root, pid, &mut world);
+                    }
+                }
+                Lineage::Loaded { pid } => {
+                    let root = self.kernel_roots.get(&pid).copied().unwrap_or(pid);
+                    if let Some(k) = w.kernel.as_mut() {
+                        let mut world =
+                            World { backend: &mut *b, registry: &mut *w.registry, consumer, procs: self.procs };
+                        k.loaded(root, pid, &mut world);
                     }
                 }
             }
