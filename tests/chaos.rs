@@ -138,7 +138,7 @@ fn spawn_fixture(v: Variant) -> (Guard, Option<ChildStdin>) {
     (g, stdin)
 }
 
-/// The fixture's output (stdout, then stderr) and exit status (-1: killed by a signal).
+/// The fixture's output (stdout, then stderr) and exit status (-N: killed by signal N).
 fn finish_fixture(mut child: Guard, stdin: Option<ChildStdin>) -> (String, i32) {
     drop(stdin);
     let out = wait_output(child.take(), "the program");
@@ -278,7 +278,7 @@ fn chaos(v: Variant) {
         let util::Output { stdout, stderr, status } = wait_output(tracer.take(), "udtrace");
         assert!(!stderr.contains("panicked"), "{what}: udtrace panicked: {stderr}");
         // Killed by the signal, or ended by it (or by the program's end) as it should.
-        assert!(status == -1 || status == 0, "{what}: udtrace exit status {status}: {stderr}");
+        assert!(status == -sig || status == 0, "{what}: udtrace exit status {status}: {stderr}");
         if stdout.lines().any(|l| !l.trim().is_empty()) {
             printed += 1;
         }

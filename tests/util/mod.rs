@@ -72,8 +72,8 @@ pub fn wait_output(mut child: Child, what: &str) -> Output {
     };
     let stdout = out.join().expect("stdout reader");
     let stderr = err.join().expect("stderr reader");
-    // A signal death has no code: make it a status no test expects.
-    let status = status.code().unwrap_or(-1);
+    // A signal death has no code: minus the signal's number, a status no test expects.
+    let status = status.code().unwrap_or_else(|| -std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(1));
     Output { status, stdout, stderr }
 }
 
