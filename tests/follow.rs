@@ -432,6 +432,29 @@ fn job_control_of_traced_children_passes_through(backend: Backend) {
 
 // On the default backend only, as all_processes_glob.
 #[test]
+fn all_processes_and_target_probes_share_a_site_patched_in_process() {
+    let _machine = shared();
+    // The target's work() is patched in-process; a `pid*` uprobe for every process
+    // placed over that jump would have sent it to the file's first instruction and
+    // on into the middle of the jump. The site is given up to uprobes first.
+    // A copy of its own, so that `pid*` names this file alone.
+    let dir = TempDir::new("all-and-target");
+    let exe = dir.path().join("pidall-probes");
+    copy_fixture("probes", &exe);
+    let n = 200;
+    let prog = "pid*:pidall-probes:work:entry /pid == $target/ { @a = count(); } \
+                pid$target::work:entry { @t = count(); } \
+                END { printa(\"all %@d\\n\", @a); printa(\"target %@d\\n\", @t); }";
+    let cmd = format!("{} spin {n} 0", exe.display());
+    let Some(out) = traced(&["-q", "-n", prog, "-c", &cmd]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains(&format!("spin {n} ")), "the program ran on: {text}");
+    assert_eq!((labelled(&text, "all"), labelled(&text, "target")), (n, n), "{text}\n{}", stderr(&out));
+}
+
+// On the default backend only, as all_processes_glob.
+#[test]
 fn all_processes_leave_udtrace_itself_out() {
     let _machine = shared();
     // udtrace's own mallocs, made while it consumes each firing, would fire the probe

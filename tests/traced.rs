@@ -238,7 +238,12 @@ fn a_library_loaded_under_a_debugger_is_armed_after_the_fact() {
 /// every process mapping it (a file only traced processes map is armed once for all)
 /// would be a change another tracer made, here.
 fn waiting_probes(n: u64, dir: &TempDir) -> Guard {
-    let exe = dir.path().join("probes");
+    waiting_probes_named(n, dir, "probes")
+}
+
+/// [`waiting_probes`], its copy named `name`.
+fn waiting_probes_named(n: u64, dir: &TempDir, name: &str) -> Guard {
+    let exe = dir.path().join(name);
     copy_fixture("probes", &exe);
     let mut g =
         Guard::spawn(Command::new(&exe).args(["wait", &n.to_string()]).stdin(Stdio::piped()).stdout(Stdio::piped()));
@@ -333,6 +338,36 @@ fn a_second_session_given_in_process_sites_stays_exact_after_the_first_ends() {
     let (out, err) = second.finish();
     assert!(out.status.success(), "{err}");
     assert_eq!(count_of(&out), Some(n), "{}\n{err}", stdout(&out));
+}
+
+#[test]
+fn an_all_processes_session_beside_an_in_process_one_is_exact() {
+    // A `pid*` session arms a uprobe for every process mapping the file: the site the
+    // first session patched in-process is asked for first, as a second `-p` session
+    // does (the process would otherwise run the file's instruction over the jump).
+    let n = 3000u64;
+    let dir = TempDir::new("all-beside-in-process");
+    let mut target = waiting_probes_named(n, &dir, "allside-probes");
+    let pid = target.child().id().to_string();
+    let Some(mut first) = patching_session(&pid) else { return };
+    // Its output goes to stderr, read as it comes: BEGIN says when it is armed.
+    let prog = format!(
+        "BEGIN {{ printf(\"armed\\n\"); }} pid*:allside-probes:work:entry /pid == {pid}/ {{ @ = count(); }} \
+         END {{ printa(\"count %@d\\n\", @); }}"
+    );
+    let mut second = Session::start(&["-q", "-o", "/dev/stderr", "-n", &prog]);
+    second.wait_for("armed").expect("the pid* session arms");
+    assert_eq!(first_byte(&pid), Some(0xcc), "the patch gave way to uprobes");
+    run_waiting(target, n);
+    let (out, err) = first.finish();
+    assert!(out.status.success(), "{err}");
+    assert_eq!(count_of(&out), Some(n), "{}\n{err}", stdout(&out));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(second.pid() as i32), nix::sys::signal::Signal::SIGINT)
+        .expect("kill");
+    let (out, err) = second.finish();
+    assert!(out.status.success(), "{err}");
+    let counted = err.lines().find_map(|l| l.strip_prefix("count ")?.trim().parse::<u64>().ok());
+    assert_eq!(counted, Some(n), "{err}");
 }
 
 #[test]

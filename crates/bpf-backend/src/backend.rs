@@ -539,6 +539,19 @@ impl Backend for Bpf {
                 }
             }
         }
+        // A uprobe for every process goes into processes others trace too: not over the
+        // code another tracer patched (another udtrace's in-process probes).
+        let held = procfs::all_pids().unwrap_or_default().into_iter().filter(|&p| procfs::tracer(p).is_some());
+        let held: Vec<(i32, String)> =
+            held.filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/maps")).ok().map(|m| (p, m))).collect();
+        for (file, sites) in new.iter_mut() {
+            let path = file.to_string_lossy();
+            let owners: Vec<i32> =
+                held.iter().filter(|(_, m)| procfs::maps_mention(m, &path)).map(|&(p, _)| p).collect();
+            if !owners.is_empty() {
+                self.leave_changed(file, &owners, sites);
+            }
+        }
         let Some(all) = &mut self.all else { return Ok(()) };
         for (file, mut sites) in new {
             let armed = all.links.sites.get(&file);

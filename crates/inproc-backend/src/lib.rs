@@ -91,6 +91,9 @@ pub struct InProcess {
     asked: HashSet<(PathBuf, u64)>,
     /// Sites given up: never patched again, in any process.
     given: HashSet<(PathBuf, u64)>,
+    /// `pid*` probes on sites patched here, armed for every process once the sites are
+    /// given up.
+    pending_all: Vec<PidProbe>,
 }
 
 /// The undertaker's ledger, started at the first patch, and the processes it holds
@@ -226,6 +229,7 @@ impl InProcess {
             patched_probes: HashMap::new(),
             asked: HashSet::new(),
             given: HashSet::new(),
+            pending_all: Vec::new(),
         })
     }
 
@@ -450,11 +454,28 @@ impl Backend for InProcess {
     }
 
     fn arm_all(&mut self, probes: &[&PidProbe]) -> Result<(), Error> {
-        match self.fallback.as_mut() {
-            Some(f) => f.arm_all(probes),
-            None if probes.is_empty() => Ok(()),
-            None => Err(bpf_needed("pid* probes (every process)", &self.no_bpf)),
+        if self.fallback.is_none() {
+            return match probes.is_empty() {
+                true => Ok(()),
+                false => Err(bpf_needed("pid* probes (every process)", &self.no_bpf)),
+            };
         }
+        // A uprobe for every process would go over this session's own patches there:
+        // those sites are given up first (hand_over), and armed for every process then.
+        let patched = |p: &PidProbe| {
+            p.sites.iter().any(|&(_, fo)| self.procs.values().any(|proc| proc.has_site(&(p.file.clone(), fo))))
+        };
+        let (later, now): (Vec<&PidProbe>, Vec<&PidProbe>) = probes.iter().partition(|p| patched(p));
+        for p in later {
+            for &(_, fo) in &p.sites {
+                let key = (p.file.clone(), fo);
+                if self.procs.values().any(|proc| proc.has_site(&key)) {
+                    self.asked.insert(key);
+                }
+            }
+            self.pending_all.push((*p).clone());
+        }
+        self.fallback.as_mut().map_or(Ok(()), |f| f.arm_all(&now))
     }
 
     fn refused(&self) -> &[(PathBuf, u64)] {
@@ -649,13 +670,11 @@ impl Backend for InProcess {
     }
 
     fn handoff_asked(&mut self) -> Vec<i32> {
-        let Some(server) = self.handoff.as_mut() else { return Vec::new() };
-        let sites = server.take();
-        if sites.is_empty() {
-            return Vec::new();
-        }
+        let sites = self.handoff.as_mut().map(|s| s.take()).unwrap_or_default();
         if self.fallback.is_none() {
-            server.answer(&Err(format!("it has nothing else to probe them with: {}", self.no_bpf)));
+            if let (false, Some(server)) = (sites.is_empty(), self.handoff.as_mut()) {
+                server.answer(&Err(format!("it has nothing else to probe them with: {}", self.no_bpf)));
+            }
             return Vec::new();
         }
         // Sites the kernel cannot probe stay patched: the asker's uprobe is refused there.
@@ -665,22 +684,17 @@ impl Backend for InProcess {
                 self.asked.insert(key);
             }
         }
-        let carriers: Vec<i32> =
-            self.procs.iter().filter(|(_, p)| self.asked.iter().any(|k| p.has_site(k))).map(|(&pid, _)| pid).collect();
-        if carriers.is_empty() {
-            // Nothing of this session's there: the asker looks again.
-            if let Some(s) = self.handoff.as_mut() {
-                s.answer(&Ok(()));
-            }
-            self.asked.clear();
+        let carriers = self.carriers();
+        if carriers.is_empty() && (self.handoff.as_ref().is_some_and(|s| s.waiting()) || !self.pending_all.is_empty()) {
+            // Nothing of this session's there (any more): done at once.
+            self.hand_over(&[]);
         }
         carriers
     }
 
     fn hand_over(&mut self, paused: &[i32]) {
         let asked = std::mem::take(&mut self.asked);
-        let carriers: Vec<i32> =
-            self.procs.iter().filter(|(_, p)| asked.iter().any(|k| p.has_site(k))).map(|(&pid, _)| pid).collect();
+        let carriers = self.carriers_of(&asked);
         // All or none: a file armed for every process would get a uprobe in a process
         // still carrying the patch, over its jump.
         let outcome = match carriers.iter().find(|&&pid| !paused.contains(&pid) || process::all_stopped(pid).is_err()) {
@@ -709,6 +723,15 @@ impl Backend for InProcess {
                     udtrace_messages::note!("pid {pid}: {e}");
                 }
             }
+            // pid* probes waiting for these sites: every process now has the file's code.
+            let all = std::mem::take(&mut self.pending_all);
+            let refs: Vec<&PidProbe> = all.iter().collect();
+            if let Some(Err(e)) = self.fallback.as_mut().map(|f| f.arm_all(&refs)) {
+                udtrace_messages::note!("{e}");
+            }
+        } else if !self.pending_all.is_empty() {
+            // Tried again at the next look.
+            self.asked = asked;
         }
         if let Some(s) = self.handoff.as_mut() {
             s.answer(&outcome);
@@ -756,6 +779,15 @@ impl Backend for InProcess {
 }
 
 impl InProcess {
+    /// The processes carrying one of the sites asked for.
+    fn carriers(&self) -> Vec<i32> {
+        self.carriers_of(&self.asked)
+    }
+
+    fn carriers_of(&self, keys: &HashSet<(PathBuf, u64)>) -> Vec<i32> {
+        self.procs.iter().filter(|(_, p)| keys.iter().any(|k| p.has_site(k))).map(|(&pid, _)| pid).collect()
+    }
+
     /// Sets process `pid` up for patching (once): its ring, data page and clock.
     fn ensure_proc(&mut self, pid: i32) -> Result<(), String> {
         if self.procs.contains_key(&pid) {

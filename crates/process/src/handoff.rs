@@ -107,6 +107,11 @@ impl Server {
         sites
     }
 
+    /// Whether a request waits for its answer.
+    pub fn waiting(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// Answers every request waiting.
     pub fn answer(&mut self, outcome: &Result<(), String>) {
         let line = match outcome {

@@ -415,6 +415,11 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     }
     if let Some(a) = &all {
         a.start(c, backend.as_mut(), registry)?;
+        // `pid*` sites the targets carry patches at are given up to uprobes now, while
+        // the targets are held.
+        if let Some(f) = follower.as_mut() {
+            hand_over_sites(f, backend.as_mut());
+        }
     }
     for n in backend.notices() {
         note!("{n}");
@@ -848,7 +853,12 @@ fn follow_events(
 /// Gives up the sites another session asked for (udtrace_process::handoff): the
 /// processes carrying them are stopped meanwhile, as for any change of their code.
 fn hand_over(w: &mut Tracing<'_>) {
-    let (Some(f), Some(b)) = (w.follower.as_deref_mut(), w.backend.as_deref_mut()) else { return };
+    if let (Some(f), Some(b)) = (w.follower.as_deref_mut(), w.backend.as_deref_mut()) {
+        hand_over_sites(f, b);
+    }
+}
+
+fn hand_over_sites(f: &mut Follower, b: &mut dyn Backend) {
     let asked = b.handoff_asked();
     if asked.is_empty() {
         return;
