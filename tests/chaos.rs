@@ -18,6 +18,7 @@
 //! bench/chaos.sh runs more), `UDTRACE_CHAOS_SEED` replays a failing sequence (each run
 //! prints its seed).
 
+use std::os::unix::process::CommandExt;
 use std::process::{ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -88,10 +89,23 @@ impl Variant {
     }
 
     fn command(self, program: &str) -> Command {
-        match self {
+        let mut c = match self {
             Variant::WithoutBpf => unprivileged(program),
             _ => Command::new(program),
+        };
+        // A SIGINT ignored here (this run started in the background by a shell, which
+        // ignores SIGINT and SIGQUIT for it) would be ignored by udtrace too: one sent
+        // before udtrace blocks it (its first millisecond) would be discarded, and the
+        // round would hang. Started from a terminal, it kills udtrace instead.
+        // SAFETY: runs in the child between fork and exec; signal(2) is async-signal-safe
+        // and touches no memory of the parent's.
+        unsafe {
+            c.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
         }
+        c
     }
 
     fn udtrace_args(self, pid: u32) -> Vec<String> {
@@ -275,7 +289,7 @@ fn chaos(v: Variant) {
         // SAFETY: kill(2) on the pid of our own child, not yet reaped (setpriv execs
         // udtrace: the pid is udtrace's).
         unsafe { libc::kill(tracer.child().id() as i32, sig) };
-        let util::Output { stdout, stderr, status } = wait_output(tracer.take(), "udtrace");
+        let util::Output { stdout, stderr, status } = wait_output(tracer.take(), &format!("udtrace ({what})"));
         assert!(!stderr.contains("panicked"), "{what}: udtrace panicked: {stderr}");
         // Killed by the signal, or ended by it (or by the program's end) as it should.
         assert!(status == -sig || status == 0, "{what}: udtrace exit status {status}: {stderr}");
