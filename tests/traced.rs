@@ -299,11 +299,15 @@ fn a_first_session_gives_its_in_process_sites_to_a_second_and_both_are_exact() {
     let dir = TempDir::new("beside-in-process");
     let mut target = waiting_probes(n, &dir);
     let pid = target.child().id().to_string();
-    // The first session patches work() in-process: a uprobe of the second on the
-    // patched bytes would run the file's instruction over the first's jump, so the
-    // second asks the first to give the site up.
-    let Some(mut first) = patching_session(&pid) else { return };
-    let mut second = Session::start(&["-n", COUNT, "-p", &pid]);
+    // The first session patches work()'s entry and return in-process: a uprobe of the
+    // second on the patched bytes would run the file's instruction over the first's
+    // jump, so the second asks the first to give the sites up. The return's patch
+    // starts before the `ret`, whose byte is an int3 pad: no uprobe's, though it looks
+    // like one.
+    let script = "pid$target::work:entry, pid$target::work:return { @[probename] = count(); } \
+                  END { printa(\"%s %@d\\n\", @); }";
+    let Some(mut first) = patching_session(&pid, script) else { return };
+    let mut second = Session::start(&["-n", script, "-p", &pid]);
     let note = second.wait_for("is traced by").expect("the second session names the first");
     assert!(note.contains(&format!("pid {pid} is traced by udtrace (pid {})", first.pid())), "{note}");
     // Its probes are armed when it says so; both sessions' uprobes share the place now.
@@ -312,7 +316,11 @@ fn a_first_session_gives_its_in_process_sites_to_a_second_and_both_are_exact() {
     for session in [&mut first, &mut second] {
         let (out, err) = session.finish();
         assert!(out.status.success(), "{err}");
-        assert_eq!(count_of(&out), Some(n), "{}\n{err}", stdout(&out));
+        let text = stdout(&out);
+        for name in ["entry", "return"] {
+            let count = text.lines().find_map(|l| l.split(&format!("{name} ")).nth(1)?.trim().parse::<u64>().ok());
+            assert_eq!(count, Some(n), "{name}: {text}\n{err}");
+        }
         assert!(!err.contains("probe site"), "{err}");
     }
 }
@@ -323,7 +331,7 @@ fn a_second_session_given_in_process_sites_stays_exact_after_the_first_ends() {
     let dir = TempDir::new("after-in-process");
     let mut target = waiting_probes(n, &dir);
     let pid = target.child().id().to_string();
-    let Some(mut first) = patching_session(&pid) else { return };
+    let Some(mut first) = patching_session(&pid, COUNT) else { return };
     let mut second = Session::start(&["-n", COUNT, "-p", &pid]);
     second.wait_for("is traced by").expect("the second session names the first");
     // The first session ends: taking its other patches out must leave the site it gave
@@ -349,7 +357,7 @@ fn an_all_processes_session_beside_an_in_process_one_is_exact() {
     let dir = TempDir::new("all-beside-in-process");
     let mut target = waiting_probes_named(n, &dir, "allside-probes");
     let pid = target.child().id().to_string();
-    let Some(mut first) = patching_session(&pid) else { return };
+    let Some(mut first) = patching_session(&pid, COUNT) else { return };
     // Its output goes to stderr, read as it comes: BEGIN says when it is armed.
     let prog = format!(
         "BEGIN {{ printf(\"armed\\n\"); }} pid*:allside-probes:work:entry /pid == {pid}/ {{ @ = count(); }} \
@@ -389,8 +397,8 @@ fn two_sessions_on_a_forking_daemon_count_every_worker_when_the_first_patched_in
 
 /// A session counting work() in `pid`, once it has patched it in-process (`None`: the
 /// kernel refused BPF, and the test skips).
-fn patching_session(pid: &str) -> Option<Session> {
-    let mut first = Session::start(&["-n", COUNT, "-p", pid]);
+fn patching_session(pid: &str, script: &str) -> Option<Session> {
+    let mut first = Session::start(&["-n", script, "-p", pid]);
     first.wait_for("matched")?;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while util_tracer(pid).is_none() || first_byte(pid) != Some(0xe9) {

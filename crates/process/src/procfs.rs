@@ -312,7 +312,26 @@ pub fn code_change(pid: i32, maps: &[Mapping], f: &std::fs::File, file_off: u64)
     let n = f.read_at(&mut want, file_off).ok()?;
     let len = udtrace_object::sites::instruction_len(&want[..n]).unwrap_or(1).min((m.end - addr) as usize);
     let live = read_memory(pid, addr, len).ok().filter(|l| l.len() == len)?;
-    Some((addr, live.iter().zip(&want).enumerate().any(|(i, (l, w))| l != w && !(i == 0 && *l == 0xcc))))
+    let changed = live.iter().zip(&want).enumerate().any(|(i, (l, w))| l != w && !(i == 0 && *l == 0xcc));
+    if changed || live[0] == want[0] {
+        return Some((addr, changed));
+    }
+    // A leading int3 is another uprobe's, unless it pads a patch that starts before
+    // the site: its jump takes the code away before it is reached.
+    let back = (file_off - m.offset).min(15) as usize;
+    let mut before_file = vec![0u8; back];
+    f.read_exact_at(&mut before_file, file_off - back as u64).ok()?;
+    let before_live = read_memory(pid, addr - back as u64, back).ok().filter(|l| l.len() == back)?;
+    Some((addr, pads_a_jump(&before_live, &before_file)))
+}
+
+/// Whether the live bytes just before a site (`live`, the file's `file`, same length,
+/// ending at the site) end in a jump written over the file's code followed only by
+/// `int3` pads: a patch whose displaced bytes reach on over the site.
+fn pads_a_jump(live: &[u8], file: &[u8]) -> bool {
+    let pads = live.iter().rev().take_while(|&&b| b == 0xcc).count();
+    let Some(jmp) = live.len().checked_sub(pads + 5) else { return false };
+    live[jmp] == 0xe9 && live[jmp..jmp + 5] != file[jmp..jmp + 5]
 }
 
 /// Thread ids of a process.
@@ -339,6 +358,20 @@ mod tests {
 7f00001bd000-7f00001be000 rw-p 00000000 00:00 0 
 7ffd5f3f0000-7ffd5f3f2000 r-xp 00000000 00:00 0                          [vdso]
 ";
+
+    #[test]
+    fn an_int3_padding_a_patch_is_no_uprobe() {
+        // ... mov rax, [rip+x] (7 bytes) | ret, patched from the mov: jmp + 2 pads, and
+        // the ret's int3 pad.
+        let file = [0x90, 0x48, 0x8b, 0x05, 0x78, 0x2a, 0x00, 0x00];
+        let patched = [0x90, 0xe9, 0xfa, 0xea, 0xef, 0xff, 0xcc, 0xcc];
+        assert!(pads_a_jump(&patched, &file));
+        // A uprobe's int3 after unchanged code; a jump that is the file's own.
+        assert!(!pads_a_jump(&file, &file));
+        let own_jump = [0x90, 0xe9, 0x01, 0x02, 0x03, 0x04, 0xcc, 0xcc];
+        assert!(!pads_a_jump(&own_jump, &own_jump));
+        assert!(!pads_a_jump(&[0xcc, 0xcc], &[0x90, 0x90]), "too short for a jump");
+    }
 
     #[test]
     fn maps_group_into_objects() {
