@@ -153,10 +153,49 @@ fn spawn_fixture(v: Variant) -> (Guard, Option<ChildStdin>) {
 }
 
 /// The fixture's output (stdout, then stderr) and exit status (-N: killed by signal N).
-fn finish_fixture(mut child: Guard, stdin: Option<ChildStdin>) -> (String, i32) {
+fn finish_fixture(mut child: Guard, stdin: Option<ChildStdin>, what: &str) -> (String, i32) {
     drop(stdin);
-    let out = wait_output(child.take(), "the program");
+    let pid = child.0.as_ref().map_or(0, |c| c.id());
+    // A program that does not end is described before wait_output gives up on it.
+    let (done, watched) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if watched.recv_timeout(util::TIMEOUT - Duration::from_secs(2)).is_err() {
+            eprintln!("chaos: the program has not ended: {}", describe_tree(pid));
+        }
+    });
+    let out = wait_output(child.take(), &format!("the program ({what})"));
+    let _ = done.send(());
+    let _ = watchdog.join();
     (out.stdout + &out.stderr, out.status)
+}
+
+/// Each thread of `pid`'s tree: state, wait channel, system call, signals pending and
+/// blocked, tracer.
+fn describe_tree(pid: u32) -> String {
+    let mut out = String::new();
+    for p in process_tree(pid) {
+        let read = |f: &str| std::fs::read_to_string(format!("/proc/{p}/{f}")).unwrap_or_default();
+        let cmd = read("cmdline").replace('\0', " ");
+        for entry in std::fs::read_dir(format!("/proc/{p}/task")).into_iter().flatten().flatten() {
+            let t = entry.file_name().to_string_lossy().into_owned();
+            let task = |f: &str| std::fs::read_to_string(format!("/proc/{p}/task/{t}/{f}")).unwrap_or_default();
+            let status = task("status");
+            let field = |name: &str| {
+                status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or("?").to_string()
+            };
+            out.push_str(&format!(
+                "\n  {p} ({cmd}) thread {t}: {} wchan {} syscall {} SigPnd {} ShdPnd {} SigBlk {} tracer {}",
+                field("State:"),
+                task("wchan"),
+                task("syscall").trim(),
+                field("SigPnd:"),
+                field("ShdPnd:"),
+                field("SigBlk:"),
+                field("TracerPid:")
+            ));
+        }
+    }
+    out
 }
 
 /// Waits (10 s at most) until process `pid` runs the executable `name`.
@@ -243,7 +282,7 @@ fn chaos(v: Variant) {
     let started = Instant::now();
 
     let (g, stdin) = spawn_fixture(v);
-    let expected = finish_fixture(g, stdin);
+    let expected = finish_fixture(g, stdin, "untraced");
     assert_eq!(expected.1, 5, "untraced run: {}", expected.0);
 
     let udtrace = bin().display().to_string();
@@ -350,7 +389,7 @@ fn chaos(v: Variant) {
             }
         }
 
-        let traced = finish_fixture(target, stdin);
+        let traced = finish_fixture(target, stdin, &what);
         if traced != expected {
             t.harmed += 1;
             fail(
