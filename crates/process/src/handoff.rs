@@ -26,8 +26,9 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::Duration;
 
-/// How long a request line may take to arrive once connected.
-const READ_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a request line may take to arrive once connected: the asker writes it at
+/// once, and the session's loop waits meanwhile.
+const READ_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The longest request heard (sites of many processes).
 const MAX_REQUEST: u64 = 1 << 20;
