@@ -109,15 +109,8 @@ pub fn reads_live_memory(c: &Clause) -> bool {
     let mut live = false;
     let mut see = |e: &Expr| {
         live |= match &e.kind {
-            ExprKind::Call(Subr::Copyinstr, args) => {
-                !matches!(args.first().map(|a| &a.kind), Some(ExprKind::Builtin(Builtin::Arg(n))) if *n < 6)
-            }
-            ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => !matches!(
-                args.as_slice(),
-                [src, size, ..] if matches!((&src.kind, &size.kind),
-                    (ExprKind::Builtin(Builtin::Arg(n)), ExprKind::Int(size))
-                        if *n < 6 && (1..=u64::from(MAX_BUFFER_BYTES)).contains(size))
-            ),
+            ExprKind::Call(Subr::Copyinstr, args) => captured_string(args).is_none(),
+            ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => captured_buffer(args).is_none(),
             _ => false,
         }
     };
@@ -167,22 +160,42 @@ fn note(e: &Expr, p: &mut CapturePlan) {
         ExprKind::Call(Subr::Progenyof, _) => p.ancestors = true,
         ExprKind::Call(Subr::Stack { user: true }, _) => p.stack_bytes = p.stack_bytes.max(USTACK_BYTES),
         ExprKind::Call(Subr::Copyinstr, args) => {
-            if let Some(ExprKind::Builtin(Builtin::Arg(n))) = args.first().map(|a| &a.kind) {
-                if *n < 6 && !p.strings.contains(n) {
-                    p.strings.push(*n);
-                }
+            if let Some(n) = captured_string(args).filter(|n| !p.strings.contains(n)) {
+                p.strings.push(n);
             }
         }
         ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => {
-            if let [src, size, ..] = args.as_slice() {
-                if let (ExprKind::Builtin(Builtin::Arg(n)), ExprKind::Int(size)) = (&src.kind, &size.kind) {
-                    if *n < 6 && (1..=u64::from(MAX_BUFFER_BYTES)).contains(size) {
-                        add_buffer(&mut p.buffers, *n, *size as u32);
-                    }
-                }
+            if let Some((n, size)) = captured_buffer(args) {
+                add_buffer(&mut p.buffers, n, size);
             }
         }
         _ => {}
+    }
+}
+
+/// The argument register whose string the firing captures for `copyinstr(args)`:
+/// `argN` with N in 0..=5.
+fn captured_string(args: &[Expr]) -> Option<u8> {
+    match args.first().map(|a| &a.kind) {
+        Some(ExprKind::Builtin(Builtin::Arg(n))) if *n < 6 => Some(*n),
+        _ => None,
+    }
+}
+
+/// The (argument register, size) the firing captures for `copyin(args)` or
+/// `copyinto(args)`: `argN` with N in 0..=5 and a constant size up to
+/// [`MAX_BUFFER_BYTES`].
+fn captured_buffer(args: &[Expr]) -> Option<(u8, u32)> {
+    match args {
+        [src, size, ..] => match (&src.kind, &size.kind) {
+            (ExprKind::Builtin(Builtin::Arg(n)), ExprKind::Int(size))
+                if *n < 6 && (1..=u64::from(MAX_BUFFER_BYTES)).contains(size) =>
+            {
+                Some((*n, *size as u32))
+            }
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -193,12 +206,16 @@ mod tests {
     use crate::macros::MacroArgs;
     use crate::parser::{parse_program, DescAlign};
 
-    fn plan_of(src: &str) -> CapturePlan {
+    fn clause_of(src: &str) -> Clause {
         let prog = parse_program(src, DescAlign::Name).expect("parses");
         let macros = MacroArgs::new(vec!["udtrace".into()]);
         let mut c = Checker::new(&macros);
         c.add_source(&prog, 0, src).expect("checks");
-        plan(&c.finish().clauses[0])
+        c.finish().clauses.swap_remove(0)
+    }
+
+    fn plan_of(src: &str) -> CapturePlan {
+        plan(&clause_of(src))
     }
 
     #[test]
@@ -222,13 +239,7 @@ mod tests {
 
     #[test]
     fn reads_of_computed_addresses_are_told_apart() {
-        let live = |src: &str| {
-            let prog = parse_program(src, DescAlign::Name).expect("parses");
-            let macros = MacroArgs::new(vec!["udtrace".into()]);
-            let mut c = Checker::new(&macros);
-            c.add_source(&prog, 0, src).expect("checks");
-            reads_live_memory(&c.finish().clauses[0])
-        };
+        let live = |src: &str| reads_live_memory(&clause_of(src));
         assert!(!live("BEGIN { trace(copyinstr(arg0)); trace(*(int *)copyin(arg1, 4)); }"));
         assert!(live("BEGIN { trace(copyinstr(arg0 + 8)); }"));
         assert!(live("BEGIN /copyinstr(arg0 + arg1) != \"\"/ { }"));
