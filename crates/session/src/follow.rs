@@ -256,9 +256,7 @@ impl KernelFollower {
     /// Process `pid`, of `root`'s tree, loaded (or unloaded) objects.
     pub fn loaded(&mut self, root: i32, pid: i32, w: &mut World<'_>) {
         let objects = mapped(pid);
-        let seen = self.seen.entry(pid).or_default();
-        let new: Vec<LoadedObject> =
-            objects.iter().filter(|o| !o.is_vdso && seen.insert(o.path.clone())).cloned().collect();
+        let new = unseen(self.seen.entry(pid).or_default(), &objects);
         self.arm_new(root, pid, objects, &new, w);
     }
 
@@ -380,9 +378,7 @@ impl Follower {
     fn discover(&mut self, pid: i32, w: &mut World<'_>) -> Vec<LoadedObject> {
         let objects = mapped(pid);
         let Some(root) = self.tree.root_of(pid) else { return objects };
-        let seen = self.seen.entry(pid).or_default();
-        let new: Vec<LoadedObject> =
-            objects.iter().filter(|o| !o.is_vdso && seen.insert(o.path.clone())).cloned().collect();
+        let new = unseen(self.seen.entry(pid).or_default(), &objects);
         if new.is_empty() {
             return objects;
         }
@@ -428,6 +424,11 @@ impl Follower {
         };
         self.tree.detach_all(&mut ours, &mut unseen, &mut |pid| backend.borrow_mut().release(pid));
     }
+}
+
+/// The objects of `objects` not in `seen` (the vDSO aside), now added to it.
+fn unseen(seen: &mut HashSet<String>, objects: &[LoadedObject]) -> Vec<LoadedObject> {
+    objects.iter().filter(|o| !o.is_vdso && seen.insert(o.path.clone())).cloned().collect()
 }
 
 fn mapped(pid: i32) -> Vec<LoadedObject> {

@@ -1040,20 +1040,15 @@ impl Drain<'_> {
                     b.exit(pid);
                     self.procs.borrow_mut().retire(pid as u32);
                 }
-                Lineage::Execed { pid } => {
+                Lineage::Execed { pid } | Lineage::Loaded { pid } => {
                     let root = self.kernel_roots.get(&pid).copied().unwrap_or(pid);
                     if let Some(k) = w.kernel.as_mut() {
                         let mut world =
                             World { backend: &mut *b, registry: &mut *w.registry, consumer, procs: self.procs };
-                        k.exec(root, pid, &mut world);
-                    }
-                }
-                Lineage::Loaded { pid } => {
-                    let root = self.kernel_roots.get(&pid).copied().unwrap_or(pid);
-                    if let Some(k) = w.kernel.as_mut() {
-                        let mut world =
-                            World { backend: &mut *b, registry: &mut *w.registry, consumer, procs: self.procs };
-                        k.loaded(root, pid, &mut world);
+                        match l {
+                            Lineage::Execed { .. } => k.exec(root, pid, &mut world),
+                            _ => k.loaded(root, pid, &mut world),
+                        }
                     }
                 }
             }
