@@ -337,28 +337,44 @@ impl Bpf {
             owners.into_iter().filter_map(|p| procfs::read_maps(p).ok().map(|m| (p, m))).collect();
         // Opened once for all the sites: code_change reads each one's bytes from it.
         let Ok(f) = std::fs::File::open(file) else { return };
+        // Per site, the first process where the code was changed.
+        let first_changed = |s: &Site| {
+            maps.iter().find(|(p, m)| procfs::code_changed(*p, m, &f, s.offset) == Some(true)).map(|(p, _)| *p)
+        };
         let mut asks: BTreeMap<i32, Vec<(i32, u64)>> = BTreeMap::new();
+        let mut changed_in: Vec<Option<i32>> = Vec::with_capacity(sites.len());
         for s in sites.iter() {
+            let mut first = None;
             for (p, m) in &maps {
                 if let Some((addr, true)) = procfs::code_change(*p, m, &f, s.offset) {
-                    if let Some((tracer, _)) = procfs::tracer(*p).filter(|&(t, _)| t != std::process::id() as i32) {
+                    first = first.or(Some(*p));
+                    if let Some(tracer) = procfs::tracer_pid(*p).filter(|&t| t != std::process::id() as i32) {
                         asks.entry(tracer).or_default().push((*p, addr));
                     }
                 }
             }
+            changed_in.push(first);
         }
-        for (tracer, asked) in asks {
-            if let Err(why) = handoff::ask(tracer, &asked, HANDOFF_WAIT) {
-                udtrace_messages::debug!("udtrace (pid {tracer}) kept {} sites: {why}", asked.len());
-                for (p, _) in asked {
-                    self.kept.insert(p, why.clone());
+        if !asks.is_empty() {
+            for (tracer, asked) in asks {
+                if let Err(e) = handoff::ask(tracer, &asked, HANDOFF_WAIT) {
+                    udtrace_messages::debug!("udtrace (pid {tracer}) kept {} sites: {e}", asked.len());
+                    // Said in the notice only when a session answered: others do not listen.
+                    if let handoff::AskError::Kept(why) = e {
+                        for (p, _) in asked {
+                            self.kept.insert(p, why.clone());
+                        }
+                    }
                 }
             }
+            // What was given up is the file's code again.
+            changed_in = sites.iter().map(first_changed).collect();
         }
         let changed = &mut self.changed;
-        sites.retain(|s| match maps.iter().find(|(p, m)| procfs::code_changed(*p, m, &f, s.offset) == Some(true)) {
-            Some((p, _)) => {
-                *changed.entry(*p).or_default() += 1;
+        let mut decided = changed_in.into_iter();
+        sites.retain(|_| match decided.next().flatten() {
+            Some(p) => {
+                *changed.entry(p).or_default() += 1;
                 false
             }
             None => true,
@@ -541,7 +557,7 @@ impl Backend for Bpf {
         }
         // A uprobe for every process goes into processes others trace too: not over the
         // code another tracer patched (another udtrace's in-process probes).
-        let held = procfs::all_pids().unwrap_or_default().into_iter().filter(|&p| procfs::tracer(p).is_some());
+        let held = procfs::all_pids().unwrap_or_default().into_iter().filter(|&p| procfs::tracer_pid(p).is_some());
         let held: Vec<(i32, String)> =
             held.filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/maps")).ok().map(|m| (p, m))).collect();
         for (file, sites) in new.iter_mut() {
@@ -642,7 +658,7 @@ impl Backend for Bpf {
                     .filter(|&(t, _)| t != std::process::id() as i32)
                     .map_or(String::new(), |(t, name)| format!("; it is traced by {name} (pid {t})"));
                 // A tracer that listens for such requests (another udtrace) said why not.
-                if let Some(why) = self.kept.remove(&pid).filter(|w| !w.starts_with("it does not listen")) {
+                if let Some(why) = self.kept.remove(&pid) {
                     by.push_str(&format!(", which kept {}: {why}", if n == 1 { "it" } else { "them" }));
                 }
                 let plural = if n == 1 { "" } else { "s" };

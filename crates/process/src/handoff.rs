@@ -70,6 +70,17 @@ pub fn parse_answer(line: &str) -> Result<(), String> {
     }
 }
 
+/// Why [`ask`] got no site.
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    /// Nothing listens under the tracer's name: it is no udtrace that patches.
+    #[error("it does not listen ({0})")]
+    NotListening(std::io::Error),
+    /// A session listens, and kept the sites (or did not answer).
+    #[error("{0}")]
+    Kept(String),
+}
+
 /// The first session's side: requests heard and not yet answered.
 pub struct Server {
     listener: UnixListener,
@@ -143,16 +154,16 @@ fn read_request(stream: &UnixStream) -> Result<Vec<(i32, u64)>, String> {
 }
 
 /// Asks the session `tracer` to give up its patches at `sites`; waits up to `timeout`
-/// for its answer. `Err` says why not (none listens: the tracer is no udtrace that
-/// patches).
-pub fn ask(tracer: i32, sites: &[(i32, u64)], timeout: Duration) -> Result<(), String> {
-    let addr = SocketAddr::from_abstract_name(socket_name(tracer as u32)).map_err(|e| e.to_string())?;
-    let mut stream = UnixStream::connect_addr(&addr).map_err(|e| format!("it does not listen ({e})"))?;
-    stream.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    stream.write_all(format_request(sites).as_bytes()).map_err(|e| format!("cannot ask it: {e}"))?;
+/// for its answer.
+pub fn ask(tracer: i32, sites: &[(i32, u64)], timeout: Duration) -> Result<(), AskError> {
+    let addr = SocketAddr::from_abstract_name(socket_name(tracer as u32)).map_err(AskError::NotListening)?;
+    let mut stream = UnixStream::connect_addr(&addr).map_err(AskError::NotListening)?;
+    let kept = |what: &str, e: std::io::Error| AskError::Kept(format!("{what}: {e}"));
+    stream.set_read_timeout(Some(timeout)).map_err(|e| kept("cannot wait for it", e))?;
+    stream.write_all(format_request(sites).as_bytes()).map_err(|e| kept("cannot ask it", e))?;
     let mut line = String::new();
-    BufReader::new(stream.take(4096)).read_line(&mut line).map_err(|e| format!("it did not answer: {e}"))?;
-    parse_answer(&line)
+    BufReader::new(stream.take(4096)).read_line(&mut line).map_err(|e| kept("it did not answer", e))?;
+    parse_answer(&line).map_err(AskError::Kept)
 }
 
 #[cfg(test)]
@@ -185,6 +196,6 @@ mod tests {
         }
         assert_eq!(got, vec![(7, 0x1234)]);
         server.answer(&Err("busy".into()));
-        assert_eq!(asker.join().expect("join"), Err("busy".to_string()));
+        assert!(matches!(asker.join().expect("join"), Err(AskError::Kept(why)) if why == "busy"));
     }
 }

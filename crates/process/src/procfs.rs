@@ -286,8 +286,13 @@ pub fn parse_status_signals(text: &str, name: &str) -> Option<u64> {
 
 /// The process's tracer, when one holds it with ptrace: its pid and name (`TracerPid`).
 pub fn tracer(pid: i32) -> Option<(i32, String)> {
-    let t = i32::try_from(*status_numbers(pid, "TracerPid:")?.first()?).ok().filter(|&t| t != 0)?;
+    let t = tracer_pid(pid)?;
     Some((t, stat(t).map_or_else(|_| "?".to_string(), |(comm, _)| comm)))
+}
+
+/// The pid of the process's tracer, when one holds it with ptrace (`TracerPid`).
+pub fn tracer_pid(pid: i32) -> Option<i32> {
+    i32::try_from(*status_numbers(pid, "TracerPid:")?.first()?).ok().filter(|&t| t != 0)
 }
 
 /// Whether another tracer changed the code of `pid` at `file_off` of the open file

@@ -239,7 +239,7 @@ fn children(pid: i32) -> Vec<i32> {
 fn undo_one(pid: i32, changes: &[Change]) -> usize {
     // udtrace's files close before the kernel lets its tracees go: wait for that.
     let deadline = Instant::now() + Duration::from_secs(2);
-    while procfs::tracer(pid).is_some() && Instant::now() < deadline {
+    while procfs::tracer_pid(pid).is_some() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }
     let mut held: Vec<i32> = Vec::new();
