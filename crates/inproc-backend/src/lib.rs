@@ -462,18 +462,20 @@ impl Backend for InProcess {
         }
         // A uprobe for every process would go over this session's own patches there:
         // those sites are given up first (hand_over), and armed for every process then.
-        let patched = |p: &PidProbe| {
-            p.sites.iter().any(|&(_, fo)| self.procs.values().any(|proc| proc.has_site(&(p.file.clone(), fo))))
-        };
-        let (later, now): (Vec<&PidProbe>, Vec<&PidProbe>) = probes.iter().partition(|p| patched(p));
-        for p in later {
-            for &(_, fo) in &p.sites {
-                let key = (p.file.clone(), fo);
-                if self.procs.values().any(|proc| proc.has_site(&key)) {
-                    self.asked.insert(key);
-                }
+        let mut now: Vec<&PidProbe> = Vec::new();
+        for &p in probes {
+            let patched: Vec<(PathBuf, u64)> = p
+                .sites
+                .iter()
+                .map(|&(_, fo)| (p.file.clone(), fo))
+                .filter(|key| self.procs.values().any(|proc| proc.has_site(key)))
+                .collect();
+            if patched.is_empty() {
+                now.push(p);
+            } else {
+                self.asked.extend(patched);
+                self.pending_all.push(p.clone());
             }
-            self.pending_all.push((*p).clone());
         }
         self.fallback.as_mut().map_or(Ok(()), |f| f.arm_all(&now))
     }
@@ -684,7 +686,7 @@ impl Backend for InProcess {
                 self.asked.insert(key);
             }
         }
-        let carriers = self.carriers();
+        let carriers = self.carriers_of(&self.asked);
         if carriers.is_empty() && (self.handoff.as_ref().is_some_and(|s| s.waiting()) || !self.pending_all.is_empty()) {
             // Nothing of this session's there (any more): done at once.
             self.hand_over(&[]);
@@ -779,11 +781,7 @@ impl Backend for InProcess {
 }
 
 impl InProcess {
-    /// The processes carrying one of the sites asked for.
-    fn carriers(&self) -> Vec<i32> {
-        self.carriers_of(&self.asked)
-    }
-
+    /// The processes carrying one of the sites `keys`.
     fn carriers_of(&self, keys: &HashSet<(PathBuf, u64)>) -> Vec<i32> {
         self.procs.iter().filter(|(_, p)| keys.iter().any(|k| p.has_site(k))).map(|(&pid, _)| pid).collect()
     }
