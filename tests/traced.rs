@@ -148,12 +148,8 @@ impl WaitingForker {
     }
 
     /// Lets it go; checks it ran as untraced, and that each session counted every call.
-    fn run_and_check(mut self, sessions: &mut [&mut Session]) {
-        self.target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
-        let mut child = self.target.take();
-        let mut text = String::new();
-        child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
-        let status = child.wait().expect("wait");
+    fn run_and_check(self, sessions: &mut [&mut Session]) {
+        let (text, status) = let_go(self.target);
         assert_eq!(text.as_bytes(), self.untraced.stdout, "the program ran as untraced");
         assert_eq!(status.code(), self.untraced.status.code());
         for session in sessions.iter_mut() {
@@ -174,27 +170,42 @@ fn a_program_exec_d_under_a_debugger_is_armed_after_the_fact() {
     // new image once udtrace reads the kernel's record of the exec, fire from then on.
     let (calls, gap_ms) = (300u64, 3);
     let script = format!("read x; exec {} spin {calls} {gap_ms}", fixture("probes"));
-    let mut target =
-        Guard::spawn(Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).stdout(Stdio::piped()));
-    let pid = target.child().id();
+    let target = Guard::spawn(Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).stdout(Stdio::piped()));
+    let prog = "pid$target::work:entry { @ = count(); } END { printa(\"count %@d\\n\", @); }";
+    // Armed within a few tens of milliseconds of the exec: the first calls, 3 ms apart,
+    // may be missed, never most of them.
+    let Some(text) = counted_after_the_fact(target, prog, "the programs they exec", calls) else { return };
+    assert!(text.starts_with(&format!("spin {calls} ")), "{text}");
+}
+
+/// Traces `target` (waiting for a line on stdin) while a debugger-like holder holds
+/// it, with `prog` (`-q -Z`, printing `count N`); checks that udtrace's note says the
+/// kernel follows `follows`, lets the program go, and that udtrace counted at least
+/// two thirds of its `calls` (the first ones, before arming, may be missed). The
+/// program's output; `None` when the kernel refused BPF.
+fn counted_after_the_fact(target: Guard, prog: &str, follows: &str, calls: u64) -> Option<String> {
+    let pid = target.0.as_ref().map(|c| c.id()).expect("spawned");
     wait_mapped(pid, "libc.so.6");
     let _holder = hold(pid);
-    let prog = "pid$target::work:entry { @ = count(); } END { printa(\"count %@d\\n\", @); }";
     let mut tracer = Session::start(&["-q", "-Z", "-n", prog, "-p", &pid.to_string()]);
-    let Some(note) = tracer.wait_for("is traced by") else { return };
-    assert!(note.contains("the programs they exec"), "{note}");
+    let note = tracer.wait_for("is traced by")?;
+    assert!(note.contains(follows), "{note}");
+    let (text, status) = let_go(target);
+    assert!(status.success());
+    let (out, err) = tracer.finish();
+    assert!(out.status.success(), "{err}");
+    let n = count_of(&out).unwrap_or(0);
+    assert!((calls * 2 / 3..=calls).contains(&n), "{n} of {calls} calls counted\n{}\n{err}", stdout(&out));
+    Some(text)
+}
+
+/// Sends a line to `target`'s stdin, then waits for its end: its output and status.
+fn let_go(mut target: Guard) -> (String, std::process::ExitStatus) {
     target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
     let mut child = target.take();
     let mut text = String::new();
     child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
-    assert!(child.wait().expect("wait").success());
-    assert!(text.starts_with(&format!("spin {calls} ")), "{text}");
-    let (out, err) = tracer.finish();
-    assert!(out.status.success(), "{err}");
-    // Armed within a few tens of milliseconds of the exec: the first calls, 3 ms apart,
-    // may be missed, never most of them.
-    let n = count_of(&out).unwrap_or(0);
-    assert!((calls * 2 / 3..=calls).contains(&n), "{n} of {calls} calls counted\n{}\n{err}", stdout(&out));
+    (text, child.wait().expect("wait"))
 }
 
 #[test]
@@ -206,31 +217,17 @@ fn a_library_loaded_under_a_debugger_is_armed_after_the_fact() {
         copy_fixture(f, &dir.path().join(f));
     }
     let (calls, gap_ms) = (200u64, 2);
-    let mut target = Guard::spawn(
+    let target = Guard::spawn(
         Command::new(dir.path().join("dlopener"))
             .args([calls.to_string(), "wait".into(), gap_ms.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped()),
     );
-    let pid = target.child().id();
-    wait_mapped(pid, "libc.so.6");
-    let _holder = hold(pid);
     let prog = "pid$target::plugin_fn:entry { @ = count(); } END { printa(\"count %@d\\n\", @); }";
-    let mut tracer = Session::start(&["-q", "-Z", "-n", prog, "-p", &pid.to_string()]);
-    let Some(note) = tracer.wait_for("is traced by") else { return };
-    assert!(note.contains("the objects they load"), "{note}");
-    target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
-    let mut child = target.take();
-    let mut text = String::new();
-    child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
-    assert!(child.wait().expect("wait").success());
-    assert_eq!(text, format!("dlopener: {calls} calls\n"));
-    let (out, err) = tracer.finish();
-    assert!(out.status.success(), "{err}");
     // Armed within a few tens of milliseconds of the load: the first calls, 2 ms apart,
     // may be missed, never most of them (before, all were).
-    let n = count_of(&out).unwrap_or(0);
-    assert!((calls * 2 / 3..=calls).contains(&n), "{n} of {calls} calls counted\n{}\n{err}", stdout(&out));
+    let Some(text) = counted_after_the_fact(target, prog, "the objects they load", calls) else { return };
+    assert_eq!(text, format!("dlopener: {calls} calls\n"));
 }
 
 /// Starts `probes wait N`, which calls work() N times once it reads a line.
@@ -280,12 +277,7 @@ fn two_sessions_on_one_process_each_count_every_firing() {
     let mut second = Session::start(&["-n", COUNT, "-p", &pid]);
     let note = second.wait_for("is traced by").expect("the second session names the first");
     assert!(note.contains(&format!("pid {pid} is traced by udtrace (pid {})", first.pid())), "{note}");
-    target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
-    let mut text = String::new();
-    let mut child = target.take();
-    child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
-    assert!(child.wait().expect("wait").success());
-    assert!(text.starts_with(&format!("wait {n} ")), "{text}");
+    run_waiting(target, n);
     for session in [&mut first, &mut second] {
         let (out, err) = session.finish();
         assert!(out.status.success(), "{err}");
@@ -409,12 +401,9 @@ fn patching_session(pid: &str, script: &str) -> Option<Session> {
 }
 
 /// Lets `probes wait N` go, and checks it ran as untraced.
-fn run_waiting(mut target: Guard, n: u64) {
-    target.child().stdin.take().expect("stdin").write_all(b"go\n").expect("write");
-    let mut child = target.take();
-    let mut text = String::new();
-    child.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
-    assert!(child.wait().expect("wait").success(), "the program survives both sessions");
+fn run_waiting(target: Guard, n: u64) {
+    let (text, status) = let_go(target);
+    assert!(status.success(), "the program survives both sessions");
     assert!(text.starts_with(&format!("wait {n} ")), "{text}");
 }
 
