@@ -75,7 +75,7 @@ pub fn parse_answer(line: &str) -> Result<(), String> {
 pub enum AskError {
     /// Nothing listens under the tracer's name: it is no udtrace that patches.
     #[error("it does not listen ({0})")]
-    NotListening(std::io::Error),
+    NotListening(io::Error),
     /// A session listens, and kept the sites (or did not answer).
     #[error("{0}")]
     Kept(String),
@@ -158,7 +158,7 @@ fn read_request(stream: &UnixStream) -> Result<Vec<(i32, u64)>, String> {
 pub fn ask(tracer: i32, sites: &[(i32, u64)], timeout: Duration) -> Result<(), AskError> {
     let addr = SocketAddr::from_abstract_name(socket_name(tracer as u32)).map_err(AskError::NotListening)?;
     let mut stream = UnixStream::connect_addr(&addr).map_err(AskError::NotListening)?;
-    let kept = |what: &str, e: std::io::Error| AskError::Kept(format!("{what}: {e}"));
+    let kept = |what: &str, e: io::Error| AskError::Kept(format!("{what}: {e}"));
     stream.set_read_timeout(Some(timeout)).map_err(|e| kept("cannot wait for it", e))?;
     stream.write_all(format_request(sites).as_bytes()).map_err(|e| kept("cannot ask it", e))?;
     let mut line = String::new();
