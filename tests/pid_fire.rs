@@ -17,6 +17,7 @@ pid_backends!(
     copyinstr_reads_strings_on_pages_never_touched,
     copyinstr_of_a_pointer_saved_at_entry_reads_it_before_the_process_ends,
     copyin_shows_buffers_as_they_were_at_each_call,
+    pointers_saved_at_entry_are_read_at_the_return,
     ustack_walks_a_chain_without_frame_pointers,
     ustack_of_a_libc_probe_starts_in_libc,
     threads_are_counted_exactly,
@@ -199,6 +200,40 @@ fn copyinstr_reads_strings_on_pages_never_touched(backend: Backend) {
     let want =
         ["bare alpha", "bare beta", "bare gamma", "bare spanning-two-pages", "name delta", "name epsilon", "name zeta"];
     assert_firings_read_at_the_call(backend, prog, "coldstr", &want);
+}
+
+fn pointers_saved_at_entry_are_read_at_the_return(backend: Backend) {
+    // DTrace's idiom once more, where a read when the record is consumed cannot be
+    // right: changebuf overwrites each struct and string right after its call, unmaps
+    // the page, and execs /bin/true at the end (the image whose memory the pointers
+    // name is gone, and no exit waits for it). The addresses kept at entry are kept by
+    // the firing too, and the return's firing reads them. bare() is one site for its
+    // entry and return (a lone `ret`): the pointer stored there is the one read.
+    let prog = "pid$target::point:entry, pid$target::named:entry, pid$target::bare:entry { self->p = arg0; } \
+                pid$target::point:return, pid$target::bare:return /self->p/ { \
+                printf(\"%s %d %d\\n\", probefunc, *(int *)copyin(self->p, 4), ((int *)copyin(self->p, 8))[1]); self->p = 0; } \
+                pid$target::named:return /self->p/ { printf(\"%s %s\\n\", probefunc, copyinstr(self->p)); self->p = 0; }";
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} exec", fixture("changebuf"))]) else {
+        return;
+    };
+    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success() && !err.contains("invalid address"), "{text}\n{err}");
+    let heads = ["point", "named", "bare"];
+    let mut lines: Vec<&str> = text.lines().filter(|l| heads.iter().any(|h| l.split(' ').next() == Some(h))).collect();
+    lines.sort_unstable();
+    let want = [
+        "bare 100 1000",
+        "bare 200 2000",
+        "bare 300 3000",
+        "named name-1",
+        "named name-2",
+        "named name-3",
+        "point 1 10",
+        "point 2 20",
+        "point 3 30",
+        "point 4 40",
+    ];
+    assert_eq!(lines, want, "{text}\n{err}");
 }
 
 /// Runs `prog` on the fixture, which must exit 0 with no read failing, and compares

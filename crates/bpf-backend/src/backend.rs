@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use udtrace_bpf::btf::Btf;
 use udtrace_bpf::codegen::{
-    errno_entry, exec_program, hold_program, uprobe_program_for, ErrnoSource, Filter, ProbeMaps,
+    errno_entry, exec_program, hold_program, uprobe_program_for, ErrnoSource, Filter, ProbeMaps, StashMaps,
 };
 use udtrace_bpf::insn::Insn;
 use udtrace_bpf::lineage::{self, exit_program, fork_program, LineageError, TaskIds, KERNEL_FOLLOWED};
@@ -20,7 +20,7 @@ use udtrace_bpf::tracepoint::{self, RawTracepointLink, TracepointLink};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_messages::program;
 use udtrace_process::{handoff, procfs};
-use udtrace_providers::backend::{Backend, Error, ProfileProbe, Record, Setup, SiteTarget, HOLD_SIGNAL};
+use udtrace_providers::backend::{Backend, Error, ProbeOps, ProfileProbe, Record, Setup, SiteTarget, HOLD_SIGNAL};
 use udtrace_providers::pid::PidProbe;
 use udtrace_record::pid::{RecordLayout, RecordPlan};
 use udtrace_record::proc::{hook_of, Hook, ProcLayout, ProcPlan};
@@ -34,6 +34,9 @@ pub struct Bpf {
     reader: RingBufReader,
     /// Indexed by cookie: every probe whose site this is.
     cookies: Vec<Vec<SiteTarget>>,
+    /// Indexed by cookie: the stash ops in the map for it (the union of its probes').
+    cookie_ops: Vec<u64>,
+    probe_ops: ProbeOps,
     /// (file, file offset, for `pid*`) → cookie: a site has one cookie in every
     /// process, and another for the program of `pid*` probes.
     cookie_of: HashMap<(PathBuf, u64, bool), u64>,
@@ -219,7 +222,11 @@ fn load_uprobe_program(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter, name
         uprobe_program_for(plan, maps, filter, sleepable)
             .map_err(|e| format!("cannot generate the uprobe program: {e}"))
     };
-    if !plan.strings.is_empty() || !plan.buffers.is_empty() {
+    if !plan.strings.is_empty()
+        || !plan.buffers.is_empty()
+        || !plan.stash.strings.is_empty()
+        || !plan.stash.buffers.is_empty()
+    {
         match Program::load_sleepable(ProgramKind::UprobeMulti, name, &gen(true)?) {
             Ok(p) => return Ok(p),
             Err(e) => udtrace_messages::debug!("{name} not sleepable: {e}"),
@@ -252,6 +259,9 @@ impl Bpf {
         let mut maps = ProbeMaps::create(ring_size(bufsize), 65536).map_err(maps_err)?;
         if rplan.errno {
             maps.errno = errno_source();
+        }
+        if !rplan.stash.is_empty() {
+            maps.stash = Some(StashMaps::create(65536, 65536).map_err(maps_err)?);
         }
         let program = load_uprobe_program(&rplan, &maps, Filter::Traced, "udtrace_pid")?;
         let all = if all {
@@ -290,6 +300,8 @@ impl Bpf {
             layout,
             reader,
             cookies: Vec::new(),
+            cookie_ops: Vec::new(),
+            probe_ops: setup.probe_ops.clone(),
             cookie_of: HashMap::new(),
             program,
             hold,
@@ -317,10 +329,22 @@ impl Bpf {
         let cookie = *self.cookie_of.entry((p.file.clone(), file_off, all)).or_insert(next);
         if cookie == next {
             self.cookies.push(Vec::new());
+            self.cookie_ops.push(0);
         }
         let targets = &mut self.cookies[cookie as usize];
         if !targets.iter().any(|t| t.probe_id == p.probe.id) {
             targets.push(SiteTarget { probe_id: p.probe.id, pid: if all { 0 } else { p.pid }, kind: p.kind, offset });
+        }
+        // What the site's firings stash and read, before it is attached.
+        let ops = self.cookie_ops[cookie as usize] | self.probe_ops.get(p.probe.id);
+        if ops != self.cookie_ops[cookie as usize] {
+            if let Some(stash) = &self.maps.stash {
+                match stash.ops.insert(&cookie, &ops) {
+                    Ok(()) => self.cookie_ops[cookie as usize] = ops,
+                    // The map is full: these firings' saved pointers are read live.
+                    Err(e) => udtrace_messages::debug!("stash ops of site {cookie}: {e}"),
+                }
+            }
         }
         cookie
     }

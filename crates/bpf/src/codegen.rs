@@ -19,6 +19,8 @@ pub enum CodegenError {
     Asm(#[from] AsmError),
     #[error("a record of {record} bytes cannot fit in a ring buffer of {ring} bytes")]
     RingTooSmall { record: usize, ring: usize },
+    #[error("the record plan stashes addresses, and there are no maps for them (or more than 8 slots)")]
+    NoStashMaps,
 }
 
 /// The maps a uprobe program uses.
@@ -31,6 +33,27 @@ pub struct ProbeMaps {
     pub drops: PerCpuArray<u64>,
     /// Where errno is read from, for plans that record it.
     pub errno: Option<ErrnoSource>,
+    /// For plans that stash addresses from one firing to a later one.
+    pub stash: Option<StashMaps>,
+}
+
+/// The maps of stashed addresses: per thread its slots, per site what it does.
+pub struct StashMaps {
+    /// pid_tgid → one u64 per slot. Least recently used threads make room: a thread's
+    /// end is not heard of.
+    pub threads: HashMap<u64, [u8; STASH_VALUE]>,
+    /// A site's cookie → its ops (`udtrace_lang::capture::StashPlan` bits); sites
+    /// without an entry do nothing.
+    pub ops: HashMap<u64, u64>,
+}
+
+impl StashMaps {
+    pub fn create(max_threads: u32, max_sites: u32) -> Result<StashMaps, MapError> {
+        Ok(StashMaps {
+            threads: HashMap::create_lru("udtrace_stash", max_threads)?,
+            ops: HashMap::create("udtrace_stashops", max_sites)?,
+        })
+    }
 }
 
 /// What reading a thread's errno at a firing takes: per process (tgid), where errno's
@@ -58,6 +81,7 @@ impl ProbeMaps {
             ring: RingBuf::create("udtrace_ring", ring_size)?,
             drops: PerCpuArray::create("udtrace_drops", 1)?,
             errno: None,
+            stash: None,
         })
     }
 }
@@ -253,14 +277,23 @@ pub fn uprobe_program_for(
         a.push(ldx(Size::DW, Reg::R3, Reg::R6, cap.reg.offset() as i16));
         a.call(helper::PROBE_READ_USER_STR);
         if sleepable {
-            emit_fault_in_string(&mut a, cap.reg, slot, max);
+            emit_fault_in_string(&mut a, Addr::Reg(cap.reg), slot, max);
         }
         a.push(stx(Size::W, Reg::R8, off(slot), Reg::R0));
         a.push(st(Size::W, Reg::R8, off(slot + 4), 0));
     }
 
     for (cap, &(slot, size)) in plan.buffers.iter().zip(&layout.buffers) {
-        emit_buffer(&mut a, cap.reg, slot, size, sleepable);
+        emit_buffer(&mut a, Addr::Reg(cap.reg), slot, size, sleepable);
+    }
+
+    match (&maps.stash, layout.stash_slots) {
+        (Some(stash), n @ 1..) if usize::from(n) <= MAX_STASH_SLOTS => {
+            emit_stash(&mut a, plan, &layout, stash, sleepable)
+        }
+        (None, 1..) => return Err(CodegenError::NoStashMaps),
+        (_, n) if usize::from(n) > MAX_STASH_SLOTS => return Err(CodegenError::NoStashMaps),
+        _ => {}
     }
 
     emit_submit(&mut a, maps);
@@ -277,14 +310,14 @@ pub fn uprobe_program_for(
 /// fails too, the string goes on into the next page, untouched as well: that page is
 /// faulted in the same way (into the slot's start: only the fault matters, the last
 /// read writes the slot), and the string read once more. (`max` is at most a page.)
-fn emit_fault_in_string(a: &mut Asm, reg: PtReg, slot: usize, max: u32) {
+fn emit_fault_in_string(a: &mut Asm, src: Addr, slot: usize, max: u32) {
     let done = a.label();
     let fits = a.label();
     let second = a.label();
     a.jmp_imm(Cond::Sge, Reg::R0, 0, done);
     // Bytes to the page's end, at most `max`: a copy that crossed into an unmapped
     // page would fail whole.
-    a.push(ldx(Size::DW, Reg::R2, Reg::R6, reg.offset() as i16));
+    a.push(src.load(Reg::R2));
     a.push(alu64_imm(AluOp::And, Reg::R2, 4095));
     a.push(mov64_imm(Reg::R1, 4096));
     a.push(alu64_reg(AluOp::Sub, Reg::R1, Reg::R2));
@@ -295,9 +328,9 @@ fn emit_fault_in_string(a: &mut Asm, reg: PtReg, slot: usize, max: u32) {
     a.push(mov64_reg(Reg::R1, Reg::R8));
     a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
     a.push(mov64_reg(Reg::R9, Reg::R2)); // the first page's part, kept for below
-    a.push(ldx(Size::DW, Reg::R3, Reg::R6, reg.offset() as i16));
+    a.push(src.load(Reg::R3));
     a.call(helper::COPY_FROM_USER);
-    emit_read_string_again(a, reg, slot, max);
+    emit_read_string_again(a, src, slot, max);
     a.jmp_imm(Cond::Sge, Reg::R0, 0, done);
     // The rest, up to `max`, from the next page's start.
     a.push(mov64_imm(Reg::R2, max as i32));
@@ -308,10 +341,10 @@ fn emit_fault_in_string(a: &mut Asm, reg: PtReg, slot: usize, max: u32) {
     a.bind(second);
     a.push(mov64_reg(Reg::R1, Reg::R8));
     a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
-    a.push(ldx(Size::DW, Reg::R3, Reg::R6, reg.offset() as i16));
+    a.push(src.load(Reg::R3));
     a.push(alu64_reg(AluOp::Add, Reg::R3, Reg::R9));
     a.call(helper::COPY_FROM_USER);
-    emit_read_string_again(a, reg, slot, max);
+    emit_read_string_again(a, src, slot, max);
     a.bind(done);
 }
 
@@ -319,12 +352,12 @@ fn emit_fault_in_string(a: &mut Asm, reg: PtReg, slot: usize, max: u32) {
 /// `size`, or -errno with the bytes zeroed (the helpers clear their destination on a
 /// fault), then a u32 0. Sleepable, a failed read (a page not present) is done again
 /// with `bpf_copy_from_user`, which faults the pages in.
-fn emit_buffer(a: &mut Asm, reg: PtReg, slot: usize, size: u32, sleepable: bool) {
+fn emit_buffer(a: &mut Asm, src: Addr, slot: usize, size: u32, sleepable: bool) {
     let read = |a: &mut Asm, helper_id| {
         a.push(mov64_reg(Reg::R1, Reg::R8));
         a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
         a.push(mov64_imm(Reg::R2, size as i32));
-        a.push(ldx(Size::DW, Reg::R3, Reg::R6, reg.offset() as i16));
+        a.push(src.load(Reg::R3));
         a.call(helper_id);
     };
     let done = a.label();
@@ -343,13 +376,129 @@ fn emit_buffer(a: &mut Asm, reg: PtReg, slot: usize, size: u32, sleepable: bool)
     a.push(st(Size::W, Reg::R8, (slot + 4) as i16, 0));
 }
 
-/// Reads the string behind `reg` into its slot again, R0 the result.
-fn emit_read_string_again(a: &mut Asm, reg: PtReg, slot: usize, max: u32) {
+/// Reads the string behind `src` into its slot again, R0 the result.
+fn emit_read_string_again(a: &mut Asm, src: Addr, slot: usize, max: u32) {
     a.push(mov64_reg(Reg::R1, Reg::R8));
     a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
     a.push(mov64_imm(Reg::R2, max as i32));
-    a.push(ldx(Size::DW, Reg::R3, Reg::R6, reg.offset() as i16));
+    a.push(src.load(Reg::R3));
     a.call(helper::PROBE_READ_USER_STR);
+}
+
+/// Where a capture's address is: a register of the firing (in ctx, R6) or a stash
+/// slot's address already in the record (R8).
+#[derive(Clone, Copy)]
+enum Addr {
+    Reg(PtReg),
+    Record(usize),
+}
+
+impl Addr {
+    fn load(self, dst: Reg) -> Insn {
+        match self {
+            Addr::Reg(r) => ldx(Size::DW, dst, Reg::R6, r.offset() as i16),
+            Addr::Record(off) => ldx(Size::DW, dst, Reg::R8, off as i16),
+        }
+    }
+}
+
+/// Stack slots of the stash code: the site's ops, the thread's key, a zeroed value.
+const STASH_OPS: i16 = -32;
+const STASH_KEY: i16 = -40;
+const STASH_ZERO: i16 = -40 - STASH_VALUE as i16;
+
+/// Bytes of a thread's entry in [`StashMaps::threads`]: a u64 per slot.
+pub const STASH_VALUE: usize = 8 * MAX_STASH_SLOTS;
+pub const MAX_STASH_SLOTS: usize = 8;
+
+/// The stash code of a firing (see `udtrace_record::pid::StashCaptures`): the site's
+/// ops from `ops` by its cookie (none: nothing to do); the slots it reads are copied
+/// from the thread's entry into the record and the memory behind them captured, after
+/// the registers it writes are stored in the thread's entry: a site that is both a
+/// function's entry and its return (a lone `ret`), or a clause that stores a variable
+/// and reads it, reads what was just stored. (A clause that reads the earlier value
+/// before storing another reads it from the live process.)
+fn emit_stash(a: &mut Asm, plan: &RecordPlan, layout: &RecordLayout, maps: &StashMaps, sleepable: bool) {
+    let done = a.label();
+    let reads = a.label();
+    for v in 0..usize::from(layout.stash_slots) {
+        a.push(st(Size::DW, Reg::R8, (layout.off_stash + 8 * v) as i16, 0));
+    }
+    a.push(ldx(Size::DW, Reg::R1, Reg::R8, record::OFF_COOKIE as i16));
+    a.push(stx(Size::DW, Reg::R10, STASH_KEY, Reg::R1));
+    a.map_lookup(maps.ops.raw_fd(), STASH_KEY);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, done);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R0, 0));
+    a.push(stx(Size::DW, Reg::R10, STASH_OPS, Reg::R1));
+    a.push(stx(Size::DW, Reg::R10, STASH_KEY, Reg::R7));
+    // Writes.
+    if !plan.stash.writes.is_empty() {
+        let have = a.label();
+        a.push(ldx(Size::DW, Reg::R1, Reg::R10, STASH_OPS));
+        a.push(alu64_imm(AluOp::Lsh, Reg::R1, 32));
+        a.jmp_imm(Cond::Eq, Reg::R1, 0, reads);
+        a.map_lookup(maps.threads.raw_fd(), STASH_KEY);
+        a.jmp_imm(Cond::Ne, Reg::R0, 0, have);
+        for i in 0..MAX_STASH_SLOTS {
+            a.push(st(Size::DW, Reg::R10, STASH_ZERO + 8 * i as i16, 0));
+        }
+        a.map_update(maps.threads.raw_fd(), STASH_KEY, STASH_ZERO);
+        a.map_lookup(maps.threads.raw_fd(), STASH_KEY);
+        a.jmp_imm(Cond::Eq, Reg::R0, 0, reads);
+        a.bind(have);
+        for (i, &(v, reg)) in plan.stash.writes.iter().enumerate() {
+            let next = a.label();
+            a.push(ldx(Size::DW, Reg::R1, Reg::R10, STASH_OPS));
+            a.push(alu64_imm(AluOp::Rsh, Reg::R1, i as i32));
+            a.push(alu64_imm(AluOp::And, Reg::R1, 1));
+            a.jmp_imm(Cond::Eq, Reg::R1, 0, next);
+            a.push(ldx(Size::DW, Reg::R1, Reg::R6, reg.offset() as i16));
+            a.push(stx(Size::DW, Reg::R0, (8 * usize::from(v)) as i16, Reg::R1));
+            a.bind(next);
+        }
+    }
+    // Reads.
+    a.bind(reads);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R10, STASH_OPS));
+    a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
+    a.jmp_imm(Cond::Eq, Reg::R1, 0, done);
+    a.map_lookup(maps.threads.raw_fd(), STASH_KEY);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, done);
+    for v in 0..usize::from(layout.stash_slots) {
+        let next = a.label();
+        a.push(ldx(Size::DW, Reg::R1, Reg::R10, STASH_OPS));
+        a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32 + v as i32));
+        a.push(alu64_imm(AluOp::And, Reg::R1, 1));
+        a.jmp_imm(Cond::Eq, Reg::R1, 0, next);
+        a.push(ldx(Size::DW, Reg::R1, Reg::R0, (8 * v) as i16));
+        a.push(stx(Size::DW, Reg::R8, (layout.off_stash + 8 * v) as i16, Reg::R1));
+        a.bind(next);
+    }
+    for &(slot, max, v) in &layout.stash_strings {
+        let next = a.label();
+        let src = Addr::Record(layout.off_stash + 8 * usize::from(v));
+        a.push(src.load(Reg::R3));
+        a.jmp_imm(Cond::Eq, Reg::R3, 0, next);
+        a.push(mov64_reg(Reg::R1, Reg::R8));
+        a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
+        a.push(mov64_imm(Reg::R2, max as i32));
+        a.call(helper::PROBE_READ_USER_STR);
+        if sleepable {
+            emit_fault_in_string(a, src, slot, max);
+        }
+        a.push(stx(Size::W, Reg::R8, slot as i16, Reg::R0));
+        a.push(st(Size::W, Reg::R8, (slot + 4) as i16, 0));
+        a.bind(next);
+    }
+    for &(slot, size, v) in &layout.stash_buffers {
+        let next = a.label();
+        let src = Addr::Record(layout.off_stash + 8 * usize::from(v));
+        a.push(src.load(Reg::R3));
+        a.jmp_imm(Cond::Eq, Reg::R3, 0, next);
+        emit_buffer(a, src, slot, size, sleepable);
+        a.bind(next);
+    }
+    a.bind(done);
 }
 
 /// Reserves a record of `size` bytes in the ring into R8; when the ring is full,

@@ -186,6 +186,7 @@ fn strings_and_stack_are_captured() {
         regs: true,
         errno: false,
         curthread: true,
+        stash: Default::default(),
     };
     let layout = RecordLayout::new(&plan).unwrap();
     let prog = load(&plan, &maps, ProgramKind::UprobeMulti);

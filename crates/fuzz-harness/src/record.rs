@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use udtrace_inproc::ring::{Geometry, Reader, RingView, OFF_DROPS, OFF_HEAD, OFF_NSLOTS, OFF_SLOT_SIZE, OFF_TAIL};
-use udtrace_record::pid::{BufferCapture, PtReg, RecordLayout, RecordPlan, StringCapture};
+use udtrace_record::pid::{BufferCapture, PtReg, RecordLayout, RecordPlan, StashCaptures, StringCapture};
 use udtrace_record::proc::{self, Hook, ProcLayout, ProcPlan};
 use udtrace_record::profile::{self, ProfileLayout};
 
@@ -98,8 +98,24 @@ fn layout(input: &mut Input) -> RecordLayout {
         regs: flags & 4 != 0,
         errno: flags & 8 != 0,
         curthread: flags & 16 != 0,
+        stash: stash(input),
     };
     RecordLayout::new(&plan).expect("a plan within the limits")
+}
+
+/// Stash slots and captures behind them, chosen by the input.
+fn stash(input: &mut Input) -> StashCaptures {
+    let bits = input.u8();
+    let slots = bits % 3;
+    if slots == 0 {
+        return StashCaptures::default();
+    }
+    StashCaptures {
+        slots,
+        writes: vec![(0, PtReg::Di)],
+        strings: (0..(bits >> 2) % 3).map(|i| (i % slots, 1 + u32::from(input.u8()))).collect(),
+        buffers: (0..(bits >> 4) % 3).map(|i| (i % slots, 1 + u32::from(input.u8()))).collect(),
+    }
 }
 
 /// What the in-process backend does with a record before the consumer gets it.
@@ -116,6 +132,7 @@ fn consume(layout: &RecordLayout, rec: &[u8]) {
     }
     let _ = (f.reg(PtReg::Sp), f.stack.len(), f.strings.iter().flatten().map(|s| s.len()).sum::<usize>());
     let _ = f.buffers.iter().flatten().map(|b| b.len()).sum::<usize>();
+    let _ = f.stashed.iter().filter_map(|s| s.bytes).map(|b| b.len()).sum::<usize>();
 }
 
 /// Proc and profile records (written by BPF programs, read by the same parsers) of the

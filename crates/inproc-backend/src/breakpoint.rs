@@ -8,10 +8,11 @@
 
 use nix::libc::user_regs_struct;
 
+use udtrace_inproc::trampoline::stash_entry;
 use udtrace_process::procfs;
 use udtrace_record::pid::{
-    RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED, NUM_REGS, OFF_COOKIE, OFF_CPU, OFF_ERRNO, OFF_FLAGS, OFF_KTIME,
-    OFF_PID_TGID, OFF_REGS, OFF_STACK_LEN,
+    PtReg, RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED, NUM_REGS, OFF_COOKIE, OFF_CPU, OFF_ERRNO, OFF_FLAGS,
+    OFF_KTIME, OFF_PID_TGID, OFF_REGS, OFF_STACK_LEN,
 };
 
 /// One breakpoint: its site's cookie, the byte it replaced, where its out-of-line copy
@@ -72,18 +73,28 @@ fn cpu_of(pid: i32, tid: i32) -> u32 {
     procfs::task_stat(pid, tid).ok().and_then(|(_, f)| f.get(36)?.parse().ok()).unwrap_or(0)
 }
 
+/// The site that fired: its cookie, its stash ops, and the process's data page (where
+/// the stash table is).
+#[derive(Debug, Clone, Copy)]
+pub struct Fired {
+    pub cookie: u64,
+    pub stash_ops: u64,
+    pub data_page: u64,
+}
+
 /// The firing's record, as a trampoline would have written it, from the thread `tid`
 /// of `pid` stopped at the site (`regs`, with `rip` at the site). `errno`: the thread's,
 /// where it is known.
 pub fn record(
     layout: &RecordLayout,
     plan: &RecordPlan,
-    cookie: u64,
+    site: Fired,
     pid: i32,
     tid: i32,
     regs: &user_regs_struct,
     errno: Option<i32>,
 ) -> Vec<u8> {
+    let Fired { cookie, stash_ops, data_page } = site;
     let mut b = vec![0u8; layout.size];
     put_u64(&mut b, OFF_COOKIE, cookie);
     put_u64(&mut b, OFF_PID_TGID, (pid as u64) << 32 | u64::from(tid as u32));
@@ -106,36 +117,100 @@ pub fn record(
         }
     }
     for (&(off, max), cap) in layout.strings.iter().zip(&plan.strings) {
-        let addr = pt_regs(regs)[cap.reg as usize];
-        let got = if addr == 0 { Vec::new() } else { procfs::read_memory(pid, addr, max as usize).unwrap_or_default() };
-        // bpf_probe_read_user_str: the length with its NUL, the string cut at max - 1,
-        // or -EFAULT when no NUL was readable.
-        let result = match got.iter().position(|&c| c == 0) {
-            Some(nul) => {
-                b[off + 8..off + 8 + nul].copy_from_slice(&got[..nul]);
-                nul as i32 + 1
-            }
-            None if got.len() == max as usize => {
-                let keep = max as usize - 1;
-                b[off + 8..off + 8 + keep].copy_from_slice(&got[..keep]);
-                max as i32
-            }
-            None => -EFAULT,
-        };
-        put_u32(&mut b, off, result as u32);
+        read_string(&mut b, pid, pt_regs(regs)[cap.reg as usize], off, max);
     }
     for (&(off, size), cap) in layout.buffers.iter().zip(&plan.buffers) {
-        let addr = pt_regs(regs)[cap.reg as usize];
-        // As a trampoline's read: the bytes up to the first unreadable page, or -EFAULT
-        // when none is readable.
-        let got =
-            if addr == 0 { Vec::new() } else { procfs::read_memory(pid, addr, size as usize).unwrap_or_default() };
-        let result = if got.is_empty() { -EFAULT } else { got.len() as i32 };
-        b[off + 8..off + 8 + got.len()].copy_from_slice(&got);
-        put_u32(&mut b, off, result as u32);
+        read_buffer(&mut b, pid, pt_regs(regs)[cap.reg as usize], off, size);
+    }
+    if stash_ops != 0 && layout.stash_slots > 0 {
+        do_stash(&mut b, layout, plan, pid, tid, regs, stash_ops, data_page);
     }
     if layout.errno {
         put_u32(&mut b, OFF_ERRNO, errno.unwrap_or(0) as u32);
     }
     b
+}
+
+/// The string at `addr` into the string slot at `off`, as `bpf_probe_read_user_str`:
+/// the length with its NUL, the string cut at max - 1, or -EFAULT when no NUL was
+/// readable.
+fn read_string(b: &mut [u8], pid: i32, addr: u64, off: usize, max: u32) {
+    let got = if addr == 0 { Vec::new() } else { procfs::read_memory(pid, addr, max as usize).unwrap_or_default() };
+    let result = match got.iter().position(|&c| c == 0) {
+        Some(nul) => {
+            b[off + 8..off + 8 + nul].copy_from_slice(&got[..nul]);
+            nul as i32 + 1
+        }
+        None if got.len() == max as usize => {
+            let keep = max as usize - 1;
+            b[off + 8..off + 8 + keep].copy_from_slice(&got[..keep]);
+            max as i32
+        }
+        None => -EFAULT,
+    };
+    put_u32(b, off, result as u32);
+}
+
+/// `size` bytes at `addr` into the buffer slot at `off`, as a trampoline's read: the
+/// bytes up to the first unreadable page, or -EFAULT when none is readable.
+fn read_buffer(b: &mut [u8], pid: i32, addr: u64, off: usize, size: u32) {
+    let got = if addr == 0 { Vec::new() } else { procfs::read_memory(pid, addr, size as usize).unwrap_or_default() };
+    let result = if got.is_empty() { -EFAULT } else { got.len() as i32 };
+    b[off + 8..off + 8 + got.len()].copy_from_slice(&got);
+    put_u32(b, off, result as u32);
+}
+
+/// The site's stash ops, on the table the trampolines use (in the data page at
+/// `data_page`), as a trampoline does them (see `udtrace_inproc::trampoline`).
+#[allow(clippy::too_many_arguments)]
+fn do_stash(
+    b: &mut [u8],
+    layout: &RecordLayout,
+    plan: &RecordPlan,
+    pid: i32,
+    tid: i32,
+    regs: &user_regs_struct,
+    ops: u64,
+    data_page: u64,
+) {
+    let slots = layout.stash_slots;
+    let entry = stash_entry(data_page, slots, tid as u32);
+    let len = 8 + 8 * usize::from(slots);
+    let mut e = procfs::read_memory(pid, entry, len).unwrap_or_default();
+    if e.len() != len {
+        return;
+    }
+    let writes: Vec<(u8, PtReg)> =
+        plan.stash.writes.iter().enumerate().filter(|(i, _)| ops >> i & 1 != 0).map(|(_, &w)| w).collect();
+    if !writes.is_empty() {
+        e[..4].copy_from_slice(&(tid as u32).to_ne_bytes());
+        for (v, reg) in writes {
+            let at = 8 + 8 * usize::from(v);
+            e[at..at + 8].copy_from_slice(&pt_regs(regs)[reg as usize].to_ne_bytes());
+        }
+        if let Ok(m) = crate::process::mem(pid) {
+            use std::os::unix::fs::FileExt;
+            let _ = m.write_all_at(&e, entry);
+        }
+    }
+    let word = |e: &[u8], at: usize| u64::from_ne_bytes(e[at..at + 8].try_into().expect("8 bytes"));
+    let reads = |v: u8| ops >> (32 + u32::from(v)) & 1 != 0;
+    if e[..4] == (tid as u32).to_ne_bytes() {
+        for v in (0..slots).filter(|&v| reads(v)) {
+            put_u64(b, layout.off_stash + 8 * usize::from(v), word(&e, 8 + 8 * usize::from(v)));
+        }
+    }
+    let val = |b: &[u8], v: u8| word(b, layout.off_stash + 8 * usize::from(v));
+    for &(off, max, v) in layout.stash_strings.iter().filter(|c| reads(c.2)) {
+        let addr = val(b, v);
+        if addr != 0 {
+            read_string(b, pid, addr, off, max);
+        }
+    }
+    for &(off, size, v) in layout.stash_buffers.iter().filter(|c| reads(c.2)) {
+        let addr = val(b, v);
+        if addr != 0 {
+            read_buffer(b, pid, addr, off, size);
+        }
+    }
 }

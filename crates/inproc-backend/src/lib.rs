@@ -28,7 +28,9 @@ use udtrace_object::patch::SiteKind as PatchKind;
 use udtrace_process::handoff::Server;
 use udtrace_process::procfs::LoadedObject;
 use udtrace_process::undertaker::Ledger;
-use udtrace_providers::backend::{Backend, Error, ProfileProbe, Record, Setup, SiteTarget, Trap, PROFILE_NEEDS_BPF};
+use udtrace_providers::backend::{
+    Backend, Error, ProbeOps, ProfileProbe, Record, Setup, SiteTarget, Trap, PROFILE_NEEDS_BPF,
+};
 use udtrace_providers::pid::{PidProbe, SiteKind};
 use udtrace_record::pid::{RecordLayout, RecordPlan};
 use udtrace_record::proc::{Hook, ProcPlan};
@@ -44,6 +46,9 @@ pub struct InProcess {
     off: Option<String>,
     /// Indexed by cookie: every probe whose site this is.
     cookies: Vec<Vec<SiteTarget>>,
+    /// Indexed by cookie: the stash ops of its probes, when its site was placed.
+    cookie_ops: Vec<u64>,
+    probe_ops: ProbeOps,
     /// (file, file offset) → cookie.
     cookie_of: HashMap<(PathBuf, u64), u64>,
     procs: HashMap<i32, Proc>,
@@ -205,6 +210,8 @@ impl InProcess {
             cpu,
             off,
             cookies: Vec::new(),
+            cookie_ops: Vec::new(),
+            probe_ops: setup.probe_ops.clone(),
             cookie_of: HashMap::new(),
             procs: HashMap::new(),
             rings: Rings::default(),
@@ -263,11 +270,13 @@ impl InProcess {
         let cookie = *self.cookie_of.entry((p.file.clone(), file_off)).or_insert(next);
         if cookie == next {
             self.cookies.push(Vec::new());
+            self.cookie_ops.push(0);
         }
         let targets = &mut self.cookies[cookie as usize];
         if !targets.iter().any(|t| t.probe_id == p.probe.id) {
             targets.push(SiteTarget { probe_id: p.probe.id, pid: p.pid, kind: p.kind, offset });
         }
+        self.cookie_ops[cookie as usize] |= self.probe_ops.get(p.probe.id);
         cookie
     }
 
@@ -291,7 +300,7 @@ impl InProcess {
                 // A breakpoint works where a uprobe cannot (lock-prefixed, VEX).
                 for &(offset, file_off) in p.sites.iter().chain(&p.unprobeable) {
                     let cookie = self.cookie(p, offset, file_off);
-                    let site = site_of(p, offset, file_off, cookie);
+                    let site = site_of(p, offset, file_off, cookie, self.cookie_ops[cookie as usize]);
                     let guard = self.guards.get_mut(&pid).and_then(|g| g.as_mut().ok());
                     let placed = match self.procs.get_mut(&pid) {
                         Some(proc) => proc.break_at(pid, &site, objects, guard, self.ledger.get(pid)),
@@ -345,8 +354,16 @@ fn patch_kind(k: SiteKind) -> PatchKind {
 }
 
 /// The site at `offset` in `p`'s function (file offset `file_off`).
-fn site_of(p: &PidProbe, offset: u64, file_off: u64, cookie: u64) -> process::Site<'_> {
-    process::Site { file: &p.file, file_off, offset, func_size: p.func_size, kind: patch_kind(p.kind), cookie }
+fn site_of(p: &PidProbe, offset: u64, file_off: u64, cookie: u64, stash_ops: u64) -> process::Site<'_> {
+    process::Site {
+        file: &p.file,
+        file_off,
+        offset,
+        func_size: p.func_size,
+        kind: patch_kind(p.kind),
+        cookie,
+        stash_ops,
+    }
 }
 
 /// `p` with only `sites` and `unprobeable`.
@@ -425,7 +442,7 @@ impl Backend for InProcess {
             let all = p.sites.iter().map(|&s| (s, false)).chain(p.unprobeable.iter().map(|&s| (s, true)));
             for ((offset, file_off), unprobeable) in all {
                 let cookie = self.cookie(p, offset, file_off);
-                let site = site_of(p, offset, file_off, cookie);
+                let site = site_of(p, offset, file_off, cookie, self.cookie_ops[cookie as usize]);
                 let key = (p.file.clone(), file_off);
                 let r = match self.procs.get_mut(&pid) {
                     _ if self.given.contains(&key) => Err(GIVEN_UP.to_string()),
@@ -517,7 +534,9 @@ impl Backend for InProcess {
         let Some(p) = self.procs.get(&pid) else { return Trap::NotOurs };
         let Some((cookie, regs)) = p.trap(tid) else { return Trap::NotOurs };
         let errno = self.errno_tls.get(&pid).and_then(|&tls| process::errno_of(pid, tid, tls));
-        self.pending.push(breakpoint::record(&self.layout, &self.record, cookie, pid, tid, &regs, errno));
+        let stash_ops = self.cookie_ops.get(cookie as usize).copied().unwrap_or(0);
+        let site = breakpoint::Fired { cookie, stash_ops, data_page: p.data_page() };
+        self.pending.push(breakpoint::record(&self.layout, &self.record, site, pid, tid, &regs, errno));
         Trap::Fired
     }
 

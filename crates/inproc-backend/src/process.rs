@@ -40,6 +40,8 @@ pub struct Site<'a> {
     pub func_size: u64,
     pub kind: PatchKind,
     pub cookie: u64,
+    /// What its firings stash and read (`Trampoline::stash_ops`).
+    pub stash_ops: u64,
 }
 
 /// A region of trampolines, shared by a process and the children it forked (the
@@ -518,6 +520,11 @@ impl Proc {
     /// Thread `tid`, stopped with SIGTRAP: if at one of this process's breakpoints,
     /// what it is and the registers at the site; the thread then goes on through the
     /// out-of-line copy.
+    /// The process's data page (`udtrace_inproc::trampoline::DATA_PID`).
+    pub fn data_page(&self) -> u64 {
+        self.addrs.data_page
+    }
+
     pub fn trap(&self, tid: i32) -> Option<(u64, nix::libc::user_regs_struct)> {
         let p = nix::unistd::Pid::from_raw(tid);
         let mut regs = nix::sys::ptrace::getregs(p).ok()?;
@@ -550,10 +557,12 @@ impl Proc {
         if self.loader.as_deref() == Some(site.file) {
             return Err("the dynamic loader runs before the thread pointer is set".into());
         }
-        if let Some(why) = self
-            .no_captures
-            .filter(|_| record.stack_bytes > 0 || !record.strings.is_empty() || !record.buffers.is_empty())
-        {
+        if let Some(why) = self.no_captures.filter(|_| {
+            record.stack_bytes > 0
+                || !record.strings.is_empty()
+                || !record.buffers.is_empty()
+                || (site.stash_ops >> 32 != 0 && !(record.stash.strings.is_empty() && record.stash.buffers.is_empty()))
+        }) {
             return Err(why.into());
         }
         let func_off = site.file_off.checked_sub(site.offset).ok_or("bad site offset")?;
@@ -592,6 +601,7 @@ impl Proc {
             record,
             ring: geometry,
             process: self.addrs,
+            stash_ops: site.stash_ops,
         };
         let bytes = generate(&t).map_err(|e| match e {
             TrampolineError::Relocation(r) => r.summary().to_string(),

@@ -62,6 +62,31 @@ pub fn errno_words(data_page: u64, tls: Option<(u64, i64)>) -> [u8; 16] {
     w
 }
 
+/// Where the data page keeps addresses stashed from one firing to a later one of the
+/// same thread (`udtrace_record::pid::StashCaptures`): a table indexed by the thread id
+/// modulo its length, each entry the thread id (u32, then 4 bytes) and a u64 per slot.
+/// Two threads that share an entry overwrite each other's: the consumer takes a
+/// capture only at the address its variable holds, so that costs a live read, never a
+/// wrong value.
+pub const DATA_STASH: usize = 1024;
+const DATA_STASH_BYTES: usize = 3072;
+
+/// (entries, bytes per entry) of the stash table for `slots` slots.
+pub fn stash_table(slots: u8) -> (usize, usize) {
+    let size = 8 + 8 * usize::from(slots);
+    let mut n = 1;
+    while 2 * n * size <= DATA_STASH_BYTES {
+        n *= 2;
+    }
+    (n, size)
+}
+
+/// The address of thread `tid`'s stash entry in the data page at `data_page`.
+pub fn stash_entry(data_page: u64, slots: u8, tid: u32) -> u64 {
+    let (n, size) = stash_table(slots);
+    data_page + (DATA_STASH + (tid as usize & (n - 1)) * size) as u64
+}
+
 /// glibc's `struct pthread` `tid` field, from the thread pointer (`fs:0`), on x86-64
 /// glibc 2.26 and later; udtrace checks it per process.
 pub const GLIBC_TID_OFFSET: i32 = 0x2d0;
@@ -116,6 +141,9 @@ pub struct Trampoline<'a> {
     pub record: &'a RecordPlan,
     pub ring: Geometry,
     pub process: ProcessAddrs,
+    /// What the site's firings stash and read (`StashPlan` bits: `1 << i` stores
+    /// `record.stash.writes[i]`, `1 << (32 + slot)` reads the slot).
+    pub stash_ops: u64,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -282,6 +310,9 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
         a.call(subs.readv)?;
         a.mov(dword_ptr(rbx + slot as i32), eax)?;
     }
+    if layout.stash_slots > 0 && t.stash_ops != 0 {
+        emit_stash(&mut a, t, layout, &subs)?;
+    }
 
     // Reserve slot h: head h -> h + 1 unless the ring is full.
     let mut retry = a.create_label();
@@ -324,9 +355,10 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     a.mov(qword_ptr(rdi), rdx)?;
     a.jmp(restore)?;
     // The subroutines, off the main path.
-    if layout.stack_bytes > 0 || !layout.strings.is_empty() || !layout.buffers.is_empty() {
+    let stash_reads = !layout.stash_strings.is_empty() || !layout.stash_buffers.is_empty();
+    if layout.stack_bytes > 0 || !layout.strings.is_empty() || !layout.buffers.is_empty() || stash_reads {
         emit_readv(&mut a, &mut subs.readv, p.data_page)?;
-        if !layout.strings.is_empty() {
+        if !layout.strings.is_empty() || !layout.stash_strings.is_empty() {
             emit_readstr(&mut a, &mut subs)?;
         }
     }
@@ -352,6 +384,75 @@ struct Subroutines {
     readv: CodeLabel,
     /// The string at `rsi` into the string slot at `rdi`, at most `edx` bytes.
     readstr: CodeLabel,
+}
+
+/// rdx = this thread's stash entry ([`stash_entry`]), ecx = its id. Clobbers rax.
+fn emit_stash_entry(a: &mut CodeAssembler, t: &Trampoline<'_>, layout: &RecordLayout) -> Result<(), TrampolineError> {
+    let (n, size) = stash_table(layout.stash_slots);
+    a.mov(ecx, dword_ptr(rbx + udtrace_record::pid::OFF_PID_TGID as i32))?;
+    a.mov(eax, ecx)?;
+    a.and(eax, (n - 1) as u32)?;
+    a.imul_3(eax, eax, size as u32)?;
+    a.mov(rdx, t.process.data_page + DATA_STASH as u64)?;
+    a.add(rdx, rax)?;
+    Ok(())
+}
+
+/// The site's stash ops, as the BPF program does them: the argument registers it
+/// stores put in this thread's entry (which becomes this thread's); then the slots it
+/// reads copied from the entry into the record (zero already: not read) and the memory
+/// behind them captured.
+fn emit_stash(
+    a: &mut CodeAssembler,
+    t: &Trampoline<'_>,
+    layout: &RecordLayout,
+    subs: &Subroutines,
+) -> Result<(), TrampolineError> {
+    let writes: Vec<(u8, PtReg)> =
+        t.record.stash.writes.iter().enumerate().filter(|(i, _)| t.stash_ops >> i & 1 != 0).map(|(_, &w)| w).collect();
+    if !writes.is_empty() {
+        emit_stash_entry(a, t, layout)?;
+        a.mov(dword_ptr(rdx), ecx)?;
+        for (v, reg) in writes {
+            a.mov(rax, qword_ptr(rbx + (OFF_REGS + reg.offset() as i32)))?;
+            a.mov(qword_ptr(rdx + 8 + 8 * i32::from(v)), rax)?;
+        }
+    }
+    let reads: Vec<u8> = (0..layout.stash_slots).filter(|&v| t.stash_ops >> (32 + u32::from(v)) & 1 != 0).collect();
+    let val = |v: u8| rbx + (layout.off_stash + 8 * usize::from(v)) as i32;
+    if !reads.is_empty() {
+        let mut other = a.create_label();
+        emit_stash_entry(a, t, layout)?;
+        a.cmp(dword_ptr(rdx), ecx)?;
+        a.jne(other)?;
+        for &v in &reads {
+            a.mov(rax, qword_ptr(rdx + 8 + 8 * i32::from(v)))?;
+            a.mov(qword_ptr(val(v)), rax)?;
+        }
+        a.set_label(&mut other)?;
+        for &(slot, max, v) in layout.stash_strings.iter().filter(|c| reads.contains(&c.2)) {
+            let mut next = a.create_label();
+            a.mov(rsi, qword_ptr(val(v)))?;
+            a.test(rsi, rsi)?;
+            a.jz(next)?;
+            a.lea(rdi, qword_ptr(rbx + slot as i32))?;
+            a.mov(edx, max)?;
+            a.call(subs.readstr)?;
+            a.set_label(&mut next)?;
+        }
+        for &(slot, size, v) in layout.stash_buffers.iter().filter(|c| reads.contains(&c.2)) {
+            let mut next = a.create_label();
+            a.mov(rsi, qword_ptr(val(v)))?;
+            a.test(rsi, rsi)?;
+            a.jz(next)?;
+            a.lea(rdi, qword_ptr(rbx + (slot + 8) as i32))?;
+            a.mov(edx, size)?;
+            a.call(subs.readv)?;
+            a.mov(dword_ptr(rbx + slot as i32), eax)?;
+            a.set_label(&mut next)?;
+        }
+    }
+    Ok(())
 }
 
 /// errno: `fs:[offset]` (i32), with offset the i64 in the GOT slot whose address is at
@@ -524,6 +625,7 @@ mod tests {
             record: rec,
             ring: Geometry::new(64, layout.size).unwrap(),
             process: addrs(),
+            stash_ops: 0,
         })
     }
 
@@ -594,6 +696,7 @@ mod tests {
             regs: true,
             errno: true,
             curthread: false,
+            stash: Default::default(),
         };
         let layout = supported_layout(&rec).unwrap();
         let tail = layout.size - OFF_STACK;
@@ -668,6 +771,7 @@ mod tests {
             record: &rec,
             ring: Geometry::new(64, 40).unwrap(),
             process: addrs(),
+            stash_ops: 0,
         };
         assert!(matches!(generate(&t), Err(TrampolineError::TooBig { have: 64, .. })));
         let t = Trampoline { ring: Geometry::new(64, 208).unwrap(), ..t };

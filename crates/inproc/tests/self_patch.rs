@@ -255,6 +255,7 @@ impl Patched {
             record: &env.plan,
             ring: env.geometry,
             process: env.addrs(),
+            stash_ops: 0,
         })
         .unwrap();
         tramp.write(0, &code);

@@ -2,11 +2,14 @@
 //! for a clause to be evaluated later in user space: the registers when it reads
 //! arguments or registers, user stack bytes (for `ustack()`, `ucaller`, stack
 //! arguments), the strings behind `copyinstr(argN)`, the bytes behind `copyin(argN,
-//! SIZE)` and `copyinto(argN, SIZE, …)` with a constant SIZE, and `errno`. Anything
-//! else a clause reads from the process is read from the live process when the
-//! consumer evaluates it.
+//! SIZE)` and `copyinto(argN, SIZE, …)` with a constant SIZE, and `errno`; and, through
+//! a [`StashPlan`], the strings and bytes behind thread-local variables that hold an
+//! argument saved at an earlier firing (`self->p = arg0` at entry, `copyinstr(self->p)`
+//! at return). Anything else a clause reads from the process is read from the live
+//! process when the consumer evaluates it.
 
-use crate::ir::{visit_actions, visit_expr, Action, Builtin, Clause, Expr, ExprKind, Subr};
+use crate::ast::VarScope;
+use crate::ir::{visit_actions, visit_expr, Action, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, Subr};
 
 /// How many bytes of user stack `ustack()` copies: enough for the unwinder to walk a
 /// few dozen frames of ordinary C and Rust code.
@@ -102,15 +105,19 @@ pub fn plan(c: &Clause) -> CapturePlan {
 }
 
 /// Whether the clause reads the process's memory where the firing captures none of it:
-/// `copyinstr`, `copyin` or `copyinto` of an address that is not an argument register,
-/// or of a size not constant or over [`MAX_BUFFER_BYTES`]. Those are read from the live
-/// process when the record is consumed.
-pub fn reads_live_memory(c: &Clause) -> bool {
+/// `copyinstr`, `copyin` or `copyinto` of an address that is not an argument register
+/// (nor a thread-local variable `stash` keeps whole), or of a size not constant or over
+/// [`MAX_BUFFER_BYTES`]. Those are read from the live process when the record is
+/// consumed.
+pub fn reads_live_memory(c: &Clause, stash: &StashPlan) -> bool {
     let mut live = false;
+    let kept = |args: &[Expr]| stashed_var(args).and_then(|v| stash.slot_of(v)).is_some_and(|s| stash.whole[s]);
     let mut see = |e: &Expr| {
         live |= match &e.kind {
-            ExprKind::Call(Subr::Copyinstr, args) => captured_string(args).is_none(),
-            ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => captured_buffer(args).is_none(),
+            ExprKind::Call(Subr::Copyinstr, args) => captured_string(args).is_none() && !kept(args),
+            ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => {
+                captured_buffer(args).is_none() && !(kept(args) && constant_size(args).is_some())
+            }
             _ => false,
         }
     };
@@ -199,6 +206,226 @@ fn captured_buffer(args: &[Expr]) -> Option<(u8, u32)> {
     }
 }
 
+/// The most thread-local variables a program's firings stash addresses in.
+pub const MAX_STASHED: usize = 8;
+
+/// Addresses saved at one firing and read at a later one of the same thread:
+/// `self->p = argN` in one pid clause, `copyinstr(self->p)` or `copyin(self->p, SIZE)`
+/// in another. A backend keeps, per thread, each such variable's last argument (its
+/// slot), and a firing whose clauses read the variable records that address and the
+/// memory behind it. The consumer takes a capture only when the variable's value,
+/// evaluated in D, is the address captured: a predicate that skipped the assignment, or
+/// another assignment, makes the read a live one again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StashPlan {
+    /// The thread-local variables stashed, by id; the index is the slot.
+    pub vars: Vec<usize>,
+    /// Per slot: every assignment to the variable in the program stores an argument
+    /// register (stashed) or a constant (0, to clear it), so its reads are all captured.
+    pub whole: Vec<bool>,
+    /// (slot, argument register 0..=5), each once: what firings store.
+    pub writes: Vec<(u8, u8)>,
+    /// Slots whose strings are captured.
+    pub strings: Vec<u8>,
+    /// (slot, size): the bytes captured behind a slot, the largest constant size asked.
+    pub buffers: Vec<(u8, u32)>,
+    /// Per clause of the program: what its firings do ([`StashPlan::op_write`],
+    /// [`StashPlan::op_read`] bits).
+    pub clause_ops: Vec<u64>,
+}
+
+impl StashPlan {
+    pub fn slot_of(&self, var: usize) -> Option<usize> {
+        self.vars.iter().position(|&v| v == var)
+    }
+
+    /// The ops bit of `writes[i]`.
+    pub fn op_write(i: usize) -> u64 {
+        1 << i
+    }
+
+    /// The ops bit of reading `slot` (its address, then its string and buffer).
+    pub fn op_read(slot: usize) -> u64 {
+        1 << (32 + slot)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.vars.is_empty()
+    }
+}
+
+/// The stash plan of a program whose pid clauses are those `pid_clause` picks.
+pub fn stash_plan(prog: &CheckedProgram, pid_clause: impl Fn(&Clause) -> bool) -> StashPlan {
+    // Variables some pid clause reads memory behind.
+    let mut read: Vec<usize> = Vec::new();
+    for c in prog.clauses.iter().filter(|c| pid_clause(c)) {
+        each_expr(c, &mut |e| {
+            if let Some(v) = read_var(e).filter(|v| !read.contains(v)) {
+                read.push(v);
+            }
+        });
+    }
+    // Of those, the ones some pid clause stores an argument in.
+    let mut vars: Vec<usize> = Vec::new();
+    let mut whole: Vec<bool> = Vec::new();
+    let mut writes: Vec<(u8, u8)> = Vec::new();
+    let mut clause_writes: Vec<Vec<(usize, u8)>> = vec![Vec::new(); prog.clauses.len()];
+    // Variables a clause reads through before it stores them: that read wants the
+    // earlier value, and a firing reads after it stores (see the backends).
+    let mut read_first: Vec<usize> = Vec::new();
+    for (ci, c) in prog.clauses.iter().enumerate() {
+        let pid = pid_clause(c);
+        let (mut stored, mut first): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
+        each_expr(c, &mut |e| {
+            if let Some(v) = read_var(e).filter(|v| !stored.contains(v)) {
+                first.push(v);
+            }
+            match &e.kind {
+                ExprKind::Assign { target: Place::Var(v), value, .. }
+                    if !matches!(bare(value).kind, ExprKind::Int(_)) =>
+                {
+                    stored.push(v.id)
+                }
+                _ => {}
+            }
+        });
+        read_first.extend(first.into_iter().filter(|v| stored.contains(v)));
+        each_expr(c, &mut |e| {
+            if let ExprKind::IncDec { target: Place::Var(v), .. } = &e.kind {
+                if v.scope == VarScope::Thread {
+                    clause_writes[ci].push((v.id, u8::MAX));
+                }
+            }
+            let ExprKind::Assign { target: Place::Var(v), op, value } = &e.kind else { return };
+            if v.scope != VarScope::Thread || !read.contains(&v.id) {
+                return;
+            }
+            let reg = match (op, &bare(value).kind) {
+                (None, ExprKind::Builtin(Builtin::Arg(n))) if *n < 6 && pid => *n,
+                (None, ExprKind::Args(i)) if pid && matches!(i.kind, ExprKind::Int(n) if n < 6) => match i.kind {
+                    ExprKind::Int(n) => n as u8,
+                    _ => unreachable!("matched above"),
+                },
+                (None, ExprKind::Int(_)) => return,
+                _ => u8::MAX,
+            };
+            clause_writes[ci].push((v.id, reg));
+        });
+    }
+    for cw in &clause_writes {
+        for &(var, reg) in cw {
+            if !read.contains(&var) {
+                continue;
+            }
+            let slot = match vars.iter().position(|&v| v == var) {
+                Some(s) => s,
+                None if vars.len() < MAX_STASHED && reg != u8::MAX => {
+                    vars.push(var);
+                    whole.push(true);
+                    vars.len() - 1
+                }
+                None => continue,
+            };
+            if reg != u8::MAX && !writes.contains(&(slot as u8, reg)) {
+                writes.push((slot as u8, reg));
+            }
+        }
+    }
+    for &v in &read_first {
+        if let Some(s) = vars.iter().position(|&x| x == v) {
+            whole[s] = false;
+        }
+    }
+    // A variable also assigned from anything else is not whole.
+    for cw in &clause_writes {
+        for &(var, reg) in cw {
+            if let (Some(s), u8::MAX) = (vars.iter().position(|&v| v == var), reg) {
+                whole[s] = false;
+            }
+        }
+    }
+    let mut plan = StashPlan { vars, whole, writes, ..StashPlan::default() };
+    plan.clause_ops = prog
+        .clauses
+        .iter()
+        .enumerate()
+        .map(|(ci, c)| {
+            if !pid_clause(c) {
+                return 0;
+            }
+            let mut ops = 0u64;
+            for &(var, reg) in &clause_writes[ci] {
+                if let Some(slot) = plan.slot_of(var) {
+                    if let Some(i) = plan.writes.iter().position(|&w| w == (slot as u8, reg)) {
+                        ops |= StashPlan::op_write(i);
+                    }
+                }
+            }
+            each_expr(c, &mut |e| {
+                let (var, size) = match &e.kind {
+                    ExprKind::Call(Subr::Copyinstr, args) => (stashed_var(args), None),
+                    ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => {
+                        let Some(size) = constant_size(args) else { return };
+                        (stashed_var(args), Some(size))
+                    }
+                    _ => return,
+                };
+                let Some(slot) = var.and_then(|v| plan.slot_of(v)) else { return };
+                ops |= StashPlan::op_read(slot);
+                match size {
+                    None if !plan.strings.contains(&(slot as u8)) => plan.strings.push(slot as u8),
+                    None => {}
+                    Some(size) => add_buffer(&mut plan.buffers, slot as u8, size),
+                }
+            });
+            ops
+        })
+        .collect();
+    plan.strings.sort_unstable();
+    plan
+}
+
+/// Calls `f` on every expression of the clause's predicate and actions.
+fn each_expr(c: &Clause, f: &mut dyn FnMut(&Expr)) {
+    if let Some(pred) = &c.predicate {
+        visit_expr(pred, f);
+    }
+    visit_actions(&c.actions, f);
+}
+
+/// `e` without its casts.
+fn bare(mut e: &Expr) -> &Expr {
+    while let ExprKind::Cast(x) = &e.kind {
+        e = x;
+    }
+    e
+}
+
+/// The thread-local variable whose memory `copyinstr`, `copyin` or `copyinto` reads.
+fn read_var(e: &Expr) -> Option<usize> {
+    match &e.kind {
+        ExprKind::Call(Subr::Copyinstr, args) => stashed_var(args),
+        ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => constant_size(args).and(stashed_var(args)),
+        _ => None,
+    }
+}
+
+/// The thread-local variable a read's address is (casts aside).
+fn stashed_var(args: &[Expr]) -> Option<usize> {
+    match &bare(args.first()?).kind {
+        ExprKind::Var(v) if v.scope == VarScope::Thread => Some(v.id),
+        _ => None,
+    }
+}
+
+/// The constant size of `copyin(addr, SIZE)`, when captured.
+fn constant_size(args: &[Expr]) -> Option<u32> {
+    match args.get(1).map(|s| &s.kind) {
+        Some(ExprKind::Int(size)) if (1..=u64::from(MAX_BUFFER_BYTES)).contains(size) => Some(*size as u32),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +439,70 @@ mod tests {
         let mut c = Checker::new(&macros);
         c.add_source(&prog, 0, src).expect("checks");
         c.finish().clauses.swap_remove(0)
+    }
+
+    fn program_of(src: &str) -> CheckedProgram {
+        let prog = parse_program(src, DescAlign::Name).expect("parses");
+        let macros = MacroArgs::new(vec!["udtrace".into()]);
+        let mut c = Checker::new(&macros);
+        c.add_source(&prog, 0, src).expect("checks");
+        c.finish()
+    }
+
+    fn stash_of(src: &str) -> StashPlan {
+        stash_plan(&program_of(src), |c| c.probes.iter().any(|d| d.provider.starts_with("pid")))
+    }
+
+    #[test]
+    fn arguments_saved_for_a_later_firing_are_stashed() {
+        let src = "pid1::open:entry { self->path = arg0; self->buf = (uintptr_t)arg1; }
+                   pid1::open:return /self->path/ { printf(\"%s\", copyinstr(self->path)); self->path = 0; }
+                   pid1::read:return { tracemem(copyin(self->buf, 16), 16); trace(*(int *)copyin(self->buf, 4)); }";
+        let s = stash_of(src);
+        assert_eq!(s.vars.len(), 2);
+        assert_eq!(s.whole, vec![true, true]);
+        assert_eq!(s.writes, vec![(0, 0), (1, 1)]);
+        assert_eq!(s.strings, vec![0]);
+        assert_eq!(s.buffers, vec![(1, 16)]);
+        let w = StashPlan::op_write(0) | StashPlan::op_write(1);
+        assert_eq!(s.clause_ops, vec![w, StashPlan::op_read(0), StashPlan::op_read(1)]);
+        let prog = program_of(src);
+        assert!(!reads_live_memory(&prog.clauses[1], &s));
+        assert!(!reads_live_memory(&prog.clauses[2], &s));
+        assert!(reads_live_memory(&prog.clauses[1], &StashPlan::default()));
+    }
+
+    #[test]
+    fn variables_assigned_otherwise_are_read_live_too() {
+        // Also assigned a computed address: stashed where it is an argument, but its
+        // reads may need the live process.
+        let src = "pid1::f:entry { self->p = arg0; } pid1::g:entry { self->p = arg1 + 8; }
+                   pid1::f:return { trace(copyinstr(self->p)); }";
+        let s = stash_of(src);
+        assert_eq!((s.vars.len(), s.whole.clone(), s.writes.clone()), (1, vec![false], vec![(0, 0)]));
+        assert!(reads_live_memory(&program_of(src).clauses[2], &s));
+        // Incremented: the same.
+        assert_eq!(
+            stash_of("pid1::f:entry { self->p = arg0; self->p++; } pid1::f:return { trace(copyinstr(self->p)); }")
+                .whole,
+            vec![false]
+        );
+        // Never stored from an argument, or never read through: nothing stashed.
+        assert!(
+            stash_of("pid1::f:entry { self->p = arg0 + 1; } pid1::f:return { trace(copyinstr(self->p)); }").is_empty()
+        );
+        assert!(stash_of("pid1::f:entry { self->p = arg0; } pid1::f:return { trace(self->p); }").is_empty());
+        // Read, then stored again, in one clause: the read wants the earlier value.
+        let s = stash_of("self uintptr_t p; pid1::f:entry { trace(copyinstr(self->p)); self->p = arg0; }");
+        assert_eq!((s.writes.clone(), s.whole.clone()), (vec![(0, 0)], vec![false]));
+        // Stored, then read: the read is of what was stored.
+        assert_eq!(stash_of("pid1::f:entry { self->p = arg0; trace(copyinstr(self->p)); }").whole, vec![true]);
+        // Stored in a clause of another provider: not a pid argument.
+        assert!(stash_of("BEGIN { self->p = arg0; } pid1::f:return { trace(copyinstr(self->p)); }").is_empty());
+        // A computed size is read live.
+        assert!(
+            stash_of("pid1::f:entry { self->p = arg0; } pid1::f:return { trace(copyin(self->p, arg1)); }").is_empty()
+        );
     }
 
     fn plan_of(src: &str) -> CapturePlan {
@@ -239,7 +530,7 @@ mod tests {
 
     #[test]
     fn reads_of_computed_addresses_are_told_apart() {
-        let live = |src: &str| reads_live_memory(&clause_of(src));
+        let live = |src: &str| reads_live_memory(&clause_of(src), &StashPlan::default());
         assert!(!live("BEGIN { trace(copyinstr(arg0)); trace(*(int *)copyin(arg1, 4)); }"));
         assert!(live("BEGIN { trace(copyinstr(arg0 + 8)); }"));
         assert!(live("BEGIN /copyinstr(arg0 + arg1) != \"\"/ { }"));

@@ -5,13 +5,15 @@
 //! plan asked for (in the records `udtrace_record` lays out), and is told of forks,
 //! execs and new objects. The session drives it through [`Backend`] alone.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
-use udtrace_lang::capture::CapturePlan;
+use udtrace_lang::capture::{CapturePlan, StashPlan};
 use udtrace_record::pid::{
-    BufferCapture, Firing, PlanError, PtReg, RecordLayout, RecordPlan, StringCapture, MAX_STRING,
+    BufferCapture, Firing, PlanError, PtReg, RecordLayout, RecordPlan, StashCaptures, StringCapture, MAX_STRING,
 };
 use udtrace_record::proc::{Hook, ProcFiring, ProcPlan};
 use udtrace_record::profile::Sample;
@@ -62,6 +64,29 @@ pub struct Setup {
     /// probes are uprobes, armed while they run, and with `children` the kernel adds
     /// the processes they fork ([`Record::Lineage`]).
     pub unheld: Vec<i32>,
+    /// Addresses saved at one firing for a later one's reads (docs/pid-provider.md,
+    /// "Saved pointers").
+    pub stash: StashPlan,
+    /// Which firings save and which read them, per probe.
+    pub probe_ops: ProbeOps,
+}
+
+/// Per probe, the stash ops ([`StashPlan::clause_ops`]) of the clauses enabled on it.
+/// The session adds them as it enables clauses, before it arms the probe; a backend
+/// reads them as it arms a site (the union over the site's probes).
+#[derive(Debug, Clone, Default)]
+pub struct ProbeOps(Rc<RefCell<HashMap<u32, u64>>>);
+
+impl ProbeOps {
+    pub fn add(&self, probe_id: u32, ops: u64) {
+        if ops != 0 {
+            *self.0.borrow_mut().entry(probe_id).or_default() |= ops;
+        }
+    }
+
+    pub fn get(&self, probe_id: u32) -> u64 {
+        self.0.borrow().get(&probe_id).copied().unwrap_or(0)
+    }
 }
 
 impl Setup {
@@ -73,6 +98,10 @@ impl Setup {
         while matches!(RecordLayout::new(&plan), Err(PlanError::TooLarge(_))) && !plan.buffers.is_empty() {
             let largest = (0..plan.buffers.len()).max_by_key(|&i| plan.buffers[i].size).unwrap_or(0);
             plan.buffers.remove(largest);
+        }
+        while matches!(RecordLayout::new(&plan), Err(PlanError::TooLarge(_))) && !plan.stash.buffers.is_empty() {
+            let largest = (0..plan.stash.buffers.len()).max_by_key(|&i| plan.stash.buffers[i].1).unwrap_or(0);
+            plan.stash.buffers.remove(largest);
         }
         plan
     }
@@ -102,6 +131,12 @@ impl Setup {
             regs: self.plan.regs,
             errno: self.plan.errno,
             curthread: self.plan.curthread,
+            stash: StashCaptures {
+                slots: self.stash.vars.len() as u8,
+                writes: self.stash.writes.iter().map(|&(slot, n)| (slot, PtReg::ARGS[usize::from(n)])).collect(),
+                strings: self.stash.strings.iter().map(|&slot| (slot, self.strsize.clamp(1, MAX_STRING))).collect(),
+                buffers: self.stash.buffers.clone(),
+            },
         }
     }
 }
@@ -299,6 +334,8 @@ mod tests {
             inprocess: true,
             explain: false,
             unheld: Vec::new(),
+            stash: StashPlan::default(),
+            probe_ops: ProbeOps::default(),
         }
     }
 

@@ -400,7 +400,9 @@ impl FiringCtx<'_> {
                 }
             }
         }
-        None
+        // Behind an address saved at an earlier firing: only where it is the address
+        // asked for (the variable holds what was saved).
+        self.f.stashed.iter().find(|s| s.string && s.addr == addr).and_then(|s| s.bytes)
     }
 
     /// `len` bytes at `addr` from a buffer captured at the firing (`copyin(argN,
@@ -416,6 +418,16 @@ impl FiringCtx<'_> {
             };
             let bytes = self.f.buffers.get(slot).copied().flatten();
             return Some(bytes.and_then(|b| b.get(off as usize..end)).map(<[u8]>::to_vec));
+        }
+        for s in self.f.stashed.iter().filter(|s| !s.string) {
+            // A faulted read covers what it was asked for; a short one what it read.
+            let Some(off) = addr.checked_sub(s.addr).filter(|&o| o == 0 || s.bytes.is_some()) else { continue };
+            let Some(end) = (off as usize).checked_add(len) else { continue };
+            match s.bytes {
+                None if off == 0 => return Some(None),
+                Some(b) if end <= b.len() => return Some(Some(b[off as usize..end].to_vec())),
+                _ => {}
+            }
         }
         None
     }

@@ -17,6 +17,10 @@
 //!               per buffer capture: i32 bytes read (`size`, or fewer where the
 //!               rest was unreadable) or -errno, u32 reserved, then `size` bytes
 //!               rounded up to 8 (zeros past the bytes read)
+//!               per stash slot (plan.stash.slots): u64, the address the slot held
+//!               for this thread when the firing reads it (0: not read, or none)
+//!               per stash string and buffer capture: a slot as above, read from
+//!               that address (when not 0)
 //!    last    8  the current task's `struct task_struct` address, when plan.curthread
 //! ```
 
@@ -94,6 +98,28 @@ pub struct BufferCapture {
     pub size: u32,
 }
 
+/// Addresses kept per thread from one firing to a later one (`self->p = arg0` at an
+/// entry, `copyinstr(self->p)` at the return): which argument registers a firing stores
+/// in which slot, and what is read behind a slot's address. Which firings store and
+/// which read is decided per probe site (the backends' "stash ops": bit `i` stores
+/// `writes[i]`, bit `32 + slot` reads the slot and its captures).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StashCaptures {
+    pub slots: u8,
+    /// (slot, register).
+    pub writes: Vec<(u8, PtReg)>,
+    /// (slot, bytes reserved, NUL included).
+    pub strings: Vec<(u8, u32)>,
+    /// (slot, size).
+    pub buffers: Vec<(u8, u32)>,
+}
+
+impl StashCaptures {
+    pub fn is_empty(&self) -> bool {
+        self.slots == 0
+    }
+}
+
 /// What a probe's program records besides the fixed header.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordPlan {
@@ -108,6 +134,7 @@ pub struct RecordPlan {
     pub errno: bool,
     /// Whether the current task's address is recorded (`curthread`).
     pub curthread: bool,
+    pub stash: StashCaptures,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -120,6 +147,8 @@ pub enum PlanError {
     BufferSize(u32),
     #[error("a record of {0} bytes is too large (at most 32767)")]
     TooLarge(usize),
+    #[error("a stash capture names a slot the plan does not have")]
+    StashSlot,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -147,6 +176,13 @@ pub struct RecordLayout {
     pub strings: Vec<(usize, u32)>,
     /// (offset of the slot, size) per buffer capture; data at offset + 8.
     pub buffers: Vec<(usize, u32)>,
+    /// Where the stash slots' addresses are (u64 each).
+    pub off_stash: usize,
+    pub stash_slots: u8,
+    /// (offset of the capture, max or size, stash slot) per stash string and buffer
+    /// capture; data at offset + 8.
+    pub stash_strings: Vec<(usize, u32, u8)>,
+    pub stash_buffers: Vec<(usize, u32, u8)>,
     /// Where the current task's address is, when recorded.
     pub off_task: Option<usize>,
     pub size: usize,
@@ -157,11 +193,29 @@ impl RecordLayout {
         if !plan.stack_bytes.is_multiple_of(8) || plan.stack_bytes > MAX_STACK_BYTES {
             return Err(PlanError::StackBytes(plan.stack_bytes));
         }
-        let regs = plan.regs || plan.stack_bytes > 0 || !plan.strings.is_empty() || !plan.buffers.is_empty();
+        let regs = plan.regs
+            || plan.stack_bytes > 0
+            || !plan.strings.is_empty()
+            || !plan.buffers.is_empty()
+            || !plan.stash.is_empty();
         let off_stack = if regs { OFF_STACK } else { OFF_REGS };
         let mut off = off_stack + plan.stack_bytes as usize;
         let strings = slots(&mut off, plan.strings.iter().map(|s| s.max), MAX_STRING, PlanError::StringMax)?;
         let buffers = slots(&mut off, plan.buffers.iter().map(|b| b.size), MAX_BUFFER, PlanError::BufferSize)?;
+        let off_stash = off;
+        off += usize::from(plan.stash.slots) * 8;
+        let with_slot = |v: Vec<(usize, u32)>, of: &[(u8, u32)]| -> Vec<(usize, u32, u8)> {
+            v.into_iter().zip(of).map(|((at, n), &(slot, _))| (at, n, slot)).collect()
+        };
+        let ss = slots(&mut off, plan.stash.strings.iter().map(|s| s.1), MAX_STRING, PlanError::StringMax)?;
+        let stash_strings = with_slot(ss, &plan.stash.strings);
+        let sb = slots(&mut off, plan.stash.buffers.iter().map(|b| b.1), MAX_BUFFER, PlanError::BufferSize)?;
+        let stash_buffers = with_slot(sb, &plan.stash.buffers);
+        if plan.stash.strings.iter().chain(&plan.stash.buffers).any(|&(slot, _)| slot >= plan.stash.slots)
+            || plan.stash.writes.iter().any(|&(slot, _)| slot >= plan.stash.slots)
+        {
+            return Err(PlanError::StashSlot);
+        }
         let off_task = plan.curthread.then_some(off);
         if plan.curthread {
             off += 8;
@@ -176,6 +230,10 @@ impl RecordLayout {
             errno: plan.errno,
             strings,
             buffers,
+            off_stash,
+            stash_slots: plan.stash.slots,
+            stash_strings,
+            stash_buffers,
             off_task,
             size: off,
         })
@@ -218,7 +276,26 @@ impl RecordLayout {
                 (n >= 0).then(|| &rec[off + 8..off + 8 + (n as usize).min(size as usize)])
             })
             .collect();
+        // A slot's capture counts only where the firing read an address into the slot.
+        let mut stashed = Vec::new();
+        for &(off, n, slot) in &self.stash_strings {
+            let addr = u64_at(self.off_stash + usize::from(slot) * 8);
+            if addr != 0 {
+                let got = u32_at(off) as i32;
+                let bytes = (got > 0).then(|| &rec[off + 8..off + 8 + (got as usize - 1).min(n as usize)]);
+                stashed.push(Stashed { addr, string: true, bytes });
+            }
+        }
+        for &(off, n, slot) in &self.stash_buffers {
+            let addr = u64_at(self.off_stash + usize::from(slot) * 8);
+            if addr != 0 {
+                let got = u32_at(off) as i32;
+                let bytes = (got >= 0).then(|| &rec[off + 8..off + 8 + (got as usize).min(n as usize)]);
+                stashed.push(Stashed { addr, string: false, bytes });
+            }
+        }
         Ok(Firing {
+            stashed,
             cookie: u64_at(OFF_COOKIE),
             pid: (pid_tgid >> 32) as u32,
             tid: pid_tgid as u32,
@@ -277,6 +354,18 @@ pub struct Firing<'a> {
     pub strings: Vec<Option<&'a [u8]>>,
     /// Per buffer capture, the bytes read; None if the address faulted.
     pub buffers: Vec<Option<&'a [u8]>>,
+    /// The strings and buffers read behind addresses stashed at earlier firings.
+    pub stashed: Vec<Stashed<'a>>,
+}
+
+/// Memory read at the firing behind an address stashed at an earlier one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stashed<'a> {
+    pub addr: u64,
+    /// A string (the bytes before the NUL), else a buffer (the bytes read).
+    pub string: bool,
+    /// None if the address faulted.
+    pub bytes: Option<&'a [u8]>,
 }
 
 impl Firing<'_> {
@@ -303,6 +392,7 @@ mod tests {
             regs: true,
             errno: false,
             curthread: false,
+            stash: StashCaptures::default(),
         };
         let l = RecordLayout::new(&plan).unwrap();
         assert_eq!(OFF_STACK, 208);
@@ -328,7 +418,8 @@ mod tests {
                 buffers: vec![],
                 regs: true,
                 errno: false,
-                curthread: false
+                curthread: false,
+                stash: StashCaptures::default(),
             }),
             Err(PlanError::StackBytes(12))
         );
@@ -340,6 +431,7 @@ mod tests {
                 regs: true,
                 errno: false,
                 curthread: false,
+                stash: StashCaptures::default(),
             }),
             Err(PlanError::StringMax(0))
         );
@@ -355,10 +447,51 @@ mod tests {
                 buffers: vec![],
                 regs: true,
                 errno: false,
-                curthread: false
+                curthread: false,
+                stash: StashCaptures::default(),
             }),
             Err(PlanError::TooLarge(_))
         ));
+    }
+
+    #[test]
+    fn stashed_captures_count_where_their_slot_was_read() {
+        let plan = RecordPlan {
+            stash: StashCaptures {
+                slots: 2,
+                writes: vec![(0, PtReg::Di)],
+                strings: vec![(0, 8), (1, 8)],
+                buffers: vec![(1, 4)],
+            },
+            ..RecordPlan::default()
+        };
+        let l = RecordLayout::new(&plan).unwrap();
+        assert!(l.regs);
+        assert_eq!(l.off_stash, OFF_STACK);
+        assert_eq!(l.stash_strings, vec![(OFF_STACK + 16, 8, 0), (OFF_STACK + 32, 8, 1)]);
+        assert_eq!((l.stash_buffers.clone(), l.size), (vec![(OFF_STACK + 48, 4, 1)], OFF_STACK + 64));
+        let mut r = vec![0u8; l.size];
+        // Slot 0 read (0x1000): its string "ab"; slot 1 not read: nothing of it counts.
+        r[l.off_stash..][..8].copy_from_slice(&0x1000u64.to_ne_bytes());
+        r[OFF_STACK + 16..][..4].copy_from_slice(&3i32.to_ne_bytes());
+        r[OFF_STACK + 24..][..2].copy_from_slice(b"ab");
+        r[OFF_STACK + 32..][..4].copy_from_slice(&3i32.to_ne_bytes());
+        let f = l.parse(&r).unwrap();
+        assert_eq!(f.stashed, vec![Stashed { addr: 0x1000, string: true, bytes: Some(&b"ab"[..]) }]);
+        // Slot 1 read at 0x2000: its string faulted, its buffer read.
+        r[l.off_stash + 8..][..8].copy_from_slice(&0x2000u64.to_ne_bytes());
+        r[OFF_STACK + 32..][..4].copy_from_slice(&(-14i32).to_ne_bytes());
+        r[OFF_STACK + 48..][..4].copy_from_slice(&4i32.to_ne_bytes());
+        r[OFF_STACK + 56..][..4].copy_from_slice(b"wxyz");
+        let f = l.parse(&r).unwrap();
+        assert_eq!(f.stashed[1], Stashed { addr: 0x2000, string: true, bytes: None });
+        assert_eq!(f.stashed[2], Stashed { addr: 0x2000, string: false, bytes: Some(&b"wxyz"[..]) });
+        // Captures of slots the plan lacks are refused.
+        let bad = RecordPlan {
+            stash: StashCaptures { slots: 1, strings: vec![(1, 8)], ..StashCaptures::default() },
+            ..RecordPlan::default()
+        };
+        assert_eq!(RecordLayout::new(&bad), Err(PlanError::StashSlot));
     }
 
     #[test]
@@ -374,6 +507,7 @@ mod tests {
             regs: true,
             errno: true,
             curthread: true,
+            stash: StashCaptures::default(),
         };
         let l = RecordLayout::new(&plan).unwrap();
         let mut r = vec![0u8; l.size];

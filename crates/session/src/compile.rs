@@ -5,6 +5,7 @@
 use std::rc::Rc;
 
 use udtrace_lang::ast::{self, ProbeDesc};
+use udtrace_lang::capture::{stash_plan, StashPlan};
 use udtrace_lang::check::Checker;
 use udtrace_lang::diag::{self, Origin, Style};
 use udtrace_lang::ir::{Action, CheckedProgram};
@@ -13,6 +14,8 @@ use udtrace_lang::options::Options;
 use udtrace_lang::parser::{self, DescAlign};
 use udtrace_lang::{CompileError, Tag};
 use udtrace_messages::debug;
+use udtrace_providers::backend::ProbeOps;
+use udtrace_providers::pid::is_pid_provider;
 use udtrace_providers::registry::Registry;
 use udtrace_runtime::Ecb;
 
@@ -35,6 +38,11 @@ pub struct Compiled {
     pub options: Options,
     pub sources: Vec<SourceInfo>,
     pub ecbs: Vec<Ecb>,
+    /// Arguments saved at one pid firing for a later one's reads.
+    pub stash: StashPlan,
+    /// Per pid probe, the stash ops of the clauses enabled on it so far (the ecbs'
+    /// now; the followers add those of probes found later).
+    pub probe_ops: ProbeOps,
 }
 
 /// A compile failure, already rendered (without the leading `udtrace: `).
@@ -249,7 +257,12 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
             }
         }
     }
-    Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs })
+    let stash = stash_plan(&program, |cl| cl.probes.iter().any(|d| is_pid_provider(&d.provider)));
+    let probe_ops = ProbeOps::default();
+    for e in ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")) {
+        probe_ops.add(e.probe.id, stash.clause_ops.get(e.clause).copied().unwrap_or(0));
+    }
+    Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs, stash, probe_ops })
 }
 
 /// DTrace's statement number (the N of `dt_clause_N`) of a clause's first probe

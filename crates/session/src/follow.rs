@@ -17,7 +17,7 @@ use udtrace_messages::{debug, note};
 use udtrace_process::control::{ControlError, Target};
 use udtrace_process::follow::{Brief, Event, Tree};
 use udtrace_process::procfs::{self, LoadedObject};
-use udtrace_providers::backend::{Backend, Trap, HOLD_SIGNAL};
+use udtrace_providers::backend::{Backend, ProbeOps, Trap, HOLD_SIGNAL};
 use udtrace_providers::pid::{is_all_processes, is_pid_provider, named_process, PidProbe};
 use udtrace_providers::pid_context::Procs;
 use udtrace_providers::registry::Registry;
@@ -44,9 +44,21 @@ struct Rematcher {
     /// (description, file, is the executable) → its probes there: matching depends on
     /// nothing else, and a forking server execs the same few images again and again.
     matched: HashMap<(usize, PathBuf, bool), Vec<Rc<Probe>>>,
+    /// Per clause, its stash ops; what the probes found get.
+    clause_ops: Vec<u64>,
+    probe_ops: ProbeOps,
 }
 
 impl Rematcher {
+    fn new(descs: Vec<(usize, usize, ProbeDesc, i32)>, c: &Compiled) -> Rematcher {
+        Rematcher {
+            descs,
+            matched: HashMap::new(),
+            clause_ops: c.stash.clause_ops.clone(),
+            probe_ops: c.probe_ops.clone(),
+        }
+    }
+
     /// The probes of `owner`'s descriptions in `objects` of process `pid`, with their
     /// clauses enabled.
     fn probes_in(
@@ -66,6 +78,7 @@ impl Rematcher {
                     .entry((i, file.clone(), obj.is_main))
                     .or_insert_with(|| registry.rematch(d, owner, pid, std::slice::from_ref(obj)));
                 for probe in probes.iter() {
+                    self.probe_ops.add(probe.id, self.clause_ops.get(*clause).copied().unwrap_or(0));
                     consumer.enable(*clause, *stmt, Rc::clone(probe));
                     found.push(Rc::clone(probe));
                 }
@@ -104,7 +117,7 @@ impl AllProcesses {
                     .map(move |(di, d)| (ci, first + di, d.clone(), 0))
             })
             .collect();
-        (!descs.is_empty()).then(|| AllProcesses { rematcher: Rematcher { descs, matched: HashMap::new() } })
+        (!descs.is_empty()).then(|| AllProcesses { rematcher: Rematcher::new(descs, c) })
     }
 
     /// Arms what the descriptions matched at start, and the loader hooks of every
@@ -230,8 +243,7 @@ pub struct KernelFollower {
 impl KernelFollower {
     pub fn new(c: &Compiled, roots: &[i32]) -> Option<KernelFollower> {
         let descs = descs_of(c, roots);
-        (!descs.is_empty())
-            .then(|| KernelFollower { rematcher: Rematcher { descs, matched: HashMap::new() }, seen: HashMap::new() })
+        (!descs.is_empty()).then(|| KernelFollower { rematcher: Rematcher::new(descs, c), seen: HashMap::new() })
     }
 
     /// Takes on `pid`, whose objects were matched at compile time: its loader hook goes
@@ -291,15 +303,19 @@ impl Follower {
             return None;
         }
         // Firings whose clauses read memory not captured with them are consumed while
-        // their process ends, before its memory goes (see docs/pid-provider.md).
-        let exit_stops = c
-            .program
-            .clauses
-            .iter()
-            .any(|cl| cl.probes.iter().any(|d| is_pid_provider(&d.provider)) && capture::reads_live_memory(cl));
+        // their process ends, before its memory goes (see docs/pid-provider.md). The
+        // in-process backend's saved pointers do not meet those of the uprobes it falls
+        // back to (a site that stores in one and reads in the other reads live): there
+        // the exits wait all the same.
+        let none = capture::StashPlan::default();
+        let stash = if c.options.uprobes { &c.stash } else { &none };
+        let exit_stops =
+            c.program.clauses.iter().any(|cl| {
+                cl.probes.iter().any(|d| is_pid_provider(&d.provider)) && capture::reads_live_memory(cl, stash)
+            });
         Some(Follower {
             tree: Tree::new(!c.options.nofollow, hold_signal(), exit_stops),
-            rematcher: Rematcher { descs, matched: HashMap::new() },
+            rematcher: Rematcher::new(descs, c),
             seen: HashMap::new(),
         })
     }

@@ -346,6 +346,8 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
         inprocess: !c.options.uprobes,
         explain: c.options.inprocess,
         unheld: unheld_pids,
+        stash: c.stash.clone(),
+        probe_ops: c.probe_ops.clone(),
     };
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
