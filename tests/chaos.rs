@@ -94,14 +94,17 @@ impl Variant {
             _ => Command::new(program),
         };
         // A SIGINT ignored here (this run started in the background by a shell, which
-        // ignores SIGINT and SIGQUIT for it) would be ignored by udtrace too: one sent
-        // before udtrace blocks it (its first millisecond) would be discarded, and the
-        // round would hang. Started from a terminal, it kills udtrace instead.
+        // ignores SIGINT and SIGQUIT for it; or a SIGHUP under nohup) would be ignored
+        // by udtrace too: one sent before udtrace blocks it (its first millisecond)
+        // would be discarded, and the round would hang. Started from a terminal, it
+        // kills udtrace instead.
         // SAFETY: runs in the child between fork and exec; signal(2) is async-signal-safe
         // and touches no memory of the parent's.
         unsafe {
             c.pre_exec(|| {
-                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
                 Ok(())
             });
         }

@@ -230,6 +230,34 @@ fn a_library_loaded_under_a_debugger_is_armed_after_the_fact() {
     assert_eq!(text, format!("dlopener: {calls} calls\n"));
 }
 
+#[test]
+fn pointers_saved_at_entry_under_a_debugger_are_read_at_the_return() {
+    // changebuf (see pid_fire's test of the same idiom): udtrace cannot hold a process
+    // another tracer holds, so its exit would not wait for a read made when the record
+    // is consumed, and the image is gone by an exec anyway: every pointer kept at entry
+    // is read at the return's firing, in the kernel.
+    let target = Guard::spawn(
+        Command::new(fixture("changebuf")).args(["exec", "wait"]).stdin(Stdio::piped()).stdout(Stdio::piped()),
+    );
+    let pid = target.0.as_ref().map(|c| c.id()).expect("spawned");
+    wait_mapped(pid, "libc.so.6");
+    let _holder = hold(pid);
+    let prog = "pid$target::point:entry, pid$target::named:entry { self->p = arg0; } \
+                pid$target::point:return /self->p/ { printf(\"%s %d\\n\", probefunc, ((int *)copyin(self->p, 8))[1]); self->p = 0; } \
+                pid$target::named:return /self->p/ { printf(\"%s %s\\n\", probefunc, copyinstr(self->p)); self->p = 0; }";
+    let mut tracer = Session::start(&["-q", "-n", prog, "-p", &pid.to_string()]);
+    if tracer.wait_for("is traced by").is_none() {
+        return;
+    }
+    let (text, status) = let_go(target);
+    assert!(status.success() && text == "changebuf: 3660\n", "{text}");
+    let (out, err) = tracer.finish();
+    assert!(out.status.success() && !err.contains("invalid address"), "{err}");
+    let lines: Vec<String> = stdout(&out).lines().filter(|l| !l.is_empty()).map(String::from).collect();
+    let want = ["point 10", "point 20", "point 30", "point 40", "named name-1", "named name-2", "named name-3"];
+    assert_eq!(lines, want, "{err}");
+}
+
 /// Starts `probes wait N`, which calls work() N times once it reads a line.
 /// A copy of its own in `dir`: a uprobe that another test places on the fixture for
 /// every process mapping it (a file only traced processes map is armed once for all)

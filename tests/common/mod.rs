@@ -41,14 +41,21 @@ impl Run {
 /// Runs udtrace with `args` and extra environment variables.
 pub fn udtrace_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_udtrace"))
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start udtrace");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_udtrace"));
+    cmd.args(args).envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    // udtrace, as dtrace, leaves a signal alone that it was started ignoring (`nohup
+    // udtrace …`): the tests' own signals must not depend on how the tests were run.
+    // SAFETY: runs in the child between fork and exec; signal(2) is async-signal-safe
+    // and touches no memory of the parent's.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("start udtrace");
     // Drain both pipes on their own threads so a full pipe cannot stall the child.
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
