@@ -171,6 +171,11 @@ fn note(e: &Expr, p: &mut CapturePlan) {
                 p.strings.push(n);
             }
         }
+        ExprKind::Cast(x) if stringof(e) => {
+            if let Some(n) = captured_string(std::slice::from_ref(x)).filter(|n| !p.strings.contains(n)) {
+                p.strings.push(n);
+            }
+        }
         ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => {
             if let Some((n, size)) = captured_buffer(args) {
                 add_buffer(&mut p.buffers, n, size);
@@ -363,6 +368,7 @@ pub fn stash_plan(prog: &CheckedProgram, pid_clause: impl Fn(&Clause) -> bool) -
             }
             each_expr(c, &mut |e| {
                 let (var, size) = match &e.kind {
+                    ExprKind::Cast(x) if stringof(e) => (stashed_var(std::slice::from_ref(x)), None),
                     ExprKind::Call(Subr::Copyinstr, args) => (stashed_var(args), None),
                     ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => {
                         let Some(size) = constant_size(args) else { return };
@@ -401,9 +407,17 @@ fn bare(mut e: &Expr) -> &Expr {
     e
 }
 
-/// The thread-local variable whose memory `copyinstr`, `copyin` or `copyinto` reads.
+/// Whether `e` is `stringof(x)` (or `(string)x`) of an integer or pointer `x`: the
+/// string at that address in the process.
+fn stringof(e: &Expr) -> bool {
+    matches!(&e.kind, ExprKind::Cast(x) if e.ty.is_string() && x.ty.is_scalar())
+}
+
+/// The thread-local variable whose memory `copyinstr`, `copyin`, `copyinto` or
+/// `stringof` reads.
 fn read_var(e: &Expr) -> Option<usize> {
     match &e.kind {
+        ExprKind::Cast(x) if stringof(e) => stashed_var(std::slice::from_ref(x)),
         ExprKind::Call(Subr::Copyinstr, args) => stashed_var(args),
         ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => constant_size(args).and(stashed_var(args)),
         _ => None,
@@ -492,6 +506,9 @@ mod tests {
             stash_of("pid1::f:entry { self->p = arg0 + 1; } pid1::f:return { trace(copyinstr(self->p)); }").is_empty()
         );
         assert!(stash_of("pid1::f:entry { self->p = arg0; } pid1::f:return { trace(self->p); }").is_empty());
+        // stringof() of a saved pointer is captured as copyinstr() is.
+        let s = stash_of("pid1::f:entry { self->p = arg0; } pid1::f:return { trace(stringof(self->p)); }");
+        assert_eq!((s.strings.clone(), s.whole.clone()), (vec![0], vec![true]));
         // Read, then stored again, in one clause: the read wants the earlier value.
         let s = stash_of("self uintptr_t p; pid1::f:entry { trace(copyinstr(self->p)); self->p = arg0; }");
         assert_eq!((s.writes.clone(), s.whole.clone()), (vec![(0, 0)], vec![false]));
@@ -524,6 +541,9 @@ mod tests {
         assert_eq!(plan_of("BEGIN { @[ustack()] = count(); }").stack_bytes, USTACK_BYTES);
         assert_eq!(plan_of("BEGIN { ustack(); }").stack_bytes, USTACK_BYTES);
         assert_eq!(plan_of("BEGIN { trace(arg7); }").stack_bytes, ARGS_STACK_BYTES);
+        // stringof() of an argument is its string too.
+        assert_eq!(plan_of("BEGIN { trace(stringof(arg3)); }").strings, vec![3]);
+        assert!(plan_of("BEGIN { trace(stringof(\"abc\")); }").strings.is_empty());
         // A computed address is read from the live process instead.
         assert!(plan_of("BEGIN { trace(copyinstr(arg0 + 8)); }").strings.is_empty());
     }
