@@ -508,17 +508,22 @@ fn without_bpf_pointers_saved_at_entry_are_read_at_breakpoints_and_trampolines()
     let prog = "pid$target::point:entry, pid$target::named:entry, pid$target::bare:entry { self->p = arg0; } \
                 pid$target::point:return, pid$target::bare:return /self->p/ \
                 { printf(\"%s %d\\n\", probefunc, *(int *)copyin(self->p, 4)); self->p = 0; } \
-                pid$target::named:return /self->p/ { printf(\"%s %s\\n\", probefunc, copyinstr(self->p)); self->p = 0; }";
+                pid$target::named:return /self->p/ { printf(\"%s %s\\n\", probefunc, copyinstr(self->p)); self->p = 0; } \
+                pid$target::bare:entry { printf(\"at %d\\n\", *(int *)copyin(arg0 + 4, 4)); }";
     let Some(out) = as_nobody(&["-q", "-n", prog, "-c", &cmd]) else { return };
     let (text, err) = (stdout(&out), stderr(&out));
     assert!(out.status.success() && !err.contains("invalid address"), "{text}\n{err}");
     assert!(err.contains("use breakpoints"), "{err}");
     let mut lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("changebuf") && !l.is_empty()).collect();
     lines.sort_unstable();
-    let want =
-        ["bare 100", "bare 200", "bare 300", "named name-1", "named name-2", "named name-3", "point 1", "point 2"];
-    assert_eq!(lines[..8], want, "{text}\n{err}");
-    assert_eq!(lines[8..], ["point 3", "point 4"], "{text}\n{err}");
+    // A read at a computed address (a chain) at the breakpoint, too: bare's y.
+    let want = ["at 1000", "at 2000", "at 3000", "bare 100", "bare 200", "bare 300", "named name-1"];
+    assert_eq!(lines[..7], want, "{text}\n{err}");
+    assert_eq!(
+        lines[7..],
+        ["named name-2", "named name-3", "point 1", "point 2", "point 3", "point 4"],
+        "{text}\n{err}"
+    );
 }
 
 /// errnos.c: each thread's failing calls, and the errno each left, as the program

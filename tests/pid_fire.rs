@@ -18,6 +18,7 @@ pid_backends!(
     copyinstr_of_a_pointer_saved_at_entry_reads_it_before_the_process_ends,
     copyin_shows_buffers_as_they_were_at_each_call,
     pointers_saved_at_entry_are_read_at_the_return,
+    reads_at_computed_addresses_are_made_at_the_firing,
     ustack_walks_a_chain_without_frame_pointers,
     ustack_of_a_libc_probe_starts_in_libc,
     threads_are_counted_exactly,
@@ -232,6 +233,46 @@ fn pointers_saved_at_entry_are_read_at_the_return(backend: Backend) {
         "point 2 20",
         "point 3 30",
         "point 4 40",
+    ];
+    assert_eq!(lines, want, "{text}\n{err}");
+}
+
+fn reads_at_computed_addresses_are_made_at_the_firing(backend: Backend) {
+    // changebuf again: a struct's pointer member and the string it points to, a field
+    // at an offset, and the same through a pointer saved at entry, each changed right
+    // after its call and gone by an exec. The firing computes each address (a chain of
+    // reads) and captures what it reads on the way.
+    let prog = "struct label { int id; char *name; }; \
+                pid$target::labelled:entry { self->l = arg0; \
+                printf(\"%s %d %s\\n\", probefunc, ((struct label *)copyin(arg0, sizeof (struct label)))->id, \
+                copyinstr((uintptr_t)((struct label *)copyin(arg0, sizeof (struct label)))->name)); } \
+                pid$target::labelled:return /self->l/ { printf(\"return %s\\n\", \
+                copyinstr((uintptr_t)((struct label *)copyin(self->l, sizeof (struct label)))->name)); self->l = 0; } \
+                pid$target::point:entry, pid$target::bare:entry { printf(\"%s %d\\n\", probefunc, *(int *)copyin(arg0 + 4, 4)); } \
+                pid$target::named:entry { printf(\"%s %s\\n\", probefunc, copyinstr(arg0 + 5)); }";
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} exec", fixture("changebuf"))]) else {
+        return;
+    };
+    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success() && !err.contains("invalid address"), "{text}\n{err}");
+    let heads = ["labelled", "return", "point", "bare", "named"];
+    let mut lines: Vec<&str> = text.lines().filter(|l| heads.iter().any(|h| l.split(' ').next() == Some(h))).collect();
+    lines.sort_unstable();
+    let want = [
+        "bare 1000",
+        "bare 2000",
+        "bare 3000",
+        "labelled 1 label-1",
+        "labelled 2 label-2",
+        "named 1",
+        "named 2",
+        "named 3",
+        "point 10",
+        "point 20",
+        "point 30",
+        "point 40",
+        "return label-1",
+        "return label-2",
     ];
     assert_eq!(lines, want, "{text}\n{err}");
 }

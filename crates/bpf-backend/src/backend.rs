@@ -222,11 +222,7 @@ fn load_uprobe_program(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter, name
         uprobe_program_for(plan, maps, filter, sleepable)
             .map_err(|e| format!("cannot generate the uprobe program: {e}"))
     };
-    if !plan.strings.is_empty()
-        || !plan.buffers.is_empty()
-        || !plan.stash.strings.is_empty()
-        || !plan.stash.buffers.is_empty()
-    {
+    if !plan.strings.is_empty() || !plan.buffers.is_empty() || !plan.stash.is_empty() {
         match Program::load_sleepable(ProgramKind::UprobeMulti, name, &gen(true)?) {
             Ok(p) => return Ok(p),
             Err(e) => udtrace_messages::debug!("{name} not sleepable: {e}"),

@@ -3,11 +3,11 @@
 
 use thiserror::Error;
 
-use udtrace_record::pid::{self as record, PlanError, PtReg, RecordLayout, RecordPlan};
+use udtrace_record::pid::{self as record, ChainBin, ChainOp, PlanError, PtReg, RecordLayout, RecordPlan};
 
 use crate::insn::{
-    alu64_imm, alu64_reg, atomic_add, helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm, AsmError,
-    Cond, Insn, Reg, Size,
+    alu64_imm, alu64_reg, atomic_add, helper, ld_imm64, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm,
+    AsmError, Cond, Insn, Reg, Size,
 };
 use crate::maps::{HashMap, MapError, PerCpuArray, RingBuf};
 
@@ -287,13 +287,13 @@ pub fn uprobe_program_for(
         emit_buffer(&mut a, Addr::Reg(cap.reg), slot, size, sleepable);
     }
 
-    match (&maps.stash, layout.stash_slots) {
-        (Some(stash), n @ 1..) if usize::from(n) <= MAX_STASH_SLOTS => {
-            emit_stash(&mut a, plan, &layout, stash, sleepable)
+    if !plan.stash.is_empty() {
+        match &maps.stash {
+            Some(stash) if usize::from(layout.stash_slots) <= MAX_STASH_SLOTS => {
+                emit_stash(&mut a, plan, &layout, stash, sleepable)
+            }
+            _ => return Err(CodegenError::NoStashMaps),
         }
-        (None, 1..) => return Err(CodegenError::NoStashMaps),
-        (_, n) if usize::from(n) > MAX_STASH_SLOTS => return Err(CodegenError::NoStashMaps),
-        _ => {}
     }
 
     emit_submit(&mut a, maps);
@@ -402,6 +402,104 @@ impl Addr {
     }
 }
 
+/// A chain's operand `d` on the stack.
+fn operand(d: usize) -> i16 {
+    -120 - 8 * d as i16
+}
+
+/// Chain `k` (see `udtrace_record::pid::ChainOp`), run when the site's ops have its
+/// bit: an operand stack on the program's stack, each read's address and bytes into
+/// the record; a read that faults ends it (its address stays, with the fault, for the
+/// consumer's invalid address).
+fn emit_chain(a: &mut Asm, k: usize, chain: &[ChainOp], layout: &RecordLayout, sleepable: bool) {
+    let end = a.label();
+    a.push(ldx(Size::DW, Reg::R1, Reg::R10, STASH_OPS));
+    a.push(alu64_imm(AluOp::Rsh, Reg::R1, 40 + k as i32));
+    a.push(alu64_imm(AluOp::And, Reg::R1, 1));
+    a.jmp_imm(Cond::Eq, Reg::R1, 0, end);
+    let mut d = 0usize;
+    for op in chain {
+        match *op {
+            ChainOp::Const(n) => {
+                a.push_wide(ld_imm64(Reg::R1, n));
+                a.push(stx(Size::DW, Reg::R10, operand(d), Reg::R1));
+                d += 1;
+            }
+            ChainOp::Arg(r) => {
+                a.push(ldx(Size::DW, Reg::R1, Reg::R6, r.offset() as i16));
+                a.push(stx(Size::DW, Reg::R10, operand(d), Reg::R1));
+                d += 1;
+            }
+            ChainOp::Slot(v) => {
+                a.push(ldx(Size::DW, Reg::R1, Reg::R8, (layout.off_stash + 8 * usize::from(v)) as i16));
+                a.push(stx(Size::DW, Reg::R10, operand(d), Reg::R1));
+                d += 1;
+            }
+            ChainOp::Bin(b) => {
+                let op = match b {
+                    ChainBin::Add => AluOp::Add,
+                    ChainBin::Sub => AluOp::Sub,
+                    ChainBin::Mul => AluOp::Mul,
+                    ChainBin::And => AluOp::And,
+                    ChainBin::Or => AluOp::Or,
+                    ChainBin::Shl => AluOp::Lsh,
+                    ChainBin::Shr => AluOp::Rsh,
+                };
+                a.push(ldx(Size::DW, Reg::R1, Reg::R10, operand(d - 2)));
+                a.push(ldx(Size::DW, Reg::R2, Reg::R10, operand(d - 1)));
+                a.push(alu64_reg(op, Reg::R1, Reg::R2));
+                a.push(stx(Size::DW, Reg::R10, operand(d - 2), Reg::R1));
+                d -= 1;
+            }
+            ChainOp::Copyin { cap } => {
+                let (off, c) = layout.chain_caps[usize::from(cap)];
+                a.push(ldx(Size::DW, Reg::R3, Reg::R10, operand(d - 1)));
+                a.push(stx(Size::DW, Reg::R8, off as i16, Reg::R3));
+                emit_buffer(a, Addr::Record(off), off + 8, c.bytes(), sleepable);
+                a.push(ldx(Size::W, Reg::R1, Reg::R8, (off + 8) as i16));
+                a.jmp_imm(Cond::Ne, Reg::R1, c.bytes() as i32, end);
+            }
+            ChainOp::Field { cap, off: at, size, signed } => {
+                let (off, _) = layout.chain_caps[usize::from(cap)];
+                let width = match size {
+                    1 => Size::B,
+                    2 => Size::H,
+                    4 => Size::W,
+                    _ => Size::DW,
+                };
+                a.push(ldx(width, Reg::R1, Reg::R8, (off + 16 + at as usize) as i16));
+                if signed && size < 8 {
+                    let shift = 64 - 8 * i32::from(size);
+                    a.push(alu64_imm(AluOp::Lsh, Reg::R1, shift));
+                    a.push(alu64_imm(AluOp::Arsh, Reg::R1, shift));
+                }
+                a.push(stx(Size::DW, Reg::R10, operand(d), Reg::R1));
+                d += 1;
+            }
+            ChainOp::Drop => d -= 1,
+            ChainOp::Str { cap } => {
+                let (off, c) = layout.chain_caps[usize::from(cap)];
+                let skip = a.label();
+                a.push(ldx(Size::DW, Reg::R3, Reg::R10, operand(d - 1)));
+                a.push(stx(Size::DW, Reg::R8, off as i16, Reg::R3));
+                a.jmp_imm(Cond::Eq, Reg::R3, 0, skip);
+                a.push(mov64_reg(Reg::R1, Reg::R8));
+                a.push(alu64_imm(AluOp::Add, Reg::R1, (off + 16) as i32));
+                a.push(mov64_imm(Reg::R2, c.bytes() as i32));
+                a.call(helper::PROBE_READ_USER_STR);
+                if sleepable {
+                    emit_fault_in_string(a, Addr::Record(off), off + 8, c.bytes());
+                }
+                a.push(stx(Size::W, Reg::R8, (off + 8) as i16, Reg::R0));
+                a.push(st(Size::W, Reg::R8, (off + 12) as i16, 0));
+                a.bind(skip);
+                d -= 1;
+            }
+        }
+    }
+    a.bind(end);
+}
+
 /// Stack slots of the stash code: the site's ops, the thread's key, a zeroed value.
 const STASH_OPS: i16 = -32;
 const STASH_KEY: i16 = -40;
@@ -421,8 +519,12 @@ pub const MAX_STASH_SLOTS: usize = 8;
 fn emit_stash(a: &mut Asm, plan: &RecordPlan, layout: &RecordLayout, maps: &StashMaps, sleepable: bool) {
     let done = a.label();
     let reads = a.label();
+    let chains = a.label();
     for v in 0..usize::from(layout.stash_slots) {
         a.push(st(Size::DW, Reg::R8, (layout.off_stash + 8 * v) as i16, 0));
+    }
+    for &(off, _) in &layout.chain_caps {
+        a.push(st(Size::DW, Reg::R8, off as i16, 0));
     }
     a.push(ldx(Size::DW, Reg::R1, Reg::R8, record::OFF_COOKIE as i16));
     a.push(stx(Size::DW, Reg::R10, STASH_KEY, Reg::R1));
@@ -463,7 +565,7 @@ fn emit_stash(a: &mut Asm, plan: &RecordPlan, layout: &RecordLayout, maps: &Stas
     a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
     a.jmp_imm(Cond::Eq, Reg::R1, 0, done);
     a.map_lookup(maps.threads.raw_fd(), STASH_KEY);
-    a.jmp_imm(Cond::Eq, Reg::R0, 0, done);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, chains);
     for v in 0..usize::from(layout.stash_slots) {
         let next = a.label();
         a.push(ldx(Size::DW, Reg::R1, Reg::R10, STASH_OPS));
@@ -497,6 +599,10 @@ fn emit_stash(a: &mut Asm, plan: &RecordPlan, layout: &RecordLayout, maps: &Stas
         a.jmp_imm(Cond::Eq, Reg::R3, 0, next);
         emit_buffer(a, src, slot, size, sleepable);
         a.bind(next);
+    }
+    a.bind(chains);
+    for (k, chain) in plan.stash.chains.iter().enumerate() {
+        emit_chain(a, k, chain, layout, sleepable);
     }
     a.bind(done);
 }

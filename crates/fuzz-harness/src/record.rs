@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use udtrace_inproc::ring::{Geometry, Reader, RingView, OFF_DROPS, OFF_HEAD, OFF_NSLOTS, OFF_SLOT_SIZE, OFF_TAIL};
-use udtrace_record::pid::{BufferCapture, PtReg, RecordLayout, RecordPlan, StashCaptures, StringCapture};
+use udtrace_record::pid::{
+    BufferCapture, ChainCap, ChainOp, PtReg, RecordLayout, RecordPlan, StashCaptures, StringCapture,
+};
 use udtrace_record::proc::{self, Hook, ProcLayout, ProcPlan};
 use udtrace_record::profile::{self, ProfileLayout};
 
@@ -115,6 +117,23 @@ fn stash(input: &mut Input) -> StashCaptures {
         writes: vec![(0, PtReg::Di)],
         strings: (0..(bits >> 2) % 3).map(|i| (i % slots, 1 + u32::from(input.u8()))).collect(),
         buffers: (0..(bits >> 4) % 3).map(|i| (i % slots, 1 + u32::from(input.u8()))).collect(),
+        // A pointer member's string, read through a struct copied in.
+        chains: if bits & 0x40 != 0 {
+            vec![vec![
+                ChainOp::Arg(PtReg::Si),
+                ChainOp::Copyin { cap: 0 },
+                ChainOp::Drop,
+                ChainOp::Field { cap: 0, off: 0, size: 8, signed: false },
+                ChainOp::Str { cap: 1 },
+            ]]
+        } else {
+            Vec::new()
+        },
+        chain_caps: if bits & 0x40 != 0 {
+            vec![ChainCap::Buf(8 + u32::from(input.u8())), ChainCap::Str(1 + u32::from(input.u8()))]
+        } else {
+            Vec::new()
+        },
     }
 }
 

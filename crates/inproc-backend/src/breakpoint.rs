@@ -11,8 +11,8 @@ use nix::libc::user_regs_struct;
 use udtrace_inproc::trampoline::stash_entry;
 use udtrace_process::procfs;
 use udtrace_record::pid::{
-    PtReg, RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED, NUM_REGS, OFF_COOKIE, OFF_CPU, OFF_ERRNO, OFF_FLAGS,
-    OFF_KTIME, OFF_PID_TGID, OFF_REGS, OFF_STACK_LEN,
+    ChainOp, PtReg, RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED, NUM_REGS, OFF_COOKIE, OFF_CPU, OFF_ERRNO,
+    OFF_FLAGS, OFF_KTIME, OFF_PID_TGID, OFF_REGS, OFF_STACK_LEN,
 };
 
 /// One breakpoint: its site's cookie, the byte it replaced, where its out-of-line copy
@@ -122,7 +122,7 @@ pub fn record(
     for (&(off, size), cap) in layout.buffers.iter().zip(&plan.buffers) {
         read_buffer(&mut b, pid, pt_regs(regs)[cap.reg as usize], off, size);
     }
-    if stash_ops != 0 && layout.stash_slots > 0 {
+    if stash_ops != 0 && !plan.stash.is_empty() {
         do_stash(&mut b, layout, plan, pid, tid, regs, stash_ops, data_page);
     }
     if layout.errno {
@@ -211,6 +211,57 @@ fn do_stash(
         let addr = val(b, v);
         if addr != 0 {
             read_buffer(b, pid, addr, off, size);
+        }
+    }
+    for (k, chain) in plan.stash.chains.iter().enumerate() {
+        if ops >> (40 + k) & 1 != 0 {
+            run_chain(b, layout, chain, pid, regs);
+        }
+    }
+}
+
+/// A chain (`udtrace_record::pid::ChainOp`), as a trampoline runs it.
+fn run_chain(b: &mut [u8], layout: &RecordLayout, chain: &[ChainOp], pid: i32, regs: &user_regs_struct) {
+    let word = |b: &[u8], at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+    let mut stack: Vec<u64> = Vec::new();
+    for op in chain {
+        let top = stack.last().copied().unwrap_or(0);
+        match *op {
+            ChainOp::Const(n) => stack.push(n),
+            ChainOp::Arg(r) => stack.push(pt_regs(regs)[r as usize]),
+            ChainOp::Slot(v) => stack.push(word(b, layout.off_stash + 8 * usize::from(v))),
+            ChainOp::Bin(op) => {
+                let (Some(y), Some(x)) = (stack.pop(), stack.pop()) else { return };
+                stack.push(op.apply(x, y));
+            }
+            ChainOp::Copyin { cap } => {
+                let Some(&(off, c)) = layout.chain_caps.get(usize::from(cap)) else { return };
+                put_u64(b, off, top);
+                read_buffer(b, pid, top, off + 8, c.bytes());
+                if word(b, off + 8) as u32 != c.bytes() {
+                    return;
+                }
+            }
+            ChainOp::Field { cap, off: at, size, signed } => {
+                let Some(&(off, _)) = layout.chain_caps.get(usize::from(cap)) else { return };
+                let (at, n) = (off + 16 + at as usize, usize::from(size.min(8)));
+                let mut w = [0u8; 8];
+                w[..n].copy_from_slice(&b[at..at + n]);
+                let raw = u64::from_ne_bytes(w);
+                let shift = 64 - 8 * u32::from(size.min(8));
+                stack.push(if signed && size < 8 { (((raw << shift) as i64) >> shift) as u64 } else { raw });
+            }
+            ChainOp::Drop => {
+                stack.pop();
+            }
+            ChainOp::Str { cap } => {
+                let Some(&(off, c)) = layout.chain_caps.get(usize::from(cap)) else { return };
+                let addr = stack.pop().unwrap_or(0);
+                put_u64(b, off, addr);
+                if addr != 0 {
+                    read_string(b, pid, addr, off + 8, c.bytes());
+                }
+            }
         }
     }
 }

@@ -18,13 +18,15 @@
 //! the traced process.
 
 use iced_x86::code_asm::{
-    byte_ptr, dword_ptr, eax, ecx, edi, edx, qword_ptr, r10, r11, r12, r13, r14, r15, r8, r8d, r9, r9d, rax, rbp, rbx,
-    rcx, rdi, rdx, rsi, rsp, CodeAssembler, CodeLabel,
+    byte_ptr, cl, dword_ptr, eax, ecx, edi, edx, qword_ptr, r10, r11, r12, r13, r14, r15, r8, r8d, r9, r9d, rax, rbp,
+    rbx, rcx, rdi, rdx, rsi, rsp, word_ptr, CodeAssembler, CodeLabel,
 };
 use iced_x86::IcedError;
 
 use udtrace_object::patch::{jmp_rel32, PatchPlan, Refusal};
-use udtrace_record::pid::{PlanError, PtReg, RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED, NUM_REGS};
+use udtrace_record::pid::{
+    ChainBin, ChainOp, PlanError, PtReg, RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED, NUM_REGS,
+};
 
 use crate::ring::{Geometry, HEADER_SIZE, OFF_DROPS, OFF_HEAD, OFF_TAIL};
 
@@ -310,7 +312,7 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
         a.call(subs.readv)?;
         a.mov(dword_ptr(rbx + slot as i32), eax)?;
     }
-    if layout.stash_slots > 0 && t.stash_ops != 0 {
+    if !t.record.stash.is_empty() && t.stash_ops != 0 {
         emit_stash(&mut a, t, layout, &subs)?;
     }
 
@@ -355,10 +357,12 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     a.mov(qword_ptr(rdi), rdx)?;
     a.jmp(restore)?;
     // The subroutines, off the main path.
-    let stash_reads = !layout.stash_strings.is_empty() || !layout.stash_buffers.is_empty();
+    let stash_reads =
+        !layout.stash_strings.is_empty() || !layout.stash_buffers.is_empty() || !layout.chain_caps.is_empty();
+    let chain_strings = layout.chain_caps.iter().any(|c| matches!(c.1, udtrace_record::pid::ChainCap::Str(_)));
     if layout.stack_bytes > 0 || !layout.strings.is_empty() || !layout.buffers.is_empty() || stash_reads {
         emit_readv(&mut a, &mut subs.readv, p.data_page)?;
-        if !layout.strings.is_empty() || !layout.stash_strings.is_empty() {
+        if !layout.strings.is_empty() || !layout.stash_strings.is_empty() || chain_strings {
             emit_readstr(&mut a, &mut subs)?;
         }
     }
@@ -452,6 +456,91 @@ fn emit_stash(
             a.set_label(&mut next)?;
         }
     }
+    for (k, chain) in t.record.stash.chains.iter().enumerate() {
+        if t.stash_ops >> (40 + k) & 1 != 0 {
+            emit_chain(a, chain, layout, subs)?;
+        }
+    }
+    Ok(())
+}
+
+/// A chain (see `udtrace_record::pid::ChainOp`), as the BPF program runs it: its
+/// operands on the stack (r12 keeps where they start, to drop them all when a read
+/// faults and ends the chain), each read's address and bytes into the record.
+fn emit_chain(
+    a: &mut CodeAssembler,
+    chain: &[ChainOp],
+    layout: &RecordLayout,
+    subs: &Subroutines,
+) -> Result<(), TrampolineError> {
+    let mut end = a.create_label();
+    a.mov(r12, rsp)?;
+    for op in chain {
+        match *op {
+            ChainOp::Const(n) => {
+                a.mov(rax, n)?;
+                a.push(rax)?;
+            }
+            ChainOp::Arg(r) => a.push(qword_ptr(rbx + (OFF_REGS + r.offset() as i32)))?,
+            ChainOp::Slot(v) => a.push(qword_ptr(rbx + (layout.off_stash + 8 * usize::from(v)) as i32))?,
+            ChainOp::Bin(b) => {
+                a.pop(rcx)?;
+                a.pop(rax)?;
+                match b {
+                    ChainBin::Add => a.add(rax, rcx)?,
+                    ChainBin::Sub => a.sub(rax, rcx)?,
+                    ChainBin::Mul => a.imul_2(rax, rcx)?,
+                    ChainBin::And => a.and(rax, rcx)?,
+                    ChainBin::Or => a.or(rax, rcx)?,
+                    ChainBin::Shl => a.shl(rax, cl)?,
+                    ChainBin::Shr => a.shr(rax, cl)?,
+                }
+                a.push(rax)?;
+            }
+            ChainOp::Copyin { cap } => {
+                let (off, c) = layout.chain_caps[usize::from(cap)];
+                a.mov(rsi, qword_ptr(rsp))?;
+                a.mov(qword_ptr(rbx + off as i32), rsi)?;
+                a.lea(rdi, qword_ptr(rbx + (off + 16) as i32))?;
+                a.mov(edx, c.bytes())?;
+                a.call(subs.readv)?;
+                a.mov(dword_ptr(rbx + (off + 8) as i32), eax)?;
+                a.cmp(rax, c.bytes() as i32)?;
+                a.jne(end)?;
+            }
+            ChainOp::Field { cap, off: at, size, signed } => {
+                let (off, _) = layout.chain_caps[usize::from(cap)];
+                let at = rbx + (off + 16 + at as usize) as i32;
+                match (size, signed) {
+                    (1, false) => a.movzx(eax, byte_ptr(at))?,
+                    (1, true) => a.movsx(rax, byte_ptr(at))?,
+                    (2, false) => a.movzx(eax, word_ptr(at))?,
+                    (2, true) => a.movsx(rax, word_ptr(at))?,
+                    (4, false) => a.mov(eax, dword_ptr(at))?,
+                    (4, true) => a.movsxd(rax, dword_ptr(at))?,
+                    _ => a.mov(rax, qword_ptr(at))?,
+                }
+                a.push(rax)?;
+            }
+            ChainOp::Drop => a.lea(rsp, qword_ptr(rsp + 8))?,
+            ChainOp::Str { cap } => {
+                let (off, c) = layout.chain_caps[usize::from(cap)];
+                let mut skip = a.create_label();
+                a.pop(rsi)?;
+                a.mov(qword_ptr(rbx + off as i32), rsi)?;
+                a.test(rsi, rsi)?;
+                a.jz(skip)?;
+                a.lea(rdi, qword_ptr(rbx + (off + 8) as i32))?;
+                a.mov(edx, c.bytes())?;
+                a.call(subs.readstr)?;
+                a.set_label(&mut skip)?;
+            }
+        }
+    }
+    // A string read may end the chain at the same place: one label per instruction.
+    a.nop()?;
+    a.set_label(&mut end)?;
+    a.mov(rsp, r12)?;
     Ok(())
 }
 

@@ -5,10 +5,11 @@
 //! SIZE)` and `copyinto(argN, SIZE, …)` with a constant SIZE, and `errno`; and, through
 //! a [`StashPlan`], the strings and bytes behind thread-local variables that hold an
 //! argument saved at an earlier firing (`self->p = arg0` at entry, `copyinstr(self->p)`
-//! at return). Anything else a clause reads from the process is read from the live
-//! process when the consumer evaluates it.
+//! at return), and the reads at addresses the firing can compute ([`Chain`]). Anything
+//! else a clause reads from the process is read from the live process when the
+//! consumer evaluates it.
 
-use crate::ast::VarScope;
+use crate::ast::{BinaryOp, VarScope};
 use crate::ir::{visit_actions, visit_expr, Action, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, Subr};
 
 /// How many bytes of user stack `ustack()` copies: enough for the unwinder to walk a
@@ -113,6 +114,9 @@ pub fn reads_live_memory(c: &Clause, stash: &StashPlan) -> bool {
     let mut live = false;
     let kept = |args: &[Expr]| stashed_var(args).and_then(|v| stash.slot_of(v)).is_some_and(|s| stash.whole[s]);
     let mut see = |e: &Expr| {
+        if is_read(e) && stash.chained(e) {
+            return;
+        }
         live |= match &e.kind {
             ExprKind::Call(Subr::Copyinstr, args) => captured_string(args).is_none() && !kept(args),
             ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => {
@@ -235,8 +239,77 @@ pub struct StashPlan {
     /// (slot, size): the bytes captured behind a slot, the largest constant size asked.
     pub buffers: Vec<(u8, u32)>,
     /// Per clause of the program: what its firings do ([`StashPlan::op_write`],
-    /// [`StashPlan::op_read`] bits).
+    /// [`StashPlan::op_read`], [`StashPlan::op_chain`] bits).
     pub clause_ops: Vec<u64>,
+    /// Reads at addresses computed at the firing ([`Chain`]), each run where its
+    /// clause's ops have its bit.
+    pub chains: Vec<Chain>,
+    /// The memory the chains capture, by `cap` index.
+    pub chain_caps: Vec<ChainCap>,
+}
+
+/// The most chains a program's firings run.
+pub const MAX_CHAINS: usize = 24;
+/// The deepest operand stack of a chain.
+pub const MAX_CHAIN_DEPTH: usize = 8;
+
+/// A read whose address a firing computes from its registers, saved pointers and the
+/// memory it reads on the way (`copyin(arg0 + 8, 16)`, `copyinstr(*(uintptr_t
+/// *)copyin(arg1 + 8, 8))`, a pointer member of a struct copied in): a small stack
+/// program every backend runs at the firing, recording each read's address and bytes.
+/// The consumer takes a capture only where the address it computes is the captured
+/// one, so anything the firing computed differently ends as a live read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    pub ops: Vec<ChainOp>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainOp {
+    Const(u64),
+    /// An argument register, 0..=5.
+    Arg(u8),
+    /// A stash slot's address, as this firing read it (0 when none).
+    Slot(u8),
+    /// Pop b, pop a, push a op b (64-bit, wrapping; shifts logical).
+    Bin(ChainBin),
+    /// Pop A; capture `chain_caps[cap]` (a buffer) at A; push A. A read that faults
+    /// ends the chain.
+    Copyin {
+        cap: u8,
+    },
+    /// Push `size` bytes at `off` of buffer capture `cap` (sign-extended when
+    /// `signed`).
+    Field {
+        cap: u8,
+        off: u32,
+        size: u8,
+        signed: bool,
+    },
+    /// Pop.
+    Drop,
+    /// Pop A; capture the string at A (`chain_caps[cap]`, a string).
+    Str {
+        cap: u8,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainBin {
+    Add,
+    Sub,
+    Mul,
+    And,
+    Or,
+    Shl,
+    Shr,
+}
+
+/// What a chain captures: a string (its bytes are `strsize`) or `size` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainCap {
+    Str,
+    Buf(u32),
 }
 
 impl StashPlan {
@@ -254,13 +327,53 @@ impl StashPlan {
         1 << (32 + slot)
     }
 
+    /// The ops bit of running `chains[k]`.
+    pub fn op_chain(k: usize) -> u64 {
+        1 << (32 + MAX_STASHED + k)
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.vars.is_empty()
+        self.vars.is_empty() && self.chains.is_empty()
+    }
+
+    /// Whether `e`, a read of the process's memory (see [`reads_live_memory`]), is
+    /// captured at the firing by a chain whose saved pointers, if any, are whole.
+    fn chained(&self, e: &Expr) -> bool {
+        let mut c = ChainCompiler { stash: self, ops: Vec::new(), caps: Vec::new(), slots: Vec::new() };
+        if c.read(e).is_none() || !c.slots.iter().all(|&s| self.whole[usize::from(s)]) {
+            return false;
+        }
+        // Its chain, or one that makes this read on its way.
+        let ops = strip_caps(&c.ops);
+        let ops = ops.strip_suffix(&[ChainOp::Drop]).unwrap_or(&ops);
+        self.chains.iter().any(|ch| strip_caps(&ch.ops).starts_with(ops))
     }
 }
 
 /// The stash plan of a program whose pid clauses are those `pid_clause` picks.
 pub fn stash_plan(prog: &CheckedProgram, pid_clause: impl Fn(&Clause) -> bool) -> StashPlan {
+    let plan = stash_plan_of(prog, &pid_clause, None);
+    // A variable an address was computed from gets a slot only where a chain uses it.
+    let used: Vec<usize> = plan
+        .vars
+        .iter()
+        .enumerate()
+        .filter(|&(slot, _)| {
+            plan.strings.contains(&(slot as u8))
+                || plan.buffers.iter().any(|b| usize::from(b.0) == slot)
+                || plan.chains.iter().any(|c| c.ops.contains(&ChainOp::Slot(slot as u8)))
+        })
+        .map(|(_, &v)| v)
+        .collect();
+    if used.len() == plan.vars.len() {
+        return plan;
+    }
+    stash_plan_of(prog, &pid_clause, Some(&used))
+}
+
+/// The stash plan, its candidate variables `only` those (else every variable a read
+/// goes through).
+fn stash_plan_of(prog: &CheckedProgram, pid_clause: &dyn Fn(&Clause) -> bool, only: Option<&[usize]>) -> StashPlan {
     // Variables some pid clause reads memory behind.
     let mut read: Vec<usize> = Vec::new();
     for c in prog.clauses.iter().filter(|c| pid_clause(c)) {
@@ -268,7 +381,17 @@ pub fn stash_plan(prog: &CheckedProgram, pid_clause: impl Fn(&Clause) -> bool) -
             if let Some(v) = read_var(e).filter(|v| !read.contains(v)) {
                 read.push(v);
             }
+            // And those an address computed at the firing starts from.
+            if is_read(e) && read_var(e).is_none() {
+                visit_expr(e, &mut |x| match &x.kind {
+                    ExprKind::Var(v) if v.scope == VarScope::Thread && !read.contains(&v.id) => read.push(v.id),
+                    _ => {}
+                });
+            }
         });
+    }
+    if let Some(only) = only {
+        read.retain(|v| only.contains(v));
     }
     // Of those, the ones some pid clause stores an argument in.
     let mut vars: Vec<usize> = Vec::new();
@@ -366,6 +489,54 @@ pub fn stash_plan(prog: &CheckedProgram, pid_clause: impl Fn(&Clause) -> bool) -
                     }
                 }
             }
+            // Reads at computed addresses: one chain each (the same read twice, once;
+            // a read that another's chain makes on its way, none).
+            let mut found: Vec<(Vec<ChainOp>, Vec<ChainCap>, Vec<u8>)> = Vec::new();
+            each_expr(c, &mut |e| {
+                if !is_read(e) || read_var(e).is_some() || arg_capture(e) {
+                    return;
+                }
+                let mut cc = ChainCompiler { stash: &plan, ops: Vec::new(), caps: Vec::new(), slots: Vec::new() };
+                if cc.read(e).is_some() {
+                    found.push((cc.ops, cc.caps, cc.slots));
+                }
+            });
+            let inside = |a: &[ChainOp], b: &[ChainOp]| {
+                let a = strip_caps(a);
+                let a = a.strip_suffix(&[ChainOp::Drop]).unwrap_or(&a);
+                let b = strip_caps(b);
+                a.len() < b.len() && b.starts_with(a)
+            };
+            for (i, (chain_ops, caps, slots)) in found.iter().enumerate() {
+                if found.iter().enumerate().any(|(j, other)| j != i && inside(chain_ops, &other.0)) {
+                    continue;
+                }
+                let base = plan.chain_caps.len() as u8;
+                let chain: Vec<ChainOp> = chain_ops
+                    .iter()
+                    .map(|&op| match op {
+                        ChainOp::Copyin { cap } => ChainOp::Copyin { cap: cap + base },
+                        ChainOp::Field { cap, off, size, signed } => {
+                            ChainOp::Field { cap: cap + base, off, size, signed }
+                        }
+                        ChainOp::Str { cap } => ChainOp::Str { cap: cap + base },
+                        op => op,
+                    })
+                    .collect();
+                let k = match plan.chains.iter().position(|ch| strip_caps(&ch.ops) == strip_caps(&chain)) {
+                    Some(k) => k,
+                    None if plan.chains.len() < MAX_CHAINS && plan.chain_caps.len() + caps.len() <= 255 => {
+                        plan.chain_caps.extend(caps);
+                        plan.chains.push(Chain { ops: chain });
+                        plan.chains.len() - 1
+                    }
+                    None => continue,
+                };
+                ops |= StashPlan::op_chain(k);
+                for &slot in slots {
+                    ops |= StashPlan::op_read(usize::from(slot));
+                }
+            }
             each_expr(c, &mut |e| {
                 let (var, size) = match &e.kind {
                     ExprKind::Cast(x) if stringof(e) => (stashed_var(std::slice::from_ref(x)), None),
@@ -389,6 +560,166 @@ pub fn stash_plan(prog: &CheckedProgram, pid_clause: impl Fn(&Clause) -> bool) -
         .collect();
     plan.strings.sort_unstable();
     plan
+}
+
+/// A chain's ops without their capture numbers (two reads of the same address
+/// expression are one chain).
+fn strip_caps(ops: &[ChainOp]) -> Vec<ChainOp> {
+    ops.iter()
+        .map(|op| match *op {
+            ChainOp::Copyin { .. } => ChainOp::Copyin { cap: 0 },
+            ChainOp::Field { off, size, signed, .. } => ChainOp::Field { cap: 0, off, size, signed },
+            ChainOp::Str { .. } => ChainOp::Str { cap: 0 },
+            op => op,
+        })
+        .collect()
+}
+
+/// Whether `e` reads the process's memory: `copyinstr`, `copyin`, `copyinto`,
+/// `stringof` of an integer.
+fn is_read(e: &Expr) -> bool {
+    matches!(&e.kind, ExprKind::Call(Subr::Copyinstr | Subr::Copyin | Subr::Copyinto, _)) || stringof(e)
+}
+
+/// Whether the firing's argument captures take read `e` (`copyinstr(argN)`, …).
+fn arg_capture(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Call(Subr::Copyinstr, args) => captured_string(args).is_some(),
+        ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => captured_buffer(args).is_some(),
+        ExprKind::Cast(x) => stringof(e) && captured_string(std::slice::from_ref(x)).is_some(),
+        _ => false,
+    }
+}
+
+/// Turns a read and the address expressions under it into a [`Chain`].
+struct ChainCompiler<'a> {
+    stash: &'a StashPlan,
+    ops: Vec<ChainOp>,
+    /// This chain's captures, numbered from 0.
+    caps: Vec<ChainCap>,
+    /// The stash slots it reads.
+    slots: Vec<u8>,
+}
+
+impl ChainCompiler<'_> {
+    /// A top-level read: the address, then the capture.
+    fn read(&mut self, e: &Expr) -> Option<()> {
+        match &e.kind {
+            ExprKind::Call(Subr::Copyinstr, args) => {
+                self.value(args.first()?)?;
+                self.caps.push(ChainCap::Str);
+                self.ops.push(ChainOp::Str { cap: (self.caps.len() - 1) as u8 });
+            }
+            ExprKind::Cast(x) if stringof(e) => {
+                self.value(x)?;
+                self.caps.push(ChainCap::Str);
+                self.ops.push(ChainOp::Str { cap: (self.caps.len() - 1) as u8 });
+            }
+            ExprKind::Call(Subr::Copyin | Subr::Copyinto, args) => {
+                self.copyin(args)?;
+                self.ops.push(ChainOp::Drop);
+            }
+            _ => return None,
+        }
+        (self.depth() == Some(0)).then_some(())
+    }
+
+    /// `copyin(A, SIZE)` with SIZE constant: A, then the capture; the capture's
+    /// number.
+    fn copyin(&mut self, args: &[Expr]) -> Option<u8> {
+        let size = constant_size(args)?;
+        self.value(args.first()?)?;
+        self.caps.push(ChainCap::Buf(size));
+        let cap = (self.caps.len() - 1) as u8;
+        self.ops.push(ChainOp::Copyin { cap });
+        Some(cap)
+    }
+
+    /// Code that pushes the value of `e`.
+    fn value(&mut self, e: &Expr) -> Option<()> {
+        match &e.kind {
+            ExprKind::Int(n) => self.ops.push(ChainOp::Const(*n)),
+            ExprKind::Builtin(Builtin::Arg(n)) if *n < 6 => self.ops.push(ChainOp::Arg(*n)),
+            ExprKind::Args(i) => match i.kind {
+                ExprKind::Int(n) if n < 6 => self.ops.push(ChainOp::Arg(n as u8)),
+                _ => return None,
+            },
+            ExprKind::Var(v) if v.scope == VarScope::Thread => {
+                let slot = self.stash.slot_of(v.id)? as u8;
+                if !self.slots.contains(&slot) {
+                    self.slots.push(slot);
+                }
+                self.ops.push(ChainOp::Slot(slot));
+            }
+            // Only conversions that keep all 64 bits.
+            ExprKind::Cast(x) if e.ty.int_shape()?.size == 8 && x.ty.int_shape()?.size == 8 => self.value(x)?,
+            ExprKind::NonNull(x) => self.value(x)?,
+            ExprKind::Binary { op, lhs, rhs, .. } => {
+                let bin = match op {
+                    BinaryOp::Add => ChainBin::Add,
+                    BinaryOp::Sub => ChainBin::Sub,
+                    BinaryOp::Mul => ChainBin::Mul,
+                    BinaryOp::BitAnd => ChainBin::And,
+                    BinaryOp::BitOr => ChainBin::Or,
+                    BinaryOp::Shl => ChainBin::Shl,
+                    BinaryOp::Shr if !matches!(e.ty.int_shape(), Some(i) if i.signed) => ChainBin::Shr,
+                    _ => return None,
+                };
+                if e.ty.int_shape()?.size != 8 {
+                    return None;
+                }
+                self.value(lhs)?;
+                self.value(rhs)?;
+                self.ops.push(ChainOp::Bin(bin));
+            }
+            ExprKind::Load(p) => {
+                let shape = e.ty.int_shape()?;
+                let (cap, off) = self.scratch(p)?;
+                let ChainCap::Buf(size) = self.caps[usize::from(cap)] else { return None };
+                if off.checked_add(u64::from(shape.size))? > u64::from(size) {
+                    return None;
+                }
+                self.ops.push(ChainOp::Field { cap, off: off as u32, size: shape.size, signed: shape.signed });
+            }
+            _ => return None,
+        }
+        if self.depth()? > MAX_CHAIN_DEPTH {
+            return None;
+        }
+        Some(())
+    }
+
+    /// A pointer into what a `copyin()` of the chain copied, at a constant offset:
+    /// the copy is captured (its pointer dropped: loads read the capture).
+    fn scratch(&mut self, p: &Expr) -> Option<(u8, u64)> {
+        match &p.kind {
+            ExprKind::Cast(x) | ExprKind::NonNull(x) => self.scratch(x),
+            ExprKind::Binary { op: BinaryOp::Add, lhs, rhs, .. } => match rhs.kind {
+                ExprKind::Int(off) => self.scratch(lhs).and_then(|(cap, o)| Some((cap, o.checked_add(off)?))),
+                _ => None,
+            },
+            ExprKind::Call(Subr::Copyin, args) => {
+                let cap = self.copyin(args)?;
+                self.ops.push(ChainOp::Drop);
+                Some((cap, 0))
+            }
+            _ => None,
+        }
+    }
+
+    /// The operand stack's depth after the ops so far (None if it underflows).
+    fn depth(&self) -> Option<usize> {
+        let mut d: usize = 0;
+        for op in &self.ops {
+            d = match op {
+                ChainOp::Const(_) | ChainOp::Arg(_) | ChainOp::Slot(_) | ChainOp::Field { .. } => d + 1,
+                ChainOp::Bin(_) => d.checked_sub(1)?,
+                ChainOp::Copyin { .. } => d,
+                ChainOp::Drop | ChainOp::Str { .. } => d.checked_sub(1)?,
+            };
+        }
+        Some(d)
+    }
 }
 
 /// Calls `f` on every expression of the clause's predicate and actions.
@@ -520,6 +851,61 @@ mod tests {
         assert!(
             stash_of("pid1::f:entry { self->p = arg0; } pid1::f:return { trace(copyin(self->p, arg1)); }").is_empty()
         );
+    }
+
+    #[test]
+    fn reads_at_computed_addresses_become_chains() {
+        use ChainOp::*;
+        let src = "struct s { int a; char *name; };
+                   pid1::f:entry { trace(copyinstr(*(uintptr_t *)copyin(arg1 + 8, 8))); }
+                   pid1::g:entry { trace(copyinstr((uintptr_t)((struct s *)copyin(arg0, sizeof (struct s)))->name)); }
+                   pid1::g:return { trace(copyinstr(*(uintptr_t *)copyin(arg1 + 8, 8))); trace(copyin(arg2 + 4, 4)); }";
+        let s = stash_of(src);
+        assert_eq!(s.chains.len(), 3, "{:?}", s.chains);
+        assert_eq!(
+            s.chains[0].ops,
+            vec![
+                Arg(1),
+                Const(8),
+                Bin(ChainBin::Add),
+                Copyin { cap: 0 },
+                Drop,
+                Field { cap: 0, off: 0, size: 8, signed: false },
+                Str { cap: 1 }
+            ]
+        );
+        assert_eq!(
+            s.chains[1].ops,
+            vec![Arg(0), Copyin { cap: 2 }, Drop, Field { cap: 2, off: 8, size: 8, signed: false }, Str { cap: 3 }]
+        );
+        assert_eq!(s.chains[2].ops, vec![Arg(2), Const(4), Bin(ChainBin::Add), Copyin { cap: 4 }, Drop]);
+        assert_eq!(
+            s.chain_caps,
+            vec![ChainCap::Buf(8), ChainCap::Str, ChainCap::Buf(16), ChainCap::Str, ChainCap::Buf(4)]
+        );
+        // The same read in two clauses is one chain; the copyin a chain makes on its
+        // way is none of its own.
+        assert_eq!(
+            s.clause_ops,
+            vec![StashPlan::op_chain(0), StashPlan::op_chain(1), StashPlan::op_chain(0) | StashPlan::op_chain(2)]
+        );
+        let prog = program_of(src);
+        assert!(prog.clauses.iter().all(|c| !reads_live_memory(c, &s)));
+        // A saved pointer a chain starts from is stashed.
+        let s = stash_of("pid1::f:entry { self->argv = arg1; } pid1::f:return { trace(copyinstr(*(uintptr_t *)copyin(self->argv + 8, 8))); }");
+        assert_eq!(s.chains[0].ops[0], Slot(0));
+        assert_eq!(s.clause_ops[1], StashPlan::op_chain(0) | StashPlan::op_read(0));
+        // What no chain can compute is read live: a computed size, a variable offset,
+        // a 32-bit conversion.
+        for src in [
+            "pid1::f:entry { trace(copyin(arg0 + 1, arg1)); }",
+            "pid1::f:entry { trace(copyinstr(((uintptr_t *)copyin(arg0, 16))[arg1])); }",
+            "pid1::f:entry { trace(copyinstr((int)arg0 + 1)); }",
+        ] {
+            let s = stash_of(src);
+            assert!(s.chains.is_empty(), "{src}: {:?}", s.chains);
+            assert!(reads_live_memory(&program_of(src).clauses[0], &s), "{src}");
+        }
     }
 
     fn plan_of(src: &str) -> CapturePlan {

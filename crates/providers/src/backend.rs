@@ -11,9 +11,10 @@ use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use udtrace_lang::capture::{CapturePlan, StashPlan};
+use udtrace_lang::capture::{CapturePlan, ChainBin as LangBin, ChainCap as LangCap, ChainOp as LangOp, StashPlan};
 use udtrace_record::pid::{
-    BufferCapture, Firing, PlanError, PtReg, RecordLayout, RecordPlan, StashCaptures, StringCapture, MAX_STRING,
+    BufferCapture, ChainBin, ChainCap, ChainOp, Firing, PlanError, PtReg, RecordLayout, RecordPlan, StashCaptures,
+    StringCapture, MAX_STRING,
 };
 use udtrace_record::proc::{Hook, ProcFiring, ProcPlan};
 use udtrace_record::profile::Sample;
@@ -99,6 +100,10 @@ impl Setup {
             let largest = (0..plan.buffers.len()).max_by_key(|&i| plan.buffers[i].size).unwrap_or(0);
             plan.buffers.remove(largest);
         }
+        if matches!(RecordLayout::new(&plan), Err(PlanError::TooLarge(_))) {
+            plan.stash.chains.clear();
+            plan.stash.chain_caps.clear();
+        }
         while matches!(RecordLayout::new(&plan), Err(PlanError::TooLarge(_))) && !plan.stash.buffers.is_empty() {
             let largest = (0..plan.stash.buffers.len()).max_by_key(|&i| plan.stash.buffers[i].1).unwrap_or(0);
             plan.stash.buffers.remove(largest);
@@ -136,8 +141,40 @@ impl Setup {
                 writes: self.stash.writes.iter().map(|&(slot, n)| (slot, PtReg::ARGS[usize::from(n)])).collect(),
                 strings: self.stash.strings.iter().map(|&slot| (slot, self.strsize.clamp(1, MAX_STRING))).collect(),
                 buffers: self.stash.buffers.clone(),
+                chains: self.stash.chains.iter().map(|c| c.ops.iter().map(|&op| chain_op(op)).collect()).collect(),
+                chain_caps: self
+                    .stash
+                    .chain_caps
+                    .iter()
+                    .map(|&c| match c {
+                        LangCap::Str => ChainCap::Str(self.strsize.clamp(1, MAX_STRING)),
+                        LangCap::Buf(n) => ChainCap::Buf(n),
+                    })
+                    .collect(),
             },
         }
+    }
+}
+
+/// A chain step as the record plan carries it.
+fn chain_op(op: LangOp) -> ChainOp {
+    match op {
+        LangOp::Const(n) => ChainOp::Const(n),
+        LangOp::Arg(n) => ChainOp::Arg(PtReg::ARGS[usize::from(n).min(5)]),
+        LangOp::Slot(s) => ChainOp::Slot(s),
+        LangOp::Bin(b) => ChainOp::Bin(match b {
+            LangBin::Add => ChainBin::Add,
+            LangBin::Sub => ChainBin::Sub,
+            LangBin::Mul => ChainBin::Mul,
+            LangBin::And => ChainBin::And,
+            LangBin::Or => ChainBin::Or,
+            LangBin::Shl => ChainBin::Shl,
+            LangBin::Shr => ChainBin::Shr,
+        }),
+        LangOp::Copyin { cap } => ChainOp::Copyin { cap },
+        LangOp::Field { cap, off, size, signed } => ChainOp::Field { cap, off, size, signed },
+        LangOp::Drop => ChainOp::Drop,
+        LangOp::Str { cap } => ChainOp::Str { cap },
     }
 }
 

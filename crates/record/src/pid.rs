@@ -21,6 +21,7 @@
 //!               for this thread when the firing reads it (0: not read, or none)
 //!               per stash string and buffer capture: a slot as above, read from
 //!               that address (when not 0)
+//!               per chain capture: u64 address (0: not read), then a slot as above
 //!    last    8  the current task's `struct task_struct` address, when plan.curthread
 //! ```
 
@@ -112,13 +113,102 @@ pub struct StashCaptures {
     pub strings: Vec<(u8, u32)>,
     /// (slot, size).
     pub buffers: Vec<(u8, u32)>,
+    /// Reads at addresses computed at the firing, run where the site's ops have bit
+    /// [`op_chain`]`(k)`: after the stash's stores and reads.
+    pub chains: Vec<Vec<ChainOp>>,
+    /// What the chains capture, by `cap`.
+    pub chain_caps: Vec<ChainCap>,
 }
 
 impl StashCaptures {
     pub fn is_empty(&self) -> bool {
-        self.slots == 0
+        self.slots == 0 && self.chains.is_empty()
     }
 }
+
+/// The ops bit of storing `writes[i]`.
+pub fn op_write(i: usize) -> u64 {
+    1 << i
+}
+
+/// The ops bit of reading stash slot `slot` (at most 8 slots).
+pub fn op_read(slot: usize) -> u64 {
+    1 << (32 + slot)
+}
+
+/// The ops bit of running chain `k` (at most 24 chains).
+pub fn op_chain(k: usize) -> u64 {
+    1 << (40 + k)
+}
+
+/// One step of a chain: a stack program over u64 values (`udtrace_lang::capture::Chain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainOp {
+    Const(u64),
+    Arg(PtReg),
+    /// The stash slot's address as the record holds it (0: none).
+    Slot(u8),
+    Bin(ChainBin),
+    /// Pop A; capture buffer `cap` at A; push A. A fault ends the chain.
+    Copyin {
+        cap: u8,
+    },
+    /// Push `size` (1, 2, 4, 8) bytes at `off` of buffer capture `cap`.
+    Field {
+        cap: u8,
+        off: u32,
+        size: u8,
+        signed: bool,
+    },
+    Drop,
+    /// Pop A; capture the string at A in `cap`.
+    Str {
+        cap: u8,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainBin {
+    Add,
+    Sub,
+    Mul,
+    And,
+    Or,
+    Shl,
+    Shr,
+}
+
+impl ChainBin {
+    pub fn apply(self, a: u64, b: u64) -> u64 {
+        match self {
+            ChainBin::Add => a.wrapping_add(b),
+            ChainBin::Sub => a.wrapping_sub(b),
+            ChainBin::Mul => a.wrapping_mul(b),
+            ChainBin::And => a & b,
+            ChainBin::Or => a | b,
+            ChainBin::Shl => a.checked_shl(b as u32).unwrap_or(0),
+            ChainBin::Shr => a.checked_shr(b as u32).unwrap_or(0),
+        }
+    }
+}
+
+/// A chain's capture: a string of at most `max` bytes (NUL included), or `size` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainCap {
+    Str(u32),
+    Buf(u32),
+}
+
+impl ChainCap {
+    pub fn bytes(self) -> u32 {
+        match self {
+            ChainCap::Str(n) | ChainCap::Buf(n) => n,
+        }
+    }
+}
+
+/// The deepest operand stack a chain may need.
+pub const MAX_CHAIN_DEPTH: usize = 8;
 
 /// What a probe's program records besides the fixed header.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -149,6 +239,8 @@ pub enum PlanError {
     TooLarge(usize),
     #[error("a stash capture names a slot the plan does not have")]
     StashSlot,
+    #[error("a chain of reads is malformed")]
+    Chain,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -183,6 +275,8 @@ pub struct RecordLayout {
     /// capture; data at offset + 8.
     pub stash_strings: Vec<(usize, u32, u8)>,
     pub stash_buffers: Vec<(usize, u32, u8)>,
+    /// (offset of the address; the slot is 8 bytes on, its data 16) per chain capture.
+    pub chain_caps: Vec<(usize, ChainCap)>,
     /// Where the current task's address is, when recorded.
     pub off_task: Option<usize>,
     pub size: usize,
@@ -216,6 +310,21 @@ impl RecordLayout {
         {
             return Err(PlanError::StashSlot);
         }
+        let mut chain_caps = Vec::new();
+        for &cap in &plan.stash.chain_caps {
+            let (n, max) = match cap {
+                ChainCap::Str(n) => (n, MAX_STRING),
+                ChainCap::Buf(n) => (n, MAX_BUFFER),
+            };
+            if n == 0 || n > max {
+                return Err(PlanError::Chain);
+            }
+            chain_caps.push((off, cap));
+            off += 16 + (n as usize).div_ceil(8) * 8;
+        }
+        if plan.stash.chains.len() > 24 || plan.stash.chains.iter().any(|c| !chain_ok(c, &plan.stash)) {
+            return Err(PlanError::Chain);
+        }
         let off_task = plan.curthread.then_some(off);
         if plan.curthread {
             off += 8;
@@ -234,6 +343,7 @@ impl RecordLayout {
             stash_slots: plan.stash.slots,
             stash_strings,
             stash_buffers,
+            chain_caps,
             off_task,
             size: off,
         })
@@ -294,6 +404,18 @@ impl RecordLayout {
                 stashed.push(Stashed { addr, string: false, bytes });
             }
         }
+        for &(off, cap) in &self.chain_caps {
+            let addr = u64_at(off);
+            if addr != 0 {
+                let got = u32_at(off + 8) as i32;
+                let data = off + 16;
+                let bytes = match cap {
+                    ChainCap::Str(n) => (got > 0).then(|| &rec[data..data + (got as usize - 1).min(n as usize)]),
+                    ChainCap::Buf(n) => (got >= 0).then(|| &rec[data..data + (got as usize).min(n as usize)]),
+                };
+                stashed.push(Stashed { addr, string: matches!(cap, ChainCap::Str(_)), bytes });
+            }
+        }
         Ok(Firing {
             stashed,
             cookie: u64_at(OFF_COOKIE),
@@ -310,6 +432,36 @@ impl RecordLayout {
             curthread: self.off_task.map(u64_at),
         })
     }
+}
+
+/// Whether a chain keeps its stack within bounds, names captures of the plan, and
+/// reads fields within them.
+fn chain_ok(ops: &[ChainOp], stash: &StashCaptures) -> bool {
+    let mut depth: usize = 0;
+    for op in ops {
+        let cap = |c: u8| stash.chain_caps.get(usize::from(c)).copied();
+        depth = match *op {
+            ChainOp::Const(_) | ChainOp::Arg(_) => depth + 1,
+            ChainOp::Slot(s) if s < stash.slots => depth + 1,
+            ChainOp::Field { cap: c, off, size, .. } => match cap(c) {
+                Some(ChainCap::Buf(n))
+                    if [1, 2, 4, 8].contains(&size) && off.checked_add(u32::from(size)).is_some_and(|e| e <= n) =>
+                {
+                    depth + 1
+                }
+                _ => return false,
+            },
+            ChainOp::Bin(_) if depth >= 2 => depth - 1,
+            ChainOp::Copyin { cap: c } if depth >= 1 && matches!(cap(c), Some(ChainCap::Buf(_))) => depth,
+            ChainOp::Str { cap: c } if depth >= 1 && matches!(cap(c), Some(ChainCap::Str(_))) => depth - 1,
+            ChainOp::Drop if depth >= 1 => depth - 1,
+            _ => return false,
+        };
+        if depth > MAX_CHAIN_DEPTH {
+            return false;
+        }
+    }
+    depth == 0
 }
 
 /// The (offset, size) of each slot of a string or buffer capture of `sizes` bytes, from
@@ -462,6 +614,7 @@ mod tests {
                 writes: vec![(0, PtReg::Di)],
                 strings: vec![(0, 8), (1, 8)],
                 buffers: vec![(1, 4)],
+                ..StashCaptures::default()
             },
             ..RecordPlan::default()
         };
@@ -492,6 +645,53 @@ mod tests {
             ..RecordPlan::default()
         };
         assert_eq!(RecordLayout::new(&bad), Err(PlanError::StashSlot));
+    }
+
+    #[test]
+    fn chains_capture_where_they_read() {
+        use ChainOp::*;
+        let stash = StashCaptures {
+            chains: vec![vec![
+                Arg(PtReg::Si),
+                Copyin { cap: 0 },
+                Drop,
+                Field { cap: 0, off: 8, size: 8, signed: false },
+                Str { cap: 1 },
+            ]],
+            chain_caps: vec![ChainCap::Buf(16), ChainCap::Str(8)],
+            ..StashCaptures::default()
+        };
+        let l = RecordLayout::new(&RecordPlan { stash, ..RecordPlan::default() }).unwrap();
+        assert_eq!(l.chain_caps, vec![(OFF_STACK, ChainCap::Buf(16)), (OFF_STACK + 32, ChainCap::Str(8))]);
+        assert_eq!(l.size, OFF_STACK + 56);
+        let mut r = vec![0u8; l.size];
+        assert!(l.parse(&r).unwrap().stashed.is_empty(), "no address: nothing was read");
+        r[OFF_STACK..][..8].copy_from_slice(&0x1000u64.to_ne_bytes());
+        r[OFF_STACK + 8..][..4].copy_from_slice(&16i32.to_ne_bytes());
+        r[OFF_STACK + 32..][..8].copy_from_slice(&0x2000u64.to_ne_bytes());
+        r[OFF_STACK + 40..][..4].copy_from_slice(&(-14i32).to_ne_bytes());
+        let f = l.parse(&r).unwrap();
+        assert_eq!(f.stashed[0], Stashed { addr: 0x1000, string: false, bytes: Some(&[0u8; 16][..]) });
+        assert_eq!(f.stashed[1], Stashed { addr: 0x2000, string: true, bytes: None });
+        // Malformed chains are refused: an operand missing, a field past its capture,
+        // a string into a buffer capture.
+        for chain in [
+            vec![Bin(ChainBin::Add)],
+            vec![Arg(PtReg::Di), Copyin { cap: 0 }, Drop, Field { cap: 0, off: 12, size: 8, signed: false }, Drop],
+            vec![Arg(PtReg::Di), Str { cap: 0 }],
+            vec![Arg(PtReg::Di)],
+        ] {
+            let stash = StashCaptures {
+                chains: vec![chain.clone()],
+                chain_caps: vec![ChainCap::Buf(16)],
+                ..StashCaptures::default()
+            };
+            assert_eq!(
+                RecordLayout::new(&RecordPlan { stash, ..RecordPlan::default() }),
+                Err(PlanError::Chain),
+                "{chain:?}"
+            );
+        }
     }
 
     #[test]
