@@ -238,14 +238,14 @@ fn pointers_saved_at_entry_are_read_at_the_return(backend: Backend) {
 }
 
 fn reads_at_computed_addresses_are_made_at_the_firing(backend: Backend) {
-    // changebuf again: a struct's pointer member and the string it points to, a field
-    // at an offset, and the same through a pointer saved at entry, each changed right
-    // after its call and gone by an exec. The firing computes each address (a chain of
+    // changebuf again: a struct's pointer member and the string it points to (through
+    // a clause-local variable), a field at an offset, and the same through a pointer
+    // saved at entry, each changed right after its call and gone by an exec. The firing computes each address (a chain of
     // reads) and captures what it reads on the way.
     let prog = "struct label { int id; char *name; }; \
                 pid$target::labelled:entry { self->l = arg0; \
-                printf(\"%s %d %s\\n\", probefunc, ((struct label *)copyin(arg0, sizeof (struct label)))->id, \
-                copyinstr((uintptr_t)((struct label *)copyin(arg0, sizeof (struct label)))->name)); } \
+                this->l = (struct label *)copyin(arg0, sizeof (struct label)); \
+                printf(\"%s %d %s\\n\", probefunc, this->l->id, copyinstr((uintptr_t)this->l->name)); } \
                 pid$target::labelled:return /self->l/ { printf(\"return %s\\n\", \
                 copyinstr((uintptr_t)((struct label *)copyin(self->l, sizeof (struct label)))->name)); self->l = 0; } \
                 pid$target::point:entry, pid$target::bare:entry { printf(\"%s %d\\n\", probefunc, *(int *)copyin(arg0 + 4, 4)); } \

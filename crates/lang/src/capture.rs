@@ -9,6 +9,9 @@
 //! else a clause reads from the process is read from the live process when the
 //! consumer evaluates it.
 
+use std::collections::HashMap;
+use std::rc::Rc;
+
 use crate::ast::{BinaryOp, VarScope};
 use crate::ir::{visit_actions, visit_expr, Action, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, Subr};
 
@@ -113,8 +116,8 @@ pub fn plan(c: &Clause) -> CapturePlan {
 pub fn reads_live_memory(c: &Clause, stash: &StashPlan) -> bool {
     let mut live = false;
     let kept = |args: &[Expr]| stashed_var(args).and_then(|v| stash.slot_of(v)).is_some_and(|s| stash.whole[s]);
-    let mut see = |e: &Expr| {
-        if is_read(e) && stash.chained(e) {
+    walk_reads(c, &mut |e, locals| {
+        if stash.chained(e, locals) {
             return;
         }
         live |= match &e.kind {
@@ -124,12 +127,84 @@ pub fn reads_live_memory(c: &Clause, stash: &StashPlan) -> bool {
             }
             _ => false,
         }
-    };
-    if let Some(pred) = &c.predicate {
-        visit_expr(pred, &mut see);
-    }
-    visit_actions(&c.actions, &mut see);
+    });
     live
+}
+
+/// The values of clause-local variables (`this->x`) a chain may start from: the last
+/// plain assignment of each, made at the clause's top level before the read, with the
+/// values of the variables it read then.
+type Locals = HashMap<usize, Rc<Local>>;
+
+#[derive(Debug)]
+struct Local {
+    value: Expr,
+    before: Locals,
+}
+
+/// Calls `f` on each read of the process's memory in the clause (predicate, then the
+/// actions in order), with what the clause-local variables hold there.
+fn walk_reads(c: &Clause, f: &mut dyn FnMut(&Expr, &Locals)) {
+    let none = Locals::new();
+    if let Some(pred) = &c.predicate {
+        visit_expr(pred, &mut |e| {
+            if is_read(e) {
+                f(e, &none)
+            }
+        });
+    }
+    let mut locals = Locals::new();
+    walk_actions(&c.actions, &mut locals, f);
+}
+
+fn walk_actions(actions: &[Action], locals: &mut Locals, f: &mut dyn FnMut(&Expr, &Locals)) {
+    for a in actions {
+        if let Action::If { cond, then, otherwise } = a {
+            visit_expr(cond, &mut |e| {
+                if is_read(e) {
+                    f(e, locals)
+                }
+            });
+            // What a branch assigns is known in it, and not after it.
+            let mut changed = Vec::new();
+            for branch in [then, otherwise] {
+                let mut inner = locals.clone();
+                walk_actions(branch, &mut inner, f);
+                changed.extend(
+                    inner.iter().filter(|(k, v)| !locals.get(k).is_some_and(|o| Rc::ptr_eq(o, v))).map(|(k, _)| *k),
+                );
+                changed.extend(locals.keys().filter(|k| !inner.contains_key(k)).copied());
+            }
+            for k in changed {
+                locals.remove(&k);
+            }
+            continue;
+        }
+        let one = std::slice::from_ref(a);
+        let before = locals.clone();
+        let mut assigned = Vec::new();
+        visit_actions(one, &mut |e| {
+            if is_read(e) {
+                f(e, locals);
+            }
+            match &e.kind {
+                ExprKind::Assign { target: Place::Var(v), .. } | ExprKind::IncDec { target: Place::Var(v), .. }
+                    if v.scope == VarScope::Clause =>
+                {
+                    assigned.push(v.id)
+                }
+                _ => {}
+            }
+        });
+        for v in assigned {
+            locals.remove(&v);
+        }
+        if let Action::Eval(Expr { kind: ExprKind::Assign { target: Place::Var(v), op: None, value }, .. }) = a {
+            if v.scope == VarScope::Clause {
+                locals.insert(v.id, Rc::new(Local { value: (**value).clone(), before }));
+            }
+        }
+    }
 }
 
 /// Whether the actions include `ustack()` as a statement (inside `if` too).
@@ -338,8 +413,9 @@ impl StashPlan {
 
     /// Whether `e`, a read of the process's memory (see [`reads_live_memory`]), is
     /// captured at the firing by a chain whose saved pointers, if any, are whole.
-    fn chained(&self, e: &Expr) -> bool {
-        let mut c = ChainCompiler { stash: self, ops: Vec::new(), caps: Vec::new(), slots: Vec::new() };
+    fn chained(&self, e: &Expr, locals: &Locals) -> bool {
+        let mut c =
+            ChainCompiler { stash: self, locals: locals.clone(), ops: Vec::new(), caps: Vec::new(), slots: Vec::new() };
         if c.read(e).is_none() || !c.slots.iter().all(|&s| self.whole[usize::from(s)]) {
             return false;
         }
@@ -492,11 +568,17 @@ fn stash_plan_of(prog: &CheckedProgram, pid_clause: &dyn Fn(&Clause) -> bool, on
             // Reads at computed addresses: one chain each (the same read twice, once;
             // a read that another's chain makes on its way, none).
             let mut found: Vec<(Vec<ChainOp>, Vec<ChainCap>, Vec<u8>)> = Vec::new();
-            each_expr(c, &mut |e| {
-                if !is_read(e) || read_var(e).is_some() || arg_capture(e) {
+            walk_reads(c, &mut |e, locals| {
+                if read_var(e).is_some() || arg_capture(e) {
                     return;
                 }
-                let mut cc = ChainCompiler { stash: &plan, ops: Vec::new(), caps: Vec::new(), slots: Vec::new() };
+                let mut cc = ChainCompiler {
+                    stash: &plan,
+                    locals: locals.clone(),
+                    ops: Vec::new(),
+                    caps: Vec::new(),
+                    slots: Vec::new(),
+                };
                 if cc.read(e).is_some() {
                     found.push((cc.ops, cc.caps, cc.slots));
                 }
@@ -594,6 +676,8 @@ fn arg_capture(e: &Expr) -> bool {
 /// Turns a read and the address expressions under it into a [`Chain`].
 struct ChainCompiler<'a> {
     stash: &'a StashPlan,
+    /// What `this->` variables hold where the read is.
+    locals: Locals,
     ops: Vec<ChainOp>,
     /// This chain's captures, numbered from 0.
     caps: Vec<ChainCap>,
@@ -644,6 +728,7 @@ impl ChainCompiler<'_> {
                 ExprKind::Int(n) if n < 6 => self.ops.push(ChainOp::Arg(n as u8)),
                 _ => return None,
             },
+            ExprKind::Var(v) if v.scope == VarScope::Clause => self.local(v.id, |c, x| c.value(x))?,
             ExprKind::Var(v) if v.scope == VarScope::Thread => {
                 let slot = self.stash.slot_of(v.id)? as u8;
                 if !self.slots.contains(&slot) {
@@ -693,6 +778,7 @@ impl ChainCompiler<'_> {
     /// the copy is captured (its pointer dropped: loads read the capture).
     fn scratch(&mut self, p: &Expr) -> Option<(u8, u64)> {
         match &p.kind {
+            ExprKind::Var(v) if v.scope == VarScope::Clause => self.local(v.id, |c, x| c.scratch(x)),
             ExprKind::Cast(x) | ExprKind::NonNull(x) => self.scratch(x),
             ExprKind::Binary { op: BinaryOp::Add, lhs, rhs, .. } => match rhs.kind {
                 ExprKind::Int(off) => self.scratch(lhs).and_then(|(cap, o)| Some((cap, o.checked_add(off)?))),
@@ -705,6 +791,16 @@ impl ChainCompiler<'_> {
             }
             _ => None,
         }
+    }
+
+    /// `f` on the value of `this->` variable `id`, with the variables as they were when
+    /// it was assigned.
+    fn local<T>(&mut self, id: usize, f: impl FnOnce(&mut Self, &Expr) -> Option<T>) -> Option<T> {
+        let l = Rc::clone(self.locals.get(&id)?);
+        let now = std::mem::replace(&mut self.locals, l.before.clone());
+        let r = f(self, &l.value);
+        self.locals = now;
+        r
     }
 
     /// The operand stack's depth after the ops so far (None if it underflows).
@@ -851,6 +947,28 @@ mod tests {
         assert!(
             stash_of("pid1::f:entry { self->p = arg0; } pid1::f:return { trace(copyin(self->p, arg1)); }").is_empty()
         );
+    }
+
+    #[test]
+    fn clause_local_variables_are_followed_into_chains() {
+        use ChainOp::*;
+        let src = "struct s { int a; char *name; };
+                   pid1::f:entry { this->s = (struct s *)copyin(arg0, sizeof (struct s)); trace(copyinstr((uintptr_t)this->s->name)); }";
+        let s = stash_of(src);
+        assert_eq!(s.chains.len(), 1, "{:?}", s.chains);
+        assert_eq!(
+            s.chains[0].ops,
+            vec![Arg(0), Copyin { cap: 0 }, Drop, Field { cap: 0, off: 8, size: 8, signed: false }, Str { cap: 1 }]
+        );
+        assert!(!reads_live_memory(&program_of(src).clauses[0], &s));
+        // Its earlier value where it is assigned again from itself.
+        let s = stash_of("pid1::f:entry { this->p = arg0; this->p = this->p + 8; trace(copyinstr(this->p)); }");
+        assert_eq!(s.chains[0].ops, vec![Arg(0), Const(8), Bin(ChainBin::Add), Str { cap: 0 }]);
+        // Assigned in a branch: unknown after it.
+        let src = "pid1::f:entry { this->p = arg0; if (arg1) { this->p = arg2; } trace(copyinstr(this->p)); }";
+        let s = stash_of(src);
+        assert!(s.chains.is_empty(), "{:?}", s.chains);
+        assert!(reads_live_memory(&program_of(src).clauses[0], &s));
     }
 
     #[test]
