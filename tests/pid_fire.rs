@@ -239,8 +239,9 @@ fn pointers_saved_at_entry_are_read_at_the_return(backend: Backend) {
 
 fn reads_at_computed_addresses_are_made_at_the_firing(backend: Backend) {
     // changebuf again: a struct's pointer member and the string it points to (through
-    // a clause-local variable), a field at an offset, and the same through a pointer
-    // saved at entry, each changed right after its call and gone by an exec. The firing computes each address (a chain of
+    // a clause-local variable), a field at an offset, the same through a pointer
+    // saved at entry, and bytes whose count is an argument, each changed right after
+    // its call and gone by an exec. The firing computes each address (a chain of
     // reads) and captures what it reads on the way.
     let prog = "struct label { int id; char *name; }; \
                 pid$target::labelled:entry { self->l = arg0; \
@@ -249,13 +250,14 @@ fn reads_at_computed_addresses_are_made_at_the_firing(backend: Backend) {
                 pid$target::labelled:return /self->l/ { printf(\"return %s\\n\", \
                 copyinstr((uintptr_t)((struct label *)copyin(self->l, sizeof (struct label)))->name)); self->l = 0; } \
                 pid$target::point:entry, pid$target::bare:entry { printf(\"%s %d\\n\", probefunc, *(int *)copyin(arg0 + 4, 4)); } \
-                pid$target::named:entry { printf(\"%s %s\\n\", probefunc, copyinstr(arg0 + 5)); }";
+                pid$target::named:entry { printf(\"%s %s\\n\", probefunc, copyinstr(arg0 + 5)); } \
+                pid$target::sized:entry { printf(\"%s %s\\n\", probefunc, stringof(copyin(arg0, arg1))); }";
     let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} exec", fixture("changebuf"))]) else {
         return;
     };
     let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
     assert!(out.status.success() && !err.contains("invalid address"), "{text}\n{err}");
-    let heads = ["labelled", "return", "point", "bare", "named"];
+    let heads = ["labelled", "return", "point", "bare", "named", "sized"];
     let mut lines: Vec<&str> = text.lines().filter(|l| heads.iter().any(|h| l.split(' ').next() == Some(h))).collect();
     lines.sort_unstable();
     let want = [
@@ -273,6 +275,9 @@ fn reads_at_computed_addresses_are_made_at_the_firing(backend: Backend) {
         "point 40",
         "return label-1",
         "return label-2",
+        "sized name-1",
+        "sized name-2",
+        "sized name-3",
     ];
     assert_eq!(lines, want, "{text}\n{err}");
 }

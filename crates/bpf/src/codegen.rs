@@ -402,6 +402,9 @@ impl Addr {
     }
 }
 
+/// Where a chain keeps the length of a read of a size known at the firing.
+const CHAIN_LEN: i16 = -112;
+
 /// A chain's operand `d` on the stack.
 fn operand(d: usize) -> i16 {
     -120 - 8 * d as i16
@@ -458,6 +461,44 @@ fn emit_chain(a: &mut Asm, k: usize, chain: &[ChainOp], layout: &RecordLayout, s
                 emit_buffer(a, Addr::Record(off), off + 8, c.bytes(), sleepable);
                 a.push(ldx(Size::W, Reg::R1, Reg::R8, (off + 8) as i16));
                 a.jmp_imm(Cond::Ne, Reg::R1, c.bytes() as i32, end);
+            }
+            ChainOp::CopyinUpto { cap } => {
+                let (off, c) = layout.chain_caps[usize::from(cap)];
+                let (fits, read, stored) = (a.label(), a.label(), a.label());
+                a.push(ldx(Size::DW, Reg::R3, Reg::R10, operand(d - 2)));
+                a.push(stx(Size::DW, Reg::R8, off as i16, Reg::R3));
+                // min(N, the capture's size), which bounds the read for the verifier.
+                a.push(ldx(Size::DW, Reg::R2, Reg::R10, operand(d - 1)));
+                a.jmp_imm(Cond::Le, Reg::R2, c.bytes() as i32, fits);
+                a.push(mov64_imm(Reg::R2, c.bytes() as i32));
+                a.bind(fits);
+                a.push(stx(Size::DW, Reg::R10, CHAIN_LEN, Reg::R2));
+                a.push(mov64_imm(Reg::R0, 0));
+                a.jmp_imm(Cond::Eq, Reg::R2, 0, stored);
+                a.push(mov64_reg(Reg::R1, Reg::R8));
+                a.push(alu64_imm(AluOp::Add, Reg::R1, (off + 16) as i32));
+                a.call(helper::PROBE_READ_USER);
+                if sleepable {
+                    let again = a.label();
+                    a.jmp_imm(Cond::Eq, Reg::R0, 0, read);
+                    a.push(mov64_reg(Reg::R1, Reg::R8));
+                    a.push(alu64_imm(AluOp::Add, Reg::R1, (off + 16) as i32));
+                    a.push(ldx(Size::DW, Reg::R2, Reg::R10, CHAIN_LEN));
+                    a.jmp_imm(Cond::Le, Reg::R2, c.bytes() as i32, again);
+                    a.push(mov64_imm(Reg::R2, c.bytes() as i32));
+                    a.bind(again);
+                    a.push(ldx(Size::DW, Reg::R3, Reg::R8, off as i16));
+                    a.call(helper::COPY_FROM_USER);
+                }
+                a.bind(read);
+                // 0 on success: the slot's result is the bytes read.
+                a.jmp_imm(Cond::Ne, Reg::R0, 0, stored);
+                a.push(ldx(Size::DW, Reg::R0, Reg::R10, CHAIN_LEN));
+                a.bind(stored);
+                a.push(stx(Size::W, Reg::R8, (off + 8) as i16, Reg::R0));
+                a.push(st(Size::W, Reg::R8, (off + 12) as i16, 0));
+                a.jmp_imm(Cond::Slt, Reg::R0, 0, end);
+                d -= 1;
             }
             ChainOp::Field { cap, off: at, size, signed } => {
                 let (off, _) = layout.chain_caps[usize::from(cap)];

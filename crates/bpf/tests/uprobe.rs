@@ -330,3 +330,94 @@ fn stack_capture_near_the_top_of_a_thread_stack_is_truncated_not_lost() {
         eprintln!("arg0 {} captured {} stack bytes", f.reg(PtReg::Di), f.stack.len());
     }
 }
+
+/// What `udtrace_test_str` is given in the chain test: a struct whose first 8 bytes
+/// are a string and whose second word points to another.
+#[repr(C)]
+struct Labelled {
+    pad: [u8; 8],
+    name: *const u8,
+}
+
+#[test]
+fn saved_pointers_and_chains_are_read_at_the_firing_sleepable_or_not() {
+    use udtrace_bpf::codegen::StashMaps;
+    use udtrace_record::pid::{op_chain, op_read, op_write, ChainBin, ChainCap, ChainOp::*, StashCaptures, Stashed};
+    if !common::bpf_available("chains") {
+        return;
+    }
+    let _g = common::serial();
+    let stash = StashCaptures {
+        slots: 1,
+        writes: vec![(0, PtReg::Di)],
+        strings: vec![(0, 16)],
+        chains: vec![
+            // The name behind the struct's pointer member.
+            vec![
+                Arg(PtReg::Di),
+                Copyin { cap: 0 },
+                Drop,
+                Field { cap: 0, off: 8, size: 8, signed: false },
+                Str { cap: 1 },
+            ],
+            // min(n, 8) bytes of the struct.
+            vec![Arg(PtReg::Di), Arg(PtReg::Si), CopyinUpto { cap: 2 }, Drop],
+            // The string one byte into the saved pointer's struct: the pointer stored
+            // at this very firing.
+            vec![Slot(0), Const(1), Bin(ChainBin::Add), Str { cap: 3 }],
+        ],
+        chain_caps: vec![ChainCap::Buf(16), ChainCap::Str(32), ChainCap::Buf(8), ChainCap::Str(16)],
+        ..StashCaptures::default()
+    };
+    let plan = RecordPlan { stash, ..RecordPlan::default() };
+    let layout = RecordLayout::new(&plan).unwrap();
+    let (exe, off) = common::own_function("udtrace_test_str");
+    let name = c"label-1";
+    let l = Labelled { pad: *b"abcdefg\0", name: name.as_ptr().cast() };
+    let at = std::ptr::addr_of!(l) as u64;
+    let bad = 0xffff_8000_0000_0000u64;
+    for sleepable in [false, true] {
+        let mut maps = ProbeMaps::create(1 << 16, 64).unwrap();
+        maps.stash = Some(StashMaps::create(64, 64).unwrap());
+        maps.traced.insert(&our_tgid(), &1).unwrap();
+        let ops = op_write(0) | op_read(0) | op_chain(0) | op_chain(1) | op_chain(2);
+        maps.stash.as_ref().unwrap().ops.insert(&1u64, &ops).unwrap();
+        let insns = uprobe_program_for(&plan, &maps, Filter::Traced, sleepable).expect("codegen");
+        let prog = if sleepable {
+            Program::load_sleepable(ProgramKind::UprobeMulti, "udtrace_test", &insns)
+        } else {
+            Program::load(ProgramKind::UprobeMulti, "udtrace_test", &insns)
+        }
+        .unwrap_or_else(|e| panic!("sleepable {sleepable}: {e}"));
+        let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 1 }], false).unwrap();
+        udtrace_test_str(at, 5);
+        udtrace_test_str(bad, 100);
+        let recs = drain(&maps);
+        let fs: Vec<_> = recs.iter().map(|r| layout.parse(r).unwrap()).collect();
+        assert_eq!(fs.len(), 2);
+        let whole: Vec<u8> = l.pad.iter().copied().chain((l.name as u64).to_ne_bytes()).collect();
+        assert_eq!(
+            fs[0].stashed,
+            vec![
+                Stashed { addr: at, string: true, bytes: Some(&b"abcdefg"[..]) },
+                Stashed { addr: at, string: false, bytes: Some(&whole[..]) },
+                Stashed { addr: l.name as u64, string: true, bytes: Some(&b"label-1"[..]) },
+                Stashed { addr: at, string: false, bytes: Some(&b"abcde"[..]) },
+                Stashed { addr: at + 1, string: true, bytes: Some(&b"bcdefg"[..]) },
+            ],
+            "sleepable {sleepable}"
+        );
+        // A bad address: each read made says it faulted, and the chain that needed
+        // it for a further read stops there.
+        assert_eq!(
+            fs[1].stashed,
+            vec![
+                Stashed { addr: bad, string: true, bytes: None },
+                Stashed { addr: bad, string: false, bytes: None },
+                Stashed { addr: bad, string: false, bytes: None },
+                Stashed { addr: bad + 1, string: true, bytes: None },
+            ],
+            "sleepable {sleepable}"
+        );
+    }
+}

@@ -242,6 +242,20 @@ fn run_chain(b: &mut [u8], layout: &RecordLayout, chain: &[ChainOp], pid: i32, r
                     return;
                 }
             }
+            ChainOp::CopyinUpto { cap } => {
+                let Some(&(off, c)) = layout.chain_caps.get(usize::from(cap)) else { return };
+                let n = stack.pop().unwrap_or(0).min(u64::from(c.bytes())) as u32;
+                let addr = stack.last().copied().unwrap_or(0);
+                put_u64(b, off, addr);
+                if n > 0 {
+                    read_buffer(b, pid, addr, off + 8, n);
+                } else {
+                    put_u32(b, off + 8, 0);
+                }
+                if (word(b, off + 8) as u32 as i32) < 0 {
+                    return;
+                }
+            }
             ChainOp::Field { cap, off: at, size, signed } => {
                 let Some(&(off, _)) = layout.chain_caps.get(usize::from(cap)) else { return };
                 let (at, n) = (off + 16 + at as usize, usize::from(size.min(8)));

@@ -508,6 +508,22 @@ fn emit_chain(
                 a.cmp(rax, c.bytes() as i32)?;
                 a.jne(end)?;
             }
+            ChainOp::CopyinUpto { cap } => {
+                let (off, c) = layout.chain_caps[usize::from(cap)];
+                let mut fits = a.create_label();
+                a.pop(rdx)?;
+                a.mov(rsi, qword_ptr(rsp))?;
+                a.mov(qword_ptr(rbx + off as i32), rsi)?;
+                a.cmp(rdx, c.bytes() as i32)?;
+                a.jbe(fits)?;
+                a.mov(edx, c.bytes())?;
+                a.set_label(&mut fits)?;
+                a.lea(rdi, qword_ptr(rbx + (off + 16) as i32))?;
+                a.call(subs.readv)?;
+                a.mov(dword_ptr(rbx + (off + 8) as i32), eax)?;
+                a.test(rax, rax)?;
+                a.js(end)?;
+            }
             ChainOp::Field { cap, off: at, size, signed } => {
                 let (off, _) = layout.chain_caps[usize::from(cap)];
                 let at = rbx + (off + 16 + at as usize) as i32;

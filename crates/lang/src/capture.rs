@@ -353,6 +353,11 @@ pub enum ChainOp {
     Copyin {
         cap: u8,
     },
+    /// Pop N, pop A; capture N bytes at A, at most what `chain_caps[cap]` (an
+    /// [`ChainCap::Upto`]) holds; push A.
+    CopyinUpto {
+        cap: u8,
+    },
     /// Push `size` bytes at `off` of buffer capture `cap` (sign-extended when
     /// `signed`).
     Field {
@@ -385,6 +390,8 @@ pub enum ChainBin {
 pub enum ChainCap {
     Str,
     Buf(u32),
+    /// A size known at the firing, up to `strsize` bytes.
+    Upto,
 }
 
 impl StashPlan {
@@ -416,7 +423,11 @@ impl StashPlan {
     fn chained(&self, e: &Expr, locals: &Locals) -> bool {
         let mut c =
             ChainCompiler { stash: self, locals: locals.clone(), ops: Vec::new(), caps: Vec::new(), slots: Vec::new() };
-        if c.read(e).is_none() || !c.slots.iter().all(|&s| self.whole[usize::from(s)]) {
+        // A read of a size known only at the firing may be longer than was captured.
+        if c.read(e).is_none()
+            || !c.slots.iter().all(|&s| self.whole[usize::from(s)])
+            || c.caps.contains(&ChainCap::Upto)
+        {
             return false;
         }
         // Its chain, or one that makes this read on its way.
@@ -598,6 +609,7 @@ fn stash_plan_of(prog: &CheckedProgram, pid_clause: &dyn Fn(&Clause) -> bool, on
                     .iter()
                     .map(|&op| match op {
                         ChainOp::Copyin { cap } => ChainOp::Copyin { cap: cap + base },
+                        ChainOp::CopyinUpto { cap } => ChainOp::CopyinUpto { cap: cap + base },
                         ChainOp::Field { cap, off, size, signed } => {
                             ChainOp::Field { cap: cap + base, off, size, signed }
                         }
@@ -650,6 +662,7 @@ fn strip_caps(ops: &[ChainOp]) -> Vec<ChainOp> {
     ops.iter()
         .map(|op| match *op {
             ChainOp::Copyin { .. } => ChainOp::Copyin { cap: 0 },
+            ChainOp::CopyinUpto { .. } => ChainOp::CopyinUpto { cap: 0 },
             ChainOp::Field { off, size, signed, .. } => ChainOp::Field { cap: 0, off, size, signed },
             ChainOp::Str { .. } => ChainOp::Str { cap: 0 },
             op => op,
@@ -711,8 +724,15 @@ impl ChainCompiler<'_> {
     /// `copyin(A, SIZE)` with SIZE constant: A, then the capture; the capture's
     /// number.
     fn copyin(&mut self, args: &[Expr]) -> Option<u8> {
-        let size = constant_size(args)?;
         self.value(args.first()?)?;
+        let Some(size) = constant_size(args) else {
+            // A size known at the firing: as much of it as `strsize` bytes hold.
+            self.value(args.get(1)?)?;
+            self.caps.push(ChainCap::Upto);
+            let cap = (self.caps.len() - 1) as u8;
+            self.ops.push(ChainOp::CopyinUpto { cap });
+            return Some(cap);
+        };
         self.caps.push(ChainCap::Buf(size));
         let cap = (self.caps.len() - 1) as u8;
         self.ops.push(ChainOp::Copyin { cap });
@@ -811,6 +831,7 @@ impl ChainCompiler<'_> {
                 ChainOp::Const(_) | ChainOp::Arg(_) | ChainOp::Slot(_) | ChainOp::Field { .. } => d + 1,
                 ChainOp::Bin(_) => d.checked_sub(1)?,
                 ChainOp::Copyin { .. } => d,
+                ChainOp::CopyinUpto { .. } => d.checked_sub(1)?,
                 ChainOp::Drop | ChainOp::Str { .. } => d.checked_sub(1)?,
             };
         }
@@ -837,7 +858,7 @@ fn bare(mut e: &Expr) -> &Expr {
 /// Whether `e` is `stringof(x)` (or `(string)x`) of an integer or pointer `x`: the
 /// string at that address in the process.
 fn stringof(e: &Expr) -> bool {
-    matches!(&e.kind, ExprKind::Cast(x) if e.ty.is_string() && x.ty.is_scalar())
+    matches!(&e.kind, ExprKind::Cast(x) if e.ty.is_string() && x.ty.is_scalar() && !x.taint.alloca)
 }
 
 /// The thread-local variable whose memory `copyinstr`, `copyin`, `copyinto` or
@@ -943,10 +964,15 @@ mod tests {
         assert_eq!(stash_of("pid1::f:entry { self->p = arg0; trace(copyinstr(self->p)); }").whole, vec![true]);
         // Stored in a clause of another provider: not a pid argument.
         assert!(stash_of("BEGIN { self->p = arg0; } pid1::f:return { trace(copyinstr(self->p)); }").is_empty());
-        // A computed size is read live.
-        assert!(
-            stash_of("pid1::f:entry { self->p = arg0; } pid1::f:return { trace(copyin(self->p, arg1)); }").is_empty()
+        // A size known only at the firing: captured up to strsize, still read live
+        // when longer.
+        let src = "pid1::f:entry { self->p = arg0; } pid1::f:return { trace(copyin(self->p, arg1)); }";
+        let s = stash_of(src);
+        assert_eq!(
+            s.chains[0].ops,
+            vec![ChainOp::Slot(0), ChainOp::Arg(1), ChainOp::CopyinUpto { cap: 0 }, ChainOp::Drop]
         );
+        assert!(reads_live_memory(&program_of(src).clauses[1], &s));
     }
 
     #[test]
@@ -1013,10 +1039,16 @@ mod tests {
         let s = stash_of("pid1::f:entry { self->argv = arg1; } pid1::f:return { trace(copyinstr(*(uintptr_t *)copyin(self->argv + 8, 8))); }");
         assert_eq!(s.chains[0].ops[0], Slot(0));
         assert_eq!(s.clause_ops[1], StashPlan::op_chain(0) | StashPlan::op_read(0));
-        // What no chain can compute is read live: a computed size, a variable offset,
-        // a 32-bit conversion.
+        // A size known at the firing: up to strsize bytes captured, and the read still
+        // counted live (it may be longer).
+        let src = "pid1::f:entry { trace(stringof(copyin(arg1, arg2))); }";
+        let s = stash_of(src);
+        assert_eq!(s.chains[0].ops, vec![Arg(1), Arg(2), CopyinUpto { cap: 0 }, Drop]);
+        assert_eq!(s.chain_caps, vec![ChainCap::Upto]);
+        assert!(reads_live_memory(&program_of(src).clauses[0], &s));
+        // What no chain can compute is read live: a variable offset, a 32-bit
+        // conversion.
         for src in [
-            "pid1::f:entry { trace(copyin(arg0 + 1, arg1)); }",
             "pid1::f:entry { trace(copyinstr(((uintptr_t *)copyin(arg0, 16))[arg1])); }",
             "pid1::f:entry { trace(copyinstr((int)arg0 + 1)); }",
         ] {

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use udtrace_lang::capture::{CapturePlan, ChainBin as LangBin, ChainCap as LangCap, ChainOp as LangOp, StashPlan};
 use udtrace_record::pid::{
     BufferCapture, ChainBin, ChainCap, ChainOp, Firing, PlanError, PtReg, RecordLayout, RecordPlan, StashCaptures,
-    StringCapture, MAX_STRING,
+    StringCapture, MAX_BUFFER, MAX_STRING,
 };
 use udtrace_record::proc::{Hook, ProcFiring, ProcPlan};
 use udtrace_record::profile::Sample;
@@ -149,6 +149,7 @@ impl Setup {
                     .map(|&c| match c {
                         LangCap::Str => ChainCap::Str(self.strsize.clamp(1, MAX_STRING)),
                         LangCap::Buf(n) => ChainCap::Buf(n),
+                        LangCap::Upto => ChainCap::Buf(self.strsize.clamp(1, MAX_BUFFER)),
                     })
                     .collect(),
             },
@@ -172,6 +173,7 @@ fn chain_op(op: LangOp) -> ChainOp {
             LangBin::Shr => ChainBin::Shr,
         }),
         LangOp::Copyin { cap } => ChainOp::Copyin { cap },
+        LangOp::CopyinUpto { cap } => ChainOp::CopyinUpto { cap },
         LangOp::Field { cap, off, size, signed } => ChainOp::Field { cap, off, size, signed },
         LangOp::Drop => ChainOp::Drop,
         LangOp::Str { cap } => ChainOp::Str { cap },

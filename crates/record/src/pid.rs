@@ -153,6 +153,11 @@ pub enum ChainOp {
     Copyin {
         cap: u8,
     },
+    /// Pop N, pop A; capture min(N, its size) bytes at A in buffer `cap`; push A. A
+    /// fault ends the chain.
+    CopyinUpto {
+        cap: u8,
+    },
     /// Push `size` (1, 2, 4, 8) bytes at `off` of buffer capture `cap`.
     Field {
         cap: u8,
@@ -453,6 +458,7 @@ fn chain_ok(ops: &[ChainOp], stash: &StashCaptures) -> bool {
             },
             ChainOp::Bin(_) if depth >= 2 => depth - 1,
             ChainOp::Copyin { cap: c } if depth >= 1 && matches!(cap(c), Some(ChainCap::Buf(_))) => depth,
+            ChainOp::CopyinUpto { cap: c } if depth >= 2 && matches!(cap(c), Some(ChainCap::Buf(_))) => depth - 1,
             ChainOp::Str { cap: c } if depth >= 1 && matches!(cap(c), Some(ChainCap::Str(_))) => depth - 1,
             ChainOp::Drop if depth >= 1 => depth - 1,
             _ => return false,
