@@ -19,6 +19,7 @@ pid_backends!(
     copyin_shows_buffers_as_they_were_at_each_call,
     pointers_saved_at_entry_are_read_at_the_return,
     reads_at_computed_addresses_are_made_at_the_firing,
+    curpsinfo_is_what_the_process_had_at_the_firing,
     ustack_walks_a_chain_without_frame_pointers,
     ustack_of_a_libc_probe_starts_in_libc,
     threads_are_counted_exactly,
@@ -279,6 +280,27 @@ fn reads_at_computed_addresses_are_made_at_the_firing(backend: Backend) {
         "sized name-2",
         "sized name-3",
     ];
+    assert_eq!(lines, want, "{text}\n{err}");
+}
+
+fn curpsinfo_is_what_the_process_had_at_the_firing(backend: Backend) {
+    // changebuf retitle rewrites its arguments before each named() call, as servers
+    // rename their workers: a uprobe's record holds the task's data (the argument
+    // strings included) as the kernel had them at the call, a trampoline's the
+    // argument strings as they were then, not as /proc showed them earlier.
+    let prog = "pid$target::named:entry { printf(\"%s|%s|%d|%d\\n\", probefunc, curpsinfo->pr_psargs, \
+                curpsinfo->pr_pid == pid && curpsinfo->pr_ppid == ppid, curlwpsinfo->pr_lwpid == tid); }";
+    // A short path: pr_psargs holds 80 bytes.
+    let dir = util::TempDir::new(if matches!(backend, Backend::Uprobes) { "cps-u" } else { "cps-i" });
+    let exe = dir.path().join("changebuf").display().to_string();
+    util::copy_fixture("changebuf", std::path::Path::new(&exe));
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{exe} retitle")]) else {
+        return;
+    };
+    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success(), "{text}\n{err}");
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("named|")).collect();
+    let want: Vec<String> = (1..=3).map(|i| format!("named|{exe} title-{i}|1|1")).collect();
     assert_eq!(lines, want, "{text}\n{err}");
 }
 

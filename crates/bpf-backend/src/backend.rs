@@ -259,6 +259,11 @@ impl Bpf {
         if !rplan.stash.is_empty() {
             maps.stash = Some(StashMaps::create(65536, 65536).map_err(maps_err)?);
         }
+        // curpsinfo and the like as the kernel has them at each firing; without the
+        // kernel's BTF, from /proc as before.
+        if rplan.task {
+            maps.task = Btf::vmlinux().ok().and_then(|b| udtrace_bpf::proc::TaskOffsets::from_btf(&b).ok());
+        }
         let program = load_uprobe_program(&rplan, &maps, Filter::Traced, "udtrace_pid")?;
         let all = if all {
             let program = load_uprobe_program(&rplan, &maps, Filter::AllBut(std::process::id()), "udtrace_pidall")?;

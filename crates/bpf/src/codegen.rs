@@ -35,6 +35,9 @@ pub struct ProbeMaps {
     pub errno: Option<ErrnoSource>,
     /// For plans that stash addresses from one firing to a later one.
     pub stash: Option<StashMaps>,
+    /// Where the kernel keeps a task's data, for plans that record the current task's
+    /// (`RecordPlan::task`).
+    pub task: Option<crate::proc::TaskOffsets>,
 }
 
 /// The maps of stashed addresses: per thread its slots, per site what it does.
@@ -82,6 +85,7 @@ impl ProbeMaps {
             drops: PerCpuArray::create("udtrace_drops", 1)?,
             errno: None,
             stash: None,
+            task: None,
         })
     }
 }
@@ -265,6 +269,14 @@ pub fn uprobe_program_for(
         emit_errno(&mut a, src);
     }
 
+    match (layout.off_snapshot, &maps.task) {
+        (Some(base), Some(o)) => crate::proc::emit_current_snapshot(&mut a, o, base),
+        // Without the kernel's offsets: none taken.
+        (Some(base), None) => {
+            a.push(st(Size::DW, Reg::R8, (base + udtrace_record::proc::SNAP_TASK) as i16, 0));
+        }
+        _ => {}
+    }
     if let Some(task) = layout.off_task {
         a.call(helper::GET_CURRENT_TASK);
         a.push(stx(Size::DW, Reg::R8, off(task), Reg::R0));

@@ -200,6 +200,14 @@ enum UserRead {
     IfSameProcess,
 }
 
+/// Writes the current task's snapshot to `record + base` (R8 the record), for a pid
+/// probe's record. Uses the stack at `fp - 48` and above.
+pub(crate) fn emit_current_snapshot(a: &mut Asm, o: &TaskOffsets, base: usize) {
+    a.call(helper::GET_CURRENT_TASK);
+    a.push(stx(Size::DW, Reg::R10, CUR_TASK, Reg::R0));
+    emit_snapshot(a, o, CUR_TASK, base, UserRead::Yes);
+}
+
 /// Writes the snapshot of the task whose pointer is at `fp + task` to `record + base`.
 fn emit_snapshot(a: &mut Asm, o: &TaskOffsets, task: i16, base: usize, user: UserRead) {
     a.push(ldx(Size::DW, Reg::R1, Reg::R10, task));

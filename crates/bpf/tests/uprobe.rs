@@ -186,6 +186,7 @@ fn strings_and_stack_are_captured() {
         regs: true,
         errno: false,
         curthread: true,
+        task: false,
         stash: Default::default(),
     };
     let layout = RecordLayout::new(&plan).unwrap();

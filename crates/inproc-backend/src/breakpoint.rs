@@ -122,6 +122,14 @@ pub fn record(
     for (&(off, size), cap) in layout.buffers.iter().zip(&plan.buffers) {
         read_buffer(&mut b, pid, pt_regs(regs)[cap.reg as usize], off, size);
     }
+    if let Some(base) = layout.off_snapshot {
+        // As a trampoline does: the argument strings as they are now.
+        use udtrace_record::proc::{PSARGS_SIZE, SNAP_ARGS, SNAP_PSARGS};
+        let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let n = args.len().min(PSARGS_SIZE);
+        b[base + SNAP_PSARGS..base + SNAP_PSARGS + n].copy_from_slice(&args[..n]);
+        put_u32(&mut b, base + SNAP_ARGS, n as u32);
+    }
     if stash_ops != 0 && !plan.stash.is_empty() {
         do_stash(&mut b, layout, plan, pid, tid, regs, stash_ops, data_page);
     }

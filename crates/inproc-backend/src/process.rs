@@ -13,7 +13,7 @@ use nix::libc;
 
 use udtrace_inproc::ring::{Geometry, Reader};
 use udtrace_inproc::trampoline::{
-    errno_words, generate, CpuSource, ProcessAddrs, Trampoline, TrampolineError, DATA_ERRNO_SLOT, DATA_PID,
+    errno_words, generate, CpuSource, ProcessAddrs, Trampoline, TrampolineError, DATA_ARGS, DATA_ERRNO_SLOT, DATA_PID,
     GLIBC_TID_OFFSET,
 };
 use udtrace_object::patch::{self, SiteKind as PatchKind};
@@ -348,6 +348,7 @@ impl Proc {
             regs.rip
         );
         write_pid(pid, data_page)?;
+        write_args(pid, data_page);
         let mut region = inject::create_shared_near(tid, geometry.size() as u64, regs.rip, Prot::READ | Prot::WRITE)
             .map_err(|e| format!("cannot map its ring: {e}"))?;
         geometry.init(&mut region.view);
@@ -679,6 +680,20 @@ fn vdso_clock(pid: i32) -> Result<u64, String> {
 }
 
 /// Writes `pid` into its data page at `page` (private memory: each process its own).
+/// Writes where the process's argument strings are (`/proc/PID/stat`'s arg_start and
+/// arg_end) to its data page ([`DATA_ARGS`]); left 0 (none) where they cannot be read.
+fn write_args(pid: i32, page: u64) {
+    let Ok((_, f)) = procfs::task_stat(pid, pid) else { return };
+    // Fields 48 and 49 of stat; `task_stat` gives them from field 3 on.
+    let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let mut w = [0u8; 16];
+    w[..8].copy_from_slice(&field(48).to_ne_bytes());
+    w[8..].copy_from_slice(&field(49).to_ne_bytes());
+    if let Ok(m) = mem(pid) {
+        let _ = m.write_all_at(&w, page + DATA_ARGS as u64);
+    }
+}
+
 fn write_pid(pid: i32, page: u64) -> Result<(), String> {
     write_pid_as(pid, pid, page)
 }

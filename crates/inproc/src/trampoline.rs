@@ -64,6 +64,12 @@ pub fn errno_words(data_page: u64, tls: Option<(u64, i64)>) -> [u8; 16] {
     w
 }
 
+/// Offset in the data page of the process's argument strings' bounds (u64 start,
+/// u64 end: `mm->arg_start`, `arg_end`), which udtrace writes when it sets the process
+/// up: a firing whose record has a task snapshot copies the first of those bytes,
+/// DTrace's `pr_psargs`, as they are at the firing (a process may rewrite them).
+pub const DATA_ARGS: usize = 24;
+
 /// Where the data page keeps addresses stashed from one firing to a later one of the
 /// same thread (`udtrace_record::pid::StashCaptures`): a table indexed by the thread id
 /// modulo its length, each entry the thread id (u32, then 4 bytes) and a u64 per slot.
@@ -315,6 +321,9 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     if !t.record.stash.is_empty() && t.stash_ops != 0 {
         emit_stash(&mut a, t, layout, &subs)?;
     }
+    if let Some(base) = layout.off_snapshot {
+        emit_psargs(&mut a, base, p.data_page, subs.readv)?;
+    }
 
     // Reserve slot h: head h -> h + 1 unless the ring is full.
     let mut retry = a.create_label();
@@ -360,7 +369,12 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     let stash_reads =
         !layout.stash_strings.is_empty() || !layout.stash_buffers.is_empty() || !layout.chain_caps.is_empty();
     let chain_strings = layout.chain_caps.iter().any(|c| matches!(c.1, udtrace_record::pid::ChainCap::Str(_)));
-    if layout.stack_bytes > 0 || !layout.strings.is_empty() || !layout.buffers.is_empty() || stash_reads {
+    if layout.stack_bytes > 0
+        || !layout.strings.is_empty()
+        || !layout.buffers.is_empty()
+        || stash_reads
+        || layout.off_snapshot.is_some()
+    {
         emit_readv(&mut a, &mut subs.readv, p.data_page)?;
         if !layout.strings.is_empty() || !layout.stash_strings.is_empty() || chain_strings {
             emit_readstr(&mut a, &mut subs)?;
@@ -388,6 +402,33 @@ struct Subroutines {
     readv: CodeLabel,
     /// The string at `rsi` into the string slot at `rdi`, at most `edx` bytes.
     readstr: CodeLabel,
+}
+
+/// The snapshot's psargs (the rest of it stays zero: no task, the consumer takes the
+/// process's other data from /proc): the first `PSARGS_SIZE` bytes of the argument
+/// strings, whose bounds are in the data page ([`DATA_ARGS`]; none while both are 0),
+/// and their count.
+fn emit_psargs(a: &mut CodeAssembler, base: usize, data_page: u64, readv: CodeLabel) -> Result<(), TrampolineError> {
+    use udtrace_record::proc::{PSARGS_SIZE, SNAP_ARGS, SNAP_PSARGS};
+    let mut none = a.create_label();
+    let mut fits = a.create_label();
+    a.mov(rax, data_page + DATA_ARGS as u64)?;
+    a.mov(rsi, qword_ptr(rax))?;
+    a.mov(rdx, qword_ptr(rax + 8))?;
+    a.sub(rdx, rsi)?;
+    a.jbe(none)?;
+    a.cmp(rdx, PSARGS_SIZE as i32)?;
+    a.jbe(fits)?;
+    a.mov(edx, PSARGS_SIZE as u32)?;
+    a.set_label(&mut fits)?;
+    a.lea(rdi, qword_ptr(rbx + (base + SNAP_PSARGS) as i32))?;
+    a.call(readv)?;
+    a.test(rax, rax)?;
+    a.js(none)?;
+    a.mov(dword_ptr(rbx + (base + SNAP_ARGS) as i32), eax)?;
+    a.set_label(&mut none)?;
+    a.nop()?;
+    Ok(())
 }
 
 /// rdx = this thread's stash entry ([`stash_entry`]), ecx = its id. Clobbers rax.
@@ -801,6 +842,7 @@ mod tests {
             regs: true,
             errno: true,
             curthread: false,
+            task: false,
             stash: Default::default(),
         };
         let layout = supported_layout(&rec).unwrap();

@@ -136,6 +136,7 @@ impl Setup {
             regs: self.plan.regs,
             errno: self.plan.errno,
             curthread: self.plan.curthread,
+            task: self.plan.cur_task,
             stash: StashCaptures {
                 slots: self.stash.vars.len() as u8,
                 writes: self.stash.writes.iter().map(|&(slot, n)| (slot, PtReg::ARGS[usize::from(n)])).collect(),

@@ -470,6 +470,8 @@ impl Context for FiringCtx<'_> {
                 (info.execname.clone(), info.snap.clone(), info.held)
             };
             let cur = CurrentFromProc {
+                at_firing: self.f.snapshot.as_ref(),
+                psargs: self.f.psargs.as_deref(),
                 cached: cached.as_ref(),
                 held,
                 pid: self.f.pid,

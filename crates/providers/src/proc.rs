@@ -476,6 +476,12 @@ pub fn snapshot_with_args(pid: u32) -> Option<TaskSnap> {
 /// `curpsinfo`/`curlwpsinfo` of a pid probe firing, translated from /proc when read:
 /// the addresses the built-ins give, and the struct bytes behind them.
 pub struct CurrentFromProc<'a> {
+    /// The task as the kernel had it at the firing, where the backend took it (BPF):
+    /// what is given then, its arguments from /proc or `cached` only where its read of
+    /// them failed.
+    pub at_firing: Option<&'a TaskSnap>,
+    /// The argument strings at the firing, where the backend read them.
+    pub psargs: Option<&'a [u8]>,
     /// The process as udtrace last read it (when it was held at its start, exec or
     /// grab, or first seen): what is given once /proc has no more of it.
     pub cached: Option<&'a TaskSnap>,
@@ -506,16 +512,22 @@ impl CurrentFromProc<'_> {
     /// The bytes at `addr` when it lies in one of the two structs.
     pub fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
         let base = addr & !0xfff;
-        let live = snapshot_from_proc(self.pid, self.tid, self.cpu);
+        let live = || snapshot_from_proc(self.pid, self.tid, self.cpu);
         let cached = self.cached.map(|c| TaskSnap { tid: self.tid, cpu: self.cpu, ..c.clone() });
-        let mut snap = match (live, cached) {
-            // Read while the process was held before this firing (a followed process is
-            // read again at each exec): its image and arguments then. Live, it may have
-            // exec'd since, or exited.
-            (Some(l), Some(c)) if self.held => TaskSnap { nlwp: l.nlwp, ..c },
-            (Some(l), _) => l,
-            (None, c) => c?,
+        let mut snap = match (self.at_firing, cached) {
+            (Some(s), _) => s.clone(),
+            (None, cached) => match (live(), cached) {
+                // Read while the process was held before this firing (a followed process is
+                // read again at each exec): its image and arguments then. Live, it may have
+                // exec'd since, or exited.
+                (Some(l), Some(c)) if self.held => TaskSnap { nlwp: l.nlwp, ..c },
+                (Some(l), _) => l,
+                (None, c) => c?,
+            },
         };
+        if let Some(a) = self.psargs {
+            snap.psargs = Some(a.to_vec());
+        }
         // A zombie still has its stat, but no arguments any more.
         if snap.psargs.is_none() {
             let live = std::fs::read(format!("/proc/{}/cmdline", self.pid)).ok().filter(|a| !a.is_empty());

@@ -169,6 +169,8 @@ impl Context for SelfFiring<'_> {
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
         if CurrentFromProc::covers(addr) {
             let cur = CurrentFromProc {
+                at_firing: None,
+                psargs: None,
                 cached: None,
                 held: false,
                 pid: self.me.pid as u32,

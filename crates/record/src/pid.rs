@@ -22,6 +22,8 @@
 //!               per stash string and buffer capture: a slot as above, read from
 //!               that address (when not 0)
 //!               per chain capture: u64 address (0: not read), then a slot as above
+//!               the current task's snapshot (`proc::SNAP_SIZE`), when plan.task:
+//!               its first word (the task's address) 0 when none was taken
 //!    last    8  the current task's `struct task_struct` address, when plan.curthread
 //! ```
 
@@ -230,6 +232,9 @@ pub struct RecordPlan {
     /// Whether the current task's address is recorded (`curthread`).
     pub curthread: bool,
     pub stash: StashCaptures,
+    /// Whether the current task's data are recorded (`curpsinfo`, `curlwpsinfo`),
+    /// as the proc provider's records have them.
+    pub task: bool,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -282,6 +287,8 @@ pub struct RecordLayout {
     pub stash_buffers: Vec<(usize, u32, u8)>,
     /// (offset of the address; the slot is 8 bytes on, its data 16) per chain capture.
     pub chain_caps: Vec<(usize, ChainCap)>,
+    /// Where the current task's snapshot is, when recorded.
+    pub off_snapshot: Option<usize>,
     /// Where the current task's address is, when recorded.
     pub off_task: Option<usize>,
     pub size: usize,
@@ -296,7 +303,10 @@ impl RecordLayout {
             || plan.stack_bytes > 0
             || !plan.strings.is_empty()
             || !plan.buffers.is_empty()
-            || !plan.stash.is_empty();
+            || !plan.stash.is_empty()
+            // A trampoline zeroes the record's tail only where it has registers: an
+            // in-process record's snapshot is zero (none).
+            || plan.task;
         let off_stack = if regs { OFF_STACK } else { OFF_REGS };
         let mut off = off_stack + plan.stack_bytes as usize;
         let strings = slots(&mut off, plan.strings.iter().map(|s| s.max), MAX_STRING, PlanError::StringMax)?;
@@ -330,6 +340,10 @@ impl RecordLayout {
         if plan.stash.chains.len() > 24 || plan.stash.chains.iter().any(|c| !chain_ok(c, &plan.stash)) {
             return Err(PlanError::Chain);
         }
+        let off_snapshot = plan.task.then_some(off);
+        if plan.task {
+            off += crate::proc::SNAP_SIZE.div_ceil(8) * 8;
+        }
         let off_task = plan.curthread.then_some(off);
         if plan.curthread {
             off += 8;
@@ -349,6 +363,7 @@ impl RecordLayout {
             stash_strings,
             stash_buffers,
             chain_caps,
+            off_snapshot,
             off_task,
             size: off,
         })
@@ -421,7 +436,22 @@ impl RecordLayout {
                 stashed.push(Stashed { addr, string: matches!(cap, ChainCap::Str(_)), bytes });
             }
         }
+        let snapshot = self
+            .off_snapshot
+            .filter(|&o| u64_at(o + crate::proc::SNAP_TASK) != 0)
+            .map(|o| crate::proc::snapshot(rec, o));
+        // Without the task (in-process), the argument strings alone.
+        let psargs = match (self.off_snapshot, &snapshot) {
+            (Some(o), None) => {
+                let n = (u32_at(o + crate::proc::SNAP_ARGS) as usize).min(crate::proc::PSARGS_SIZE);
+                (n > 0).then(|| rec[o + crate::proc::SNAP_PSARGS..][..n].to_vec())
+            }
+            (_, Some(s)) => s.psargs.clone(),
+            _ => None,
+        };
         Ok(Firing {
+            psargs,
+            snapshot,
             stashed,
             cookie: u64_at(OFF_COOKIE),
             pid: (pid_tgid >> 32) as u32,
@@ -514,6 +544,11 @@ pub struct Firing<'a> {
     pub buffers: Vec<Option<&'a [u8]>>,
     /// The strings and buffers read behind addresses stashed at earlier firings.
     pub stashed: Vec<Stashed<'a>>,
+    /// The current task's data at the firing, where the backend took them.
+    pub snapshot: Option<crate::proc::TaskSnap>,
+    /// Its argument strings at the firing (raw, NUL-separated, at most DTrace's 80
+    /// bytes), where the backend read them (the snapshot's, or alone).
+    pub psargs: Option<Vec<u8>>,
 }
 
 /// Memory read at the firing behind an address stashed at an earlier one.
@@ -550,6 +585,7 @@ mod tests {
             regs: true,
             errno: false,
             curthread: false,
+            task: false,
             stash: StashCaptures::default(),
         };
         let l = RecordLayout::new(&plan).unwrap();
@@ -577,6 +613,7 @@ mod tests {
                 regs: true,
                 errno: false,
                 curthread: false,
+                task: false,
                 stash: StashCaptures::default(),
             }),
             Err(PlanError::StackBytes(12))
@@ -589,6 +626,7 @@ mod tests {
                 regs: true,
                 errno: false,
                 curthread: false,
+                task: false,
                 stash: StashCaptures::default(),
             }),
             Err(PlanError::StringMax(0))
@@ -606,6 +644,7 @@ mod tests {
                 regs: true,
                 errno: false,
                 curthread: false,
+                task: false,
                 stash: StashCaptures::default(),
             }),
             Err(PlanError::TooLarge(_))
@@ -713,6 +752,7 @@ mod tests {
             regs: true,
             errno: true,
             curthread: true,
+            task: false,
             stash: StashCaptures::default(),
         };
         let l = RecordLayout::new(&plan).unwrap();

@@ -284,7 +284,8 @@ pub fn hook_of(rec: &[u8]) -> Option<Hook> {
     Hook::from_u8((cookie & 0xff) as u8)
 }
 
-fn snapshot(b: &[u8], base: usize) -> TaskSnap {
+/// The task snapshot at `base` of a record (a proc record's, or a pid record's).
+pub fn snapshot(b: &[u8], base: usize) -> TaskSnap {
     let at = |o: usize| u32_at(b, base + o);
     let args = at(SNAP_ARGS) as usize;
     TaskSnap {
