@@ -447,9 +447,19 @@ impl Context for FiringCtx<'_> {
             Builtin::Vtimestamp => Value::int(self.f.ktime as i64),
             Builtin::Walltimestamp => Value::int(self.f.ktime as i64 + self.procs.borrow().wall_offset),
             Builtin::Execname => Value::str(&self.procs.borrow_mut().info(pid).execname),
-            Builtin::Ppid => Value::int(self.procs.borrow_mut().info(pid).ppid),
-            Builtin::Uid => Value::int(self.procs.borrow_mut().info(pid).uid),
-            Builtin::Gid => Value::int(self.procs.borrow_mut().info(pid).gid),
+            // The kernel's at the firing where the record has them.
+            Builtin::Ppid => match &self.f.snapshot {
+                Some(s) => Value::int(i64::from(s.ppid)),
+                None => Value::int(self.procs.borrow_mut().info(pid).ppid),
+            },
+            Builtin::Uid => match &self.f.snapshot {
+                Some(s) => Value::int(i64::from(s.uid)),
+                None => Value::int(self.procs.borrow_mut().info(pid).uid),
+            },
+            Builtin::Gid => match &self.f.snapshot {
+                Some(s) => Value::int(i64::from(s.gid)),
+                None => Value::int(self.procs.borrow_mut().info(pid).gid),
+            },
             Builtin::Ucaller => Value::int(self.ucaller() as i64),
             Builtin::Errno => Value::int(i64::from(self.f.errno)),
             Builtin::Ustackdepth => Value::int(self.stack(true, None).len() as i64),
