@@ -288,20 +288,31 @@ fn curpsinfo_is_what_the_process_had_at_the_firing(backend: Backend) {
     // rename their workers: a uprobe's record holds the task's data (the argument
     // strings included) as the kernel had them at the call, a trampoline's the
     // argument strings as they were then, not as /proc showed them earlier.
+    // It drops its privileges after its point() calls: uid and gid are the kernel's
+    // then too (read by the process itself in-process).
     let prog = "pid$target::named:entry { printf(\"%s|%s|%d|%d\\n\", probefunc, curpsinfo->pr_psargs, \
-                curpsinfo->pr_pid == pid && curpsinfo->pr_ppid == ppid, curlwpsinfo->pr_lwpid == tid); }";
+                curpsinfo->pr_pid == pid && curpsinfo->pr_ppid == ppid, curlwpsinfo->pr_lwpid == tid); } \
+                pid$target::point:entry, pid$target::named:entry { printf(\"ids %s %d %d %d %d\\n\", probefunc, \
+                uid, gid, curpsinfo->pr_euid, curpsinfo->pr_egid); }";
     // A short path: pr_psargs holds 80 bytes.
     let dir = util::TempDir::new(if matches!(backend, Backend::Uprobes) { "cps-u" } else { "cps-i" });
     let exe = dir.path().join("changebuf").display().to_string();
     util::copy_fixture("changebuf", std::path::Path::new(&exe));
-    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{exe} retitle")]) else {
+    if !util::is_root() {
+        println!("skipped: dropping privileges needs root");
+        return;
+    }
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{exe} dropuid retitle")]) else {
         return;
     };
     let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
     assert!(out.status.success(), "{text}\n{err}");
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("named|")).collect();
-    let want: Vec<String> = (1..=3).map(|i| format!("named|{exe} title-{i}|1|1")).collect();
+    let want: Vec<String> = (1..=3).map(|i| format!("named|{exe} dropuid title-{i}|1|1")).collect();
     assert_eq!(lines, want, "{text}\n{err}");
+    let mut ids: Vec<&str> = text.lines().filter(|l| l.starts_with("ids ")).collect();
+    ids.dedup();
+    assert_eq!(ids, ["ids point 0 0 0 0", "ids named 65534 65534 65534 65534"], "{text}\n{err}");
 }
 
 /// Runs `prog` on the fixture, which must exit 0 with no read failing, and compares

@@ -123,8 +123,20 @@ pub fn record(
         read_buffer(&mut b, pid, pt_regs(regs)[cap.reg as usize], off, size);
     }
     if let Some(base) = layout.off_snapshot {
-        // As a trampoline does: the argument strings as they are now.
-        use udtrace_record::proc::{PSARGS_SIZE, SNAP_ARGS, SNAP_PSARGS};
+        // As a trampoline does: credentials, parent and argument strings as they are
+        // now, the thread stopped at the site.
+        use udtrace_record::proc::{PSARGS_SIZE, SNAP_ARGS, SNAP_CRED, SNAP_PPID, SNAP_PSARGS, SNAP_TASK};
+        put_u64(&mut b, base + SNAP_TASK, udtrace_record::pid::OWN_TASK);
+        let ids = |key| procfs::status_numbers(pid, key).unwrap_or_default();
+        // /proc's real, effective, saved; the record's uid gid suid sgid euid egid.
+        for (i, key) in ["Uid:", "Gid:"].into_iter().enumerate() {
+            let v = ids(key);
+            for (j, at) in [0, 4, 2].into_iter().enumerate() {
+                put_u32(&mut b, base + SNAP_CRED + 4 * (at + i), v.get(j).copied().unwrap_or(0) as u32);
+            }
+        }
+        let ppid = procfs::task_stat(pid, pid).ok().and_then(|(_, f)| f.get(1)?.parse().ok()).unwrap_or(0);
+        put_u32(&mut b, base + SNAP_PPID, ppid);
         let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let n = args.len().min(PSARGS_SIZE);
         b[base + SNAP_PSARGS..base + SNAP_PSARGS + n].copy_from_slice(&args[..n]);

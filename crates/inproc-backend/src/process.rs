@@ -562,7 +562,8 @@ impl Proc {
             record.stack_bytes > 0
                 || !record.strings.is_empty()
                 || !record.buffers.is_empty()
-                || (site.stash_ops >> 32 != 0 && !(record.stash.strings.is_empty() && record.stash.buffers.is_empty()))
+                || record.task
+                || (site.stash_ops >> 32 != 0 && !record.stash.is_empty())
         }) {
             return Err(why.into());
         }

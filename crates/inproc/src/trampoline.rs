@@ -109,6 +109,10 @@ const CPU_MASK: u32 = 0xfff;
 const RED_ZONE: i32 = 128;
 /// `process_vm_readv`, x86-64.
 const SYS_PROCESS_VM_READV: u32 = 310;
+/// `getppid`, `getresuid`, `getresgid`, x86-64.
+const SYS_GETPPID: u32 = 110;
+const SYS_GETRESUID: u32 = 118;
+const SYS_GETRESGID: u32 = 120;
 const EFAULT: i32 = 14;
 /// Records of this size and more are copied into their slot with `rep movsq`, smaller
 /// ones a qword at a time (`rep movsq` starts slowly).
@@ -322,7 +326,7 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
         emit_stash(&mut a, t, layout, &subs)?;
     }
     if let Some(base) = layout.off_snapshot {
-        emit_psargs(&mut a, base, p.data_page, subs.readv)?;
+        emit_own_task(&mut a, base, p.data_page, subs.readv)?;
     }
 
     // Reserve slot h: head h -> h + 1 unless the ring is full.
@@ -404,12 +408,26 @@ struct Subroutines {
     readstr: CodeLabel,
 }
 
-/// The snapshot's psargs (the rest of it stays zero: no task, the consumer takes the
-/// process's other data from /proc): the first `PSARGS_SIZE` bytes of the argument
-/// strings, whose bounds are in the data page ([`DATA_ARGS`]; none while both are 0),
-/// and their count.
-fn emit_psargs(a: &mut CodeAssembler, base: usize, data_page: u64, readv: CodeLabel) -> Result<(), TrampolineError> {
-    use udtrace_record::proc::{PSARGS_SIZE, SNAP_ARGS, SNAP_PSARGS};
+/// What the process can tell of itself, into the record's task snapshot (marked
+/// [`udtrace_record::pid::OWN_TASK`]: the kernel's task is not known; the consumer
+/// takes the rest from /proc): its credentials (`getresuid`, `getresgid`), its parent
+/// (`getppid`), and the first `PSARGS_SIZE` bytes of its argument strings, whose bounds
+/// are in the data page ([`DATA_ARGS`]; none while both are 0), with their count.
+fn emit_own_task(a: &mut CodeAssembler, base: usize, data_page: u64, readv: CodeLabel) -> Result<(), TrampolineError> {
+    use udtrace_record::proc::{PSARGS_SIZE, SNAP_ARGS, SNAP_CRED, SNAP_PPID, SNAP_PSARGS, SNAP_TASK};
+    a.mov(qword_ptr(rbx + (base + SNAP_TASK) as i32), udtrace_record::pid::OWN_TASK as i32)?;
+    // uid gid suid sgid euid egid, as the kernel's cred has them.
+    let cred = |i: usize| rbx + (base + SNAP_CRED + 4 * i) as i32;
+    for (nr, real, effective, saved) in [(SYS_GETRESUID, 0, 4, 2), (SYS_GETRESGID, 1, 5, 3)] {
+        a.mov(eax, nr)?;
+        a.lea(rdi, qword_ptr(cred(real)))?;
+        a.lea(rsi, qword_ptr(cred(effective)))?;
+        a.lea(rdx, qword_ptr(cred(saved)))?;
+        a.syscall()?;
+    }
+    a.mov(eax, SYS_GETPPID)?;
+    a.syscall()?;
+    a.mov(dword_ptr(rbx + (base + SNAP_PPID) as i32), eax)?;
     let mut none = a.create_label();
     let mut fits = a.create_label();
     a.mov(rax, data_page + DATA_ARGS as u64)?;

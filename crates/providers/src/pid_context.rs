@@ -448,17 +448,20 @@ impl Context for FiringCtx<'_> {
             Builtin::Walltimestamp => Value::int(self.f.ktime as i64 + self.procs.borrow().wall_offset),
             Builtin::Execname => Value::str(&self.procs.borrow_mut().info(pid).execname),
             // The kernel's at the firing where the record has them.
-            Builtin::Ppid => match &self.f.snapshot {
-                Some(s) => Value::int(i64::from(s.ppid)),
-                None => Value::int(self.procs.borrow_mut().info(pid).ppid),
+            Builtin::Ppid => match (&self.f.snapshot, &self.f.own) {
+                (Some(s), _) => Value::int(i64::from(s.ppid)),
+                (_, Some(o)) => Value::int(i64::from(o.ppid)),
+                _ => Value::int(self.procs.borrow_mut().info(pid).ppid),
             },
-            Builtin::Uid => match &self.f.snapshot {
-                Some(s) => Value::int(i64::from(s.uid)),
-                None => Value::int(self.procs.borrow_mut().info(pid).uid),
+            Builtin::Uid => match (&self.f.snapshot, &self.f.own) {
+                (Some(s), _) => Value::int(i64::from(s.uid)),
+                (_, Some(o)) => Value::int(i64::from(o.uid)),
+                _ => Value::int(self.procs.borrow_mut().info(pid).uid),
             },
-            Builtin::Gid => match &self.f.snapshot {
-                Some(s) => Value::int(i64::from(s.gid)),
-                None => Value::int(self.procs.borrow_mut().info(pid).gid),
+            Builtin::Gid => match (&self.f.snapshot, &self.f.own) {
+                (Some(s), _) => Value::int(i64::from(s.gid)),
+                (_, Some(o)) => Value::int(i64::from(o.gid)),
+                _ => Value::int(self.procs.borrow_mut().info(pid).gid),
             },
             Builtin::Ucaller => Value::int(self.ucaller() as i64),
             Builtin::Errno => Value::int(i64::from(self.f.errno)),
@@ -482,6 +485,7 @@ impl Context for FiringCtx<'_> {
             let cur = CurrentFromProc {
                 at_firing: self.f.snapshot.as_ref(),
                 psargs: self.f.psargs.as_deref(),
+                own: self.f.own.as_ref(),
                 cached: cached.as_ref(),
                 held,
                 pid: self.f.pid,

@@ -482,6 +482,8 @@ pub struct CurrentFromProc<'a> {
     pub at_firing: Option<&'a TaskSnap>,
     /// The argument strings at the firing, where the backend read them.
     pub psargs: Option<&'a [u8]>,
+    /// What the process told of itself at the firing.
+    pub own: Option<&'a udtrace_record::pid::OwnTask>,
     /// The process as udtrace last read it (when it was held at its start, exec or
     /// grab, or first seen): what is given once /proc has no more of it.
     pub cached: Option<&'a TaskSnap>,
@@ -527,6 +529,9 @@ impl CurrentFromProc<'_> {
         };
         if let Some(a) = self.psargs {
             snap.psargs = Some(a.to_vec());
+        }
+        if let Some(o) = self.own {
+            (snap.uid, snap.gid, snap.euid, snap.egid, snap.ppid) = (o.uid, o.gid, o.euid, o.egid, o.ppid);
         }
         // A zombie still has its stat, but no arguments any more.
         if snap.psargs.is_none() {

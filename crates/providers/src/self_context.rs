@@ -171,6 +171,7 @@ impl Context for SelfFiring<'_> {
             let cur = CurrentFromProc {
                 at_firing: None,
                 psargs: None,
+                own: None,
                 cached: None,
                 held: false,
                 pid: self.me.pid as u32,

@@ -143,6 +143,20 @@ pub fn op_chain(k: usize) -> u64 {
     1 << (40 + k)
 }
 
+/// The task word of a record's snapshot filled by the process itself (in-process
+/// probes): its credentials, parent and argument strings only.
+pub const OWN_TASK: u64 = 1;
+
+/// What a process tells of itself at a firing (the in-process probes' snapshot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnTask {
+    pub uid: u32,
+    pub gid: u32,
+    pub euid: u32,
+    pub egid: u32,
+    pub ppid: u32,
+}
+
 /// One step of a chain: a stack program over u64 values (`udtrace_lang::capture::Chain`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChainOp {
@@ -436,10 +450,15 @@ impl RecordLayout {
                 stashed.push(Stashed { addr, string: matches!(cap, ChainCap::Str(_)), bytes });
             }
         }
+        let task_word = self.off_snapshot.map(|o| u64_at(o + crate::proc::SNAP_TASK));
         let snapshot = self
             .off_snapshot
-            .filter(|&o| u64_at(o + crate::proc::SNAP_TASK) != 0)
+            .filter(|_| !matches!(task_word, Some(0 | OWN_TASK)))
             .map(|o| crate::proc::snapshot(rec, o));
+        let own = self.off_snapshot.filter(|_| task_word == Some(OWN_TASK)).map(|o| {
+            let s = crate::proc::snapshot(rec, o);
+            OwnTask { uid: s.uid, gid: s.gid, euid: s.euid, egid: s.egid, ppid: s.ppid }
+        });
         // Without the task (in-process), the argument strings alone.
         let psargs = match (self.off_snapshot, &snapshot) {
             (Some(o), None) => {
@@ -450,6 +469,7 @@ impl RecordLayout {
             _ => None,
         };
         Ok(Firing {
+            own,
             psargs,
             snapshot,
             stashed,
@@ -549,6 +569,9 @@ pub struct Firing<'a> {
     /// Its argument strings at the firing (raw, NUL-separated, at most DTrace's 80
     /// bytes), where the backend read them (the snapshot's, or alone).
     pub psargs: Option<Vec<u8>>,
+    /// What the process told of itself at the firing, where the backend could not
+    /// read the kernel's task.
+    pub own: Option<OwnTask>,
 }
 
 /// Memory read at the firing behind an address stashed at an earlier one.
