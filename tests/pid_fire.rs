@@ -288,12 +288,13 @@ fn curpsinfo_is_what_the_process_had_at_the_firing(backend: Backend) {
     // rename their workers: a uprobe's record holds the task's data (the argument
     // strings included) as the kernel had them at the call, a trampoline's the
     // argument strings as they were then, not as /proc showed them earlier.
-    // It drops its privileges after its point() calls: uid and gid are the kernel's
-    // then too (read by the process itself in-process).
+    // It drops its privileges and leads a process group of its own after its point()
+    // calls: uid, gid and the group are the kernel's then too (read by the process
+    // itself in-process).
     let prog = "pid$target::named:entry { printf(\"%s|%s|%d|%d\\n\", probefunc, curpsinfo->pr_psargs, \
                 curpsinfo->pr_pid == pid && curpsinfo->pr_ppid == ppid, curlwpsinfo->pr_lwpid == tid); } \
-                pid$target::point:entry, pid$target::named:entry { printf(\"ids %s %d %d %d %d\\n\", probefunc, \
-                uid, gid, curpsinfo->pr_euid, curpsinfo->pr_egid); }";
+                pid$target::point:entry, pid$target::named:entry { printf(\"ids %s %d %d %d %d %d\\n\", probefunc, \
+                uid, gid, curpsinfo->pr_euid, curpsinfo->pr_egid, curpsinfo->pr_pgid == pid); }";
     // A short path: pr_psargs holds 80 bytes.
     let dir = util::TempDir::new(if matches!(backend, Backend::Uprobes) { "cps-u" } else { "cps-i" });
     let exe = dir.path().join("changebuf").display().to_string();
@@ -312,7 +313,7 @@ fn curpsinfo_is_what_the_process_had_at_the_firing(backend: Backend) {
     assert_eq!(lines, want, "{text}\n{err}");
     let mut ids: Vec<&str> = text.lines().filter(|l| l.starts_with("ids ")).collect();
     ids.dedup();
-    assert_eq!(ids, ["ids point 0 0 0 0", "ids named 65534 65534 65534 65534"], "{text}\n{err}");
+    assert_eq!(ids, ["ids point 0 0 0 0 0", "ids named 65534 65534 65534 65534 1"], "{text}\n{err}");
 }
 
 /// Runs `prog` on the fixture, which must exit 0 with no read failing, and compares

@@ -125,7 +125,9 @@ pub fn record(
     if let Some(base) = layout.off_snapshot {
         // As a trampoline does: credentials, parent and argument strings as they are
         // now, the thread stopped at the site.
-        use udtrace_record::proc::{PSARGS_SIZE, SNAP_ARGS, SNAP_CRED, SNAP_PPID, SNAP_PSARGS, SNAP_TASK};
+        use udtrace_record::proc::{
+            PSARGS_SIZE, SNAP_ARGS, SNAP_CRED, SNAP_PGID, SNAP_PPID, SNAP_PSARGS, SNAP_SID, SNAP_TASK,
+        };
         put_u64(&mut b, base + SNAP_TASK, udtrace_record::pid::OWN_TASK);
         let ids = |key| procfs::status_numbers(pid, key).unwrap_or_default();
         // /proc's real, effective, saved; the record's uid gid suid sgid euid egid.
@@ -135,8 +137,11 @@ pub fn record(
                 put_u32(&mut b, base + SNAP_CRED + 4 * (at + i), v.get(j).copied().unwrap_or(0) as u32);
             }
         }
-        let ppid = procfs::task_stat(pid, pid).ok().and_then(|(_, f)| f.get(1)?.parse().ok()).unwrap_or(0);
-        put_u32(&mut b, base + SNAP_PPID, ppid);
+        // stat's fields after comm: 1 ppid, 2 pgrp, 3 session.
+        let stat = procfs::task_stat(pid, pid).map(|(_, f)| f).unwrap_or_default();
+        for (i, at) in [(1, SNAP_PPID), (2, SNAP_PGID), (3, SNAP_SID)] {
+            put_u32(&mut b, base + at, stat.get(i).and_then(|v| v.parse().ok()).unwrap_or(0));
+        }
         let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let n = args.len().min(PSARGS_SIZE);
         b[base + SNAP_PSARGS..base + SNAP_PSARGS + n].copy_from_slice(&args[..n]);

@@ -109,8 +109,10 @@ const CPU_MASK: u32 = 0xfff;
 const RED_ZONE: i32 = 128;
 /// `process_vm_readv`, x86-64.
 const SYS_PROCESS_VM_READV: u32 = 310;
-/// `getppid`, `getresuid`, `getresgid`, x86-64.
+/// `getppid`, `getresuid`, `getresgid`, `getpgid`, `getsid`, x86-64.
 const SYS_GETPPID: u32 = 110;
+const SYS_GETPGID: u32 = 121;
+const SYS_GETSID: u32 = 124;
 const SYS_GETRESUID: u32 = 118;
 const SYS_GETRESGID: u32 = 120;
 const EFAULT: i32 = 14;
@@ -410,11 +412,13 @@ struct Subroutines {
 
 /// What the process can tell of itself, into the record's task snapshot (marked
 /// [`udtrace_record::pid::OWN_TASK`]: the kernel's task is not known; the consumer
-/// takes the rest from /proc): its credentials (`getresuid`, `getresgid`), its parent
-/// (`getppid`), and the first `PSARGS_SIZE` bytes of its argument strings, whose bounds
+/// takes the rest from /proc): its credentials (`getresuid`, `getresgid`), its parent,
+/// process group and session (`getppid`, `getpgid`, `getsid`), and the first `PSARGS_SIZE` bytes of its argument strings, whose bounds
 /// are in the data page ([`DATA_ARGS`]; none while both are 0), with their count.
 fn emit_own_task(a: &mut CodeAssembler, base: usize, data_page: u64, readv: CodeLabel) -> Result<(), TrampolineError> {
-    use udtrace_record::proc::{PSARGS_SIZE, SNAP_ARGS, SNAP_CRED, SNAP_PPID, SNAP_PSARGS, SNAP_TASK};
+    use udtrace_record::proc::{
+        PSARGS_SIZE, SNAP_ARGS, SNAP_CRED, SNAP_PGID, SNAP_PPID, SNAP_PSARGS, SNAP_SID, SNAP_TASK,
+    };
     a.mov(qword_ptr(rbx + (base + SNAP_TASK) as i32), udtrace_record::pid::OWN_TASK as i32)?;
     // uid gid suid sgid euid egid, as the kernel's cred has them.
     let cred = |i: usize| rbx + (base + SNAP_CRED + 4 * i) as i32;
@@ -425,9 +429,12 @@ fn emit_own_task(a: &mut CodeAssembler, base: usize, data_page: u64, readv: Code
         a.lea(rdx, qword_ptr(cred(saved)))?;
         a.syscall()?;
     }
-    a.mov(eax, SYS_GETPPID)?;
-    a.syscall()?;
-    a.mov(dword_ptr(rbx + (base + SNAP_PPID) as i32), eax)?;
+    for (nr, at) in [(SYS_GETPPID, SNAP_PPID), (SYS_GETPGID, SNAP_PGID), (SYS_GETSID, SNAP_SID)] {
+        a.mov(eax, nr)?;
+        a.xor(edi, edi)?;
+        a.syscall()?;
+        a.mov(dword_ptr(rbx + (base + at) as i32), eax)?;
+    }
     let mut none = a.create_label();
     let mut fits = a.create_label();
     a.mov(rax, data_page + DATA_ARGS as u64)?;

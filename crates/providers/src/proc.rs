@@ -531,7 +531,8 @@ impl CurrentFromProc<'_> {
             snap.psargs = Some(a.to_vec());
         }
         if let Some(o) = self.own {
-            (snap.uid, snap.gid, snap.euid, snap.egid, snap.ppid) = (o.uid, o.gid, o.euid, o.egid, o.ppid);
+            (snap.uid, snap.gid, snap.euid, snap.egid) = (o.uid, o.gid, o.euid, o.egid);
+            (snap.ppid, snap.pgid, snap.sid) = (o.ppid, o.pgid, o.sid);
         }
         // A zombie still has its stat, but no arguments any more.
         if snap.psargs.is_none() {

@@ -155,6 +155,8 @@ pub struct OwnTask {
     pub euid: u32,
     pub egid: u32,
     pub ppid: u32,
+    pub pgid: u32,
+    pub sid: u32,
 }
 
 /// One step of a chain: a stack program over u64 values (`udtrace_lang::capture::Chain`).
@@ -457,7 +459,7 @@ impl RecordLayout {
             .map(|o| crate::proc::snapshot(rec, o));
         let own = self.off_snapshot.filter(|_| task_word == Some(OWN_TASK)).map(|o| {
             let s = crate::proc::snapshot(rec, o);
-            OwnTask { uid: s.uid, gid: s.gid, euid: s.euid, egid: s.egid, ppid: s.ppid }
+            OwnTask { uid: s.uid, gid: s.gid, euid: s.euid, egid: s.egid, ppid: s.ppid, pgid: s.pgid, sid: s.sid }
         });
         // Without the task (in-process), the argument strings alone.
         let psargs = match (self.off_snapshot, &snapshot) {
