@@ -170,13 +170,13 @@ fn copyinstr_shows_exact_strings_of_a_short_lived_process(backend: Backend) {
 }
 
 fn copyinstr_of_a_pointer_saved_at_entry_reads_it_before_the_process_ends(backend: Backend) {
-    // DTrace's idiom: the pointer kept at entry, its string read at return. The address
-    // is not an argument of the return probe, so the string is read from the process
-    // when the record is consumed, and the process exits right after its last call:
-    // every firing was consumed after its memory had gone ("invalid address"). Its
-    // exit now waits for them.
-    let prog = "pid$target::fx_open:entry { self->p = arg0; } \
-                pid$target::fx_open:return /self->p/ { @[copyinstr(self->p)] = count(); self->p = 0; }";
+    // The pointer kept at entry, its string read at return, through a global variable
+    // (the firings keep `self->` pointers, not globals): the string is read from the
+    // process when the record is consumed, and the process exits right after its last
+    // call. Every firing was consumed after its memory had gone ("invalid address");
+    // its exit now waits for them.
+    let prog = "pid$target::fx_open:entry { p = arg0; } \
+                pid$target::fx_open:return /p/ { @[copyinstr(p)] = count(); p = 0; }";
     let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} open 40", fixture("probes"))]) else {
         return;
     };
@@ -211,22 +211,30 @@ fn pointers_saved_at_entry_are_read_at_the_return(backend: Backend) {
     // name is gone, and no exit waits for it). The addresses kept at entry are kept by
     // the firing too, and the return's firing reads them. bare() is one site for its
     // entry and return (a lone `ret`): the pointer stored there is the one read.
+    // measured()'s entry cannot be patched in-process, its return can: the pointer
+    // kept at a breakpoint is found by the trampoline (a uprobe there would keep it
+    // where the trampoline does not look).
     let prog = "pid$target::point:entry, pid$target::named:entry, pid$target::bare:entry { self->p = arg0; } \
                 pid$target::point:return, pid$target::bare:return /self->p/ { \
                 printf(\"%s %d %d\\n\", probefunc, *(int *)copyin(self->p, 4), ((int *)copyin(self->p, 8))[1]); self->p = 0; } \
-                pid$target::named:return /self->p/ { printf(\"%s %s\\n\", probefunc, copyinstr(self->p)); self->p = 0; }";
+                pid$target::named:return /self->p/ { printf(\"%s %s\\n\", probefunc, copyinstr(self->p)); self->p = 0; } \
+                pid$target::measured:entry { self->m = arg0; } \
+                pid$target::measured:return /self->m/ { printf(\"%s %s\\n\", probefunc, copyinstr(self->m)); self->m = 0; }";
     let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} exec", fixture("changebuf"))]) else {
         return;
     };
     let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
     assert!(out.status.success() && !err.contains("invalid address"), "{text}\n{err}");
-    let heads = ["point", "named", "bare"];
+    let heads = ["point", "named", "bare", "measured"];
     let mut lines: Vec<&str> = text.lines().filter(|l| heads.iter().any(|h| l.split(' ').next() == Some(h))).collect();
     lines.sort_unstable();
     let want = [
         "bare 100 1000",
         "bare 200 2000",
         "bare 300 3000",
+        "measured name-1",
+        "measured name-2",
+        "measured name-3",
         "named name-1",
         "named name-2",
         "named name-3",

@@ -280,6 +280,34 @@ impl InProcess {
         cookie
     }
 
+    /// Places a breakpoint at each site of `probes` (those the kernel cannot probe
+    /// too, where `unprobeable`), counting each under its reason.
+    fn break_at_all(&mut self, pid: i32, objects: &[LoadedObject], probes: &[(PidProbe, String)], unprobeable: bool) {
+        if probes.is_empty() {
+            return;
+        }
+        if self.procs.contains_key(&pid) {
+            self.ensure_guard(pid);
+        }
+        for (p, why) in probes {
+            // A breakpoint works where a uprobe cannot (lock-prefixed, VEX).
+            let extra: &[(u64, u64)] = if unprobeable { &p.unprobeable } else { &[] };
+            for &(offset, file_off) in p.sites.iter().chain(extra) {
+                let cookie = self.cookie(p, offset, file_off);
+                let site = site_of(p, offset, file_off, cookie, self.cookie_ops[cookie as usize]);
+                let guard = self.guards.get_mut(&pid).and_then(|g| g.as_mut().ok());
+                let placed = match self.procs.get_mut(&pid) {
+                    Some(proc) => proc.break_at(pid, &site, objects, guard, self.ledger.get(pid)),
+                    None => Err(why.clone()),
+                };
+                match placed {
+                    Ok(()) => *self.broke.entry(why.clone()).or_default() += 1,
+                    Err(e) => *self.unarmed.entry(format!("{why}; no breakpoint either: {e}")).or_default() += 1,
+                }
+            }
+        }
+    }
+
     /// Sites not patched go to the fallback; without one they stay unarmed. Either way
     /// the next notice counts them under `why`.
     fn fall_back(
@@ -293,27 +321,36 @@ impl InProcess {
         }
         if self.fallback.is_none() {
             // The slow path: a breakpoint at each site (see breakpoint.rs).
-            if self.procs.contains_key(&pid) {
-                self.ensure_guard(pid);
-            }
-            for (p, why) in &unpatched {
-                // A breakpoint works where a uprobe cannot (lock-prefixed, VEX).
-                for &(offset, file_off) in p.sites.iter().chain(&p.unprobeable) {
-                    let cookie = self.cookie(p, offset, file_off);
-                    let site = site_of(p, offset, file_off, cookie, self.cookie_ops[cookie as usize]);
-                    let guard = self.guards.get_mut(&pid).and_then(|g| g.as_mut().ok());
-                    let placed = match self.procs.get_mut(&pid) {
-                        Some(proc) => proc.break_at(pid, &site, objects, guard, self.ledger.get(pid)),
-                        None => Err(why.clone()),
-                    };
-                    match placed {
-                        Ok(()) => *self.broke.entry(why.clone()).or_default() += 1,
-                        Err(e) => *self.unarmed.entry(format!("{why}; no breakpoint either: {e}")).or_default() += 1,
-                    }
-                }
-            }
+            self.break_at_all(pid, objects, &unpatched, true);
             return Ok(());
         }
+        // Sites whose firings keep or read saved pointers meet the trampolines' table
+        // (in the data page) only at a breakpoint: a uprobe's are in a BPF map of its
+        // own, and a pointer kept at a patched entry would not be found at its return.
+        // (A process without trampolines has its table nowhere: all its sites are
+        // uprobes, and their map serves.)
+        let has_table = self.procs.contains_key(&pid);
+        let mut shared: Vec<(PidProbe, String)> = Vec::new();
+        let mut rest: Vec<(PidProbe, String)> = Vec::new();
+        for (p, why) in unpatched {
+            let (mut own, mut other) = (Vec::new(), Vec::new());
+            for &(offset, file_off) in &p.sites {
+                let cookie = self.cookie(&p, offset, file_off);
+                if has_table && self.cookie_ops[cookie as usize] & TABLE_OPS != 0 {
+                    own.push((offset, file_off));
+                } else {
+                    other.push((offset, file_off));
+                }
+            }
+            if !own.is_empty() {
+                shared.push((with_sites(&p, own, Vec::new()), why.clone()));
+            }
+            if !other.is_empty() || !p.unprobeable.is_empty() {
+                rest.push((with_sites(&p, other, p.unprobeable.clone()), why));
+            }
+        }
+        self.break_at_all(pid, objects, &shared, false);
+        let unpatched = rest;
         // A uprobe inside a patch's bytes would write into them: such sites stay unarmed.
         let mut kept: Vec<(PidProbe, String)> = Vec::new();
         for (p, why) in unpatched {
@@ -343,6 +380,10 @@ impl InProcess {
         f.arm(pid, &refs)
     }
 }
+
+/// The stash ops that use the per-thread table: stores, and reads of saved pointers
+/// (chains that start from arguments alone do not).
+const TABLE_OPS: u64 = (1 << 40) - 1;
 
 fn patch_kind(k: SiteKind) -> PatchKind {
     match k {

@@ -303,16 +303,10 @@ impl Follower {
             return None;
         }
         // Firings whose clauses read memory not captured with them are consumed while
-        // their process ends, before its memory goes (see docs/pid-provider.md). The
-        // in-process backend's saved pointers do not meet those of the uprobes it falls
-        // back to (a site that stores in one and reads in the other reads live): there
-        // the exits wait all the same.
-        let none = capture::StashPlan::default();
-        let stash = if c.options.uprobes { &c.stash } else { &none };
-        let exit_stops =
-            c.program.clauses.iter().any(|cl| {
-                cl.probes.iter().any(|d| is_pid_provider(&d.provider)) && capture::reads_live_memory(cl, stash)
-            });
+        // their process ends, before its memory goes (see docs/pid-provider.md).
+        let exit_stops = c.program.clauses.iter().any(|cl| {
+            cl.probes.iter().any(|d| is_pid_provider(&d.provider)) && capture::reads_live_memory(cl, &c.stash)
+        });
         Some(Follower {
             tree: Tree::new(!c.options.nofollow, hold_signal(), exit_stops),
             rematcher: Rematcher::new(descs, c),
