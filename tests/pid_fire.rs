@@ -20,6 +20,7 @@ pid_backends!(
     pointers_saved_at_entry_are_read_at_the_return,
     reads_at_computed_addresses_are_made_at_the_firing,
     curpsinfo_is_what_the_process_had_at_the_firing,
+    an_entry_and_its_return_armed_differently_are_seen_in_order,
     ustack_walks_a_chain_without_frame_pointers,
     ustack_of_a_libc_probe_starts_in_libc,
     threads_are_counted_exactly,
@@ -322,6 +323,23 @@ fn curpsinfo_is_what_the_process_had_at_the_firing(backend: Backend) {
     let mut ids: Vec<&str> = text.lines().filter(|l| l.starts_with("ids ")).collect();
     ids.dedup();
     assert_eq!(ids, ["ids point 0 0 0 0 0", "ids named 65534 65534 65534 65534 1"], "{text}\n{err}");
+}
+
+fn an_entry_and_its_return_armed_differently_are_seen_in_order(backend: Backend) {
+    // measured()'s entry cannot be patched in-process and its return can: in-process,
+    // its entries are uprobes (the fallback's ring) and its returns trampolines (the
+    // process's ring). DTrace's latency idiom needs each entry before its return; the
+    // two rings were consumed one after the other, and most returns found
+    // `self->ts` stored by a later entry, or cleared.
+    let prog = "pid$target::measured:entry { self->ts = timestamp; } \
+                pid$target::measured:return /self->ts/ { @n = count(); @late = sum(timestamp > self->ts); self->ts = 0; } \
+                END { printa(\"n %@d late %@d\\n\", @n, @late); }";
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} loop", fixture("changebuf"))]) else {
+        return;
+    };
+    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success(), "{text}\n{err}");
+    assert!(text.contains("n 20003 late 20003\n"), "{text}\n{err}");
 }
 
 /// Runs `prog` on the fixture, which must exit 0 with no read failing, and compares

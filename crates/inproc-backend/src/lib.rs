@@ -69,6 +69,9 @@ pub struct InProcess {
     broke: BTreeMap<String, usize>,
     /// Records of breakpoint firings, written by udtrace, not yet consumed.
     pending: Vec<Vec<u8>>,
+    /// Ring records that fired while the last drain read the fallback's: they go out
+    /// with the next, after the fallback's that may come before them.
+    held: Merge,
     /// Where each process keeps errno (see `Backend::set_errno_tls`).
     errno_tls: HashMap<i32, (u64, i64)>,
     /// Ring drops already reported.
@@ -224,6 +227,7 @@ impl InProcess {
             unarmed: BTreeMap::new(),
             broke: BTreeMap::new(),
             pending: Vec::new(),
+            held: Merge::default(),
             errno_tls: HashMap::new(),
             drops_seen: 0,
             explain: setup.explain,
@@ -379,6 +383,60 @@ impl InProcess {
         let refs: Vec<&PidProbe> = probes.iter().collect();
         f.arm(pid, &refs)
     }
+}
+
+/// Records of the rings and breakpoints of one drain, copied, to go out in time order
+/// among the fallback's (see `InProcess::consume`).
+#[derive(Default)]
+struct Merge {
+    arena: Vec<u8>,
+    /// (ktime, start, length) of each record in `arena`; those from `next` on are
+    /// still to go out, sorted by time (stably: a ring's own order stays).
+    records: Vec<(u64, usize, usize)>,
+    next: usize,
+    /// The latest ktime read.
+    latest: u64,
+}
+
+impl Merge {
+    fn keep(&mut self, layout: &RecordLayout, bytes: &[u8]) {
+        if let Ok(f) = layout.parse(bytes) {
+            self.records.push((f.ktime, self.arena.len(), bytes.len()));
+            self.arena.extend_from_slice(bytes);
+            self.latest = self.latest.max(f.ktime);
+        }
+    }
+
+    fn sort(&mut self) {
+        self.records[self.next..].sort_by_key(|r| r.0);
+    }
+
+    /// The next record, if it is not later than `t` (with `below`, earlier than it).
+    fn next_until(&mut self, t: Option<u64>, below: bool) -> Option<&[u8]> {
+        let &(ktime, at, len) = self.records.get(self.next)?;
+        if t.is_some_and(|t| ktime > t || (below && ktime == t)) {
+            return None;
+        }
+        self.next += 1;
+        Some(&self.arena[at..at + len])
+    }
+
+    /// The records still to go out, alone.
+    fn rest(self) -> Merge {
+        let mut m = Merge::default();
+        for &(ktime, at, len) in &self.records[self.next..] {
+            m.records.push((ktime, m.arena.len(), len));
+            m.arena.extend_from_slice(&self.arena[at..at + len]);
+            m.latest = m.latest.max(ktime);
+        }
+        m
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of every record's ktime.
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map_or(0, |t| (t.tv_sec() as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec() as u64))
 }
 
 /// The stash ops that use the per-thread table: stores, and reads of saved pointers
@@ -803,21 +861,50 @@ impl Backend for InProcess {
     fn consume(&mut self, each: &mut dyn FnMut(Record<'_>)) {
         let (layout, cookies) = (&self.layout, &self.cookies);
         let (string_args, buffer_args) = (&self.string_args, &self.buffer_args);
-        // Breakpoint firings first: the ring's records from before were consumed before
-        // the trap was handled, and a stopped thread wrote nothing since.
+        // A thread's firings come from up to three places: its process's ring, the
+        // breakpoints udtrace handled, and the fallback's uprobes. The clauses must see
+        // them in the order they happened (`self->ts` stored at an entry that is a
+        // uprobe, read at a return that is patched), so they go out by time: the
+        // breakpoints' records and the rings', copied and sorted, each before the first
+        // of the fallback's that is later.
+        // - A fallback record later than every ring record read so far has the rings
+        //   read again first: a firing of its thread before it was committed before it.
+        // - Ring records that fired after the fallback's were first read (from `t0`
+        //   on) wait for the next drain: a fallback record before them may not have
+        //   been there to read. (A thread that has stopped, at an exit or an exec,
+        //   fires nothing meanwhile: its records all go out before its event is
+        //   dealt with.)
+        let mut ours = std::mem::take(&mut self.held);
         for bytes in std::mem::take(&mut self.pending) {
-            let Ok(firing) = layout.parse(&bytes) else { continue };
-            let Some(sites) = cookies.get(firing.cookie as usize) else { continue };
-            each(Record::Pid { firing, sites, string_args, buffer_args });
+            ours.keep(layout, &bytes);
         }
-        self.rings.drain(|bytes| {
-            let Ok(firing) = layout.parse(bytes) else { return };
-            let Some(sites) = cookies.get(firing.cookie as usize) else { return };
-            each(Record::Pid { firing, sites, string_args, buffer_args });
+        let rings = &mut self.rings;
+        rings.drain(|b| ours.keep(layout, b));
+        ours.sort();
+        let emit_until = |ours: &mut Merge, t: Option<u64>, below: bool, each: &mut dyn FnMut(Record<'_>)| {
+            while let Some(bytes) = ours.next_until(t, below) {
+                let Ok(firing) = layout.parse(bytes) else { continue };
+                let Some(sites) = cookies.get(firing.cookie as usize) else { continue };
+                each(Record::Pid { firing, sites, string_args, buffer_args });
+            }
+        };
+        let Some(f) = self.fallback.as_mut() else {
+            emit_until(&mut ours, None, false, each);
+            return;
+        };
+        let t0 = monotonic_ns();
+        f.consume(&mut |record| {
+            if let Record::Pid { firing, .. } = &record {
+                if ours.latest < firing.ktime {
+                    rings.drain(|b| ours.keep(layout, b));
+                    ours.sort();
+                }
+                emit_until(&mut ours, Some(firing.ktime), false, each);
+            }
+            each(record);
         });
-        if let Some(f) = self.fallback.as_mut() {
-            f.consume(each);
-        }
+        emit_until(&mut ours, Some(t0), true, each);
+        self.held = ours.rest();
     }
 
     fn backlog(&self) -> bool {
