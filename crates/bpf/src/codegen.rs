@@ -3,7 +3,9 @@
 
 use thiserror::Error;
 
-use udtrace_record::pid::{self as record, ChainBin, ChainOp, PlanError, PtReg, RecordLayout, RecordPlan};
+use udtrace_record::pid::{
+    self as record, ChainBin, ChainOp, PlanError, PtReg, RecordLayout, RecordPlan, MAX_STASH_SLOTS,
+};
 
 use crate::insn::{
     alu64_imm, alu64_reg, atomic_add, helper, ld_imm64, ld_map_fd, ldx, mov64_imm, mov64_reg, st, stx, AluOp, Asm,
@@ -560,7 +562,6 @@ const STASH_ZERO: i16 = -40 - STASH_VALUE as i16;
 
 /// Bytes of a thread's entry in [`StashMaps::threads`]: a u64 per slot.
 pub const STASH_VALUE: usize = 8 * MAX_STASH_SLOTS;
-pub const MAX_STASH_SLOTS: usize = 8;
 
 /// The stash code of a firing (see `udtrace_record::pid::StashCaptures`): the site's
 /// ops from `ops` by its cookie (none: nothing to do); the slots it reads are copied

@@ -12,6 +12,9 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use udtrace_record::pid::{op_chain, op_read, op_write, MAX_CHAINS, MAX_CHAIN_DEPTH, MAX_STASH_SLOTS};
+pub use udtrace_record::pid::{ChainBin, ChainOp, PtReg};
+
 use crate::ast::{BinaryOp, VarScope};
 use crate::ir::{visit_actions, visit_expr, Action, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, Subr};
 
@@ -290,9 +293,6 @@ fn captured_buffer(args: &[Expr]) -> Option<(u8, u32)> {
     }
 }
 
-/// The most thread-local variables a program's firings stash addresses in.
-pub const MAX_STASHED: usize = 8;
-
 /// Addresses saved at one firing and read at a later one of the same thread:
 /// `self->p = argN` in one pid clause, `copyinstr(self->p)` or `copyin(self->p, SIZE)`
 /// in another. A backend keeps, per thread, each such variable's last argument (its
@@ -313,8 +313,8 @@ pub struct StashPlan {
     pub strings: Vec<u8>,
     /// (slot, size): the bytes captured behind a slot, the largest constant size asked.
     pub buffers: Vec<(u8, u32)>,
-    /// Per clause of the program: what its firings do ([`StashPlan::op_write`],
-    /// [`StashPlan::op_read`], [`StashPlan::op_chain`] bits).
+    /// Per clause of the program: what its firings do (`udtrace_record::pid`'s
+    /// [`op_write`], [`op_read`] and [`op_chain`] bits).
     pub clause_ops: Vec<u64>,
     /// Reads at addresses computed at the firing ([`Chain`]), each run where its
     /// clause's ops have its bit.
@@ -322,11 +322,6 @@ pub struct StashPlan {
     /// The memory the chains capture, by `cap` index.
     pub chain_caps: Vec<ChainCap>,
 }
-
-/// The most chains a program's firings run.
-pub const MAX_CHAINS: usize = 24;
-/// The deepest operand stack of a chain.
-pub const MAX_CHAIN_DEPTH: usize = 8;
 
 /// A read whose address a firing computes from its registers, saved pointers and the
 /// memory it reads on the way (`copyin(arg0 + 8, 16)`, `copyinstr(*(uintptr_t
@@ -337,52 +332,6 @@ pub const MAX_CHAIN_DEPTH: usize = 8;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chain {
     pub ops: Vec<ChainOp>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChainOp {
-    Const(u64),
-    /// An argument register, 0..=5.
-    Arg(u8),
-    /// A stash slot's address, as this firing read it (0 when none).
-    Slot(u8),
-    /// Pop b, pop a, push a op b (64-bit, wrapping; shifts logical).
-    Bin(ChainBin),
-    /// Pop A; capture `chain_caps[cap]` (a buffer) at A; push A. A read that faults
-    /// ends the chain.
-    Copyin {
-        cap: u8,
-    },
-    /// Pop N, pop A; capture N bytes at A, at most what `chain_caps[cap]` (an
-    /// [`ChainCap::Upto`]) holds; push A.
-    CopyinUpto {
-        cap: u8,
-    },
-    /// Push `size` bytes at `off` of buffer capture `cap` (sign-extended when
-    /// `signed`).
-    Field {
-        cap: u8,
-        off: u32,
-        size: u8,
-        signed: bool,
-    },
-    /// Pop.
-    Drop,
-    /// Pop A; capture the string at A (`chain_caps[cap]`, a string).
-    Str {
-        cap: u8,
-    },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChainBin {
-    Add,
-    Sub,
-    Mul,
-    And,
-    Or,
-    Shl,
-    Shr,
 }
 
 /// What a chain captures: a string (its bytes are `strsize`) or `size` bytes.
@@ -397,21 +346,6 @@ pub enum ChainCap {
 impl StashPlan {
     pub fn slot_of(&self, var: usize) -> Option<usize> {
         self.vars.iter().position(|&v| v == var)
-    }
-
-    /// The ops bit of `writes[i]`.
-    pub fn op_write(i: usize) -> u64 {
-        1 << i
-    }
-
-    /// The ops bit of reading `slot` (its address, then its string and buffer).
-    pub fn op_read(slot: usize) -> u64 {
-        1 << (32 + slot)
-    }
-
-    /// The ops bit of running `chains[k]`.
-    pub fn op_chain(k: usize) -> u64 {
-        1 << (32 + MAX_STASHED + k)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -534,7 +468,7 @@ fn stash_plan_of(prog: &CheckedProgram, pid_clause: &dyn Fn(&Clause) -> bool, on
             }
             let slot = match vars.iter().position(|&v| v == var) {
                 Some(s) => s,
-                None if vars.len() < MAX_STASHED && reg != u8::MAX => {
+                None if vars.len() < MAX_STASH_SLOTS && reg != u8::MAX => {
                     vars.push(var);
                     whole.push(true);
                     vars.len() - 1
@@ -572,7 +506,7 @@ fn stash_plan_of(prog: &CheckedProgram, pid_clause: &dyn Fn(&Clause) -> bool, on
             for &(var, reg) in &clause_writes[ci] {
                 if let Some(slot) = plan.slot_of(var) {
                     if let Some(i) = plan.writes.iter().position(|&w| w == (slot as u8, reg)) {
-                        ops |= StashPlan::op_write(i);
+                        ops |= op_write(i);
                     }
                 }
             }
@@ -626,9 +560,9 @@ fn stash_plan_of(prog: &CheckedProgram, pid_clause: &dyn Fn(&Clause) -> bool, on
                     }
                     None => continue,
                 };
-                ops |= StashPlan::op_chain(k);
+                ops |= op_chain(k);
                 for &slot in slots {
-                    ops |= StashPlan::op_read(usize::from(slot));
+                    ops |= op_read(usize::from(slot));
                 }
             }
             each_expr(c, &mut |e| {
@@ -642,7 +576,7 @@ fn stash_plan_of(prog: &CheckedProgram, pid_clause: &dyn Fn(&Clause) -> bool, on
                     _ => return,
                 };
                 let Some(slot) = var.and_then(|v| plan.slot_of(v)) else { return };
-                ops |= StashPlan::op_read(slot);
+                ops |= op_read(slot);
                 match size {
                     None if !plan.strings.contains(&(slot as u8)) => plan.strings.push(slot as u8),
                     None => {}
@@ -743,9 +677,9 @@ impl ChainCompiler<'_> {
     fn value(&mut self, e: &Expr) -> Option<()> {
         match &e.kind {
             ExprKind::Int(n) => self.ops.push(ChainOp::Const(*n)),
-            ExprKind::Builtin(Builtin::Arg(n)) if *n < 6 => self.ops.push(ChainOp::Arg(*n)),
+            ExprKind::Builtin(Builtin::Arg(n)) if *n < 6 => self.ops.push(ChainOp::Arg(PtReg::ARGS[usize::from(*n)])),
             ExprKind::Args(i) => match i.kind {
-                ExprKind::Int(n) if n < 6 => self.ops.push(ChainOp::Arg(n as u8)),
+                ExprKind::Int(n) if n < 6 => self.ops.push(ChainOp::Arg(PtReg::ARGS[n as usize])),
                 _ => return None,
             },
             ExprKind::Var(v) if v.scope == VarScope::Clause => self.local(v.id, |c, x| c.value(x))?,
@@ -926,8 +860,8 @@ mod tests {
         assert_eq!(s.writes, vec![(0, 0), (1, 1)]);
         assert_eq!(s.strings, vec![0]);
         assert_eq!(s.buffers, vec![(1, 16)]);
-        let w = StashPlan::op_write(0) | StashPlan::op_write(1);
-        assert_eq!(s.clause_ops, vec![w, StashPlan::op_read(0), StashPlan::op_read(1)]);
+        let w = op_write(0) | op_write(1);
+        assert_eq!(s.clause_ops, vec![w, op_read(0), op_read(1)]);
         let prog = program_of(src);
         assert!(!reads_live_memory(&prog.clauses[1], &s));
         assert!(!reads_live_memory(&prog.clauses[2], &s));
@@ -970,7 +904,7 @@ mod tests {
         let s = stash_of(src);
         assert_eq!(
             s.chains[0].ops,
-            vec![ChainOp::Slot(0), ChainOp::Arg(1), ChainOp::CopyinUpto { cap: 0 }, ChainOp::Drop]
+            vec![ChainOp::Slot(0), ChainOp::Arg(PtReg::Si), ChainOp::CopyinUpto { cap: 0 }, ChainOp::Drop]
         );
         assert!(reads_live_memory(&program_of(src).clauses[1], &s));
     }
@@ -984,12 +918,18 @@ mod tests {
         assert_eq!(s.chains.len(), 1, "{:?}", s.chains);
         assert_eq!(
             s.chains[0].ops,
-            vec![Arg(0), Copyin { cap: 0 }, Drop, Field { cap: 0, off: 8, size: 8, signed: false }, Str { cap: 1 }]
+            vec![
+                Arg(PtReg::Di),
+                Copyin { cap: 0 },
+                Drop,
+                Field { cap: 0, off: 8, size: 8, signed: false },
+                Str { cap: 1 }
+            ]
         );
         assert!(!reads_live_memory(&program_of(src).clauses[0], &s));
         // Its earlier value where it is assigned again from itself.
         let s = stash_of("pid1::f:entry { this->p = arg0; this->p = this->p + 8; trace(copyinstr(this->p)); }");
-        assert_eq!(s.chains[0].ops, vec![Arg(0), Const(8), Bin(ChainBin::Add), Str { cap: 0 }]);
+        assert_eq!(s.chains[0].ops, vec![Arg(PtReg::Di), Const(8), Bin(ChainBin::Add), Str { cap: 0 }]);
         // Assigned in a branch: unknown after it.
         let src = "pid1::f:entry { this->p = arg0; if (arg1) { this->p = arg2; } trace(copyinstr(this->p)); }";
         let s = stash_of(src);
@@ -1009,7 +949,7 @@ mod tests {
         assert_eq!(
             s.chains[0].ops,
             vec![
-                Arg(1),
+                Arg(PtReg::Si),
                 Const(8),
                 Bin(ChainBin::Add),
                 Copyin { cap: 0 },
@@ -1020,30 +960,33 @@ mod tests {
         );
         assert_eq!(
             s.chains[1].ops,
-            vec![Arg(0), Copyin { cap: 2 }, Drop, Field { cap: 2, off: 8, size: 8, signed: false }, Str { cap: 3 }]
+            vec![
+                Arg(PtReg::Di),
+                Copyin { cap: 2 },
+                Drop,
+                Field { cap: 2, off: 8, size: 8, signed: false },
+                Str { cap: 3 }
+            ]
         );
-        assert_eq!(s.chains[2].ops, vec![Arg(2), Const(4), Bin(ChainBin::Add), Copyin { cap: 4 }, Drop]);
+        assert_eq!(s.chains[2].ops, vec![Arg(PtReg::Dx), Const(4), Bin(ChainBin::Add), Copyin { cap: 4 }, Drop]);
         assert_eq!(
             s.chain_caps,
             vec![ChainCap::Buf(8), ChainCap::Str, ChainCap::Buf(16), ChainCap::Str, ChainCap::Buf(4)]
         );
         // The same read in two clauses is one chain; the copyin a chain makes on its
         // way is none of its own.
-        assert_eq!(
-            s.clause_ops,
-            vec![StashPlan::op_chain(0), StashPlan::op_chain(1), StashPlan::op_chain(0) | StashPlan::op_chain(2)]
-        );
+        assert_eq!(s.clause_ops, vec![op_chain(0), op_chain(1), op_chain(0) | op_chain(2)]);
         let prog = program_of(src);
         assert!(prog.clauses.iter().all(|c| !reads_live_memory(c, &s)));
         // A saved pointer a chain starts from is stashed.
         let s = stash_of("pid1::f:entry { self->argv = arg1; } pid1::f:return { trace(copyinstr(*(uintptr_t *)copyin(self->argv + 8, 8))); }");
         assert_eq!(s.chains[0].ops[0], Slot(0));
-        assert_eq!(s.clause_ops[1], StashPlan::op_chain(0) | StashPlan::op_read(0));
+        assert_eq!(s.clause_ops[1], op_chain(0) | op_read(0));
         // A size known at the firing: up to strsize bytes captured, and the read still
         // counted live (it may be longer).
         let src = "pid1::f:entry { trace(stringof(copyin(arg1, arg2))); }";
         let s = stash_of(src);
-        assert_eq!(s.chains[0].ops, vec![Arg(1), Arg(2), CopyinUpto { cap: 0 }, Drop]);
+        assert_eq!(s.chains[0].ops, vec![Arg(PtReg::Si), Arg(PtReg::Dx), CopyinUpto { cap: 0 }, Drop]);
         assert_eq!(s.chain_caps, vec![ChainCap::Upto]);
         assert!(reads_live_memory(&program_of(src).clauses[0], &s));
         // What no chain can compute is read live: a variable offset, a 32-bit

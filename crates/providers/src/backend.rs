@@ -11,10 +11,10 @@ use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use udtrace_lang::capture::{CapturePlan, ChainBin as LangBin, ChainCap as LangCap, ChainOp as LangOp, StashPlan};
+use udtrace_lang::capture::{CapturePlan, ChainCap as LangCap, StashPlan};
 use udtrace_record::pid::{
-    BufferCapture, ChainBin, ChainCap, ChainOp, Firing, PlanError, PtReg, RecordLayout, RecordPlan, StashCaptures,
-    StringCapture, MAX_BUFFER, MAX_STRING,
+    BufferCapture, ChainCap, Firing, PlanError, PtReg, RecordLayout, RecordPlan, StashCaptures, StringCapture,
+    MAX_BUFFER, MAX_STRING,
 };
 use udtrace_record::proc::{Hook, ProcFiring, ProcPlan};
 use udtrace_record::profile::Sample;
@@ -142,7 +142,7 @@ impl Setup {
                 writes: self.stash.writes.iter().map(|&(slot, n)| (slot, PtReg::ARGS[usize::from(n)])).collect(),
                 strings: self.stash.strings.iter().map(|&slot| (slot, self.strsize.clamp(1, MAX_STRING))).collect(),
                 buffers: self.stash.buffers.clone(),
-                chains: self.stash.chains.iter().map(|c| c.ops.iter().map(|&op| chain_op(op)).collect()).collect(),
+                chains: self.stash.chains.iter().map(|c| c.ops.clone()).collect(),
                 chain_caps: self
                     .stash
                     .chain_caps
@@ -155,29 +155,6 @@ impl Setup {
                     .collect(),
             },
         }
-    }
-}
-
-/// A chain step as the record plan carries it.
-fn chain_op(op: LangOp) -> ChainOp {
-    match op {
-        LangOp::Const(n) => ChainOp::Const(n),
-        LangOp::Arg(n) => ChainOp::Arg(PtReg::ARGS[usize::from(n).min(5)]),
-        LangOp::Slot(s) => ChainOp::Slot(s),
-        LangOp::Bin(b) => ChainOp::Bin(match b {
-            LangBin::Add => ChainBin::Add,
-            LangBin::Sub => ChainBin::Sub,
-            LangBin::Mul => ChainBin::Mul,
-            LangBin::And => ChainBin::And,
-            LangBin::Or => ChainBin::Or,
-            LangBin::Shl => ChainBin::Shl,
-            LangBin::Shr => ChainBin::Shr,
-        }),
-        LangOp::Copyin { cap } => ChainOp::Copyin { cap },
-        LangOp::CopyinUpto { cap } => ChainOp::CopyinUpto { cap },
-        LangOp::Field { cap, off, size, signed } => ChainOp::Field { cap, off, size, signed },
-        LangOp::Drop => ChainOp::Drop,
-        LangOp::Str { cap } => ChainOp::Str { cap },
     }
 }
 

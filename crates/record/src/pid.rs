@@ -128,19 +128,24 @@ impl StashCaptures {
     }
 }
 
+/// The most stash slots a plan has (thread-local variables whose pointers are kept).
+pub const MAX_STASH_SLOTS: usize = 8;
+/// The most chains a plan has.
+pub const MAX_CHAINS: usize = 24;
+
 /// The ops bit of storing `writes[i]`.
 pub fn op_write(i: usize) -> u64 {
     1 << i
 }
 
-/// The ops bit of reading stash slot `slot` (at most 8 slots).
+/// The ops bit of reading stash slot `slot` (below [`MAX_STASH_SLOTS`]).
 pub fn op_read(slot: usize) -> u64 {
     1 << (32 + slot)
 }
 
-/// The ops bit of running chain `k` (at most 24 chains).
+/// The ops bit of running chain `k` (below [`MAX_CHAINS`]).
 pub fn op_chain(k: usize) -> u64 {
-    1 << (40 + k)
+    1 << (32 + MAX_STASH_SLOTS + k)
 }
 
 /// The task word of a record's snapshot filled by the process itself (in-process
@@ -353,7 +358,7 @@ impl RecordLayout {
             chain_caps.push((off, cap));
             off += 16 + (n as usize).div_ceil(8) * 8;
         }
-        if plan.stash.chains.len() > 24 || plan.stash.chains.iter().any(|c| !chain_ok(c, &plan.stash)) {
+        if plan.stash.chains.len() > MAX_CHAINS || plan.stash.chains.iter().any(|c| !chain_ok(c, &plan.stash)) {
             return Err(PlanError::Chain);
         }
         let off_snapshot = plan.task.then_some(off);
