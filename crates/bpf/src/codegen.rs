@@ -285,16 +285,7 @@ pub fn uprobe_program_for(
     }
 
     for (cap, &(slot, max)) in plan.strings.iter().zip(&layout.strings) {
-        a.push(mov64_reg(Reg::R1, Reg::R8));
-        a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
-        a.push(mov64_imm(Reg::R2, max as i32));
-        a.push(ldx(Size::DW, Reg::R3, Reg::R6, cap.reg.offset() as i16));
-        a.call(helper::PROBE_READ_USER_STR);
-        if sleepable {
-            emit_fault_in_string(&mut a, Addr::Reg(cap.reg), slot, max);
-        }
-        a.push(stx(Size::W, Reg::R8, off(slot), Reg::R0));
-        a.push(st(Size::W, Reg::R8, off(slot + 4), 0));
+        emit_string(&mut a, Addr::Reg(cap.reg), slot, max, sleepable);
     }
 
     for (cap, &(slot, size)) in plan.buffers.iter().zip(&layout.buffers) {
@@ -316,6 +307,18 @@ pub fn uprobe_program_for(
     a.push(mov64_imm(Reg::R0, 0));
     a.exit();
     Ok(a.finish()?)
+}
+
+/// Reads the string at the address `src` holds into the string slot at `slot`: i32
+/// the helper's result (the length with the NUL, or -errno), then a u32 0. Sleepable, a
+/// string the first read could not take is faulted in and read again.
+fn emit_string(a: &mut Asm, src: Addr, slot: usize, max: u32, sleepable: bool) {
+    emit_read_string(a, src, slot, max);
+    if sleepable {
+        emit_fault_in_string(a, src, slot, max);
+    }
+    a.push(stx(Size::W, Reg::R8, slot as i16, Reg::R0));
+    a.push(st(Size::W, Reg::R8, (slot + 4) as i16, 0));
 }
 
 /// After a string read whose result is in R0: when it failed, copies the string's
@@ -344,7 +347,7 @@ fn emit_fault_in_string(a: &mut Asm, src: Addr, slot: usize, max: u32) {
     a.push(mov64_reg(Reg::R9, Reg::R2)); // the first page's part, kept for below
     a.push(src.load(Reg::R3));
     a.call(helper::COPY_FROM_USER);
-    emit_read_string_again(a, src, slot, max);
+    emit_read_string(a, src, slot, max);
     a.jmp_imm(Cond::Sge, Reg::R0, 0, done);
     // The rest, up to `max`, from the next page's start.
     a.push(mov64_imm(Reg::R2, max as i32));
@@ -358,7 +361,7 @@ fn emit_fault_in_string(a: &mut Asm, src: Addr, slot: usize, max: u32) {
     a.push(src.load(Reg::R3));
     a.push(alu64_reg(AluOp::Add, Reg::R3, Reg::R9));
     a.call(helper::COPY_FROM_USER);
-    emit_read_string_again(a, src, slot, max);
+    emit_read_string(a, src, slot, max);
     a.bind(done);
 }
 
@@ -390,8 +393,8 @@ fn emit_buffer(a: &mut Asm, src: Addr, slot: usize, size: u32, sleepable: bool) 
     a.push(st(Size::W, Reg::R8, (slot + 4) as i16, 0));
 }
 
-/// Reads the string behind `src` into its slot again, R0 the result.
-fn emit_read_string_again(a: &mut Asm, src: Addr, slot: usize, max: u32) {
+/// Reads the string behind `src` into its slot, R0 the result.
+fn emit_read_string(a: &mut Asm, src: Addr, slot: usize, max: u32) {
     a.push(mov64_reg(Reg::R1, Reg::R8));
     a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
     a.push(mov64_imm(Reg::R2, max as i32));
@@ -538,15 +541,7 @@ fn emit_chain(a: &mut Asm, k: usize, chain: &[ChainOp], layout: &RecordLayout, s
                 a.push(ldx(Size::DW, Reg::R3, Reg::R10, operand(d - 1)));
                 a.push(stx(Size::DW, Reg::R8, off as i16, Reg::R3));
                 a.jmp_imm(Cond::Eq, Reg::R3, 0, skip);
-                a.push(mov64_reg(Reg::R1, Reg::R8));
-                a.push(alu64_imm(AluOp::Add, Reg::R1, (off + 16) as i32));
-                a.push(mov64_imm(Reg::R2, c.bytes() as i32));
-                a.call(helper::PROBE_READ_USER_STR);
-                if sleepable {
-                    emit_fault_in_string(a, Addr::Record(off), off + 8, c.bytes());
-                }
-                a.push(stx(Size::W, Reg::R8, (off + 8) as i16, Reg::R0));
-                a.push(st(Size::W, Reg::R8, (off + 12) as i16, 0));
+                emit_string(a, Addr::Record(off), off + 8, c.bytes(), sleepable);
                 a.bind(skip);
                 d -= 1;
             }
@@ -635,15 +630,7 @@ fn emit_stash(a: &mut Asm, plan: &RecordPlan, layout: &RecordLayout, maps: &Stas
         let src = Addr::Record(layout.off_stash + 8 * usize::from(v));
         a.push(src.load(Reg::R3));
         a.jmp_imm(Cond::Eq, Reg::R3, 0, next);
-        a.push(mov64_reg(Reg::R1, Reg::R8));
-        a.push(alu64_imm(AluOp::Add, Reg::R1, (slot + 8) as i32));
-        a.push(mov64_imm(Reg::R2, max as i32));
-        a.call(helper::PROBE_READ_USER_STR);
-        if sleepable {
-            emit_fault_in_string(a, src, slot, max);
-        }
-        a.push(stx(Size::W, Reg::R8, slot as i16, Reg::R0));
-        a.push(st(Size::W, Reg::R8, (slot + 4) as i16, 0));
+        emit_string(a, src, slot, max, sleepable);
         a.bind(next);
     }
     for &(slot, size, v) in &layout.stash_buffers {
