@@ -202,7 +202,7 @@ fn copyinstr_reads_strings_on_pages_never_touched(backend: Backend) {
     let prog = "pid$target::bare:entry, pid$target::name:entry { printf(\"%s %s\\n\", probefunc, copyinstr(arg0)); }";
     let want =
         ["bare alpha", "bare beta", "bare gamma", "bare spanning-two-pages", "name delta", "name epsilon", "name zeta"];
-    assert_firings_read_at_the_call(backend, prog, "coldstr", &want);
+    assert_firings_read_at_the_call(backend, prog, &fixture("coldstr"), &want);
 }
 
 fn pointers_saved_at_entry_are_read_at_the_return(backend: Backend) {
@@ -221,14 +221,6 @@ fn pointers_saved_at_entry_are_read_at_the_return(backend: Backend) {
                 pid$target::named:return /self->p/ { printf(\"%s %s\\n\", probefunc, copyinstr(self->p)); self->p = 0; } \
                 pid$target::measured:entry { self->m = arg0; } \
                 pid$target::measured:return /self->m/ { printf(\"%s %s\\n\", probefunc, copyinstr(self->m)); self->m = 0; }";
-    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} exec", fixture("changebuf"))]) else {
-        return;
-    };
-    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert!(out.status.success() && !err.contains("invalid address"), "{text}\n{err}");
-    let heads = ["point", "named", "bare", "measured"];
-    let mut lines: Vec<&str> = text.lines().filter(|l| heads.iter().any(|h| l.split(' ').next() == Some(h))).collect();
-    lines.sort_unstable();
     let want = [
         "bare 100 1000",
         "bare 200 2000",
@@ -244,7 +236,7 @@ fn pointers_saved_at_entry_are_read_at_the_return(backend: Backend) {
         "point 3 30",
         "point 4 40",
     ];
-    assert_eq!(lines, want, "{text}\n{err}");
+    assert_firings_read_at_the_call(backend, prog, &format!("{} exec", fixture("changebuf")), &want);
 }
 
 fn reads_at_computed_addresses_are_made_at_the_firing(backend: Backend) {
@@ -262,14 +254,6 @@ fn reads_at_computed_addresses_are_made_at_the_firing(backend: Backend) {
                 pid$target::point:entry, pid$target::bare:entry { printf(\"%s %d\\n\", probefunc, *(int *)copyin(arg0 + 4, 4)); } \
                 pid$target::named:entry { printf(\"%s %s\\n\", probefunc, copyinstr(arg0 + 5)); } \
                 pid$target::sized:entry { printf(\"%s %s\\n\", probefunc, stringof(copyin(arg0, arg1))); }";
-    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} exec", fixture("changebuf"))]) else {
-        return;
-    };
-    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert!(out.status.success() && !err.contains("invalid address"), "{text}\n{err}");
-    let heads = ["labelled", "return", "point", "bare", "named", "sized"];
-    let mut lines: Vec<&str> = text.lines().filter(|l| heads.iter().any(|h| l.split(' ').next() == Some(h))).collect();
-    lines.sort_unstable();
     let want = [
         "bare 1000",
         "bare 2000",
@@ -289,7 +273,7 @@ fn reads_at_computed_addresses_are_made_at_the_firing(backend: Backend) {
         "sized name-2",
         "sized name-3",
     ];
-    assert_eq!(lines, want, "{text}\n{err}");
+    assert_firings_read_at_the_call(backend, prog, &format!("{} exec", fixture("changebuf")), &want);
 }
 
 fn curpsinfo_is_what_the_process_had_at_the_firing(backend: Backend) {
@@ -304,14 +288,14 @@ fn curpsinfo_is_what_the_process_had_at_the_firing(backend: Backend) {
                 curpsinfo->pr_pid == pid && curpsinfo->pr_ppid == ppid, curlwpsinfo->pr_lwpid == tid); } \
                 pid$target::point:entry, pid$target::named:entry { printf(\"ids %s %d %d %d %d %d\\n\", probefunc, \
                 uid, gid, curpsinfo->pr_euid, curpsinfo->pr_egid, curpsinfo->pr_pgid == pid); }";
-    // A short path: pr_psargs holds 80 bytes.
-    let dir = util::TempDir::new(if matches!(backend, Backend::Uprobes) { "cps-u" } else { "cps-i" });
-    let exe = dir.path().join("changebuf").display().to_string();
-    util::copy_fixture("changebuf", std::path::Path::new(&exe));
     if !util::is_root() {
         println!("skipped: dropping privileges needs root");
         return;
     }
+    // A short path: pr_psargs holds 80 bytes.
+    let dir = util::TempDir::new(if matches!(backend, Backend::Uprobes) { "cps-u" } else { "cps-i" });
+    let exe = dir.path().join("changebuf").display().to_string();
+    util::copy_fixture("changebuf", std::path::Path::new(&exe));
     let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{exe} dropuid retitle")]) else {
         return;
     };
@@ -342,11 +326,11 @@ fn an_entry_and_its_return_armed_differently_are_seen_in_order(backend: Backend)
     assert!(text.contains("n 20003 late 20003\n"), "{text}\n{err}");
 }
 
-/// Runs `prog` on the fixture, which must exit 0 with no read failing, and compares
+/// Runs `prog` on `cmd`, which must exit 0 with no read failing, and compares
 /// the output lines whose first word is that of a line of `want` with `want`, sorted
 /// (two backends' records are each in order, not interleaved by time).
-fn assert_firings_read_at_the_call(backend: Backend, prog: &str, fixture_name: &str, want: &[&str]) {
-    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &fixture(fixture_name)]) else { return };
+fn assert_firings_read_at_the_call(backend: Backend, prog: &str, cmd: &str, want: &[&str]) {
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", cmd]) else { return };
     let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned());
     assert!(out.status.success() && !err.contains("invalid address"), "{text}\n{err}");
     let heads: Vec<&str> = want.iter().filter_map(|w| w.split(' ').next()).collect();
@@ -366,7 +350,7 @@ fn copyin_shows_buffers_as_they_were_at_each_call(backend: Backend) {
                 printf(\"%s %d %d\\n\", probefunc, *(int *)copyin(arg0, 4), ((int *)copyin(arg0, 8))[1]); }";
     let want =
         ["bare 100 1000", "bare 200 2000", "bare 300 3000", "point 1 10", "point 2 20", "point 3 30", "point 4 40"];
-    assert_firings_read_at_the_call(backend, prog, "changebuf", &want);
+    assert_firings_read_at_the_call(backend, prog, &fixture("changebuf"), &want);
 }
 
 fn ustack_walks_a_chain_without_frame_pointers(backend: Backend) {

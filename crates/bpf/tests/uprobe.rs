@@ -55,6 +55,17 @@ fn load(plan: &RecordPlan, maps: &ProbeMaps, kind: ProgramKind) -> Program {
     Program::load(kind, "udtrace_test", &insns).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Generates the program for `plan` (traced processes) and loads it, sleepable or not.
+fn load_traced(plan: &RecordPlan, maps: &ProbeMaps, sleepable: bool) -> Program {
+    let insns = uprobe_program_for(plan, maps, Filter::Traced, sleepable).expect("codegen");
+    if sleepable {
+        Program::load_sleepable(ProgramKind::UprobeMulti, "udtrace_test", &insns)
+    } else {
+        Program::load(ProgramKind::UprobeMulti, "udtrace_test", &insns)
+    }
+    .unwrap_or_else(|e| panic!("sleepable {sleepable}: {e}"))
+}
+
 /// Drains every record already in the ring.
 fn drain(maps: &ProbeMaps) -> Vec<Vec<u8>> {
     let mut reader = RingBufReader::new(&maps.ring).expect("map ring");
@@ -240,13 +251,7 @@ fn buffers_are_captured_and_faulted_in_when_sleepable() {
     for sleepable in [false, true] {
         let maps = ProbeMaps::create(1 << 16, 64).unwrap();
         maps.traced.insert(&our_tgid(), &1).unwrap();
-        let insns = uprobe_program_for(&plan, &maps, Filter::Traced, sleepable).expect("codegen");
-        let prog = if sleepable {
-            Program::load_sleepable(ProgramKind::UprobeMulti, "udtrace_test", &insns)
-        } else {
-            Program::load(ProgramKind::UprobeMulti, "udtrace_test", &insns)
-        }
-        .unwrap_or_else(|e| panic!("sleepable {sleepable}: {e}"));
+        let prog = load_traced(&plan, &maps, sleepable);
         let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 1 }], false).unwrap();
         udtrace_test_str(data.as_ptr() as u64, data[13..].as_ptr() as u64);
         udtrace_test_str(0, 0xffff_8000_0000_0000);
@@ -383,13 +388,7 @@ fn saved_pointers_and_chains_are_read_at_the_firing_sleepable_or_not() {
         maps.traced.insert(&our_tgid(), &1).unwrap();
         let ops = op_write(0) | op_read(0) | op_chain(0) | op_chain(1) | op_chain(2);
         maps.stash.as_ref().unwrap().ops.insert(&1u64, &ops).unwrap();
-        let insns = uprobe_program_for(&plan, &maps, Filter::Traced, sleepable).expect("codegen");
-        let prog = if sleepable {
-            Program::load_sleepable(ProgramKind::UprobeMulti, "udtrace_test", &insns)
-        } else {
-            Program::load(ProgramKind::UprobeMulti, "udtrace_test", &insns)
-        }
-        .unwrap_or_else(|e| panic!("sleepable {sleepable}: {e}"));
+        let prog = load_traced(&plan, &maps, sleepable);
         let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 1 }], false).unwrap();
         udtrace_test_str(at, 5);
         udtrace_test_str(bad, 100);
