@@ -434,7 +434,7 @@ fn operand(d: usize) -> i16 {
 fn emit_chain(a: &mut Asm, k: usize, chain: &[ChainOp], layout: &RecordLayout, sleepable: bool) {
     let end = a.label();
     a.push(ldx(Size::DW, Reg::R1, Reg::R10, STASH_OPS));
-    a.push(alu64_imm(AluOp::Rsh, Reg::R1, 40 + k as i32));
+    a.push(alu64_imm(AluOp::Rsh, Reg::R1, record::op_chain(k).trailing_zeros() as i32));
     a.push(alu64_imm(AluOp::And, Reg::R1, 1));
     a.jmp_imm(Cond::Eq, Reg::R1, 0, end);
     let mut d = 0usize;
@@ -600,7 +600,7 @@ fn emit_stash(a: &mut Asm, plan: &RecordPlan, layout: &RecordLayout, maps: &Stas
         for (i, &(v, reg)) in plan.stash.writes.iter().enumerate() {
             let next = a.label();
             a.push(ldx(Size::DW, Reg::R1, Reg::R10, STASH_OPS));
-            a.push(alu64_imm(AluOp::Rsh, Reg::R1, i as i32));
+            a.push(alu64_imm(AluOp::Rsh, Reg::R1, record::op_write(i).trailing_zeros() as i32));
             a.push(alu64_imm(AluOp::And, Reg::R1, 1));
             a.jmp_imm(Cond::Eq, Reg::R1, 0, next);
             a.push(ldx(Size::DW, Reg::R1, Reg::R6, reg.offset() as i16));
@@ -618,7 +618,7 @@ fn emit_stash(a: &mut Asm, plan: &RecordPlan, layout: &RecordLayout, maps: &Stas
     for v in 0..usize::from(layout.stash_slots) {
         let next = a.label();
         a.push(ldx(Size::DW, Reg::R1, Reg::R10, STASH_OPS));
-        a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32 + v as i32));
+        a.push(alu64_imm(AluOp::Rsh, Reg::R1, record::op_read(v).trailing_zeros() as i32));
         a.push(alu64_imm(AluOp::And, Reg::R1, 1));
         a.jmp_imm(Cond::Eq, Reg::R1, 0, next);
         a.push(ldx(Size::DW, Reg::R1, Reg::R0, (8 * v) as i16));

@@ -11,8 +11,8 @@ use nix::libc::user_regs_struct;
 use udtrace_inproc::trampoline::stash_entry;
 use udtrace_process::procfs;
 use udtrace_record::pid::{
-    ChainOp, PtReg, RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED, NUM_REGS, OFF_COOKIE, OFF_CPU, OFF_ERRNO,
-    OFF_FLAGS, OFF_KTIME, OFF_PID_TGID, OFF_REGS, OFF_STACK_LEN,
+    op_chain, op_read, op_write, ChainOp, PtReg, RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED, NUM_REGS, OFF_COOKIE,
+    OFF_CPU, OFF_ERRNO, OFF_FLAGS, OFF_KTIME, OFF_PID_TGID, OFF_REGS, OFF_STACK_LEN,
 };
 
 /// One breakpoint: its site's cookie, the byte it replaced, where its out-of-line copy
@@ -63,7 +63,7 @@ fn pt_regs(r: &user_regs_struct) -> [u64; NUM_REGS] {
 }
 
 /// CLOCK_MONOTONIC in ns, the clock of every record.
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map_or(0, |t| (t.tv_sec() as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec() as u64))
 }
@@ -206,7 +206,7 @@ fn do_stash(
         return;
     }
     let writes: Vec<(u8, PtReg)> =
-        plan.stash.writes.iter().enumerate().filter(|(i, _)| ops >> i & 1 != 0).map(|(_, &w)| w).collect();
+        plan.stash.writes.iter().enumerate().filter(|&(i, _)| ops & op_write(i) != 0).map(|(_, &w)| w).collect();
     if !writes.is_empty() {
         e[..4].copy_from_slice(&(tid as u32).to_ne_bytes());
         for (v, reg) in writes {
@@ -219,7 +219,7 @@ fn do_stash(
         }
     }
     let word = |e: &[u8], at: usize| u64::from_ne_bytes(e[at..at + 8].try_into().expect("8 bytes"));
-    let reads = |v: u8| ops >> (32 + u32::from(v)) & 1 != 0;
+    let reads = |v: u8| ops & op_read(usize::from(v)) != 0;
     if e[..4] == (tid as u32).to_ne_bytes() {
         for v in (0..slots).filter(|&v| reads(v)) {
             put_u64(b, layout.off_stash + 8 * usize::from(v), word(&e, 8 + 8 * usize::from(v)));
@@ -239,7 +239,7 @@ fn do_stash(
         }
     }
     for (k, chain) in plan.stash.chains.iter().enumerate() {
-        if ops >> (40 + k) & 1 != 0 {
+        if ops & op_chain(k) != 0 {
             run_chain(b, layout, chain, pid, regs);
         }
     }

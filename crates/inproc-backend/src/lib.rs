@@ -435,15 +435,9 @@ impl Merge {
     }
 }
 
-/// CLOCK_MONOTONIC in ns: the clock of every record's ktime.
-fn monotonic_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map_or(0, |t| (t.tv_sec() as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec() as u64))
-}
-
 /// The stash ops that use the per-thread table: stores, and reads of saved pointers
-/// (chains that start from arguments alone do not).
-const TABLE_OPS: u64 = (1 << 40) - 1;
+/// (chains that start from arguments alone do not): every bit below the chains'.
+const TABLE_OPS: u64 = udtrace_record::pid::op_chain(0) - 1;
 
 fn patch_kind(k: SiteKind) -> PatchKind {
     match k {
@@ -894,7 +888,7 @@ impl Backend for InProcess {
             emit_until(&mut ours, None, false, each);
             return;
         };
-        let t0 = monotonic_ns();
+        let t0 = breakpoint::monotonic_ns();
         f.consume(&mut |record| {
             if let Record::Pid { firing, .. } = &record {
                 if ours.latest < firing.ktime {

@@ -563,7 +563,7 @@ impl Proc {
                 || !record.strings.is_empty()
                 || !record.buffers.is_empty()
                 || record.task
-                || (site.stash_ops >> 32 != 0 && !record.stash.is_empty())
+                || (site.stash_ops >= udtrace_record::pid::op_read(0) && !record.stash.is_empty())
         }) {
             return Err(why.into());
         }

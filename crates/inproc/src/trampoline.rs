@@ -25,7 +25,8 @@ use iced_x86::IcedError;
 
 use udtrace_object::patch::{jmp_rel32, PatchPlan, Refusal};
 use udtrace_record::pid::{
-    ChainBin, ChainOp, PlanError, PtReg, RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED, NUM_REGS,
+    op_chain, op_read, op_write, ChainBin, ChainOp, PlanError, PtReg, RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED,
+    NUM_REGS,
 };
 
 use crate::ring::{Geometry, HEADER_SIZE, OFF_DROPS, OFF_HEAD, OFF_TAIL};
@@ -478,8 +479,15 @@ fn emit_stash(
     layout: &RecordLayout,
     subs: &Subroutines,
 ) -> Result<(), TrampolineError> {
-    let writes: Vec<(u8, PtReg)> =
-        t.record.stash.writes.iter().enumerate().filter(|(i, _)| t.stash_ops >> i & 1 != 0).map(|(_, &w)| w).collect();
+    let writes: Vec<(u8, PtReg)> = t
+        .record
+        .stash
+        .writes
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| t.stash_ops & op_write(i) != 0)
+        .map(|(_, &w)| w)
+        .collect();
     if !writes.is_empty() {
         emit_stash_entry(a, t, layout)?;
         a.mov(dword_ptr(rdx), ecx)?;
@@ -488,7 +496,7 @@ fn emit_stash(
             a.mov(qword_ptr(rdx + 8 + 8 * i32::from(v)), rax)?;
         }
     }
-    let reads: Vec<u8> = (0..layout.stash_slots).filter(|&v| t.stash_ops >> (32 + u32::from(v)) & 1 != 0).collect();
+    let reads: Vec<u8> = (0..layout.stash_slots).filter(|&v| t.stash_ops & op_read(usize::from(v)) != 0).collect();
     let val = |v: u8| rbx + (layout.off_stash + 8 * usize::from(v)) as i32;
     if !reads.is_empty() {
         let mut other = a.create_label();
@@ -523,7 +531,7 @@ fn emit_stash(
         }
     }
     for (k, chain) in t.record.stash.chains.iter().enumerate() {
-        if t.stash_ops >> (40 + k) & 1 != 0 {
+        if t.stash_ops & op_chain(k) != 0 {
             emit_chain(a, chain, layout, subs)?;
         }
     }

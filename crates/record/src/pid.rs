@@ -134,17 +134,17 @@ pub const MAX_STASH_SLOTS: usize = 8;
 pub const MAX_CHAINS: usize = 24;
 
 /// The ops bit of storing `writes[i]`.
-pub fn op_write(i: usize) -> u64 {
+pub const fn op_write(i: usize) -> u64 {
     1 << i
 }
 
 /// The ops bit of reading stash slot `slot` (below [`MAX_STASH_SLOTS`]).
-pub fn op_read(slot: usize) -> u64 {
+pub const fn op_read(slot: usize) -> u64 {
     1 << (32 + slot)
 }
 
 /// The ops bit of running chain `k` (below [`MAX_CHAINS`]).
-pub fn op_chain(k: usize) -> u64 {
+pub const fn op_chain(k: usize) -> u64 {
     1 << (32 + MAX_STASH_SLOTS + k)
 }
 
