@@ -392,6 +392,15 @@ impl FiringCtx<'_> {
         }
     }
 
+    /// (ppid, uid, gid) at the firing, where the record has them: the kernel's task,
+    /// or what the process told of itself.
+    fn ids(&self) -> Option<(i64, i64, i64)> {
+        let (s, o) = (self.f.snapshot.as_ref(), self.f.own.as_ref());
+        s.map(|s| (s.ppid, s.uid, s.gid))
+            .or_else(|| o.map(|o| (o.ppid, o.uid, o.gid)))
+            .map(|(p, u, g)| (i64::from(p), i64::from(u), i64::from(g)))
+    }
+
     fn captured(&self, addr: u64) -> Option<&[u8]> {
         for (slot, &n) in self.string_args.iter().enumerate() {
             if self.f.arg(usize::from(n)) == Some(addr) {
@@ -447,22 +456,10 @@ impl Context for FiringCtx<'_> {
             Builtin::Vtimestamp => Value::int(self.f.ktime as i64),
             Builtin::Walltimestamp => Value::int(self.f.ktime as i64 + self.procs.borrow().wall_offset),
             Builtin::Execname => Value::str(&self.procs.borrow_mut().info(pid).execname),
-            // The kernel's at the firing where the record has them.
-            Builtin::Ppid => match (&self.f.snapshot, &self.f.own) {
-                (Some(s), _) => Value::int(i64::from(s.ppid)),
-                (_, Some(o)) => Value::int(i64::from(o.ppid)),
-                _ => Value::int(self.procs.borrow_mut().info(pid).ppid),
-            },
-            Builtin::Uid => match (&self.f.snapshot, &self.f.own) {
-                (Some(s), _) => Value::int(i64::from(s.uid)),
-                (_, Some(o)) => Value::int(i64::from(o.uid)),
-                _ => Value::int(self.procs.borrow_mut().info(pid).uid),
-            },
-            Builtin::Gid => match (&self.f.snapshot, &self.f.own) {
-                (Some(s), _) => Value::int(i64::from(s.gid)),
-                (_, Some(o)) => Value::int(i64::from(o.gid)),
-                _ => Value::int(self.procs.borrow_mut().info(pid).gid),
-            },
+            // As the record has them at the firing, else as last read.
+            Builtin::Ppid => Value::int(self.ids().map_or_else(|| self.procs.borrow_mut().info(pid).ppid, |i| i.0)),
+            Builtin::Uid => Value::int(self.ids().map_or_else(|| self.procs.borrow_mut().info(pid).uid, |i| i.1)),
+            Builtin::Gid => Value::int(self.ids().map_or_else(|| self.procs.borrow_mut().info(pid).gid, |i| i.2)),
             Builtin::Ucaller => Value::int(self.ucaller() as i64),
             Builtin::Errno => Value::int(i64::from(self.f.errno)),
             Builtin::Ustackdepth => Value::int(self.stack(true, None).len() as i64),
