@@ -451,9 +451,9 @@ fn stash_plan_of(prog: &CheckedProgram, pid_clause: &dyn Fn(&Clause) -> bool, on
             }
             let reg = match (op, &bare(value).kind) {
                 (None, ExprKind::Builtin(Builtin::Arg(n))) if *n < 6 && pid => *n,
-                (None, ExprKind::Args(i)) if pid && matches!(i.kind, ExprKind::Int(n) if n < 6) => match i.kind {
-                    ExprKind::Int(n) => n as u8,
-                    _ => unreachable!("matched above"),
+                (None, ExprKind::Args(i)) if pid => match i.kind {
+                    ExprKind::Int(n) if n < 6 => n as u8,
+                    _ => u8::MAX,
                 },
                 (None, ExprKind::Int(_)) => return,
                 _ => u8::MAX,
@@ -539,18 +539,7 @@ fn stash_plan_of(prog: &CheckedProgram, pid_clause: &dyn Fn(&Clause) -> bool, on
                     continue;
                 }
                 let base = plan.chain_caps.len() as u8;
-                let chain: Vec<ChainOp> = chain_ops
-                    .iter()
-                    .map(|&op| match op {
-                        ChainOp::Copyin { cap } => ChainOp::Copyin { cap: cap + base },
-                        ChainOp::CopyinUpto { cap } => ChainOp::CopyinUpto { cap: cap + base },
-                        ChainOp::Field { cap, off, size, signed } => {
-                            ChainOp::Field { cap: cap + base, off, size, signed }
-                        }
-                        ChainOp::Str { cap } => ChainOp::Str { cap: cap + base },
-                        op => op,
-                    })
-                    .collect();
+                let chain: Vec<ChainOp> = chain_ops.iter().map(|op| op.map_cap(|cap| cap + base)).collect();
                 let k = match plan.chains.iter().position(|ch| strip_caps(&ch.ops) == strip_caps(&chain)) {
                     Some(k) => k,
                     None if plan.chains.len() < MAX_CHAINS && plan.chain_caps.len() + caps.len() <= 255 => {
@@ -593,15 +582,7 @@ fn stash_plan_of(prog: &CheckedProgram, pid_clause: &dyn Fn(&Clause) -> bool, on
 /// A chain's ops without their capture numbers (two reads of the same address
 /// expression are one chain).
 fn strip_caps(ops: &[ChainOp]) -> Vec<ChainOp> {
-    ops.iter()
-        .map(|op| match *op {
-            ChainOp::Copyin { .. } => ChainOp::Copyin { cap: 0 },
-            ChainOp::CopyinUpto { .. } => ChainOp::CopyinUpto { cap: 0 },
-            ChainOp::Field { off, size, signed, .. } => ChainOp::Field { cap: 0, off, size, signed },
-            ChainOp::Str { .. } => ChainOp::Str { cap: 0 },
-            op => op,
-        })
-        .collect()
+    ops.iter().map(|op| op.map_cap(|_| 0)).collect()
 }
 
 /// Whether `e` reads the process's memory: `copyinstr`, `copyin`, `copyinto`,

@@ -195,6 +195,19 @@ pub enum ChainOp {
     },
 }
 
+impl ChainOp {
+    /// The op with its capture number (if it has one) mapped by `f`.
+    pub fn map_cap(self, f: impl Fn(u8) -> u8) -> ChainOp {
+        match self {
+            ChainOp::Copyin { cap } => ChainOp::Copyin { cap: f(cap) },
+            ChainOp::CopyinUpto { cap } => ChainOp::CopyinUpto { cap: f(cap) },
+            ChainOp::Field { cap, off, size, signed } => ChainOp::Field { cap: f(cap), off, size, signed },
+            ChainOp::Str { cap } => ChainOp::Str { cap: f(cap) },
+            op => op,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChainBin {
     Add,
