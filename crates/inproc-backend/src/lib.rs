@@ -541,7 +541,10 @@ impl Backend for InProcess {
                 let key = (p.file.clone(), file_off);
                 let r = match self.procs.get_mut(&pid) {
                     _ if self.given.contains(&key) => Err(GIVEN_UP.to_string()),
-                    Some(proc) => proc.patch(pid, &site, &batch, &self.record, self.geometry, self.ledger.get(pid)),
+                    Some(proc) => {
+                        let shares_entry = self.fallback.is_some();
+                        proc.patch(pid, &site, &batch, &self.record, self.geometry, shares_entry, self.ledger.get(pid))
+                    }
                     None => Err("the process is gone".to_string()),
                 };
                 match r {

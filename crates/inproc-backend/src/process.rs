@@ -538,7 +538,11 @@ impl Proc {
         Some((b.cookie, regs))
     }
 
-    /// Patches one site of `pid` (stopped), armed in `batch`.
+    /// Patches one site of `pid` (stopped), armed in `batch`. `shares_entry`: an entry
+    /// whose patch would cover the function's first byte is refused (the caller has a
+    /// uprobe for it instead), since another tracer's uprobe there would resume its
+    /// thread in the middle of the jump (docs/pid-provider.md, "Other tracers' uprobes").
+    #[allow(clippy::too_many_arguments)]
     pub fn patch(
         &mut self,
         pid: i32,
@@ -546,6 +550,7 @@ impl Proc {
         batch: &Batch,
         record: &RecordPlan,
         geometry: Geometry,
+        shares_entry: bool,
         ledger: Option<&mut Ledger>,
     ) -> Result<(), String> {
         let objects = &batch.objects;
@@ -571,6 +576,11 @@ impl Proc {
         let func = runtime_address(pid, objects, site.file, func_off).ok_or("its object is not mapped")?;
         let code = self.code(site.file, func_off, site.func_size)?;
         let plan = patch::plan(&code, func, site.offset, site.kind).map_err(|e| e.summary().to_string())?;
+        if shares_entry && plan.kind == patch::SiteKind::Entry && plan.start == 0 {
+            return Err("its first instruction cannot run before the firing (it writes an argument, the frame \
+                        pointer or memory, or branches), and a patch over it would break another tracer's uprobe"
+                .into());
+        }
         let (start, end) = (plan.region_vaddr(), plan.region_vaddr() + u64::from(plan.end - plan.start));
         if self.patches.iter().any(|p| p.at < end && start < p.at + p.original.len() as u64) {
             return Err("it overlaps another patched site".into());
@@ -660,12 +670,15 @@ impl Proc {
     }
 }
 
-/// Where file offset `off` of `file` is mapped in `pid`.
+/// Where the code at file offset `off` of `file` is mapped in `pid`: in an executable
+/// mapping. A file page can be mapped twice (lld puts the end of read-only data and the
+/// start of `.text` in one page and maps it read-only and executable), and a patch
+/// written in the read-only copy would never run.
 pub fn runtime_address(pid: i32, objects: &[LoadedObject], file: &Path, off: u64) -> Option<u64> {
     objects.iter().filter(|o| procfs::host_path(pid, &o.path) == file).find_map(|o| {
         o.mappings
             .iter()
-            .find(|m| m.offset <= off && off < m.offset + (m.end - m.start))
+            .find(|m| m.exec && m.offset <= off && off < m.offset + (m.end - m.start))
             .map(|m| m.start + (off - m.offset))
     })
 }

@@ -15,8 +15,8 @@ use std::collections::BTreeSet;
 use std::ops::Range;
 
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, Instruction, InstructionBlock, MemoryOperand,
-    Mnemonic, OpKind, Register,
+    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionBlock,
+    InstructionInfoFactory, MemoryOperand, Mnemonic, OpAccess, OpKind, Register,
 };
 
 use crate::sites::{for_each_insn, is_direct_branch};
@@ -115,6 +115,11 @@ pub struct PatchPlan {
     /// original return address and jumps, so the callee returns to the original code
     /// and stacks unwind as if nothing were patched.
     pub displaced_call: bool,
+    /// At an entry site whose first instruction runs in place before the patch
+    /// (`start` > 0, see [`plan_with`]): what that instruction took from the stack
+    /// pointer (8 for a `push`, N for `sub rsp, N`), for the firing to record the
+    /// stack pointer the function was entered with. 0 otherwise.
+    pub sp_adjust: i32,
     insns: Vec<Instruction>,
     /// Index in `insns` of the first instruction that runs after the firing.
     split: usize,
@@ -171,6 +176,16 @@ pub fn plan(code: &[u8], func_vaddr: u64, site: u64, kind: SiteKind) -> Result<P
 /// with it, starting as late as possible. No branch may land strictly inside them (it
 /// would land in the middle of the `jmp`), no call may return inside them, and they may
 /// not run past a `ret` or `jmp` (the code after one is reached only by some jump).
+///
+/// An entry site whose first instruction leaves the arguments and the caller's frame as
+/// they were ([`runs_first`]: `endbr64`, `push`, `sub rsp, N`, a compare, a load into a
+/// scratch register, …) keeps that instruction in place and is patched from the second
+/// on: the firing then runs right after it and records the stack pointer as it was at
+/// the entry. The function's first byte stays the file's, so another tracer's uprobe
+/// there (bpftrace's, perf's, any eBPF agent's, always at a function's first byte) runs
+/// that instruction and goes on into the patch, and takes its byte back when it goes;
+/// a jump written over the first byte would have the kernel resume in the middle of it
+/// (docs/pid-provider.md, "Other tracers' uprobes").
 pub fn plan_with(
     code: &[u8],
     func_vaddr: u64,
@@ -188,7 +203,11 @@ pub fn plan_with(
         // Switch-table targets are case labels, reached through the dispatch code, which
         // comes after the function's first instructions: an indirect jump does not stop
         // the entry (pid-provider.md says why this is an assumption).
-        SiteKind::Entry => {}
+        SiteKind::Entry => {
+            if let Some(plan) = plan_after_first(&f) {
+                return Ok(plan);
+            }
+        }
         _ if f.indirect_jump => return Err(Refusal::IndirectJump),
         SiteKind::Return => {
             let insn = &f.insns[i];
@@ -240,9 +259,93 @@ pub fn plan_with(
         end,
         probe_at: f.off(&f.insns[first + split]) - start,
         displaced_call: insns.iter().any(|insn| insn.mnemonic() == Mnemonic::Call),
+        sp_adjust: 0,
         insns,
         split,
     })
+}
+
+/// The entry plan that leaves the function's first instruction in place, if it may run
+/// before the firing and the instructions after it can be patched.
+fn plan_after_first(f: &Facts) -> Option<PatchPlan> {
+    let sp_adjust = runs_first(f.insns.first()?)?;
+    let mut last = 1;
+    while f.insns.get(last)?.next_ip().wrapping_sub(f.insns[1].ip()) < u64::from(PATCH_LEN) {
+        last += 1;
+    }
+    let insns = f.insns[1..=last].to_vec();
+    let (start, end) = (f.off(&insns[0]), f.off(&insns[insns.len() - 1]) + insns[insns.len() - 1].len() as u32);
+    // A branch to the patch's first byte would fire the entry again: only the function's
+    // own first byte may be a target.
+    if f.targets.range(start..end).next().is_some() {
+        return None;
+    }
+    if insns[..insns.len() - 1].iter().any(|insn| ends_block(insn) || insn.mnemonic() == Mnemonic::Call) {
+        return None;
+    }
+    Some(PatchPlan {
+        kind: SiteKind::Entry,
+        func_vaddr: f.vaddr,
+        site: 0,
+        start,
+        end,
+        probe_at: 0,
+        displaced_call: insns.iter().any(|insn| insn.mnemonic() == Mnemonic::Call),
+        sp_adjust,
+        insns,
+        split: 0,
+    })
+}
+
+/// Whether a function's first instruction may run before the entry firing, and if so
+/// what it takes from the stack pointer: it must go on to the next instruction, write
+/// no argument register (rdi, rsi, rdx, rcx, r8, r9), not the frame pointer, no memory
+/// but the slot a `push` fills, and move rsp only by a known amount. What else it writes
+/// (flags, a scratch register such as rax or r11, a callee-saved one it is about to
+/// save) shows in the firing's registers as it left them.
+pub fn runs_first(insn: &Instruction) -> Option<i32> {
+    if insn.flow_control() != FlowControl::Next || insn.has_lock_prefix() {
+        return None;
+    }
+    let info = InstructionInfoFactory::new().info(insn).clone();
+    let writes = |a: OpAccess| {
+        matches!(a, OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite)
+    };
+    let pushes = insn.stack_pointer_increment() < 0 && matches!(insn.mnemonic(), Mnemonic::Push | Mnemonic::Pushfq);
+    if info.used_memory().iter().any(|m| writes(m.access())) && !pushes {
+        return None;
+    }
+    let mut moves_sp = false;
+    for r in info.used_registers().iter().filter(|r| writes(r.access())) {
+        match r.register().full_register() {
+            Register::RDI | Register::RSI | Register::RDX | Register::RCX | Register::R8 | Register::R9 => return None,
+            Register::RBP => return None,
+            Register::RSP => moves_sp = true,
+            r if r.is_segment_register() => return None,
+            _ => {}
+        }
+    }
+    if !moves_sp {
+        return Some(0);
+    }
+    if pushes {
+        return Some(-insn.stack_pointer_increment());
+    }
+    // `sub rsp, N` / `add rsp, -N`: what it takes is its immediate.
+    let imm = match insn.op1_kind() {
+        // Sign-extended, as the instruction uses it.
+        OpKind::Immediate8to64 | OpKind::Immediate32to64 => insn.immediate(1) as i64,
+        _ => return None,
+    };
+    if insn.op0_kind() != OpKind::Register || insn.op0_register() != Register::RSP {
+        return None;
+    }
+    let taken = match insn.mnemonic() {
+        Mnemonic::Sub => imm,
+        Mnemonic::Add => imm.checked_neg()?,
+        _ => return None,
+    };
+    i32::try_from(taken).ok()
 }
 
 /// What planning needs to know about the whole function.

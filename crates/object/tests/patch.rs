@@ -93,16 +93,18 @@ fn prologue_entry() {
     // 0: push rbp; 1: mov rbp,rsp; 4: sub rsp,0x10; 8: leave; 9: ret
     let code = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10, 0xc9, 0xc3];
     let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
-    assert_eq!((p.start, p.end, p.probe_at, p.displaced_call), (0, 8, 0, false));
-    assert_eq!(p.region_vaddr(), FUNC);
+    // The push runs in place: the patch starts after it, and the firing records the
+    // stack pointer 8 bytes higher.
+    assert_eq!((p.site, p.start, p.end, p.probe_at, p.displaced_call, p.sp_adjust), (0, 1, 8, 0, false, 8));
+    assert_eq!(p.region_vaddr(), FUNC + 1);
     assert_eq!(p.resume_vaddr(), FUNC + 8);
     let (before, after) = check_plan(&code, FUNC, &p, FAR);
     assert!(before.is_empty());
-    assert_eq!(after, code[..8], "nothing position-dependent: the same bytes");
+    assert_eq!(after, code[1..8], "nothing position-dependent: the same bytes");
     let patch = p.patch_bytes(FAR).unwrap();
-    assert_eq!(patch.len(), 8);
-    assert_eq!(patch[..5], jmp_rel32(FUNC, FAR).unwrap());
-    assert_eq!(patch[5..], [0xcc; 3]);
+    assert_eq!(patch.len(), 7);
+    assert_eq!(patch[..5], jmp_rel32(FUNC + 1, FAR).unwrap());
+    assert_eq!(patch[5..], [0xcc; 2]);
     // An offset site at the sub takes the leave along; one at the leave would run past
     // the ret, and past the end.
     let p = plan(&code, FUNC, 4, SiteKind::Offset).unwrap();
@@ -116,7 +118,42 @@ fn endbr64_entry() {
     // 0: endbr64; 4: push rbp; 5: mov rbp,rsp; 8: pop rbp; 9: ret
     let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3];
     let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
-    assert_eq!((p.start, p.end), (0, 5));
+    assert_eq!((p.start, p.end, p.sp_adjust), (4, 9, 0));
+    check_plan(&code, FUNC, &p, FAR);
+}
+
+#[test]
+fn entries_whose_first_instruction_runs_in_place() {
+    // What may run before the firing, and what it takes from rsp.
+    let first = |code: &[u8]| udtrace_object::patch::runs_first(&decode_all(code, FUNC)[0]);
+    assert_eq!(first(&[0xf3, 0x0f, 0x1e, 0xfa]), Some(0), "endbr64");
+    assert_eq!(first(&[0x41, 0x57]), Some(8), "push r15");
+    assert_eq!(first(&[0x48, 0x83, 0xec, 0x18]), Some(0x18), "sub rsp,0x18");
+    assert_eq!(first(&[0x48, 0x81, 0xec, 0x88, 0, 0, 0]), Some(0x88), "sub rsp,0x88");
+    assert_eq!(first(&[0x48, 0x83, 0xc4, 0x80]), Some(0x80), "add rsp,-0x80");
+    assert_eq!(first(&[0x48, 0x83, 0xc4, 0x08]), Some(-8), "add rsp,8");
+    assert_eq!(first(&[0x49, 0x3b, 0x66, 0x10]), Some(0), "Go's cmp rsp,[r14+0x10]");
+    assert_eq!(first(&[0x89, 0xf8]), Some(0), "mov eax,edi: a scratch register");
+    assert_eq!(first(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]), Some(0), "mov rax,fs:[0x28]");
+    // Arguments, the frame pointer, memory, other moves of rsp, and branches: no.
+    assert_eq!(first(&[0x48, 0x89, 0xf2]), None, "mov rdx,rsi");
+    assert_eq!(first(&[0x31, 0xd2]), None, "xor edx,edx");
+    assert_eq!(first(&[0x48, 0x89, 0xe5]), None, "mov rbp,rsp");
+    assert_eq!(first(&[0x48, 0xc7, 0x07, 0, 0, 0, 0]), None, "mov qword [rdi],0");
+    assert_eq!(first(&[0x48, 0x89, 0xfc]), None, "mov rsp,rdi");
+    assert_eq!(first(&[0x48, 0x83, 0xe4, 0xf0]), None, "and rsp,-16");
+    assert_eq!(first(&[0xe9, 0, 0, 0, 0]), None, "jmp");
+    assert_eq!(first(&[0xc3]), None, "ret");
+    assert_eq!(first(&[0x0f, 0x31]), None, "rdtsc writes rdx");
+    // Such a first instruction gives way to the plan at the entry when the code after
+    // it cannot be patched: 0: push rbx; 1: mov edi,1; 6: loop back to 1 (jne).
+    let code = [0x53, 0xbf, 0x01, 0x00, 0x00, 0x00, 0x75, 0xf9, 0x5b, 0xc3];
+    assert_eq!(plan(&code, FUNC, 0, SiteKind::Entry), Err(Refusal::BranchInside(1)));
+    // A first instruction that writes an argument is displaced: 0: mov rdx,rsi;
+    // 3: mov eax,1; 8: ret.
+    let code = [0x48, 0x89, 0xf2, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3];
+    let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
+    assert_eq!((p.start, p.end, p.sp_adjust), (0, 8, 0));
     check_plan(&code, FUNC, &p, FAR);
 }
 
@@ -156,7 +193,9 @@ fn loop_back_edge_into_entry_region() {
 fn rip_relative_operands() {
     // 0: lea rax,[rip+0x100]; 7: mov eax,[rip+0x200]; 13: ret
     let code = [0x48, 0x8d, 0x05, 0x00, 0x01, 0x00, 0x00, 0x8b, 0x05, 0x00, 0x02, 0x00, 0x00, 0xc3];
-    let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
+    // The entry's lea (into rax) runs in place; the code at offset 0 is displaced.
+    assert_eq!(plan(&code, FUNC, 0, SiteKind::Entry).map(|p| (p.start, p.end)), Ok((7, 13)));
+    let p = plan(&code, FUNC, 0, SiteKind::Offset).unwrap();
     assert_eq!((p.start, p.end), (0, 7));
     let (_, after) = check_plan(&code, FUNC, &p, FAR);
     let lea = decode_all(&after, FAR + 0x100)[0];
@@ -178,11 +217,14 @@ fn rip_relative_operands() {
 fn call_in_region() {
     // 0: push rbx; 1: call +0x1000; 6: pop rbx; 7: ret
     let code = [0x53, 0xe8, 0x00, 0x10, 0x00, 0x00, 0x5b, 0xc3];
-    let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
+    let p = plan(&code, FUNC, 0, SiteKind::Offset).unwrap();
     assert_eq!((p.start, p.end, p.displaced_call), (0, 6, true));
     let (_, after) = check_plan(&code, FUNC, &p, FAR);
     // The call pushes the original return address (after it: the region's end) and jumps.
     let jump = decode_all(&after, FAR + 0x100)[4];
+    // At the entry the push runs in place, the call alone is displaced.
+    let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
+    assert_eq!((p.start, p.end, p.displaced_call, p.sp_adjust), (1, 6, true, 8));
     assert_eq!((jump.code(), jump.near_branch_target()), (Code::Jmp_rel32_64, FUNC + 6 + 0x1000));
     // A call that does not end the region would return into the patched bytes.
     // 0: call rax; 2: xor eax,eax; 4: ret
@@ -200,7 +242,8 @@ fn call_in_region() {
 fn short_jcc_in_region() {
     // 0: test edi,edi; 2: je 10; 4: mov eax,1; 9: ret; 10: xor eax,eax; 12: ret
     let code = [0x85, 0xff, 0x74, 0x06, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3, 0x31, 0xc0, 0xc3];
-    let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
+    assert_eq!(plan(&code, FUNC, 0, SiteKind::Entry).map(|p| (p.start, p.end)), Ok((2, 9)));
+    let p = plan(&code, FUNC, 0, SiteKind::Offset).unwrap();
     assert_eq!((p.start, p.end), (0, 9));
     let (_, after) = check_plan(&code, FUNC, &p, FAR);
     let je = decode_all(&after, FAR + 0x100)[1];
@@ -281,7 +324,7 @@ fn indirect_jump_function() {
     // 0: cmp edi,3; 3: ja 12; 5: jmp [rdi*8+0x601000]; 12: xor eax,eax; 14: ret
     let code = [0x83, 0xff, 0x03, 0x77, 0x07, 0xff, 0x24, 0xfd, 0x00, 0x10, 0x60, 0x00, 0x31, 0xc0, 0xc3];
     let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
-    assert_eq!((p.start, p.end), (0, 5));
+    assert_eq!((p.start, p.end), (3, 12));
     check_plan(&code, FUNC, &p, FAR);
     assert_eq!(plan(&code, FUNC, 12, SiteKind::Offset), Err(Refusal::IndirectJump));
     assert_eq!(plan(&code, FUNC, 14, SiteKind::Return), Err(Refusal::IndirectJump));
@@ -440,7 +483,14 @@ fn gcc_fixture_sites() {
                 Ok(p) => {
                     assert_eq!(p.site, off);
                     assert!(p.end - p.start >= 5 && p.end as usize <= code.len(), "{}: {p:?}", f.name);
-                    assert!(p.start <= off && off < p.end);
+                    if kind == SiteKind::Entry && p.start > 0 {
+                        // The first instruction runs in place, the patch right after it.
+                        let first = Decoder::with_ip(64, code, f.addr, DecoderOptions::NONE).decode();
+                        assert_eq!(p.start as usize, first.len(), "{}: {p:?}", f.name);
+                        assert!(udtrace_object::patch::runs_first(&first).is_some());
+                    } else {
+                        assert!(p.start <= off && off < p.end);
+                    }
                     if kind == SiteKind::Entry {
                         entry_ok += 1;
                     } else {
