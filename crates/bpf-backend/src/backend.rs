@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use udtrace_bpf::btf::Btf;
 use udtrace_bpf::codegen::{
-    errno_entry, exec_program, hold_program, uprobe_program_for, ErrnoSource, Filter, ProbeMaps, StashMaps,
+    errno_entry, exec_program, hold_program, uprobe_program_for, ErrnoSource, Filter, HoldSignals, ProbeMaps, StashMaps,
 };
 use udtrace_bpf::insn::Insn;
 use udtrace_bpf::lineage::{self, exit_program, fork_program, LineageError, TaskIds, KERNEL_FOLLOWED};
@@ -20,7 +20,9 @@ use udtrace_bpf::tracepoint::{self, RawTracepointLink, TracepointLink};
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_messages::program;
 use udtrace_process::{handoff, procfs};
-use udtrace_providers::backend::{Backend, Error, ProbeOps, ProfileProbe, Record, Setup, SiteTarget, HOLD_SIGNAL};
+use udtrace_providers::backend::{
+    Backend, Error, ProbeOps, ProfileProbe, Record, Setup, SiteTarget, HOLD_SIGNAL, HOLD_SIGNAL_BLOCKED,
+};
 use udtrace_providers::pid::PidProbe;
 use udtrace_record::pid::{RecordLayout, RecordPlan};
 use udtrace_record::proc::{hook_of, Hook, ProcLayout, ProcPlan};
@@ -284,7 +286,11 @@ impl Bpf {
         let hold = if follow || all.is_some() || unheld {
             let holds = udtrace_bpf::maps::HashMap::create("udtrace_holds", 65536).map_err(maps_err)?;
             let lineage = unheld.then_some(&maps.ring);
-            let insns = hold_program(&maps.traced, &holds, HOLD_SIGNAL, all.as_ref().map(|a| &a.events), lineage)
+            // Without the kernel's BTF the blocked mask is not known: SIGURG always.
+            let blocked = Btf::vmlinux().ok().and_then(|b| b.place("task_struct", "blocked").ok());
+            let signals =
+                HoldSignals { signal: HOLD_SIGNAL, when_blocked: blocked.map(|p| (HOLD_SIGNAL_BLOCKED, p.offset)) };
+            let insns = hold_program(&maps.traced, &holds, signals, all.as_ref().map(|a| &a.events), lineage)
                 .map_err(|e| format!("cannot generate the loader hook program: {e}"))?;
             let program = Program::load(ProgramKind::UprobeMulti, "udtrace_hold", &insns)
                 .map_err(|e| bpf_error("load the loader hook program", &e.to_string(), Some(e.os_error())))?;

@@ -92,12 +92,23 @@ impl ProbeMaps {
     }
 }
 
+/// How [`hold_program`] stops a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldSignals {
+    /// The signal sent to a thread that does not block it.
+    pub signal: i32,
+    /// The signal sent instead to a thread that blocks `signal` (a blocked signal stays
+    /// pending and never stops it), with where `struct task_struct` keeps the blocked
+    /// mask (`blocked`, from the kernel's BTF); `None`: `signal` always.
+    pub when_blocked: Option<(i32, u32)>,
+}
+
 /// The program on the dynamic loader's debug hook (`_dl_debug_state`, called after
 /// each change to the list of loaded objects), armed for every process: in a traced
-/// one it marks the thread in `holds` and sends it `signal`, so that its tracer sees it
-/// stop before code of a new object runs (the mark tells that signal apart from one
-/// sent by anyone else). Any other process's id goes to `events`, when given, to have
-/// its new objects matched against `pid*` descriptions.
+/// one it marks the thread in `holds` and sends it a signal (see [`HoldSignals`]), so
+/// that its tracer sees it stop before code of a new object runs (the mark tells that
+/// signal apart from one sent by anyone else). Any other process's id goes to `events`,
+/// when given, to have its new objects matched against `pid*` descriptions.
 ///
 /// Only consistent states count: the bpf cookie is the distance from the hook to the
 /// loader's `_r_debug.r_state` (0: unknown, every call counts), and calls announcing
@@ -105,7 +116,7 @@ impl ProbeMaps {
 pub fn hold_program(
     traced: &HashMap<u32, u32>,
     holds: &HashMap<u32, u32>,
-    signal: i32,
+    signals: HoldSignals,
     events: Option<&RingBuf>,
     lineage: Option<&RingBuf>,
 ) -> Result<Vec<Insn>, CodegenError> {
@@ -138,7 +149,24 @@ pub fn hold_program(
     a.jmp_imm(Cond::Ne, Reg::R1, 1, unheld);
     a.push(st(Size::W, Reg::R10, -8, 1));
     a.map_update(holds.raw_fd(), -4, -8);
-    a.push(mov64_imm(Reg::R1, signal));
+    a.push(mov64_imm(Reg::R7, signals.signal));
+    if let Some((blocked_signal, offset)) = signals.when_blocked {
+        // The thread's blocked mask (its first word holds signals 1-64); a failed read
+        // leaves the usual signal.
+        let send = a.label();
+        a.call(helper::GET_CURRENT_TASK);
+        a.push(mov64_reg(Reg::R3, Reg::R0));
+        a.push(alu64_imm(AluOp::Add, Reg::R3, offset as i32));
+        a.read_to_stack(helper::PROBE_READ_KERNEL, -16, 8);
+        a.jmp_imm(Cond::Ne, Reg::R0, 0, send);
+        a.push(ldx(Size::DW, Reg::R1, Reg::R10, -16));
+        a.push(alu64_imm(AluOp::Rsh, Reg::R1, signals.signal - 1));
+        a.push(alu64_imm(AluOp::And, Reg::R1, 1));
+        a.jmp_imm(Cond::Eq, Reg::R1, 0, send);
+        a.push(mov64_imm(Reg::R7, blocked_signal));
+        a.bind(send);
+    }
+    a.push(mov64_reg(Reg::R1, Reg::R7));
     a.call(helper::SEND_SIGNAL_THREAD);
     a.ja(out);
     a.bind(unheld);

@@ -32,9 +32,9 @@ pub enum Event {
     Forked { parent: i32, child: i32 },
     /// `pid` has exec'd and is held at the exec stop until [`Tree::resume`].
     Exec { pid: i32 },
-    /// Thread `tid` of `pid` is about to take the hold signal; it waits in the stop
-    /// until [`Tree::resume`] says whether to deliver it.
-    Hold { pid: i32, tid: i32 },
+    /// Thread `tid` of `pid` is about to take `sig`, one of the hold signals; it waits
+    /// in the stop until [`Tree::resume`] says whether to deliver it.
+    Hold { pid: i32, tid: i32, sig: Signal },
     /// Thread `tid` of `pid` is ending (its exit stop, [`Tree::new`]'s `exit_stops`):
     /// its process's memory is still there until [`Tree::resume`].
     Exiting { pid: i32, tid: i32 },
@@ -78,7 +78,7 @@ struct Task {
 pub struct Tree {
     follow: bool,
     exit_stops: bool,
-    hold_signal: Signal,
+    hold_signals: Vec<Signal>,
     tasks: HashMap<i32, Task>,
     /// Live processes.
     procs: HashSet<i32>,
@@ -100,15 +100,15 @@ fn is_stop_signal(sig: Signal) -> bool {
 
 impl Tree {
     /// `follow`: new processes join the tree (otherwise only threads do, and the named
-    /// processes are still followed through exec). `hold_signal` is the signal whose
+    /// processes are still followed through exec). `hold_signals` are the signals whose
     /// delivery stops are reported as [`Event::Hold`].
     /// `exit_stops`: every thread stops as it ends ([`Event::Exiting`]), while its
     /// memory can still be read.
-    pub fn new(follow: bool, hold_signal: Signal, exit_stops: bool) -> Tree {
+    pub fn new(follow: bool, hold_signals: &[Signal], exit_stops: bool) -> Tree {
         Tree {
             follow,
             exit_stops,
-            hold_signal,
+            hold_signals: hold_signals.to_vec(),
             tasks: HashMap::new(),
             procs: HashSet::new(),
             parents: HashMap::new(),
@@ -345,9 +345,9 @@ impl Tree {
             WaitStatus::Stopped(p, sig) => {
                 let tid = p.as_raw();
                 match self.tasks.get_mut(&tid) {
-                    Some(t) if sig == self.hold_signal => {
+                    Some(t) if self.hold_signals.contains(&sig) => {
                         t.state = State::Held;
-                        out.push(Event::Hold { pid: t.tgid, tid });
+                        out.push(Event::Hold { pid: t.tgid, tid, sig });
                     }
                     Some(t) if sig == Signal::SIGTRAP => {
                         t.state = State::Held;
@@ -550,7 +550,7 @@ impl Tree {
                 }
                 WaitStatus::Stopped(p, sig) => {
                     let tgid = tgids.get(&p.as_raw()).copied().unwrap_or(p.as_raw());
-                    if (sig == self.hold_signal || sig == Signal::SIGTRAP) && ours(tgid, p.as_raw(), sig) {
+                    if (self.hold_signals.contains(&sig) || sig == Signal::SIGTRAP) && ours(tgid, p.as_raw(), sig) {
                         stopped.push(p.as_raw());
                         waiting.remove(&p.as_raw());
                     } else {
@@ -691,16 +691,16 @@ impl Brief {
         }
     }
 
-    /// Lets it run until it takes `sig` (which it then does not get) and stops there, or
-    /// until `limit` passes (then it is stopped again). Other signals are delivered.
-    /// False if it exited.
-    pub fn run_until(&mut self, sig: Signal, limit: Duration) -> bool {
+    /// Lets it run until it takes one of `sigs` (which it then does not get) and stops
+    /// there, or until `limit` passes (then it is stopped again). Other signals are
+    /// delivered. False if it exited.
+    pub fn run_until(&mut self, sigs: &[Signal], limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         let _ = ptrace::cont(self.pid, None);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.wait_stop(left) {
-                Some(Some(s)) if s == sig as i32 => return true,
+                Some(Some(s)) if sigs.iter().any(|&g| g as i32 == s) => return true,
                 Some(Some(s)) => wait::cont(self.pid.as_raw(), s),
                 Some(None) => {
                     let _ = ptrace::cont(self.pid, None);

@@ -593,7 +593,7 @@ fn worker_detaches_after_remote_calls() {
     let pid = t.pid();
     let rtmin = libc::SIGRTMIN();
     let mut target = Target::grab(pid).expect("grab");
-    let mut tree = Tree::new(false, Signal::SIGURG, false);
+    let mut tree = Tree::new(false, &[Signal::SIGURG], false);
     tree.adopt(&mut target).expect("adopt");
     tree.start(pid);
     udtrace_sys::process::sigqueue(pid, rtmin, 7).expect("sigqueue 7");

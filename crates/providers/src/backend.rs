@@ -28,6 +28,16 @@ pub type Error = String;
 /// that a process left with one pending (udtrace killed) is not disturbed.
 pub const HOLD_SIGNAL: i32 = nix::libc::SIGURG;
 
+/// The signal a thread that blocks [`HOLD_SIGNAL`] is held with instead (PostgreSQL
+/// blocks SIGURG in every process, and a blocked signal would stay pending, never
+/// stopping the thread): it cannot be blocked, caught or ignored, and a traced thread
+/// stops for its tracer before it takes effect. Only a process udtrace holds is sent it;
+/// one left with it pending (udtrace killed in that instant) would stop.
+pub const HOLD_SIGNAL_BLOCKED: i32 = nix::libc::SIGSTOP;
+
+/// Both hold signals: a delivery stop of either may be a hold ([`Backend::take_hold`]).
+pub const HOLD_SIGNALS: [i32; 2] = [HOLD_SIGNAL, HOLD_SIGNAL_BLOCKED];
+
 /// What one site's firing means: a probe and where in its function the site is.
 #[derive(Debug, Clone, Copy)]
 pub struct SiteTarget {
@@ -232,7 +242,8 @@ pub trait Backend {
 
     /// Arms the loader hook (`_dl_debug_state` at `offset` in the loader `file`, mapped
     /// in process `pid`, which is stopped): a traced process that calls it with the
-    /// link map consistent is held, with [`HOLD_SIGNAL`] or at a breakpoint
+    /// link map consistent is held, with [`HOLD_SIGNAL`] ([`HOLD_SIGNAL_BLOCKED`] when
+    /// the thread blocks it) or at a breakpoint
     /// ([`Backend::trap`]). `r_state`: the distance from the hook to `_r_debug.r_state`
     /// (0 if unknown). A backend may arm it once for every process.
     ///

@@ -17,7 +17,7 @@ use udtrace_messages::{debug, note};
 use udtrace_process::control::{ControlError, Target};
 use udtrace_process::follow::{Brief, Event, Tree};
 use udtrace_process::procfs::{self, LoadedObject};
-use udtrace_providers::backend::{Backend, ProbeOps, Trap, HOLD_SIGNAL};
+use udtrace_providers::backend::{Backend, ProbeOps, Trap, HOLD_SIGNALS};
 use udtrace_providers::pid::{is_all_processes, is_pid_provider, named_process, PidProbe};
 use udtrace_providers::pid_context::Procs;
 use udtrace_providers::registry::Registry;
@@ -153,7 +153,7 @@ impl AllProcesses {
         };
         self.match_new(pid, w);
         if w.backend.trace_pid(pid).is_ok() {
-            if brief.run_until(hold_signal(), BRIEF_HOLD) {
+            if brief.run_until(&hold_signals(), BRIEF_HOLD) {
                 w.backend.take_hold(pid);
                 self.match_new(pid, w);
             }
@@ -211,8 +211,8 @@ pub struct World<'a> {
     pub procs: &'a RefCell<Procs>,
 }
 
-fn hold_signal() -> Signal {
-    Signal::try_from(HOLD_SIGNAL).unwrap_or(Signal::SIGURG)
+fn hold_signals() -> Vec<Signal> {
+    HOLD_SIGNALS.iter().filter_map(|&s| Signal::try_from(s).ok()).collect()
 }
 
 /// The program's descriptions of the `targets` processes: (clause, statement,
@@ -308,7 +308,7 @@ impl Follower {
             cl.probes.iter().any(|d| is_pid_provider(&d.provider)) && capture::reads_live_memory(cl, &c.stash)
         });
         Some(Follower {
-            tree: Tree::new(!c.options.nofollow, hold_signal(), exit_stops),
+            tree: Tree::new(!c.options.nofollow, &hold_signals(), exit_stops),
             rematcher: Rematcher::new(descs, c),
             seen: HashMap::new(),
         })
@@ -364,13 +364,13 @@ impl Follower {
                     self.tree.resume(tid, None);
                 }
             },
-            Event::Hold { pid, tid } => {
+            Event::Hold { pid, tid, sig } => {
                 if w.backend.take_hold(tid) {
                     let objects = self.discover(pid, w);
                     remember(pid, objects, w);
                     self.tree.resume(tid, None);
                 } else {
-                    self.tree.resume(tid, Some(hold_signal()));
+                    self.tree.resume(tid, Some(sig));
                 }
             }
             // Its firings were consumed before this event, its memory still there.
