@@ -590,3 +590,31 @@ fn offset_probes_inside_patched_bytes_and_callers_through_patched_calls() {
     assert_eq!(callers(ret), [("probes`chain_b".to_string(), "2".to_string())], "{text}");
     assert_eq!(callers(off).iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>(), ["probes`chain_a"], "{text}");
 }
+
+/// `-x uprobes` where BPF cannot serve it (refused to an ordinary user; in a child PID
+/// namespace, where BPF sees the host's pids) runs in-process, saying so in one line.
+#[test]
+fn uprobes_that_cannot_be_had_are_said_so() {
+    let cmd = format!("{} 10", fixture("fixture"));
+    let prog = "pid$target::classify:entry { @ = count(); } END { printa(\"entries %@d\\n\", @); }";
+    let check = |out: &Output, why: &str| {
+        let err = stderr(out);
+        assert!(out.status.success(), "{err}");
+        assert!(stdout(out).contains("entries 10\n"), "{}\n{err}", stdout(out));
+        let line = format!("udtrace: -x uprobes ignored: {why}; pid probes run inside the traced processes");
+        assert_eq!(err.lines().filter(|l| *l == line).count(), 1, "{err}");
+    };
+    let Some(out) = as_nobody(&["-x", "uprobes", "-q", "-n", prog, "-c", &cmd]) else { return };
+    check(&out, "the kernel refused BPF: run as root (or with CAP_BPF and CAP_PERFMON)");
+    // unshare(1) forks into the new namespace and mounts its own /proc there.
+    let mut c = Command::new("unshare");
+    c.args(["--pid", "--fork", "--mount-proc"]).arg(bin()).args(["-x", "uprobes", "-q", "-n", prog, "-c", &cmd]);
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut g = Guard::spawn(&mut c);
+    kill_after_deadline(g.child().id());
+    let out = g.take().wait_with_output().expect("udtrace finishes");
+    check(
+        &out,
+        "BPF sees the host's pids, and udtrace runs in another PID namespace: run udtrace in the host's PID namespace",
+    );
+}
