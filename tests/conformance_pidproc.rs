@@ -19,6 +19,7 @@ pid_backends!(
     grabbing_processes_with_a_utf8_locale,
     symbol_actions_print_the_symbol_in_a_50_column_field,
     ucaller_at_return_and_offset_probes,
+    printa_formats_symbol_keys_with_percent_a,
 );
 
 /// Compiles a program with `-x errtags -e`: asserts that it fails with `[tag] ` and a
@@ -366,4 +367,21 @@ fn ucaller_at_return_and_offset_probes(backend: Backend) {
     };
     assert_eq!(callers(ret), ["probes`chain_b"], "{text}");
     assert_eq!(callers(off), ["probes`chain_a"], "{text}");
+}
+
+fn printa_formats_symbol_keys_with_percent_a(backend: Backend) {
+    // Keys made by ufunc()/usym()/uaddr() print with %A as their symbol, as
+    // DTrace prints them: `module`function`, with an offset for uaddr().
+    let prog = "pid$target::chain_c:entry { @f[ufunc(ucaller)] = count(); @s[usym(ucaller)] = count();
+                @a[uaddr(ucaller)] = count(); }
+                END { printa(\"f %A %@d\\n\", @f); printa(\"s %A %@d\\n\", @s); printa(\"a %A %@d\\n\", @a); }";
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} chain 3", fixture("probes"))]) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("f probes`chain_b 3\n"), "{text}");
+    assert!(text.contains("s probes`chain_b 3\n"), "{text}");
+    let a = text.lines().find(|l| l.starts_with("a ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(a.starts_with("a probes`chain_b+0x") && a.ends_with(" 3"), "{text}");
 }

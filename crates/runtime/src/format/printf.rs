@@ -705,6 +705,9 @@ fn format_value(out: &mut Vec<u8>, c: &Conv, spec: &Spec, v: &Value, ctx: &Forma
             let s = ctx.symbolize.and_then(|f| f(addr, c.ch == b'A')).unwrap_or_else(|| format!("0x{addr:x}"));
             cfmt::fmt_str(out, spec, s.as_bytes());
         }
+        // A `ufunc()`/`usym()`/`uaddr()` (or `func()`…) key, symbolized when it was
+        // made: printed as it is, `module`function`.
+        (b'a' | b'A', Value::Str(s)) => cfmt::fmt_str(out, spec, s),
         (b'Y', Value::Int(i)) => {
             let s = time::ymd_hms(i.bits as i64, &ctx.zone);
             cfmt::fmt_str(out, spec, s.as_bytes());
