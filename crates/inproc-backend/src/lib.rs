@@ -75,7 +75,7 @@ pub struct InProcess {
     /// Where each process keeps errno (see `Backend::set_errno_tls`).
     errno_tls: HashMap<i32, (u64, i64)>,
     /// Ring drops already reported.
-    drops_seen: u64,
+    drops_seen: Vec<u64>,
     /// Whether to say which sites use uprobes (`-x inprocess` given).
     explain: bool,
     /// Processes another tracer holds: udtrace cannot stop them to patch them.
@@ -229,7 +229,7 @@ impl InProcess {
             pending: Vec::new(),
             held: Merge::default(),
             errno_tls: HashMap::new(),
-            drops_seen: 0,
+            drops_seen: Vec::new(),
             explain: setup.explain,
             unheld: setup.unheld.iter().copied().collect(),
             ledger: LedgerSlot::default(),
@@ -916,12 +916,19 @@ impl Backend for InProcess {
 
     fn new_drops(&mut self) -> Vec<(usize, u64)> {
         let mut out = self.fallback.as_mut().map(|f| f.new_drops()).unwrap_or_default();
-        // The rings are not per CPU: their drops are reported against CPU 0.
-        let total = self.rings.drops();
-        if total > self.drops_seen {
-            out.push((0, total - self.drops_seen));
-            self.drops_seen = total;
+        // The rings are per process; their trampolines count drops by CPU.
+        let now = self.rings.drops();
+        self.drops_seen.resize(now.len(), 0);
+        for (cpu, (&n, seen)) in now.iter().zip(self.drops_seen.iter_mut()).enumerate() {
+            if n > *seen {
+                match out.iter_mut().find(|(c, _)| *c == cpu) {
+                    Some((_, d)) => *d += n - *seen,
+                    None => out.push((cpu, n - *seen)),
+                }
+                *seen = n;
+            }
         }
+        out.sort_unstable();
         out
     }
 }

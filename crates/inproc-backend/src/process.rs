@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use nix::libc;
 
-use udtrace_inproc::ring::{Geometry, Reader};
+use udtrace_inproc::ring::{Geometry, Reader, DROP_CPUS};
 use udtrace_inproc::trampoline::{
     errno_words, generate, CpuSource, ProcessAddrs, Trampoline, TrampolineError, DATA_ARGS, DATA_ERRNO_SLOT, DATA_PID,
     GLIBC_TID_OFFSET,
@@ -62,8 +62,8 @@ struct Patch {
 #[derive(Default)]
 pub struct Rings {
     list: Vec<Option<RingState>>,
-    /// Drops counted by rings already let go.
-    gone_drops: u64,
+    /// Drops counted by rings already let go, by CPU.
+    gone_drops: Vec<u64>,
     /// Records left in rings let go, for the next drain.
     left: Vec<Vec<u8>>,
 }
@@ -120,7 +120,9 @@ impl Rings {
                 }
             }
             let unread = r.reader.unread(&r.region.view);
-            self.gone_drops += r.reader.drops(&r.region.view) + r.reader.skipped() + unread;
+            let mut drops = ring_drops(r);
+            drops[0] = drops[0].saturating_add(unread);
+            add_drops(&mut self.gone_drops, &drops);
             *slot = None;
         }
     }
@@ -141,12 +143,33 @@ impl Rings {
         self.list.iter().flatten().any(|r| r.reader.backlog(&r.region.view))
     }
 
-    /// Firings dropped, in all: because a ring was full, or their slot was never
-    /// committed (skipped after the stall timeout: a writer that died, or one held off
-    /// the CPU that long, whose record comes too late).
-    pub fn drops(&self) -> u64 {
-        self.gone_drops
-            + self.list.iter().flatten().map(|r| r.reader.drops(&r.region.view) + r.reader.skipped()).sum::<u64>()
+    /// Firings dropped, by CPU: because a ring was full (counted on the CPU the firing
+    /// ran on), or their slot was never committed (skipped after the stall timeout: a
+    /// writer that died, or one held off the CPU that long, whose record comes too
+    /// late; its CPU is not known, and it counts on CPU 0).
+    pub fn drops(&self) -> Vec<u64> {
+        let mut all = self.gone_drops.clone();
+        for r in self.list.iter().flatten() {
+            add_drops(&mut all, &ring_drops(r));
+        }
+        all
+    }
+}
+
+/// One ring's drops by CPU, its skipped slots on CPU 0.
+fn ring_drops(r: &RingState) -> [u64; DROP_CPUS] {
+    let mut d = r.reader.drops_by_cpu(&r.region.view);
+    d[0] = d[0].saturating_add(r.reader.skipped());
+    d
+}
+
+/// Adds per-CPU counts `more` into `to`.
+fn add_drops(to: &mut Vec<u64>, more: &[u64]) {
+    if to.len() < more.len() {
+        to.resize(more.len(), 0);
+    }
+    for (t, m) in to.iter_mut().zip(more) {
+        *t = t.saturating_add(*m);
     }
 }
 

@@ -8,9 +8,10 @@
 //! offset  field (u64 each, one per cache line)
 //!      0  head: next slot index to reserve (producers, lock cmpxchg)
 //!     64  tail: next slot index to read (written only by udtrace)
-//!    128  drops: firings skipped because the ring was full (producers, lock inc)
 //!    192  nslots (a power of two)
 //!    256  slot_size: 8 + the record size rounded up to 8
+//!   2048  drops: firings skipped because the ring was full, a u64 per CPU (the
+//!         firing's CPU modulo DROP_CPUS; producers, lock inc)
 //!   4096  nslots slots: u64 seq, then the record
 //! ```
 //!
@@ -26,7 +27,10 @@ use udtrace_sys::mmap::Mmap;
 pub const HEADER_SIZE: usize = 4096;
 pub const OFF_HEAD: usize = 0;
 pub const OFF_TAIL: usize = 64;
-pub const OFF_DROPS: usize = 128;
+/// The first of [`DROP_CPUS`] drop counters, one per CPU.
+pub const OFF_DROPS: usize = 2048;
+/// How many CPUs have a drop counter of their own; CPU n counts in n % DROP_CPUS.
+pub const DROP_CPUS: usize = 256;
 pub const OFF_NSLOTS: usize = 192;
 pub const OFF_SLOT_SIZE: usize = 256;
 
@@ -181,9 +185,15 @@ impl Reader {
         self.geometry
     }
 
-    /// Firings the producers dropped because the ring was full.
+    /// Firings the producers dropped because the ring was full, in all.
     pub fn drops(&self, view: &impl RingView) -> u64 {
-        view.load_acquire_u64(OFF_DROPS)
+        self.drops_by_cpu(view).iter().fold(0u64, |a, &d| a.saturating_add(d))
+    }
+
+    /// Firings the producers dropped because the ring was full, by the CPU they ran on
+    /// (CPU n counted at n % [`DROP_CPUS`]).
+    pub fn drops_by_cpu(&self, view: &impl RingView) -> [u64; DROP_CPUS] {
+        std::array::from_fn(|cpu| view.load_acquire_u64(OFF_DROPS + 8 * cpu))
     }
 
     /// Slots reserved and not read yet (bounded by a lap: the writers' words).
@@ -277,8 +287,9 @@ mod tests {
     fn produce(v: &mut Vec<u8>, g: Geometry, tag: u8, commit: bool) -> bool {
         let h = v.load_acquire_u64(OFF_HEAD);
         if h - v.load_acquire_u64(OFF_TAIL) >= g.nslots {
-            let d = v.load_acquire_u64(OFF_DROPS);
-            v.store_release_u64(OFF_DROPS, d + 1);
+            // As a firing on CPU 1.
+            let d = v.load_acquire_u64(OFF_DROPS + 8);
+            v.store_release_u64(OFF_DROPS + 8, d + 1);
             return false;
         }
         v.store_release_u64(OFF_HEAD, h + 1);
@@ -344,6 +355,9 @@ mod tests {
             produce(&mut v, g, tag, true);
         }
         assert_eq!(r.drops(&v), 2);
+        // `produce` counts its drops as a firing on CPU 1 does.
+        let by_cpu = r.drops_by_cpu(&v);
+        assert_eq!((by_cpu[0], by_cpu[1], by_cpu.iter().sum::<u64>()), (0, 2, 2));
         let (got, _) = drain(&mut r, &mut v, Instant::now());
         assert_eq!(got, [1, 2, 3, 4]);
         assert!(produce(&mut v, g, 7, true));

@@ -30,7 +30,7 @@ use udtrace_record::pid::{
     NUM_REGS,
 };
 
-use crate::ring::{Geometry, HEADER_SIZE, OFF_DROPS, OFF_HEAD, OFF_TAIL};
+use crate::ring::{Geometry, DROP_CPUS, HEADER_SIZE, OFF_DROPS, OFF_HEAD, OFF_TAIL};
 
 /// Offset in the per-process data page of the process id (u32), which udtrace writes
 /// after the process starts or forks (the page is private: a child has its own copy).
@@ -310,14 +310,7 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     a.or(rax, rcx)?;
     a.mov(qword_ptr(rbx + udtrace_record::pid::OFF_PID_TGID as i32), rax)?;
     // cpu (u32) and flags (u32, 0) in one store; then stack_len and errno, 0.
-    match p.cpu {
-        CpuSource::Rdpid => a.rdpid(rax)?,
-        CpuSource::Rdtscp => {
-            a.rdtscp()?;
-            a.mov(eax, ecx)?;
-        }
-    }
-    a.and(eax, CPU_MASK)?;
+    emit_cpu(&mut a, p.cpu)?;
     a.mov(qword_ptr(rbx + udtrace_record::pid::OFF_CPU as i32), rax)?;
     a.mov(qword_ptr(rbx + udtrace_record::pid::OFF_STACK_LEN as i32), 0)?;
     if layout.regs {
@@ -388,8 +381,12 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
             emit_readstr(&mut a, &mut subs)?;
         }
     }
+    // A full ring: the drop is counted against the CPU it happened on, as DTrace
+    // counts its per-CPU buffers' drops.
     a.set_label(&mut full)?;
-    a.lock().inc(qword_ptr(r8 + OFF_DROPS as i32))?;
+    emit_cpu(&mut a, p.cpu)?;
+    a.and(eax, (DROP_CPUS - 1) as u32)?;
+    a.lock().inc(qword_ptr(r8 + rax * 8 + OFF_DROPS as i32))?;
 
     a.set_label(&mut restore)?;
     a.mov(rsp, rbp)?;
@@ -402,6 +399,19 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     a.popfq()?;
     a.lea(rsp, qword_ptr(rsp + (16 + RED_ZONE)))?;
     Ok(a.assemble(ip)?)
+}
+
+/// rax = the CPU the thread runs on (clobbers rcx with `rdtscp`).
+fn emit_cpu(a: &mut CodeAssembler, cpu: CpuSource) -> Result<(), TrampolineError> {
+    match cpu {
+        CpuSource::Rdpid => a.rdpid(rax)?,
+        CpuSource::Rdtscp => {
+            a.rdtscp()?;
+            a.mov(eax, ecx)?;
+        }
+    }
+    a.and(eax, CPU_MASK)?;
+    Ok(())
 }
 
 /// Local subroutines of a firing, placed after its commit (off the main path).
