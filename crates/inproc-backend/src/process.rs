@@ -599,7 +599,12 @@ impl Proc {
         let func = runtime_address(pid, objects, site.file, func_off).ok_or("its object is not mapped")?;
         let code = self.code(site.file, func_off, site.func_size)?;
         let plan = patch::plan(&code, func, site.offset, site.kind).map_err(|e| e.summary().to_string())?;
-        if shares_entry && plan.kind == patch::SiteKind::Entry && plan.start == 0 {
+        // (No other tracer can put a uprobe on an instruction the kernel refuses.)
+        if shares_entry
+            && plan.kind == patch::SiteKind::Entry
+            && plan.start == 0
+            && udtrace_object::sites::probeable(&code, func)
+        {
             return Err("its first instruction cannot run before the firing (it writes an argument, the frame \
                         pointer or memory, or branches), and a patch over it would break another tracer's uprobe"
                 .into());
