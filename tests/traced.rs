@@ -90,6 +90,12 @@ impl Session {
     }
 }
 
+/// The count printed after `name ` (`printa("%s %@d\n")`; without -q the first row
+/// follows the END record's columns on its line).
+fn labelled(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.split(&format!("{name} ")).nth(1)?.trim().parse::<u64>().ok())
+}
+
 /// The `name count` rows of a printed aggregation.
 fn rows(text: &str) -> Vec<(String, u64)> {
     text.lines()
@@ -284,6 +290,9 @@ fn count_of(out: &std::process::Output) -> Option<u64> {
 
 const COUNT: &str = "pid$target::work:entry { @ = count(); } END { printa(\"count %@d\\n\", @); }";
 
+const ENTRY_AND_RETURN: &str = "pid$target::work:entry, pid$target::work:return { @[probename] = count(); } \
+                                END { printa(\"%s %@d\\n\", @); }";
+
 #[test]
 fn two_sessions_on_one_process_each_count_every_firing() {
     let n = 5000u64;
@@ -324,8 +333,7 @@ fn a_first_session_gives_its_in_process_sites_to_a_second_and_both_are_exact() {
     // jump, so the second asks the first to give the sites up. The return's patch
     // starts before the `ret`, whose byte is an int3 pad: no uprobe's, though it looks
     // like one.
-    let script = "pid$target::work:entry, pid$target::work:return { @[probename] = count(); } \
-                  END { printa(\"%s %@d\\n\", @); }";
+    let script = ENTRY_AND_RETURN;
     let Some(mut first) = patching_session(&pid, script) else { return };
     let mut second = Session::start(&["-n", script, "-p", &pid]);
     let note = second.wait_for("is traced by").expect("the second session names the first");
@@ -338,8 +346,7 @@ fn a_first_session_gives_its_in_process_sites_to_a_second_and_both_are_exact() {
         assert!(out.status.success(), "{err}");
         let text = stdout(&out);
         for name in ["entry", "return"] {
-            let count = text.lines().find_map(|l| l.split(&format!("{name} ")).nth(1)?.trim().parse::<u64>().ok());
-            assert_eq!(count, Some(n), "{name}: {text}\n{err}");
+            assert_eq!(labelled(&text, name), Some(n), "{name}: {text}\n{err}");
         }
         assert!(!err.contains("probe site"), "{err}");
     }
@@ -351,8 +358,10 @@ fn a_second_session_given_in_process_sites_stays_exact_after_the_first_ends() {
     let dir = TempDir::new("after-in-process");
     let mut target = waiting_probes(n, &dir);
     let pid = target.child().id().to_string();
-    let Some(mut first) = patching_session(&pid, COUNT) else { return };
-    let mut second = Session::start(&["-n", COUNT, "-p", &pid]);
+    // The return site is the one given up (the entry's first byte stays the file's: the
+    // second's uprobe goes there without asking).
+    let Some(mut first) = patching_session(&pid, ENTRY_AND_RETURN) else { return };
+    let mut second = Session::start(&["-n", ENTRY_AND_RETURN, "-p", &pid]);
     second.wait_for("is traced by").expect("the second session names the first");
     // The first session ends: taking its other patches out must leave the site it gave
     // up, where the second's uprobe is, alone.
@@ -365,7 +374,8 @@ fn a_second_session_given_in_process_sites_stays_exact_after_the_first_ends() {
     run_waiting(target, n);
     let (out, err) = second.finish();
     assert!(out.status.success(), "{err}");
-    assert_eq!(count_of(&out), Some(n), "{}\n{err}", stdout(&out));
+    let text = stdout(&out);
+    assert_eq!((labelled(&text, "entry"), labelled(&text, "return")), (Some(n), Some(n)), "{text}\n{err}");
 }
 
 #[test]
@@ -404,13 +414,23 @@ fn two_sessions_on_a_forking_daemon_count_every_worker_when_the_first_patched_in
     let pid = w.pid.to_string();
     let mut first = Session::start(&["-q", "-n", BY_PROCESS, "-p", &pid]);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while first_byte_of(&pid, &w.lib, "target") != Some(0xe9) {
+    while !entry_patched(&pid, &w.lib, "target") {
         assert!(std::time::Instant::now() < deadline, "the first session never patched pid {pid}");
         std::thread::sleep(Duration::from_millis(10));
     }
+    // The entry's first byte is the file's: the second session's uprobe goes there,
+    // beside the first's patch, with nothing to ask of it.
     let mut second = Session::start(&["-q", "-n", BY_PROCESS, "-p", &pid]);
-    if second.wait_for("is traced by").is_none() {
-        return;
+    while first_byte_of(&pid, &w.lib, "target") != Some(0xcc) {
+        assert!(std::time::Instant::now() < deadline, "the second session never armed pid {pid}");
+        if second.guard.child().try_wait().expect("try_wait").is_some() {
+            let (out, err) = second.finish();
+            if bpf_gate(&std::process::Output { stderr: err.clone().into_bytes(), ..out }).is_none() {
+                return;
+            }
+            panic!("the second session ended: {err}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
     w.run_and_check(&mut [&mut first, &mut second]);
 }
@@ -420,12 +440,30 @@ fn two_sessions_on_a_forking_daemon_count_every_worker_when_the_first_patched_in
 fn patching_session(pid: &str, script: &str) -> Option<Session> {
     let mut first = Session::start(&["-n", script, "-p", pid]);
     first.wait_for("matched")?;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("exe");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while util_tracer(pid).is_none() || first_byte(pid) != Some(0xe9) {
+    while util_tracer(pid).is_none() || !entry_patched(pid, &exe, "work") {
         assert!(std::time::Instant::now() < deadline, "the first session never patched pid {pid}");
         std::thread::sleep(Duration::from_millis(10));
     }
     Some(first)
+}
+
+/// Whether function `name` of `file` is patched at its entry in `pid`: its first
+/// instruction left as the file has it (another tracer's uprobe goes there), a jump
+/// right after it (docs/pid-provider.md, "Other tracers' uprobes").
+fn entry_patched(pid: &str, file: &std::path::Path, name: &str) -> bool {
+    let (Some(addr), Some(off)) = (symbol_address(pid, file, name), symbol_value(file, name)) else { return false };
+    let mut live = [0u8; 16];
+    let mut orig = [0u8; 16];
+    let read = |path: &str, at: u64, b: &mut [u8]| {
+        std::fs::File::open(path).and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, b, at)).is_ok()
+    };
+    if !read(&format!("/proc/{pid}/mem"), addr, &mut live) || !read(&file.to_string_lossy(), off, &mut orig) {
+        return false;
+    }
+    let first = udtrace_object::sites::instruction_len(&orig).unwrap_or(16);
+    live[..first] == orig[..first] && live.get(first) == Some(&0xe9)
 }
 
 /// Lets `probes wait N` go, and checks it ran as untraced.
@@ -457,14 +495,19 @@ fn first_byte_of(pid: &str, file: &std::path::Path, name: &str) -> Option<u8> {
     Some(b[0])
 }
 
+/// `name`'s value in `file`, from `nm` (gcc's objects: also its file offset).
+fn symbol_value(file: &std::path::Path, name: &str) -> Option<u64> {
+    let nm = Command::new("nm").arg(file).output().ok()?;
+    String::from_utf8_lossy(&nm.stdout).lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() == 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).ok()).flatten()
+    })
+}
+
 /// `name`'s address in `pid`, from `nm` of `file` and the file's first mapping.
 fn symbol_address(pid: &str, file: &std::path::Path, name: &str) -> Option<u64> {
     let exe = file.to_path_buf();
-    let nm = Command::new("nm").arg(&exe).output().ok()?;
-    let value = String::from_utf8_lossy(&nm.stdout).lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() == 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).ok()).flatten()
-    })?;
+    let value = symbol_value(file, name)?;
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     let exe = exe.to_string_lossy().into_owned();
     let base = maps.lines().find(|l| l.ends_with(&exe))?.split('-').next()?;
