@@ -20,6 +20,7 @@ mod request;
 mod run;
 mod sink;
 mod stability;
+mod targets;
 
 pub use request::{split_command, Align, ProgramSource, Request};
 pub use run::{run, EXIT_FAILURE};

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::WaitStatus;
 
 use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_lang::ir::Builtin;
@@ -38,8 +37,9 @@ use udtrace_runtime::{Consumer, Effects, Output, Probe};
 use crate::compile::{self, io_reason, Compiled};
 use crate::follow::{AllProcesses, Follower, KernelFollower, World};
 use crate::list;
-use crate::request::{split_command, Request};
+use crate::request::Request;
 use crate::sink::Sink;
+use crate::targets::Targets;
 
 pub const EXIT_FAILURE: i32 = 1;
 
@@ -49,81 +49,6 @@ const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 fn fail(msg: &str) -> i32 {
     note!("{msg}");
     EXIT_FAILURE
-}
-
-/// Processes given with `-c`/`-p`, held until tracing starts; udtrace stops when all
-/// have exited.
-struct Targets {
-    list: Vec<Target>,
-    /// Which have been reported as exited.
-    gone: Vec<bool>,
-}
-
-impl Targets {
-    fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-    fn first_pid(&self) -> Option<i64> {
-        self.list.first().map(|t| i64::from(t.pid))
-    }
-    fn pids(&self) -> Vec<i32> {
-        self.list.iter().map(|t| t.pid).collect()
-    }
-    /// A tree reported that a target ended.
-    fn exited(&mut self, pid: i32, status: WaitStatus) {
-        self.list.iter_mut().filter(|t| t.pid == pid).for_each(|t| t.set_exited(status));
-    }
-    fn release(&mut self) {
-        self.list.iter_mut().for_each(Target::release);
-    }
-    /// Ends tracing of every target: created ones still running are killed, grabbed
-    /// ones released (dtrace's behaviour).
-    fn finish(&mut self) {
-        self.list.iter_mut().for_each(Target::finish);
-    }
-    /// Reports newly exited targets as dtrace's prochandler does; true when all are gone.
-    fn reap(&mut self, quiet: bool) -> bool {
-        for (t, gone) in self.list.iter_mut().zip(self.gone.iter_mut()) {
-            if *gone || !t.has_exited() {
-                continue;
-            }
-            *gone = true;
-            if quiet {
-                continue;
-            }
-            let pid = t.pid;
-            match t.exit_status() {
-                Some(WaitStatus::Signaled(_, sig, _)) => note!("pid {pid} terminated by {}", sig.as_str()),
-                Some(WaitStatus::Exited(_, code)) if code != 0 => note!("pid {pid} exited with status {code}"),
-                _ => note!("pid {pid} has exited"),
-            }
-        }
-        self.gone.iter().all(|g| *g)
-    }
-}
-
-fn start_targets(req: &Request) -> Result<Targets, String> {
-    let mut t = Targets { list: Vec::new(), gone: Vec::new() };
-    for cmd in &req.commands {
-        match Target::create(&split_command(cmd)) {
-            Ok(target) => t.list.push(target),
-            Err(e) => {
-                t.finish();
-                return Err(e.to_string());
-            }
-        }
-    }
-    for &pid in &req.pids {
-        match Target::grab(pid) {
-            Ok(target) => t.list.push(target),
-            Err(e) => {
-                t.finish();
-                return Err(e.to_string());
-            }
-        }
-    }
-    t.gone = vec![false; t.list.len()];
-    Ok(t)
 }
 
 fn macro_args(req: &Request, targets: &Targets, me: &SelfContext) -> MacroArgs {
@@ -172,7 +97,7 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
     };
 
     let me = SelfContext::new();
-    let mut targets = match start_targets(&req) {
+    let mut targets = match Targets::start(&req) {
         Ok(t) => t,
         Err(m) => return fail(&m),
     };
