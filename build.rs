@@ -18,6 +18,9 @@
 //! - `forker`               daemon forking/spawning/vforking workers, some exec'ing
 //!   `worker2` (see its header for the exact counts)
 //! - `worker2`              image exec'd by forker's workers: `helper()`, `target()`
+//! - `prefork`              daemon whose workers (some exec'ing `preworker`) wait on pipes
+//!   until told to call `target()`: tracing a daemon's existing workers (see its header)
+//! - `preworker`            image exec'd by prefork's every third worker: `helper()`, `target()`
 //! - `plugin.so`            `plugin_fn()`, loaded only by `dlopener` through dlopen
 //! - `dlopener`             dlopens `plugin.so` after a pause and calls `plugin_fn`
 //! - `jobctl`               stops, continues and kills a child, checking each with waitpid
@@ -107,6 +110,8 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     };
     let forker = spawn(&mut follow_exe("forker"))?;
     let worker2 = spawn(&mut follow_exe("worker2"))?;
+    let prefork = spawn(&mut follow_exe("prefork"))?;
+    let preworker = spawn(&mut follow_exe("preworker"))?;
     let jobctl = spawn(&mut follow_exe("jobctl"))?;
     // proc provider fixtures: plain C, no library of ours.
     let plain = |name: &str, extra: &[&str]| {
@@ -157,6 +162,8 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     wait(probes)?;
     wait(forker)?;
     wait(worker2)?;
+    wait(prefork)?;
+    wait(preworker)?;
     wait(jobctl)?;
     wait(plugin)?;
     wait(dlopener)?;

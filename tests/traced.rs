@@ -10,16 +10,9 @@ use std::time::Duration;
 
 mod util;
 
-use util::{bpf_gate, copy_fixture, fixture, kill_after_deadline, stdout, udtrace_cmd, wait_mapped, Guard, TempDir};
-
-/// Starts `holder PID` and waits until it holds the process.
-fn hold(pid: u32) -> Guard {
-    let mut h = Guard::spawn(Command::new(fixture("holder")).arg(pid.to_string()).stdout(Stdio::piped()));
-    let mut line = String::new();
-    BufReader::new(h.child().stdout.take().expect("stdout")).read_line(&mut line).expect("holder's line");
-    assert_eq!(line, format!("holder: holding {pid}\n"));
-    h
-}
+use util::{
+    bpf_gate, copy_fixture, fixture, hold, kill_after_deadline, stdout, udtrace_cmd, wait_mapped, Guard, TempDir,
+};
 
 /// Reads `child`'s stderr on a thread: its lines come through the receiver, and the
 /// whole text when the stream ends.

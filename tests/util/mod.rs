@@ -161,6 +161,17 @@ pub fn copy_fixture(name: &str, to: &std::path::Path) {
     assert!(st.success(), "cannot copy {name} to {}", to.display());
 }
 
+/// Starts `holder PID` (a debugger-like fixture that holds the process with ptrace)
+/// and waits until it holds it.
+pub fn hold(pid: u32) -> Guard {
+    let mut h = Guard::spawn(Command::new(fixture("holder")).arg(pid.to_string()).stdout(Stdio::piped()));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(h.child().stdout.take().expect("stdout")), &mut line)
+        .expect("holder's line");
+    assert_eq!(line, format!("holder: holding {pid}\n"));
+    h
+}
+
 /// Kills and reaps a spawned process when the test ends, even on failure.
 pub struct Guard(pub Option<Child>);
 

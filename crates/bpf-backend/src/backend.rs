@@ -75,6 +75,9 @@ pub struct Bpf {
     /// Traced processes udtrace does not hold (another tracer does): marked
     /// `KERNEL_FOLLOWED` in the traced map, which the kernel extends to their children.
     unheld: HashSet<i32>,
+    /// The backend of an in-process one: the processes udtrace holds carry patches,
+    /// which a uprobe must not go over.
+    under_patches: bool,
     /// The fork and exit programs that do, while attached.
     _lineage: Option<Lineage>,
     closer: Closer,
@@ -302,6 +305,7 @@ impl Bpf {
         let reader = RingBufReader::new(&maps.ring).map_err(|e| e.to_string())?;
         Ok(Bpf {
             unheld: setup.unheld.iter().copied().collect(),
+            under_patches: setup.inprocess,
             _lineage: lineage,
             maps,
             layout,
@@ -414,15 +418,25 @@ impl Bpf {
 
     /// Decided once per file: a file that processes udtrace does not trace have mapped
     /// is armed per process, so that their breakpoints cost them nothing (a system-wide
-    /// uprobe on libc would trap in every process). Any other file is armed once for
-    /// every process: children and later execs of it need no arming of their own, and
-    /// the kernel filter leaves out processes that are not traced.
+    /// uprobe on libc would trap in every process). So is a file that both a process
+    /// another tracer holds and one udtrace holds map, when the latter carry in-process
+    /// patches: the first's uprobes would go over the patches in the others (a daemon
+    /// udtrace holds, one of whose workers is under a debugger). Any other file is armed
+    /// once for every process: children and later execs of it need no arming of their
+    /// own, and the kernel filter leaves out processes that are not traced.
     fn is_per_process(&mut self, file: &Path) -> bool {
         if let Some(&p) = self.per_process.get(file) {
             return p;
         }
-        let traced = &self.traced;
-        let p = procfs::mapped_by_any(&file.to_string_lossy(), |pid| traced.contains(&pid));
+        let (traced, unheld) = (&self.traced, &self.unheld);
+        let path = file.to_string_lossy();
+        let maps = |pid: &i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| procfs::maps_mention(&m, &path))
+        };
+        let p = procfs::mapped_by_any(&path, |pid| traced.contains(&pid))
+            || (self.under_patches
+                && unheld.iter().any(maps)
+                && traced.iter().filter(|p| !unheld.contains(p)).any(maps));
         self.per_process.insert(file.to_path_buf(), p);
         p
     }

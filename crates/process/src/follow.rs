@@ -1,6 +1,7 @@
 //! Following process trees with ptrace events while every firing goes through BPF.
 //!
-//! A [`Tree`] adopts held `-c`/`-p` processes and keeps every thread seized with
+//! A [`Tree`] adopts held `-c`/`-p` processes (and the descendants a `-p` process had
+//! when it was grabbed) and keeps every thread seized with
 //! `PTRACE_O_TRACEFORK|VFORK|CLONE|EXEC`. The kernel then attaches each new child and
 //! stops it before its first instruction, and stops a process right after exec: both are
 //! reported as [`Event`]s and the process stays held until the caller has armed its
@@ -219,6 +220,18 @@ impl Tree {
     /// tree. Call [`Tree::start`] to let it run.
     pub fn adopt(&mut self, target: &mut Target) -> Result<(), ControlError> {
         let pid = target.pid;
+        self.adopt_as(target, None, pid)
+    }
+
+    /// Takes over a held process that was already a child of `parent` (of `root`'s tree)
+    /// when the root was grabbed ([`crate::descendants`]): a member of the tree as a
+    /// child forked later is. Call [`Tree::start`] to let it run.
+    pub fn adopt_descendant(&mut self, target: &mut Target, parent: i32, root: i32) -> Result<(), ControlError> {
+        self.adopt_as(target, Some(parent), root)
+    }
+
+    fn adopt_as(&mut self, target: &mut Target, parent: Option<i32>, root: i32) -> Result<(), ControlError> {
+        let pid = target.pid;
         for tid in target.hand_over() {
             match ptrace::setoptions(Pid::from_raw(tid), self.options()) {
                 Ok(()) => {}
@@ -229,11 +242,11 @@ impl Tree {
             self.tasks.insert(tid, Task { tgid: pid, state: State::Held });
         }
         self.procs.insert(pid);
-        self.parents.insert(pid, (None, pid));
+        self.parents.insert(pid, (parent, root));
         Ok(())
     }
 
-    /// Lets every held thread of a root run.
+    /// Lets every held thread of an adopted process run.
     pub fn start(&mut self, pid: i32) {
         let tids: Vec<i32> =
             self.tasks.iter().filter(|(_, t)| t.tgid == pid && t.state == State::Held).map(|(&t, _)| t).collect();

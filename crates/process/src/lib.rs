@@ -1,5 +1,5 @@
 //! Live processes: what a process has mapped (`/proc`), starting and grabbing `-c`/`-p`
-//! processes, and following process trees with ptrace (fork, vfork, exec, the holds
+//! processes (and the descendants a `-p` process has when it is grabbed), and following process trees with ptrace (fork, vfork, exec, the holds
 //! that keep a new process still until its probes are armed), and running system calls
 //! inside a stopped process to map shared memory near its code (`inject`).
 //!
@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod control;
+pub mod descendants;
 pub mod follow;
 pub mod handoff;
 pub mod inject;

@@ -3,6 +3,8 @@
 //! held at its fork; after exec, and whenever the loader has mapped new objects, the
 //! program's `pid<root>` descriptions are matched against what is new, the clauses are
 //! enabled on the probes found and the sites armed, and only then does the process run.
+//! A process that was already a descendant of a `-p` process when it was grabbed is
+//! taken on as after an exec.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -231,6 +233,13 @@ fn descs_of(c: &Compiled, targets: &[i32]) -> Vec<(usize, usize, ProbeDesc, i32)
     descs
 }
 
+/// Of `pids`, those the program's pid descriptions name: the roots whose trees are
+/// followed.
+pub fn described(c: &Compiled, pids: &[i32]) -> Vec<i32> {
+    let named: HashSet<i32> = descs_of(c, pids).into_iter().map(|d| d.3).collect();
+    pids.iter().copied().filter(|p| named.contains(p)).collect()
+}
+
 /// Follows processes another tracer holds, without a tree: the kernel tells of their
 /// children, new images and objects their loader mapped (`Record::Lineage`), and what
 /// is new is matched and armed when udtrace reads that (its first firings are missed).
@@ -275,7 +284,22 @@ impl KernelFollower {
     /// Process `pid`, of `root`'s tree, runs a new image.
     pub fn exec(&mut self, root: i32, pid: i32, w: &mut World<'_>) {
         w.backend.exec(pid);
+        self.arm_image(root, pid, mapped(pid), w);
+    }
+
+    /// Takes on `pid`, which was a descendant of `root` when `root` was grabbed: as
+    /// after an exec, `root`'s descriptions are matched against all it maps, and its
+    /// loader hook goes in.
+    pub fn adopt_descendant(&mut self, root: i32, pid: i32, w: &mut World<'_>) {
         let objects = mapped(pid);
+        if let Err(e) = arm_hook(pid, &objects, w.backend, w.registry) {
+            note!("pid {pid}: {e}: objects it loads later are not armed");
+        }
+        self.arm_image(root, pid, objects, w);
+    }
+
+    /// Matches `root`'s descriptions against every object of `pid` (`objects`).
+    fn arm_image(&mut self, root: i32, pid: i32, objects: Vec<LoadedObject>, w: &mut World<'_>) {
         let new: Vec<LoadedObject> = objects.iter().filter(|o| !o.is_vdso).cloned().collect();
         self.seen.insert(pid, new.iter().map(|o| o.path.clone()).collect());
         self.arm_new(root, pid, objects, &new, w);
@@ -331,6 +355,22 @@ impl Follower {
         Ok(())
     }
 
+    /// Takes over a held process that was a child of `parent`, in `root`'s tree, when
+    /// `root` was grabbed: as after an exec, `root`'s descriptions are matched against
+    /// all it maps (it may run another image), and the sites found and its loader hook
+    /// are armed.
+    pub fn adopt_descendant(
+        &mut self,
+        target: &mut Target,
+        parent: i32,
+        root: i32,
+        w: &mut World<'_>,
+    ) -> Result<(), String> {
+        self.tree.adopt_descendant(target, parent, root).map_err(|e: ControlError| e.to_string())?;
+        self.arm_image(target.pid, w);
+        Ok(())
+    }
+
     /// Handles one event; the process it concerns goes on afterwards. Firings already
     /// recorded must have been consumed: what is remembered of the process changes.
     pub fn handle(&mut self, ev: Event, w: &mut World<'_>) {
@@ -347,12 +387,7 @@ impl Follower {
             Event::Exec { pid } => {
                 self.seen.remove(&pid);
                 w.backend.exec(pid);
-                let objects = self.discover(pid, w);
-                match arm_hook(pid, &objects, w.backend, w.registry) {
-                    Ok(hook) => watch_hook(&mut self.tree, pid, hook),
-                    Err(e) => note!("pid {pid}: {e}"),
-                }
-                remember(pid, objects, w);
+                self.arm_image(pid, w);
                 self.tree.resume(pid, None);
             }
             Event::Trap { pid, tid } => match w.backend.trap(pid, tid) {
@@ -381,6 +416,18 @@ impl Follower {
                 w.procs.borrow_mut().retire(pid as u32);
             }
         }
+    }
+
+    /// Matches the descriptions against every object `pid` maps (none seen yet: a new
+    /// image, or a process adopted at the grab), arms what they find and the loader
+    /// hook, and remembers the process.
+    fn arm_image(&mut self, pid: i32, w: &mut World<'_>) {
+        let objects = self.discover(pid, w);
+        match arm_hook(pid, &objects, w.backend, w.registry) {
+            Ok(hook) => watch_hook(&mut self.tree, pid, hook),
+            Err(e) => note!("pid {pid}: {e}"),
+        }
+        remember(pid, objects, w);
     }
 
     /// Matches the descriptions against the objects `pid` has mapped since last time,

@@ -13,14 +13,12 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::WaitStatus;
 
 use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::types::TypeTable;
 use udtrace_messages::{debug, note};
-use udtrace_process::control::Target;
 use udtrace_process::follow::Event;
 use udtrace_process::procfs;
 use udtrace_providers::backend::{refused_probes, Backend, Loader, ProfileProbe, Record, Setup, SiteTarget};
@@ -38,8 +36,9 @@ use udtrace_runtime::{Consumer, Effects, Output, Probe};
 use crate::compile::{self, io_reason, Compiled};
 use crate::follow::{AllProcesses, Follower, KernelFollower, World};
 use crate::list;
-use crate::request::{split_command, Request};
+use crate::request::Request;
 use crate::sink::Sink;
+use crate::targets::Targets;
 
 pub const EXIT_FAILURE: i32 = 1;
 
@@ -49,81 +48,6 @@ const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 fn fail(msg: &str) -> i32 {
     note!("{msg}");
     EXIT_FAILURE
-}
-
-/// Processes given with `-c`/`-p`, held until tracing starts; udtrace stops when all
-/// have exited.
-struct Targets {
-    list: Vec<Target>,
-    /// Which have been reported as exited.
-    gone: Vec<bool>,
-}
-
-impl Targets {
-    fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-    fn first_pid(&self) -> Option<i64> {
-        self.list.first().map(|t| i64::from(t.pid))
-    }
-    fn pids(&self) -> Vec<i32> {
-        self.list.iter().map(|t| t.pid).collect()
-    }
-    /// A tree reported that a target ended.
-    fn exited(&mut self, pid: i32, status: WaitStatus) {
-        self.list.iter_mut().filter(|t| t.pid == pid).for_each(|t| t.set_exited(status));
-    }
-    fn release(&mut self) {
-        self.list.iter_mut().for_each(Target::release);
-    }
-    /// Ends tracing of every target: created ones still running are killed, grabbed
-    /// ones released (dtrace's behaviour).
-    fn finish(&mut self) {
-        self.list.iter_mut().for_each(Target::finish);
-    }
-    /// Reports newly exited targets as dtrace's prochandler does; true when all are gone.
-    fn reap(&mut self, quiet: bool) -> bool {
-        for (t, gone) in self.list.iter_mut().zip(self.gone.iter_mut()) {
-            if *gone || !t.has_exited() {
-                continue;
-            }
-            *gone = true;
-            if quiet {
-                continue;
-            }
-            let pid = t.pid;
-            match t.exit_status() {
-                Some(WaitStatus::Signaled(_, sig, _)) => note!("pid {pid} terminated by {}", sig.as_str()),
-                Some(WaitStatus::Exited(_, code)) if code != 0 => note!("pid {pid} exited with status {code}"),
-                _ => note!("pid {pid} has exited"),
-            }
-        }
-        self.gone.iter().all(|g| *g)
-    }
-}
-
-fn start_targets(req: &Request) -> Result<Targets, String> {
-    let mut t = Targets { list: Vec::new(), gone: Vec::new() };
-    for cmd in &req.commands {
-        match Target::create(&split_command(cmd)) {
-            Ok(target) => t.list.push(target),
-            Err(e) => {
-                t.finish();
-                return Err(e.to_string());
-            }
-        }
-    }
-    for &pid in &req.pids {
-        match Target::grab(pid) {
-            Ok(target) => t.list.push(target),
-            Err(e) => {
-                t.finish();
-                return Err(e.to_string());
-            }
-        }
-    }
-    t.gone = vec![false; t.list.len()];
-    Ok(t)
 }
 
 fn macro_args(req: &Request, targets: &Targets, me: &SelfContext) -> MacroArgs {
@@ -172,7 +96,7 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
     };
 
     let me = SelfContext::new();
-    let mut targets = match start_targets(&req) {
+    let mut targets = match Targets::start(&req) {
         Ok(t) => t,
         Err(m) => return fail(&m),
     };
@@ -237,8 +161,19 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
     if compiled.options.destructive && !quiet {
         note!("allowing destructive actions");
     }
+    // What already runs below a `-p` process (a daemon's workers) is traced as what it
+    // forks later will be; `-x nofollow` keeps to the process itself, as DTrace does.
+    if !compiled.options.nofollow {
+        targets.grab_descendants(&crate::follow::described(&compiled, &targets.pids()));
+    }
+    let mut consumer =
+        Consumer::new(Rc::clone(&compiled.program), settings(&compiled), compiled.ecbs.clone(), me.seed());
+    consumer.set_cpus(crate::cpus::online());
+    // Remember traced processes while they are held: some exit before their firings
+    // are consumed.
+    let procs = RefCell::new(Procs::new(wall_offset(), registry.pid.objects().clone()));
     let Armed { mut backend, mut follower, mut all, kernel, sampled } =
-        match arm(&compiled, &mut registry, &mut targets, load) {
+        match arm(&compiled, &mut registry, &mut targets, load, &mut consumer, &procs) {
             Ok(b) => b,
             Err(m) => {
                 targets.finish();
@@ -252,9 +187,10 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
         all: all.as_mut(),
         kernel,
         registry: &mut registry,
+        procs: &procs,
         sampled,
     };
-    let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, &mut out);
+    let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, &mut consumer, &mut out);
     if let (Some(f), Some(b)) = (follower.as_mut(), backend.as_deref_mut()) {
         f.finish(b);
     }
@@ -303,10 +239,26 @@ struct Armed {
 }
 
 /// Arms the enabled pid probes, if any, and starts tracing their processes; `-c`/`-p`
-/// processes with pid descriptions are adopted by a follower (held until released).
-fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loader<'_>) -> Result<Armed, String> {
-    let held: Vec<i32> = targets.list.iter().filter(|t| t.tracer.is_none()).map(|t| t.pid).collect();
-    let unheld: Vec<&Target> = targets.list.iter().filter(|t| t.tracer.is_some()).collect();
+/// processes with pid descriptions, and the descendants grabbed with them, are adopted
+/// by a follower (held until released), or by the kernel when another tracer holds
+/// them.
+fn arm(
+    c: &Compiled,
+    registry: &mut Registry,
+    targets: &mut Targets,
+    load: Loader<'_>,
+    consumer: &mut Consumer,
+    procs: &RefCell<Procs>,
+) -> Result<Armed, String> {
+    // The roots of the processes udtrace holds, and of those it does not (another
+    // tracer holds them), descendants included.
+    let (mut held, mut unheld_roots): (Vec<i32>, Vec<i32>) = (Vec::new(), Vec::new());
+    for t in &targets.list {
+        if t.tracer.is_none() { &mut held } else { &mut unheld_roots }.push(t.pid);
+    }
+    for d in &targets.descendants {
+        if d.target.tracer.is_none() { &mut held } else { &mut unheld_roots }.push(d.root);
+    }
     let mut follower = Follower::new(c, &held);
     let all = AllProcesses::new(c);
     let enabled: HashSet<u32> =
@@ -316,9 +268,15 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     let (profile, profile_stack) = profile_probes(c);
     // Descriptions of an unheld target that match nothing yet (-Z) may match what it
     // execs: the kernel must follow it.
-    let unheld_pids: Vec<i32> = unheld.iter().map(|t| t.pid).collect();
+    let unheld_pids: Vec<i32> = targets
+        .list
+        .iter()
+        .filter(|t| t.tracer.is_some())
+        .map(|t| t.pid)
+        .chain(targets.unheld_descendants().map(|(pid, _)| pid))
+        .collect();
     // Without following, still there for the objects the processes load.
-    let mut kernel = KernelFollower::new(c, &unheld_pids);
+    let mut kernel = KernelFollower::new(c, &unheld_roots);
     if enabled.is_empty()
         && follower.is_none()
         && kernel.is_none()
@@ -362,8 +320,8 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
     pids.sort_unstable();
     pids.dedup();
     // Traced first: arming decides per file whether processes beyond these map it.
-    for &pid in &pids {
-        backend.trace_pid(pid)?;
+    for pid in pids.iter().chain(targets.descendants.iter().map(|d| &d.target.pid)) {
+        backend.trace_pid(*pid)?;
     }
     for &pid in &pids {
         let mine: Vec<&PidProbe> = probes.iter().filter(|p| p.pid == pid).copied().collect();
@@ -403,7 +361,15 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
             }
         }
     }
-    for t in targets.list.iter().filter(|t| pids.contains(&t.pid)) {
+    adopt_descendants(
+        targets,
+        follower.as_mut(),
+        kernel.as_mut(),
+        &mut World { backend: backend.as_mut(), registry, consumer, procs },
+    );
+    let unheld =
+        targets.list.iter().filter(|t| pids.contains(&t.pid)).chain(targets.descendants.iter().map(|d| &d.target));
+    for t in unheld {
         if let Some((tracer, name)) = &t.tracer {
             let follow = if c.options.nofollow {
                 "; objects it loads are armed when udtrace reads of them (their first firings are missed)"
@@ -427,6 +393,34 @@ fn arm(c: &Compiled, registry: &mut Registry, targets: &mut Targets, load: Loade
         note!("{n}");
     }
     Ok(Armed { backend: Some(backend), follower, all, kernel, sampled })
+}
+
+/// Takes on the descendants grabbed with the targets, as processes that have just
+/// exec'd: the held ones join the follower's tree, those another tracer holds are
+/// followed by the kernel. One that cannot be followed is let go.
+fn adopt_descendants(
+    targets: &mut Targets,
+    mut follower: Option<&mut Follower>,
+    mut kernel: Option<&mut KernelFollower>,
+    w: &mut World<'_>,
+) {
+    for d in &mut targets.descendants {
+        let pid = d.target.pid;
+        if d.target.tracer.is_some() {
+            if let Some(k) = kernel.as_deref_mut() {
+                k.adopt_descendant(d.root, pid, w);
+            }
+            continue;
+        }
+        let adopted = match follower.as_deref_mut() {
+            Some(f) => f.adopt_descendant(&mut d.target, d.parent, d.root, w),
+            None => Err("no probe follows it".to_string()),
+        };
+        if let Err(e) = adopted {
+            note!("failed to follow pid {pid}: {e}");
+            d.target.release();
+        }
+    }
 }
 
 /// The enabled `profile-N` probes, sampled on every online CPU (the one `-x cpu` names),
@@ -530,6 +524,8 @@ struct Tracing<'a> {
     /// What matches new images of the processes another tracer holds.
     kernel: Option<KernelFollower>,
     registry: &'a mut Registry,
+    /// What is known of the traced processes, for their firings' context.
+    procs: &'a RefCell<Procs>,
     /// Profile probes the backend samples.
     sampled: HashSet<u32>,
 }
@@ -590,24 +586,20 @@ fn trace(
     targets: &mut Targets,
     sfd: &SignalFd,
     w: &mut Tracing<'_>,
+    consumer: &mut Consumer,
     out: &mut dyn Output,
 ) -> io::Result<i32> {
-    let seed = me.seed();
-    let mut consumer = Consumer::new(Rc::clone(&c.program), settings(c), c.ecbs.clone(), seed);
-    consumer.set_cpus(crate::cpus::online());
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u32;
     let mut status = 0;
     let mut done = false;
 
-    let wall = wall_offset();
-    let clocks = Clocks { wall, boot: boot_offset() };
-    // Remember traced processes while they are held: some exit before their firings
-    // are consumed.
-    let procs = RefCell::new(Procs::new(wall, w.registry.pid.objects().clone()));
+    let procs = w.procs;
+    let clocks = Clocks { wall: procs.borrow().wall_offset, boot: boot_offset() };
+    procs.borrow_mut().share(w.registry.pid.objects());
     // BEGIN, END and timers: `%A` symbolizes against $target, the first -c/-p process.
     let target = targets.pids().first().map(|&p| p as u32);
     let fire = |consumer: &mut Consumer, id: u32, cpu: u32, out: &mut dyn Output| -> io::Result<Option<i32>> {
-        let ctx = SelfFiring::now(me, &c.program.types, clocks).with_target(&procs, target);
+        let ctx = SelfFiring::now(me, &c.program.types, clocks).with_target(procs, target);
         let fx = consumer.fire(id, cpu, &ctx, out)?;
         out.flush()?;
         Ok(apply(&fx))
@@ -626,13 +618,16 @@ fn trace(
     // `-x cpu`: probes fire on that CPU only; BEGIN, END and ticks run there.
     let only_cpu = c.options.cpu.map(|n| n.min(u64::from(u32::MAX)) as u32);
     let here = || only_cpu.unwrap_or_else(|| me.cpu());
-    if let Some(s) = fire(&mut consumer, probes::BEGIN, here(), out)? {
+    if let Some(s) = fire(consumer, probes::BEGIN, here(), out)? {
         status = s;
         done = true;
     }
     // As dtrace: BEGIN has fired and probes are armed; now the processes may run.
     match w.follower.as_deref_mut() {
-        Some(f) => targets.pids().into_iter().for_each(|pid| f.tree.start(pid)),
+        Some(f) => {
+            let adopted = targets.descendants.iter().map(|d| d.target.pid);
+            targets.pids().into_iter().chain(adopted).for_each(|pid| f.tree.start(pid));
+        }
         None => targets.release(),
     }
     let started = Instant::now();
@@ -642,7 +637,7 @@ fn trace(
     let mut last_drop_check = Instant::now();
     let ustackframes = c.options.ustackframes.min(u64::from(u32::MAX)) as u32;
     let mut sink = Drain {
-        procs: &procs,
+        procs,
         ustackframes,
         maxframes: c.options.maxframes.map_or(u32::MAX, |m| m.min(u64::from(u32::MAX)) as u32),
         proc_ids: proc_ids(c),
@@ -650,7 +645,7 @@ fn trace(
         clocks,
         pending_exec: HashMap::new(),
         only_cpu,
-        kernel_roots: HashMap::new(),
+        kernel_roots: targets.unheld_descendants().collect(),
     };
     while !done {
         let now = Instant::now();
@@ -683,7 +678,7 @@ fn trace(
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(io::Error::from(e)),
         }
-        if let Some(s) = sink.drain(&mut consumer, w, out)? {
+        if let Some(s) = sink.drain(consumer, w, out)? {
             status = s;
             break;
         }
@@ -709,18 +704,19 @@ fn trace(
             break;
         }
         if w.all.is_some() {
-            if let Some(s) = all_events(&mut sink, &mut consumer, w, out)? {
+            if let Some(s) = all_events(&mut sink, consumer, w, out)? {
                 status = s;
                 break;
             }
         }
         if w.follower.is_some() {
             hand_over(w);
-            if let Some(s) = follow_events(&mut sink, &mut consumer, w, targets, out)? {
+            if let Some(s) = follow_events(&mut sink, consumer, w, targets, out)? {
                 status = s;
                 break;
             }
-            if w.follower.as_deref().is_some_and(|f| f.tree.is_empty()) {
+            // Processes another tracer holds below a held root end on their own.
+            if w.follower.as_deref().is_some_and(|f| f.tree.is_empty()) && !sink.kernel_children_run() {
                 targets.reap(c.options.quiet);
                 break;
             }
@@ -736,7 +732,7 @@ fn trace(
                 _ => here()..here() + 1,
             };
             for cpu in cpus {
-                if let Some(s) = fire(&mut consumer, t.probe.id, cpu, out)? {
+                if let Some(s) = fire(consumer, t.probe.id, cpu, out)? {
                     status = s;
                     done = true;
                 }
@@ -750,7 +746,7 @@ fn trace(
                 break;
             }
         }
-        report_consumer_drops(&mut consumer);
+        report_consumer_drops(consumer);
         if w.follower.is_none() && !targets.is_empty() && targets.reap(c.options.quiet) && !sink.kernel_children_run() {
             break;
         }
@@ -762,19 +758,19 @@ fn trace(
         wait_unless_signalled(sfd, delay)?;
     }
     // Firings still in the ring happened before the end: they come before END.
-    if let Some(s) = sink.drain(&mut consumer, w, out)? {
+    if let Some(s) = sink.drain(consumer, w, out)? {
         status = s;
     }
-    if let Some(s) = sink.flush_execs(&mut consumer, out)? {
+    if let Some(s) = sink.flush_execs(consumer, out)? {
         status = s;
     }
     if let Some(b) = w.backend.as_deref_mut() {
         report_drops(b);
     }
-    if let Some(s) = fire(&mut consumer, probes::END, here(), out)? {
+    if let Some(s) = fire(consumer, probes::END, here(), out)? {
         status = s;
     }
-    report_consumer_drops(&mut consumer);
+    report_consumer_drops(consumer);
     consumer.finish(out)?;
     out.flush()?;
     Ok(status)
