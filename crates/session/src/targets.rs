@@ -51,8 +51,13 @@ impl Targets {
     /// Grabs what runs below those of `roots` that were grabbed (`-p`): a daemon's
     /// workers. One that cannot be grabbed is said in one line and left alone.
     pub fn grab_descendants(&mut self, roots: &[i32]) {
+        // The init process's descendants are every process there is: grabbing them all
+        // would stop the machine for a moment and patch it whole.
+        if roots.contains(&1) && self.list.iter().any(|t| t.pid == 1 && !t.created) {
+            note!("pid 1's descendants are not traced (they are every process): name them with -p, or use pid*");
+        }
         let grabbed: Vec<i32> =
-            self.list.iter().filter(|t| !t.created && roots.contains(&t.pid)).map(|t| t.pid).collect();
+            self.list.iter().filter(|t| !t.created && t.pid != 1 && roots.contains(&t.pid)).map(|t| t.pid).collect();
         if grabbed.is_empty() {
             return;
         }
