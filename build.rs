@@ -48,6 +48,7 @@
 //! - `sigurg`               blocks SIGURG, dlopens `plugin.so`, execs `sh -c` to run itself
 //!   again, calling `target()` of `libfollow.so`
 //! - `shmem`                hundreds of MB of shared anonymous and /dev/zero memory
+//! - `absloop`              calls libc's `abs()` in a loop, for a foreign uprobe to land on
 //!
 //! Kept to a few seconds: a handful of compiler runs, independent ones in parallel.
 
@@ -138,6 +139,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("holder", &[]))?,
         spawn(&mut plain("altstack", &[]))?,
         spawn(&mut plain("shmem", &[]))?,
+        spawn(&mut plain("absloop", &[]))?,
     ];
     let templates = spawn(Command::new("g++").args(cflags).args(["-o", &o("templates"), &s("templates.cpp")]))?;
     let exe = |name: &str, pie: &[&str]| {
