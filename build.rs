@@ -45,6 +45,14 @@
 //! - `busy`                 profile provider: threads spending 75% and 25% of their CPU
 //!   time in two functions, reporting the CPU time used
 //!
+//! The tier of real programs (tests/real_*.rs) adds:
+//! - `templates`            C++ function and class templates for several types, exceptions
+//! - `altstack`             a SIGUSR1 handler on an 8 KiB sigaltstack with canaries around it
+//! - `sigurg`               blocks SIGURG, dlopens `plugin.so`, execs `sh -c` to run itself
+//!   again, calling `target()` of `libfollow.so`
+//! - `shmem`                hundreds of MB of shared anonymous and /dev/zero memory
+//! - `absloop`              calls libc's `abs()` in a loop, for a foreign uprobe to land on
+//!
 //! Kept to a few seconds: a handful of compiler runs, independent ones in parallel.
 
 use std::path::{Path, PathBuf};
@@ -113,6 +121,8 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     let prefork = spawn(&mut follow_exe("prefork"))?;
     let preworker = spawn(&mut follow_exe("preworker"))?;
     let jobctl = spawn(&mut follow_exe("jobctl"))?;
+    let mut sigurg_cmd = follow_exe("sigurg");
+    let sigurg = spawn(sigurg_cmd.arg("-ldl"))?;
     // proc provider fixtures: plain C, no library of ours.
     let plain = |name: &str, extra: &[&str]| {
         let mut c = Command::new("gcc");
@@ -132,7 +142,11 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("coldstr", &[]))?,
         spawn(&mut plain("changebuf", &[]))?,
         spawn(&mut plain("holder", &[]))?,
+        spawn(&mut plain("altstack", &[]))?,
+        spawn(&mut plain("shmem", &[]))?,
+        spawn(&mut plain("absloop", &[]))?,
     ];
+    let templates = spawn(Command::new("g++").args(cflags).args(["-o", &o("templates"), &s("templates.cpp")]))?;
     let exe = |name: &str, pie: &[&str]| {
         let mut c = Command::new("gcc");
         c.args(cflags)
@@ -165,6 +179,8 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     wait(prefork)?;
     wait(preworker)?;
     wait(jobctl)?;
+    wait(sigurg)?;
+    wait(templates)?;
     wait(plugin)?;
     wait(dlopener)?;
     for f in proc_fixtures {

@@ -272,7 +272,11 @@ pub fn traced(args: &[&str]) -> Option<std::process::Output> {
 /// Tests that need BPF skip only where the kernel refuses it, and never when
 /// UDTRACE_REQUIRE_BPF=1 (CI), where a refusal fails the test.
 pub fn bpf_gate(out: &std::process::Output) -> Option<()> {
-    let err = String::from_utf8_lossy(&out.stderr);
+    bpf_gate_stderr(&String::from_utf8_lossy(&out.stderr))
+}
+
+/// [`bpf_gate`] on what udtrace (or a BPF tool of the tests) said on stderr.
+pub fn bpf_gate_stderr(err: &str) -> Option<()> {
     if err.contains("the kernel refused BPF") {
         assert_ne!(
             std::env::var("UDTRACE_REQUIRE_BPF").as_deref(),

@@ -1,0 +1,3 @@
+module realgo
+
+go 1.19
