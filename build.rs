@@ -39,6 +39,8 @@
 //! - `changebuf`            buffers changed (or unmapped) right after the probed call,
 //!   some on pages never touched before it
 //! - `holder`               holds a process with ptrace, as a debugger does
+//! - `mapholder`            memory maps names like files that are no objects: shared
+//!   anonymous memory, /dev/zero, a System V segment, an executable memfd
 //! - `busy`                 profile provider: threads spending 75% and 25% of their CPU
 //!   time in two functions, reporting the CPU time used
 //!
@@ -127,6 +129,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("coldstr", &[]))?,
         spawn(&mut plain("changebuf", &[]))?,
         spawn(&mut plain("holder", &[]))?,
+        spawn(&mut plain("mapholder", &[]))?,
     ];
     let exe = |name: &str, pie: &[&str]| {
         let mut c = Command::new("gcc");

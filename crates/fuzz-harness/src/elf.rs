@@ -73,7 +73,7 @@ fn loaded(syms: &ObjectSymbols) -> LoadedObject {
             }
         })
         .collect();
-    LoadedObject { path: "/fuzz/libfuzz.so.1".into(), is_main: false, is_vdso: false, mappings }
+    LoadedObject { path: "/fuzz/libfuzz.so.1".into(), is_main: false, is_vdso: false, deleted: false, mappings }
 }
 
 /// What matching, arming and patching do with one function.

@@ -10,12 +10,30 @@ use crate::symbols::{Function, SymbolTable};
 /// Where distributions install separate debug files.
 pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
 
+/// The largest object or debug file read: each is read whole, and a process may map a
+/// file of any size (a database's data, a shared memory segment).
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// A device, FIFO, socket or directory: never an object, and never read (a device
+    /// such as /dev/zero never ends).
+    #[error("{path} is {kind}, not an object file")]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error("{path} is {size} bytes, more than the {max} udtrace reads of an object file", max = MAX_FILE_BYTES)]
+    TooLarge { path: PathBuf, size: u64 },
     #[error("{path}: {source}")]
     Elf { path: PathBuf, source: ElfError },
+}
+
+impl LoadError {
+    /// Whether the file is simply not an object (not ELF, not a regular file): a
+    /// mapping of data, which has no probes and is no error.
+    pub fn not_an_object(&self) -> bool {
+        matches!(self, LoadError::NotRegular { .. } | LoadError::Elf { source: ElfError::NotElf, .. })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -106,8 +124,60 @@ pub fn assemble(info: ElfInfo, data: Vec<u8>, debug: Option<(&[u8], &Path)>) -> 
     ObjectSymbols { info, table, debug_file, data }
 }
 
+/// The bytes of the object file at `path`, read only once it is known to be a regular
+/// file of at most [`MAX_FILE_BYTES`] that starts as ELF does.
 fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
-    std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_path_buf(), source })
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| LoadError::Io { path: path.to_path_buf(), source };
+    let regular = |meta: &std::fs::Metadata| match file_kind(meta) {
+        Some(kind) => Err(LoadError::NotRegular { path: path.to_path_buf(), kind }),
+        None => Ok(()),
+    };
+    // Looked at before opening: opening a FIFO waits for a writer.
+    regular(&std::fs::metadata(path).map_err(io)?)?;
+    // Non-blocking all the same, and looked at again once open: the path may have
+    // been replaced in between.
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io)?;
+    let meta = f.metadata().map_err(io)?;
+    regular(&meta)?;
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(LoadError::TooLarge { path: path.to_path_buf(), size: meta.len() });
+    }
+    let mut magic = [0u8; 4];
+    if f.read_exact(&mut magic).is_err() || &magic != b"\x7fELF" {
+        return Err(LoadError::Elf { path: path.to_path_buf(), source: ElfError::NotElf });
+    }
+    // At most the size it had: a file that grows meanwhile is read as it was.
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    data.extend_from_slice(&magic);
+    f.take(meta.len().saturating_sub(4)).read_to_end(&mut data).map_err(io)?;
+    Ok(data)
+}
+
+/// What a file that is not a regular file is, in words; `None` for a regular file.
+fn file_kind(meta: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    Some(if t.is_file() {
+        return None;
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    })
 }
 
 fn find_debug_file(path: &Path, info: &ElfInfo, root: &Path) -> Option<PathBuf> {

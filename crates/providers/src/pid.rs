@@ -59,6 +59,8 @@ pub struct PidProvider {
     index: HashMap<(i32, PathBuf, u64, SiteKind), usize>,
     /// (file, is the executable) of every object `pid*` descriptions were matched in.
     pub all_files: HashSet<(PathBuf, bool)>,
+    /// Dynamic loaders found deleted (see [`PidProvider::first_deleted_loader`]).
+    deleted_loaders: HashSet<String>,
 }
 
 /// Whether a provider glob names every process (`pid*`): probes of owner 0. A
@@ -161,6 +163,13 @@ impl PidProvider {
         Some((l.file_offset(addr)?, delta))
     }
 
+    /// Whether the dynamic loader at `path`, deleted since it was mapped, is seen for
+    /// the first time: every process of a daemon maps the same one, and one word of
+    /// it is enough.
+    pub fn first_deleted_loader(&mut self, path: &str) -> bool {
+        self.deleted_loaders.insert(path.to_string())
+    }
+
     fn load(&mut self, file: &PathBuf) -> Result<Rc<ObjectSymbols>, LoadError> {
         if let Some(l) = self.objects.get(file) {
             return Ok(Rc::clone(l));
@@ -182,7 +191,7 @@ impl PidProvider {
             None if named("ld-").is_none() => objects.iter().find(|o| o.is_main)?,
             None => return None,
         };
-        let syms = self.load(&procfs::host_path(pid, &obj.path)).ok()?;
+        let syms = self.load(&procfs::object_file(pid, obj)).ok()?;
         let f = syms.table.matching("__errno_location").first().copied()?.clone();
         let bias = obj.bias(&syms.info)?;
         match errno::locate(syms.code(&f)?, f.addr)? {
@@ -217,6 +226,10 @@ impl PidProvider {
         let module = if d.module.is_empty() { "*" } else { d.module.as_str() };
         let named: Vec<&LoadedObject> =
             objects.iter().filter(|o| !o.is_vdso && modules::module_matches(module, &o.path, o.is_main)).collect();
+        let deleted: Vec<&str> = named.iter().filter(|o| o.deleted).map(|o| modules::module_name(&o.path)).collect();
+        if !deleted.is_empty() {
+            return Some(deleted_note(&deleted, pid));
+        }
         if named.is_empty() {
             // A process without a dynamic loader has no libraries: their code, when it
             // has any, was linked into the executable.
@@ -232,7 +245,7 @@ impl PidProvider {
             false => named,
         };
         for obj in candidates {
-            let loaded = self.load(&procfs::host_path(pid, &obj.path)).ok()?;
+            let loaded = self.load(&procfs::object_file(pid, obj)).ok()?;
             if let Some(note) = stripped_note(obj, &loaded, pid) {
                 return Some(note);
             }
@@ -314,15 +327,22 @@ impl PidProvider {
             if !modules::module_matches(module, &obj.path, obj.is_main) {
                 continue;
             }
+            // Its path names another file, or none: sites read there would be another
+            // build's, and patched or probed at the wrong places.
+            if obj.deleted {
+                if strict && !glob::is_glob(module) {
+                    return Err((Tag::D_PROC_LIB, deleted_note(&[&obj.path], pid)));
+                }
+                continue;
+            }
             let file = procfs::host_path(pid, &obj.path);
             let loaded = match self.load(&file) {
                 Ok(l) => l,
-                // A mapping that is not an ELF object (a locale archive, a font) has
-                // no probes: never an error.
-                Err(LoadError::Elf { .. }) => continue,
-                // Nor is a mapping whose file cannot be opened when no module was
-                // named (a memfd, udtrace's own among them after an earlier run, or a
-                // deleted file): only a module asked for by name must be readable.
+                // A mapping that is not an ELF object (a locale archive, a font, a
+                // device) has no probes: never an error.
+                Err(LoadError::Elf { .. } | LoadError::NotRegular { .. }) => continue,
+                // Nor is a file that cannot be read (unreadable, too large) when no
+                // module was named: only a module asked for by name must be readable.
                 Err(e) if strict && !glob::is_glob(module) => {
                     return Err((Tag::D_PROC_LIB, format!("failed to read {}: {e}", file.display())))
                 }
@@ -455,6 +475,9 @@ impl PidProvider {
         }
         let invalid = || (Tag::D_PROC_NAME, format!("'{name}' is an invalid probe name"));
         let addr = u64::from_str_radix(name, 16).map_err(|_| invalid())?;
+        if main.deleted {
+            return Err((Tag::D_PROC_LIB, deleted_note(&[&main.path], pid)));
+        }
         let file = procfs::host_path(pid, &main.path);
         let loaded =
             self.load(&file).map_err(|e| (Tag::D_PROC_LIB, format!("failed to read {}: {e}", file.display())))?;
@@ -513,6 +536,16 @@ impl PidProvider {
         });
         probe
     }
+}
+
+/// Why objects `names` of process `pid` have no probes: their files are gone.
+fn deleted_note(names: &[&str], pid: i32) -> String {
+    let (was, it, its) = if names.len() == 1 { ("was", "it", "its") } else { ("were", "them", "their") };
+    format!(
+        "{} {was} deleted or replaced since process {pid} mapped {it}: {its} probes cannot be placed (restart the \
+         process to probe {it})",
+        names.join(", ")
+    )
 }
 
 /// What can still be probed in `obj` of process `pid` when it is stripped.
