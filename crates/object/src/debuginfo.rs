@@ -42,6 +42,9 @@ pub struct ObjectSymbols {
     pub table: SymbolTable,
     /// The separate debug file whose symbols were added, if one was found.
     pub debug_file: Option<PathBuf>,
+    /// The file found where the debug file was looked for that is not it (another
+    /// build's, not ELF, without a symbol table).
+    pub debug_refused: Option<PathBuf>,
     /// The object file's bytes: probe sites are decoded from the file, never from a
     /// process's memory, where a breakpoint may already sit.
     pub data: Vec<u8>,
@@ -90,7 +93,7 @@ pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymb
     let data = read(path)?;
     let info = elf::parse(&data).map_err(|source| LoadError::Elf { path: path.to_path_buf(), source })?;
     // A debug file that is missing or unreadable only costs symbols.
-    let debug = find_debug_file(path, &info, debug_root).and_then(|p| Some((read(&p).ok()?, p)));
+    let debug = find_debug_file(path, &info, debug_root).map(|p| (read(&p).unwrap_or_default(), p));
     Ok(assemble(info, data, debug.as_ref().map(|(d, p)| (d.as_slice(), p.as_path()))))
 }
 
@@ -100,6 +103,7 @@ pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymb
 pub fn assemble(info: ElfInfo, data: Vec<u8>, debug: Option<(&[u8], &Path)>) -> ObjectSymbols {
     // A malformed debug file only costs symbols: the object itself is still probeable
     // through its own table.
+    let found = debug.map(|(_, p)| p.to_path_buf());
     let debug = debug.and_then(|(d, p)| {
         let dinfo = elf::parse(d).ok()?;
         // A debuglink found by name must be the same build, when both say which.
@@ -121,7 +125,8 @@ pub fn assemble(info: ElfInfo, data: Vec<u8>, debug: Option<(&[u8], &Path)>) -> 
     }
     let table = SymbolTable::from_symbols(&sources, &info.plt);
     let debug_file = debug.map(|(p, _)| p);
-    ObjectSymbols { info, table, debug_file, data }
+    let debug_refused = found.filter(|_| debug_file.is_none());
+    ObjectSymbols { info, table, debug_file, debug_refused, data }
 }
 
 /// The bytes of the object file at `path`, read only once it is known to be a regular
@@ -180,23 +185,28 @@ fn file_kind(meta: &std::fs::Metadata) -> Option<&'static str> {
     })
 }
 
-fn find_debug_file(path: &Path, info: &ElfInfo, root: &Path) -> Option<PathBuf> {
+/// Where the separate debug file of the object at `path` is looked for, in order, as
+/// gdb looks: `<root>/.build-id/xx/yyyy.debug`, then by its debuglink name next to it,
+/// in its `.debug/` directory and under `<root>/<its directory>/`.
+pub fn debug_file_candidates(path: &Path, info: &ElfInfo, root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
     if let Some(id) = info.build_id.as_deref().filter(|id| id.len() >= 2) {
         let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-        let p = root.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]));
-        if p.is_file() {
-            return Some(p);
-        }
+        out.push(root.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..])));
     }
-    let link = info.debuglink.as_deref()?;
     // A debuglink is a file name; anything with a separator is not one we follow.
-    if link.is_empty() || link.contains('/') {
-        return None;
+    if let Some(link) = info.debuglink.as_deref().filter(|l| !l.is_empty() && !l.contains('/')) {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let abs_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let under_root = root.join(abs_dir.strip_prefix("/").unwrap_or(&abs_dir));
+        out.extend([dir.join(link), dir.join(".debug").join(link), under_root.join(link)]);
     }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let abs_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    out
+}
+
+fn find_debug_file(path: &Path, info: &ElfInfo, root: &Path) -> Option<PathBuf> {
     let own = std::fs::canonicalize(path).ok();
-    [dir.join(link), dir.join(".debug").join(link), root.join(abs_dir.strip_prefix("/").unwrap_or(&abs_dir)).join(link)]
+    debug_file_candidates(path, info, root)
         .into_iter()
         // The object may carry a debuglink to its own name; it is not its own debug file.
         .find(|p| p.is_file() && std::fs::canonicalize(p).ok() != own)

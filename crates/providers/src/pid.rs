@@ -548,7 +548,8 @@ fn deleted_note(names: &[&str], pid: i32) -> String {
     )
 }
 
-/// What can still be probed in `obj` of process `pid` when it is stripped.
+/// What can still be probed in `obj` of process `pid` when it is stripped, and where
+/// its debug file was looked for.
 fn stripped_note(obj: &LoadedObject, loaded: &ObjectSymbols, pid: i32) -> Option<String> {
     if !loaded.stripped() {
         return None;
@@ -556,7 +557,7 @@ fn stripped_note(obj: &LoadedObject, loaded: &ObjectSymbols, pid: i32) -> Option
     let name = modules::module_name(&obj.path);
     let n = loaded.table.functions().len();
     let addresses = format!("absolute addresses (pid{pid}:a.out:-:ADDR)");
-    Some(match (n, obj.is_main) {
+    let what = match (n, obj.is_main) {
         (0, true) => format!("{name} is stripped and exports no function: only {addresses} can be probed"),
         (0, false) => format!("{name} is stripped and exports no function: none of it can be probed by name"),
         (1, _) => format!("{name} is stripped: only its 1 exported function can be probed by name"),
@@ -564,7 +565,19 @@ fn stripped_note(obj: &LoadedObject, loaded: &ObjectSymbols, pid: i32) -> Option
             format!("{name} is stripped: only its {n} exported functions can be probed by name, or {addresses}")
         }
         (n, false) => format!("{name} is stripped: only its {n} exported functions can be probed by name"),
-    })
+    };
+    if let Some(p) = &loaded.debug_refused {
+        return Some(format!("{what}; {} is not its debug file (unreadable, or another build's)", p.display()));
+    }
+    let file = procfs::host_path(pid, &obj.path);
+    let root = Path::new(debuginfo::DEFAULT_DEBUG_ROOT);
+    let looked: Vec<String> =
+        debuginfo::debug_file_candidates(&file, &loaded.info, root).iter().map(|p| p.display().to_string()).collect();
+    if looked.is_empty() {
+        return Some(what);
+    }
+    let link = loaded.info.debuglink.as_deref().map(|l| format!(" {l}")).unwrap_or_default();
+    Some(format!("{what}; its debug file{link} was not found (looked for {})", looked.join(", ")))
 }
 
 #[cfg(test)]
