@@ -5,13 +5,12 @@
 //! since it was mapped is never read through the path that now names another file
 //! (docs/pid-provider.md, "Sites").
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
 
 mod util;
 
-use util::{bpf_gate, fixture, is_root, kill_after_deadline, pid_backends, run_args, Backend, Guard, TempDir, NAME};
+use util::driven::{Driven, Ready};
+use util::{fixture, is_root, pid_backends, run_args, Backend, TempDir, NAME};
 
 pid_backends!(shared_memory_and_devices_are_never_read, a_python_mmap_is_never_read);
 
@@ -19,52 +18,20 @@ pid_backends!(shared_memory_and_devices_are_never_read, a_python_mmap_is_never_r
 /// add up to more than a gigabyte.
 const MAX_HWM_KB: u64 = 64 << 10;
 
-/// A program driven through its stdin: it prints a line when ready, does its counted
-/// calls on the first line it reads, prints one line, and exits at the end of stdin.
-struct Driven {
-    child: Guard,
-    out: BufReader<ChildStdout>,
-}
-
-impl Driven {
-    fn start(argv: &[&str]) -> Driven {
-        let mut child =
-            Guard::spawn(Command::new(argv[0]).args(&argv[1..]).stdin(Stdio::piped()).stdout(Stdio::piped()));
-        kill_after_deadline(child.child().id());
-        let out = BufReader::new(child.child().stdout.take().expect("piped stdout"));
-        let mut d = Driven { child, out };
-        assert_eq!(d.line(), "ready\n");
-        d
-    }
-
-    fn pid(&mut self) -> u32 {
-        self.child.child().id()
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.out.read_line(&mut l).expect("the program's output");
-        l
-    }
-
-    fn go(&mut self) -> String {
-        self.child.child().stdin.as_mut().expect("stdin").write_all(b"go\n").expect("write");
-        self.line()
-    }
-
-    /// Closes its stdin; what it printed since, and its exit status.
-    fn finish(mut self) -> (String, Option<i32>) {
-        drop(self.child.child().stdin.take());
-        let mut rest = String::new();
-        self.out.read_to_string(&mut rest).expect("the program's output");
-        (rest, self.child.take().wait().expect("wait").code())
-    }
-}
-
-/// What an untraced run of `argv` prints (the ready line included) and its status.
-fn untraced(argv: &[&str]) -> (String, Option<i32>) {
+/// A program that prints "ready", does its counted calls on the first line it reads,
+/// prints one line, and exits at the end of its stdin.
+fn start(argv: &[&str]) -> Driven {
     let mut d = Driven::start(argv);
-    let done = d.go();
+    assert_eq!(d.line(), "ready\n");
+    d
+}
+
+/// What an untraced run of such a program prints (the ready line included) and its
+/// status.
+fn untraced(argv: &[&str]) -> (String, Option<i32>) {
+    let mut d = start(argv);
+    d.send("go\n");
+    let done = d.line();
     let (rest, status) = d.finish();
     (format!("ready\n{done}{rest}"), status)
 }
@@ -78,43 +45,25 @@ fn hwm_kb(pid: u32) -> u64 {
         .expect("VmHWM in the status")
 }
 
-/// Runs `program` (whose BEGIN prints "ready") on the driven program `argv` with `-p`,
+/// Runs `program` (whose BEGIN prints "ready") on such a program, `argv`, with `-p`,
 /// on `backend`: the program's output and status must be an untraced run's, and
 /// udtrace's peak size stay under [`MAX_HWM_KB`]. Returns udtrace's stdout (None when
 /// the kernel refuses BPF).
 fn traced_small(backend: Backend, argv: &[&str], program: &str) -> Option<String> {
     let expected = untraced(argv);
-    let mut target = Driven::start(argv);
+    let mut target = start(argv);
     let pid = target.pid().to_string();
-    let mut tracer = Guard::spawn(&mut backend.command(&["-q", "-n", program, "-p", &pid]));
-    let udtrace = tracer.child().id();
-    kill_after_deadline(udtrace);
-    let mut out = BufReader::new(tracer.child().stdout.take().expect("piped stdout"));
-    let mut ready = String::new();
-    out.read_line(&mut ready).expect("udtrace's output");
-    if ready.is_empty() {
-        let done = tracer.take().wait_with_output().expect("udtrace ends");
-        bpf_gate(&done)?;
-        panic!("udtrace ended before BEGIN: {}", String::from_utf8_lossy(&done.stderr));
-    }
-    assert_eq!(ready, "ready\n");
-    let done = target.go();
+    let mut tracer = Ready::start(backend, &["-q", "-n", program, "-p", &pid])?;
+    target.send("go\n");
+    let done = target.line();
     // Every object is read and armed by now; only the output is left to do.
-    let hwm = hwm_kb(udtrace);
+    let hwm = hwm_kb(tracer.pid());
     let (rest, status) = target.finish();
-    let mut text = String::new();
-    out.read_to_string(&mut text).expect("udtrace's output");
-    let end = collect(tracer.take());
-    assert!(end.0.success(), "udtrace failed: {}", end.1);
+    let (end, text, err) = tracer.finish();
+    assert!(end.success(), "udtrace failed: {err}");
     assert_eq!((format!("ready\n{done}{rest}"), status), expected, "the traced program's output and status");
     assert!(hwm < MAX_HWM_KB, "udtrace grew to {hwm} KiB on pid {pid}");
     Some(text)
-}
-
-/// The status and stderr of a child whose stdout was taken.
-fn collect(child: Child) -> (std::process::ExitStatus, String) {
-    let o = child.wait_with_output().expect("udtrace ends");
-    (o.status, String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
 /// The count a `@ = count()` program printed.
@@ -133,15 +82,14 @@ fn shared_memory_and_devices_are_never_read(backend: Backend) {
 
     // The memfd holds a copy of the executable, mapped executable: still no object,
     // so `work` is the executable's alone.
-    let d = Driven::start(&argv[..2].iter().copied().chain(["1"]).collect::<Vec<_>>());
-    let mut d = d;
+    let mut d = start(&[argv[0], argv[1], "1"]);
     let pid = d.pid().to_string();
     let listed = run_args(&["-l", "-n", "pid$target::work:entry", "-p", &pid]);
     assert_eq!(listed.status, 0, "{}", listed.stderr);
     let rows: Vec<Vec<&str>> = listed.stdout.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
     assert_eq!(rows.len(), 1, "{}", listed.stdout);
     assert_eq!(rows[0][1..], [format!("pid{pid}").as_str(), "mapholder", "work", "entry"]);
-    d.go();
+    d.send("go\n");
     assert_eq!(d.finish().1, Some(0));
 }
 
@@ -176,11 +124,8 @@ fn a_replaced_executable_is_never_read_through_its_path() {
     let exe = dir.path().join("probes");
     util::copy_fixture("probes", &exe);
     let exe_s = exe.display().to_string();
-    let mut target = Guard::spawn(
-        Command::new(&exe).args(["wait", "100"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()),
-    );
-    kill_after_deadline(target.child().id());
-    let pid = target.child().id().to_string();
+    let mut target = Driven::start(&[&exe_s, "wait", "100"]);
+    let pid = target.pid().to_string();
     util::wait_mapped(&pid, "libc.so.6");
     let other = dir.path().join("other");
     util::copy_fixture("fixture", &other);
@@ -216,19 +161,10 @@ fn a_replaced_executable_is_never_read_through_its_path() {
     let expected = util::stdout(&reference).split_once('\n').map(|(_, s)| s.to_string()).unwrap_or_default();
     assert!(expected.contains("probes`main+0x"), "{expected}");
     let ready = format!("BEGIN {{ printf(\"ready\\n\"); }} {program}");
-    let mut tracer = Guard::spawn(&mut util::udtrace_cmd(&["-q", "-n", &ready, "-p", &pid]));
-    kill_after_deadline(tracer.child().id());
-    let mut out = BufReader::new(tracer.child().stdout.take().expect("piped stdout"));
-    let mut line = String::new();
-    out.read_line(&mut line).expect("udtrace's output");
-    assert_eq!(line, "ready\n", "{}", collect(tracer.take()).1);
-    let mut child = target.take();
-    child.stdin.take().expect("stdin").write_all(b"go\n").expect("write");
-    let done = child.wait_with_output().expect("the program ends");
-    assert_eq!(String::from_utf8_lossy(&done.stdout), "wait 100 sink=4950\n");
-    let mut text = String::new();
-    out.read_to_string(&mut text).expect("udtrace's output");
-    let (status, err) = collect(tracer.take());
+    let Some(tracer) = Ready::start(Backend::InProcess, &["-q", "-n", &ready, "-p", &pid]) else { return };
+    target.send("go\n");
+    assert_eq!(target.finish(), ("wait 100 sink=4950\n".to_string(), Some(0)));
+    let (status, text, err) = tracer.finish();
     assert!(status.success(), "{err}");
     if is_root() {
         assert_eq!(text, expected);
