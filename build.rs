@@ -14,6 +14,8 @@
 //! - `fixture-cxx`          C++ executable
 //! - `probes`               firing tests: strings, a call chain without frame pointers,
 //!   threads, waiting (see its header)
+//! - `probes-stripped`      `probes` with `strip --strip-all`: a PIE whose functions
+//!   have only addresses
 //! - `libfollow.so`         follow-children fixtures' library: `target()`
 //! - `forker`               daemon forking/spawning/vforking workers, some exec'ing
 //!   `worker2` (see its header for the exact counts)
@@ -168,6 +170,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     }
 
     run(Command::new("strip").args(["--strip-all", "-o", &o("fixture-stripped"), &o("fixture")]))?;
+    run(Command::new("strip").args(["--strip-all", "-o", &o("probes-stripped"), &o("probes")]))?;
 
     // Separate debug info by build-id, in a private tree (tests pass it as debug root).
     let debug = o("fixture.debug");

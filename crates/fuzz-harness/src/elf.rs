@@ -79,6 +79,7 @@ fn loaded(syms: &ObjectSymbols) -> LoadedObject {
 /// What matching, arming and patching do with one function.
 fn function(syms: &ObjectSymbols, f: &symbols::Function) {
     let _ = syms.file_offset(f.addr);
+    let _ = syms.instruction_at(f.addr.wrapping_add(f.size / 2));
     let _ = syms.table.lookup(f.addr.wrapping_add(f.size / 2));
     let Some(s) = syms.sites(f) else { return };
     let Some(code) = syms.code(f) else { return };

@@ -36,6 +36,17 @@ impl LoadError {
     }
 }
 
+/// Why an address given without its function names no instruction of an object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    #[error("it is not in the object's code")]
+    NotCode,
+    #[error("it is not aligned on an instruction")]
+    InsideInstruction,
+    #[error("the code before it cannot be decoded (at {at:#x})")]
+    Undecodable { at: u64 },
+}
+
 #[derive(Debug, Clone)]
 pub struct ObjectSymbols {
     pub info: ElfInfo,
@@ -73,6 +84,66 @@ impl ObjectSymbols {
     /// debug file, no minidebuginfo): only its exported (`.dynsym`) functions have names.
     pub fn stripped(&self) -> bool {
         self.info.symbols_from != SymbolSource::Symtab && self.debug_file.is_none() && self.info.gnu_debugdata.is_none()
+    }
+
+    /// The file offset of the instruction at `vaddr`, an address given without its
+    /// function (`pid$target:a.out:-:ADDR`): it must lie in the object's code and start
+    /// an instruction when the code is decoded from the last place known to start one
+    /// (the function holding it, else the end of the last function before it, else its
+    /// section's start, as objdump decodes), or a probe there would cut an instruction.
+    /// Returns it with the instruction's length.
+    pub fn instruction_at(&self, vaddr: u64) -> Result<(u64, u64), AddressError> {
+        let (lo, hi) = self.code_range(vaddr).ok_or(AddressError::NotCode)?;
+        let start = match self.table.lookup(vaddr) {
+            Some((f, _)) => f.addr,
+            None => self
+                .table
+                .functions()
+                .iter()
+                .map(|f| f.addr.saturating_add(f.size))
+                .filter(|&end| lo <= end && end <= vaddr)
+                .max()
+                .unwrap_or(lo),
+        };
+        let first = self.info.vaddr_to_offset(start).ok_or(AddressError::NotCode)?;
+        // The longest instruction past it, where the code goes on that far.
+        let len = vaddr.saturating_add(15).min(hi) - start;
+        let code = usize::try_from(first)
+            .ok()
+            .and_then(|f| self.data.get(f..f.checked_add(usize::try_from(len).ok()?)?))
+            .ok_or(AddressError::NotCode)?;
+        sites::starts_instruction(code, start, vaddr).map_err(|e| match e {
+            sites::OffsetError::Undecodable { at, .. } => AddressError::Undecodable { at: start + u64::from(at) },
+            _ => AddressError::InsideInstruction,
+        })?;
+        let at = usize::try_from(vaddr - start).map_err(|_| AddressError::NotCode)?;
+        let len = sites::instruction_len(code.get(at..).unwrap_or_default())
+            .ok_or(AddressError::Undecodable { at: vaddr })?;
+        Ok((self.info.vaddr_to_offset(vaddr).ok_or(AddressError::NotCode)?, len as u64))
+    }
+
+    /// The range of code holding `vaddr`: its section of code, or where the section
+    /// headers are gone, its executable segment's file image.
+    fn code_range(&self, vaddr: u64) -> Option<(u64, u64)> {
+        let within = |&(lo, hi): &(u64, u64)| lo <= vaddr && vaddr < hi;
+        let segment = self
+            .info
+            .segments
+            .iter()
+            .filter(|s| s.exec)
+            .map(|s| (s.vaddr, s.vaddr.saturating_add(s.filesz)))
+            .find(within)?;
+        match self.info.code_sections.is_empty() {
+            true => Some(segment),
+            // Mapped executable too: a section header may say anything.
+            false => self
+                .info
+                .code_sections
+                .iter()
+                .copied()
+                .find(within)
+                .map(|(lo, hi)| (lo.max(segment.0), hi.min(segment.1))),
+        }
     }
 
     /// File offset of a virtual address: what a uprobe is attached at.

@@ -5,7 +5,7 @@
 //! Pure: bytes in, facts out. Malformed input gives an [`ElfError`], never a panic.
 
 use object::elf;
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, Sym};
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader, Sym};
 use object::{Endianness, Object, ObjectSection};
 
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +81,9 @@ pub struct ElfInfo {
     pub gnu_debugdata: Option<Vec<u8>>,
     /// Virtual address ranges `[start, end)` of `.plt`, `.plt.got`, `.plt.sec`.
     pub plt: Vec<(u64, u64)>,
+    /// Virtual address ranges `[start, end)` of the sections of code (allocated,
+    /// executable), in file order; empty when the section headers are gone.
+    pub code_sections: Vec<(u64, u64)>,
 }
 
 impl ElfInfo {
@@ -191,9 +194,31 @@ pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
         }
     }
 
+    let code_sections = file
+        .elf_section_table()
+        .iter()
+        .filter(|sh| {
+            let flags = sh.sh_flags(endian);
+            let code = u64::from(elf::SHF_ALLOC | elf::SHF_EXECINSTR);
+            flags & code == code && sh.sh_type(endian) != elf::SHT_NOBITS
+        })
+        .map(|sh| (sh.sh_addr(endian), sh.sh_addr(endian).saturating_add(sh.sh_size(endian))))
+        .collect();
+
     let gnu_debugdata = file.section_by_name(".gnu_debugdata").and_then(|s| s.data().ok()).and_then(inflate_xz);
 
-    Ok(ElfInfo { is_dyn, entry, build_id, debuglink, segments, symbols, symbols_from, gnu_debugdata, plt })
+    Ok(ElfInfo {
+        is_dyn,
+        entry,
+        build_id,
+        debuglink,
+        segments,
+        symbols,
+        symbols_from,
+        gnu_debugdata,
+        plt,
+        code_sections,
+    })
 }
 
 /// Decompress `.gnu_debugdata` (an xz stream). A corrupt stream is treated like an absent

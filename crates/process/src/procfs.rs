@@ -471,6 +471,7 @@ mod tests {
             symbols_from: SymbolSource::None,
             gnu_debugdata: None,
             plt: Vec::new(),
+            code_sections: Vec::new(),
         };
         let m = Mapping {
             start: 0x7f00_0000_0000,

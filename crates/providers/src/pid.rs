@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use udtrace_lang::ast::ProbeDesc;
 use udtrace_lang::Tag;
-use udtrace_object::debuginfo::{self, LoadError, ObjectSymbols};
+use udtrace_object::debuginfo::{self, AddressError, LoadError, ObjectSymbols};
 use udtrace_object::errno::{self, ErrnoTls};
 use udtrace_object::modules;
 use udtrace_object::patch;
@@ -455,7 +455,10 @@ impl PidProvider {
         Ok(())
     }
 
-    /// `pid<N>::-:<address>`: a probe at an absolute address of the executable.
+    /// `pid<N>:a.out:-:<address>`: a probe at one address of the executable. An address
+    /// in what the executable maps in the process is the process's, as in DTrace; any
+    /// other is the file's, as `nm` and `objdump` print it (DTrace for Linux reads a
+    /// PIE's so): a stripped PIE's functions have no other stable name.
     fn absolute(
         &mut self,
         pid: i32,
@@ -473,19 +476,34 @@ impl PidProvider {
         if glob::is_glob(name) {
             return Err((Tag::D_PROC_NAME, "only individual addresses may be specified with the '-' function".into()));
         }
-        let invalid = || (Tag::D_PROC_NAME, format!("'{name}' is an invalid probe name"));
-        let addr = u64::from_str_radix(name, 16).map_err(|_| invalid())?;
+        let addr = u64::from_str_radix(name, 16)
+            .map_err(|_| (Tag::D_PROC_NAME, format!("'{name}' is an invalid probe name")))?;
         if main.deleted {
             return Err((Tag::D_PROC_LIB, deleted_note(&[&main.path], pid)));
         }
         let file = procfs::host_path(pid, &main.path);
         let loaded =
             self.load(&file).map_err(|e| (Tag::D_PROC_LIB, format!("failed to read {}: {e}", file.display())))?;
-        let bias = main.bias(&loaded.info).unwrap_or(0);
-        let vaddr = addr.wrapping_sub(bias);
-        let off = loaded.info.vaddr_to_offset(vaddr).ok_or_else(invalid)?;
-        let f = Function { name: "-".into(), mangled: None, aliases: Vec::new(), addr: vaddr, size: 1, ifunc: false };
+        let in_process = main.mappings.iter().any(|m| m.start <= addr && addr < m.end);
+        let vaddr = match (in_process, main.bias(&loaded.info)) {
+            (true, Some(bias)) => addr.wrapping_sub(bias),
+            _ => addr,
+        };
         let modname = modules::module_name(&main.path).to_string();
+        let module = if module.is_empty() { "a.out" } else { module };
+        let (off, len) = loaded.instruction_at(vaddr).map_err(|e| match e {
+            AddressError::NotCode => (
+                Tag::D_PROC_NAME,
+                format!(
+                    "failed to lookup 0x{addr:x} in module '{module}': it is not in {modname}'s code, as an address \
+                     of process {pid} nor as one of its file's (as nm and objdump print them)"
+                ),
+            ),
+            e => (Tag::D_PROC_ALIGN, format!("address 0x{addr:x} in module '{module}': {e}")),
+        })?;
+        // Its function is unknown: the instruction alone stands for it, which a backend
+        // may patch or put a breakpoint on as it would a function's.
+        let f = Function { name: "-".into(), mangled: None, aliases: Vec::new(), addr: vaddr, size: len, ifunc: false };
         Ok(vec![self.add(
             pid,
             &file,
