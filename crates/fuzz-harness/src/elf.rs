@@ -120,7 +120,7 @@ fn unwind(data: &[u8], syms: &ObjectSymbols, obj: &LoadedObject, bias: u64) {
     let lo = obj.mappings.iter().map(|m| m.start).min().unwrap_or(0);
     let hi = obj.mappings.iter().map(|m| m.end).max().unwrap_or(0).max(lo);
     let mut unwinder = Unwinder::default();
-    unwinder.add_module(&obj.path, data, lo..hi, bias);
+    unwinder.add_module(&obj.path, syms, lo..hi, bias);
     let functions = syms.table.functions();
     let tail = &data[data.len().saturating_sub(256)..];
     let mut stack = Vec::new();

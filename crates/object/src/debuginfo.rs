@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::elf::{self, ElfError, ElfInfo, SymbolSource};
 use crate::sites::{self, Sites};
 use crate::symbols::{Function, SymbolTable};
+use crate::unwind;
 
 /// Where distributions install separate debug files.
 pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
@@ -59,6 +60,9 @@ pub struct ObjectSymbols {
     /// The object file's bytes: probe sites are decoded from the file, never from a
     /// process's memory, where a breakpoint may already sit.
     pub data: Vec<u8>,
+    /// The `.debug_frame` its code is unwound with, decompressed, where that describes
+    /// more of it than `.eh_frame` (`unwind::preferred_debug_frame`).
+    pub debug_frame: Option<unwind::Data>,
 }
 
 impl ObjectSymbols {
@@ -183,21 +187,22 @@ pub fn assemble(info: ElfInfo, data: Vec<u8>, debug: Option<(&[u8], &Path)>) -> 
                 return None;
             }
         }
-        (dinfo.symbols_from == SymbolSource::Symtab).then(|| (p.to_path_buf(), dinfo))
+        (dinfo.symbols_from == SymbolSource::Symtab).then(|| (p.to_path_buf(), dinfo, d))
     });
     let mini = info.gnu_debugdata.as_deref().and_then(|d| elf::parse(d).ok());
 
     let mut sources: Vec<&[elf::RawSymbol]> = vec![&info.symbols];
-    if let Some((_, d)) = &debug {
+    if let Some((_, d, _)) = &debug {
         sources.push(&d.symbols);
     }
     if let Some(m) = &mini {
         sources.push(&m.symbols);
     }
     let table = SymbolTable::from_symbols(&sources, &info.plt);
-    let debug_file = debug.map(|(p, _)| p);
+    let debug_frame = unwind::preferred_debug_frame(&data, debug.as_ref().map(|(_, _, d)| *d));
+    let debug_file = debug.map(|(p, _, _)| p);
     let debug_refused = found.filter(|_| debug_file.is_none());
-    ObjectSymbols { info, table, debug_file, debug_refused, data }
+    ObjectSymbols { info, table, debug_file, debug_refused, data, debug_frame }
 }
 
 /// The bytes of the object file at `path`, read only once it is known to be a regular

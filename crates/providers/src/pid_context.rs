@@ -236,7 +236,7 @@ impl Procs {
             let Some(bias) = obj.bias(&syms.info) else { continue };
             let lo = obj.mappings.iter().map(|m| m.start).min().unwrap_or(0);
             let hi = obj.mappings.iter().map(|m| m.end).max().unwrap_or(0);
-            unwinder.add_module(&obj.path, &syms.data, lo..hi, bias);
+            unwinder.add_module(&obj.path, &syms, lo..hi, bias);
             objects.push((obj.clone(), bias, syms));
         }
         let info = self.info(pid);
