@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::elf::{self, ElfError, ElfInfo, SymbolSource};
 use crate::sites::{self, Sites};
 use crate::symbols::{Function, SymbolTable};
-use crate::unwind;
+use crate::{read, unwind};
 
 /// Where distributions install separate debug files.
 pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
@@ -165,10 +165,10 @@ pub fn load(path: &Path) -> Result<ObjectSymbols, LoadError> {
 /// private tree): `<root>/.build-id/xx/yyyy.debug`, then by debuglink name next to the
 /// object, in its `.debug/` directory, and under `<root>/<object's directory>/`.
 pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymbols, LoadError> {
-    let data = read(path)?;
+    let data = read::read(path)?;
     let info = elf::parse(&data).map_err(|source| LoadError::Elf { path: path.to_path_buf(), source })?;
     // A debug file that is missing or unreadable only costs symbols.
-    let debug = find_debug_file(path, &info, debug_root).map(|p| (read(&p).unwrap_or_default(), p));
+    let debug = find_debug_file(path, &info, debug_root).map(|p| (read::read(&p).unwrap_or_default(), p));
     Ok(assemble(info, data, debug.as_ref().map(|(d, p)| (d.as_slice(), p.as_path()))))
 }
 
@@ -203,62 +203,6 @@ pub fn assemble(info: ElfInfo, data: Vec<u8>, debug: Option<(&[u8], &Path)>) -> 
     let debug_file = debug.map(|(p, _, _)| p);
     let debug_refused = found.filter(|_| debug_file.is_none());
     ObjectSymbols { info, table, debug_file, debug_refused, data, debug_frame }
-}
-
-/// The bytes of the object file at `path`, read only once it is known to be a regular
-/// file of at most [`MAX_FILE_BYTES`] that starts as ELF does.
-fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let io = |source| LoadError::Io { path: path.to_path_buf(), source };
-    let regular = |meta: &std::fs::Metadata| match file_kind(meta) {
-        Some(kind) => Err(LoadError::NotRegular { path: path.to_path_buf(), kind }),
-        None => Ok(()),
-    };
-    // Looked at before opening: opening a FIFO waits for a writer.
-    regular(&std::fs::metadata(path).map_err(io)?)?;
-    // Non-blocking all the same, and looked at again once open: the path may have
-    // been replaced in between.
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(io)?;
-    let meta = f.metadata().map_err(io)?;
-    regular(&meta)?;
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(LoadError::TooLarge { path: path.to_path_buf(), size: meta.len() });
-    }
-    let mut magic = [0u8; 4];
-    if f.read_exact(&mut magic).is_err() || &magic != b"\x7fELF" {
-        return Err(LoadError::Elf { path: path.to_path_buf(), source: ElfError::NotElf });
-    }
-    // At most the size it had: a file that grows meanwhile is read as it was.
-    let mut data = Vec::with_capacity(meta.len() as usize);
-    data.extend_from_slice(&magic);
-    f.take(meta.len().saturating_sub(4)).read_to_end(&mut data).map_err(io)?;
-    Ok(data)
-}
-
-/// What a file that is not a regular file is, in words; `None` for a regular file.
-fn file_kind(meta: &std::fs::Metadata) -> Option<&'static str> {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    Some(if t.is_file() {
-        return None;
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    })
 }
 
 /// Where the separate debug file of the object at `path` is looked for, in order, as
