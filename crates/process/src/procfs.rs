@@ -142,6 +142,17 @@ pub fn object_file(pid: i32, obj: &LoadedObject) -> PathBuf {
     }
 }
 
+/// What names object `obj` of process `pid` among every process's objects, for keeping
+/// what was read of it once: its path (through the process's root), or for a deleted
+/// file, whose path names another file and whose map_files path another process's
+/// mapping, its path and inode.
+pub fn object_key(pid: i32, obj: &LoadedObject) -> PathBuf {
+    match obj.mappings.first().filter(|_| obj.deleted) {
+        Some(m) => PathBuf::from(format!("{} (deleted, inode {})", obj.path, m.inode)),
+        None => host_path(pid, &obj.path),
+    }
+}
+
 /// The executable's path as maps shows it.
 pub fn exe_path(pid: i32) -> io::Result<String> {
     let p = std::fs::read_link(format!("/proc/{pid}/exe"))?;
@@ -444,6 +455,7 @@ mod tests {
             [("/dev/zero", false, 1), ("/usr/lib/libold.so.1", true, 2), ("/usr/lib/libold.so.1", false, 1)]
         );
         assert_eq!(object_file(42, &objs[1]), PathBuf::from("/proc/42/map_files/7f0040006000-7f0040007000"));
+        assert_eq!(object_key(42, &objs[1]), PathBuf::from("/usr/lib/libold.so.1 (deleted, inode 77)"));
     }
 
     #[test]

@@ -171,11 +171,22 @@ impl PidProvider {
     }
 
     fn load(&mut self, file: &PathBuf) -> Result<Rc<ObjectSymbols>, LoadError> {
-        if let Some(l) = self.objects.get(file) {
+        self.load_as(file, file)
+    }
+
+    /// Object `obj` of process `pid` as it is mapped (a deleted file through map_files),
+    /// read once for every process that maps it.
+    fn load_mapped(&mut self, pid: i32, obj: &LoadedObject) -> Result<Rc<ObjectSymbols>, LoadError> {
+        self.load_as(&procfs::object_key(pid, obj), &procfs::object_file(pid, obj))
+    }
+
+    /// The object read from `file`, kept under `key`.
+    fn load_as(&mut self, key: &PathBuf, file: &Path) -> Result<Rc<ObjectSymbols>, LoadError> {
+        if let Some(l) = self.objects.get(key) {
             return Ok(Rc::clone(l));
         }
         let l = Rc::new(debuginfo::load(file)?);
-        self.objects.insert(file.clone(), Rc::clone(&l));
+        self.objects.insert(key.clone(), Rc::clone(&l));
         Ok(l)
     }
 
@@ -191,7 +202,7 @@ impl PidProvider {
             None if named("ld-").is_none() => objects.iter().find(|o| o.is_main)?,
             None => return None,
         };
-        let syms = self.load(&procfs::object_file(pid, obj)).ok()?;
+        let syms = self.load_mapped(pid, obj).ok()?;
         let f = syms.table.matching("__errno_location").first().copied()?.clone();
         let bias = obj.bias(&syms.info)?;
         match errno::locate(syms.code(&f)?, f.addr)? {
@@ -245,7 +256,7 @@ impl PidProvider {
             false => named,
         };
         for obj in candidates {
-            let loaded = self.load(&procfs::object_file(pid, obj)).ok()?;
+            let loaded = self.load_mapped(pid, obj).ok()?;
             if let Some(note) = stripped_note(obj, &loaded, pid) {
                 return Some(note);
             }

@@ -249,11 +249,7 @@ impl Procs {
     /// (an upgraded library) is read as it was mapped, through map_files, which only
     /// lasts as long as the process: see `remember`.
     fn symbols_of(&mut self, pid: u32, obj: &LoadedObject) -> Option<Rc<ObjectSymbols>> {
-        let key = match obj.mappings.first().filter(|_| obj.deleted) {
-            // Its path names another file: the inode tells it apart.
-            Some(m) => PathBuf::from(format!("{} (deleted, inode {})", obj.path, m.inode)),
-            None => procfs::host_path(pid as i32, &obj.path),
-        };
+        let key = procfs::object_key(pid as i32, obj);
         if let Some(s) = self.files.get(&key) {
             return Some(Rc::clone(s));
         }
