@@ -14,6 +14,15 @@
 //! - `fixture-cxx`          C++ executable
 //! - `probes`               firing tests: strings, a call chain without frame pointers,
 //!   threads, waiting (see its header)
+//! - `probes-stripped`      `probes` with `strip --strip-all`: a PIE whose functions
+//!   have only addresses
+//! - `probes-dframe`        `probes` without asynchronous unwind tables: its functions are
+//!   described in `.debug_frame` only (`.eh_frame` has the C runtime's), compressed by
+//!   `gcc -gz=zlib`; `probes-dframe-plain` uncompressed
+//! - `probes-dframe-zstd`   the same compressed with zstd, `probes-dframe-zgnu` as GNU's
+//!   old `.zdebug_frame` (both by objcopy, where it can), and `probes-dframe-split`
+//!   stripped, its symbols and `.debug_frame` in `probes-dframe-split.debug` next to it
+//!   (zstd, found by debuglink)
 //! - `libfollow.so`         follow-children fixtures' library: `target()`
 //! - `forker`               daemon forking/spawning/vforking workers, some exec'ing
 //!   `worker2` (see its header for the exact counts)
@@ -42,6 +51,8 @@
 //! - `changebuf`            buffers changed (or unmapped) right after the probed call,
 //!   some on pages never touched before it
 //! - `holder`               holds a process with ptrace, as a debugger does
+//! - `mapholder`            memory maps names like files that are no objects: shared
+//!   anonymous memory, /dev/zero, a System V segment, an executable memfd
 //! - `busy`                 profile provider: threads spending 75% and 25% of their CPU
 //!   time in two functions, reporting the CPU time used
 //!
@@ -145,6 +156,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("altstack", &[]))?,
         spawn(&mut plain("shmem", &[]))?,
         spawn(&mut plain("absloop", &[]))?,
+        spawn(&mut plain("mapholder", &[]))?,
     ];
     let templates = spawn(Command::new("g++").args(cflags).args(["-o", &o("templates"), &s("templates.cpp")]))?;
     let exe = |name: &str, pie: &[&str]| {
@@ -168,12 +180,33 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         &o("probes"),
         &s("probes.c"),
     ]))?;
+    let dframe = spawn(Command::new("gcc").args(cflags).args([
+        "-fomit-frame-pointer",
+        "-fno-asynchronous-unwind-tables",
+        "-fno-unwind-tables",
+        "-pthread",
+        "-o",
+        &o("probes-dframe-plain"),
+        &s("probes.c"),
+    ]))?;
+    let dframe_zlib = spawn(Command::new("gcc").args(cflags).args([
+        "-fomit-frame-pointer",
+        "-fno-asynchronous-unwind-tables",
+        "-fno-unwind-tables",
+        "-gz=zlib",
+        "-pthread",
+        "-o",
+        &o("probes-dframe"),
+        &s("probes.c"),
+    ]))?;
     let pie = spawn(&mut exe("fixture", &["-fPIE", "-pie"]))?;
     let nopie = spawn(&mut exe("fixture-nopie", &["-fno-PIE", "-no-pie"]))?;
     wait(pie)?;
     wait(nopie)?;
     wait(cxx)?;
     wait(probes)?;
+    wait(dframe)?;
+    wait(dframe_zlib)?;
     wait(forker)?;
     wait(worker2)?;
     wait(prefork)?;
@@ -188,6 +221,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     }
 
     run(Command::new("strip").args(["--strip-all", "-o", &o("fixture-stripped"), &o("fixture")]))?;
+    run(Command::new("strip").args(["--strip-all", "-o", &o("probes-stripped"), &o("probes")]))?;
 
     // Separate debug info by build-id, in a private tree (tests pass it as debug root).
     let debug = o("fixture.debug");
@@ -204,6 +238,8 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
     std::fs::copy(&debug, out.join("fixture-linked.debug")).map_err(|e| e.to_string())?;
     run(Command::new("strip").args(strip_syms).args(["fixture-linked", "fixture"]).current_dir(out))?;
     run(Command::new("objcopy").args(["--add-gnu-debuglink=fixture-linked.debug", "fixture-linked"]).current_dir(out))?;
+
+    compressed_debug_frames(out)?;
 
     // A static program has errno at a constant offset from the thread pointer.
     let static_errnos = Command::new("gcc")
@@ -230,6 +266,32 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         ]))?;
     } else {
         println!("cargo:warning=xz not installed: fixture-mini (.gnu_debugdata) not built");
+    }
+    Ok(())
+}
+
+/// The copies of `probes-dframe-plain` compressed otherwise than gcc's `-gz=zlib`: zstd
+/// and `.zdebug_*`, where objcopy still (or already) can.
+fn compressed_debug_frames(out: &Path) -> Result<(), String> {
+    let objcopy =
+        |args: &[&str]| Command::new("objcopy").args(args).current_dir(out).status().is_ok_and(|s| s.success());
+    for (how, name) in [("zstd", "probes-dframe-zstd"), ("zlib-gnu", "probes-dframe-zgnu")] {
+        if !objcopy(&[&format!("--compress-debug-sections={how}"), "probes-dframe-plain", name]) {
+            println!("cargo:warning=objcopy cannot compress with {how}: {name} not built");
+        }
+    }
+    // objcopy wants the debug file next to the binary to compute the debuglink's CRC.
+    let split =
+        ["--only-keep-debug", "--compress-debug-sections=zstd", "probes-dframe-plain", "probes-dframe-split.debug"];
+    if objcopy(&split) {
+        run(Command::new("strip")
+            .args(["--strip-all", "-o", "probes-dframe-split", "probes-dframe-plain"])
+            .current_dir(out))?;
+        run(Command::new("objcopy")
+            .args(["--add-gnu-debuglink=probes-dframe-split.debug", "probes-dframe-split"])
+            .current_dir(out))?;
+    } else {
+        println!("cargo:warning=objcopy cannot compress with zstd: probes-dframe-split not built");
     }
     Ok(())
 }

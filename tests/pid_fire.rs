@@ -7,7 +7,8 @@ use std::time::Duration;
 
 mod util;
 
-use util::{bpf_gate, fixture, pid_backends, stdout, wait_mapped, Backend, Guard};
+use util::driven::{Driven, Ready};
+use util::{bpf_gate, fixture, pid_backends, run_args, stdout, wait_mapped, Backend, Guard};
 
 pid_backends!(
     entry_count_and_sum_are_exact,
@@ -26,6 +27,7 @@ pid_backends!(
     threads_are_counted_exactly,
     only_the_traced_process_is_counted,
     a_grabbed_process_finishes_untouched_after_sigint_and_sigterm,
+    a_stripped_pie_is_probed_at_its_addresses,
 );
 
 /// The lines of printed aggregation entries, split in whitespace-separated fields.
@@ -453,5 +455,70 @@ fn a_grabbed_process_finishes_untouched_after_sigint_and_sigterm(backend: Backen
         let status = child.wait().expect("wait");
         assert_eq!(text.as_bytes(), expected.stdout, "{sig}");
         assert_eq!(status.code(), expected.status.code(), "{sig}");
+    }
+}
+
+/// The address of `func` in `binary` as `nm` prints it.
+fn nm_address(binary: &str, func: &str) -> u64 {
+    let nm = Command::new("nm").arg(binary).output().expect("nm");
+    String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[2] == func).then(|| u64::from_str_radix(f[0], 16).ok()).flatten()
+        })
+        .unwrap_or_else(|| panic!("{func} in nm {binary}"))
+}
+
+/// Where the executable `name` of process `pid` is mapped from its file's start.
+fn image_base(pid: &str, name: &str) -> u64 {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    maps.lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 6 && f[2] == "00000000" && f[5].ends_with(name))
+                .then(|| u64::from_str_radix(f[0].split('-').next()?, 16).ok())
+                .flatten()
+        })
+        .expect("the executable's first mapping")
+}
+
+/// A PIE stripped of its symbols has functions with no name: `pid$target:a.out:-:ADDR`
+/// names one by its address in the process, or by its file's, as nm and objdump print
+/// it (the address does not change from run to run). Each fires at that instruction,
+/// exactly, and `-l` lists it.
+fn a_stripped_pie_is_probed_at_its_addresses(backend: Backend) {
+    // classify's address from the build that kept its symbols: strip moves no code.
+    let classify = nm_address(&fixture("fixture"), "classify");
+    let exe = fixture("fixture-stripped");
+    let untraced = Command::new(&exe).arg("200").output().expect("untraced run");
+    let program = format!("pid$target:a.out:-:{classify:x} {{ @[probefunc, probename] = count(); }}");
+    let Some(out) = backend.traced(&["-q", "-n", &program, "-c", &format!("{exe} 200")]) else { return };
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = stdout(&out);
+    assert!(text.starts_with(&*String::from_utf8_lossy(&untraced.stdout)), "{text}");
+    assert_eq!(agg_rows(&text)[1..], [vec!["-".to_string(), format!("{classify:x}"), "200".into()]], "{text}");
+
+    // In a running process, by either address: work() of a stripped `probes`.
+    let work = nm_address(&fixture("probes"), "work");
+    for by_file in [false, true] {
+        let mut target = Driven::start(&[&fixture("probes-stripped"), "wait", "300"]);
+        let pid = target.pid().to_string();
+        wait_mapped(&pid, "libc.so.6");
+        let at = image_base(&pid, "/probes-stripped") + work;
+        let addr = format!("{:x}", if by_file { work } else { at });
+        let listed = run_args(&["-l", "-n", &format!("pid$target:a.out:-:{addr}"), "-p", &pid]);
+        assert_eq!(listed.status, 0, "{}", listed.stderr);
+        let rows: Vec<Vec<&str>> = listed.stdout.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows.len(), 1, "{}", listed.stdout);
+        assert_eq!(rows[0][1..], [format!("pid{pid}").as_str(), "probes-stripped", "-", &addr]);
+        let program =
+            format!("BEGIN {{ printf(\"ready\\n\"); }} pid$target:a.out:-:{addr} {{ @[uregs[R_PC]] = count(); }}");
+        let Some(tracer) = Ready::start(backend, &["-q", "-n", &program, "-p", &pid]) else { return };
+        target.send("go\n");
+        assert_eq!(target.finish(), ("wait 300 sink=44850\n".to_string(), Some(0)));
+        let (status, text, err) = tracer.finish();
+        assert!(status.success(), "{err}");
+        assert_eq!(agg_rows(&text), [vec![at.to_string(), "300".into()]], "{text}");
     }
 }

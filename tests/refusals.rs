@@ -281,6 +281,21 @@ fn a_static_program_has_no_libc_module() {
     assert_eq!(out.stdout.lines().last().map(str::trim), Some("6"), "{}", out.stdout);
 }
 
+/// The GNU build-id of an object, in hex, from `readelf -n`.
+fn build_id(path: &str) -> String {
+    let out = Command::new("readelf").args(["-n", path]).output().expect("readelf");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .unwrap_or_else(|| panic!("{path} has no build-id"))
+}
+
+/// Where a debug file is looked for by build-id.
+fn by_build_id(path: &str) -> String {
+    let id = build_id(path);
+    format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..])
+}
+
 #[test]
 fn a_stripped_program_says_what_can_be_probed() {
     let exe = fixture("fixture-stripped");
@@ -289,7 +304,8 @@ fn a_stripped_program_says_what_can_be_probed() {
     let msg = |pid: &str| {
         format!(
             "fixture-stripped is stripped: only its 2 exported functions can be probed by name, or absolute \
-             addresses (pid{pid}:a.out:-:ADDR)\n"
+             addresses (pid{pid}:a.out:-:ADDR); its debug file was not found (looked for {})\n",
+            by_build_id(&exe)
         )
     };
     let pid = out.stderr.split("pid").nth(2).and_then(|s| s.split(':').next()).unwrap_or("").to_string();
@@ -315,15 +331,60 @@ fn a_stripped_program_says_what_can_be_probed() {
     assert_eq!(out.stdout.lines().last().map(str::trim), Some("10"), "{}", out.stdout);
 }
 
+/// A stripped program whose `.gnu_debuglink` names a file that is not there: the
+/// message names the file and every place it was looked for, as gdb does.
+#[test]
+fn a_missing_debuglink_file_is_named_with_where_it_was_looked_for() {
+    let dir = TempDir::new("debuglink");
+    // Without the debug file that build.rs put next to it; with the library it needs.
+    copy_fixture("fixture-linked", dir.path());
+    copy_fixture("libfixture.so", dir.path());
+    let exe = dir.path().join("fixture-linked").display().to_string();
+    let out = run_args(&["-n", "pid$target:a.out:classify:entry {}", "-c", &format!("{exe} 1")]);
+    assert_eq!(out.status, 1);
+    let d = std::fs::canonicalize(dir.path()).expect("temp dir").display().to_string();
+    let looked = format!(
+        "{}, {d}/fixture-linked.debug, {d}/.debug/fixture-linked.debug, /usr/lib/debug{d}/fixture-linked.debug",
+        by_build_id(&exe)
+    );
+    assert!(
+        out.stderr.contains("failed to lookup 'classify' in module 'a.out': fixture-linked is stripped: only its")
+            && out.stderr.ends_with(&format!(
+                ":a.out:-:ADDR); its debug file fixture-linked.debug was not found (looked for {looked})\n"
+            )),
+        "{}",
+        out.stderr
+    );
+    // Found there, it is read: classify fires.
+    let linked = dir.path().join(".debug/fixture-linked.debug");
+    std::fs::create_dir(dir.path().join(".debug")).expect("mkdir");
+    std::fs::copy(fixture("fixture-linked.debug"), &linked).expect("copy the debug file");
+    let out = run_args(&["-q", "-n", "pid$target:a.out:classify:entry { @ = count(); }", "-c", &format!("{exe} 10")]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.lines().last().map(str::trim), Some("10"), "{}", out.stdout);
+    // Another build's file there is named as not being it.
+    std::fs::copy(fixture("probes"), &linked).expect("copy");
+    let out = run_args(&["-n", "pid$target:a.out:classify:entry {}", "-c", &format!("{exe} 1")]);
+    assert_eq!(out.status, 1);
+    assert!(
+        out.stderr.ends_with(&format!(
+            "; {d}/.debug/fixture-linked.debug is not its debug file (unreadable, or another build's)\n"
+        )),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn a_program_without_symbols_is_probed_at_addresses() {
     let (Some(plain), Some(exe)) = (built("errnos-static"), built("errnos-static-stripped")) else { return };
     let out = run_args(&["-n", "pid$target:a.out:main:entry {}", "-c", &exe]);
     assert_eq!(out.status, 1);
     assert!(
-        out.stderr.ends_with(
-            ":a.out:-:ADDR) can be probed\n"
-        ) && out.stderr.contains(
+        out.stderr.ends_with(&format!(
+            ":a.out:-:ADDR) can be probed; its debug file was not found (looked for {})\n",
+            by_build_id(&exe)
+        )) && out.stderr.contains(
             "failed to lookup 'main' in module 'a.out': errnos-static-stripped is stripped and exports no function: \
              only absolute addresses (pid"
         ),

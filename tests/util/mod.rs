@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod driven;
 pub mod live;
 
 /// Long enough for a debug build on a busy 2-core machine; only a hang reaches it.

@@ -73,12 +73,13 @@ fn loaded(syms: &ObjectSymbols) -> LoadedObject {
             }
         })
         .collect();
-    LoadedObject { path: "/fuzz/libfuzz.so.1".into(), is_main: false, is_vdso: false, mappings }
+    LoadedObject { path: "/fuzz/libfuzz.so.1".into(), is_main: false, is_vdso: false, deleted: false, mappings }
 }
 
 /// What matching, arming and patching do with one function.
 fn function(syms: &ObjectSymbols, f: &symbols::Function) {
     let _ = syms.file_offset(f.addr);
+    let _ = syms.instruction_at(f.addr.wrapping_add(f.size / 2));
     let _ = syms.table.lookup(f.addr.wrapping_add(f.size / 2));
     let Some(s) = syms.sites(f) else { return };
     let Some(code) = syms.code(f) else { return };
@@ -119,7 +120,7 @@ fn unwind(data: &[u8], syms: &ObjectSymbols, obj: &LoadedObject, bias: u64) {
     let lo = obj.mappings.iter().map(|m| m.start).min().unwrap_or(0);
     let hi = obj.mappings.iter().map(|m| m.end).max().unwrap_or(0).max(lo);
     let mut unwinder = Unwinder::default();
-    unwinder.add_module(&obj.path, data, lo..hi, bias);
+    unwinder.add_module(&obj.path, syms, lo..hi, bias);
     let functions = syms.table.functions();
     let tail = &data[data.len().saturating_sub(256)..];
     let mut stack = Vec::new();

@@ -67,5 +67,6 @@ fn elf_info(input: &mut Input, maps: &[procfs::Mapping]) -> ElfInfo {
         symbols_from: SymbolSource::None,
         gnu_debugdata: None,
         plt: Vec::new(),
+        code_sections: Vec::new(),
     }
 }

@@ -6,16 +6,46 @@ use std::path::{Path, PathBuf};
 use crate::elf::{self, ElfError, ElfInfo, SymbolSource};
 use crate::sites::{self, Sites};
 use crate::symbols::{Function, SymbolTable};
+use crate::{read, unwind};
 
 /// Where distributions install separate debug files.
 pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
+
+/// The largest object or debug file read: each is read whole, and a process may map a
+/// file of any size (a database's data, a shared memory segment).
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// A device, FIFO, socket or directory: never an object, and never read (a device
+    /// such as /dev/zero never ends).
+    #[error("{path} is {kind}, not an object file")]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error("{path} is {size} bytes, more than the {max} udtrace reads of an object file", max = MAX_FILE_BYTES)]
+    TooLarge { path: PathBuf, size: u64 },
     #[error("{path}: {source}")]
     Elf { path: PathBuf, source: ElfError },
+}
+
+impl LoadError {
+    /// Whether the file is simply not an object (not ELF, not a regular file): a
+    /// mapping of data, which has no probes and is no error.
+    pub fn not_an_object(&self) -> bool {
+        matches!(self, LoadError::NotRegular { .. } | LoadError::Elf { source: ElfError::NotElf, .. })
+    }
+}
+
+/// Why an address given without its function names no instruction of an object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    #[error("it is not in the object's code")]
+    NotCode,
+    #[error("it is not aligned on an instruction")]
+    InsideInstruction,
+    #[error("the code before it cannot be decoded (at {at:#x})")]
+    Undecodable { at: u64 },
 }
 
 #[derive(Debug, Clone)]
@@ -24,9 +54,15 @@ pub struct ObjectSymbols {
     pub table: SymbolTable,
     /// The separate debug file whose symbols were added, if one was found.
     pub debug_file: Option<PathBuf>,
+    /// The file found where the debug file was looked for that is not it (another
+    /// build's, not ELF, without a symbol table).
+    pub debug_refused: Option<PathBuf>,
     /// The object file's bytes: probe sites are decoded from the file, never from a
     /// process's memory, where a breakpoint may already sit.
     pub data: Vec<u8>,
+    /// The `.debug_frame` its code is unwound with, decompressed, where that describes
+    /// more of it than `.eh_frame` (`unwind::preferred_debug_frame`).
+    pub debug_frame: Option<unwind::Data>,
 }
 
 impl ObjectSymbols {
@@ -54,6 +90,66 @@ impl ObjectSymbols {
         self.info.symbols_from != SymbolSource::Symtab && self.debug_file.is_none() && self.info.gnu_debugdata.is_none()
     }
 
+    /// The file offset of the instruction at `vaddr`, an address given without its
+    /// function (`pid$target:a.out:-:ADDR`): it must lie in the object's code and start
+    /// an instruction when the code is decoded from the last place known to start one
+    /// (the function holding it, else the end of the last function before it, else its
+    /// section's start, as objdump decodes), or a probe there would cut an instruction.
+    /// Returns it with the instruction's length.
+    pub fn instruction_at(&self, vaddr: u64) -> Result<(u64, u64), AddressError> {
+        let (lo, hi) = self.code_range(vaddr).ok_or(AddressError::NotCode)?;
+        let start = match self.table.lookup(vaddr) {
+            Some((f, _)) => f.addr,
+            None => self
+                .table
+                .functions()
+                .iter()
+                .map(|f| f.addr.saturating_add(f.size))
+                .filter(|&end| lo <= end && end <= vaddr)
+                .max()
+                .unwrap_or(lo),
+        };
+        let first = self.info.vaddr_to_offset(start).ok_or(AddressError::NotCode)?;
+        // The longest instruction past it, where the code goes on that far.
+        let len = vaddr.saturating_add(15).min(hi) - start;
+        let code = usize::try_from(first)
+            .ok()
+            .and_then(|f| self.data.get(f..f.checked_add(usize::try_from(len).ok()?)?))
+            .ok_or(AddressError::NotCode)?;
+        sites::starts_instruction(code, start, vaddr).map_err(|e| match e {
+            sites::OffsetError::Undecodable { at, .. } => AddressError::Undecodable { at: start + u64::from(at) },
+            _ => AddressError::InsideInstruction,
+        })?;
+        let at = usize::try_from(vaddr - start).map_err(|_| AddressError::NotCode)?;
+        let len = sites::instruction_len(code.get(at..).unwrap_or_default())
+            .ok_or(AddressError::Undecodable { at: vaddr })?;
+        Ok((self.info.vaddr_to_offset(vaddr).ok_or(AddressError::NotCode)?, len as u64))
+    }
+
+    /// The range of code holding `vaddr`: its section of code, or where the section
+    /// headers are gone, its executable segment's file image.
+    fn code_range(&self, vaddr: u64) -> Option<(u64, u64)> {
+        let within = |&(lo, hi): &(u64, u64)| lo <= vaddr && vaddr < hi;
+        let segment = self
+            .info
+            .segments
+            .iter()
+            .filter(|s| s.exec)
+            .map(|s| (s.vaddr, s.vaddr.saturating_add(s.filesz)))
+            .find(within)?;
+        match self.info.code_sections.is_empty() {
+            true => Some(segment),
+            // Mapped executable too: a section header may say anything.
+            false => self
+                .info
+                .code_sections
+                .iter()
+                .copied()
+                .find(within)
+                .map(|(lo, hi)| (lo.max(segment.0), hi.min(segment.1))),
+        }
+    }
+
     /// File offset of a virtual address: what a uprobe is attached at.
     pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
         self.info.vaddr_to_offset(vaddr)
@@ -69,10 +165,10 @@ pub fn load(path: &Path) -> Result<ObjectSymbols, LoadError> {
 /// private tree): `<root>/.build-id/xx/yyyy.debug`, then by debuglink name next to the
 /// object, in its `.debug/` directory, and under `<root>/<object's directory>/`.
 pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymbols, LoadError> {
-    let data = read(path)?;
+    let data = read::read(path)?;
     let info = elf::parse(&data).map_err(|source| LoadError::Elf { path: path.to_path_buf(), source })?;
     // A debug file that is missing or unreadable only costs symbols.
-    let debug = find_debug_file(path, &info, debug_root).and_then(|p| Some((read(&p).ok()?, p)));
+    let debug = find_debug_file(path, &info, debug_root).map(|p| (read::read(&p).unwrap_or_default(), p));
     Ok(assemble(info, data, debug.as_ref().map(|(d, p)| (d.as_slice(), p.as_path()))))
 }
 
@@ -82,6 +178,7 @@ pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymb
 pub fn assemble(info: ElfInfo, data: Vec<u8>, debug: Option<(&[u8], &Path)>) -> ObjectSymbols {
     // A malformed debug file only costs symbols: the object itself is still probeable
     // through its own table.
+    let found = debug.map(|(_, p)| p.to_path_buf());
     let debug = debug.and_then(|(d, p)| {
         let dinfo = elf::parse(d).ok()?;
         // A debuglink found by name must be the same build, when both say which.
@@ -90,43 +187,46 @@ pub fn assemble(info: ElfInfo, data: Vec<u8>, debug: Option<(&[u8], &Path)>) -> 
                 return None;
             }
         }
-        (dinfo.symbols_from == SymbolSource::Symtab).then(|| (p.to_path_buf(), dinfo))
+        (dinfo.symbols_from == SymbolSource::Symtab).then(|| (p.to_path_buf(), dinfo, d))
     });
     let mini = info.gnu_debugdata.as_deref().and_then(|d| elf::parse(d).ok());
 
     let mut sources: Vec<&[elf::RawSymbol]> = vec![&info.symbols];
-    if let Some((_, d)) = &debug {
+    if let Some((_, d, _)) = &debug {
         sources.push(&d.symbols);
     }
     if let Some(m) = &mini {
         sources.push(&m.symbols);
     }
     let table = SymbolTable::from_symbols(&sources, &info.plt);
-    let debug_file = debug.map(|(p, _)| p);
-    ObjectSymbols { info, table, debug_file, data }
+    let debug_frame = unwind::preferred_debug_frame(&data, debug.as_ref().map(|(_, _, d)| *d));
+    let debug_file = debug.map(|(p, _, _)| p);
+    let debug_refused = found.filter(|_| debug_file.is_none());
+    ObjectSymbols { info, table, debug_file, debug_refused, data, debug_frame }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
-    std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_path_buf(), source })
+/// Where the separate debug file of the object at `path` is looked for, in order, as
+/// gdb looks: `<root>/.build-id/xx/yyyy.debug`, then by its debuglink name next to it,
+/// in its `.debug/` directory and under `<root>/<its directory>/`.
+pub fn debug_file_candidates(path: &Path, info: &ElfInfo, root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(id) = info.build_id.as_deref().filter(|id| id.len() >= 2) {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        out.push(root.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..])));
+    }
+    // A debuglink is a file name; anything with a separator is not one we follow.
+    if let Some(link) = info.debuglink.as_deref().filter(|l| !l.is_empty() && !l.contains('/')) {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let abs_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let under_root = root.join(abs_dir.strip_prefix("/").unwrap_or(&abs_dir));
+        out.extend([dir.join(link), dir.join(".debug").join(link), under_root.join(link)]);
+    }
+    out
 }
 
 fn find_debug_file(path: &Path, info: &ElfInfo, root: &Path) -> Option<PathBuf> {
-    if let Some(id) = info.build_id.as_deref().filter(|id| id.len() >= 2) {
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-        let p = root.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]));
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    let link = info.debuglink.as_deref()?;
-    // A debuglink is a file name; anything with a separator is not one we follow.
-    if link.is_empty() || link.contains('/') {
-        return None;
-    }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let abs_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let own = std::fs::canonicalize(path).ok();
-    [dir.join(link), dir.join(".debug").join(link), root.join(abs_dir.strip_prefix("/").unwrap_or(&abs_dir)).join(link)]
+    debug_file_candidates(path, info, root)
         .into_iter()
         // The object may carry a debuglink to its own name; it is not its own debug file.
         .find(|p| p.is_file() && std::fs::canonicalize(p).ok() != own)

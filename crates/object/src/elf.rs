@@ -5,7 +5,7 @@
 //! Pure: bytes in, facts out. Malformed input gives an [`ElfError`], never a panic.
 
 use object::elf;
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, Sym};
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader, Sym};
 use object::{Endianness, Object, ObjectSection};
 
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +81,9 @@ pub struct ElfInfo {
     pub gnu_debugdata: Option<Vec<u8>>,
     /// Virtual address ranges `[start, end)` of `.plt`, `.plt.got`, `.plt.sec`.
     pub plt: Vec<(u64, u64)>,
+    /// Virtual address ranges `[start, end)` of the sections of code (allocated,
+    /// executable), in file order; empty when the section headers are gone.
+    pub code_sections: Vec<(u64, u64)>,
 }
 
 impl ElfInfo {
@@ -191,9 +194,67 @@ pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
         }
     }
 
+    let code_sections = file
+        .elf_section_table()
+        .iter()
+        .filter(|sh| {
+            let flags = sh.sh_flags(endian);
+            let code = u64::from(elf::SHF_ALLOC | elf::SHF_EXECINSTR);
+            flags & code == code && sh.sh_type(endian) != elf::SHT_NOBITS
+        })
+        .map(|sh| (sh.sh_addr(endian), sh.sh_addr(endian).saturating_add(sh.sh_size(endian))))
+        .collect();
+
     let gnu_debugdata = file.section_by_name(".gnu_debugdata").and_then(|s| s.data().ok()).and_then(inflate_xz);
 
-    Ok(ElfInfo { is_dyn, entry, build_id, debuglink, segments, symbols, symbols_from, gnu_debugdata, plt })
+    Ok(ElfInfo {
+        is_dyn,
+        entry,
+        build_id,
+        debuglink,
+        segments,
+        symbols,
+        symbols_from,
+        gnu_debugdata,
+        plt,
+        code_sections,
+    })
+}
+
+/// The largest section udtrace decompresses: the unwind tables of the largest
+/// programs are tens of MB.
+pub const MAX_SECTION_BYTES: usize = 256 << 20;
+
+/// The bytes of section `name` of `file`, decompressed where they are compressed: ELF's
+/// `SHF_COMPRESSED` (zlib or zstd, as `gcc -gz`, `ld --compress-debug-sections` and Go's
+/// linker write them) or GNU's older `.zdebug_*` (zlib). `None` when there is no such
+/// section or it does not decompress to the size its header gives, at most
+/// [`MAX_SECTION_BYTES`].
+pub fn section_data<'d>(file: &object::File<'d>, name: &str) -> Option<std::borrow::Cow<'d, [u8]>> {
+    use object::CompressionFormat;
+    let compressed = file.section_by_name(name)?.compressed_data().ok()?;
+    let size = usize::try_from(compressed.uncompressed_size).ok().filter(|&n| n <= MAX_SECTION_BYTES)?;
+    match compressed.format {
+        CompressionFormat::None => Some(std::borrow::Cow::Borrowed(compressed.data)),
+        // object's zlib inflates into the room the size gives, and no further.
+        CompressionFormat::Zlib => compressed.decompress().ok(),
+        // Its zstd reads to the stream's end, however far that is: bounded here.
+        CompressionFormat::Zstandard => unzstd(compressed.data, size).map(std::borrow::Cow::Owned),
+        _ => None,
+    }
+}
+
+/// The zstd frames of `input`, which must decompress to exactly `size` bytes; stops as
+/// soon as they would be more.
+fn unzstd(mut input: &[u8], size: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    out.try_reserve_exact(size).ok()?;
+    while !input.is_empty() && out.len() <= size {
+        let room = (size + 1 - out.len()) as u64;
+        ruzstd::StreamingDecoder::new(&mut input).ok()?.take(room).read_to_end(&mut out).ok()?;
+    }
+    (out.len() == size).then_some(out)
 }
 
 /// Decompress `.gnu_debugdata` (an xz stream). A corrupt stream is treated like an absent
@@ -246,6 +307,21 @@ mod tests {
             d[i] ^= 0xff;
             let _ = parse(&d);
         }
+    }
+
+    #[test]
+    fn zstd_inflates_to_the_size_given_and_no_further() {
+        // 64 KiB of zeros in 23 bytes (`zstd`): what a hostile header could claim less of.
+        let frame = [
+            0x28, 0xb5, 0x2f, 0xfd, 0x04, 0x58, 0x55, 0x00, 0x00, 0x10, 0x00, 0x00, 0x01, 0x00, 0xfb, 0x7f, 0x1d, 0x60,
+            0x01, 0xa4, 0x15, 0x57, 0xf1,
+        ];
+        assert_eq!(unzstd(&frame, 65536), Some(vec![0; 65536]));
+        assert_eq!(unzstd(&frame, 100), None, "more than the header says");
+        assert_eq!(unzstd(&frame, 65537), None, "less than the header says");
+        let two = [frame, frame].concat();
+        assert_eq!(unzstd(&two, 131072).map(|v| v.len()), Some(131072), "one frame after another");
+        assert_eq!(unzstd(&frame[..20], 65536), None, "truncated");
     }
 
     #[test]

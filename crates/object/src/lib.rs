@@ -5,8 +5,9 @@
 //! glibc's `errno` is reached.
 //!
 //! Bytes in, facts out: nothing here knows of a live process. The one exception to "no
-//! I/O" is `debuginfo`, which reads an object file and its separate debug file from the
-//! paths it is given. No `unsafe`.
+//! I/O" is `debuginfo`, which reads (through `read`) an object file and its separate
+//! debug file from the paths it is given: regular ELF files only, bounded, and only
+//! the parts udtrace looks at. No `unsafe`.
 
 #![forbid(unsafe_code)]
 
@@ -15,6 +16,7 @@ pub mod elf;
 pub mod errno;
 pub mod modules;
 pub mod patch;
+mod read;
 pub mod sites;
 pub mod symbols;
 pub mod unwind;

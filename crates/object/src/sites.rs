@@ -95,6 +95,32 @@ pub(crate) fn is_direct_branch(insn: &Instruction) -> bool {
         && !matches!(insn.mnemonic(), Mnemonic::Call | Mnemonic::Xbegin)
 }
 
+/// Whether `target` starts an instruction of `code` (placed at `vaddr`), decoded from
+/// its start one instruction after another, as objdump decodes: for an address given
+/// without its function. Decodes only up to `target`.
+pub fn starts_instruction(code: &[u8], vaddr: u64, target: u64) -> Result<(), OffsetError> {
+    let code = &code[..code.len().min(u32::MAX as usize)];
+    let off = target.wrapping_sub(vaddr);
+    let mut decoder = Decoder::with_ip(64, code, vaddr, DecoderOptions::NONE);
+    let mut insn = Instruction::default();
+    loop {
+        let at = decoder.position() as u64;
+        if at == off {
+            return Ok(());
+        }
+        if at > off {
+            return Err(OffsetError::InsideInstruction { off });
+        }
+        if !decoder.can_decode() {
+            return Err(OffsetError::Undecodable { off, at: at as u32 });
+        }
+        decoder.decode_out(&mut insn);
+        if insn.code() == Code::INVALID {
+            return Err(OffsetError::Undecodable { off, at: at as u32 });
+        }
+    }
+}
+
 /// Check an offset probe's offset against a decoded function of `size` bytes.
 pub fn check_offset(s: &Sites, size: u64, off: u64) -> Result<(), OffsetError> {
     if off >= size {
@@ -114,6 +140,21 @@ pub fn check_offset(s: &Sites, size: u64, off: u64) -> Result<(), OffsetError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_without_a_function() {
+        // endbr64; lea eax,[rdi+rsi]; ret; nop
+        let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x8d, 0x04, 0x37, 0xc3, 0x90];
+        for at in [0x1000, 0x1004, 0x1007, 0x1008] {
+            assert_eq!(starts_instruction(&code, 0x1000, at), Ok(()), "{at:#x}");
+        }
+        assert_eq!(starts_instruction(&code, 0x1000, 0x1005), Err(OffsetError::InsideInstruction { off: 5 }));
+        assert_eq!(starts_instruction(&code, 0x1000, 0x1010), Err(OffsetError::Undecodable { off: 0x10, at: 9 }));
+        assert_eq!(
+            starts_instruction(&[0x0f, 0xff, 0x90], 0x1000, 0x1002),
+            Err(OffsetError::Undecodable { off: 2, at: 0 })
+        );
+    }
 
     #[test]
     fn leaf_with_one_ret() {

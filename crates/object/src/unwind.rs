@@ -9,7 +9,11 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
 use object::{Object, ObjectSection};
 
-type Data = Arc<[u8]>;
+use crate::debuginfo::ObjectSymbols;
+use crate::elf;
+
+/// Section bytes handed to framehop, shared by the unwinders of every process.
+pub type Data = Arc<[u8]>;
 
 /// Unwind tables of one process's modules.
 pub struct Unwinder {
@@ -32,46 +36,99 @@ impl Default for Unwinder {
     }
 }
 
+/// The address range and the bytes (decompressed) of section `name`.
 fn section(file: &object::File, name: &str) -> (Option<Range<u64>>, Option<Data>) {
     match file.section_by_name(name) {
         Some(s) => {
             // Saturating: a hostile section header may put its end past 2^64.
             let range = s.address()..s.address().saturating_add(s.size());
-            let data = s.data().ok().filter(|d| !d.is_empty()).map(Arc::from);
+            let data = elf::section_data(file, name).filter(|d| !d.is_empty()).map(|d| Arc::from(d.as_ref()));
             (Some(range), data)
         }
         None => (None, None),
     }
 }
 
-impl Unwinder {
-    /// Adds a module from its file bytes. `avma` is the range it occupies in the
-    /// process and `bias` what its file addresses are shifted by.
-    pub fn add_module(&mut self, name: &str, file_bytes: &[u8], avma: Range<u64>, bias: u64) {
-        let Ok(file) = object::File::parse(file_bytes) else { return };
-        let (text_svma, text) = section(&file, ".text");
-        let (eh_frame_svma, eh_frame) = section(&file, ".eh_frame");
-        let (mut eh_frame_hdr_svma, mut eh_frame_hdr) = section(&file, ".eh_frame_hdr");
-        // gimli trusts the search table of `.eh_frame_hdr` to point into `.eh_frame`;
-        // one that does not is dropped, and with it only the unwinding of this object.
-        let sound = match (&eh_frame_hdr_svma, &eh_frame_hdr, &eh_frame_svma) {
-            (Some(at), Some(hdr), Some(eh_frame)) => hdr_is_sound(hdr, at.start, eh_frame).is_some(),
-            _ => false,
-        };
-        if !sound {
-            (eh_frame_hdr_svma, eh_frame_hdr) = (None, None);
+/// The `.debug_frame` to unwind an object's code with (its own, else its separate
+/// debug file's, decompressed), where it describes more functions than its
+/// `.eh_frame`: code built without asynchronous unwind tables
+/// (`-fno-asynchronous-unwind-tables`, whose `.eh_frame` is the C runtime's few), and
+/// Go, which writes no `.eh_frame`. framehop reads one table per object.
+pub fn preferred_debug_frame(data: &[u8], debug_file: Option<&[u8]>) -> Option<Data> {
+    let file = object::File::parse(data).ok()?;
+    let frame = match elf::section_data(&file, ".debug_frame") {
+        Some(f) => f.into_owned(),
+        None => elf::section_data(&object::File::parse(debug_file?).ok()?, ".debug_frame")?.into_owned(),
+    };
+    let eh = elf::section_data(&file, ".eh_frame").map_or(0, |e| fde_count(&e, true));
+    (fde_count(&frame, false) > eh).then(|| Arc::from(frame))
+}
+
+/// How many FDEs (functions described) a `.eh_frame` (`eh`) or `.debug_frame` holds:
+/// each entry is a length, a CIE id (0 in `.eh_frame`, all ones in `.debug_frame` for a
+/// CIE) and the rest; a zero length ends `.eh_frame`.
+fn fde_count(data: &[u8], eh: bool) -> usize {
+    let word = |at: usize, n: usize| -> Option<u64> {
+        let b = data.get(at..at.checked_add(n)?)?;
+        Some(b.iter().rev().fold(0u64, |v, &x| v << 8 | u64::from(x)))
+    };
+    let (mut at, mut n) = (0usize, 0usize);
+    while let Some(len) = word(at, 4) {
+        if len == 0 {
+            break;
         }
-        let (_, debug_frame) = section(&file, ".debug_frame");
-        let info = ExplicitModuleSectionInfo {
-            base_svma: 0,
-            text_svma,
-            text,
-            eh_frame_svma,
-            eh_frame,
-            eh_frame_hdr_svma,
-            eh_frame_hdr,
-            debug_frame,
-            ..ExplicitModuleSectionInfo::default()
+        // 64-bit DWARF: all ones, then the length in 8 bytes and 8-byte ids.
+        let (len, id_at, id_len) = match len {
+            0xffff_ffff => (word(at + 4, 8), at + 12, 8),
+            _ => (Some(len), at + 4, 4),
+        };
+        let (Some(len), Some(id)) = (len.and_then(|l| usize::try_from(l).ok()), word(id_at, id_len)) else { break };
+        let cie = if eh { id == 0 } else { id == u64::MAX >> (64 - 8 * id_len) };
+        n += usize::from(!cie);
+        let Some(next) = id_at.checked_add(len) else { break };
+        at = next;
+    }
+    n
+}
+
+impl Unwinder {
+    /// Adds a module from its symbols (file bytes and the `.debug_frame` chosen for it).
+    /// `avma` is the range it occupies in the process and `bias` what its file
+    /// addresses are shifted by.
+    pub fn add_module(&mut self, name: &str, syms: &ObjectSymbols, avma: Range<u64>, bias: u64) {
+        let Ok(file) = object::File::parse(&*syms.data) else { return };
+        // framehop reads `.text`'s bytes only in Mach-O's unwind info: its range will do.
+        let (text_svma, _) = section(&file, ".text");
+        let info = match &syms.debug_frame {
+            Some(d) => ExplicitModuleSectionInfo {
+                base_svma: 0,
+                text_svma,
+                debug_frame: Some(Arc::clone(d)),
+                ..ExplicitModuleSectionInfo::default()
+            },
+            None => {
+                let (eh_frame_svma, eh_frame) = section(&file, ".eh_frame");
+                let (mut eh_frame_hdr_svma, mut eh_frame_hdr) = section(&file, ".eh_frame_hdr");
+                // gimli trusts the search table of `.eh_frame_hdr` to point into
+                // `.eh_frame`; one that does not is dropped, and with it only the
+                // unwinding of this object.
+                let sound = match (&eh_frame_hdr_svma, &eh_frame_hdr, &eh_frame_svma) {
+                    (Some(at), Some(hdr), Some(eh_frame)) => hdr_is_sound(hdr, at.start, eh_frame).is_some(),
+                    _ => false,
+                };
+                if !sound {
+                    (eh_frame_hdr_svma, eh_frame_hdr) = (None, None);
+                }
+                ExplicitModuleSectionInfo {
+                    base_svma: 0,
+                    text_svma,
+                    eh_frame_svma,
+                    eh_frame,
+                    eh_frame_hdr_svma,
+                    eh_frame_hdr,
+                    ..ExplicitModuleSectionInfo::default()
+                }
+            }
         };
         self.inner.add_module(Module::new(name.to_string(), avma, bias, info));
     }
@@ -136,6 +193,22 @@ mod tests {
     }
 
     #[test]
+    fn fdes_are_counted_in_either_table() {
+        // A CIE then two FDEs, each entry a length, an id and 4 more bytes.
+        let entry = |id: u32| [8u32.to_le_bytes(), id.to_le_bytes(), [0; 4]].concat();
+        let eh = [entry(0), entry(12), entry(28), vec![0; 4], entry(12)].concat();
+        assert_eq!(fde_count(&eh, true), 2, "a zero length ends .eh_frame");
+        let debug = [entry(u32::MAX), entry(0), entry(0)].concat();
+        assert_eq!(fde_count(&debug, false), 2);
+        // 64-bit DWARF's CIE id is all ones in 8 bytes.
+        let wide = [&u32::MAX.to_le_bytes()[..], &12u64.to_le_bytes(), &u64::MAX.to_le_bytes(), &[0; 4]].concat();
+        assert_eq!(fde_count(&wide, false), 0);
+        // A length past the end, or one that overflows, only ends the count.
+        assert_eq!(fde_count(&[entry(0), (u32::MAX - 1).to_le_bytes().to_vec()].concat(), false), 1);
+        assert_eq!(fde_count(&[0xff, 0xff, 0xff, 0xff, 0xff], false), 0);
+    }
+
+    #[test]
     fn eh_frame_hdr_must_point_into_eh_frame() {
         let eh_frame = 0x2000..0x3000;
         assert!(hdr_is_sound(&hdr(&[0x2000, 0x2ff8]), 0x1000, &eh_frame).is_some());
@@ -166,7 +239,8 @@ mod tests {
         // Reads at addresses just below 2^64 past sp fail instead of overflowing.
         let mut u = Unwinder::default();
         let data = std::fs::read("/proc/self/exe").unwrap();
-        u.add_module("self", &data, 0x1000..0x10000, 0);
+        let syms = crate::debuginfo::assemble(crate::elf::parse(&data).unwrap(), data, None);
+        u.add_module("self", &syms, 0x1000..0x10000, 0);
         let stack = [0u8; 64];
         let snap = Snapshot { ip: 0x1000, sp: 8, bp: u64::MAX - 4, stack: &stack };
         assert!(u.unwind(&snap, 8).len() <= 8);

@@ -882,9 +882,8 @@ fn gadgets(pid: i32) -> Option<(u64, u64)> {
         let (a, b) = match known {
             Some(v) => v,
             None => {
-                let Ok(code) = procfs::read_memory(pid, m.start, (m.end - m.start) as usize) else { continue };
-                let at = |pat: &[u8]| code.windows(pat.len()).position(|w| w == pat).map(|i| i as u64);
-                let v = (at(&SYSCALL_RET), at(&SIGRETURN));
+                let Some([a, b]) = first_in_mapping(pid, m, [&SYSCALL_RET, &SIGRETURN]) else { continue };
+                let v = (a, b);
                 if let Ok(mut f) = FOUND.lock() {
                     f.push((key, v));
                 }
@@ -898,6 +897,33 @@ fn gadgets(pid: i32) -> Option<(u64, u64)> {
         }
     }
     None
+}
+
+/// The offsets in mapping `m` of `pid` of the first occurrence of each pattern (in what
+/// could be read); `None` when none of it can be. A chunk at a time, overlapping by a pattern's length: a
+/// mapping may be of any size.
+fn first_in_mapping<const N: usize>(pid: i32, m: &Mapping, patterns: [&[u8]; N]) -> Option<[Option<u64>; N]> {
+    const CHUNK: u64 = 1 << 20;
+    let overlap = patterns.iter().map(|p| p.len()).max().unwrap_or(1).saturating_sub(1) as u64;
+    let mut found = [None; N];
+    let mut at = m.start;
+    while at < m.end && found.iter().any(Option::is_none) {
+        let len = (m.end - at).min(CHUNK + overlap) as usize;
+        let Some(code) = procfs::read_memory(pid, at, len).ok().filter(|c| !c.is_empty()) else {
+            // Unreadable from the start: nothing is known of it.
+            if at == m.start {
+                return None;
+            }
+            break;
+        };
+        for (f, pat) in found.iter_mut().zip(patterns) {
+            if f.is_none() {
+                *f = code.windows(pat.len()).position(|w| w == pat).map(|i| at - m.start + i as u64);
+            }
+        }
+        at += CHUNK;
+    }
+    Some(found)
 }
 
 /// The first `syscall` instruction (0f 05) in the process's executable memory: the

@@ -57,30 +57,44 @@ pub struct LoadedObject {
     pub is_main: bool,
     /// The vDSO and other pseudo objects are listed but never probed.
     pub is_vdso: bool,
+    /// Maps says ` (deleted)`: the file was removed or replaced (an upgraded library)
+    /// since it was mapped, and its path names another file or none. It is read, if
+    /// at all, through `/proc/PID/map_files/` ([`object_file`]).
+    pub deleted: bool,
     pub mappings: Vec<Mapping>,
 }
 
 /// Groups file-backed mappings into objects, in address order of first appearance.
 /// `exe` is the main executable's path (from /proc/<pid>/exe).
+///
+/// Only files are objects: not `[heap]`, `[anon:…]`, `anon_inode:…` or `socket:…`,
+/// nor a memfd (`/memfd:… (deleted)`). A deleted file is one only where it is mapped
+/// executable: shared anonymous memory (`/dev/zero (deleted)`) and System V segments
+/// (`/SYSV… (deleted)`) show as deleted files too, and may be gigabytes.
 pub fn loaded_objects(maps: &[Mapping], exe: &str) -> Vec<LoadedObject> {
     let mut out: Vec<LoadedObject> = Vec::new();
     for m in maps {
         let Some(raw) = &m.path else { continue };
-        let path = raw.strip_suffix(" (deleted)").unwrap_or(raw);
+        let (path, deleted) = match raw.strip_suffix(" (deleted)") {
+            Some(p) => (p, true),
+            None => (raw.as_str(), false),
+        };
         let is_vdso = path == "[vdso]";
-        if path.starts_with('[') && !is_vdso {
+        if !is_vdso && (!path.starts_with('/') || path.starts_with("/memfd:")) {
             continue;
         }
-        match out.iter_mut().find(|o| o.path == path) {
+        match out.iter_mut().find(|o| o.path == path && o.deleted == deleted) {
             Some(o) => o.mappings.push(m.clone()),
             None => out.push(LoadedObject {
                 path: path.to_string(),
                 is_main: path == exe,
                 is_vdso,
+                deleted,
                 mappings: vec![m.clone()],
             }),
         }
     }
+    out.retain(|o| !o.deleted || o.mappings.iter().any(|m| m.exec));
     out
 }
 
@@ -115,6 +129,28 @@ pub fn read_maps(pid: i32) -> io::Result<Vec<Mapping>> {
 /// The objects a live process has mapped now.
 pub fn objects_of(pid: i32) -> io::Result<Vec<LoadedObject>> {
     Ok(loaded_objects(&read_maps(pid)?, &exe_path(pid)?))
+}
+
+/// Where udtrace reads object `obj` of process `pid`: its path (through the process's
+/// root), or, for a deleted file, `/proc/PID/map_files/START-END` of one of its
+/// mappings, the file as it was mapped (opening it takes CAP_SYS_ADMIN, or
+/// CAP_CHECKPOINT_RESTORE).
+pub fn object_file(pid: i32, obj: &LoadedObject) -> PathBuf {
+    match obj.mappings.first().filter(|_| obj.deleted) {
+        Some(m) => PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)),
+        None => host_path(pid, &obj.path),
+    }
+}
+
+/// What names object `obj` of process `pid` among every process's objects, for keeping
+/// what was read of it once: its path (through the process's root), or for a deleted
+/// file, whose path names another file and whose map_files path another process's
+/// mapping, its path and inode.
+pub fn object_key(pid: i32, obj: &LoadedObject) -> PathBuf {
+    match obj.mappings.first().filter(|_| obj.deleted) {
+        Some(m) => PathBuf::from(format!("{} (deleted, inode {})", obj.path, m.inode)),
+        None => host_path(pid, &obj.path),
+    }
 }
 
 /// The executable's path as maps shows it.
@@ -394,6 +430,35 @@ mod tests {
     }
 
     #[test]
+    fn only_files_are_objects() {
+        // What PostgreSQL, nginx and udtrace's own rings look like in maps.
+        let maps = parse_maps(
+            "\
+7f0000000000-7f0040000000 rw-s 00000000 00:01 1042                       /dev/zero (deleted)
+7f0040000000-7f0040001000 rw-p 00000000 00:05 4                          /dev/zero
+7f0040001000-7f0040002000 rw-s 00000000 00:01 7                          /SYSV0052e2c1 (deleted)
+7f0040002000-7f0040003000 r-xs 00000000 00:01 9                          /memfd:udtrace-tramp (deleted)
+7f0040003000-7f0040004000 rw-p 00000000 00:00 0                          [anon:arena]
+7f0040004000-7f0040005000 rw-s 00000000 00:0e 11                         anon_inode:[perf_event]
+7f0040005000-7f0040006000 rw-s 00000000 00:08 12                         socket:[1234]
+7f0040006000-7f0040007000 r--p 00000000 fd:01 77                         /usr/lib/libold.so.1 (deleted)
+7f0040007000-7f0040008000 r-xp 00001000 fd:01 77                         /usr/lib/libold.so.1 (deleted)
+7f0040008000-7f0040009000 r--p 00000000 fd:01 78                         /usr/lib/libold.so.1
+",
+        );
+        let objs = loaded_objects(&maps, "/usr/bin/prog");
+        let seen: Vec<(&str, bool, usize)> =
+            objs.iter().map(|o| (o.path.as_str(), o.deleted, o.mappings.len())).collect();
+        // The device is left to the object reader, which looks at the file's type.
+        assert_eq!(
+            seen,
+            [("/dev/zero", false, 1), ("/usr/lib/libold.so.1", true, 2), ("/usr/lib/libold.so.1", false, 1)]
+        );
+        assert_eq!(object_file(42, &objs[1]), PathBuf::from("/proc/42/map_files/7f0040006000-7f0040007000"));
+        assert_eq!(object_key(42, &objs[1]), PathBuf::from("/usr/lib/libold.so.1 (deleted, inode 77)"));
+    }
+
+    #[test]
     fn stat_lines() {
         let (comm, rest) = parse_task_stat("12 (a) b) (c) S 1 12").unwrap();
         assert_eq!((comm.as_str(), rest), ("a) b) (c", vec!["S".to_string(), "1".into(), "12".into()]));
@@ -418,6 +483,7 @@ mod tests {
             symbols_from: SymbolSource::None,
             gnu_debugdata: None,
             plt: Vec::new(),
+            code_sections: Vec::new(),
         };
         let m = Mapping {
             start: 0x7f00_0000_0000,
@@ -429,7 +495,7 @@ mod tests {
             inode: 1,
             path: Some("/x".into()),
         };
-        let obj = LoadedObject { path: "/x".into(), is_main: false, is_vdso: false, mappings: vec![m] };
+        let obj = LoadedObject { path: "/x".into(), is_main: false, is_vdso: false, deleted: false, mappings: vec![m] };
         assert_eq!(obj.bias(&info), Some(0x7f00_0000_0000 - 0x2000));
     }
 }

@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use udtrace_lang::ast::ProbeDesc;
 use udtrace_lang::Tag;
-use udtrace_object::debuginfo::{self, LoadError, ObjectSymbols};
+use udtrace_object::debuginfo::{self, AddressError, LoadError, ObjectSymbols};
 use udtrace_object::errno::{self, ErrnoTls};
 use udtrace_object::modules;
 use udtrace_object::patch;
@@ -59,6 +59,8 @@ pub struct PidProvider {
     index: HashMap<(i32, PathBuf, u64, SiteKind), usize>,
     /// (file, is the executable) of every object `pid*` descriptions were matched in.
     pub all_files: HashSet<(PathBuf, bool)>,
+    /// Dynamic loaders found deleted (see [`PidProvider::first_deleted_loader`]).
+    deleted_loaders: HashSet<String>,
 }
 
 /// Whether a provider glob names every process (`pid*`): probes of owner 0. A
@@ -161,12 +163,30 @@ impl PidProvider {
         Some((l.file_offset(addr)?, delta))
     }
 
+    /// Whether the dynamic loader at `path`, deleted since it was mapped, is seen for
+    /// the first time: every process of a daemon maps the same one, and one word of
+    /// it is enough.
+    pub fn first_deleted_loader(&mut self, path: &str) -> bool {
+        self.deleted_loaders.insert(path.to_string())
+    }
+
     fn load(&mut self, file: &PathBuf) -> Result<Rc<ObjectSymbols>, LoadError> {
-        if let Some(l) = self.objects.get(file) {
+        self.load_as(file, file)
+    }
+
+    /// Object `obj` of process `pid` as it is mapped (a deleted file through map_files),
+    /// read once for every process that maps it.
+    fn load_mapped(&mut self, pid: i32, obj: &LoadedObject) -> Result<Rc<ObjectSymbols>, LoadError> {
+        self.load_as(&procfs::object_key(pid, obj), &procfs::object_file(pid, obj))
+    }
+
+    /// The object read from `file`, kept under `key`.
+    fn load_as(&mut self, key: &PathBuf, file: &Path) -> Result<Rc<ObjectSymbols>, LoadError> {
+        if let Some(l) = self.objects.get(key) {
             return Ok(Rc::clone(l));
         }
         let l = Rc::new(debuginfo::load(file)?);
-        self.objects.insert(file.clone(), Rc::clone(&l));
+        self.objects.insert(key.clone(), Rc::clone(&l));
         Ok(l)
     }
 
@@ -182,7 +202,7 @@ impl PidProvider {
             None if named("ld-").is_none() => objects.iter().find(|o| o.is_main)?,
             None => return None,
         };
-        let syms = self.load(&procfs::host_path(pid, &obj.path)).ok()?;
+        let syms = self.load_mapped(pid, obj).ok()?;
         let f = syms.table.matching("__errno_location").first().copied()?.clone();
         let bias = obj.bias(&syms.info)?;
         match errno::locate(syms.code(&f)?, f.addr)? {
@@ -217,6 +237,10 @@ impl PidProvider {
         let module = if d.module.is_empty() { "*" } else { d.module.as_str() };
         let named: Vec<&LoadedObject> =
             objects.iter().filter(|o| !o.is_vdso && modules::module_matches(module, &o.path, o.is_main)).collect();
+        let deleted: Vec<&str> = named.iter().filter(|o| o.deleted).map(|o| modules::module_name(&o.path)).collect();
+        if !deleted.is_empty() {
+            return Some(deleted_note(&deleted, pid));
+        }
         if named.is_empty() {
             // A process without a dynamic loader has no libraries: their code, when it
             // has any, was linked into the executable.
@@ -232,7 +256,7 @@ impl PidProvider {
             false => named,
         };
         for obj in candidates {
-            let loaded = self.load(&procfs::host_path(pid, &obj.path)).ok()?;
+            let loaded = self.load_mapped(pid, obj).ok()?;
             if let Some(note) = stripped_note(obj, &loaded, pid) {
                 return Some(note);
             }
@@ -314,15 +338,22 @@ impl PidProvider {
             if !modules::module_matches(module, &obj.path, obj.is_main) {
                 continue;
             }
+            // Its path names another file, or none: sites read there would be another
+            // build's, and patched or probed at the wrong places.
+            if obj.deleted {
+                if strict && !glob::is_glob(module) {
+                    return Err((Tag::D_PROC_LIB, deleted_note(&[&obj.path], pid)));
+                }
+                continue;
+            }
             let file = procfs::host_path(pid, &obj.path);
             let loaded = match self.load(&file) {
                 Ok(l) => l,
-                // A mapping that is not an ELF object (a locale archive, a font) has
-                // no probes: never an error.
-                Err(LoadError::Elf { .. }) => continue,
-                // Nor is a mapping whose file cannot be opened when no module was
-                // named (a memfd, udtrace's own among them after an earlier run, or a
-                // deleted file): only a module asked for by name must be readable.
+                // A mapping that is not an ELF object (a locale archive, a font, a
+                // device) has no probes: never an error.
+                Err(LoadError::Elf { .. } | LoadError::NotRegular { .. }) => continue,
+                // Nor is a file that cannot be read (unreadable, too large) when no
+                // module was named: only a module asked for by name must be readable.
                 Err(e) if strict && !glob::is_glob(module) => {
                     return Err((Tag::D_PROC_LIB, format!("failed to read {}: {e}", file.display())))
                 }
@@ -435,7 +466,10 @@ impl PidProvider {
         Ok(())
     }
 
-    /// `pid<N>::-:<address>`: a probe at an absolute address of the executable.
+    /// `pid<N>:a.out:-:<address>`: a probe at one address of the executable. An address
+    /// in what the executable maps in the process is the process's, as in DTrace; any
+    /// other is the file's, as `nm` and `objdump` print it (DTrace for Linux reads a
+    /// PIE's so): a stripped PIE's functions have no other stable name.
     fn absolute(
         &mut self,
         pid: i32,
@@ -453,16 +487,34 @@ impl PidProvider {
         if glob::is_glob(name) {
             return Err((Tag::D_PROC_NAME, "only individual addresses may be specified with the '-' function".into()));
         }
-        let invalid = || (Tag::D_PROC_NAME, format!("'{name}' is an invalid probe name"));
-        let addr = u64::from_str_radix(name, 16).map_err(|_| invalid())?;
+        let addr = u64::from_str_radix(name, 16)
+            .map_err(|_| (Tag::D_PROC_NAME, format!("'{name}' is an invalid probe name")))?;
+        if main.deleted {
+            return Err((Tag::D_PROC_LIB, deleted_note(&[&main.path], pid)));
+        }
         let file = procfs::host_path(pid, &main.path);
         let loaded =
             self.load(&file).map_err(|e| (Tag::D_PROC_LIB, format!("failed to read {}: {e}", file.display())))?;
-        let bias = main.bias(&loaded.info).unwrap_or(0);
-        let vaddr = addr.wrapping_sub(bias);
-        let off = loaded.info.vaddr_to_offset(vaddr).ok_or_else(invalid)?;
-        let f = Function { name: "-".into(), mangled: None, aliases: Vec::new(), addr: vaddr, size: 1, ifunc: false };
+        let in_process = main.mappings.iter().any(|m| m.start <= addr && addr < m.end);
+        let vaddr = match (in_process, main.bias(&loaded.info)) {
+            (true, Some(bias)) => addr.wrapping_sub(bias),
+            _ => addr,
+        };
         let modname = modules::module_name(&main.path).to_string();
+        let module = if module.is_empty() { "a.out" } else { module };
+        let (off, len) = loaded.instruction_at(vaddr).map_err(|e| match e {
+            AddressError::NotCode => (
+                Tag::D_PROC_NAME,
+                format!(
+                    "failed to lookup 0x{addr:x} in module '{module}': it is not in {modname}'s code, as an address \
+                     of process {pid} nor as one of its file's (as nm and objdump print them)"
+                ),
+            ),
+            e => (Tag::D_PROC_ALIGN, format!("address 0x{addr:x} in module '{module}': {e}")),
+        })?;
+        // Its function is unknown: the instruction alone stands for it, which a backend
+        // may patch or put a breakpoint on as it would a function's.
+        let f = Function { name: "-".into(), mangled: None, aliases: Vec::new(), addr: vaddr, size: len, ifunc: false };
         Ok(vec![self.add(
             pid,
             &file,
@@ -515,7 +567,18 @@ impl PidProvider {
     }
 }
 
-/// What can still be probed in `obj` of process `pid` when it is stripped.
+/// Why objects `names` of process `pid` have no probes: their files are gone.
+fn deleted_note(names: &[&str], pid: i32) -> String {
+    let (was, it, its) = if names.len() == 1 { ("was", "it", "its") } else { ("were", "them", "their") };
+    format!(
+        "{} {was} deleted or replaced since process {pid} mapped {it}: {its} probes cannot be placed (restart the \
+         process to probe {it})",
+        names.join(", ")
+    )
+}
+
+/// What can still be probed in `obj` of process `pid` when it is stripped, and where
+/// its debug file was looked for.
 fn stripped_note(obj: &LoadedObject, loaded: &ObjectSymbols, pid: i32) -> Option<String> {
     if !loaded.stripped() {
         return None;
@@ -523,7 +586,7 @@ fn stripped_note(obj: &LoadedObject, loaded: &ObjectSymbols, pid: i32) -> Option
     let name = modules::module_name(&obj.path);
     let n = loaded.table.functions().len();
     let addresses = format!("absolute addresses (pid{pid}:a.out:-:ADDR)");
-    Some(match (n, obj.is_main) {
+    let what = match (n, obj.is_main) {
         (0, true) => format!("{name} is stripped and exports no function: only {addresses} can be probed"),
         (0, false) => format!("{name} is stripped and exports no function: none of it can be probed by name"),
         (1, _) => format!("{name} is stripped: only its 1 exported function can be probed by name"),
@@ -531,7 +594,19 @@ fn stripped_note(obj: &LoadedObject, loaded: &ObjectSymbols, pid: i32) -> Option
             format!("{name} is stripped: only its {n} exported functions can be probed by name, or {addresses}")
         }
         (n, false) => format!("{name} is stripped: only its {n} exported functions can be probed by name"),
-    })
+    };
+    if let Some(p) = &loaded.debug_refused {
+        return Some(format!("{what}; {} is not its debug file (unreadable, or another build's)", p.display()));
+    }
+    let file = procfs::host_path(pid, &obj.path);
+    let root = Path::new(debuginfo::DEFAULT_DEBUG_ROOT);
+    let looked: Vec<String> =
+        debuginfo::debug_file_candidates(&file, &loaded.info, root).iter().map(|p| p.display().to_string()).collect();
+    if looked.is_empty() {
+        return Some(what);
+    }
+    let link = loaded.info.debuglink.as_deref().map(|l| format!(" {l}")).unwrap_or_default();
+    Some(format!("{what}; its debug file{link} was not found (looked for {})", looked.join(", ")))
 }
 
 #[cfg(test)]

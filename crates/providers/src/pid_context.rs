@@ -111,6 +111,10 @@ impl Procs {
     /// `mapped`, the objects it has mapped now. Called while it is held, so that firings
     /// consumed after it exits are right.
     pub fn remember(&mut self, pid: u32, mapped: Vec<LoadedObject>) {
+        // A deleted object can only be read while the process maps it.
+        for obj in mapped.iter().filter(|o| o.deleted) {
+            self.symbols_of(pid, obj);
+        }
         let mut info = read_info(pid);
         info.mapped = Some(Rc::new(mapped));
         info.held = true;
@@ -132,7 +136,11 @@ impl Procs {
             return;
         }
         let mut info = read_info(pid);
-        info.mapped = Some(Rc::new(procfs::objects_of(pid as i32).unwrap_or_default()));
+        let mapped = procfs::objects_of(pid as i32).unwrap_or_default();
+        for obj in mapped.iter().filter(|o| o.deleted) {
+            self.symbols_of(pid, obj);
+        }
+        info.mapped = Some(Rc::new(mapped));
         info.refreshable = true;
         if pid == 0 {
             info.execname = "sched".into();
@@ -224,28 +232,30 @@ impl Procs {
             if obj.is_vdso {
                 continue;
             }
-            let file = procfs::host_path(pid as i32, &obj.path);
-            let syms = match self.files.get(&file) {
-                Some(s) => Rc::clone(s),
-                None => match debuginfo::load(&file) {
-                    Ok(s) => {
-                        let s = Rc::new(s);
-                        self.files.insert(file.clone(), Rc::clone(&s));
-                        s
-                    }
-                    Err(_) => continue,
-                },
-            };
+            let Some(syms) = self.symbols_of(pid, obj) else { continue };
             let Some(bias) = obj.bias(&syms.info) else { continue };
             let lo = obj.mappings.iter().map(|m| m.start).min().unwrap_or(0);
             let hi = obj.mappings.iter().map(|m| m.end).max().unwrap_or(0);
-            unwinder.add_module(&obj.path, &syms.data, lo..hi, bias);
+            unwinder.add_module(&obj.path, &syms, lo..hi, bias);
             objects.push((obj.clone(), bias, syms));
         }
         let info = self.info(pid);
         info.mapped = Some(mapped);
         info.objects = Some(objects);
         info.unwinder = Some(unwinder);
+    }
+
+    /// The symbols of object `obj` of process `pid`, read once per file. A deleted file
+    /// (an upgraded library) is read as it was mapped, through map_files, which only
+    /// lasts as long as the process: see `remember`.
+    fn symbols_of(&mut self, pid: u32, obj: &LoadedObject) -> Option<Rc<ObjectSymbols>> {
+        let key = procfs::object_key(pid as i32, obj);
+        if let Some(s) = self.files.get(&key) {
+            return Some(Rc::clone(s));
+        }
+        let s = Rc::new(debuginfo::load(&procfs::object_file(pid as i32, obj)).ok()?);
+        self.files.insert(key, Rc::clone(&s));
+        Some(s)
     }
 
     /// The object of `pid` that maps `addr`, with its load bias and symbols.

@@ -502,6 +502,18 @@ fn arm_hook(
     registry: &mut Registry,
 ) -> Result<Option<u64>, String> {
     let Some(ld) = procfs::loader_of(pid, objects) else { return Ok(None) };
+    // Its path names another loader (glibc upgraded meanwhile): the hook would go to
+    // the wrong place.
+    if ld.deleted {
+        if registry.pid.first_deleted_loader(&ld.path) {
+            note!(
+                "pid {pid}: its dynamic loader {} was deleted or replaced since it was mapped: the objects it loads \
+                 from now on are not probed (restart the process to probe them)",
+                ld.path
+            );
+        }
+        return Ok(None);
+    }
     let file = procfs::host_path(pid, &ld.path);
     match registry.pid.loader_hook(&file) {
         Some((off, r_state)) => backend.arm_hook(pid, &file, off, r_state),
