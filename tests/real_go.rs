@@ -64,8 +64,8 @@ fn realgo(link: Link) -> &'static Path {
 }
 
 /// realgo with `rounds` rounds per goroutine.
-fn run_cmd(link: Link, rounds: u64) -> Vec<String> {
-    let exe = realgo(link).display().to_string();
+fn run_cmd(mode: Mode, link: Link, rounds: u64) -> Vec<String> {
+    let exe = mode.own(realgo(link));
     cmd(&[&exe, &G.to_string(), &rounds.to_string(), &DEPTH.to_string()])
 }
 
@@ -81,7 +81,7 @@ fn counts_every_call(mode: Mode, link: Link) {
         script += "pid$target:libc:abs:entry { @c[probefunc, probename] = count(); } ";
     }
     script += "END { printa(\"%s %s=%@d\\n\", @c); }";
-    let Some(run) = traced_unharmed(mode, &[], &script, &run_cmd(link, N)) else { return };
+    let Some(run) = traced_unharmed(mode, &[], &script, &run_cmd(mode, link, N)) else { return };
     let rounds = G * N;
     let mut want = vec![
         ("main.work entry", 2 * rounds),
@@ -109,7 +109,7 @@ fn stacks_show_every_caller(mode: Mode, link: Link) {
                   END { printa(\"least depth=%@d\\n\", @d); printa(@s); }";
     // Fewer rounds: each record carries 8 KiB of stack, and all of them fit in the
     // buffers even when udtrace is slow to drain them.
-    let Some(run) = traced_unharmed(mode, &[], script, &run_cmd(link, N_STACKS)) else { return };
+    let Some(run) = traced_unharmed(mode, &[], script, &run_cmd(mode, link, N_STACKS)) else { return };
     // main.work is called by main.level2 (called by main.level1) and by the deepest
     // main.deep (called by main.deep): every stack shows the calls it is in.
     let only = |v: Vec<String>| -> String {

@@ -28,7 +28,7 @@ real_modes!(
 
 fn cxx_templates_are_counted_per_instantiation(mode: Mode) {
     let n = 1000u64;
-    let exe = fixture("templates");
+    let exe = mode.own(fixture("templates"));
     let script = "pid$target:a.out:*tpl??*:entry, pid$target:a.out:*tpl??*:return \
                   { @c[probefunc, probename] = count(); } END { printa(\"%s %s=%@d\\n\", @c); }";
     let Some(run) = traced_unharmed(mode, &[], script, &cmd(&[&exe, &n.to_string()])) else { return };
@@ -63,7 +63,7 @@ fn a_handler_on_a_small_alternate_stack_is_unharmed_by_stacks(mode: Mode) {
     // probe that writes below the stack pointer of a handler running there changes
     // its output.
     let n = 200u64;
-    let exe = fixture("altstack");
+    let exe = mode.own(fixture("altstack"));
     let script = "pid$target::on_alt:entry { @s[ustack()] = count(); @d = min(ustackdepth); } \
                   END { printa(\"least depth=%@d\\n\", @d); printa(@s); }";
     let Some(run) = traced_unharmed(mode, &[], script, &cmd(&[&exe, &n.to_string()])) else { return };
@@ -148,7 +148,7 @@ fn shared_anonymous_memory_costs_udtrace_nothing(mode: Mode) {
     // them, then waits for a line to call shm_work N times. udtrace grabs it (-p):
     // neither mapping is a file it may read.
     let (mb, n) = (256u64, 1000u64);
-    let command = cmd(&[&fixture("shmem"), &mb.to_string(), &n.to_string()]);
+    let command = cmd(&[&mode.own(fixture("shmem")), &mb.to_string(), &n.to_string()]);
     let mut program = Group::spawn(mode.command(&command[0]).args(&command[1..]).stdin(Stdio::piped()));
     assert_eq!(program.next_line().as_deref(), Some("shmem: ready\n"), "shmem did not start");
     let script = "BEGIN { printf(\"ready\\n\"); } pid$target::shm_work:entry { @c[probefunc] = count(); } \

@@ -84,7 +84,7 @@ fn in_shared_text_page(exe: &Path, vaddr: u64) -> bool {
 
 fn a_cargo_built_program_counts_every_call_of_its_functions(mode: Mode) {
     let (threads, rounds) = (4u64, 2000u64);
-    let exe = realrust().display().to_string();
+    let exe = mode.own(realrust());
     let script = "pid$target::*tier_*:entry, pid$target::*tier_*:return { @c[probefunc, probename] = count(); } \
                   END { printa(\"%s %s=%@d\\n\", @c); }";
     let Some(run) = traced_unharmed(mode, &[], script, &cmd(&[&exe, &threads.to_string(), &rounds.to_string()])) else {

@@ -52,6 +52,29 @@ impl Mode {
         }
     }
 
+    /// This mode's own copy of the program `exe` (made once per test run). Each mode
+    /// traces a file of its own: a `-x uprobes` session's uprobes go into every process
+    /// that maps the file, and an instruction where the unprivileged mode put a
+    /// breakpoint would have its hits taken by such a uprobe (docs/pid-provider.md,
+    /// "Other tracers' uprobes"), which no test means to measure.
+    pub fn own(self, exe: impl AsRef<Path>) -> String {
+        static COPIES: std::sync::Mutex<Vec<(Mode, PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+        let exe = exe.as_ref();
+        let mut copies = COPIES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, copy)) = copies.iter().find(|(m, e, _)| *m == self && e == exe) {
+            return copy.display().to_string();
+        }
+        let dir = build_dir().join("modes").join(format!("{self:?}").to_lowercase());
+        std::fs::create_dir_all(&dir).expect("mode directory");
+        let copy = dir.join(exe.file_name().expect("a file name"));
+        // cp: a copy made with std::fs::copy is open for writing in any child another
+        // test forks meanwhile ("Text file busy").
+        let st = Command::new("cp").arg(exe).arg(&copy).status().expect("cp");
+        assert!(st.success(), "cannot copy {} to {}", exe.display(), copy.display());
+        copies.push((self, exe.to_path_buf(), copy.clone()));
+        copy.display().to_string()
+    }
+
     /// udtrace with this mode's user and options, then `args`.
     pub fn udtrace(self, args: &[&str]) -> Command {
         let mut c = self.command(util::bin());
