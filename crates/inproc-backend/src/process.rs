@@ -119,7 +119,16 @@ impl Rings {
                     break;
                 }
             }
+            // Slots stepped over and still watched for a late commit: no writer is left
+            // to commit them.
+            r.reader.give_up_late();
             let unread = r.reader.unread(&r.region.view);
+            udtrace_messages::debug!(
+                "ring {i} let go: {} slots skipped, {} committed late, {unread} unread, {} dropped full",
+                r.reader.skipped(),
+                r.reader.taken_late(),
+                r.reader.drops(&r.region.view)
+            );
             let mut drops = ring_drops(r);
             drops[0] = drops[0].saturating_add(unread);
             add_drops(&mut self.gone_drops, &drops);

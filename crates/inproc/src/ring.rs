@@ -145,14 +145,18 @@ impl RingView for Vec<u8> {
 /// What one drain did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Drained {
-    /// Records handed to the callback.
+    /// Records handed to the callback (slots committed late among them).
     pub records: u64,
-    /// Reserved slots given up on (their writer never committed).
+    /// Reserved slots given up on (their writer never committed, and the slot went to
+    /// another writer a lap later).
     pub skipped: u64,
 }
 
+/// Slots stepped over uncommitted that are watched for a late commit, at most.
+const LATE_MAX: usize = 64;
+
 /// udtrace's side of a ring: the consumer. One per ring; the ring's `tail` is its state,
-/// plus when the slot at `tail` was first seen stalled.
+/// plus when the slot at `tail` was first seen stalled, and the slots stepped over.
 #[derive(Debug)]
 pub struct Reader {
     geometry: Geometry,
@@ -160,7 +164,13 @@ pub struct Reader {
     stall_timeout: Duration,
     /// The tail index that was not committed while later ones were, and since when.
     stalled: Option<(u64, Instant)>,
+    /// Indexes stepped over uncommitted after the stall timeout, oldest first: a writer
+    /// held off the CPU (or stopped by a tracer) that long still commits, and its record
+    /// is taken then, as long as no writer has taken the slot a lap later.
+    late: std::collections::VecDeque<u64>,
     skipped: u64,
+    /// Records taken late, in all (for `-x debug`).
+    taken_late: u64,
 }
 
 impl Reader {
@@ -172,7 +182,9 @@ impl Reader {
             record_size,
             stall_timeout: STALL_TIMEOUT,
             stalled: None,
+            late: std::collections::VecDeque::new(),
             skipped: 0,
+            taken_late: 0,
         })
     }
 
@@ -209,9 +221,51 @@ impl Reader {
         used >= self.geometry.nslots / 2
     }
 
-    /// Reserved slots skipped so far because they were never committed.
+    /// Reserved slots given up so far because they were never committed.
     pub fn skipped(&self) -> u64 {
         self.skipped
+    }
+
+    /// Records committed after the stall timeout, taken late.
+    pub fn taken_late(&self) -> u64 {
+        self.taken_late
+    }
+
+    /// Gives up the slots still watched for a late commit (their writers are gone),
+    /// counting them as skipped.
+    pub fn give_up_late(&mut self) {
+        self.skipped += self.late.len() as u64;
+        self.late.clear();
+    }
+
+    /// Hands over the slots stepped over that have been committed since, and gives up
+    /// those a writer a lap later has taken (or would take: the watch list is bounded).
+    fn take_late(&mut self, view: &impl RingView, each: &mut impl FnMut(&[u8]), d: &mut Drained) {
+        let n = self.geometry.nslots;
+        // Index i + nslots, the slot's next lap, is reserved.
+        let lapped = |i: u64| view.load_acquire_u64(OFF_HEAD) > i.saturating_add(n);
+        let mut kept = std::collections::VecDeque::with_capacity(self.late.len());
+        while let Some(i) = self.late.pop_front() {
+            let slot = self.geometry.slot_offset(i);
+            if !lapped(i) && view.load_acquire_u64(slot) == i + 1 {
+                // Copied, then checked again: a writer of the next lap may have reserved
+                // the slot meanwhile and be writing into it.
+                let rec = view.bytes(slot + 8, self.record_size).to_vec();
+                if !lapped(i) && view.load_acquire_u64(slot) == i + 1 {
+                    each(&rec);
+                    d.records += 1;
+                    self.taken_late += 1;
+                    continue;
+                }
+            }
+            if lapped(i) || kept.len() + self.late.len() >= LATE_MAX {
+                self.skipped += 1;
+                d.skipped += 1;
+            } else {
+                kept.push_back(i);
+            }
+        }
+        self.late = kept;
     }
 
     /// Hands every committed record, in slot order, to `each`, and frees its slot.
@@ -223,6 +277,9 @@ impl Reader {
     pub fn drain_at(&mut self, view: &mut impl RingView, now: Instant, mut each: impl FnMut(&[u8])) -> Drained {
         let g = self.geometry;
         let mut d = Drained::default();
+        if !self.late.is_empty() {
+            self.take_late(view, &mut each, &mut d);
+        }
         let mut tail = view.load_acquire_u64(OFF_TAIL);
         // Records reserved by now, no more: writers faster than the consumer must not
         // keep it here (the session's timers would never run). Never more than a lap,
@@ -232,6 +289,11 @@ impl Reader {
         while tail < limit {
             let slot = g.slot_offset(tail);
             if view.load_acquire_u64(slot) == tail + 1 {
+                // A writer's records are in its reservation order: one it committed
+                // late goes before its next.
+                if !self.late.is_empty() {
+                    self.take_late(view, &mut each, &mut d);
+                }
                 each(view.bytes(slot + 8, self.record_size));
                 tail += 1;
                 // Release: the slot's bytes are read before a producer may reuse it.
@@ -253,10 +315,9 @@ impl Reader {
                     if now.saturating_duration_since(since) < self.stall_timeout {
                         break;
                     }
+                    self.late.push_back(tail);
                     tail += 1;
                     view.store_release_u64(OFF_TAIL, tail);
-                    self.skipped += 1;
-                    d.skipped += 1;
                     self.stalled = None;
                 }
                 _ => {
@@ -381,13 +442,42 @@ mod tests {
         assert_eq!(drain(&mut r, &mut v, t0 + STALL_TIMEOUT * 3 + STALL_TIMEOUT / 2).0, []);
         let (got, d) = drain(&mut r, &mut v, t0 + STALL_TIMEOUT * 4);
         assert_eq!(got, [3, 4]);
-        assert_eq!(d, Drained { records: 2, skipped: 1 });
-        assert_eq!(r.skipped(), 1);
+        // Stepped over, watched for a late commit; given up once a writer a lap later
+        // takes its slot.
+        assert_eq!(d, Drained { records: 2, skipped: 0 });
+        assert_eq!(r.skipped(), 0);
         // The ring goes on across laps.
         for tag in 5..=20 {
             produce(&mut v, g, tag, true);
             assert_eq!(drain(&mut r, &mut v, t0).0, [tag]);
         }
+        assert_eq!(r.skipped(), 1);
+    }
+
+    #[test]
+    fn a_slot_committed_after_the_stall_timeout_is_read_late() {
+        let (mut v, g) = ring(8);
+        let mut r = Reader::new(&v, REC).unwrap();
+        let t0 = Instant::now();
+        produce(&mut v, g, 1, false); // index 0: its writer is held off the CPU
+        produce(&mut v, g, 2, true);
+        assert_eq!(drain(&mut r, &mut v, t0).0, []);
+        assert_eq!(drain(&mut r, &mut v, t0 + STALL_TIMEOUT * 2).0, [2]);
+        // It commits at last, and its next record follows: read in its order.
+        let s = g.slot_offset(0);
+        v[s + 8..s + 8 + REC].fill(1);
+        v.store_release_u64(s, 1);
+        produce(&mut v, g, 3, true);
+        assert_eq!(drain(&mut r, &mut v, t0 + STALL_TIMEOUT * 2).0, [1, 3]);
+        assert_eq!(r.skipped(), 0);
+        // A slot stepped over whose writer never comes back is given up when the
+        // ring is let go.
+        produce(&mut v, g, 4, false);
+        produce(&mut v, g, 5, true);
+        assert_eq!(drain(&mut r, &mut v, t0).0, []);
+        assert_eq!(drain(&mut r, &mut v, t0 + STALL_TIMEOUT).0, [5]);
+        r.give_up_late();
+        assert_eq!(r.skipped(), 1);
     }
 
     #[test]
