@@ -83,13 +83,15 @@ fn function(syms: &ObjectSymbols, f: &symbols::Function) {
     let _ = syms.table.lookup(f.addr.wrapping_add(f.size / 2));
     let Some(s) = syms.sites(f) else { return };
     let Some(code) = syms.code(f) else { return };
+    let code = &*code;
     let _ = errno::locate(code, f.addr);
-    let parts: Vec<(u64, &[u8])> = syms
+    let owned: Vec<(u64, std::borrow::Cow<'_, [u8]>)> = syms
         .table
         .other_parts(f)
         .into_iter()
         .filter_map(|(a, _)| syms.table.lookup(a).and_then(|(g, _)| Some((g.addr, syms.code(g)?))))
         .collect();
+    let parts: Vec<(u64, &[u8])> = owned.iter().map(|(a, c)| (*a, &**c)).collect();
     let outside = Outside { parts: &parts, targets: &[f.addr.wrapping_add(1)] };
     let mut plans = vec![patch::plan_with(code, f.addr, &outside, 0, SiteKind::Entry)];
     for &r in s.returns.iter().take(MAX_SITES) {

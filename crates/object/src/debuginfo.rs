@@ -1,6 +1,7 @@
 //! Load one object's functions: its own symbol table, a separate debug file (found by
 //! build-id, else by `.gnu_debuglink`) and `.gnu_debugdata` (minidebuginfo).
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use crate::elf::{self, ElfError, ElfInfo, SymbolSource};
@@ -14,6 +15,9 @@ pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
 /// The largest object or debug file read: each is read whole, and a process may map a
 /// file of any size (a database's data, a shared memory segment).
 pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
+/// The most bytes of code read at once, for one function.
+pub const MAX_CODE_READ: usize = 1 << 24;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -57,9 +61,13 @@ pub struct ObjectSymbols {
     /// The file found where the debug file was looked for that is not it (another
     /// build's, not ELF, without a symbol table).
     pub debug_refused: Option<PathBuf>,
-    /// The object file's bytes: probe sites are decoded from the file, never from a
+    /// The object file's bytes that udtrace parses (headers, symbol tables, unwind
+    /// tables; zeros elsewhere): probe sites are decoded from the file, never from a
     /// process's memory, where a breakpoint may already sit.
     pub data: Vec<u8>,
+    /// The file, where its code was left unread in `data`: a function's code is read
+    /// from it when asked for ([`Self::code`]).
+    pub code_file: Option<std::sync::Arc<std::fs::File>>,
     /// The `.debug_frame` its code is unwound with, decompressed, where that describes
     /// more of it than `.eh_frame` (`unwind::preferred_debug_frame`).
     pub debug_frame: Option<unwind::Data>,
@@ -67,21 +75,38 @@ pub struct ObjectSymbols {
 
 impl ObjectSymbols {
     /// The code of `f`, read from the file; None if it lies outside the file's segments.
-    pub fn code(&self, f: &Function) -> Option<&[u8]> {
+    pub fn code(&self, f: &Function) -> Option<Cow<'_, [u8]>> {
         let start = self.info.vaddr_to_offset(f.addr)?;
         // The whole function must be in the same segment's file image.
         let last = self.info.vaddr_to_offset(f.addr.checked_add(f.size.checked_sub(1)?)?)?;
         if last.checked_sub(start)? != f.size - 1 {
             return None;
         }
-        self.data.get(usize::try_from(start).ok()?..=usize::try_from(last).ok()?)
+        self.bytes(start, usize::try_from(f.size).ok()?)
+    }
+
+    /// `len` bytes of the file at offset `off`: from `data`, or read from the file when
+    /// its code was left unread (at most [`MAX_CODE_READ`] bytes).
+    pub fn bytes(&self, off: u64, len: usize) -> Option<Cow<'_, [u8]>> {
+        let Some(f) = &self.code_file else {
+            return self
+                .data
+                .get(usize::try_from(off).ok()?..usize::try_from(off).ok()?.checked_add(len)?)
+                .map(Cow::Borrowed);
+        };
+        if len > MAX_CODE_READ || off.checked_add(len as u64)? > self.data.len() as u64 {
+            return None;
+        }
+        let mut b = vec![0u8; len];
+        std::os::unix::fs::FileExt::read_exact_at(&**f, &mut b, off).ok()?;
+        Some(Cow::Owned(b))
     }
 
     /// Entry, return and offset sites of `f`, decoded from the file (None if its code is
     /// not in the file).
     pub fn sites(&self, f: &Function) -> Option<Sites> {
         let code = self.code(f)?;
-        Some(sites::decode_with_parts(code, f.addr, &self.table.other_parts(f)))
+        Some(sites::decode_with_parts(&code, f.addr, &self.table.other_parts(f)))
     }
 
     /// Whether the object lost its full symbol table with nothing to stand in for it (no
@@ -112,10 +137,9 @@ impl ObjectSymbols {
         let first = self.info.vaddr_to_offset(start).ok_or(AddressError::NotCode)?;
         // The longest instruction past it, where the code goes on that far.
         let len = vaddr.saturating_add(15).min(hi) - start;
-        let code = usize::try_from(first)
-            .ok()
-            .and_then(|f| self.data.get(f..f.checked_add(usize::try_from(len).ok()?)?))
-            .ok_or(AddressError::NotCode)?;
+        let code =
+            self.bytes(first, usize::try_from(len).map_err(|_| AddressError::NotCode)?).ok_or(AddressError::NotCode)?;
+        let code = &*code;
         sites::starts_instruction(code, start, vaddr).map_err(|e| match e {
             sites::OffsetError::Undecodable { at, .. } => AddressError::Undecodable { at: start + u64::from(at) },
             _ => AddressError::InsideInstruction,
@@ -165,11 +189,13 @@ pub fn load(path: &Path) -> Result<ObjectSymbols, LoadError> {
 /// private tree): `<root>/.build-id/xx/yyyy.debug`, then by debuglink name next to the
 /// object, in its `.debug/` directory, and under `<root>/<object's directory>/`.
 pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymbols, LoadError> {
-    let data = read::read(path)?;
+    let (data, file) = read::read_parts(path, false)?;
     let info = elf::parse(&data).map_err(|source| LoadError::Elf { path: path.to_path_buf(), source })?;
     // A debug file that is missing or unreadable only costs symbols.
     let debug = find_debug_file(path, &info, debug_root).map(|p| (read::read(&p).unwrap_or_default(), p));
-    Ok(assemble(info, data, debug.as_ref().map(|(d, p)| (d.as_slice(), p.as_path()))))
+    let mut syms = assemble(info, data, debug.as_ref().map(|(d, p)| (d.as_slice(), p.as_path())));
+    syms.code_file = Some(std::sync::Arc::new(file));
+    Ok(syms)
 }
 
 /// The functions of an object already parsed from `data`, with the symbols of its
@@ -202,7 +228,7 @@ pub fn assemble(info: ElfInfo, data: Vec<u8>, debug: Option<(&[u8], &Path)>) -> 
     let debug_frame = unwind::preferred_debug_frame(&data, debug.as_ref().map(|(_, _, d)| *d));
     let debug_file = debug.map(|(p, _, _)| p);
     let debug_refused = found.filter(|_| debug_file.is_none());
-    ObjectSymbols { info, table, debug_file, debug_refused, data, debug_frame }
+    ObjectSymbols { info, table, debug_file, debug_refused, data, code_file: None, debug_frame }
 }
 
 /// Where the separate debug file of the object at `path` is looked for, in order, as

@@ -18,6 +18,14 @@ use crate::elf::ElfError;
 /// read, only its headers, its code and the sections udtrace parses are read
 /// ([`wanted`]); the rest stays zeros, which cost no memory until written.
 pub fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+    read_parts(path, true).map(|(data, _)| data)
+}
+
+/// [`read`], with its code (executable segments, code sections) left unread when not
+/// `code`, and the file, open, for reading the code of a function when it is asked
+/// for: a process maps tens of megabytes of libraries' code, of which a few functions
+/// are probed (a PostgreSQL postmaster's objects hold 22 MB of it).
+pub fn read_parts(path: &Path, code: bool) -> Result<(Vec<u8>, std::fs::File), LoadError> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let io = |source| LoadError::Io { path: path.to_path_buf(), source };
     let regular = |meta: &std::fs::Metadata| match file_kind(meta) {
@@ -52,24 +60,30 @@ pub fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
     };
     // Each step reads what the next one parses: the header, its tables, the section
     // names, then the parts. A step that cannot parse reads the whole file.
-    let steps: [Step; 5] =
-        [|_| Some(std::iter::once(0..HEADER).collect()), tables, section_headers, section_names, parts];
+    let steps: [Step; 5] = [
+        |_, _| Some(std::iter::once(0..HEADER).collect()),
+        |d, _| tables(d),
+        |d, _| section_headers(d),
+        |d, _| section_names(d),
+        parts,
+    ];
     for step in steps {
-        let Some(ranges) = step(&data) else {
+        let Some(ranges) = step(&data, code) else {
             fill(&mut data, &(0..size)).map_err(io)?;
             break;
         };
         ranges.iter().try_for_each(|r| fill(&mut data, r)).map_err(io)?;
     }
-    Ok(data)
+    Ok((data, f))
 }
 
 /// ELF's 64-bit header.
 const HEADER: u64 = 64;
 
-/// One step of reading: from what is read so far, the ranges to read next; `None` when
-/// the headers cannot be parsed so (the whole file is read then).
-type Step = fn(&[u8]) -> Option<Vec<Range<u64>>>;
+/// One step of reading: from what is read so far (and whether code is read), the
+/// ranges to read next; `None` when the headers cannot be parsed so (the whole file is
+/// read then).
+type Step = fn(&[u8], bool) -> Option<Vec<Range<u64>>>;
 
 type Header = elf::FileHeader64<Endianness>;
 
@@ -104,8 +118,8 @@ fn section_names(data: &[u8]) -> Option<Vec<Range<u64>>> {
     Some(std::iter::once(off..off.saturating_add(n)).collect())
 }
 
-/// The executable segments, and the sections udtrace parses (below).
-fn parts(data: &[u8]) -> Option<Vec<Range<u64>>> {
+/// The executable segments when `code`, and the sections udtrace parses (below).
+fn parts(data: &[u8], code: bool) -> Option<Vec<Range<u64>>> {
     let h = Header::parse(data).ok()?;
     let e = h.endian().ok()?;
     let sections = h.sections(e, data).ok()?;
@@ -116,11 +130,11 @@ fn parts(data: &[u8]) -> Option<Vec<Range<u64>>> {
         .program_headers(e, data)
         .ok()?
         .iter()
-        .filter(|p| p.p_type(e) == elf::PT_LOAD && p.p_flags(e) & elf::PF_X != 0)
+        .filter(|p| code && p.p_type(e) == elf::PT_LOAD && p.p_flags(e) & elf::PF_X != 0)
         .map(|p| p.p_offset(e)..p.p_offset(e).saturating_add(p.p_filesz(e)))
         .collect();
     for s in sections.iter() {
-        if s.sh_type(e) != elf::SHT_NOBITS && wanted(e, s, sections.section_name(e, s).unwrap_or_default()) {
+        if s.sh_type(e) != elf::SHT_NOBITS && wanted(e, s, sections.section_name(e, s).unwrap_or_default(), code) {
             let (off, n) = s.file_range(e)?;
             out.push(off..off.saturating_add(n));
         }
@@ -128,12 +142,12 @@ fn parts(data: &[u8]) -> Option<Vec<Range<u64>>> {
     Some(out)
 }
 
-/// Whether udtrace reads a section: code, the symbol, string and version tables, the
-/// notes (build-id), `.gnu_debuglink`, `.gnu_debugdata` and the unwind tables. Not
-/// read: read-only and writable data (`.rodata`, `.data`), and DWARF but
+/// Whether udtrace reads a section: code (when `code`), the symbol, string and version
+/// tables, the notes (build-id), `.gnu_debuglink`, `.gnu_debugdata` and the unwind
+/// tables. Not read: read-only and writable data (`.rodata`, `.data`), and DWARF but
 /// `.debug_frame`.
-fn wanted(e: Endianness, s: &elf::SectionHeader64<Endianness>, name: &[u8]) -> bool {
-    let code = s.sh_flags(e) & u64::from(elf::SHF_EXECINSTR) != 0;
+fn wanted(e: Endianness, s: &elf::SectionHeader64<Endianness>, name: &[u8], code: bool) -> bool {
+    let code = code && s.sh_flags(e) & u64::from(elf::SHF_EXECINSTR) != 0;
     let parsed = matches!(
         s.sh_type(e),
         elf::SHT_SYMTAB

@@ -124,8 +124,9 @@ impl PidProvider {
             let Some(obj) = self.objects.get(&p.file) else { continue };
             for &(offset, file_off) in &p.sites {
                 total += 1;
-                let start = file_off.saturating_sub(offset) as usize;
-                let code = obj.data.get(start..start.saturating_add(p.func_size as usize));
+                let start = file_off.saturating_sub(offset);
+                let code = usize::try_from(p.func_size).ok().and_then(|n| obj.bytes(start, n));
+                let code = code.as_deref();
                 let kind = match p.kind {
                     SiteKind::Entry => patch::SiteKind::Entry,
                     SiteKind::Return => patch::SiteKind::Return,
@@ -205,7 +206,7 @@ impl PidProvider {
         let syms = self.load_mapped(pid, obj).ok()?;
         let f = syms.table.matching("__errno_location").first().copied()?.clone();
         let bias = obj.bias(&syms.info)?;
-        match errno::locate(syms.code(&f)?, f.addr)? {
+        match errno::locate(&syms.code(&f)?, f.addr)? {
             ErrnoTls::GotSlot(vaddr) => Some((bias.wrapping_add(vaddr), 0)),
             ErrnoTls::Offset(off) => Some((0, off)),
         }
