@@ -176,8 +176,8 @@ fn check_c_fixture(name: &str) {
     let facts = compare(&path, &obj);
     let code_at = |fname: &str, off: u32| {
         let f = &obj.table.matching(fname)[0];
-        let insn = obj.info.vaddr_to_offset(f.addr + u64::from(off)).unwrap() as usize;
-        obj.data[insn]
+        let insn = obj.info.vaddr_to_offset(f.addr + u64::from(off)).unwrap();
+        obj.bytes(insn, 1).unwrap()[0]
     };
     // The shapes the fixtures exist for really are there, as gcc compiled them.
     let (r, _) = &facts["target"];

@@ -98,11 +98,12 @@ fn pie_and_non_pie() {
     assert_eq!(exe.info.offset_to_vaddr(off), Some(t.addr));
     // Both PIE and non-PIE: the bytes at the file offset are the function's (its first
     // instruction decodes, and the code slice starts there).
-    for obj in [&pie, &exe] {
+    for (obj, path) in [(&pie, fixture("fixture")), (&exe, fixture("fixture-nopie"))] {
         let t = &obj.table.matching("target")[0];
         let code = obj.code(t).unwrap();
-        let off = obj.file_offset(t.addr).unwrap() as usize;
-        assert_eq!(code, &obj.data[off..off + t.size as usize]);
+        let off = obj.file_offset(t.addr).unwrap();
+        let file = std::fs::read(path).unwrap();
+        assert_eq!(&*code, &file[off as usize..(off + t.size) as usize]);
         assert_eq!(obj.sites(t).unwrap().insns[0], 0);
     }
 }

@@ -104,9 +104,9 @@ fn provider_pid(provider: &str) -> Result<Option<i32>, DescError> {
     Ok(glob::matches(provider, &format!("pid{pid}")).then_some(pid))
 }
 
-/// Whether the kernel can probe the instruction at `file_off` of an object's bytes.
-fn probeable_at(data: &[u8], file_off: u64, vaddr: u64) -> bool {
-    let code = data.get(file_off as usize..).unwrap_or(&[]);
+/// Whether the kernel can probe the instruction at offset `off` of a function's `code`.
+fn probeable_at(code: &[u8], off: u64, vaddr: u64) -> bool {
+    let code = usize::try_from(off).ok().and_then(|o| code.get(o..)).unwrap_or(&[]);
     sites::probeable(&code[..code.len().min(16)], vaddr)
 }
 
@@ -392,10 +392,13 @@ impl PidProvider {
         out: &mut Vec<Rc<Probe>>,
     ) -> Result<(), DescError> {
         let Some(base) = loaded.file_offset(f.addr) else { return Ok(()) };
+        // Its code, read from the file once (an object's code is not kept in memory).
+        let code = loaded.code(f);
+        let code = code.as_deref().unwrap_or(&[]);
         // Decoding is only needed for return and offset probes.
         let mut decoded: Option<Sites> = None;
         let sites = |decoded: &mut Option<Sites>| -> Sites {
-            decoded.get_or_insert_with(|| loaded.sites(f).unwrap_or_else(|| sites::decode(&[], f.addr))).clone()
+            decoded.get_or_insert_with(|| sites::decode_with_parts(code, f.addr, &loaded.table.other_parts(f))).clone()
         };
         let mut matched = 0;
         if glob::matches(name, "return") {
@@ -403,21 +406,11 @@ impl PidProvider {
             // (an endless loop, `_start`) has no site, and its probe never fires.
             let s = sites(&mut decoded);
             let list = s.returns.iter().map(|&o| (u64::from(o), base + u64::from(o))).collect();
-            out.push(self.add(pid, file, modname, f, SiteKind::Return, "return".into(), list, &loaded.data, next_id));
+            out.push(self.add(pid, file, modname, f, SiteKind::Return, "return".into(), list, code, next_id));
             matched += 1;
         }
         if glob::matches(name, "entry") {
-            out.push(self.add(
-                pid,
-                file,
-                modname,
-                f,
-                SiteKind::Entry,
-                "entry".into(),
-                vec![(0, base)],
-                &loaded.data,
-                next_id,
-            ));
+            out.push(self.add(pid, file, modname, f, SiteKind::Entry, "entry".into(), vec![(0, base)], code, next_id));
             matched += 1;
         }
         if !glob::is_glob(name) && matched == 0 {
@@ -438,7 +431,7 @@ impl PidProvider {
                 SiteKind::Offset(off),
                 format!("{off:x}"),
                 vec![(off, base + off)],
-                &loaded.data,
+                code,
                 next_id,
             ));
         } else if glob::is_glob(name) {
@@ -447,8 +440,7 @@ impl PidProvider {
                 let label = format!("{o:x}");
                 // A glob asks for the instructions there are probes on: those the kernel
                 // refuses (`hlt`, `syscall`) have none, as fasttrap made none.
-                if glob::matches(name, &label) && probeable_at(&loaded.data, base + u64::from(o), f.addr + u64::from(o))
-                {
+                if glob::matches(name, &label) && probeable_at(code, u64::from(o), f.addr + u64::from(o)) {
                     let o = u64::from(o);
                     out.push(self.add(
                         pid,
@@ -458,7 +450,7 @@ impl PidProvider {
                         SiteKind::Offset(o),
                         label,
                         vec![(o, base + o)],
-                        &loaded.data,
+                        code,
                         next_id,
                     ));
                 }
@@ -516,6 +508,7 @@ impl PidProvider {
         // Its function is unknown: the instruction alone stands for it, which a backend
         // may patch or put a breakpoint on as it would a function's.
         let f = Function { name: "-".into(), mangled: None, aliases: Vec::new(), addr: vaddr, size: len, ifunc: false };
+        let code = usize::try_from(len).ok().and_then(|n| loaded.bytes(off, n)).unwrap_or_default();
         Ok(vec![self.add(
             pid,
             &file,
@@ -524,7 +517,7 @@ impl PidProvider {
             SiteKind::Offset(0),
             name.to_string(),
             vec![(0, off)],
-            &loaded.data,
+            &code,
             next_id,
         )])
     }
@@ -539,7 +532,7 @@ impl PidProvider {
         kind: SiteKind,
         name: String,
         sites: Vec<(u64, u64)>,
-        data: &[u8],
+        code: &[u8],
         next_id: &mut u32,
     ) -> Rc<Probe> {
         let key = (pid, file.to_path_buf(), f.addr, kind);
@@ -552,7 +545,7 @@ impl PidProvider {
         *next_id += 1;
         self.index.insert(key, self.probes.len());
         let (sites, refused): (Vec<_>, Vec<_>) =
-            sites.into_iter().partition(|&(off, file_off)| probeable_at(data, file_off, f.addr + off));
+            sites.into_iter().partition(|&(off, _)| probeable_at(code, off, f.addr + off));
         let unprobeable = refused;
         self.probes.push(PidProbe {
             probe: Rc::clone(&probe),
