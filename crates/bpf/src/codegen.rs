@@ -288,7 +288,7 @@ pub fn uprobe_program_for(
     }
 
     if layout.stack_bytes > 0 {
-        emit_stack(&mut a, layout.stack_bytes, layout.off_stack, (Reg::R6, PtReg::Sp.offset() as i16))?;
+        emit_stack(&mut a, layout.stack_bytes, layout.off_stack, (Reg::R6, PtReg::Sp.offset() as i16), sleepable)?;
     }
 
     if let (true, Some(src)) = (layout.errno, &maps.errno) {
@@ -751,9 +751,18 @@ fn emit_errno(a: &mut Asm, src: &ErrnoSource) {
 /// 8 bytes, as a trampoline's `process_vm_readv` reads: a binary search that reads
 /// each power of two from the largest below `stack_bytes` down to 8 after what was
 /// read so far, and keeps it where it could be read. `sp`: where the user stack pointer
-/// is (a register and an offset). A failed read leaves zeros (the helper clears its
-/// destination), so bytes past `stack_len` are always zero.
-pub(crate) fn emit_stack(a: &mut Asm, stack_bytes: u32, off_stack: usize, sp: (Reg, i16)) -> Result<(), AsmError> {
+/// is (a register and an offset). Sleepable, a failed read (a page not present: a
+/// large local array never touched) is made again with `bpf_copy_from_user`, which
+/// faults the pages in, before the search, which uses it too. A failed read leaves
+/// zeros (the helpers clear their destination), so bytes past `stack_len` are always
+/// zero.
+pub(crate) fn emit_stack(
+    a: &mut Asm,
+    stack_bytes: u32,
+    off_stack: usize,
+    sp: (Reg, i16),
+    sleepable: bool,
+) -> Result<(), AsmError> {
     let done = a.label();
     let read = |a: &mut Asm, size: u32| {
         a.push(mov64_reg(Reg::R1, Reg::R8));
@@ -761,17 +770,24 @@ pub(crate) fn emit_stack(a: &mut Asm, stack_bytes: u32, off_stack: usize, sp: (R
         a.push(mov64_imm(Reg::R2, size as i32));
         a.push(ldx(Size::DW, Reg::R3, sp.0, sp.1));
     };
-    read(a, stack_bytes);
-    a.call(helper::PROBE_READ_USER);
-    let short = a.label();
-    a.jmp_imm(Cond::Ne, Reg::R0, 0, short);
+    let whole = |a: &mut Asm, helper_id| {
+        read(a, stack_bytes);
+        a.call(helper_id);
+        a.jmp_imm(Cond::Eq, Reg::R0, 0, done);
+    };
     a.push(st(Size::W, Reg::R8, record::OFF_STACK_LEN as i16, stack_bytes as i32));
-    a.ja(done);
-    a.bind(short);
+    whole(a, helper::PROBE_READ_USER);
+    let search = if sleepable {
+        whole(a, helper::COPY_FROM_USER);
+        helper::COPY_FROM_USER
+    } else {
+        helper::PROBE_READ_USER
+    };
     a.push(st(Size::W, Reg::R8, record::OFF_FLAGS as i16, record::FLAG_STACK_TRUNCATED as i32));
-    // stack_len (0 so far) holds what was read: kept in the record rather than in a
-    // register, the verifier sees one unknown, bounded length at each step instead of
-    // following every combination of reads that worked.
+    // stack_len holds what was read: kept in the record rather than in a register,
+    // the verifier sees one unknown, bounded length at each step instead of following
+    // every combination of reads that worked.
+    a.push(st(Size::W, Reg::R8, record::OFF_STACK_LEN as i16, 0));
     let mut size = if stack_bytes.is_power_of_two() { stack_bytes / 2 } else { 1 << stack_bytes.ilog2() };
     while size >= 8 {
         let next = a.label();
@@ -782,7 +798,7 @@ pub(crate) fn emit_stack(a: &mut Asm, stack_bytes: u32, off_stack: usize, sp: (R
         read(a, size);
         a.push(alu64_reg(AluOp::Add, Reg::R1, Reg::R4));
         a.push(alu64_reg(AluOp::Add, Reg::R3, Reg::R4));
-        a.call(helper::PROBE_READ_USER);
+        a.call(search);
         a.jmp_imm(Cond::Ne, Reg::R0, 0, next);
         a.push(ldx(Size::W, Reg::R4, Reg::R8, record::OFF_STACK_LEN as i16));
         a.push(alu64_imm(AluOp::Add, Reg::R4, size as i32));

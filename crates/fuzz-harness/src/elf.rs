@@ -136,8 +136,8 @@ fn unwind(data: &[u8], syms: &ObjectSymbols, obj: &LoadedObject, bias: u64) {
     for f in functions.iter().take(8) {
         let ip = bias.wrapping_add(f.addr).wrapping_add(f.size.min(16) / 2);
         for bp in [0, sp + 16, u64::MAX - 4] {
-            let _ = unwinder.unwind(&Snapshot { ip, sp, bp, stack: &stack }, 32);
+            let _ = unwinder.unwind(&Snapshot { ip, sp, bp, stack: &stack, truncated: false }, 32);
         }
     }
-    let _ = unwinder.unwind(&Snapshot { ip: lo, sp: u64::MAX - 8, bp: 0, stack: &stack }, 32);
+    let _ = unwinder.unwind(&Snapshot { ip: lo, sp: u64::MAX - 8, bp: 0, stack: &stack, truncated: false }, 32);
 }

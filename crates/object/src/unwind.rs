@@ -2,6 +2,7 @@
 //! firing. Debian's libc and most Rust code keep no frame pointers, so the kernel's
 //! frame-pointer walk is useless; framehop reads the unwind tables instead.
 
+use std::cell::Cell;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -28,6 +29,28 @@ pub struct Snapshot<'a> {
     pub bp: u64,
     /// Bytes of stack starting at `sp`.
     pub stack: &'a [u8],
+    /// Fewer bytes than were asked for could be read: the copy ends where the
+    /// process's readable memory did (or, read by BPF without faulting pages in, at a
+    /// page not present).
+    pub truncated: bool,
+}
+
+/// Return addresses of a stack, innermost first (the first is the firing's own pc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unwound {
+    pub frames: Vec<u64>,
+    /// Why the frames stop short of the outermost one, when they are known to.
+    pub cut: Option<Cut>,
+}
+
+/// Why an unwound stack lacks its outer frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// The next frame lies above the bytes copied, which were all that were asked for.
+    Capture,
+    /// The next frame lies above the bytes copied, where the copy stopped because
+    /// the memory could not be read.
+    Unreadable,
 }
 
 impl Default for Unwinder {
@@ -133,26 +156,49 @@ impl Unwinder {
         self.inner.add_module(Module::new(name.to_string(), avma, bias, info));
     }
 
-    /// Return addresses, innermost first (the first is the firing's own pc), at most
-    /// `max` of them. Unwinding stops where the copied stack ends.
-    pub fn unwind(&mut self, snap: &Snapshot, max: usize) -> Vec<u64> {
-        let stack = snap.stack;
-        let sp = snap.sp;
+    /// The stack's return addresses, at most `max` of them, and whether the chain goes
+    /// on past the copied bytes.
+    pub fn unwind(&mut self, snap: &Snapshot, max: usize) -> Unwound {
+        let (stack, sp) = (snap.stack, snap.sp);
+        let end = sp.saturating_add(stack.len() as u64);
+        // Whether the unwinder asked for a word at or above `end` since this was last
+        // cleared: a frame that lies beyond the copy.
+        let beyond = Cell::new(false);
         let mut read = |addr: u64| -> Result<u64, ()> {
-            let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
-            let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
-            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+            let word = addr
+                .checked_sub(sp)
+                .and_then(|off| usize::try_from(off).ok())
+                .and_then(|off| stack.get(off..off.checked_add(8)?))
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+            if word.is_none() && addr >= end {
+                beyond.set(true);
+            }
+            word.ok_or(())
         };
-        let regs = UnwindRegsX86_64::new(snap.ip, snap.sp, snap.bp);
-        let mut iter = self.inner.iter_frames(snap.ip, regs, &mut self.cache, &mut read);
-        let mut out = Vec::new();
-        while out.len() < max {
-            match iter.next() {
-                Ok(Some(FrameAddress::InstructionPointer(a))) => out.push(a),
-                Ok(Some(FrameAddress::ReturnAddress(a))) => out.push(a.get()),
-                _ => break,
+        let mut regs = UnwindRegsX86_64::new(snap.ip, snap.sp, snap.bp);
+        let mut at = FrameAddress::InstructionPointer(snap.ip);
+        let mut out = Unwound { frames: vec![snap.ip], cut: None };
+        while out.frames.len() < max {
+            beyond.set(false);
+            match self.inner.unwind_frame(at, &mut regs, &mut self.cache, &mut read) {
+                Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
+                    Some(next) => {
+                        out.frames.push(ret);
+                        at = next;
+                    }
+                    None => break,
+                },
+                // The outermost frame (its return address is undefined).
+                Ok(None) => break,
+                Err(_) => {
+                    if beyond.get() {
+                        out.cut = Some(if snap.truncated { Cut::Unreadable } else { Cut::Capture });
+                    }
+                    break;
+                }
             }
         }
+        out.frames.truncate(max);
         out
     }
 }
@@ -242,7 +288,7 @@ mod tests {
         let syms = crate::debuginfo::assemble(crate::elf::parse(&data).unwrap(), data, None);
         u.add_module("self", &syms, 0x1000..0x10000, 0);
         let stack = [0u8; 64];
-        let snap = Snapshot { ip: 0x1000, sp: 8, bp: u64::MAX - 4, stack: &stack };
-        assert!(u.unwind(&snap, 8).len() <= 8);
+        let snap = Snapshot { ip: 0x1000, sp: 8, bp: u64::MAX - 4, stack: &stack, truncated: false };
+        assert!(u.unwind(&snap, 8).frames.len() <= 8);
     }
 }
