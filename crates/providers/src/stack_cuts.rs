@@ -14,6 +14,9 @@ pub struct StackCuts {
     capture: BTreeMap<usize, u64>,
     /// Going on past the stack that could be read.
     unreadable: u64,
+    /// In signal handlers on an alternate stack, ending at the interrupted
+    /// instruction.
+    alt_stack: u64,
 }
 
 impl StackCuts {
@@ -22,6 +25,7 @@ impl StackCuts {
         match cut {
             Cut::Capture => *self.capture.entry(bytes).or_default() += 1,
             Cut::Unreadable => self.unreadable += 1,
+            Cut::AltStack => self.alt_stack += 1,
         }
     }
 
@@ -40,6 +44,14 @@ impl StackCuts {
         }
         if self.unreadable > 0 {
             out.push(Stacks(self.unreadable).say("deeper than the stack udtrace could read"));
+        }
+        if self.alt_stack > 0 {
+            let n = self.alt_stack;
+            let (s, end, their) = if n == 1 { ("", "ends", "its") } else { ("s", "end", "their") };
+            out.push(format!(
+                "{n} user stack{s} {end} at the instruction a signal interrupted: {their} handler{s} ran on an \
+                 alternate signal stack, and the interrupted stack is not captured at a firing"
+            ));
         }
         out
     }
@@ -75,6 +87,7 @@ mod tests {
         c.count(Cut::Capture, 512);
         c.count(Cut::Unreadable, 4000);
         c.count(Cut::Unreadable, 4000);
+        c.count(Cut::AltStack, 8192);
         assert_eq!(
             c.notes(),
             [
@@ -82,6 +95,8 @@ mod tests {
                  firings: their outer frames are missing (-x ustackframes=200 captures 16384 bytes)",
                 "2 user stacks were deeper than the stack udtrace could read at their firings: their outer \
                  frames are missing",
+                "1 user stack ends at the instruction a signal interrupted: its handler ran on an alternate \
+                 signal stack, and the interrupted stack is not captured at a firing",
             ]
         );
         // Only the most already: no hint.
