@@ -59,6 +59,9 @@
 //! The tier of real programs (tests/real_*.rs) adds:
 //! - `templates`            C++ function and class templates for several types, exceptions
 //! - `altstack`             a SIGUSR1 handler on an 8 KiB sigaltstack with canaries around it
+//! - `stackedges`           where stacks end: signal handlers on the same and on an
+//!   alternate stack, a thread on a stack with an inaccessible page above it, deep
+//!   recursion (see its header)
 //! - `sigurg`               blocks SIGURG, dlopens `plugin.so`, execs `sh -c` to run itself
 //!   again, calling `target()` of `libfollow.so`
 //! - `shmem`                hundreds of MB of shared anonymous and /dev/zero memory
@@ -154,6 +157,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("changebuf", &[]))?,
         spawn(&mut plain("holder", &[]))?,
         spawn(&mut plain("altstack", &[]))?,
+        spawn(&mut plain("stackedges", &["-pthread"]))?,
         spawn(&mut plain("shmem", &[]))?,
         spawn(&mut plain("absloop", &[]))?,
         spawn(&mut plain("mapholder", &[]))?,

@@ -129,9 +129,22 @@ fn stacks_show_every_caller(mode: Mode, link: Link) {
     let (mut level2_calls, mut deep_calls) = (0, 0);
     for (frames, n) in stacks(&run.trace) {
         let top: Vec<&str> = frames.iter().take(3).map(|f| frame(f)).collect();
+        // A goroutine's outermost frame is runtime.goexit's. The chain through
+        // main.level2 is a few frames deep and whole (its goroutine's stack may end
+        // right above it, at the end of Go's heap: all that is readable is captured);
+        // the one through main.deep, 200 frames of over 512 bytes, runs past the 8 KiB
+        // captured, which udtrace says.
+        let whole = frames.last().is_some_and(|f| frame(f) == "runtime.goexit.abi0+0x1");
         if top == via_level2 {
+            assert!(
+                whole,
+                "a stack through main.level2 ({n} times) stops short:\n{}\n{}",
+                frames.join("\n"),
+                run.said()
+            );
             level2_calls += n;
         } else if top == via_deep {
+            assert!(!whole && frames.len() < 100, "{}", run.said());
             deep_calls += n;
         } else {
             panic!(
@@ -142,6 +155,12 @@ fn stacks_show_every_caller(mode: Mode, link: Link) {
         }
     }
     assert_eq!((level2_calls, deep_calls), (G * N_STACKS, G * N_STACKS), "{}", run.said());
+    let cut = format!(
+        "{}: {deep_calls} user stacks were deeper than the 8192 bytes of stack captured at their firings: \
+         their outer frames are missing (-x ustackframes=200 captures 16384 bytes)",
+        util::NAME
+    );
+    assert!(run.notices.contains(&cut), "no notice {cut:?}: {}", run.said());
     let depth = run.counts()["least depth"];
     assert!(depth >= 3, "ustackdepth {depth} below the 3 frames every stack shows: {}", run.said());
 }

@@ -219,15 +219,16 @@ fn ring_size(bufsize: u64) -> usize {
     want.next_power_of_two() as usize
 }
 
-/// The uprobe program for `filter`. When its records capture strings or buffers it is
-/// loaded sleepable where the kernel allows, so that one on a page the process has not
-/// touched yet is faulted in rather than lost (docs/pid-provider.md); else as before.
+/// The uprobe program for `filter`. When its records capture stacks, strings or
+/// buffers it is loaded sleepable where the kernel allows, so that one on a page the
+/// process has not touched yet is faulted in rather than lost (docs/pid-provider.md);
+/// else as before.
 fn load_uprobe_program(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter, name: &str) -> Result<Program, Error> {
     let gen = |sleepable| {
         uprobe_program_for(plan, maps, filter, sleepable)
             .map_err(|e| format!("cannot generate the uprobe program: {e}"))
     };
-    if !plan.strings.is_empty() || !plan.buffers.is_empty() || !plan.stash.is_empty() {
+    if plan.stack_bytes > 0 || !plan.strings.is_empty() || !plan.buffers.is_empty() || !plan.stash.is_empty() {
         match Program::load_sleepable(ProgramKind::UprobeMulti, name, &gen(true)?) {
             Ok(p) => return Ok(p),
             Err(e) => udtrace_messages::debug!("{name} not sleepable: {e}"),

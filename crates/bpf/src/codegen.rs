@@ -212,10 +212,6 @@ pub fn exec_program(events: &RingBuf) -> Result<Vec<Insn>, CodegenError> {
     Ok(a.finish()?)
 }
 
-/// Stack reads that fail as a whole are retried smaller, down to this size: near the
-/// top of a stack mapping the full read crosses its end.
-const MIN_STACK_TRY: u32 = 64;
-
 /// The generated uprobe program for `plan` (R6 = ctx, R7 = pid_tgid, R8 = record).
 /// bpf_ringbuf_query's flag for the bytes not yet consumed.
 const RB_AVAIL_DATA: i32 = 0;
@@ -292,7 +288,7 @@ pub fn uprobe_program_for(
     }
 
     if layout.stack_bytes > 0 {
-        emit_stack(&mut a, layout.stack_bytes, layout.off_stack, (Reg::R6, PtReg::Sp.offset() as i16))?;
+        emit_stack(&mut a, layout.stack_bytes, layout.off_stack, (Reg::R6, PtReg::Sp.offset() as i16), sleepable)?;
     }
 
     if let (true, Some(src)) = (layout.errno, &maps.errno) {
@@ -750,36 +746,66 @@ fn emit_errno(a: &mut Asm, src: &ErrnoSource) {
     a.bind(skip);
 }
 
-/// Copies the user stack from `sp` up into the record in R8: the full size, or on a
-/// fault half of it, and so on down to MIN_STACK_TRY bytes. `sp`: where the user stack
-/// pointer is (a register and an offset). A failed read leaves zeros (the helper clears
-/// its destination), so bytes past `stack_len` are always zero.
-pub(crate) fn emit_stack(a: &mut Asm, stack_bytes: u32, off_stack: usize, sp: (Reg, i16)) -> Result<(), AsmError> {
+/// Copies the user stack from `sp` up into the record in R8: `stack_bytes` in one read,
+/// or where that faults (the stack's mapping ends sooner), as much as is readable, to
+/// 8 bytes, as a trampoline's `process_vm_readv` reads: a binary search that reads
+/// each power of two from the largest below `stack_bytes` down to 8 after what was
+/// read so far, and keeps it where it could be read. `sp`: where the user stack pointer
+/// is (a register and an offset). Sleepable, a failed read (a page not present: a
+/// large local array never touched) is made again with `bpf_copy_from_user`, which
+/// faults the pages in, before the search, which uses it too. A failed read leaves
+/// zeros (the helpers clear their destination), so bytes past `stack_len` are always
+/// zero.
+pub(crate) fn emit_stack(
+    a: &mut Asm,
+    stack_bytes: u32,
+    off_stack: usize,
+    sp: (Reg, i16),
+    sleepable: bool,
+) -> Result<(), AsmError> {
     let done = a.label();
-    let mut tries = vec![stack_bytes];
-    while let Some(&last) = tries.last() {
-        let next = (last / 2) & !7;
-        if next < MIN_STACK_TRY {
-            break;
-        }
-        tries.push(next);
-    }
-    for (k, &size) in tries.iter().enumerate() {
-        let next = a.label();
+    let read = |a: &mut Asm, size: u32| {
         a.push(mov64_reg(Reg::R1, Reg::R8));
         a.push(alu64_imm(AluOp::Add, Reg::R1, off_stack as i32));
         a.push(mov64_imm(Reg::R2, size as i32));
         a.push(ldx(Size::DW, Reg::R3, sp.0, sp.1));
-        a.call(helper::PROBE_READ_USER);
-        a.jmp_imm(Cond::Ne, Reg::R0, 0, next);
-        a.push(st(Size::W, Reg::R8, record::OFF_STACK_LEN as i16, size as i32));
-        if k > 0 {
-            a.push(st(Size::W, Reg::R8, record::OFF_FLAGS as i16, record::FLAG_STACK_TRUNCATED as i32));
-        }
-        a.ja(done);
-        a.bind(next);
-    }
+    };
+    let whole = |a: &mut Asm, helper_id| {
+        read(a, stack_bytes);
+        a.call(helper_id);
+        a.jmp_imm(Cond::Eq, Reg::R0, 0, done);
+    };
+    a.push(st(Size::W, Reg::R8, record::OFF_STACK_LEN as i16, stack_bytes as i32));
+    whole(a, helper::PROBE_READ_USER);
+    let search = if sleepable {
+        whole(a, helper::COPY_FROM_USER);
+        helper::COPY_FROM_USER
+    } else {
+        helper::PROBE_READ_USER
+    };
     a.push(st(Size::W, Reg::R8, record::OFF_FLAGS as i16, record::FLAG_STACK_TRUNCATED as i32));
+    // stack_len holds what was read: kept in the record rather than in a register,
+    // the verifier sees one unknown, bounded length at each step instead of following
+    // every combination of reads that worked.
+    a.push(st(Size::W, Reg::R8, record::OFF_STACK_LEN as i16, 0));
+    let mut size = if stack_bytes.is_power_of_two() { stack_bytes / 2 } else { 1 << stack_bytes.ilog2() };
+    while size >= 8 {
+        let next = a.label();
+        a.push(ldx(Size::W, Reg::R4, Reg::R8, record::OFF_STACK_LEN as i16));
+        // No read past `stack_bytes` (which also bounds the destination for the
+        // verifier).
+        a.jmp_imm(Cond::Gt, Reg::R4, (stack_bytes - size) as i32, next);
+        read(a, size);
+        a.push(alu64_reg(AluOp::Add, Reg::R1, Reg::R4));
+        a.push(alu64_reg(AluOp::Add, Reg::R3, Reg::R4));
+        a.call(search);
+        a.jmp_imm(Cond::Ne, Reg::R0, 0, next);
+        a.push(ldx(Size::W, Reg::R4, Reg::R8, record::OFF_STACK_LEN as i16));
+        a.push(alu64_imm(AluOp::Add, Reg::R4, size as i32));
+        a.push(stx(Size::W, Reg::R8, record::OFF_STACK_LEN as i16, Reg::R4));
+        a.bind(next);
+        size /= 2;
+    }
     a.bind(done);
     Ok(())
 }

@@ -124,7 +124,9 @@ pub fn program(
 
     let base = &layout.base;
     if base.stack_bytes > 0 {
-        emit_stack(&mut a, base.stack_bytes, base.off_stack, (Reg::R8, off(record::OFF_REGS + PtReg::Sp.offset())))?;
+        // A perf event program cannot sleep: a page not present ends the copy.
+        let sp = (Reg::R8, off(record::OFF_REGS + PtReg::Sp.offset()));
+        emit_stack(&mut a, base.stack_bytes, base.off_stack, sp, false)?;
     }
     a.push(mov64_reg(Reg::R1, Reg::R8));
     a.push(alu64_imm(AluOp::Add, Reg::R1, layout.off_comm as i32));

@@ -309,31 +309,74 @@ fn verifier_refusal_carries_the_log() {
     assert!(e.to_string().contains("verifier log"));
 }
 
+/// Where the readable memory that holds `addr` ends: the end of its mapping, or of
+/// the readable mappings that follow it without a gap.
+fn readable_end(addr: u64) -> u64 {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let mut end = None;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (range, perms) = (f.next().unwrap(), f.next().unwrap());
+        let (lo, hi) = range.split_once('-').unwrap();
+        let (lo, hi) = (u64::from_str_radix(lo, 16).unwrap(), u64::from_str_radix(hi, 16).unwrap());
+        let readable = perms.starts_with('r');
+        match end {
+            None if (lo..hi).contains(&addr) => end = Some(hi),
+            Some(e) if e == lo && readable => end = Some(hi),
+            Some(_) => break,
+            None => {}
+        }
+    }
+    end.expect("a mapping holds the address")
+}
+
 #[test]
-fn stack_capture_near_the_top_of_a_thread_stack_is_truncated_not_lost() {
+fn stack_capture_near_the_top_of_a_thread_stack_keeps_what_is_readable() {
     if !common::bpf_available("stack near top") {
         return;
     }
     let _g = common::serial();
-    let maps = ProbeMaps::create(1 << 18, 64).unwrap();
-    maps.traced.insert(&our_tgid(), &1).unwrap();
-    let plan = RecordPlan { stack_bytes: 16384, regs: true, ..RecordPlan::default() };
-    let layout = RecordLayout::new(&plan).unwrap();
-    let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
-    let (exe, off) = common::own_function("udtrace_test_target");
-    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7 }], false).unwrap();
-    udtrace_test_target(1, 2);
-    // A fresh thread's first frames sit a few KiB below the end of its stack mapping.
-    std::thread::Builder::new().stack_size(64 << 10).spawn(|| udtrace_test_target(3, 4)).unwrap().join().unwrap();
-    let recs = drain(&maps);
-    assert_eq!(recs.len(), 2);
-    for r in &recs {
-        let f = layout.parse(r).unwrap();
-        assert!(!f.stack.is_empty(), "some stack is always readable at a function entry");
-        assert_eq!(f.stack_truncated, f.stack.len() < 16384);
-        let ret = u64::from_ne_bytes(f.stack[..8].try_into().unwrap());
-        assert!(ret.abs_diff(f.reg(PtReg::Ip)) < 1 << 26);
-        eprintln!("arg0 {} captured {} stack bytes", f.reg(PtReg::Di), f.stack.len());
+    // A power of two and another size: the reads after a failed whole one are powers
+    // of two below it.
+    for stack_bytes in [16384, 12288] {
+        let maps = ProbeMaps::create(1 << 18, 64).unwrap();
+        maps.traced.insert(&our_tgid(), &1).unwrap();
+        let plan = RecordPlan { stack_bytes, regs: true, ..RecordPlan::default() };
+        let layout = RecordLayout::new(&plan).unwrap();
+        let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
+        let (exe, off) = common::own_function("udtrace_test_target");
+        let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7 }], false).unwrap();
+        udtrace_test_target(1, 2);
+        // A fresh thread's first frames sit a few KiB below the end of its stack
+        // mapping; it says where that readable memory ends.
+        let end = std::thread::Builder::new()
+            .stack_size(64 << 10)
+            .spawn(|| {
+                let here = 0u64;
+                let end = readable_end(std::ptr::addr_of!(here) as u64);
+                udtrace_test_target(3, end);
+                end
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let recs = drain(&maps);
+        assert_eq!(recs.len(), 2);
+        for r in &recs {
+            let f = layout.parse(r).unwrap();
+            assert!(!f.stack.is_empty(), "some stack is always readable at a function entry");
+            assert_eq!(f.stack_truncated, f.stack.len() < stack_bytes as usize);
+            let ret = u64::from_ne_bytes(f.stack[..8].try_into().unwrap());
+            assert!(ret.abs_diff(f.reg(PtReg::Ip)) < 1 << 26);
+            if f.reg(PtReg::Di) == 3 {
+                // Every readable byte, to 8: what a trampoline's process_vm_readv reads.
+                let sp = f.reg(PtReg::Sp);
+                let readable = ((end - sp) / 8 * 8).min(u64::from(stack_bytes));
+                assert_eq!(f.stack.len() as u64, readable, "sp {sp:#x}, readable to {end:#x}");
+                assert!(f.stack_truncated);
+            }
+            eprintln!("{stack_bytes}: arg0 {} captured {} stack bytes", f.reg(PtReg::Di), f.stack.len());
+        }
     }
 }
 

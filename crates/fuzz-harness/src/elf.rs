@@ -6,6 +6,7 @@
 //! its `.eh_frame` with stack bytes a firing could have copied.
 
 use std::path::Path;
+use std::rc::Rc;
 
 use udtrace_object::debuginfo::{self, ObjectSymbols};
 use udtrace_object::elf;
@@ -35,7 +36,7 @@ pub fn run(data: &[u8]) {
     // Its own bytes as its separate debug file half of the time: the same build-id, so
     // the debug file's symbols are merged in.
     let debug = data.len().is_multiple_of(2).then_some((data, Path::new("/usr/lib/debug/fuzz.debug")));
-    let syms = debuginfo::assemble(info, data.to_vec(), debug);
+    let syms = Rc::new(debuginfo::assemble(info, data.to_vec(), debug));
     let _ = syms.table.lookup(entry);
     for pattern in ["", "*", "main", "_Z*", "*::*", "__errno_location", "f?o[a-c]*"] {
         let _ = syms.table.matching(pattern);
@@ -118,7 +119,7 @@ fn function(syms: &ObjectSymbols, f: &symbols::Function) {
 
 /// Unwinding from inside each function, over stack words that alternate between
 /// addresses in the object's functions and bytes of the object itself.
-fn unwind(data: &[u8], syms: &ObjectSymbols, obj: &LoadedObject, bias: u64) {
+fn unwind(data: &[u8], syms: &Rc<ObjectSymbols>, obj: &LoadedObject, bias: u64) {
     let lo = obj.mappings.iter().map(|m| m.start).min().unwrap_or(0);
     let hi = obj.mappings.iter().map(|m| m.end).max().unwrap_or(0).max(lo);
     let mut unwinder = Unwinder::default();
@@ -138,8 +139,8 @@ fn unwind(data: &[u8], syms: &ObjectSymbols, obj: &LoadedObject, bias: u64) {
     for f in functions.iter().take(8) {
         let ip = bias.wrapping_add(f.addr).wrapping_add(f.size.min(16) / 2);
         for bp in [0, sp + 16, u64::MAX - 4] {
-            let _ = unwinder.unwind(&Snapshot { ip, sp, bp, stack: &stack }, 32);
+            let _ = unwinder.unwind(&Snapshot { ip, sp, bp, stack: &stack, truncated: false }, 32);
         }
     }
-    let _ = unwinder.unwind(&Snapshot { ip: lo, sp: u64::MAX - 8, bp: 0, stack: &stack }, 32);
+    let _ = unwinder.unwind(&Snapshot { ip: lo, sp: u64::MAX - 8, bp: 0, stack: &stack, truncated: false }, 32);
 }

@@ -106,7 +106,7 @@ pub fn record(
         }
     }
     if layout.stack_bytes > 0 {
-        // Read up to the first unmapped page, as the BPF program's halving reads do.
+        // Read up to the first unreadable page, as trampolines and BPF programs do.
         let want = layout.stack_bytes as usize;
         let got = procfs::read_memory(pid, regs.rsp, want).unwrap_or_default();
         let n = got.len() / 8 * 8;

@@ -17,10 +17,26 @@ pub use udtrace_record::pid::{ChainBin, ChainOp, PtReg};
 
 use crate::ast::{BinaryOp, VarScope};
 use crate::ir::{visit_actions, visit_expr, Action, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, Subr};
+use crate::options::Options;
 
-/// How many bytes of user stack `ustack()` copies: enough for the unwinder to walk a
-/// few dozen frames of ordinary C and Rust code.
+/// How many bytes of user stack `ustack()` copies for up to [`USTACK_FRAMES`] frames:
+/// enough for the unwinder to walk a few dozen frames of ordinary C and Rust code.
 pub const USTACK_BYTES: u32 = 8192;
+
+/// DTrace's default `ustackframes`.
+pub const USTACK_FRAMES: u64 = 100;
+
+/// The most stack a firing copies (the record's limit).
+pub const MAX_USTACK_BYTES: u32 = udtrace_record::pid::MAX_STACK_BYTES;
+
+/// Bytes of stack copied for stacks of up to `frames` frames (`ustack(N)`,
+/// `-x ustackframes=N`): [`USTACK_BYTES`] for every [`USTACK_FRAMES`], never fewer than
+/// that (frames vary in size, and fewer asked for is no sign that they are small),
+/// at most [`MAX_USTACK_BYTES`].
+pub fn ustack_bytes(frames: u64) -> u32 {
+    let bytes = frames.saturating_mul(u64::from(USTACK_BYTES)).div_ceil(USTACK_FRAMES).div_ceil(8) * 8;
+    bytes.clamp(u64::from(USTACK_BYTES), u64::from(MAX_USTACK_BYTES)) as u32
+}
 
 /// Bytes of stack for `arg6..arg9` (return address and stack arguments).
 pub const ARGS_STACK_BYTES: u32 = 64;
@@ -91,19 +107,21 @@ fn add_buffer(buffers: &mut Vec<(u8, u32)>, n: u8, size: u32) {
     }
 }
 
-/// The plan for one clause (predicate and actions).
-pub fn plan(c: &Clause) -> CapturePlan {
+/// The plan for one clause (predicate and actions), with the options that size its
+/// stacks (`ustackframes`, `maxframes`).
+pub fn plan(c: &Clause, o: &Options) -> CapturePlan {
     let mut p = CapturePlan::default();
+    // Frames of a user stack: as asked (`ustack(N)`), else `ustackframes`; never more
+    // than `maxframes`.
+    let frames = |n: Option<u64>| ustack_bytes(n.unwrap_or(o.ustackframes).min(o.maxframes.unwrap_or(u64::MAX)));
     {
-        let mut see = |e: &Expr| note(e, &mut p);
+        let mut see = |e: &Expr| note(e, &mut p, &frames);
         if let Some(pred) = &c.predicate {
             visit_expr(pred, &mut see);
         }
         visit_actions(&c.actions, &mut see);
     }
-    if ustack_action(&c.actions) {
-        p.stack_bytes = p.stack_bytes.max(USTACK_BYTES);
-    }
+    p.stack_bytes = p.stack_bytes.max(ustack_action(&c.actions, &frames));
     p.strings.sort_unstable();
     // Stacks unwind from ip/sp/bp; string and buffer captures are matched to their
     // argument.
@@ -211,17 +229,22 @@ fn walk_actions(actions: &[Action], locals: &mut Locals, f: &mut dyn FnMut(&Expr
 }
 
 /// Whether the actions include `ustack()` as a statement (inside `if` too).
-fn ustack_action(list: &[Action]) -> bool {
-    list.iter().any(|a| match a {
-        Action::Stack { user: true, .. } => true,
-        Action::If { then, otherwise, .. } => ustack_action(then) || ustack_action(otherwise),
-        _ => false,
-    })
+/// The stack bytes the user stacks the actions trace (`ustack()` as a statement)
+/// need, by the frames each asks for (`bytes`); 0 when they trace none.
+fn ustack_action(list: &[Action], bytes: &dyn Fn(Option<u64>) -> u32) -> u32 {
+    list.iter()
+        .map(|a| match a {
+            Action::Stack { user: true, frames } => bytes(frames.map(u64::from)),
+            Action::If { then, otherwise, .. } => ustack_action(then, bytes).max(ustack_action(otherwise, bytes)),
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// What one expression node (its children are visited on their own) asks a firing to
 /// record.
-fn note(e: &Expr, p: &mut CapturePlan) {
+fn note(e: &Expr, p: &mut CapturePlan, frames: &dyn Fn(Option<u64>) -> u32) {
     match &e.kind {
         ExprKind::Builtin(Builtin::Arg(n)) => {
             p.regs = true;
@@ -245,9 +268,15 @@ fn note(e: &Expr, p: &mut CapturePlan) {
         ExprKind::Builtin(Builtin::Errno) => p.errno = true,
         ExprKind::Builtin(Builtin::Curthread) => p.curthread = true,
         ExprKind::Builtin(Builtin::Ucaller) => p.stack_bytes = p.stack_bytes.max(UCALLER_STACK_BYTES),
-        ExprKind::Builtin(Builtin::Ustackdepth) => p.stack_bytes = p.stack_bytes.max(USTACK_BYTES),
+        ExprKind::Builtin(Builtin::Ustackdepth) => p.stack_bytes = p.stack_bytes.max(frames(None)),
         ExprKind::Call(Subr::Progenyof, _) => p.ancestors = true,
-        ExprKind::Call(Subr::Stack { user: true }, _) => p.stack_bytes = p.stack_bytes.max(USTACK_BYTES),
+        ExprKind::Call(Subr::Stack { user: true }, args) => {
+            let n = args.first().and_then(|a| match a.kind {
+                ExprKind::Int(n) => Some(n),
+                _ => None,
+            });
+            p.stack_bytes = p.stack_bytes.max(frames(n));
+        }
         ExprKind::Call(Subr::Copyinstr, args) => {
             if let Some(n) = captured_string(args).filter(|n| !p.strings.contains(n)) {
                 p.strings.push(n);
@@ -983,7 +1012,29 @@ mod tests {
     }
 
     fn plan_of(src: &str) -> CapturePlan {
-        plan(&clause_of(src))
+        plan(&clause_of(src), &Options::default())
+    }
+
+    #[test]
+    fn stacks_are_copied_by_the_frames_asked_for() {
+        let with = |src: &str, ustackframes: u64, maxframes: Option<u64>| {
+            plan(&clause_of(src), &Options { ustackframes, maxframes, ..Options::default() }).stack_bytes
+        };
+        // 8 KiB per 100 frames, never less, at most the record's 16 KiB.
+        assert_eq!(with("BEGIN { ustack(); }", 100, None), 8192);
+        assert_eq!(with("BEGIN { ustack(); }", 5, None), 8192);
+        assert_eq!(with("BEGIN { ustack(); }", 150, None), 12288);
+        assert_eq!(with("BEGIN { @[ustack()] = count(); }", 200, None), 16384);
+        assert_eq!(with("BEGIN { trace(ustackdepth); }", 1000, None), 16384);
+        assert_eq!(with("BEGIN { ustack(); }", u64::MAX, None), 16384);
+        assert_eq!(with("BEGIN { ustack(); }", 101, None), 8280);
+        // ustack(N) asks for N frames, whatever ustackframes says; maxframes caps all.
+        assert_eq!(with("BEGIN { @[ustack(150)] = count(); }", 100, None), 12288);
+        assert_eq!(with("BEGIN { if (arg0) { ustack(50); } else { ustack(200); } }", 100, None), 16384);
+        assert_eq!(with("BEGIN { ustack(200); }", 100, Some(100)), 8192);
+        assert_eq!(with("BEGIN { ustack(); }", 200, Some(150)), 12288);
+        // ucaller keeps its few bytes.
+        assert_eq!(with("BEGIN { trace(ucaller); }", 200, None), UCALLER_STACK_BYTES);
     }
 
     #[test]

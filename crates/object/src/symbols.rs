@@ -30,6 +30,10 @@ pub struct SymbolTable {
     raw_names: Vec<Vec<String>>,
     /// Functions split into pieces by gcc (`f`, `f.cold`), by stem: see `other_parts`.
     cold_groups: HashMap<String, Vec<usize>>,
+    /// Function symbols of size 0 where no function starts (assembly that sets no
+    /// `.size`: glibc's signal trampoline `__restore_rt`), by ascending address: they
+    /// name their own address only, and get no probes.
+    labels: Vec<Function>,
 }
 
 /// Rank of a candidate name: lower wins. Order of design.md: function over object,
@@ -58,61 +62,65 @@ fn unversioned(name: &str) -> &str {
     }
 }
 
+/// The function at `addr` named by the best of the symbols there (see [`rank`]), with
+/// every raw name it has.
+fn canonical(addr: u64, syms: &[&RawSymbol]) -> (Function, Vec<String>) {
+    let best = syms
+        .iter()
+        .min_by(|a, b| {
+            let (na, nb) = (unversioned(&a.name), unversioned(&b.name));
+            rank(a, na).cmp(&rank(b, nb)).then_with(|| na.cmp(nb))
+        })
+        .expect("every address has a symbol");
+    let raw = unversioned(&best.name);
+    let demangled = demangle(raw);
+    let mut raw_names: Vec<String> = syms.iter().map(|s| unversioned(&s.name).to_string()).collect();
+    raw_names.sort();
+    raw_names.dedup();
+    let mut aliases: Vec<String> =
+        raw_names.iter().filter(|n| n.as_str() != raw).map(|n| demangle(n).unwrap_or_else(|| n.clone())).collect();
+    let name = demangled.clone().unwrap_or_else(|| raw.to_string());
+    aliases.retain(|a| *a != name);
+    aliases.sort();
+    aliases.dedup();
+    let f = Function {
+        name,
+        mangled: demangled.map(|_| raw.to_string()),
+        aliases,
+        addr,
+        size: best.size,
+        ifunc: best.kind == SymKind::Ifunc,
+    };
+    (f, raw_names)
+}
+
 impl SymbolTable {
     /// Union of several symbol lists of one object (its own table, a separate debug file,
     /// `.gnu_debugdata`), one [`Function`] per address holding a defined function symbol
     /// of non-zero size outside the `exclude` ranges (PLT stubs).
     pub fn from_symbols(sources: &[&[RawSymbol]], exclude: &[(u64, u64)]) -> SymbolTable {
         let mut by_addr: HashMap<u64, Vec<&RawSymbol>> = HashMap::new();
+        let mut labels: HashMap<u64, Vec<&RawSymbol>> = HashMap::new();
         for s in sources.iter().flat_map(|src| src.iter()) {
             // Objects never become canonical while a function exists, and an address with
             // only objects gets no probes, so only functions are kept.
-            if !s.defined || s.size == 0 || !matches!(s.kind, SymKind::Func | SymKind::Ifunc) {
+            if !s.defined || !matches!(s.kind, SymKind::Func | SymKind::Ifunc) {
                 continue;
             }
             if exclude.iter().any(|&(a, b)| s.addr >= a && s.addr < b) {
                 continue;
             }
-            by_addr.entry(s.addr).or_default().push(s);
+            let kept = if s.size == 0 { &mut labels } else { &mut by_addr };
+            kept.entry(s.addr).or_default().push(s);
         }
-        let mut entries: Vec<(Function, Vec<String>)> = by_addr
-            .into_iter()
-            .map(|(addr, syms)| {
-                let best = syms
-                    .iter()
-                    .min_by(|a, b| {
-                        let (na, nb) = (unversioned(&a.name), unversioned(&b.name));
-                        rank(a, na).cmp(&rank(b, nb)).then_with(|| na.cmp(nb))
-                    })
-                    .expect("every address has a symbol");
-                let raw = unversioned(&best.name);
-                let demangled = demangle(raw);
-                let mut raw_names: Vec<String> = syms.iter().map(|s| unversioned(&s.name).to_string()).collect();
-                raw_names.sort();
-                raw_names.dedup();
-                let mut aliases: Vec<String> = raw_names
-                    .iter()
-                    .filter(|n| n.as_str() != raw)
-                    .map(|n| demangle(n).unwrap_or_else(|| n.clone()))
-                    .collect();
-                let name = demangled.clone().unwrap_or_else(|| raw.to_string());
-                aliases.retain(|a| *a != name);
-                aliases.sort();
-                aliases.dedup();
-                let f = Function {
-                    name,
-                    mangled: demangled.map(|_| raw.to_string()),
-                    aliases,
-                    addr,
-                    size: best.size,
-                    ifunc: best.kind == SymKind::Ifunc,
-                };
-                (f, raw_names)
-            })
-            .collect();
+        labels.retain(|addr, _| !by_addr.contains_key(addr));
+        let mut labels: Vec<Function> = labels.into_iter().map(|(addr, syms)| canonical(addr, &syms).0).collect();
+        labels.sort_by_key(|f| f.addr);
+        let mut entries: Vec<(Function, Vec<String>)> =
+            by_addr.into_iter().map(|(addr, syms)| canonical(addr, &syms)).collect();
         entries.sort_by_key(|(f, _)| f.addr);
         let (functions, raw_names): (Vec<Function>, _) = entries.into_iter().unzip();
-        SymbolTable { cold_groups: cold_groups(&functions), functions, raw_names }
+        SymbolTable { cold_groups: cold_groups(&functions), functions, raw_names, labels }
     }
 
     /// Every function, by ascending address.
@@ -120,12 +128,17 @@ impl SymbolTable {
         &self.functions
     }
 
-    /// The function containing `addr` and the offset of `addr` in it.
+    /// The function containing `addr` and the offset of `addr` in it; else a label of
+    /// size 0 at `addr` itself (offset 0).
     pub fn lookup(&self, addr: u64) -> Option<(&Function, u64)> {
         let i = self.functions.partition_point(|f| f.addr <= addr);
         // Functions may nest (an alias with a smaller size); look back past the nearest
         // start for one that covers `addr`, a few entries at most in practice.
-        self.functions[..i].iter().rev().take(8).find(|f| addr - f.addr < f.size).map(|f| (f, addr - f.addr))
+        let covering = self.functions[..i].iter().rev().take(8).find(|f| addr - f.addr < f.size);
+        match covering {
+            Some(f) => Some((f, addr - f.addr)),
+            None => self.labels.binary_search_by_key(&addr, |f| f.addr).ok().map(|i| (&self.labels[i], 0)),
+        }
     }
 
     /// Functions whose demangled name, mangled name or any alias matches the DTrace glob
@@ -284,6 +297,11 @@ mod tests {
         ];
         let t = SymbolTable::from_symbols(&[&syms], &[(0x100, 0x140)]);
         assert_eq!(names(&t), ["ok"]);
+        // A size-0 function alone at its address names that address, and only it.
+        assert_eq!(t.lookup(0x10).map(|(f, off)| (f.name.as_str(), off)), Some(("zero", 0)));
+        assert!(t.lookup(0x11).is_none());
+        assert_eq!(t.lookup(0x400).map(|(f, _)| f.name.as_str()), Some("ok"));
+        assert!(t.matching("zero").is_empty());
     }
 
     #[test]

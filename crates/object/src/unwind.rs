@@ -2,7 +2,9 @@
 //! firing. Debian's libc and most Rust code keep no frame pointers, so the kernel's
 //! frame-pointer walk is useless; framehop reads the unwind tables instead.
 
+use std::cell::Cell;
 use std::ops::Range;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -19,6 +21,9 @@ pub type Data = Arc<[u8]>;
 pub struct Unwinder {
     inner: UnwinderX86_64<Data>,
     cache: CacheX86_64,
+    /// Each module's address range, load bias and file (its code is read from the
+    /// file to recognise a signal trampoline).
+    code: Vec<(Range<u64>, u64, Rc<ObjectSymbols>)>,
 }
 
 /// Registers and stack bytes of one firing.
@@ -28,11 +33,56 @@ pub struct Snapshot<'a> {
     pub bp: u64,
     /// Bytes of stack starting at `sp`.
     pub stack: &'a [u8],
+    /// Fewer bytes than were asked for could be read: the copy ends where the
+    /// process's readable memory did (or, read by BPF without faulting pages in, at a
+    /// page not present).
+    pub truncated: bool,
+}
+
+/// Return addresses of a stack, innermost first (the first is the firing's own pc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unwound {
+    pub frames: Vec<u64>,
+    /// Why the frames stop short of the outermost one, when they are known to.
+    pub cut: Option<Cut>,
+}
+
+/// Why an unwound stack lacks its outer frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// The next frame lies above the bytes copied, which were all that were asked for.
+    Capture,
+    /// The next frame lies above the bytes copied, where the copy stopped because
+    /// the memory could not be read.
+    Unreadable,
+    /// A signal handler ran on an alternate signal stack: the stack of the code the
+    /// signal interrupted, past its instruction, was not copied.
+    AltStack,
+}
+
+/// What a signal handler returns into: a sigreturn trampoline, `mov $15,%rax; syscall`
+/// (glibc's and musl's `__restore_rt`, Go's `runtime.sigreturn__sigaction`) or `mov
+/// $15,%eax; syscall`, each with where its `syscall` is.
+const SIGRETURN: [(&[u8], u64); 2] =
+    [(&[0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05], 7), (&[0xb8, 0x0f, 0, 0, 0, 0x0f, 0x05], 5)];
+
+/// Where the registers of the code a signal interrupted are in the `struct ucontext`
+/// the kernel puts on the handler's stack (x86-64; the kernel's uapi
+/// `asm/sigcontext.h` and glibc's `sys/ucontext.h`): `uc_stack` (the alternate stack:
+/// `ss_sp`, `ss_size`) after `uc_flags` and `uc_link`, then `uc_mcontext`, whose
+/// general registers run r8 … r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip.
+mod ucontext {
+    pub const SS_SP: u64 = 16;
+    pub const SS_SIZE: u64 = 32;
+    const MCONTEXT: u64 = 40;
+    pub const RBP: u64 = MCONTEXT + 10 * 8;
+    pub const RSP: u64 = MCONTEXT + 15 * 8;
+    pub const RIP: u64 = MCONTEXT + 16 * 8;
 }
 
 impl Default for Unwinder {
     fn default() -> Unwinder {
-        Unwinder { inner: UnwinderX86_64::new(), cache: CacheX86_64::new() }
+        Unwinder { inner: UnwinderX86_64::new(), cache: CacheX86_64::new(), code: Vec::new() }
     }
 }
 
@@ -95,8 +145,9 @@ impl Unwinder {
     /// Adds a module from its symbols (file bytes and the `.debug_frame` chosen for it).
     /// `avma` is the range it occupies in the process and `bias` what its file
     /// addresses are shifted by.
-    pub fn add_module(&mut self, name: &str, syms: &ObjectSymbols, avma: Range<u64>, bias: u64) {
+    pub fn add_module(&mut self, name: &str, syms: &Rc<ObjectSymbols>, avma: Range<u64>, bias: u64) {
         let Ok(file) = object::File::parse(&*syms.data) else { return };
+        self.code.push((avma.clone(), bias, Rc::clone(syms)));
         // framehop reads `.text`'s bytes only in Mach-O's unwind info: its range will do.
         let (text_svma, _) = section(&file, ".text");
         let info = match &syms.debug_frame {
@@ -133,27 +184,96 @@ impl Unwinder {
         self.inner.add_module(Module::new(name.to_string(), avma, bias, info));
     }
 
-    /// Return addresses, innermost first (the first is the firing's own pc), at most
-    /// `max` of them. Unwinding stops where the copied stack ends.
-    pub fn unwind(&mut self, snap: &Snapshot, max: usize) -> Vec<u64> {
-        let stack = snap.stack;
-        let sp = snap.sp;
+    /// The stack's return addresses, at most `max` of them, and whether the chain goes
+    /// on past the copied bytes.
+    pub fn unwind(&mut self, snap: &Snapshot, max: usize) -> Unwound {
+        let (stack, sp) = (snap.stack, snap.sp);
+        let end = sp.saturating_add(stack.len() as u64);
+        // Whether the unwinder asked for a word at or above `end` since this was last
+        // cleared: a frame that lies beyond the copy.
+        let beyond = Cell::new(false);
         let mut read = |addr: u64| -> Result<u64, ()> {
-            let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
-            let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
-            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+            let word = addr
+                .checked_sub(sp)
+                .and_then(|off| usize::try_from(off).ok())
+                .and_then(|off| stack.get(off..off.checked_add(8)?))
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+            if word.is_none() && addr >= end {
+                beyond.set(true);
+            }
+            word.ok_or(())
         };
-        let regs = UnwindRegsX86_64::new(snap.ip, snap.sp, snap.bp);
-        let mut iter = self.inner.iter_frames(snap.ip, regs, &mut self.cache, &mut read);
-        let mut out = Vec::new();
-        while out.len() < max {
-            match iter.next() {
-                Ok(Some(FrameAddress::InstructionPointer(a))) => out.push(a),
-                Ok(Some(FrameAddress::ReturnAddress(a))) => out.push(a.get()),
-                _ => break,
+        let short = if snap.truncated { Cut::Unreadable } else { Cut::Capture };
+        let mut regs = UnwindRegsX86_64::new(snap.ip, snap.sp, snap.bp);
+        let mut at = FrameAddress::InstructionPointer(snap.ip);
+        let mut out = Unwound { frames: vec![snap.ip], cut: None };
+        while out.frames.len() < max {
+            beyond.set(false);
+            if self.returns_from_signal(at) {
+                // The handler's frame is gone (its return address, the trampoline, was
+                // popped): the stack pointer is at the signal frame's `struct ucontext`.
+                // framehop does not evaluate the trampoline's CFI expressions.
+                let uc = regs.sp();
+                let mut field = |off: u64| uc.checked_add(off).ok_or(()).and_then(&mut read);
+                let (Ok(ip), Ok(sp), Ok(bp)) = (field(ucontext::RIP), field(ucontext::RSP), field(ucontext::RBP))
+                else {
+                    out.cut = beyond.get().then_some(short);
+                    break;
+                };
+                // The interrupted instruction is known exactly, whatever follows.
+                out.frames.push(ip);
+                if (snap.sp..end).contains(&sp) {
+                    regs = UnwindRegsX86_64::new(ip, sp, bp);
+                    at = FrameAddress::InstructionPointer(ip);
+                    continue;
+                }
+                let alt = field(ucontext::SS_SP).and_then(|lo| Ok(lo..lo.saturating_add(field(ucontext::SS_SIZE)?)));
+                let on_alt = alt.as_ref().is_ok_and(|a| a.contains(&uc) && !a.contains(&sp));
+                out.cut = Some(if on_alt || sp < uc { Cut::AltStack } else { short });
+                break;
+            }
+            match self.inner.unwind_frame(at, &mut regs, &mut self.cache, &mut read) {
+                Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
+                    Some(next) => {
+                        out.frames.push(ret);
+                        at = next;
+                    }
+                    None => break,
+                },
+                // The outermost frame (its return address is undefined).
+                Ok(None) => break,
+                Err(_) => {
+                    out.cut = beyond.get().then_some(short);
+                    break;
+                }
             }
         }
+        out.frames.truncate(max);
         out
+    }
+}
+
+impl Unwinder {
+    /// Whether the frame at `at` is in a sigreturn trampoline, having returned from a
+    /// signal handler into it (or, the first frame, interrupted in it): its code, read
+    /// from the module's file, is one of [`SIGRETURN`].
+    fn returns_from_signal(&self, at: FrameAddress) -> bool {
+        let addr = at.address();
+        let Some((_, bias, syms)) = self.code.iter().find(|(r, _, _)| r.contains(&addr)) else { return false };
+        let code_at = |vaddr: u64, len: usize| -> Option<&[u8]> {
+            let off = usize::try_from(syms.info.vaddr_to_offset(vaddr)?).ok()?;
+            syms.data.get(off..off.checked_add(len)?)
+        };
+        let vaddr = addr.wrapping_sub(*bias);
+        SIGRETURN.iter().any(|&(bytes, syscall)| {
+            // A return address is the trampoline's start; an interrupted one may be
+            // anywhere in it, or right after its system call.
+            let starts: &[u64] = match at {
+                FrameAddress::ReturnAddress(_) => &[0],
+                FrameAddress::InstructionPointer(_) => &[0, syscall, bytes.len() as u64],
+            };
+            starts.iter().any(|&back| code_at(vaddr.wrapping_sub(back), bytes.len()) == Some(bytes))
+        })
     }
 }
 
@@ -239,10 +359,10 @@ mod tests {
         // Reads at addresses just below 2^64 past sp fail instead of overflowing.
         let mut u = Unwinder::default();
         let data = std::fs::read("/proc/self/exe").unwrap();
-        let syms = crate::debuginfo::assemble(crate::elf::parse(&data).unwrap(), data, None);
+        let syms = Rc::new(crate::debuginfo::assemble(crate::elf::parse(&data).unwrap(), data, None));
         u.add_module("self", &syms, 0x1000..0x10000, 0);
         let stack = [0u8; 64];
-        let snap = Snapshot { ip: 0x1000, sp: 8, bp: u64::MAX - 4, stack: &stack };
-        assert!(u.unwind(&snap, 8).len() <= 8);
+        let snap = Snapshot { ip: 0x1000, sp: 8, bp: u64::MAX - 4, stack: &stack, truncated: false };
+        assert!(u.unwind(&snap, 8).frames.len() <= 8);
     }
 }

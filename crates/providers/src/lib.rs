@@ -4,7 +4,8 @@
 //! probe with its sites), the proc provider ([`proc`]: probes, kernel hooks and
 //! DTrace's translators), and the context each firing runs in: [`pid_context`] from a
 //! pid record, [`proc`] from a proc record, [`self_context`] for probes that fire in
-//! udtrace itself. [`backend`] is the seam to whatever runs the probes.
+//! udtrace itself. [`stack_cuts`] counts the user stacks unwound short, for the line
+//! the session prints at the end. [`backend`] is the seam to whatever runs the probes.
 //!
 //! Owns: probe matching, sites to arm, the meaning of records. Must not: name a
 //! backend's types (BPF programs, maps, links, rings), use `unsafe`, or print
@@ -20,3 +21,4 @@ pub mod pid_context;
 pub mod proc;
 pub mod registry;
 pub mod self_context;
+pub mod stack_cuts;

@@ -3,11 +3,12 @@
 //! that, from the live process, and user stacks unwound from `.eh_frame` and symbolized
 //! as DTrace prints them (`libc.so.6`malloc+0x1a`).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
+use udtrace_lang::capture::MAX_USTACK_BYTES;
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::types::SymKind;
 use udtrace_lang::types::TypeTable;
@@ -22,6 +23,7 @@ use udtrace_runtime::{Context, Value};
 use crate::backend::SiteTarget;
 use crate::pid::SiteKind;
 use crate::proc::{self, Clocks, CurrentFromProc};
+use crate::stack_cuts::StackCuts;
 
 /// What udtrace remembers of a process: read while it is held (at its start, fork, exec
 /// or when it maps new objects) or at its first firing, so that output for a process
@@ -64,6 +66,8 @@ pub struct Procs {
     /// Processes that ended, and when, kept until the records they left have been
     /// consumed.
     retiring: Vec<(u32, std::time::Instant)>,
+    /// Stacks unwound short of their outermost frame, for the notice at the end.
+    cut: StackCuts,
 }
 
 /// The real user and group ids of a process (0 when unknown).
@@ -181,6 +185,12 @@ impl Procs {
         for pid in pids {
             self.procs.remove(pid);
         }
+    }
+
+    /// What udtrace must say of the stacks it unwound short of their outermost frame
+    /// since it was last asked, one line each: no stack is shortened silently.
+    pub fn stack_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.cut).notes()
     }
 
     /// A new child: a copy of its parent (same image, same ids) until it execs.
@@ -315,6 +325,10 @@ impl Procs {
     }
 }
 
+/// More frames than the largest stack capture can hold (each is at least its 8-byte
+/// return address; a signal frame is larger).
+const MAX_DEPTH: u32 = MAX_USTACK_BYTES / 8;
+
 /// DTrace's `uregs[]` index onto the recorded registers.
 fn ureg(n: u64) -> Option<PtReg> {
     use PtReg::*;
@@ -336,6 +350,9 @@ pub struct FiringCtx<'a> {
     pub ustackframes: u32,
     /// No stack has more frames (`-x maxframes`).
     pub maxframes: u32,
+    /// Whether a stack of this firing was counted as cut short: once per firing,
+    /// however many clauses unwind it.
+    pub noted: Cell<bool>,
     /// For `curpsinfo` and `curlwpsinfo`: the program's types and the clocks.
     pub types: &'a TypeTable,
     pub clocks: Clocks,
@@ -395,11 +412,14 @@ impl FiringCtx<'_> {
             sp: self.f.reg(PtReg::Sp),
             bp: self.f.reg(PtReg::Bp),
             stack: self.f.stack,
+            truncated: self.f.stack_truncated,
         };
-        match procs.info(pid).unwinder.as_mut() {
-            Some(u) => u.unwind(&snap, max),
-            None => vec![snap.ip],
+        let Some(u) = procs.info(pid).unwinder.as_mut() else { return vec![snap.ip] };
+        let unwound = u.unwind(&snap, max);
+        if let Some(cut) = unwound.cut.filter(|_| !self.noted.replace(true)) {
+            procs.cut.count(cut, self.f.stack.len());
         }
+        unwound.frames
     }
 
     /// (ppid, uid, gid) at the firing, where the record has them: the kernel's task,
@@ -472,7 +492,9 @@ impl Context for FiringCtx<'_> {
             Builtin::Gid => Value::int(self.ids().map_or_else(|| self.procs.borrow_mut().info(pid).gid, |i| i.2)),
             Builtin::Ucaller => Value::int(self.ucaller() as i64),
             Builtin::Errno => Value::int(i64::from(self.f.errno)),
-            Builtin::Ustackdepth => Value::int(self.stack(true, None).len() as i64),
+            // Every frame the copied stack holds, as DTrace counts the whole stack
+            // (ustackframes bounds only what ustack() shows).
+            Builtin::Ustackdepth => Value::int(self.unwound(self.maxframes.min(MAX_DEPTH) as usize).len() as i64),
             Builtin::Curpsinfo | Builtin::Curlwpsinfo => return CurrentFromProc::builtin(b),
             _ => return None,
         })

@@ -2,7 +2,7 @@
 //! until `exit()`, a signal or the end of the traced processes, fire END, print what
 //! remains. Exit status as dtrace's: the `exit()` value, 1 on failure.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::OpenOptions;
 use std::io;
@@ -292,7 +292,7 @@ fn arm(
     // Every clause with a pid description may be enabled on probes found later.
     let mut plan = CapturePlan::default();
     for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| is_pid_provider(&d.provider))) {
-        plan.merge(&capture::plan(clause));
+        plan.merge(&capture::plan(clause, &c.options));
     }
     let setup = Setup {
         plan,
@@ -435,7 +435,7 @@ fn profile_probes(c: &Compiled) -> (Vec<ProfileProbe>, u32) {
     for e in c.ecbs.iter().filter(|e| e.probe.provider == "profile") {
         let Some((TimerKind::Profile, period_ns)) = probes::timer_period(&e.probe.name) else { continue };
         let clause = &c.program.clauses[e.clause];
-        plan.merge(&capture::plan(clause));
+        plan.merge(&capture::plan(clause, &c.options));
         // Samples of other processes cost nothing in user space when every clause on
         // the probe keeps only named processes; other CPUs are not sampled at all when
         // every clause keeps only named CPUs.
@@ -495,7 +495,7 @@ fn proc_hook_plans(c: &Compiled, strsize: u32) -> Vec<(Hook, ProcPlan)> {
     let mut plans: BTreeMap<Hook, ProcPlan> = BTreeMap::new();
     for e in c.ecbs.iter().filter(|e| e.probe.provider == "proc") {
         let Some(p) = procprov::probe(&e.probe.name) else { continue };
-        let clause = capture::plan(&c.program.clauses[e.clause]);
+        let clause = capture::plan(&c.program.clauses[e.clause], &c.options);
         plans.entry(p.hook).or_default().merge(&procprov::hook_plan(p, &clause, strsize));
     }
     // An exec's path that could not be read at its start comes with its outcome.
@@ -771,6 +771,9 @@ fn trace(
         status = s;
     }
     report_consumer_drops(consumer);
+    for n in procs.borrow_mut().stack_notes() {
+        note!("{n}");
+    }
     consumer.finish(out)?;
     out.flush()?;
     Ok(status)
@@ -983,6 +986,7 @@ impl Drain<'_> {
                     buffer_args: &[],
                     ustackframes,
                     maxframes,
+                    noted: Cell::new(false),
                     types,
                     clocks,
                 };
@@ -1011,6 +1015,7 @@ impl Drain<'_> {
                         buffer_args,
                         ustackframes,
                         maxframes,
+                        noted: Cell::new(false),
                         types,
                         clocks,
                     };
