@@ -24,6 +24,9 @@ pub struct Unwinder {
     /// Each module's address range, load bias and file (its code is read from the
     /// file to recognise a signal trampoline).
     code: Vec<(Range<u64>, u64, Rc<ObjectSymbols>)>,
+    /// Whether a frame address is in a sigreturn trampoline, as found (the code is
+    /// read from the file: once per address, not per frame of every firing).
+    signal_frames: std::collections::HashMap<(u64, bool), bool>,
 }
 
 /// Registers and stack bytes of one firing.
@@ -82,7 +85,12 @@ mod ucontext {
 
 impl Default for Unwinder {
     fn default() -> Unwinder {
-        Unwinder { inner: UnwinderX86_64::new(), cache: CacheX86_64::new(), code: Vec::new() }
+        Unwinder {
+            inner: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            code: Vec::new(),
+            signal_frames: std::collections::HashMap::new(),
+        }
     }
 }
 
@@ -257,12 +265,27 @@ impl Unwinder {
     /// Whether the frame at `at` is in a sigreturn trampoline, having returned from a
     /// signal handler into it (or, the first frame, interrupted in it): its code, read
     /// from the module's file, is one of [`SIGRETURN`].
-    fn returns_from_signal(&self, at: FrameAddress) -> bool {
+    fn returns_from_signal(&mut self, at: FrameAddress) -> bool {
+        let key = (at.address(), matches!(at, FrameAddress::ReturnAddress(_)));
+        if let Some(&known) = self.signal_frames.get(&key) {
+            return known;
+        }
+        let found = self.in_sigreturn(at);
+        // Bounded: a process has few distinct frame addresses, but a hostile one may
+        // show many.
+        if self.signal_frames.len() >= 1 << 16 {
+            self.signal_frames.clear();
+        }
+        self.signal_frames.insert(key, found);
+        found
+    }
+
+    /// [`Self::returns_from_signal`], from the module's file.
+    fn in_sigreturn(&self, at: FrameAddress) -> bool {
         let addr = at.address();
         let Some((_, bias, syms)) = self.code.iter().find(|(r, _, _)| r.contains(&addr)) else { return false };
-        let code_at = |vaddr: u64, len: usize| -> Option<&[u8]> {
-            let off = usize::try_from(syms.info.vaddr_to_offset(vaddr)?).ok()?;
-            syms.data.get(off..off.checked_add(len)?)
+        let code_at = |vaddr: u64, len: usize| -> Option<std::borrow::Cow<'_, [u8]>> {
+            syms.bytes(syms.info.vaddr_to_offset(vaddr)?, len)
         };
         let vaddr = addr.wrapping_sub(*bias);
         SIGRETURN.iter().any(|&(bytes, syscall)| {
@@ -272,7 +295,7 @@ impl Unwinder {
                 FrameAddress::ReturnAddress(_) => &[0],
                 FrameAddress::InstructionPointer(_) => &[0, syscall, bytes.len() as u64],
             };
-            starts.iter().any(|&back| code_at(vaddr.wrapping_sub(back), bytes.len()) == Some(bytes))
+            starts.iter().any(|&back| code_at(vaddr.wrapping_sub(back), bytes.len()).as_deref() == Some(bytes))
         })
     }
 }
