@@ -66,6 +66,8 @@
 //!   again, calling `target()` of `libfollow.so`
 //! - `shmem`                hundreds of MB of shared anonymous and /dev/zero memory
 //! - `absloop`              calls libc's `abs()` in a loop, for a foreign uprobe to land on
+//! - `firstargs`            functions whose first instruction writes an argument (or whose
+//!   body is too short past it), for a foreign uprobe on their entries
 //!
 //! Kept to a few seconds: a handful of compiler runs, independent ones in parallel.
 
@@ -160,6 +162,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("stackedges", &["-pthread"]))?,
         spawn(&mut plain("shmem", &[]))?,
         spawn(&mut plain("absloop", &[]))?,
+        spawn(&mut plain("firstargs", &[]))?,
         spawn(&mut plain("mapholder", &[]))?,
     ];
     let templates = spawn(Command::new("g++").args(cflags).args(["-o", &o("templates"), &s("templates.cpp")]))?;

@@ -69,7 +69,7 @@ pub(crate) fn monotonic_ns() -> u64 {
 }
 
 /// The CPU thread `tid` last ran on (`stat` field 39, "processor").
-fn cpu_of(pid: i32, tid: i32) -> u32 {
+pub(crate) fn cpu_of(pid: i32, tid: i32) -> u32 {
     procfs::task_stat(pid, tid).ok().and_then(|(_, f)| f.get(36)?.parse().ok()).unwrap_or(0)
 }
 

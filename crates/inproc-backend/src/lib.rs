@@ -95,8 +95,15 @@ pub struct InProcess {
     /// The probes of each site patched somewhere, (file, file offset) → probes with
     /// that site alone: what the fallback arms when the site is given up.
     patched_probes: HashMap<(PathBuf, u64), Vec<PidProbe>>,
-    /// Sites another session asked for, being given up.
+    /// Sites another session asked for, being given up (or another tracer's uprobe
+    /// took, see `landed`).
     asked: HashSet<(PathBuf, u64)>,
+    /// Firings not seen at landings (another tracer's uprobe ran an entry's first
+    /// instruction), by CPU: drops, reported with the rings'.
+    missed: Vec<u64>,
+    /// Entries whose landing was reached, said once each: (pid, entry).
+    landed_at: HashSet<(i32, u64)>,
+    landing_notes: Vec<String>,
     /// Sites given up: never patched again, in any process.
     given: HashSet<(PathBuf, u64)>,
     /// `pid*` probes on sites patched here, armed for every process once the sites are
@@ -158,7 +165,7 @@ impl Drop for LedgerSlot {
 
 /// Why a site given up to another session is not patched (it uses uprobes, which the
 /// sessions share).
-const GIVEN_UP: &str = "another session probes it too";
+const GIVEN_UP: &str = "another session or tracer probes it too";
 
 /// How many times DTrace's `bufsize` (per CPU) an in-process ring holds, per CPU. A
 /// trampoline writes a record in ~30 ns, while the consumer runs clauses on it in user
@@ -239,6 +246,9 @@ impl InProcess {
             handoff_tried: false,
             patched_probes: HashMap::new(),
             asked: HashSet::new(),
+            missed: Vec::new(),
+            landed_at: HashSet::new(),
+            landing_notes: Vec::new(),
             given: HashSet::new(),
             pending_all: Vec::new(),
         })
@@ -530,6 +540,11 @@ impl Backend for InProcess {
             unpatched.extend(probes.iter().map(|p| ((*p).clone(), why.clone())));
             return self.fall_back(pid, &batch.objects, unpatched);
         }
+        // Without BPF, a landing (an entry patched over its first byte) is guarded as a
+        // breakpoint is: after udtrace is killed, a thread there goes on.
+        if self.fallback.is_none() && self.procs.contains_key(&pid) {
+            self.ensure_guard(pid);
+        }
         for p in probes {
             // Why → (sites, sites the kernel cannot probe) not patched.
             type Left = (Vec<(u64, u64)>, Vec<(u64, u64)>);
@@ -542,8 +557,8 @@ impl Backend for InProcess {
                 let r = match self.procs.get_mut(&pid) {
                     _ if self.given.contains(&key) => Err(GIVEN_UP.to_string()),
                     Some(proc) => {
-                        let shares_entry = self.fallback.is_some();
-                        proc.patch(pid, &site, &batch, &self.record, self.geometry, shares_entry, self.ledger.get(pid))
+                        let guard = self.guards.get_mut(&pid).and_then(|g| g.as_mut().ok());
+                        proc.patch(pid, &site, &batch, &self.record, self.geometry, guard, self.ledger.get(pid))
                     }
                     None => Err("the process is gone".to_string()),
                 };
@@ -630,7 +645,14 @@ impl Backend for InProcess {
             }
         }
         let Some(p) = self.procs.get(&pid) else { return Trap::NotOurs };
-        let Some((cookie, regs)) = p.trap(tid) else { return Trap::NotOurs };
+        let (cookie, regs) = match p.trap(tid) {
+            None => return Trap::NotOurs,
+            Some(process::Hit::Breakpoint(cookie, regs)) => (cookie, regs),
+            Some(process::Hit::Landing(l)) => {
+                self.landed(pid, tid, &l);
+                return Trap::Fired;
+            }
+        };
         let errno = self.errno_tls.get(&pid).and_then(|&tls| process::errno_of(pid, tid, tls));
         let stash_ops = self.cookie_ops.get(cookie as usize).copied().unwrap_or(0);
         let site = breakpoint::Fired { cookie, stash_ops, data_page: p.data_page() };
@@ -769,6 +791,7 @@ impl Backend for InProcess {
                 out.push(format!("{n} probe site{plural} not armed: {why}"));
             }
         }
+        out.append(&mut self.landing_notes);
         for (why, n) in std::mem::take(&mut self.broke) {
             let plural = if n == 1 { "" } else { "s" };
             out.push(format!(
@@ -915,9 +938,25 @@ impl Backend for InProcess {
     }
 
     fn new_drops(&mut self) -> Vec<(usize, u64)> {
+        // Once a second: breakpoints another tracer's uprobe took and gave back.
+        for (&pid, p) in &self.procs {
+            for at in p.lost_breakpoints(pid) {
+                self.landing_notes.push(format!(
+                    "pid {pid}: another tracer's uprobe took udtrace's breakpoint at {at:#x} and, gone, put the \
+                     instruction back: the breakpoint is set again, its firings meanwhile were lost"
+                ));
+            }
+        }
         let mut out = self.fallback.as_mut().map(|f| f.new_drops()).unwrap_or_default();
-        // The rings are per process; their trampolines count drops by CPU.
-        let now = self.rings.drops();
+        // The rings are per process; their trampolines count drops by CPU. Firings taken
+        // by another tracer's uprobe at a landing are drops too.
+        let mut now = self.rings.drops();
+        if now.len() < self.missed.len() {
+            now.resize(self.missed.len(), 0);
+        }
+        for (n, m) in now.iter_mut().zip(&self.missed) {
+            *n += m;
+        }
         self.drops_seen.resize(now.len(), 0);
         for (cpu, (&n, seen)) in now.iter().zip(self.drops_seen.iter_mut()).enumerate() {
             if n > *seen {
@@ -934,6 +973,38 @@ impl Backend for InProcess {
 }
 
 impl InProcess {
+    /// A thread came to the landing of an entry patched over its first byte: another
+    /// tracer's uprobe there ran the first instruction (or it ran whole again, the
+    /// uprobe gone) and this firing was not seen. With the uprobe still there, the site
+    /// is given up to a uprobe of udtrace's own, which shares the place (at the next
+    /// look, all threads stopped); without BPF it stays, each call a landing. Gone, the
+    /// jump is written back.
+    fn landed(&mut self, pid: i32, tid: i32, l: &process::Landing) {
+        let cpu = breakpoint::cpu_of(pid, tid) as usize;
+        if self.missed.len() <= cpu {
+            self.missed.resize(cpu + 1, 0);
+        }
+        self.missed[cpu] += 1;
+        if self.landed_at.insert((pid, l.entry)) {
+            self.landing_notes.push(format!(
+                "pid {pid}: another tracer's uprobe is on the first byte of a function udtrace patched (at {:#x}): \
+                 the firings it takes are counted as drops{}",
+                l.entry,
+                if self.fallback.is_some() { "; the entry is a uprobe of udtrace's from now on" } else { "" }
+            ));
+        }
+        let Some(p) = self.procs.get(&pid) else { return };
+        match p.after_landing(pid, l) {
+            Ok(true) if self.fallback.is_some() => {
+                if let Some(key) = p.site_at(l.entry) {
+                    self.asked.insert(key);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => udtrace_messages::debug!("pid {pid}: after a landing at {:#x}: {e}", l.entry),
+        }
+    }
+
     /// The processes carrying one of the sites `keys`.
     fn carriers_of(&self, keys: &HashSet<(PathBuf, u64)>) -> Vec<i32> {
         self.procs.iter().filter(|(_, p)| keys.iter().any(|k| p.has_site(k))).map(|(&pid, _)| pid).collect()

@@ -13,8 +13,8 @@ use nix::libc;
 
 use udtrace_inproc::ring::{Geometry, Reader, DROP_CPUS};
 use udtrace_inproc::trampoline::{
-    errno_words, generate, CpuSource, ProcessAddrs, Trampoline, TrampolineError, DATA_ARGS, DATA_ERRNO_SLOT, DATA_PID,
-    GLIBC_TID_OFFSET,
+    errno_words, generate_with_landing, CpuSource, ProcessAddrs, Trampoline, TrampolineError, DATA_ARGS,
+    DATA_ERRNO_SLOT, DATA_PID, GLIBC_TID_OFFSET,
 };
 use udtrace_object::patch::{self, SiteKind as PatchKind};
 use udtrace_process::inject::{self, Prot, SharedRegion, REACH};
@@ -57,6 +57,44 @@ struct Patch {
     at: u64,
     original: Vec<u8>,
 }
+
+/// The landing of an entry patched over its first byte (`PatchPlan::landing`): an
+/// `int3` right after the first instruction, reached only when another tracer's uprobe
+/// ran that instruction, or when it was whole again once that uprobe went.
+#[derive(Clone, Copy, Debug)]
+pub struct Landing {
+    /// Where the thread goes on: the trampoline's copy of the code after the first
+    /// instruction.
+    pub target: u64,
+    /// The patch's first byte (the function's entry), and the file's byte there.
+    pub entry: u64,
+    pub first: u8,
+}
+
+/// What a thread stopped at an `int3` of a process's had hit ([`Proc::trap`]).
+pub enum Hit {
+    Breakpoint(u64, nix::libc::user_regs_struct),
+    Landing(Landing),
+}
+
+/// Puts a patch's original bytes back, but for an `int3` another tracer's uprobe wrote
+/// over its first byte since (the function's entry): that byte stays the uprobe's, and
+/// the kernel writes the file's byte back when the uprobe goes.
+fn put_back(m: &File, p: &Patch) -> std::io::Result<()> {
+    let mut first = [0u8; 1];
+    m.read_exact_at(&mut first, p.at)?;
+    if first[0] == 0xcc && p.original.first() != Some(&0xcc) {
+        return m.write_all_at(&p.original[1..], p.at + 1);
+    }
+    m.write_all_at(&p.original, p.at)
+}
+
+/// Why an entry's trampoline could not be placed where its jump must point.
+const FORCED_NO_ROOM: &str = "no free place in reach where its jump, which keeps its first instruction's \
+                              bytes for other tracers' uprobes, can point";
+
+/// The highest user address with 4-level paging.
+const USER_TOP: u64 = 0x7fff_ffff_f000;
 
 /// The rings udtrace reads, each written by one process and the children it forked.
 #[derive(Default)]
@@ -197,6 +235,8 @@ pub struct Proc {
     loader: Option<PathBuf>,
     /// Breakpoints, by address.
     breakpoints: HashMap<u64, Breakpoint>,
+    /// Landings of entries patched over their first byte, by address.
+    landings: HashMap<u64, Landing>,
     /// Sites armed some other way (uprobes, breakpoints): no patch may cover them.
     elsewhere: HashSet<u64>,
     /// Why trampolines may not read the process's memory (`process_vm_readv` on itself):
@@ -396,6 +436,7 @@ impl Proc {
             code: HashMap::new(),
             loader,
             breakpoints: HashMap::new(),
+            landings: HashMap::new(),
             elsewhere: HashSet::new(),
             no_captures: captures_forbidden(pid),
             no_patch,
@@ -422,6 +463,7 @@ impl Proc {
             code: HashMap::new(),
             loader: self.loader.clone(),
             breakpoints: self.breakpoints.clone(),
+            landings: self.landings.clone(),
             elsewhere: self.elsewhere.clone(),
             no_captures: self.no_captures,
             no_patch: self.no_patch.clone(),
@@ -446,7 +488,7 @@ impl Proc {
     pub fn unpatch(&self, pid: i32) {
         let Ok(m) = mem(pid) else { return };
         for p in self.patches.iter().rev() {
-            let _ = m.write_all_at(&p.original, p.at);
+            let _ = put_back(&m, p);
         }
         for (&at, b) in &self.breakpoints {
             let _ = m.write_all_at(&[b.original], at);
@@ -470,15 +512,70 @@ impl Proc {
     pub fn unpatch_site(&mut self, pid: i32, key: &(PathBuf, u64), ledger: Option<&mut Ledger>) -> Result<(), String> {
         let start = *self.sites.get(key).ok_or("it is not patched")?;
         let i = self.patches.iter().position(|p| p.at == start).ok_or("its patch is not known")?;
-        mem(pid)?
-            .write_all_at(&self.patches[i].original, start)
-            .map_err(|e| format!("cannot put its code back: {e}"))?;
+        put_back(&mem(pid)?, &self.patches[i]).map_err(|e| format!("cannot put its code back: {e}"))?;
         if let Some(l) = ledger {
             l.undone(pid, start);
         }
+        // Its landing stays known: a thread that came to it before the patch went may
+        // be stopped there still, its stop not dealt with yet, and goes on as any other.
         self.patches.remove(i);
         self.sites.remove(key);
         Ok(())
+    }
+
+    /// Where a thread stopped at an `int3` of this process goes on: a breakpoint's
+    /// firing (its cookie and the registers at the site), or a landing (the thread has
+    /// run the entry's first instruction, another tracer's uprobe having taken the
+    /// entry). The thread is set to go on, through the breakpoint's out-of-line copy or
+    /// the landing's trampoline code.
+    pub fn trap(&self, tid: i32) -> Option<Hit> {
+        let p = nix::unistd::Pid::from_raw(tid);
+        let mut regs = nix::sys::ptrace::getregs(p).ok()?;
+        let at = regs.rip.wrapping_sub(1);
+        if let Some(l) = self.landings.get(&at) {
+            let mut next = regs;
+            next.rip = l.target;
+            nix::sys::ptrace::setregs(p, next).ok()?;
+            return Some(Hit::Landing(*l));
+        }
+        let b = self.breakpoints.get(&at)?;
+        let mut next = regs;
+        next.rip = b.copy;
+        nix::sys::ptrace::setregs(p, next).ok()?;
+        regs.rip = at;
+        Some(Hit::Breakpoint(b.cookie, regs))
+    }
+
+    /// Breakpoints whose `int3` is gone: another tracer's uprobe on the same instruction
+    /// took the breakpoint's hits while it was there, and the kernel wrote the file's byte
+    /// back when it went. Each is written again (one byte); their addresses.
+    pub fn lost_breakpoints(&self, pid: i32) -> Vec<u64> {
+        let Ok(m) = mem(pid) else { return Vec::new() };
+        let mut lost = Vec::new();
+        for (&at, b) in &self.breakpoints {
+            let mut now = [0u8; 1];
+            if m.read_exact_at(&mut now, at).is_ok() && now[0] == b.original && m.write_all_at(&[0xcc], at).is_ok() {
+                lost.push(at);
+            }
+        }
+        lost
+    }
+
+    /// After a landing: the entry's first byte is another tracer's uprobe's `int3`
+    /// still (`true`), or, the uprobe gone, the file's byte again, which gets the jump's
+    /// back (the rest of the patch is as it was: one byte, written whole). Nothing when
+    /// the patch is gone (given up to uprobes) since.
+    pub fn after_landing(&self, pid: i32, l: &Landing) -> Result<bool, String> {
+        if !self.patches.iter().any(|p| p.at == l.entry) {
+            return Ok(false);
+        }
+        let m = mem(pid)?;
+        let mut b = [0u8; 1];
+        m.read_exact_at(&mut b, l.entry).map_err(|e| format!("cannot read its code: {e}"))?;
+        if b[0] == l.first {
+            m.write_all_at(&[0xe9], l.entry).map_err(|e| format!("cannot patch its code: {e}"))?;
+        }
+        Ok(b[0] == 0xcc)
     }
 
     /// Whether the site at `at` may be armed other than by a patch (a uprobe or a
@@ -558,22 +655,8 @@ impl Proc {
         self.addrs.data_page
     }
 
-    pub fn trap(&self, tid: i32) -> Option<(u64, nix::libc::user_regs_struct)> {
-        let p = nix::unistd::Pid::from_raw(tid);
-        let mut regs = nix::sys::ptrace::getregs(p).ok()?;
-        let at = regs.rip.wrapping_sub(1);
-        let b = self.breakpoints.get(&at)?;
-        let mut next = regs;
-        next.rip = b.copy;
-        nix::sys::ptrace::setregs(p, next).ok()?;
-        regs.rip = at;
-        Some((b.cookie, regs))
-    }
-
-    /// Patches one site of `pid` (stopped), armed in `batch`. `shares_entry`: an entry
-    /// whose patch would cover the function's first byte is refused (the caller has a
-    /// uprobe for it instead), since another tracer's uprobe there would resume its
-    /// thread in the middle of the jump (docs/pid-provider.md, "Other tracers' uprobes").
+    /// Patches one site of `pid` (stopped), armed in `batch`. `guard`: the process's
+    /// SIGTRAP guard, which learns of a landing before it is written.
     #[allow(clippy::too_many_arguments)]
     pub fn patch(
         &mut self,
@@ -582,7 +665,7 @@ impl Proc {
         batch: &Batch,
         record: &RecordPlan,
         geometry: Geometry,
-        shares_entry: bool,
+        guard: Option<&mut Guard>,
         ledger: Option<&mut Ledger>,
     ) -> Result<(), String> {
         let objects = &batch.objects;
@@ -608,16 +691,6 @@ impl Proc {
         let func = runtime_address(pid, objects, site.file, func_off).ok_or("its object is not mapped")?;
         let code = self.code(site.file, func_off, site.func_size)?;
         let plan = patch::plan(&code, func, site.offset, site.kind).map_err(|e| e.summary().to_string())?;
-        // (No other tracer can put a uprobe on an instruction the kernel refuses.)
-        if shares_entry
-            && plan.kind == patch::SiteKind::Entry
-            && plan.start == 0
-            && udtrace_object::sites::probeable(&code, func)
-        {
-            return Err("its first instruction cannot run before the firing (it writes an argument, the frame \
-                        pointer or memory, or branches), and a patch over it would break another tracer's uprobe"
-                .into());
-        }
         let (start, end) = (plan.region_vaddr(), plan.region_vaddr() + u64::from(plan.end - plan.start));
         if self.patches.iter().any(|p| p.at < end && start < p.at + p.original.len() as u64) {
             return Err("it overlaps another patched site".into());
@@ -639,25 +712,34 @@ impl Proc {
         if code.get(plan.start as usize..plan.end as usize) != Some(&live[..]) {
             return Err("another tracer changed its code (a breakpoint or a patch)".into());
         }
-        let region = self.region_near(pid, func)?;
+        // An entry patched over its first byte has its trampoline where the jump's
+        // displacement, partly the first instruction's own bytes, points.
+        let (region, at) = match plan.forced_displacement() {
+            Some(forced) => self.region_at(pid, start, forced)?,
+            None => {
+                let r = self.region_near(pid, func)?;
+                let at = r.borrow().shared.remote_addr + r.borrow().used;
+                (r, at)
+            }
+        };
         let mut r = region.borrow_mut();
-        let at = r.shared.remote_addr + r.used;
+        let off = at - r.shared.remote_addr;
         let t = Trampoline {
             plan: &plan,
             at,
-            space: (r.shared.len - r.used) as usize,
+            space: (r.shared.len - off) as usize,
             cookie: site.cookie,
             record,
             ring: geometry,
             process: self.addrs,
             stash_ops: site.stash_ops,
         };
-        let bytes = generate(&t).map_err(|e| match e {
+        let (bytes, landing) = generate_with_landing(&t).map_err(|e| match e {
             TrampolineError::Relocation(r) => r.summary().to_string(),
             other => other.to_string(),
         })?;
-        r.shared.write(r.used, &bytes).map_err(|e| format!("cannot write its trampoline: {e}"))?;
-        r.used += (bytes.len() as u64).div_ceil(ALIGN) * ALIGN;
+        r.shared.write(off, &bytes).map_err(|e| format!("cannot write its trampoline: {e}"))?;
+        r.used = off + (bytes.len() as u64).div_ceil(ALIGN) * ALIGN;
         drop(r);
         let patch = plan.patch_bytes(at).ok_or("its trampoline is out of reach")?;
         let mut original = vec![0u8; patch.len()];
@@ -665,10 +747,88 @@ impl Proc {
         if let Some(l) = ledger {
             l.writing(pid, start, &original, &patch);
         }
+        if let (Some(target), Some(l)) = (landing, plan.landing) {
+            let at = start + u64::from(l);
+            if let Some(g) = guard {
+                if let Err(e) = g.add(pid, at, target) {
+                    udtrace_messages::debug!("pid {pid}: landing at {at:#x} unguarded: {e}");
+                }
+            }
+            self.landings.insert(at, Landing { target, entry: start, first: original[0] });
+        }
         m.write_all_at(&patch, start).map_err(|e| format!("cannot patch its code: {e}"))?;
         self.patches.push(Patch { at: start, original });
         self.sites.insert((site.file.to_path_buf(), site.file_off), start);
         Ok(())
+    }
+
+    /// A region and an address in it for a trampoline that a jump at `jmp` must reach
+    /// with a displacement of bytes `forced` (`PatchPlan::forced_displacement`). The low
+    /// bytes fixed, the trampoline goes at the next such address in a region; with
+    /// three or four fixed, there are only a few such addresses in reach, each given a
+    /// small region of its own when free.
+    fn region_at(&mut self, pid: i32, jmp: u64, forced: [Option<u8>; 4]) -> Result<(Rc<RefCell<Region>>, u64), String> {
+        const ROOM: u64 = 1024;
+        let fixed = forced.iter().take_while(|b| b.is_some()).count() as u32;
+        let value = forced.iter().enumerate().fold(0u32, |v, (k, b)| v | u32::from(b.unwrap_or(0)) << (8 * k));
+        let mask: u32 = if fixed >= 4 { u32::MAX } else { (1u32 << (8 * fixed)) - 1 };
+        let from = jmp.wrapping_add(5);
+        // The next address at or after `lo` whose displacement from `from` has the
+        // fixed bytes.
+        let next = |lo: u64| -> u64 {
+            let rel = lo.wrapping_sub(from) as u32;
+            lo + u64::from(value.wrapping_sub(rel) & mask)
+        };
+        let in_reach = |t: u64| i32::try_from(t.wrapping_sub(from) as i64).is_ok();
+        if fixed <= 2 {
+            for r in &self.regions {
+                let b = r.borrow();
+                let t = next(b.shared.remote_addr + b.used);
+                if in_reach(t) && t + ROOM <= b.shared.remote_addr + b.shared.len {
+                    drop(b);
+                    return Ok((Rc::clone(r), t));
+                }
+            }
+            let shared = inject::map_exec_near(stopped_tid(pid)?, REGION_LEN, jmp)
+                .map_err(|e| format!("cannot map trampolines near it: {e}"))?;
+            let t = next(shared.remote_addr);
+            if !in_reach(t) || t + ROOM > shared.remote_addr + shared.len {
+                return Err(FORCED_NO_ROOM.into());
+            }
+            let r = Rc::new(RefCell::new(Region { shared, used: 0 }));
+            self.regions.push(Rc::clone(&r));
+            return Ok((r, t));
+        }
+        // Every displacement with the fixed bytes, nearest first.
+        let free_bits = 32 - 8 * fixed;
+        let mut cands: Vec<u64> = (0..1u64 << free_bits)
+            .map(|high| from.wrapping_add(i64::from((value | ((high as u32) << (8 * fixed % 32))) as i32) as u64))
+            .filter(|&t| (0x10000..USER_TOP - ROOM).contains(&t))
+            .collect();
+        cands.sort_by_key(|&t| t.abs_diff(from));
+        for &t in &cands {
+            if let Some(r) = self.regions.iter().find(|r| {
+                let b = r.borrow();
+                t >= b.shared.remote_addr + b.used && t + ROOM <= b.shared.remote_addr + b.shared.len
+            }) {
+                return Ok((Rc::clone(r), t));
+            }
+        }
+        const PAGE: u64 = 4096;
+        let page = PAGE;
+        let maps = procfs::read_maps(pid).map_err(|e| format!("cannot read its maps: {e}"))?;
+        let free = |lo: u64, hi: u64| !maps.iter().any(|m| m.start < hi && lo < m.end);
+        for &t in &cands {
+            let (lo, hi) = (t & !(page - 1), (t + ROOM).div_ceil(page) * page);
+            if !free(lo, hi) {
+                continue;
+            }
+            let Ok(shared) = inject::map_exec_at(stopped_tid(pid)?, hi - lo, &[lo]) else { continue };
+            let r = Rc::new(RefCell::new(Region { shared, used: t - lo }));
+            self.regions.push(Rc::clone(&r));
+            return Ok((r, t));
+        }
+        Err(FORCED_NO_ROOM.into())
     }
 
     /// A trampoline region with room within reach of `func`, mapped when none has.

@@ -185,6 +185,13 @@ impl From<IcedError> for TrampolineError {
 
 /// The trampoline's bytes, to be placed at `t.at`.
 pub fn generate(t: &Trampoline<'_>) -> Result<Vec<u8>, TrampolineError> {
+    generate_with_landing(t).map(|(code, _)| code)
+}
+
+/// [`generate`], and for a plan with a landing (`PatchPlan::landing`) the address in
+/// the trampoline where a thread at the landing goes on: the copy of the code after the
+/// function's first instruction, which that thread has run already.
+pub fn generate_with_landing(t: &Trampoline<'_>) -> Result<(Vec<u8>, Option<u64>), TrampolineError> {
     let layout = supported_layout(t.record)?;
     if t.ring.slot_size != 8 + (layout.size as u64).div_ceil(8) * 8 {
         return Err(TrampolineError::SlotSize { slot_size: t.ring.slot_size, record: layout.size });
@@ -192,14 +199,16 @@ pub fn generate(t: &Trampoline<'_>) -> Result<Vec<u8>, TrampolineError> {
     let mut code = t.plan.relocate_before(t.at)?;
     let site_ip = t.plan.func_vaddr.wrapping_add(u64::from(t.plan.site));
     code.extend(firing(t, &layout, site_ip, t.at + code.len() as u64)?);
-    let after = t.plan.relocate_after(t.at + code.len() as u64)?;
+    let after_at = t.at + code.len() as u64;
+    let (after, landing) = t.plan.relocate_after_landing(after_at)?;
+    let landing = landing.map(|off| after_at + off as u64);
     code.extend(after);
     let back = t.plan.resume_vaddr();
     code.extend(jmp_rel32(t.at + code.len() as u64, back).ok_or(TrampolineError::TooFar(back))?);
     if code.len() > t.space {
         return Err(TrampolineError::TooBig { need: code.len(), have: t.space });
     }
-    Ok(code)
+    Ok((code, landing))
 }
 
 /// The record layout of `plan`, if this backend can fill it: everything but the current

@@ -120,6 +120,17 @@ pub struct PatchPlan {
     /// pointer (8 for a `push`, N for `sub rsp, N`), for the firing to record the
     /// stack pointer the function was entered with. 0 otherwise.
     pub sp_adjust: i32,
+    /// At an entry patched over its first byte (its first instruction may not run
+    /// first): that instruction's bytes. The jump's displacement keeps those of them
+    /// it covers, so that the instruction is whole again when another tracer's uprobe
+    /// gives the first byte back ([`Self::forced_displacement`]).
+    pub first: Vec<u8>,
+    /// Offset in the function of the landing `int3`, right after the first instruction:
+    /// where a thread goes on after another tracer's uprobe has run that instruction
+    /// (or after the instruction ran whole again); the trampoline has the code that
+    /// follows it ([`Self::relocate_after_landing`]). None where the first instruction
+    /// does not fall through (a jump, a call) or other plans.
+    pub landing: Option<u32>,
     insns: Vec<Instruction>,
     /// Index in `insns` of the first instruction that runs after the firing.
     split: usize,
@@ -138,12 +149,38 @@ impl PatchPlan {
 
     /// The bytes to write at [`Self::region_vaddr`]: the `jmp` to `trampoline`, then
     /// `int3` over the rest of the displaced bytes (never executed, as no branch lands
-    /// there; a trap says so loudly if a thread was left inside). `None` if the
-    /// trampoline is more than 2 GiB away.
+    /// there; a trap says so loudly if a thread was left inside). At an entry patched
+    /// over its first byte, the bytes of the first instruction past the jump are kept
+    /// and the landing is an `int3`. `None` if the trampoline is more than 2 GiB away,
+    /// or not where [`Self::forced_displacement`] wants it.
     pub fn patch_bytes(&self, trampoline: u64) -> Option<Vec<u8>> {
-        let mut b = jmp_rel32(self.region_vaddr(), trampoline)?.to_vec();
+        let jmp = jmp_rel32(self.region_vaddr(), trampoline)?;
+        if let Some(forced) = self.forced_displacement() {
+            if forced.iter().zip(&jmp[1..]).any(|(f, &b)| f.is_some_and(|f| f != b)) {
+                return None;
+            }
+        }
+        let mut b = jmp.to_vec();
+        b.extend(self.first.iter().skip(b.len()));
         b.resize((self.end - self.start) as usize, 0xcc);
         Some(b)
+    }
+
+    /// At an entry patched over its first byte: the bytes the jump's displacement
+    /// (little-endian, bytes 1–4 of the jump) must have, `None` where any will do.
+    /// The ones over the first instruction are its own: when another tracer's uprobe
+    /// goes, the kernel writes the file's first byte back, and the instruction is
+    /// whole again. The byte right after it, when inside the jump, is the landing
+    /// `int3`. The trampoline goes where this displacement points.
+    pub fn forced_displacement(&self) -> Option<[Option<u8>; 4]> {
+        if self.first.is_empty() {
+            return None;
+        }
+        Some(std::array::from_fn(|k| match self.first.get(k + 1) {
+            Some(&b) => Some(b),
+            None if k + 1 == self.first.len() => Some(0xcc),
+            None => None,
+        }))
     }
 
     /// The displaced instructions that run before the firing, relocated to `new_ip`
@@ -156,6 +193,19 @@ impl PatchPlan {
     /// caller appends the jump back to [`Self::resume_vaddr`].
     pub fn relocate_after(&self, new_ip: u64) -> Result<Vec<u8>, Refusal> {
         relocate_insns(&self.insns[self.split..], self.region(), new_ip)
+    }
+
+    /// [`Self::relocate_after`], and where in it the copy of the code after the first
+    /// instruction starts, for a plan with a landing: a thread at the landing has run
+    /// the first instruction already and goes on there.
+    pub fn relocate_after_landing(&self, new_ip: u64) -> Result<(Vec<u8>, Option<usize>), Refusal> {
+        if self.landing.is_none() {
+            return Ok((self.relocate_after(new_ip)?, None));
+        }
+        let mut code = relocate_insns(&self.insns[self.split..=self.split], self.region(), new_ip)?;
+        let at = code.len();
+        code.extend(relocate_insns(&self.insns[self.split + 1..], self.region(), new_ip.wrapping_add(at as u64))?);
+        Ok((code, Some(at)))
     }
 
     fn region(&self) -> Range<u64> {
@@ -236,6 +286,20 @@ pub fn plan_with(
         }
         (i, last, 0)
     };
+    // An entry patched over its first byte lands another tracer's uprobe's thread
+    // right after the first instruction: on an `int3` inside the jump, or, for an
+    // instruction of 5 bytes and more, over the next one, displaced too. A first
+    // instruction that does not fall through sends it elsewhere.
+    let mut last = last;
+    let first_len = f.insns[i].len() as u32;
+    let falls = matches!(f.insns[i].flow_control(), FlowControl::Next | FlowControl::ConditionalBranch);
+    let landing = (kind == SiteKind::Entry && falls).then_some(first_len);
+    if landing.is_some() && last == i {
+        last += 1;
+        if last == f.insns.len() {
+            return Err(Refusal::TooShort);
+        }
+    }
     let insns = f.insns[first..=last].to_vec();
     let (start, end) = (f.off(&insns[0]), f.off(&insns[insns.len() - 1]) + insns[insns.len() - 1].len() as u32);
     if let Some(&t) = f.targets.range(start + 1..end).next() {
@@ -260,6 +324,8 @@ pub fn plan_with(
         probe_at: f.off(&f.insns[first + split]) - start,
         displaced_call: insns.iter().any(|insn| insn.mnemonic() == Mnemonic::Call),
         sp_adjust: 0,
+        first: if kind == SiteKind::Entry { code[..first_len as usize].to_vec() } else { Vec::new() },
+        landing,
         insns,
         split,
     })
@@ -292,6 +358,8 @@ fn plan_after_first(f: &Facts) -> Option<PatchPlan> {
         probe_at: 0,
         displaced_call: insns.iter().any(|insn| insn.mnemonic() == Mnemonic::Call),
         sp_adjust,
+        first: Vec::new(),
+        landing: None,
         insns,
         split: 0,
     })

@@ -538,3 +538,52 @@ fn out_of_line_copies_for_breakpoints() {
     assert!(matches!(out_of_line(&code, func, 0, func + (3 << 30)), Err(Refusal::TooFar { .. })));
     assert!(out_of_line(&code, func, 14, far).is_err());
 }
+
+#[test]
+fn entries_patched_over_their_first_byte_keep_it_in_their_jump() {
+    // 0: mov rdx,rsi; 3: mov eax,1; 8: ret (the first instruction writes an argument).
+    let code = [0x48, 0x89, 0xf2, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3];
+    let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
+    assert_eq!((p.start, p.end, p.landing), (0, 8, Some(3)));
+    // The jump's displacement keeps the first instruction's other bytes, then the
+    // landing int3; its high byte is free.
+    assert_eq!(p.forced_displacement(), Some([Some(0x89), Some(0xf2), Some(0xcc), None]));
+    let t = FUNC + 5 + 0x00cc_f289;
+    let bytes = p.patch_bytes(t).unwrap();
+    assert_eq!(bytes, [0xe9, 0x89, 0xf2, 0xcc, 0x00, 0xcc, 0xcc, 0xcc]);
+    assert_eq!(p.patch_bytes(t + 1), None, "a displacement without those bytes");
+    // Another tracer's uprobe gone, the kernel puts the file's first byte back: the
+    // first instruction is whole, and the landing follows it.
+    let mut after = bytes.clone();
+    after[0] = code[0];
+    assert_eq!((&after[..3], after[3]), (&code[..3], 0xcc));
+    // The trampoline's copy of the code after it starts 3 bytes into the relocated code.
+    let (after, at) = p.relocate_after_landing(FAR).unwrap();
+    assert_eq!((after, at), (code[..8].to_vec(), Some(3)));
+
+    // 5 bytes and more: the displacement is the first instruction's bytes, the next
+    // instruction is displaced too, and the landing is its first byte.
+    // 0: mov edi,0x11223344; 5: mov eax,1; 10: ret
+    let code = [0xbf, 0x44, 0x33, 0x22, 0x11, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3];
+    let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
+    assert_eq!((p.start, p.end, p.landing), (0, 10, Some(5)));
+    assert_eq!(p.forced_displacement(), Some([Some(0x44), Some(0x33), Some(0x22), Some(0x11)]));
+    let bytes = p.patch_bytes(FUNC + 5 + 0x1122_3344).unwrap();
+    assert_eq!(bytes, [0xe9, 0x44, 0x33, 0x22, 0x11, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc]);
+    // 0: lea rdi,[rip+0x100]; 7: mov eax,1; 12: ret: the bytes past the jump are the
+    // first instruction's own.
+    let code = [0x48, 0x8d, 0x3d, 0x00, 0x01, 0x00, 0x00, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3];
+    let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
+    assert_eq!((p.start, p.end, p.landing), (0, 12, Some(7)));
+    let bytes = p.patch_bytes(FUNC + 5 + 0x0100_3d8d).unwrap();
+    assert_eq!(bytes[..8], [0xe9, 0x8d, 0x3d, 0x00, 0x01, 0x00, 0x00, 0xcc]);
+    check_plan(&code, FUNC, &p, FUNC + 5 + 0x0100_3d8d);
+    // A first instruction that never falls through needs no landing: a tail jump.
+    // 0: jmp +0x20 (out of the function); 5: ret
+    let code = [0xe9, 0x20, 0x00, 0x00, 0x00, 0xc3];
+    let p = plan(&code, FUNC, 0, SiteKind::Entry).unwrap();
+    assert_eq!((p.start, p.end, p.landing), (0, 5, None));
+    // Entries patched after their first instruction keep all of its bytes: nothing forced.
+    let code = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10, 0xc9, 0xc3];
+    assert_eq!(plan(&code, FUNC, 0, SiteKind::Entry).unwrap().forced_displacement(), None);
+}

@@ -588,6 +588,26 @@ impl RemoteCall {
         Err(InjectError::NoRoom { len, near })
     }
 
+    /// Maps `remote_fd` (`len` bytes) at the first of `addrs` (page-aligned) where
+    /// nothing is mapped yet; `NoRoom` when none is free.
+    pub fn map_fd_at(&mut self, remote_fd: i32, len: u64, addrs: &[u64], prot: Prot) -> Result<u64> {
+        let flags = (libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE) as u64;
+        for &addr in addrs.iter().take(MAX_TRIES) {
+            let r = self.syscall(libc::SYS_mmap, [addr, len, prot.bits() as u64, flags, remote_fd as u64, 0])?;
+            if r as u64 == addr {
+                return Ok(addr);
+            }
+            if r >= 0 {
+                let _ = self.munmap(r as u64, len);
+                continue;
+            }
+            if r != -(libc::EEXIST as i64) {
+                return Err(InjectError::Remote { tid: self.tid, call: "mmap", errno: Errno::from_raw(-r as i32) });
+            }
+        }
+        Err(InjectError::NoRoom { len, near: addrs.first().copied().unwrap_or(0) })
+    }
+
     /// Blocks every signal but SIGTRAP (saving the mask) and queues the deferred
     /// signals again, to the thread, from the thread itself, so that they wait with their
     /// siginfo until the caller resumes it. SIGSTOP and SIGTRAP, which no mask holds
@@ -1103,13 +1123,27 @@ pub fn map_shared_near(tid: i32, fd: BorrowedFd<'_>, len: u64, near: u64, prot: 
     })
 }
 
+/// Where a new region goes: as near an address as there is room, or at the first free
+/// one of some page-aligned addresses.
+enum Place<'a> {
+    Near(u64),
+    At(&'a [u64]),
+}
+
 fn create_near(tid: i32, name: &str, len: u64, near: u64, prot: Prot) -> Result<SharedRegion> {
+    create(tid, name, len, Place::Near(near), prot)
+}
+
+fn create(tid: i32, name: &str, len: u64, place: Place<'_>, prot: Prot) -> Result<SharedRegion> {
     check_prot(prot)?;
     let len = page_len(len)?;
     let exec = prot.contains(Prot::EXEC);
     with_session(tid, |call| {
         let (fd, remote_fd) = call.create_memfd(name, len, exec)?;
-        let mapped = call.map_fd_near(remote_fd, len, near, prot);
+        let mapped = match place {
+            Place::Near(near) => call.map_fd_near(remote_fd, len, near, prot),
+            Place::At(addrs) => call.map_fd_at(remote_fd, len, addrs, prot),
+        };
         let closed = call.close(remote_fd);
         let remote_addr = mapped?;
         let view = closed.and_then(|_| {
@@ -1141,6 +1175,12 @@ pub fn create_shared_near(tid: i32, len: u64, near: u64, prot: Prot) -> Result<S
 /// [`SharedRegion::write`].
 pub fn map_exec_near(tid: i32, len: u64, near: u64) -> Result<SharedRegion> {
     create_near(tid, "udtrace-trampolines", len, near, Prot::READ | Prot::EXEC)
+}
+
+/// [`map_exec_near`], at the first of `addrs` (page-aligned) where nothing is mapped:
+/// for a trampoline whose address a patch's bytes dictate.
+pub fn map_exec_at(tid: i32, len: u64, addrs: &[u64]) -> Result<SharedRegion> {
+    create(tid, "udtrace-trampolines", len, Place::At(addrs), Prot::READ | Prot::EXEC)
 }
 
 /// Remote `munmap(addr, len)` in the process of `tid`.

@@ -267,11 +267,14 @@ fn undo_one(pid: i32, changes: &[Change]) -> usize {
     if let Ok(mem) = OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem")) {
         for c in changes.iter().rev() {
             let mut now = vec![0u8; c.written.len()];
-            if mem.read_exact_at(&mut now, c.at).is_ok()
-                && still_ours(&now, c)
-                && mem.write_all_at(&c.original, c.at).is_ok()
-            {
-                restored += 1;
+            if mem.read_exact_at(&mut now, c.at).is_ok() && still_ours(&now, c) {
+                // An int3 over the patch's first byte is another tracer's uprobe's: it
+                // stays, and the kernel writes the file's byte back when it goes.
+                let uprobe = uprobe_over_first(&now, c);
+                let skip = usize::from(uprobe);
+                if mem.write_all_at(&c.original[skip..], c.at + skip as u64).is_ok() {
+                    restored += 1;
+                }
             }
         }
     }
@@ -284,10 +287,18 @@ fn undo_one(pid: i32, changes: &[Change]) -> usize {
 /// Whether `now`, the bytes at `c`, are udtrace's change still: each byte the one
 /// written or already the original, not all original. (A kernel uprobe of another
 /// session on a byte inside the patch, an int3 pad never run, writes the file's byte
-/// back there when it goes.)
+/// back there when it goes.) The first byte may be another tracer's uprobe's `int3`
+/// (an entry patched over its first byte, docs/pid-provider.md).
 fn still_ours(now: &[u8], c: &Change) -> bool {
+    let from = usize::from(uprobe_over_first(now, c));
     now != c.original.as_slice()
-        && now.iter().zip(c.written.iter().zip(&c.original)).all(|(n, (w, o))| n == w || n == o)
+        && now.iter().zip(c.written.iter().zip(&c.original)).skip(from).all(|(n, (w, o))| n == w || n == o)
+}
+
+/// Whether the first byte of the change is an `int3` neither udtrace nor the file put
+/// there.
+fn uprobe_over_first(now: &[u8], c: &Change) -> bool {
+    now.first() == Some(&0xcc) && c.written.first() != Some(&0xcc) && c.original.first() != Some(&0xcc)
 }
 
 /// Waits (at most a second) for `p`'s interrupt stop; a signal stop first is passed on.
@@ -315,6 +326,9 @@ mod tests {
         assert!(still_ours(&[0xe9, 0x82, 0xc3], &c), "a uprobe put the pad's byte back");
         assert!(!still_ours(&[0x25, 0xff, 0xc3], &c), "already the original");
         assert!(!still_ours(&[0x48, 0x89, 0xc3], &c), "another image");
+        // Another tracer's uprobe over the patch's first byte: the rest is put back.
+        assert!(still_ours(&[0xcc, 0x82, 0xcc], &c) && uprobe_over_first(&[0xcc, 0x82, 0xcc], &c));
+        assert!(!uprobe_over_first(&[0xe9, 0x82, 0xcc], &c));
     }
 
     #[test]

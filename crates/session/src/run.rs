@@ -766,6 +766,9 @@ fn trace(
     }
     if let Some(b) = w.backend.as_deref_mut() {
         report_drops(b);
+        for n in b.notices() {
+            note!("{n}");
+        }
     }
     if let Some(s) = fire(consumer, probes::END, here(), out)? {
         status = s;
