@@ -554,7 +554,6 @@ impl RemoteCall {
     /// Maps the tracee's descriptor `remote_fd` (`len` bytes from offset 0, shared)
     /// within ±2 GiB of `near`; the address.
     pub fn map_fd_near(&mut self, remote_fd: i32, len: u64, near: u64, prot: Prot) -> Result<u64> {
-        let flags = (libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE) as u64;
         let min_addr = std::fs::read_to_string("/proc/sys/vm/mmap_min_addr")
             .ok()
             .and_then(|s| s.trim().parse().ok())
@@ -569,20 +568,8 @@ impl RemoteCall {
             if cands.is_empty() {
                 break;
             }
-            for &addr in cands.iter().take(MAX_TRIES) {
-                let r = self.syscall(libc::SYS_mmap, [addr, len, prot.bits() as u64, flags, remote_fd as u64, 0])?;
-                if r as u64 == addr {
-                    return Ok(addr);
-                }
-                if r >= 0 {
-                    // A kernel before 4.17 takes MAP_FIXED_NOREPLACE as a mere hint.
-                    let _ = self.munmap(r as u64, len);
-                    continue;
-                }
-                // EEXIST: another thread mapped something there meanwhile.
-                if r != -(libc::EEXIST as i64) {
-                    return Err(InjectError::Remote { tid: self.tid, call: "mmap", errno: Errno::from_raw(-r as i32) });
-                }
+            if let Some(addr) = self.map_fd_first(remote_fd, len, &cands, prot)? {
+                return Ok(addr);
             }
         }
         Err(InjectError::NoRoom { len, near })
@@ -591,21 +578,29 @@ impl RemoteCall {
     /// Maps `remote_fd` (`len` bytes) at the first of `addrs` (page-aligned) where
     /// nothing is mapped yet; `NoRoom` when none is free.
     pub fn map_fd_at(&mut self, remote_fd: i32, len: u64, addrs: &[u64], prot: Prot) -> Result<u64> {
+        self.map_fd_first(remote_fd, len, addrs, prot)?
+            .ok_or(InjectError::NoRoom { len, near: addrs.first().copied().unwrap_or(0) })
+    }
+
+    /// [`Self::map_fd_at`], `None` when no address is free.
+    fn map_fd_first(&mut self, remote_fd: i32, len: u64, addrs: &[u64], prot: Prot) -> Result<Option<u64>> {
         let flags = (libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE) as u64;
         for &addr in addrs.iter().take(MAX_TRIES) {
             let r = self.syscall(libc::SYS_mmap, [addr, len, prot.bits() as u64, flags, remote_fd as u64, 0])?;
             if r as u64 == addr {
-                return Ok(addr);
+                return Ok(Some(addr));
             }
             if r >= 0 {
+                // A kernel before 4.17 takes MAP_FIXED_NOREPLACE as a mere hint.
                 let _ = self.munmap(r as u64, len);
                 continue;
             }
+            // EEXIST: another thread mapped something there meanwhile.
             if r != -(libc::EEXIST as i64) {
                 return Err(InjectError::Remote { tid: self.tid, call: "mmap", errno: Errno::from_raw(-r as i32) });
             }
         }
-        Err(InjectError::NoRoom { len, near: addrs.first().copied().unwrap_or(0) })
+        Ok(None)
     }
 
     /// Blocks every signal but SIGTRAP (saving the mask) and queues the deferred
