@@ -277,14 +277,7 @@ pub fn plan_with(
         }
         (first, i, i - first)
     } else {
-        let mut last = i;
-        while f.insns[last].next_ip().wrapping_sub(f.insns[i].ip()) < u64::from(PATCH_LEN) {
-            last += 1;
-            if last == f.insns.len() {
-                return Err(Refusal::TooShort);
-            }
-        }
-        (i, last, 0)
+        (i, f.region_end(i)?, 0)
     };
     // An entry patched over its first byte lands another tracer's uprobe's thread
     // right after the first instruction: on an `int3` inside the jump, or, for an
@@ -301,20 +294,7 @@ pub fn plan_with(
         }
     }
     let insns = f.insns[first..=last].to_vec();
-    let (start, end) = (f.off(&insns[0]), f.off(&insns[insns.len() - 1]) + insns[insns.len() - 1].len() as u32);
-    if let Some(&t) = f.targets.range(start + 1..end).next() {
-        return Err(Refusal::BranchInside(t));
-    }
-    for insn in &insns[..insns.len() - 1] {
-        if ends_block(insn) {
-            return Err(Refusal::PastBlockEnd { off: f.off(insn), mnemonic: mnemonic(insn) });
-        }
-        // A frame live while the patch is written (a thread inside the callee, a setjmp
-        // buffer) returns to the original address after the call.
-        if insn.mnemonic() == Mnemonic::Call {
-            return Err(Refusal::CallInside(f.off(insn)));
-        }
-    }
+    let (start, end) = f.check_region(&insns, true)?;
     Ok(PatchPlan {
         kind,
         func_vaddr,
@@ -335,20 +315,13 @@ pub fn plan_with(
 /// before the firing and the instructions after it can be patched.
 fn plan_after_first(f: &Facts) -> Option<PatchPlan> {
     let sp_adjust = runs_first(f.insns.first()?)?;
-    let mut last = 1;
-    while f.insns.get(last)?.next_ip().wrapping_sub(f.insns[1].ip()) < u64::from(PATCH_LEN) {
-        last += 1;
+    if f.insns.len() < 2 {
+        return None;
     }
-    let insns = f.insns[1..=last].to_vec();
-    let (start, end) = (f.off(&insns[0]), f.off(&insns[insns.len() - 1]) + insns[insns.len() - 1].len() as u32);
+    let insns = f.insns[1..=f.region_end(1).ok()?].to_vec();
     // A branch to the patch's first byte would fire the entry again: only the function's
     // own first byte may be a target.
-    if f.targets.range(start..end).next().is_some() {
-        return None;
-    }
-    if insns[..insns.len() - 1].iter().any(|insn| ends_block(insn) || insn.mnemonic() == Mnemonic::Call) {
-        return None;
-    }
+    let (start, end) = f.check_region(&insns, false).ok()?;
     Some(PatchPlan {
         kind: SiteKind::Entry,
         func_vaddr: f.vaddr,
@@ -474,6 +447,42 @@ impl Facts {
         if insn.is_ip_rel_memory_operand() {
             self.add_target(insn.ip_rel_memory_address());
         }
+    }
+
+    /// The index of the last instruction of a region from instruction `i` on: the
+    /// first that ends at least [`PATCH_LEN`] bytes after `i`'s start.
+    fn region_end(&self, i: usize) -> Result<usize, Refusal> {
+        let mut last = i;
+        while self.insns[last].next_ip().wrapping_sub(self.insns[i].ip()) < u64::from(PATCH_LEN) {
+            last += 1;
+            if last == self.insns.len() {
+                return Err(Refusal::TooShort);
+            }
+        }
+        Ok(last)
+    }
+
+    /// The offsets `[start, end)` of the displaced instructions `insns`, if they may be
+    /// patched: no branch lands strictly inside them (nor at their first byte, unless
+    /// `entered_at_start`), and none but the last ends a block or is a call.
+    fn check_region(&self, insns: &[Instruction], entered_at_start: bool) -> Result<(u32, u32), Refusal> {
+        let last = &insns[insns.len() - 1];
+        let (start, end) = (self.off(&insns[0]), self.off(last) + last.len() as u32);
+        let from = if entered_at_start { start + 1 } else { start };
+        if let Some(&t) = self.targets.range(from..end).next() {
+            return Err(Refusal::BranchInside(t));
+        }
+        for insn in &insns[..insns.len() - 1] {
+            if ends_block(insn) {
+                return Err(Refusal::PastBlockEnd { off: self.off(insn), mnemonic: mnemonic(insn) });
+            }
+            // A frame live while the patch is written (a thread inside the callee, a
+            // setjmp buffer) returns to the original address after the call.
+            if insn.mnemonic() == Mnemonic::Call {
+                return Err(Refusal::CallInside(self.off(insn)));
+            }
+        }
+        Ok((start, end))
     }
 
     fn add_target(&mut self, t: u64) {
