@@ -30,6 +30,8 @@ use crate::guard::Guard;
 const REGION_LEN: u64 = 1 << 20;
 /// Trampolines start on 16-byte boundaries.
 const ALIGN: u64 = 16;
+/// Room for the largest trampoline.
+const ROOM: u64 = 1024;
 
 /// One site to patch.
 pub struct Site<'a> {
@@ -768,7 +770,6 @@ impl Proc {
     /// three or four fixed, there are only a few such addresses in reach, each given a
     /// small region of its own when free.
     fn region_at(&mut self, pid: i32, jmp: u64, forced: [Option<u8>; 4]) -> Result<(Rc<RefCell<Region>>, u64), String> {
-        const ROOM: u64 = 1024;
         let fixed = forced.iter().take_while(|b| b.is_some()).count() as u32;
         let value = forced.iter().enumerate().fold(0u32, |v, (k, b)| v | u32::from(b.unwrap_or(0)) << (8 * k));
         let mask: u32 = if fixed >= 4 { u32::MAX } else { (1u32 << (8 * fixed)) - 1 };
@@ -789,14 +790,12 @@ impl Proc {
                     return Ok((Rc::clone(r), t));
                 }
             }
-            let shared = inject::map_exec_near(stopped_tid(pid)?, REGION_LEN, jmp)
-                .map_err(|e| format!("cannot map trampolines near it: {e}"))?;
-            let t = next(shared.remote_addr);
-            if !in_reach(t) || t + ROOM > shared.remote_addr + shared.len {
+            // A new region has room for the next such address (64 KiB on at most).
+            let r = self.new_region(pid, jmp)?;
+            let t = next(r.borrow().shared.remote_addr);
+            if !in_reach(t) || t + ROOM > r.borrow().shared.remote_addr + r.borrow().shared.len {
                 return Err(FORCED_NO_ROOM.into());
             }
-            let r = Rc::new(RefCell::new(Region { shared, used: 0 }));
-            self.regions.push(Rc::clone(&r));
             return Ok((r, t));
         }
         // Every displacement with the fixed bytes, nearest first.
@@ -824,18 +823,15 @@ impl Proc {
                 continue;
             }
             let Ok(shared) = inject::map_exec_at(stopped_tid(pid)?, hi - lo, &[lo]) else { continue };
-            let r = Rc::new(RefCell::new(Region { shared, used: t - lo }));
-            self.regions.push(Rc::clone(&r));
-            return Ok((r, t));
+            return Ok((self.add_region(shared, t - lo), t));
         }
         Err(FORCED_NO_ROOM.into())
     }
 
     /// A trampoline region with room within reach of `func`, mapped when none has.
     fn region_near(&mut self, pid: i32, func: u64) -> Result<Rc<RefCell<Region>>, String> {
-        // Room for the largest trampoline; the region must be reachable from the whole
-        // function (its sites and resume addresses) by rel32.
-        const ROOM: u64 = 1024;
+        // The region must be reachable from the whole function (its sites and resume
+        // addresses) by rel32.
         let reach = REACH - (1 << 24);
         if let Some(r) = self.regions.iter().find(|r| {
             let r = r.borrow();
@@ -843,11 +839,20 @@ impl Proc {
         }) {
             return Ok(Rc::clone(r));
         }
-        let shared = inject::map_exec_near(stopped_tid(pid)?, REGION_LEN, func)
+        self.new_region(pid, func)
+    }
+
+    /// A new region of trampolines near `near`.
+    fn new_region(&mut self, pid: i32, near: u64) -> Result<Rc<RefCell<Region>>, String> {
+        let shared = inject::map_exec_near(stopped_tid(pid)?, REGION_LEN, near)
             .map_err(|e| format!("cannot map trampolines near it: {e}"))?;
-        let r = Rc::new(RefCell::new(Region { shared, used: 0 }));
+        Ok(self.add_region(shared, 0))
+    }
+
+    fn add_region(&mut self, shared: SharedRegion, used: u64) -> Rc<RefCell<Region>> {
+        let r = Rc::new(RefCell::new(Region { shared, used }));
         self.regions.push(Rc::clone(&r));
-        Ok(r)
+        r
     }
 
     /// The bytes of the function at `func_off` in `file`.
