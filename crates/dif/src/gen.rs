@@ -1,0 +1,190 @@
+//! Random programs and firings for differential tests of the executors (each runs a
+//! [`Case`] and the snapshots must equal the interpreter's). Deterministic per seed, no
+//! dependency: a case that fails is rerun from its seed.
+
+use crate::interp::Firing;
+use crate::layout::{AggDesc, AggFn, Layout};
+use crate::op::{verify, BinOp, Op, Program, Reg, UnOp, Var, NREGS};
+
+/// A layout, programs on it, and firings: (program index, what the firing knows).
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub layout: Layout,
+    pub programs: Vec<Program>,
+    pub firings: Vec<(usize, Firing)>,
+}
+
+/// Threads in a case (distinct tids); buffers for it need at least this many entries.
+pub const CASE_THREADS: u64 = 6;
+/// Distinct key values; a keyed table of 256 entries never fills.
+pub const CASE_KEYS: u64 = 4;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn value(&mut self) -> u64 {
+        match self.below(6) {
+            0 => self.below(4),
+            1 => self.below(200).wrapping_sub(100),
+            2 => [0, 1, u64::MAX, i64::MAX as u64, i64::MIN as u64, 0x8000_0000, 0xffff_ffff][self.below(7) as usize],
+            3 => 1 << self.below(64),
+            _ => self.next(),
+        }
+    }
+}
+
+/// The case of `seed`.
+pub fn case(seed: u64) -> Case {
+    let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let funcs = |r: &mut Rng| match r.below(8) {
+        0 => AggFn::Count,
+        1 => AggFn::Sum,
+        2 => AggFn::Min,
+        3 => AggFn::Max,
+        4 => AggFn::Avg,
+        5 => AggFn::Stddev,
+        6 => AggFn::Quantize,
+        _ => AggFn::Lquantize {
+            base: r.below(40) as i32 - 20,
+            step: 1 + r.below(10) as u16,
+            levels: 1 + r.below(20) as u16,
+        },
+    };
+    let naggs = r.below(4) as usize;
+    let layout = Layout {
+        tls: r.below(4) as u16,
+        aggs: (0..naggs).map(|_| AggDesc { func: funcs(&mut r), nkeys: r.below(3) as u8 }).collect(),
+    };
+    let programs: Vec<Program> = (0..1 + r.below(3)).map(|_| program(&mut r, &layout)).collect();
+    for p in &programs {
+        debug_assert_eq!(verify(p, &layout), Ok(()));
+    }
+    let mut ts = 1_000_000 + r.below(1 << 40);
+    let firings = (0..1 + r.below(40))
+        .map(|_| {
+            ts += r.below(100_000);
+            let f = Firing {
+                args: [r.value(), r.value(), r.value(), r.value(), r.value(), r.value()],
+                pid: 1000 + r.below(2),
+                tid: 2000 + r.below(CASE_THREADS),
+                cpu: r.below(2),
+                timestamp: ts,
+                uid: r.below(2),
+                gid: 100,
+            };
+            (r.below(programs.len() as u64) as usize, f)
+        })
+        .collect();
+    Case { layout, programs, firings }
+}
+
+fn program(r: &mut Rng, layout: &Layout) -> Program {
+    let mut ops = Vec::new();
+    let mut written: u16 = 0;
+    block(r, layout, &mut ops, &mut written, 0);
+    Program { ops }
+}
+
+/// Emits a few ops, some of them a block skipped when a register is 0 (registers
+/// written only inside it do not count as written after it).
+fn block(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, written: &mut u16, depth: u32) {
+    let reg = |r: &mut Rng| r.below(NREGS as u64) as Reg;
+    for _ in 0..1 + r.below(8) {
+        let pick = |r: &mut Rng, w: u16| -> Option<Reg> {
+            let n = w.count_ones() as u64;
+            if n == 0 {
+                return None;
+            }
+            let k = r.below(n);
+            (0..NREGS as Reg).filter(|&i| w & (1 << i) != 0).nth(k as usize)
+        };
+        let d = reg(r);
+        let choice = r.below(14);
+        let op = match (choice, pick(r, *written), pick(r, *written)) {
+            (0, ..) | (_, None, _) => Op::Const { d, v: r.value() },
+            (1, ..) => Op::Arg { d, n: r.below(6) as u8 },
+            (2, ..) => Op::Get { d, v: Var::ALL[r.below(6) as usize] },
+            (3, Some(a), _) => Op::Mov { d, a },
+            (4 | 5, Some(a), Some(b)) => Op::Bin { op: BinOp::ALL[r.below(15) as usize], d, a, b },
+            (6, Some(a), _) => {
+                let signed = r.below(2) == 0;
+                let mut imm = r.value();
+                if imm == 0 || (signed && imm as i64 == -1) {
+                    imm = 3;
+                }
+                Op::Div { d, a, imm, signed, rem: r.below(2) == 0 }
+            }
+            (7, Some(a), _) => Op::Un { op: [UnOp::Neg, UnOp::BitNot, UnOp::Not][r.below(3) as usize], d, a },
+            (8, Some(a), _) => Op::Ext { d, a, bits: [8, 16, 32][r.below(3) as usize], signed: r.below(2) == 0 },
+            (9, ..) if layout.tls > 0 => Op::TlsLoad { d, slot: r.below(u64::from(layout.tls)) as u16 },
+            (10, Some(a), _) if layout.tls > 0 => Op::TlsStore { slot: r.below(u64::from(layout.tls)) as u16, a },
+            (11, Some(a), Some(b)) if !layout.aggs.is_empty() => {
+                let agg = r.below(layout.aggs.len() as u64) as u16;
+                let nk = layout.aggs[usize::from(agg)].nkeys;
+                // Keys: small values (a bounded number of entries), in a run of registers.
+                let keys = r.below((NREGS - usize::from(nk) + 1) as u64) as Reg;
+                for k in 0..nk {
+                    ops.push(Op::Const { d: keys + k, v: r.below(CASE_KEYS) });
+                    *written |= 1 << (keys + k);
+                }
+                let (val, incr) = if nk > 0 && r.below(2) == 0 { (keys, b) } else { (a, b) };
+                Op::Agg { agg, keys, val, incr }
+            }
+            (12 | 13, Some(a), _) if depth < 3 => {
+                let at = ops.len();
+                ops.push(Op::Jz { a, to: 0 });
+                let mut inner = *written;
+                block(r, layout, ops, &mut inner, depth + 1);
+                let to = ops.len() as u16;
+                ops[at] = Op::Jz { a, to };
+                continue;
+            }
+            _ => Op::Const { d, v: r.value() },
+        };
+        if let (_, Some(d)) = op.regs() {
+            *written |= 1 << d;
+        }
+        ops.push(op);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp::{run, Memory};
+    use crate::layout::BufferLayout;
+    use crate::snapshot::Snapshot;
+
+    #[test]
+    fn cases_verify_and_run() {
+        let mut nonempty = 0;
+        for seed in 0..2000 {
+            let c = case(seed);
+            for p in &c.programs {
+                assert_eq!(verify(p, &c.layout), Ok(()), "seed {seed}");
+            }
+            let buf = BufferLayout::new(&c.layout, 64, 256);
+            let mut mem = vec![0u8; buf.size];
+            for (o, v) in buf.header() {
+                mem.store(o, v);
+            }
+            for (i, f) in &c.firings {
+                run(&c.programs[*i], &c.layout, &buf, f, &mut mem);
+            }
+            let s = Snapshot::read(&c.layout, &buf, &mem);
+            assert_eq!((s.agg_drops, s.dyn_drops), (0, 0), "seed {seed}");
+            nonempty += usize::from(s.aggs.iter().any(|a| !a.is_empty()));
+        }
+        assert!(nonempty > 500, "{nonempty} of 2000 cases aggregate something");
+    }
+}

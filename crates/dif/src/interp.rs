@@ -1,0 +1,365 @@
+//! The reference executor: runs a program on a buffer ([`crate::layout`]). udtrace runs
+//! it at breakpoints (a firing with the thread stopped, on the memfd it shares with the
+//! process), and the tests compare the other executors with it.
+
+use crate::layout::{
+    key_hash, AggFn, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_FILLING, KEY_FREE, KEY_READY, MAX_PROBES,
+    OFF_AGG_DROPS, OFF_DYN_DROPS,
+};
+use crate::op::{Op, Program, Var, NREGS};
+
+/// What a firing knows about itself (what [`Op::Arg`] and [`Op::Get`] read).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Firing {
+    pub args: [u64; 6],
+    pub pid: u64,
+    pub tid: u64,
+    pub cpu: u64,
+    pub timestamp: u64,
+    pub uid: u64,
+    pub gid: u64,
+}
+
+impl Firing {
+    pub fn get(&self, v: Var) -> u64 {
+        match v {
+            Var::Pid => self.pid,
+            Var::Tid => self.tid,
+            Var::Cpu => self.cpu,
+            Var::Timestamp => self.timestamp,
+            Var::Uid => self.uid,
+            Var::Gid => self.gid,
+        }
+    }
+}
+
+/// 64-bit words of a buffer, by byte offset (8-aligned), as a reader sees them.
+pub trait Words {
+    fn load(&self, off: usize) -> u64;
+}
+
+/// A buffer to run programs on. Other writers may share it: `fetch_add` and `cmpxchg`
+/// are atomic where they do.
+pub trait Memory: Words {
+    fn store(&mut self, off: usize, v: u64);
+    /// Adds `v`, returns the word before.
+    fn fetch_add(&mut self, off: usize, v: u64) -> u64;
+    /// Stores `new` if the word is `old`; returns the word before.
+    fn cmpxchg(&mut self, off: usize, old: u64, new: u64) -> u64;
+}
+
+/// A buffer no one else writes (tests, tools).
+impl Words for Vec<u8> {
+    fn load(&self, off: usize) -> u64 {
+        u64::from_le_bytes(self[off..off + 8].try_into().expect("8 bytes"))
+    }
+}
+
+impl Memory for Vec<u8> {
+    fn store(&mut self, off: usize, v: u64) {
+        self[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    fn fetch_add(&mut self, off: usize, v: u64) -> u64 {
+        let old = self.load(off);
+        self.store(off, old.wrapping_add(v));
+        old
+    }
+    fn cmpxchg(&mut self, off: usize, old: u64, new: u64) -> u64 {
+        let cur = self.load(off);
+        if cur == old {
+            self.store(off, new);
+        }
+        cur
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// The thread table had no entry for the thread: nothing was done (a
+    /// dynamic-variable drop, counted in the buffer).
+    NoThreadEntry,
+}
+
+/// Runs `p` for firing `f`. `p` must have passed [`crate::op::verify`] against `layout`.
+/// An aggregation whose keyed table is full drops that update (counted) and the program
+/// goes on.
+pub fn run(p: &Program, layout: &Layout, buf: &BufferLayout, f: &Firing, mem: &mut dyn Memory) -> Outcome {
+    let entry = if p.uses_thread_entry(layout) {
+        match thread_entry(buf, layout, f.tid, mem) {
+            Some(e) => Some(e),
+            None => {
+                drop_on(mem, OFF_DYN_DROPS, f.cpu);
+                return Outcome::NoThreadEntry;
+            }
+        }
+    } else {
+        None
+    };
+    let mut r = [0u64; NREGS];
+    let mut pc = 0;
+    while let Some(&op) = p.ops.get(pc) {
+        pc += 1;
+        match op {
+            Op::Const { d, v } => r[usize::from(d)] = v,
+            Op::Arg { d, n } => r[usize::from(d)] = f.args[usize::from(n)],
+            Op::Get { d, v } => r[usize::from(d)] = f.get(v),
+            Op::Mov { d, a } => r[usize::from(d)] = r[usize::from(a)],
+            Op::Bin { op, d, a, b } => r[usize::from(d)] = op.apply(r[usize::from(a)], r[usize::from(b)]),
+            Op::Div { d, a, imm, signed, rem } => r[usize::from(d)] = Op::divide(r[usize::from(a)], imm, signed, rem),
+            Op::Un { op, d, a } => r[usize::from(d)] = op.apply(r[usize::from(a)]),
+            Op::Ext { d, a, bits, signed } => r[usize::from(d)] = Op::extend(r[usize::from(a)], bits, signed),
+            Op::Jz { a, to } => {
+                if r[usize::from(a)] == 0 {
+                    pc = usize::from(to);
+                }
+            }
+            Op::Jmp { to } => pc = usize::from(to),
+            Op::TlsLoad { d, slot } => {
+                r[usize::from(d)] = entry.map_or(0, |e| mem.load(e + BufferLayout::tls_offset(slot)));
+            }
+            Op::TlsStore { slot, a } => {
+                if let Some(e) = entry {
+                    mem.store(e + BufferLayout::tls_offset(slot), r[usize::from(a)]);
+                }
+            }
+            Op::Agg { agg, keys, val, incr } => {
+                let desc = layout.aggs[usize::from(agg)];
+                let (v, w) = (r[usize::from(val)], r[usize::from(incr)]);
+                match buf.places[usize::from(agg)] {
+                    AggPlace::Thread { row } => {
+                        if let Some(e) = entry {
+                            update_own(desc.func, e + row, v, w, mem);
+                        }
+                    }
+                    AggPlace::Keyed { .. } => {
+                        let k0 = usize::from(keys);
+                        let key = &r[k0..k0 + usize::from(desc.nkeys)];
+                        match keyed_entry(buf, layout, usize::from(agg), key, mem) {
+                            Some(row) => update_shared(desc.func, row, v, w, mem),
+                            None => drop_on(mem, OFF_AGG_DROPS, f.cpu),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Outcome::Done
+}
+
+fn drop_on(mem: &mut dyn Memory, base: usize, cpu: u64) {
+    mem.fetch_add(base + 8 * (cpu as usize % DROP_CPUS), 1);
+}
+
+fn init_row(func: AggFn, row: usize, mem: &mut dyn Memory) {
+    if let Some((w, v)) = func.init() {
+        mem.store(row + 8 * w, v);
+    }
+}
+
+/// The thread's entry (claimed, and its rows set up, on its first firing).
+pub fn thread_entry(buf: &BufferLayout, layout: &Layout, tid: u64, mem: &mut dyn Memory) -> Option<usize> {
+    for i in 0..MAX_PROBES {
+        let e = buf.thread_entry(tid as usize + i);
+        let mut cur = mem.load(e);
+        if cur == 0 {
+            cur = mem.cmpxchg(e, 0, tid);
+            if cur == 0 {
+                for (a, p) in layout.aggs.iter().zip(&buf.places) {
+                    if let AggPlace::Thread { row } = *p {
+                        init_row(a.func, e + row, mem);
+                    }
+                }
+                return Some(e);
+            }
+        }
+        if cur == tid {
+            return Some(e);
+        }
+    }
+    None
+}
+
+/// The row of `key` in aggregation `agg`'s keyed table (made when new).
+pub fn keyed_entry(
+    buf: &BufferLayout,
+    layout: &Layout,
+    agg: usize,
+    key: &[u64],
+    mem: &mut dyn Memory,
+) -> Option<usize> {
+    let AggPlace::Keyed { table, entries, entry_size } = buf.places[agg] else { return None };
+    let h = key_hash(key) as usize;
+    for i in 0..MAX_PROBES {
+        let e = table + ((h + i) & (entries - 1)) * entry_size;
+        let mut status = mem.load(e);
+        if status == KEY_FREE {
+            status = mem.cmpxchg(e, KEY_FREE, KEY_FILLING);
+            if status == KEY_FREE {
+                for (j, &k) in key.iter().enumerate() {
+                    mem.store(e + 8 + 8 * j, k);
+                }
+                let row = e + 8 + 8 * key.len();
+                init_row(layout.aggs[agg].func, row, mem);
+                mem.store(e, KEY_READY);
+                return Some(row);
+            }
+        }
+        if status == KEY_READY && key.iter().enumerate().all(|(j, &k)| mem.load(e + 8 + 8 * j) == k) {
+            return Some(e + 8 + 8 * key.len());
+        }
+    }
+    None
+}
+
+/// An update of a row only this thread writes.
+fn update_own(func: AggFn, row: usize, v: u64, w: u64, mem: &mut dyn Memory) {
+    let add = |mem: &mut dyn Memory, word: usize, x: u64| {
+        let o = mem.load(row + 8 * word);
+        mem.store(row + 8 * word, o.wrapping_add(x));
+    };
+    add(mem, 0, 1);
+    match func {
+        AggFn::Count => {}
+        AggFn::Sum | AggFn::Avg => add(mem, 1, v),
+        AggFn::Min | AggFn::Max => {
+            let cur = mem.load(row + 8) as i64;
+            let better = if func == AggFn::Min { (v as i64) < cur } else { (v as i64) > cur };
+            if better {
+                mem.store(row + 8, v);
+            }
+        }
+        AggFn::Stddev => {
+            add(mem, 1, v);
+            let sq = u128::from((v as i64).unsigned_abs()).pow(2);
+            let lo = mem.load(row + 16);
+            let (nlo, carry) = lo.overflowing_add(sq as u64);
+            mem.store(row + 16, nlo);
+            add(mem, 3, ((sq >> 64) as u64).wrapping_add(u64::from(carry)));
+        }
+        AggFn::Quantize | AggFn::Lquantize { .. } => {
+            let b = func.bucket(v).unwrap_or(0);
+            add(mem, b, w);
+        }
+    }
+}
+
+/// An update of a row any thread may write: every word with an atomic operation.
+fn update_shared(func: AggFn, row: usize, v: u64, w: u64, mem: &mut dyn Memory) {
+    mem.fetch_add(row, 1);
+    match func {
+        AggFn::Count => {}
+        AggFn::Sum | AggFn::Avg => {
+            mem.fetch_add(row + 8, v);
+        }
+        AggFn::Min | AggFn::Max => {
+            let mut cur = mem.load(row + 8);
+            loop {
+                let better = if func == AggFn::Min { (v as i64) < cur as i64 } else { (v as i64) > cur as i64 };
+                if !better {
+                    break;
+                }
+                let seen = mem.cmpxchg(row + 8, cur, v);
+                if seen == cur {
+                    break;
+                }
+                cur = seen;
+            }
+        }
+        AggFn::Stddev => {
+            mem.fetch_add(row + 8, v);
+            let sq = u128::from((v as i64).unsigned_abs()).pow(2);
+            let lo = mem.fetch_add(row + 16, sq as u64);
+            let carry = lo.overflowing_add(sq as u64).1;
+            mem.fetch_add(row + 24, ((sq >> 64) as u64).wrapping_add(u64::from(carry)));
+        }
+        AggFn::Quantize | AggFn::Lquantize { .. } => {
+            let b = func.bucket(v).unwrap_or(0);
+            mem.fetch_add(row + 8 * b, w);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{AggDesc, OFF_THREADS};
+    use crate::op::{verify, BinOp};
+    use crate::snapshot::Snapshot;
+
+    /// entry: `self->ts = timestamp;` return: `/self->ts/ { @q = quantize(timestamp -
+    /// self->ts); @c[arg0 & 1] = count(); self->ts = 0; }`
+    fn latency() -> (Layout, Program, Program) {
+        let layout = Layout {
+            tls: 1,
+            aggs: vec![AggDesc { func: AggFn::Quantize, nkeys: 0 }, AggDesc { func: AggFn::Count, nkeys: 1 }],
+        };
+        let entry = Program { ops: vec![Op::Get { d: 0, v: Var::Timestamp }, Op::TlsStore { slot: 0, a: 0 }] };
+        let ret = Program {
+            ops: vec![
+                Op::TlsLoad { d: 0, slot: 0 },
+                Op::Jz { a: 0, to: 12 },
+                Op::Get { d: 1, v: Var::Timestamp },
+                Op::TlsLoad { d: 2, slot: 0 },
+                Op::Bin { op: BinOp::Sub, d: 1, a: 1, b: 2 },
+                Op::Const { d: 3, v: 1 },
+                Op::Agg { agg: 0, keys: 0, val: 1, incr: 3 },
+                Op::Arg { d: 4, n: 0 },
+                Op::Bin { op: BinOp::And, d: 4, a: 4, b: 3 },
+                Op::Agg { agg: 1, keys: 4, val: 3, incr: 3 },
+                Op::Const { d: 5, v: 0 },
+                Op::TlsStore { slot: 0, a: 5 },
+            ],
+        };
+        verify(&entry, &layout).unwrap();
+        verify(&ret, &layout).unwrap();
+        (layout, entry, ret)
+    }
+
+    #[test]
+    fn the_latency_idiom_pairs_entries_and_returns_per_thread() {
+        let (layout, entry, ret) = latency();
+        let buf = BufferLayout::new(&layout, 64, 64);
+        let mut mem = vec![0u8; buf.size];
+        for (o, v) in buf.header() {
+            mem.store(o, v);
+        }
+        let mut f = Firing { pid: 7, tid: 100, timestamp: 1000, ..Firing::default() };
+        // A return with no entry before it: the predicate fails.
+        assert_eq!(run(&ret, &layout, &buf, &f, &mut mem), Outcome::Done);
+        for (tid, dt) in [(100, 5u64), (101, 17), (100, 1)] {
+            f.tid = tid;
+            f.timestamp = 1000;
+            run(&entry, &layout, &buf, &f, &mut mem);
+            f.timestamp += dt;
+            f.args[0] = dt;
+            run(&ret, &layout, &buf, &f, &mut mem);
+        }
+        let snap = Snapshot::read(&layout, &buf, &mem);
+        let q = &snap.aggs[0][&vec![]];
+        assert_eq!(q[0], 3);
+        assert_eq!(q[1 + crate::layout::quantize_bucket(5)], 1);
+        assert_eq!(q[1 + crate::layout::quantize_bucket(17)], 1);
+        assert_eq!(q[1 + crate::layout::quantize_bucket(1)], 1);
+        assert_eq!(snap.aggs[1][&vec![1]], vec![3]);
+        assert_eq!(snap.tls[&100], vec![0]);
+        assert_eq!(snap.tls[&101], vec![0]);
+        assert_eq!(mem.load(OFF_THREADS + (100 % 64) * buf.entry_size), 100);
+    }
+
+    #[test]
+    fn full_tables_count_drops() {
+        let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }] };
+        let buf = BufferLayout::new(&layout, 1, 1);
+        let mut mem = vec![0u8; buf.size];
+        let p = Program { ops: vec![Op::Arg { d: 0, n: 0 }, Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 }] };
+        for k in [5, 5, 6, 7] {
+            let f = Firing { args: [k, 0, 0, 0, 0, 0], cpu: 1, ..Firing::default() };
+            run(&p, &layout, &buf, &f, &mut mem);
+        }
+        let snap = Snapshot::read(&layout, &buf, &mem);
+        assert_eq!(snap.aggs[0][&vec![5]], vec![2, 10]);
+        assert_eq!(snap.agg_drops, 2);
+    }
+}

@@ -1,0 +1,325 @@
+//! Where a program's variables and aggregations live, and what their words mean.
+//!
+//! **Aggregation state** is a row of 64-bit words, the first the number of updates
+//! ("hits": an entry with none is absent, as a key DTrace never saw), then per function:
+//!
+//! ```text
+//! count      hits
+//! sum        hits, sum
+//! min, max   hits, value            (value starts at i64::MAX / i64::MIN)
+//! avg        hits, sum
+//! stddev     hits, sum, sumsq low, sumsq high   (sumsq: 128 bits, of |value|²)
+//! quantize   hits, 127 buckets
+//! lquantize  hits, levels + 2 bins  (underflow, levels, overflow)
+//! ```
+//!
+//! Rows of the same key merge word by word ([`merge`]): added, min/max compared.
+//!
+//! **The buffer** (in-process and at breakpoints: a memfd shared by the process, its
+//! forked children and udtrace; BPF keeps the same rows in maps):
+//!
+//! ```text
+//! offset  field
+//!      0  u64  MAGIC
+//!      8  u64  nthreads (a power of two)
+//!     16  u64  thread entry size in bytes
+//!   2048  u64 × 128  aggregation drops (a keyed table full), CPU n at n % 128
+//!   3072  u64 × 128  dynamic-variable drops (the thread table full), CPU n at n % 128
+//!   4096  thread table: nthreads entries of [tid, tls × Layout::tls, keyless rows]
+//!         keyed tables, one per aggregation with keys, in aggregation order:
+//!         nentries(agg) entries of [status, keys × nkeys, row]
+//! ```
+//!
+//! A thread finds its entry from `tid & (nthreads - 1)`, looking at most
+//! [`MAX_PROBES`] entries on (wrapping): the one whose first word is its tid, or a free
+//! one (0) it claims with a compare-and-swap, writing the rows' initial words
+//! ([`AggFn::init`]) before using it. Only that thread writes its entry afterwards
+//! (plain stores; udtrace reads it at any time, word by word). A keyed aggregation's
+//! entry is found from [`key_hash`] the same way: `status` 2 is a published entry
+//! (keys and initial words written), 0 free (claimed by a compare-and-swap to 1, then
+//! filled, then 2), 1 being filled by another thread, passed over (two entries may then
+//! hold the same key: readers merge them). Its rows are updated with atomic operations
+//! (any thread of any process sharing the buffer). A firing that finds no entry is
+//! counted as a drop on its CPU and does nothing else.
+
+/// First word of a buffer.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"UDTDIF01");
+pub const OFF_NTHREADS: usize = 8;
+pub const OFF_ENTRY_SIZE: usize = 16;
+pub const OFF_AGG_DROPS: usize = 2048;
+pub const OFF_DYN_DROPS: usize = 3072;
+/// CPUs with a drop counter of their own (CPU n counts at n % DROP_CPUS).
+pub const DROP_CPUS: usize = 128;
+pub const OFF_THREADS: usize = 4096;
+/// Entries looked at, from the hashed one, before a firing gives up (a drop).
+pub const MAX_PROBES: usize = 16;
+
+/// Status words of a keyed entry.
+pub const KEY_FREE: u64 = 0;
+pub const KEY_FILLING: u64 = 1;
+pub const KEY_READY: u64 = 2;
+
+pub const QUANTIZE_BUCKETS: usize = 127;
+pub const QUANTIZE_ZERO: usize = 63;
+
+/// An aggregating function with its constant parameters, as a row needs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AggFn {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+    Stddev,
+    Quantize,
+    /// `levels` = (limit - base) / step, at least 1.
+    Lquantize {
+        base: i32,
+        step: u16,
+        levels: u16,
+    },
+}
+
+impl AggFn {
+    /// Words in a row, hits included.
+    pub fn words(self) -> usize {
+        match self {
+            AggFn::Count => 1,
+            AggFn::Sum | AggFn::Min | AggFn::Max | AggFn::Avg => 2,
+            AggFn::Stddev => 4,
+            AggFn::Quantize => 1 + QUANTIZE_BUCKETS,
+            AggFn::Lquantize { levels, .. } => 1 + usize::from(levels) + 2,
+        }
+    }
+
+    /// Words a fresh row starts with other than 0: (word index, value).
+    pub fn init(self) -> Option<(usize, u64)> {
+        match self {
+            AggFn::Min => Some((1, i64::MAX as u64)),
+            AggFn::Max => Some((1, i64::MIN as u64)),
+            _ => None,
+        }
+    }
+
+    /// The word (index in the row) a value adds `incr` to, for the quantize family.
+    pub fn bucket(self, value: u64) -> Option<usize> {
+        match self {
+            AggFn::Quantize => Some(1 + quantize_bucket(value as i64)),
+            AggFn::Lquantize { base, step, levels } => Some(1 + lquantize_bucket(value, base, step, levels)),
+            _ => None,
+        }
+    }
+}
+
+/// The quantize bucket of a value: 63 for 0; 64 + ⌊log2 v⌋ for v > 0; 62 − ⌊log2 |v|⌋ for
+/// v < 0, at least 0 (DTrace's power-of-two buckets, labelled by `quantize_label`).
+pub fn quantize_bucket(v: i64) -> usize {
+    if v == 0 {
+        QUANTIZE_ZERO
+    } else if v > 0 {
+        64 + (63 - v.leading_zeros() as usize)
+    } else {
+        let log = 63 - v.unsigned_abs().leading_zeros() as usize;
+        62usize.saturating_sub(log)
+    }
+}
+
+/// The value that labels quantize bucket `i`.
+pub fn quantize_label(i: usize) -> i64 {
+    if i < QUANTIZE_ZERO {
+        -(1i64 << (QUANTIZE_ZERO - 1 - i))
+    } else if i == QUANTIZE_ZERO {
+        0
+    } else {
+        1i64 << (i - QUANTIZE_ZERO - 1).min(62)
+    }
+}
+
+/// The lquantize bin of a value, compared in 32 bits as the kernel does: 0 below
+/// `base`, `levels + 1` at or past the limit.
+pub fn lquantize_bucket(value: u64, base: i32, step: u16, levels: u16) -> usize {
+    let v = i64::from(value as i32);
+    let base = i64::from(base);
+    if v < base {
+        return 0;
+    }
+    let level = (v - base) / i64::from(step.max(1));
+    if level < i64::from(levels) {
+        level as usize + 1
+    } else {
+        usize::from(levels) + 1
+    }
+}
+
+/// One aggregation as a program updates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AggDesc {
+    pub func: AggFn,
+    /// Key registers (0: one row per thread, summed by the reader).
+    pub nkeys: u8,
+}
+
+/// What every site's program of a session shares: thread-local variables (slots) and
+/// aggregations (ids), the same in every process and executor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Layout {
+    pub tls: u16,
+    pub aggs: Vec<AggDesc>,
+}
+
+/// The hash of a key (its words in order) that picks a keyed entry.
+pub fn key_hash(keys: &[u64]) -> u64 {
+    let mut h: u64 = 0x243f_6a88_85a3_08d3;
+    for &k in keys {
+        h = (h ^ k).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 29;
+    }
+    h
+}
+
+/// A [`Layout`] placed in a buffer: every offset the executors and readers use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BufferLayout {
+    pub nthreads: usize,
+    /// Bytes per thread entry.
+    pub entry_size: usize,
+    /// Per aggregation: where its row is in a thread entry (keyless), or its keyed
+    /// table (offset in the buffer, entries, bytes per entry).
+    pub places: Vec<AggPlace>,
+    /// The buffer's size in bytes.
+    pub size: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggPlace {
+    /// Byte offset of the row in a thread entry.
+    Thread { row: usize },
+    /// A keyed table: the row is at `8 + 8 * nkeys` in each entry.
+    Keyed { table: usize, entries: usize, entry_size: usize },
+}
+
+impl BufferLayout {
+    /// `nthreads` and `keyed_entries` (per keyed aggregation) are rounded up to powers
+    /// of two.
+    pub fn new(layout: &Layout, nthreads: usize, keyed_entries: usize) -> BufferLayout {
+        let nthreads = nthreads.max(1).next_power_of_two();
+        let keyed_entries = keyed_entries.max(1).next_power_of_two();
+        let mut entry_size = 8 + 8 * usize::from(layout.tls);
+        let mut places = Vec::with_capacity(layout.aggs.len());
+        for a in &layout.aggs {
+            if a.nkeys == 0 {
+                places.push(AggPlace::Thread { row: entry_size });
+                entry_size += 8 * a.func.words();
+            } else {
+                places.push(AggPlace::Keyed { table: 0, entries: keyed_entries, entry_size: 0 });
+            }
+        }
+        let mut off = OFF_THREADS + nthreads * entry_size;
+        for (p, a) in places.iter_mut().zip(&layout.aggs) {
+            if let AggPlace::Keyed { table, entries, entry_size } = p {
+                *table = off;
+                *entry_size = 8 + 8 * usize::from(a.nkeys) + 8 * a.func.words();
+                off += *entries * *entry_size;
+            }
+        }
+        let page = 4096;
+        BufferLayout { nthreads, entry_size, places, size: off.div_ceil(page) * page }
+    }
+
+    /// The initial header words: (offset, value).
+    pub fn header(&self) -> [(usize, u64); 3] {
+        [(0, MAGIC), (OFF_NTHREADS, self.nthreads as u64), (OFF_ENTRY_SIZE, self.entry_size as u64)]
+    }
+
+    pub fn thread_entry(&self, i: usize) -> usize {
+        OFF_THREADS + (i & (self.nthreads - 1)) * self.entry_size
+    }
+
+    /// Byte offset of thread-local slot `slot` in a thread entry.
+    pub fn tls_offset(slot: u16) -> usize {
+        8 + 8 * usize::from(slot)
+    }
+}
+
+/// Merges row `from` into row `into` (same function): what readers do with the rows of
+/// threads, CPUs, processes and duplicate keyed entries.
+pub fn merge(func: AggFn, into: &mut [u64], from: &[u64]) {
+    let (Some(&h), Some(&g)) = (from.first(), into.first()) else { return };
+    if h == 0 {
+        return;
+    }
+    match func {
+        AggFn::Min | AggFn::Max => {
+            let (a, b) = (into[1] as i64, from[1] as i64);
+            let better = if func == AggFn::Min { b < a } else { b > a };
+            if g == 0 || better {
+                into[1] = b as u64;
+            }
+            into[0] = g.wrapping_add(h);
+        }
+        AggFn::Stddev => {
+            into[0] = g.wrapping_add(h);
+            into[1] = into[1].wrapping_add(from[1]);
+            let sq = (u128::from(into[3]) << 64 | u128::from(into[2]))
+                .wrapping_add(u128::from(from[3]) << 64 | u128::from(from[2]));
+            into[2] = sq as u64;
+            into[3] = (sq >> 64) as u64;
+        }
+        _ => {
+            for (a, b) in into.iter_mut().zip(from) {
+                *a = a.wrapping_add(*b);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantize_buckets_hold_their_labels() {
+        for i in 0..QUANTIZE_BUCKETS {
+            let l = quantize_label(i);
+            assert_eq!(quantize_bucket(l), i, "label {l}");
+        }
+        assert_eq!(quantize_bucket(i64::MIN), 0);
+        assert_eq!(quantize_bucket(i64::MAX), 126);
+        assert_eq!(quantize_bucket(3), 65);
+        assert_eq!(quantize_bucket(-3), 61);
+    }
+
+    #[test]
+    fn rows_merge() {
+        let mut a = [2, 5];
+        merge(AggFn::Min, &mut a, &[1, 3]);
+        assert_eq!(a, [3, 3]);
+        merge(AggFn::Min, &mut a, &[0, 1]);
+        assert_eq!(a, [3, 3]);
+        let mut s = [1, 1, u64::MAX, 0];
+        merge(AggFn::Stddev, &mut s, &[1, 2, 1, 0]);
+        assert_eq!(s, [2, 3, 0, 1]);
+    }
+
+    #[test]
+    fn a_buffer_places_keyless_rows_in_thread_entries() {
+        let layout = Layout {
+            tls: 2,
+            aggs: vec![
+                AggDesc { func: AggFn::Count, nkeys: 0 },
+                AggDesc { func: AggFn::Sum, nkeys: 2 },
+                AggDesc { func: AggFn::Quantize, nkeys: 0 },
+            ],
+        };
+        let b = BufferLayout::new(&layout, 1000, 100);
+        assert_eq!(b.nthreads, 1024);
+        assert_eq!(b.entry_size, 24 + 8 + 8 * 128);
+        assert_eq!(b.places[0], AggPlace::Thread { row: 24 });
+        assert_eq!(b.places[2], AggPlace::Thread { row: 32 });
+        assert_eq!(
+            b.places[1],
+            AggPlace::Keyed { table: OFF_THREADS + 1024 * b.entry_size, entries: 128, entry_size: 8 + 16 + 16 }
+        );
+        assert_eq!(b.size % 4096, 0);
+    }
+}

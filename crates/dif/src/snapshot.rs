@@ -1,0 +1,78 @@
+//! Reading a buffer back: every thread's variables, every aggregation's rows merged by
+//! key (threads' rows of a keyless aggregation into one; duplicate keyed entries into
+//! one), and the drops. What udtrace does at `aggrate`, at `printa()` and at the end,
+//! and what the tests compare executors by.
+
+use std::collections::BTreeMap;
+
+use crate::interp::Words;
+use crate::layout::{merge, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_READY, OFF_AGG_DROPS, OFF_DYN_DROPS};
+
+/// A buffer's contents, independent of how an executor stored them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Per thread id, its thread-local slots.
+    pub tls: BTreeMap<u64, Vec<u64>>,
+    /// Per aggregation, key → row (keyless: the empty key). Rows without hits are left
+    /// out.
+    pub aggs: Vec<BTreeMap<Vec<u64>, Vec<u64>>>,
+    pub agg_drops: u64,
+    pub dyn_drops: u64,
+}
+
+impl Snapshot {
+    pub fn empty(layout: &Layout) -> Snapshot {
+        Snapshot { aggs: vec![BTreeMap::new(); layout.aggs.len()], ..Snapshot::default() }
+    }
+
+    pub fn read(layout: &Layout, buf: &BufferLayout, mem: &dyn Words) -> Snapshot {
+        let mut s = Snapshot::empty(layout);
+        let row = |off: usize, words: usize| (0..words).map(|w| mem.load(off + 8 * w)).collect::<Vec<u64>>();
+        for i in 0..buf.nthreads {
+            let e = buf.thread_entry(i);
+            let tid = mem.load(e);
+            if tid == 0 {
+                continue;
+            }
+            let tls = row(e + 8, usize::from(layout.tls));
+            s.tls.entry(tid).or_insert(tls);
+            for (a, (desc, place)) in layout.aggs.iter().zip(&buf.places).enumerate() {
+                if let AggPlace::Thread { row: r } = *place {
+                    s.add(a, desc.func, Vec::new(), &row(e + r, desc.func.words()));
+                }
+            }
+        }
+        for (a, (desc, place)) in layout.aggs.iter().zip(&buf.places).enumerate() {
+            if let AggPlace::Keyed { table, entries, entry_size } = *place {
+                for i in 0..entries {
+                    let e = table + i * entry_size;
+                    if mem.load(e) != KEY_READY {
+                        continue;
+                    }
+                    let n = usize::from(desc.nkeys);
+                    let key = row(e + 8, n);
+                    s.add(a, desc.func, key, &row(e + 8 + 8 * n, desc.func.words()));
+                }
+            }
+        }
+        for c in 0..DROP_CPUS {
+            s.agg_drops += mem.load(OFF_AGG_DROPS + 8 * c);
+            s.dyn_drops += mem.load(OFF_DYN_DROPS + 8 * c);
+        }
+        s
+    }
+
+    /// Merges one row (an executor's thread, CPU or duplicate entry) into aggregation
+    /// `agg` at `key`.
+    pub fn add(&mut self, agg: usize, func: crate::layout::AggFn, key: Vec<u64>, row: &[u64]) {
+        if row.first().copied().unwrap_or(0) == 0 {
+            return;
+        }
+        match self.aggs[agg].get_mut(&key) {
+            Some(into) => merge(func, into, row),
+            None => {
+                self.aggs[agg].insert(key, row.to_vec());
+            }
+        }
+    }
+}
