@@ -80,6 +80,70 @@ pub struct Setup {
     pub stash: StashPlan,
     /// Which firings save and which read them, per probe.
     pub probe_ops: ProbeOps,
+    /// The thread-local variables and aggregations that live at the firing
+    /// (docs/firing.md), the same for every site's program.
+    pub layout: udtrace_dif::Layout,
+    /// What each probe's firings compute where they fire, and whether they still
+    /// need a record.
+    pub work: ProbeWork,
+}
+
+/// What the clauses enabled on one probe do at the firing (docs/firing.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Work {
+    /// The clauses that run at the firing, in order, compiled for this probe.
+    pub program: udtrace_dif::Program,
+    /// Some clause enabled on the probe runs in the consumer: the firing writes its
+    /// record (after the program).
+    pub record: bool,
+}
+
+impl Default for Work {
+    /// A probe nothing was said of: recorded, as every probe was before.
+    fn default() -> Work {
+        Work { program: udtrace_dif::Program::default(), record: true }
+    }
+}
+
+/// Per probe, its [`Work`]. The session adds each clause's as it enables the clause,
+/// before it arms the probe; a backend reads a site's with [`ProbeWork::site`].
+#[derive(Debug, Clone, Default)]
+pub struct ProbeWork(Rc<RefCell<HashMap<u32, Work>>>);
+
+impl ProbeWork {
+    /// Enables one more clause on `probe_id`: its program (empty when it runs in the
+    /// consumer) runs after the clauses enabled before it; `record`: it runs in the
+    /// consumer.
+    pub fn add(&self, probe_id: u32, program: &udtrace_dif::Program, record: bool) {
+        let mut map = self.0.borrow_mut();
+        let w = map.entry(probe_id).or_insert(Work { program: udtrace_dif::Program::default(), record: false });
+        w.program.append(program);
+        w.record |= record;
+    }
+
+    pub fn get(&self, probe_id: u32) -> Work {
+        self.0.borrow().get(&probe_id).cloned().unwrap_or_default()
+    }
+
+    /// What a site's firing does: its targets' programs in order (each run only in
+    /// its own process when the target names one), and a record if any target needs one.
+    pub fn site(&self, targets: &[SiteTarget]) -> Work {
+        let mut site = Work { program: udtrace_dif::Program::default(), record: false };
+        let shared = targets.iter().any(|t| t.pid != targets[0].pid);
+        for t in targets {
+            let w = self.get(t.probe_id);
+            site.record |= w.record;
+            if w.program.ops.is_empty() {
+                continue;
+            }
+            if shared && t.pid != 0 {
+                site.program.append_for_pid(&w.program, t.pid as u64, 0);
+            } else {
+                site.program.append(&w.program);
+            }
+        }
+        site
+    }
 }
 
 /// Per probe, the stash ops ([`StashPlan::clause_ops`]) of the clauses enabled on it.
@@ -321,6 +385,13 @@ pub trait Backend {
 
     /// Firings lost since the last call, per CPU: (cpu, count).
     fn new_drops(&mut self) -> Vec<(usize, u64)>;
+
+    /// What the programs of [`Setup::work`] have left so far, in every process,
+    /// buffer and map, merged ([`udtrace_dif::snapshot::Snapshot`]; its drops are
+    /// totals since the start).
+    fn firing_snapshot(&mut self) -> udtrace_dif::snapshot::Snapshot {
+        udtrace_dif::snapshot::Snapshot::default()
+    }
 }
 
 /// What a SIGTRAP stop was.
@@ -364,6 +435,8 @@ mod tests {
             unheld: Vec::new(),
             stash: StashPlan::default(),
             probe_ops: ProbeOps::default(),
+            layout: udtrace_dif::Layout::default(),
+            work: ProbeWork::default(),
         }
     }
 

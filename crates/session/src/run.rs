@@ -306,6 +306,8 @@ fn arm(
         unheld: unheld_pids,
         stash: c.stash.clone(),
         probe_ops: c.probe_ops.clone(),
+        layout: udtrace_dif::Layout::default(),
+        work: udtrace_providers::backend::ProbeWork::default(),
     };
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
