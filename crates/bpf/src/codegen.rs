@@ -23,6 +23,8 @@ pub enum CodegenError {
     RingTooSmall { record: usize, ring: usize },
     #[error("the record plan stashes addresses, and there are no maps for them (or more than 8 slots)")]
     NoStashMaps,
+    #[error(transparent)]
+    Dif(#[from] crate::dif::DifError),
 }
 
 /// The maps a uprobe program uses.
@@ -242,6 +244,34 @@ pub fn uprobe_program_for(
     filter: Filter,
     sleepable: bool,
 ) -> Result<Vec<Insn>, CodegenError> {
+    uprobe_program_work(plan, maps, filter, sleepable, SiteWork::default())
+}
+
+/// What a site's firings do besides passing the filter (docs/firing.md).
+#[derive(Clone, Copy)]
+pub struct SiteWork<'a> {
+    /// The program of the clauses that run at the firing, before any record.
+    pub dif: Option<crate::dif::DifCode<'a>>,
+    /// Whether a record is written (some clause runs in the consumer).
+    pub record: bool,
+}
+
+impl Default for SiteWork<'_> {
+    /// Recorded, nothing run: what every site did before.
+    fn default() -> Self {
+        SiteWork { dif: None, record: true }
+    }
+}
+
+/// As [`uprobe_program_for`], running `work`'s program first and writing a record only
+/// when it says so (a site without one reserves nothing in the ring).
+pub fn uprobe_program_work(
+    plan: &RecordPlan,
+    maps: &ProbeMaps,
+    filter: Filter,
+    sleepable: bool,
+    work: SiteWork<'_>,
+) -> Result<Vec<Insn>, CodegenError> {
     let layout = RecordLayout::new(plan)?;
     if layout.size + 8 > maps.ring.size() {
         return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring.size() });
@@ -266,6 +296,16 @@ pub fn uprobe_program_for(
         Filter::AllBut(pid) => {
             a.jmp_imm(Cond::Eq, Reg::R1, pid as i32, out);
         }
+    }
+
+    if let Some(code) = work.dif {
+        crate::dif::emit(&mut a, code)?;
+    }
+    if !work.record {
+        a.bind(out);
+        a.push(mov64_imm(Reg::R0, 0));
+        a.exit();
+        return Ok(a.finish()?);
     }
 
     emit_reserve(&mut a, maps, layout.size, out);

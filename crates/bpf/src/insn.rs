@@ -105,6 +105,8 @@ pub enum AluOp {
     And = 0x50,
     Lsh = 0x60,
     Rsh = 0x70,
+    /// `dst = -dst` (the source is unused).
+    Neg = 0x80,
     Mod = 0x90,
     Xor = 0xa0,
     Mov = 0xb0,
@@ -174,6 +176,17 @@ pub fn stx(size: Size, dst: Reg, off: i16, src: Reg) -> Insn {
 pub fn atomic_add(size: Size, dst: Reg, off: i16, src: Reg) -> Insn {
     insn(STX | ATOMIC | size as u8, dst, src, off, 0)
 }
+/// `src = atomic_fetch_add((size *)(dst + off), src)`: adds, and `src` gets the old value.
+pub fn atomic_fetch_add(size: Size, dst: Reg, off: i16, src: Reg) -> Insn {
+    insn(STX | ATOMIC | size as u8, dst, src, off, BPF_FETCH)
+}
+/// `r0 = cmpxchg((size *)(dst + off), r0, src)`: stores `src` if the word is `r0`; `r0`
+/// gets the word before either way.
+pub fn atomic_cmpxchg(size: Size, dst: Reg, off: i16, src: Reg) -> Insn {
+    insn(STX | ATOMIC | size as u8, dst, src, off, BPF_CMPXCHG)
+}
+const BPF_FETCH: i32 = 0x01;
+const BPF_CMPXCHG: i32 = 0xf0 | BPF_FETCH;
 /// `*(size *)(dst + off) = imm`
 pub fn st(size: Size, dst: Reg, off: i16, imm: i32) -> Insn {
     insn(ST | MEM | size as u8, dst, Reg::R0, off, imm)
@@ -218,6 +231,7 @@ pub mod helper {
     pub const MAP_LOOKUP_ELEM: i32 = 1;
     pub const MAP_UPDATE_ELEM: i32 = 2;
     pub const MAP_DELETE_ELEM: i32 = 3;
+    pub const TAIL_CALL: i32 = 12;
     pub const KTIME_GET_NS: i32 = 5;
     pub const GET_SMP_PROCESSOR_ID: i32 = 8;
     pub const GET_CURRENT_PID_TGID: i32 = 14;

@@ -13,6 +13,7 @@
 
 pub mod btf;
 pub mod codegen;
+pub mod dif;
 pub mod insn;
 pub mod kmem;
 pub mod lineage;

@@ -226,6 +226,133 @@ impl<V: Pod> AsFd for PerCpuArray<V> {
     }
 }
 
+/// What a [`RawMap`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawKind {
+    Hash,
+    Array,
+    /// Programs for `bpf_tail_call`, by index (values are program fds).
+    ProgArray,
+    PerCpuHash,
+    PerCpuArray,
+}
+
+impl RawKind {
+    fn map_type(self) -> u32 {
+        match self {
+            RawKind::Hash => BPF_MAP_TYPE_HASH,
+            RawKind::Array => 2,
+            RawKind::ProgArray => 3,
+            RawKind::PerCpuHash => 5,
+            RawKind::PerCpuArray => BPF_MAP_TYPE_PERCPU_ARRAY,
+        }
+    }
+
+    fn per_cpu(self) -> bool {
+        matches!(self, RawKind::PerCpuHash | RawKind::PerCpuArray)
+    }
+}
+
+/// Hash entries are allocated as they are made, not all at creation: maps sized for
+/// the worst case cost only what is used.
+const BPF_F_NO_PREALLOC: u32 = 1;
+/// `bpf_map_update_elem`'s flag: only a key that is not there yet.
+pub const BPF_NOEXIST: u64 = 1;
+
+/// A map whose key and value sizes are known at run time only (rows of aggregations,
+/// thread-local variables). Values of per-CPU maps are read and written for every
+/// possible CPU at once, CPU after CPU, each padded to 8 bytes.
+pub struct RawMap {
+    fd: OwnedFd,
+    kind: RawKind,
+    key_size: usize,
+    value_size: usize,
+    ncpus: usize,
+}
+
+impl RawMap {
+    pub fn create(
+        kind: RawKind,
+        name: &str,
+        key_size: usize,
+        value_size: usize,
+        max_entries: u32,
+    ) -> Result<RawMap, MapError> {
+        let flags = if matches!(kind, RawKind::Hash | RawKind::PerCpuHash) { BPF_F_NO_PREALLOC } else { 0 };
+        let spec = MapSpec {
+            map_type: kind.map_type(),
+            key_size: key_size as u32,
+            value_size: value_size as u32,
+            max_entries,
+            flags,
+            name,
+        };
+        let fd = sys::map_create(&spec).map_err(|source| MapError::Create { name: name.to_string(), source })?;
+        let ncpus = if kind.per_cpu() { possible_cpus()? } else { 1 };
+        Ok(RawMap { fd, kind, key_size, value_size, ncpus })
+    }
+
+    /// Bytes of one CPU's value as the kernel hands it out.
+    pub fn stride(&self) -> usize {
+        if self.kind.per_cpu() {
+            self.value_size.div_ceil(8) * 8
+        } else {
+            self.value_size
+        }
+    }
+
+    /// Possible CPUs (1 for maps that are not per CPU).
+    pub fn cpus(&self) -> usize {
+        self.ncpus
+    }
+
+    fn all_size(&self) -> usize {
+        self.stride() * self.ncpus
+    }
+
+    /// The value at `key` (per CPU: every CPU's, [`RawMap::stride`] bytes each).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, MapError> {
+        let mut v = vec![0u8; self.all_size()];
+        let len = v.len();
+        match sys::map_lookup_elem(self.fd.as_fd(), key, self.key_size, &mut v, len) {
+            Ok(()) => Ok(Some(v)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(MapError::Lookup(e)),
+        }
+    }
+
+    /// Sets the value at `key` (per CPU: every CPU's, as [`RawMap::get`] gives them).
+    pub fn set(&self, key: &[u8], value: &[u8], flags: u64) -> Result<(), MapError> {
+        sys::map_update_elem(self.fd.as_fd(), key, self.key_size, value, self.all_size(), flags)
+            .map_err(MapError::Update)
+    }
+
+    /// Every key now in the map (a hash changed meanwhile may give some twice or miss
+    /// some: readers merge, and read again later).
+    pub fn keys(&self) -> Result<Vec<Vec<u8>>, MapError> {
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        let mut next = vec![0u8; self.key_size];
+        loop {
+            let prev = out.last().map(|k| k.as_slice());
+            match sys::map_get_next_key(self.fd.as_fd(), prev, &mut next) {
+                Ok(()) => out.push(next.clone()),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
+                Err(e) => return Err(MapError::Lookup(e)),
+            }
+        }
+    }
+
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl AsFd for RawMap {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 /// A BPF ring buffer map; read it with [`crate::ringbuf::RingBufReader`].
 pub struct RingBuf {
     fd: OwnedFd,

@@ -14,6 +14,7 @@ const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
@@ -151,6 +152,16 @@ pub fn map_delete_elem(map: BorrowedFd<'_>, key: &[u8], key_size: usize) -> io::
     check_len("key", key.len(), key_size)?;
     let mut a = elem_attr(map, key.as_ptr(), 0, 0);
     sys_bpf(BPF_MAP_DELETE_ELEM, &mut a).map(drop)
+}
+
+/// The key after `key` (the first key when `key` is None) into `next`; ENOENT after
+/// the last.
+pub fn map_get_next_key(map: BorrowedFd<'_>, key: Option<&[u8]>, next: &mut [u8]) -> io::Result<()> {
+    if let Some(k) = key {
+        check_len("key", k.len(), next.len())?;
+    }
+    let mut a = elem_attr(map, key.map_or(std::ptr::null(), |k| k.as_ptr()), ptr(next.as_mut_ptr()), 0);
+    sys_bpf(BPF_MAP_GET_NEXT_KEY, &mut a).map(drop)
 }
 
 /// What BPF_PROG_LOAD needs. `insns` is the encoded program, 8 bytes per slot.

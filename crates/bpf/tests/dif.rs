@@ -1,0 +1,177 @@
+//! The BPF executor of the firing-time language against the reference interpreter
+//! (`udtrace_dif::interp`): random cases (`udtrace_dif::gen`) compiled into real uprobe
+//! programs, loaded through the verifier, fired by calls of a function of this test
+//! binary with each firing's arguments, and their maps read back. What a firing knows
+//! besides its arguments (pid, tid, cpu, timestamp, uid, gid) comes from a map the test
+//! fills before each call (`Gets::Map`), so that the interpreter sees the same values.
+//!
+//! One uprobe link serves every case: its program tail-calls the case's program in the
+//! slot the test names, as closing links waits out a grace period each.
+
+mod common;
+
+use std::hint::black_box;
+
+use udtrace_bpf::codegen::{uprobe_program_work, Filter, ProbeMaps, SiteWork};
+use udtrace_bpf::dif::{without_zero_threads, DifCode, DifMaps, DifSizes, Gets};
+use udtrace_bpf::insn::{helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, Asm, Cond, Reg, Size};
+use udtrace_bpf::maps::{RawKind, RawMap};
+use udtrace_bpf::prog::{Program, ProgramKind};
+use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
+use udtrace_dif::gen::{case, Case};
+use udtrace_dif::interp::{run, Firing, Memory};
+use udtrace_dif::layout::{AggDesc, AggFn, BufferLayout};
+use udtrace_dif::op::{Op, Program as Dif, Var};
+use udtrace_dif::snapshot::Snapshot;
+use udtrace_dif::Layout;
+use udtrace_record::pid::RecordPlan;
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn udtrace_dif_target(a: u64, b: u64, c: u64, d: u64, e: u64, f: u64) -> u64 {
+    black_box(a) ^ black_box(b) ^ black_box(c) ^ black_box(d) ^ black_box(e) ^ black_box(f)
+}
+
+/// Words of the firing map: the six values of `Var::ALL`, then the program slot.
+const FIRING_WORDS: usize = 7;
+const SLOTS: u32 = 4;
+
+/// The probe on [`udtrace_dif_target`] and what its program reads.
+struct Rig {
+    probe: ProbeMaps,
+    firing: RawMap,
+    slots: RawMap,
+    _dispatch: Program,
+    _link: MultiLink,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let probe = ProbeMaps::create(1 << 16, 64).expect("maps");
+        probe.traced.insert(&std::process::id(), &1).expect("traced");
+        let firing = RawMap::create(RawKind::Array, "udtrace_tfire", 4, 8 * FIRING_WORDS, 1).expect("firing map");
+        let slots = RawMap::create(RawKind::ProgArray, "udtrace_tslots", 4, 4, SLOTS).expect("prog array");
+        let mut a = Asm::new();
+        let out = a.label();
+        a.push(mov64_reg(Reg::R6, Reg::R1));
+        a.push(st(Size::W, Reg::R10, -4, 0));
+        a.map_lookup(firing.raw_fd(), -4);
+        a.jmp_imm(Cond::Eq, Reg::R0, 0, out);
+        a.push(ldx(Size::DW, Reg::R3, Reg::R0, 8 * (FIRING_WORDS as i16 - 1)));
+        a.push(mov64_reg(Reg::R1, Reg::R6));
+        a.push_wide(ld_map_fd(Reg::R2, slots.raw_fd()));
+        a.call(helper::TAIL_CALL);
+        a.bind(out);
+        a.push(mov64_imm(Reg::R0, 0));
+        a.exit();
+        let dispatch = Program::load(ProgramKind::UprobeMulti, "udtrace_tdisp", &a.finish().expect("asm"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (exe, off) = common::own_function("udtrace_dif_target");
+        let link = attach_multi_pid(&dispatch, &exe, &[Site { offset: off, cookie: 0 }], false, std::process::id())
+            .expect("attach");
+        Rig { probe, firing, slots, _dispatch: dispatch, _link: link }
+    }
+
+    /// Runs `programs` on `firings` in the kernel; the maps' snapshot.
+    fn run(&self, layout: &Layout, sizes: DifSizes, programs: &[Dif], firings: &[(usize, Firing)]) -> Snapshot {
+        let maps = DifMaps::create(layout, sizes).expect("dif maps");
+        let loaded: Vec<Program> = programs
+            .iter()
+            .map(|p| {
+                let code = DifCode { program: p, maps: &maps, gets: Gets::Map(self.firing.raw_fd()) };
+                let work = SiteWork { dif: Some(code), record: false };
+                let insns = uprobe_program_work(&RecordPlan::default(), &self.probe, Filter::Traced, false, work)
+                    .unwrap_or_else(|e| panic!("compile {p:?}: {e}"));
+                Program::load(ProgramKind::UprobeMulti, "udtrace_tdif", &insns)
+                    .unwrap_or_else(|e| panic!("load {p:?}: {e}"))
+            })
+            .collect();
+        for (i, p) in loaded.iter().enumerate() {
+            use std::os::fd::{AsFd, AsRawFd};
+            let fd = p.as_fd().as_raw_fd() as u32;
+            self.slots.set(&(i as u32).to_ne_bytes(), &fd.to_ne_bytes(), 0).expect("slot");
+        }
+        for (i, f) in firings {
+            let mut v = Vec::with_capacity(8 * FIRING_WORDS);
+            for w in Var::ALL.iter().map(|&var| f.get(var)).chain([*i as u64]) {
+                v.extend_from_slice(&w.to_ne_bytes());
+            }
+            self.firing.set(&0u32.to_ne_bytes(), &v, 0).expect("firing");
+            let a = f.args;
+            black_box(udtrace_dif_target(
+                black_box(a[0]),
+                black_box(a[1]),
+                black_box(a[2]),
+                black_box(a[3]),
+                black_box(a[4]),
+                black_box(a[5]),
+            ));
+        }
+        maps.snapshot().expect("snapshot")
+    }
+}
+
+/// What the interpreter leaves for the same firings, on a buffer of `threads` thread
+/// entries and `keys` entries per keyed table.
+fn interpret(layout: &Layout, threads: usize, keys: usize, programs: &[Dif], firings: &[(usize, Firing)]) -> Snapshot {
+    let buf = BufferLayout::new(layout, threads, keys);
+    let mut mem = vec![0u8; buf.size];
+    for (o, v) in buf.header() {
+        mem.store(o, v);
+    }
+    for (i, f) in firings {
+        run(&programs[*i], layout, &buf, f, &mut mem);
+    }
+    Snapshot::read(layout, &buf, &mem)
+}
+
+/// Cases run in the normal test run (and in `.ci/run`): each loads up to three programs.
+const SEEDS: u64 = 2000;
+
+#[test]
+fn bpf_agrees_with_the_interpreter() {
+    if !common::bpf_available("bpf_agrees_with_the_interpreter") {
+        return;
+    }
+    let _serial = common::serial();
+    let rig = Rig::new();
+    let seeds: u64 = std::env::var("UDTRACE_DIF_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS);
+    let mut compared = 0;
+    for seed in 0..seeds {
+        let Case { layout, programs, firings } = case(seed);
+        let want = interpret(&layout, 64, 256, &programs, &firings);
+        let got = rig.run(&layout, DifSizes { threads: 64, keys: 256 }, &programs, &firings);
+        let (want, got) = (without_zero_threads(&want), without_zero_threads(&got));
+        assert_eq!(got, want, "seed {seed}: BPF (left) and the interpreter (right) differ\n{programs:#?}");
+        compared += usize::from(want.aggs.iter().any(|a| !a.is_empty()) || !want.tls.is_empty());
+    }
+    assert!(compared * 4 > seeds as usize, "only {compared} of {seeds} cases left anything");
+}
+
+/// Full maps: a keyed aggregation with room for one key counts the others' updates as
+/// aggregation drops, and a thread with no room for its variables does nothing and
+/// counts a dynamic-variable drop, as the interpreter's full tables do.
+#[test]
+fn full_maps_count_drops_as_the_interpreter() {
+    if !common::bpf_available("full_maps_count_drops_as_the_interpreter") {
+        return;
+    }
+    let _serial = common::serial();
+    let rig = Rig::new();
+    let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }] };
+    let program = Dif {
+        ops: vec![
+            Op::Get { d: 0, v: Var::Tid },
+            Op::TlsStore { slot: 0, a: 0 },
+            Op::Arg { d: 1, n: 0 },
+            Op::Agg { agg: 0, keys: 1, val: 1, incr: 1 },
+        ],
+    };
+    let firing =
+        |tid, key| (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, cpu: 0, timestamp: 1, uid: 0, gid: 0 });
+    let firings = [firing(7, 5), firing(7, 5), firing(7, 6), firing(8, 5), firing(7, 7)];
+    let want = interpret(&layout, 1, 1, std::slice::from_ref(&program), &firings);
+    let got = rig.run(&layout, DifSizes { threads: 1, keys: 1 }, std::slice::from_ref(&program), &firings);
+    assert_eq!((want.agg_drops, want.dyn_drops), (2, 1));
+    assert_eq!(got, want);
+}
