@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 
 use udtrace_bpf::btf::Btf;
 use udtrace_bpf::codegen::{
-    errno_entry, exec_program, hold_program, uprobe_program_for, ErrnoSource, Filter, HoldSignals, ProbeMaps, StashMaps,
+    errno_entry, exec_program, hold_program, uprobe_program_work, ErrnoSource, Filter, HoldSignals, ProbeMaps, SiteWork,
+    StashMaps,
 };
+use udtrace_bpf::dif::{DifCode, DifMaps, DifSizes, Gets};
 use udtrace_bpf::insn::Insn;
 use udtrace_bpf::lineage::{self, exit_program, fork_program, LineageError, TaskIds, KERNEL_FOLLOWED};
 use udtrace_bpf::maps::RingBuf;
@@ -21,7 +23,8 @@ use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_messages::program;
 use udtrace_process::{handoff, procfs};
 use udtrace_providers::backend::{
-    Backend, Error, ProbeOps, ProfileProbe, Record, Setup, SiteTarget, HOLD_SIGNAL, HOLD_SIGNAL_BLOCKED,
+    Backend, Error, ProbeOps, ProbeWork, ProfileProbe, Record, Setup, SiteTarget, Work, HOLD_SIGNAL,
+    HOLD_SIGNAL_BLOCKED,
 };
 use udtrace_providers::pid::PidProbe;
 use udtrace_record::pid::{RecordLayout, RecordPlan};
@@ -43,6 +46,17 @@ pub struct Bpf {
     /// process, and another for the program of `pid*` probes.
     cookie_of: HashMap<(PathBuf, u64, bool), u64>,
     program: Program,
+    /// What each probe's firings compute where they fire (docs/firing.md).
+    work: ProbeWork,
+    /// The maps of that work; none when the session has no such work.
+    dif: Option<DifMaps>,
+    /// The record plan the programs write (kept to generate programs for new work).
+    rplan: RecordPlan,
+    /// Programs for sites that run firing-time work or write no record, by what their
+    /// sites do (for `pid*`, the program, whether it records) → index in
+    /// `work_programs`: sites that do the same share one.
+    work_program_of: HashMap<(bool, udtrace_dif::Program, bool), usize>,
+    work_programs: Vec<Program>,
     /// The loader hook, when processes are followed or `pid*` probes enabled.
     hold: Option<Hold>,
     /// For `pid*` probes: the program that records every process's firings, its
@@ -224,11 +238,23 @@ fn ring_size(bufsize: u64) -> usize {
 /// process has not touched yet is faulted in rather than lost (docs/pid-provider.md);
 /// else as before.
 fn load_uprobe_program(plan: &RecordPlan, maps: &ProbeMaps, filter: Filter, name: &str) -> Result<Program, Error> {
+    load_work_program(plan, maps, filter, name, SiteWork::default())
+}
+
+/// As [`load_uprobe_program`], for sites that do `work`.
+fn load_work_program(
+    plan: &RecordPlan,
+    maps: &ProbeMaps,
+    filter: Filter,
+    name: &str,
+    work: SiteWork<'_>,
+) -> Result<Program, Error> {
     let gen = |sleepable| {
-        uprobe_program_for(plan, maps, filter, sleepable)
+        uprobe_program_work(plan, maps, filter, sleepable, work)
             .map_err(|e| format!("cannot generate the uprobe program: {e}"))
     };
-    if plan.stack_bytes > 0 || !plan.strings.is_empty() || !plan.buffers.is_empty() || !plan.stash.is_empty() {
+    let reads = plan.stack_bytes > 0 || !plan.strings.is_empty() || !plan.buffers.is_empty() || !plan.stash.is_empty();
+    if work.record && reads {
         match Program::load_sleepable(ProgramKind::UprobeMulti, name, &gen(true)?) {
             Ok(p) => return Ok(p),
             Err(e) => udtrace_messages::debug!("{name} not sleepable: {e}"),
@@ -303,6 +329,11 @@ impl Bpf {
             None
         };
         let lineage = if setup.children && !setup.unheld.is_empty() { Some(follow_in_kernel(&maps)?) } else { None };
+        let dif = if setup.layout.tls > 0 || !setup.layout.aggs.is_empty() {
+            Some(DifMaps::create(&setup.layout, DifSizes::default()).map_err(maps_err)?)
+        } else {
+            None
+        };
         let reader = RingBufReader::new(&maps.ring).map_err(|e| e.to_string())?;
         Ok(Bpf {
             unheld: setup.unheld.iter().copied().collect(),
@@ -316,6 +347,11 @@ impl Bpf {
             probe_ops: setup.probe_ops.clone(),
             cookie_of: HashMap::new(),
             program,
+            work: setup.work.clone(),
+            dif,
+            rplan,
+            work_program_of: HashMap::new(),
+            work_programs: Vec::new(),
             hold,
             all,
             traced: HashSet::new(),
@@ -359,6 +395,41 @@ impl Bpf {
             }
         }
         cookie
+    }
+
+    /// The program of the site with `cookie` (`all`: of `pid*` probes), made when it is
+    /// the first site doing what it does: an index in `work_programs`, or `None` for
+    /// the plain recording program.
+    fn site_program(&mut self, cookie: u64, all: bool) -> Result<Option<usize>, Error> {
+        let targets = self.cookies.get(cookie as usize).map_or(&[][..], |t| t.as_slice());
+        let Work { program, record } = self.work.site(targets);
+        if program.ops.is_empty() && record {
+            return Ok(None);
+        }
+        let key = (all, program, record);
+        if let Some(&i) = self.work_program_of.get(&key) {
+            return Ok(Some(i));
+        }
+        let filter = if all { Filter::AllBut(std::process::id()) } else { Filter::Traced };
+        let dif = match (&self.dif, key.1.ops.is_empty()) {
+            (_, true) => None,
+            (Some(maps), false) => Some(DifCode { program: &key.1, maps, gets: Gets::Firing }),
+            (None, false) => return Err("a probe's firing-time work names no thread-local variable or aggregation".into()),
+        };
+        let p = load_work_program(&self.rplan, &self.maps, filter, "udtrace_pidwork", SiteWork { dif, record })?;
+        self.work_programs.push(p);
+        let i = self.work_programs.len() - 1;
+        self.work_program_of.insert(key, i);
+        Ok(Some(i))
+    }
+
+    /// `sites` by the program each needs ([`Bpf::site_program`]).
+    fn by_program(&mut self, sites: &[Site], all: bool) -> Result<BTreeMap<Option<usize>, Vec<Site>>, Error> {
+        let mut out: BTreeMap<Option<usize>, Vec<Site>> = BTreeMap::new();
+        for s in sites {
+            out.entry(self.site_program(s.cookie, all)?).or_default().push(*s);
+        }
+        Ok(out)
     }
 
     /// Takes out of `sites` of `file` those whose code another tracer changed in one of
@@ -571,16 +642,14 @@ impl Backend for Bpf {
             if sites.is_empty() {
                 continue;
             }
-            let links = if per_process { self.procs.entry(pid).or_default() } else { &mut self.global };
             sites.sort_by_key(|s| s.offset);
-            attach_file(
-                &self.program,
-                &file,
-                if per_process { pid as u32 } else { 0 },
-                &sites,
-                &mut links.links,
-                &mut self.refused,
-            )?;
+            let groups = self.by_program(&sites, false)?;
+            let links = if per_process { self.procs.entry(pid).or_default() } else { &mut self.global };
+            for (prog, group) in &groups {
+                let program = prog.map_or(&self.program, |i| &self.work_programs[i]);
+                let owner = if per_process { pid as u32 } else { 0 };
+                attach_file(program, &file, owner, group, &mut links.links, &mut self.refused)?;
+            }
             links.sites.entry(file).or_default().extend(sites);
         }
         Ok(())
@@ -614,15 +683,20 @@ impl Backend for Bpf {
                 self.leave_changed(file, &owners, sites);
             }
         }
-        let Some(all) = &mut self.all else { return Ok(()) };
         for (file, mut sites) in new {
+            let Some(all) = &self.all else { return Ok(()) };
             let armed = all.links.sites.get(&file);
             sites.retain(|s| !armed.is_some_and(|a| a.iter().any(|o| o.offset == s.offset)));
             if sites.is_empty() {
                 continue;
             }
             sites.sort_by_key(|s| s.offset);
-            attach_file(&all.program, &file, 0, &sites, &mut all.links.links, &mut self.refused)?;
+            let groups = self.by_program(&sites, true)?;
+            let Some(all) = &mut self.all else { return Ok(()) };
+            for (prog, group) in &groups {
+                let program = prog.map_or(&all.program, |i| &self.work_programs[i]);
+                attach_file(program, &file, 0, group, &mut all.links.links, &mut self.refused)?;
+            }
             all.links.sites.entry(file).or_default().extend(sites);
         }
         Ok(())
@@ -675,9 +749,13 @@ impl Backend for Bpf {
         }
         let Some(p) = self.procs.get(&parent) else { return Ok(()) };
         let sites = p.sites.clone();
-        let links = self.procs.entry(child).or_default();
         for (file, list) in sites {
-            attach_file(&self.program, &file, child as u32, &list, &mut links.links, &mut self.refused)?;
+            let groups = self.by_program(&list, false)?;
+            let links = self.procs.entry(child).or_default();
+            for (prog, group) in &groups {
+                let program = prog.map_or(&self.program, |i| &self.work_programs[i]);
+                attach_file(program, &file, child as u32, group, &mut links.links, &mut self.refused)?;
+            }
             links.sites.insert(file, list);
         }
         Ok(())
@@ -773,6 +851,14 @@ impl Backend for Bpf {
             }
         });
         pids
+    }
+
+    fn firing_snapshot(&mut self) -> udtrace_dif::snapshot::Snapshot {
+        let Some(dif) = &self.dif else { return udtrace_dif::snapshot::Snapshot::default() };
+        dif.snapshot().unwrap_or_else(|e| {
+            udtrace_messages::debug!("cannot read the firing-time maps: {e}");
+            udtrace_dif::snapshot::Snapshot::empty(&dif.layout)
+        })
     }
 
     fn new_drops(&mut self) -> Vec<(usize, u64)> {

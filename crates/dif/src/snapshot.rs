@@ -62,6 +62,24 @@ impl Snapshot {
         s
     }
 
+    /// Merges `other` (another buffer's or executor's) into this one: rows by key,
+    /// threads' variables (a thread in both keeps this one's), drops added.
+    pub fn merge(&mut self, other: &Snapshot, layout: &Layout) {
+        if self.aggs.len() < layout.aggs.len() {
+            self.aggs.resize(layout.aggs.len(), BTreeMap::new());
+        }
+        for (tid, tls) in &other.tls {
+            self.tls.entry(*tid).or_insert_with(|| tls.clone());
+        }
+        for (a, (rows, desc)) in other.aggs.iter().zip(&layout.aggs).enumerate() {
+            for (key, row) in rows {
+                self.add(a, desc.func, key.clone(), row);
+            }
+        }
+        self.agg_drops += other.agg_drops;
+        self.dyn_drops += other.dyn_drops;
+    }
+
     /// Merges one row (an executor's thread, CPU or duplicate entry) into aggregation
     /// `agg` at `key`.
     pub fn add(&mut self, agg: usize, func: crate::layout::AggFn, key: Vec<u64>, row: &[u64]) {
