@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use udtrace_bpf::btf::Btf;
 use udtrace_bpf::codegen::{
-    errno_entry, exec_program, hold_program, uprobe_program_work, ErrnoSource, Filter, HoldSignals, ProbeMaps, SiteWork,
-    StashMaps,
+    errno_entry, exec_program, hold_program, uprobe_program_work, ErrnoSource, Filter, HoldSignals, ProbeMaps,
+    SiteWork, StashMaps,
 };
 use udtrace_bpf::dif::{DifCode, DifMaps, DifSizes, Gets};
 use udtrace_bpf::insn::Insn;
@@ -414,7 +414,9 @@ impl Bpf {
         let dif = match (&self.dif, key.1.ops.is_empty()) {
             (_, true) => None,
             (Some(maps), false) => Some(DifCode { program: &key.1, maps, gets: Gets::Firing }),
-            (None, false) => return Err("a probe's firing-time work names no thread-local variable or aggregation".into()),
+            (None, false) => {
+                return Err("a probe's firing-time work names no thread-local variable or aggregation".into())
+            }
         };
         let p = load_work_program(&self.rplan, &self.maps, filter, "udtrace_pidwork", SiteWork { dif, record })?;
         self.work_programs.push(p);

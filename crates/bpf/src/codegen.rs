@@ -252,7 +252,8 @@ pub fn uprobe_program_for(
 pub struct SiteWork<'a> {
     /// The program of the clauses that run at the firing, before any record.
     pub dif: Option<crate::dif::DifCode<'a>>,
-    /// Whether a record is written (some clause runs in the consumer).
+    /// Whether a record is always written (some clause runs in the consumer); else only
+    /// when the program ran an `Emit`.
     pub record: bool,
 }
 
@@ -301,7 +302,10 @@ pub fn uprobe_program_work(
     if let Some(code) = work.dif {
         crate::dif::emit(&mut a, code)?;
     }
-    if !work.record {
+    let emits = work.dif.is_some_and(|c| c.program.emits());
+    if !work.record && emits {
+        crate::dif::emitted(&mut a, out);
+    } else if !work.record {
         a.bind(out);
         a.push(mov64_imm(Reg::R0, 0));
         a.exit();

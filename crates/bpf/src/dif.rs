@@ -236,6 +236,8 @@ const REGS: i16 = -128;
 const ZERO_KEY: i16 = -136;
 const TID_KEY: i16 = -144;
 const GET_KEY: i16 = -152;
+/// 1 once an [`Op::Emit`] ran (read by [`emitted`]).
+const EMIT: i16 = -160;
 
 fn reg(r: u8) -> i16 {
     REGS + 8 * i16::from(r)
@@ -258,6 +260,9 @@ pub fn emit(a: &mut Asm, code: DifCode<'_>) -> Result<(), DifError> {
     let stores = p.ops.iter().any(|op| matches!(op, Op::TlsStore { .. }));
     let keyless = p.ops.iter().any(|op| matches!(*op, Op::Agg { agg, .. } if maps.row_at[usize::from(agg)].is_some()));
     a.push(st(Size::W, Reg::R10, ZERO_KEY, 0));
+    if p.emits() {
+        a.push(st(Size::DW, Reg::R10, EMIT, 0));
+    }
     // The thread's slots into R8, made (zeroed) at its first firing.
     if let (true, Some(map)) = (tls, &maps.tls) {
         let have = a.label();
@@ -302,6 +307,13 @@ pub fn emit(a: &mut Asm, code: DifCode<'_>) -> Result<(), DifError> {
     }
     a.bind(end);
     Ok(())
+}
+
+/// After [`emit`] of a program that [emits](Program::emits): goes to `not` when no
+/// [`Op::Emit`] ran (the firing writes no record). Clobbers R1.
+pub fn emitted(a: &mut Asm, not: Label) {
+    a.push(ldx(Size::DW, Reg::R1, Reg::R10, EMIT));
+    a.jmp_imm(Cond::Eq, Reg::R1, 0, not);
 }
 
 /// Makes `map`'s entry at `fp + key` (zeroed, unless another CPU made it first) and
@@ -495,6 +507,9 @@ fn emit_op(a: &mut Asm, code: DifCode<'_>, op: Op, at: &[Label]) -> Result<(), D
         }
         Op::Jmp { to } => {
             a.ja(at[usize::from(to)]);
+        }
+        Op::Emit => {
+            a.push(st(Size::DW, Reg::R10, EMIT, 1));
         }
         Op::TlsLoad { d, slot } => {
             a.push(ldx(Size::DW, Reg::R1, Reg::R8, (8 * slot) as i16));

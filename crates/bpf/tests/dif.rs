@@ -10,6 +10,7 @@
 
 mod common;
 
+use std::cell::RefCell;
 use std::hint::black_box;
 
 use udtrace_bpf::codegen::{uprobe_program_work, Filter, ProbeMaps, SiteWork};
@@ -17,9 +18,10 @@ use udtrace_bpf::dif::{without_zero_threads, DifCode, DifMaps, DifSizes, Gets};
 use udtrace_bpf::insn::{helper, ld_map_fd, ldx, mov64_imm, mov64_reg, st, Asm, Cond, Reg, Size};
 use udtrace_bpf::maps::{RawKind, RawMap};
 use udtrace_bpf::prog::{Program, ProgramKind};
+use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
 use udtrace_dif::gen::{case, Case};
-use udtrace_dif::interp::{run, Firing, Memory};
+use udtrace_dif::interp::{run, Firing, Memory, Outcome};
 use udtrace_dif::layout::{AggDesc, AggFn, BufferLayout};
 use udtrace_dif::op::{Op, Program as Dif, Var};
 use udtrace_dif::snapshot::Snapshot;
@@ -41,6 +43,7 @@ struct Rig {
     probe: ProbeMaps,
     firing: RawMap,
     slots: RawMap,
+    records: RefCell<RingBufReader>,
     _dispatch: Program,
     _link: MultiLink,
 }
@@ -69,11 +72,19 @@ impl Rig {
         let (exe, off) = common::own_function("udtrace_dif_target");
         let link = attach_multi_pid(&dispatch, &exe, &[Site { offset: off, cookie: 0 }], false, std::process::id())
             .expect("attach");
-        Rig { probe, firing, slots, _dispatch: dispatch, _link: link }
+        let records = RefCell::new(RingBufReader::new(&probe.ring).expect("ring"));
+        Rig { probe, firing, slots, records, _dispatch: dispatch, _link: link }
     }
 
-    /// Runs `programs` on `firings` in the kernel; the maps' snapshot.
-    fn run(&self, layout: &Layout, sizes: DifSizes, programs: &[Dif], firings: &[(usize, Firing)]) -> Snapshot {
+    /// Runs `programs` on `firings` in the kernel: the maps' snapshot, and per firing
+    /// whether it wrote a record (an `Emit` ran).
+    fn run(
+        &self,
+        layout: &Layout,
+        sizes: DifSizes,
+        programs: &[Dif],
+        firings: &[(usize, Firing)],
+    ) -> (Snapshot, Vec<bool>) {
         let maps = DifMaps::create(layout, sizes).expect("dif maps");
         let loaded: Vec<Program> = programs
             .iter()
@@ -91,6 +102,7 @@ impl Rig {
             let fd = p.as_fd().as_raw_fd() as u32;
             self.slots.set(&(i as u32).to_ne_bytes(), &fd.to_ne_bytes(), 0).expect("slot");
         }
+        let mut emitted = Vec::new();
         for (i, f) in firings {
             let mut v = Vec::with_capacity(8 * FIRING_WORDS);
             for w in Var::ALL.iter().map(|&var| f.get(var)).chain([*i as u64]) {
@@ -106,23 +118,30 @@ impl Rig {
                 black_box(a[4]),
                 black_box(a[5]),
             ));
+            let mut records = 0;
+            self.records.borrow_mut().consume(|_| records += 1);
+            emitted.push(records > 0);
         }
-        maps.snapshot().expect("snapshot")
+        (maps.snapshot().expect("snapshot"), emitted)
     }
 }
 
 /// What the interpreter leaves for the same firings, on a buffer of `threads` thread
 /// entries and `keys` entries per keyed table.
-fn interpret(layout: &Layout, threads: usize, keys: usize, programs: &[Dif], firings: &[(usize, Firing)]) -> Snapshot {
+fn interpret(
+    layout: &Layout,
+    threads: usize,
+    keys: usize,
+    programs: &[Dif],
+    firings: &[(usize, Firing)],
+) -> (Snapshot, Vec<bool>) {
     let buf = BufferLayout::new(layout, threads, keys);
     let mut mem = vec![0u8; buf.size];
     for (o, v) in buf.header() {
         mem.store(o, v);
     }
-    for (i, f) in firings {
-        run(&programs[*i], layout, &buf, f, &mut mem);
-    }
-    Snapshot::read(layout, &buf, &mem)
+    let emitted = firings.iter().map(|(i, f)| run(&programs[*i], layout, &buf, f, &mut mem) == Outcome::Emit).collect();
+    (Snapshot::read(layout, &buf, &mem), emitted)
 }
 
 /// Cases run in the normal test run (and in `.ci/run`): each loads up to three programs.
@@ -137,15 +156,22 @@ fn bpf_agrees_with_the_interpreter() {
     let rig = Rig::new();
     let seeds: u64 = std::env::var("UDTRACE_DIF_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS);
     let mut compared = 0;
+    let mut emits = 0;
     for seed in 0..seeds {
         let Case { layout, programs, firings } = case(seed);
-        let want = interpret(&layout, 64, 256, &programs, &firings);
-        let got = rig.run(&layout, DifSizes { threads: 64, keys: 256 }, &programs, &firings);
+        let (want, want_records) = interpret(&layout, 64, 256, &programs, &firings);
+        let (got, got_records) = rig.run(&layout, DifSizes { threads: 64, keys: 256 }, &programs, &firings);
         let (want, got) = (without_zero_threads(&want), without_zero_threads(&got));
         assert_eq!(got, want, "seed {seed}: BPF (left) and the interpreter (right) differ\n{programs:#?}");
+        assert_eq!(
+            got_records, want_records,
+            "seed {seed}: records written (left) and Emits run (right)\n{programs:#?}"
+        );
+        emits += want_records.iter().filter(|&&e| e).count();
         compared += usize::from(want.aggs.iter().any(|a| !a.is_empty()) || !want.tls.is_empty());
     }
     assert!(compared * 4 > seeds as usize, "only {compared} of {seeds} cases left anything");
+    assert!(emits > 0 || seeds < 100, "no firing emitted a record");
 }
 
 /// Full maps: a keyed aggregation with room for one key counts the others' updates as
@@ -170,8 +196,8 @@ fn full_maps_count_drops_as_the_interpreter() {
     let firing =
         |tid, key| (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, cpu: 0, timestamp: 1, uid: 0, gid: 0 });
     let firings = [firing(7, 5), firing(7, 5), firing(7, 6), firing(8, 5), firing(7, 7)];
-    let want = interpret(&layout, 1, 1, std::slice::from_ref(&program), &firings);
-    let got = rig.run(&layout, DifSizes { threads: 1, keys: 1 }, std::slice::from_ref(&program), &firings);
+    let (want, _) = interpret(&layout, 1, 1, std::slice::from_ref(&program), &firings);
+    let (got, _) = rig.run(&layout, DifSizes { threads: 1, keys: 1 }, std::slice::from_ref(&program), &firings);
     assert_eq!((want.agg_drops, want.dyn_drops), (2, 1));
     assert_eq!(got, want);
 }
