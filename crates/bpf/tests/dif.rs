@@ -201,3 +201,55 @@ fn full_maps_count_drops_as_the_interpreter() {
     assert_eq!((want.agg_drops, want.dyn_drops), (2, 1));
     assert_eq!(got, want);
 }
+
+/// Calls of [`udtrace_dif_target`] per cost measurement (`UDTRACE_DIF_CALLS`).
+fn bench_calls() -> u64 {
+    std::env::var("UDTRACE_DIF_CALLS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000)
+}
+
+/// Calls the target `n` times; ns per call.
+fn time_calls(n: u64) -> f64 {
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        black_box(udtrace_dif_target(black_box(i), 0, 0, 0, 0, 0));
+    }
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
+/// The cost of a call under no probe (run under bpftrace for its cost: bench/README.md).
+#[test]
+#[ignore = "a measurement, not a test"]
+fn cost_of_calls() {
+    println!("calls {:.1} ns per call", time_calls(bench_calls()));
+}
+
+/// The cost of a call under `@ = count()` compiled to BPF, with no record.
+#[test]
+#[ignore = "a measurement, not a test"]
+fn cost_of_counting() {
+    let probe = ProbeMaps::create(1 << 16, 64).expect("maps");
+    probe.traced.insert(&std::process::id(), &1).expect("traced");
+    let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
+    let maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
+    let program = Dif { ops: vec![Op::Const { d: 0, v: 1 }, Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 }] };
+    let code = DifCode { program: &program, maps: &maps, gets: Gets::Firing };
+    let work = SiteWork { dif: Some(code), record: false };
+    let insns = uprobe_program_work(&RecordPlan::default(), &probe, Filter::Traced, false, work).expect("compile");
+    let prog = Program::load(ProgramKind::UprobeMulti, "udtrace_tcount", &insns).unwrap_or_else(|e| panic!("{e}"));
+    let (exe, off) = common::own_function("udtrace_dif_target");
+    let _link =
+        attach_multi_pid(&prog, &exe, &[Site { offset: off, cookie: 0 }], false, std::process::id()).expect("attach");
+    let n = bench_calls();
+    let ns = time_calls(n);
+    let counted = maps.snapshot().expect("snapshot").aggs[0][&vec![]][0];
+    // With `sysctl kernel.bpf_stats_enabled=1`, the program's own time per run.
+    use std::os::fd::{AsFd, AsRawFd};
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", prog.as_fd().as_raw_fd())).unwrap_or_default();
+    let stat = |k: &str| info.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse::<f64>().ok());
+    let own = match (stat("run_time_ns:"), stat("run_cnt:")) {
+        (Some(t), Some(c)) if c > 0.0 => format!(", program {:.1} ns per run", t / c),
+        _ => String::new(),
+    };
+    println!("counting {ns:.1} ns per call{own}, counted {counted}");
+    assert_eq!(counted, n);
+}
