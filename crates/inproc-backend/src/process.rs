@@ -735,6 +735,7 @@ impl Proc {
             ring: geometry,
             process: self.addrs,
             stash_ops: site.stash_ops,
+            work: None,
         };
         let (bytes, landing) = generate_with_landing(&t).map_err(|e| match e {
             TrampolineError::Relocation(r) => r.summary().to_string(),
