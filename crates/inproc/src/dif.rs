@@ -55,16 +55,22 @@ impl SiteWork<'_> {
         self.harness.is_none() && self.program.reads(Var::Timestamp)
     }
 
-    /// Bytes of the frame at rsp: the registers the program writes, then a 16-byte
-    /// timespec whose first word becomes the timestamp. A multiple of 16.
+    /// Bytes of the frame at rsp: the registers the program writes, the emit word
+    /// (and a pad), then a 16-byte timespec whose first word becomes the timestamp. A
+    /// multiple of 16.
     pub fn frame(&self) -> i32 {
         let regs = self.program.ops.iter().filter_map(|op| op.regs().1).map(|r| usize::from(r) + 1).max().unwrap_or(0);
-        (8 * regs as i32 + 16 + 15) & !15
+        (8 * regs as i32 + 32 + 15) & !15
     }
 
     /// Offset in the frame of the timestamp (and of the timespec the clock fills).
     pub fn ts_slot(&self) -> i32 {
         self.frame() - 16
+    }
+
+    /// Offset in the frame of the word an `Op::Emit` sets (0 before the program).
+    pub fn emit_slot(&self) -> i32 {
+        self.frame() - 32
     }
 }
 
@@ -125,6 +131,9 @@ pub fn emit(a: &mut CodeAssembler, w: &SiteWork<'_>, f: &Frame) -> Result<(), Tr
     }
     let mut end = labels[n];
     let mut c = Compiler { a, w, f };
+    if p.emits() {
+        c.a.mov(qword_ptr(rsp + w.emit_slot()), 0)?;
+    }
     if p.uses_thread_entry(w.layout) {
         c.thread_entry(end)?;
     }
@@ -322,6 +331,7 @@ impl Compiler<'_, '_> {
                 self.a.mov(qword_ptr(r11 + BufferLayout::tls_offset(slot) as i32), rax)?;
             }
             Op::Agg { agg, keys, val, incr } => self.agg(usize::from(agg), keys, val, incr)?,
+            Op::Emit => self.a.mov(qword_ptr(rsp + self.w.emit_slot()), 1)?,
         }
         Ok(())
     }

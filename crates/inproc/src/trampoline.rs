@@ -198,7 +198,11 @@ pub fn generate(t: &Trampoline<'_>) -> Result<Vec<u8>, TrampolineError> {
 pub fn generate_with_landing(t: &Trampoline<'_>) -> Result<(Vec<u8>, Option<u64>), TrampolineError> {
     let mut code = t.plan.relocate_before(t.at)?;
     match t.work.filter(|w| !w.record) {
-        Some(w) => code.extend(fast_firing(t, &w, t.at + code.len() as u64)?),
+        Some(w) if w.program.emits() => {
+            let at = t.at + code.len() as u64;
+            code.extend(emitting(t, &w, at)?);
+        }
+        Some(w) => code.extend(fast_firing(t, &w, t.at + code.len() as u64, None)?),
         None => {
             let layout = supported_layout(t.record)?;
             if t.ring.slot_size != 8 + (layout.size as u64).div_ceil(8) * 8 {
@@ -448,7 +452,12 @@ fn dif_frame(p: &ProcessAddrs, args: [ArgAt; 6]) -> dif::Frame {
 /// the program
 /// back in reverse
 /// ```
-fn fast_firing(t: &Trampoline<'_>, w: &SiteWork<'_>, ip: u64) -> Result<Vec<u8>, TrampolineError> {
+fn fast_firing(
+    t: &Trampoline<'_>,
+    w: &SiteWork<'_>,
+    ip: u64,
+    plain_exit: Option<u64>,
+) -> Result<Vec<u8>, TrampolineError> {
     if w.program.ops.is_empty() {
         return Ok(Vec::new());
     }
@@ -495,23 +504,60 @@ fn fast_firing(t: &Trampoline<'_>, w: &SiteWork<'_>, ip: u64) -> Result<Vec<u8>,
         a.sub(rsp, frame)?;
     }
     dif::emit(&mut a, w, &dif_frame(p, args))?;
-    if clock {
-        a.mov(rsp, rbx)?;
-    } else {
-        a.add(rsp, frame)?;
+    let restore = |a: &mut CodeAssembler| -> Result<(), TrampolineError> {
+        if clock {
+            a.mov(rsp, rbx)?;
+        } else {
+            a.add(rsp, frame)?;
+        }
+        if status {
+            a.pop(rax)?;
+            dif::restore_status_flags(a)?;
+        }
+        for &r in saved.iter().rev() {
+            a.pop(r)?;
+        }
+        if whole {
+            a.popfq()?;
+        }
+        a.lea(rsp, qword_ptr(rsp + RED_ZONE))?;
+        Ok(())
+    };
+    if let Some(exit) = plain_exit {
+        // No Emit ran: on past the record's firing, which follows.
+        let mut emitted = a.create_label();
+        a.cmp(qword_ptr(rsp + w.emit_slot()), 0)?;
+        a.jne(emitted)?;
+        restore(&mut a)?;
+        a.jmp(exit)?;
+        a.set_label(&mut emitted)?;
     }
-    if status {
-        a.pop(rax)?;
-        dif::restore_status_flags(&mut a)?;
-    }
-    for &r in saved.iter().rev() {
-        a.pop(r)?;
-    }
-    if whole {
-        a.popfq()?;
-    }
-    a.lea(rsp, qword_ptr(rsp + RED_ZONE))?;
+    restore(&mut a)?;
     Ok(a.assemble(ip)?)
+}
+
+/// A site without a record of its own whose program may ask for one (`Op::Emit`, a
+/// consumer clause whose predicate the firing decides): the program as in
+/// [`fast_firing`]; when an Emit ran, the record's firing as in [`firing`] (without
+/// the program), else a jump past it. Assembled twice: the jump's target is known once
+/// the first pass has the lengths (both more than 127 bytes apart: a `jmp rel32` each
+/// time).
+fn emitting(t: &Trampoline<'_>, w: &SiteWork<'_>, ip: u64) -> Result<Vec<u8>, TrampolineError> {
+    let layout = supported_layout(t.record)?;
+    if t.ring.slot_size != 8 + (layout.size as u64).div_ceil(8) * 8 {
+        return Err(TrampolineError::SlotSize { slot_size: t.ring.slot_size, record: layout.size });
+    }
+    let site_ip = t.plan.func_vaddr.wrapping_add(u64::from(t.plan.site));
+    let record_only = Trampoline { work: None, ..*t };
+    let first = fast_firing(t, w, ip, Some(ip + (1 << 20)))?;
+    let rec = firing(&record_only, &layout, site_ip, ip + first.len() as u64)?;
+    let after = ip + (first.len() + rec.len()) as u64;
+    let mut code = fast_firing(t, w, ip, Some(after))?;
+    if code.len() != first.len() {
+        return Err(TrampolineError::Asm("the emitting firing changed length between passes".into()));
+    }
+    code.extend(rec);
+    Ok(code)
 }
 
 /// rax = the CPU the thread runs on (clobbers rcx with `rdtscp`).
