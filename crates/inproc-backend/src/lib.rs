@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod breakpoint;
+mod firing;
 mod guard;
 mod process;
 
@@ -19,6 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
+use firing::Buffers;
 use guard::Guard;
 use process::{Batch, Proc, Rings};
 
@@ -29,7 +31,7 @@ use udtrace_process::handoff::Server;
 use udtrace_process::procfs::LoadedObject;
 use udtrace_process::undertaker::Ledger;
 use udtrace_providers::backend::{
-    Backend, Error, ProbeOps, ProfileProbe, Record, Setup, SiteTarget, Trap, PROFILE_NEEDS_BPF,
+    Backend, Error, ProbeOps, ProbeWork, ProfileProbe, Record, Setup, SiteTarget, Trap, PROFILE_NEEDS_BPF,
 };
 use udtrace_providers::pid::{PidProbe, SiteKind};
 use udtrace_record::pid::{RecordLayout, RecordPlan};
@@ -49,6 +51,10 @@ pub struct InProcess {
     /// Indexed by cookie: the stash ops of its probes, when its site was placed.
     cookie_ops: Vec<u64>,
     probe_ops: ProbeOps,
+    /// What each probe does at the firing (docs/firing.md).
+    work: ProbeWork,
+    /// The buffers its programs keep their variables and aggregations in.
+    buffers: Buffers,
     /// (file, file offset) → cookie.
     cookie_of: HashMap<(PathBuf, u64), u64>,
     procs: HashMap<i32, Proc>,
@@ -222,6 +228,8 @@ impl InProcess {
             cookies: Vec::new(),
             cookie_ops: Vec::new(),
             probe_ops: setup.probe_ops.clone(),
+            work: setup.work.clone(),
+            buffers: Buffers::new(&setup.layout),
             cookie_of: HashMap::new(),
             procs: HashMap::new(),
             rings: Rings::default(),
@@ -344,13 +352,17 @@ impl InProcess {
         // (A process without trampolines has its table nowhere: all its sites are
         // uprobes, and their map serves.)
         let has_table = self.procs.contains_key(&pid);
+        // Likewise thread-local variables: a thread's live in its process's buffer,
+        // which a uprobe's program cannot reach.
+        let has_buffer = self.procs.get(&pid).is_some_and(|p| p.dif().is_some());
         let mut shared: Vec<(PidProbe, String)> = Vec::new();
         let mut rest: Vec<(PidProbe, String)> = Vec::new();
         for (p, why) in unpatched {
             let (mut own, mut other) = (Vec::new(), Vec::new());
             for &(offset, file_off) in &p.sites {
                 let cookie = self.cookie(&p, offset, file_off);
-                if has_table && self.cookie_ops[cookie as usize] & TABLE_OPS != 0 {
+                let tls = has_buffer && firing::uses_tls(&self.work.site(&self.cookies[cookie as usize]).program);
+                if tls || (has_table && self.cookie_ops[cookie as usize] & TABLE_OPS != 0) {
                     own.push((offset, file_off));
                 } else {
                     other.push((offset, file_off));
@@ -554,11 +566,13 @@ impl Backend for InProcess {
                 let cookie = self.cookie(p, offset, file_off);
                 let site = site_of(p, offset, file_off, cookie, self.cookie_ops[cookie as usize]);
                 let key = (p.file.clone(), file_off);
+                let work = self.work.site(&self.cookies[cookie as usize]);
                 let r = match self.procs.get_mut(&pid) {
                     _ if self.given.contains(&key) => Err(GIVEN_UP.to_string()),
                     Some(proc) => {
                         let guard = self.guards.get_mut(&pid).and_then(|g| g.as_mut().ok());
-                        proc.patch(pid, &site, &batch, &self.record, self.geometry, guard, self.ledger.get(pid))
+                        let work = (&work, &self.buffers);
+                        proc.patch(pid, &site, &batch, &self.record, self.geometry, work, guard, self.ledger.get(pid))
                     }
                     None => Err("the process is gone".to_string()),
                 };
@@ -653,10 +667,28 @@ impl Backend for InProcess {
                 return Trap::Fired;
             }
         };
-        let errno = self.errno_tls.get(&pid).and_then(|&tls| process::errno_of(pid, tid, tls));
-        let stash_ops = self.cookie_ops.get(cookie as usize).copied().unwrap_or(0);
-        let site = breakpoint::Fired { cookie, stash_ops, data_page: p.data_page() };
-        self.pending.push(breakpoint::record(&self.layout, &self.record, site, pid, tid, &regs, errno));
+        let work = self.cookies.get(cookie as usize).map(|t| self.work.site(t)).unwrap_or_default();
+        let mut emit = false;
+        if !work.program.ops.is_empty() {
+            // The site's program, on the process's buffer, as its trampoline would.
+            let (uid, gid) = firing::ids_of(pid);
+            let f = udtrace_dif::interp::Firing {
+                args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9],
+                pid: pid as u64,
+                tid: tid as u64,
+                cpu: u64::from(breakpoint::cpu_of(pid, tid)),
+                timestamp: breakpoint::monotonic_ns(),
+                uid,
+                gid,
+            };
+            emit = self.buffers.run(&work.program, &f, p.dif()) == udtrace_dif::interp::Outcome::Emit;
+        }
+        if work.record || emit {
+            let errno = self.errno_tls.get(&pid).and_then(|&tls| process::errno_of(pid, tid, tls));
+            let stash_ops = self.cookie_ops.get(cookie as usize).copied().unwrap_or(0);
+            let site = breakpoint::Fired { cookie, stash_ops, data_page: p.data_page() };
+            self.pending.push(breakpoint::record(&self.layout, &self.record, site, pid, tid, &regs, errno));
+        }
         Trap::Fired
     }
 
@@ -970,6 +1002,16 @@ impl Backend for InProcess {
         out.sort_unstable();
         out
     }
+
+    fn firing_snapshot(&mut self) -> udtrace_dif::snapshot::Snapshot {
+        // Every process's buffer (those of ended processes too), udtrace's own for
+        // breakpoints without one, and the fallback's maps.
+        let mut s = self.buffers.snapshot();
+        if let Some(f) = self.fallback.as_mut() {
+            s.merge(&self.buffers.layout, &f.firing_snapshot());
+        }
+        s
+    }
 }
 
 impl InProcess {
@@ -1015,7 +1057,7 @@ impl InProcess {
         if self.procs.contains_key(&pid) {
             return Ok(());
         }
-        let p = Proc::set_up(pid, self.geometry, self.layout.size, self.cpu, &mut self.rings)?;
+        let p = Proc::set_up(pid, self.geometry, self.layout.size, self.cpu, &mut self.rings, &mut self.buffers)?;
         self.procs.insert(pid, p);
         // Another session may come to probe the sites patched here: it asks for them.
         if !self.handoff_tried {

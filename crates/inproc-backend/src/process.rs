@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use nix::libc;
 
+use udtrace_inproc::dif::{SiteWork, DATA_UID};
 use udtrace_inproc::ring::{Geometry, Reader, DROP_CPUS};
 use udtrace_inproc::trampoline::{
     errno_words, generate_with_landing, CpuSource, ProcessAddrs, Trampoline, TrampolineError, DATA_ARGS,
@@ -20,10 +21,12 @@ use udtrace_object::patch::{self, SiteKind as PatchKind};
 use udtrace_process::inject::{self, Prot, SharedRegion, REACH};
 use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_process::undertaker::Ledger;
+use udtrace_providers::backend::Work;
 use udtrace_providers::pid::PidProbe;
 use udtrace_record::pid::RecordPlan;
 
 use crate::breakpoint::Breakpoint;
+use crate::firing::{self, Buffers};
 use crate::guard::Guard;
 
 /// Bytes of each trampoline region.
@@ -225,6 +228,9 @@ fn add_drops(to: &mut Vec<u64>, more: &[u64]) {
 /// One traced process set up for patching.
 pub struct Proc {
     ring: usize,
+    /// The buffer of the site's programs (docs/firing.md), shared with forked children;
+    /// none when the session's programs keep nothing.
+    dif: Option<Rc<SharedRegion>>,
     addrs: ProcessAddrs,
     regions: Vec<Rc<RefCell<Region>>>,
     patches: Vec<Patch>,
@@ -383,6 +389,7 @@ impl Proc {
         record_size: usize,
         cpu: CpuSource,
         rings: &mut Rings,
+        buffers: &mut Buffers,
     ) -> Result<Proc, String> {
         // The thread system calls run in: held, while others may run (a library loaded).
         let (tid, regs) = ready_tid(pid)?;
@@ -423,6 +430,8 @@ impl Proc {
         );
         write_pid(pid, data_page)?;
         write_args(pid, data_page);
+        write_ids(pid, data_page);
+        let dif = if buffers.wanted() { Some(buffers.create(tid, regs.rip)?) } else { None };
         let mut region = inject::create_shared_near(tid, geometry.size() as u64, regs.rip, Prot::READ | Prot::WRITE)
             .map_err(|e| format!("cannot map its ring: {e}"))?;
         geometry.init(&mut region.view);
@@ -431,6 +440,7 @@ impl Proc {
         let ring = rings.add(region, reader);
         Ok(Proc {
             ring,
+            dif,
             addrs: ProcessAddrs { ring: ring_addr, data_page, clock_gettime, tid_offset: GLIBC_TID_OFFSET, cpu },
             regions: Vec::new(),
             patches: Vec::new(),
@@ -458,6 +468,7 @@ impl Proc {
         rings.share(self.ring);
         Ok(Some(Proc {
             ring: self.ring,
+            dif: self.dif.clone(),
             addrs: self.addrs,
             regions: self.regions.clone(),
             patches: self.patches.clone(),
@@ -657,6 +668,11 @@ impl Proc {
         self.addrs.data_page
     }
 
+    /// The buffer of its sites' programs, if it has one.
+    pub fn dif(&self) -> Option<&SharedRegion> {
+        self.dif.as_deref()
+    }
+
     /// Patches one site of `pid` (stopped), armed in `batch`. `guard`: the process's
     /// SIGTRAP guard, which learns of a landing before it is written.
     #[allow(clippy::too_many_arguments)]
@@ -667,10 +683,14 @@ impl Proc {
         batch: &Batch,
         record: &RecordPlan,
         geometry: Geometry,
+        (work, buffers): (&Work, &Buffers),
         guard: Option<&mut Guard>,
         ledger: Option<&mut Ledger>,
     ) -> Result<(), String> {
         let objects = &batch.objects;
+        if self.dif.is_none() && firing::stores(&work.program) {
+            return Err("its firing buffer could not be mapped".into());
+        }
         if self.sites.contains_key(&(site.file.to_path_buf(), site.file_off)) {
             return Ok(());
         }
@@ -735,6 +755,15 @@ impl Proc {
             ring: geometry,
             process: self.addrs,
             stash_ops: site.stash_ops,
+            // A site with nothing to do at the firing but its record is as before.
+            work: (!work.program.ops.is_empty() || !work.record).then(|| SiteWork {
+                program: &work.program,
+                layout: &buffers.layout,
+                buf: &buffers.buf,
+                base: self.dif.as_ref().map_or(0, |r| r.remote_addr),
+                record: work.record,
+                harness: None,
+            }),
         };
         let (bytes, landing) = generate_with_landing(&t).map_err(|e| match e {
             TrampolineError::Relocation(r) => r.summary().to_string(),
@@ -907,6 +936,18 @@ fn write_args(pid: i32, page: u64) {
     w[8..].copy_from_slice(&field(49).to_ne_bytes());
     if let Ok(m) = mem(pid) {
         let _ = m.write_all_at(&w, page + DATA_ARGS as u64);
+    }
+}
+
+/// Writes `pid`'s real user and group ids to its data page (`uid`, `gid` at the
+/// firing). A process that changes them later keeps the first (exec maps a new page).
+fn write_ids(pid: i32, page: u64) {
+    let (uid, gid) = firing::ids_of(pid);
+    let mut w = [0u8; 16];
+    w[..8].copy_from_slice(&uid.to_ne_bytes());
+    w[8..].copy_from_slice(&gid.to_ne_bytes());
+    if let Ok(m) = mem(pid) {
+        let _ = m.write_all_at(&w, page + DATA_UID as u64);
     }
 }
 
