@@ -1,7 +1,7 @@
 //! The BPF backend of the providers' seam ([`udtrace_providers::backend::Backend`]):
-//! one generated uprobe program armed at every site of every enabled pid probe with
-//! one `uprobe_multi` link per (process, file), filtered in the kernel by the map of
-//! traced processes; the proc provider's programs on tracepoints; a program on the
+//! one generated uprobe program armed at every site of every enabled pid probe (one
+//! more per distinct firing-time work, docs/firing.md) with one `uprobe_multi` link per
+//! (process, file, program), filtered in the kernel by the map of traced processes; the proc provider's programs on tracepoints; a program on the
 //! dynamic loader's debug hook that holds followed processes when they map objects;
 //! all delivering records through one ring buffer. Also the kernel memory reader the
 //! providers use ([`kernel_reader`]).
