@@ -687,7 +687,7 @@ fn trace(
                 note!("{n}");
             }
             if last_drop_check.elapsed() >= Duration::from_secs(1) {
-                report_drops(b);
+                report_drops(b, consumer.settings().droptags);
                 last_drop_check = Instant::now();
             }
         }
@@ -765,7 +765,7 @@ fn trace(
         status = s;
     }
     if let Some(b) = w.backend.as_deref_mut() {
-        report_drops(b);
+        report_drops(b, consumer.settings().droptags);
         for n in b.notices() {
             note!("{n}");
         }
@@ -1103,10 +1103,12 @@ fn report_consumer_drops(consumer: &mut Consumer) {
     }
 }
 
-/// dtrace's drop notice: `N drops on CPU C`.
-fn report_drops(b: &mut dyn Backend) {
+/// dtrace's drop notice: `N drops on CPU C` (a full principal buffer: `-x droptags`
+/// tags it `[DTRACEDROP_PRINCIPAL]`, as dt_handle_cpudrop does).
+fn report_drops(b: &mut dyn Backend, droptags: bool) {
+    let tag = if droptags { "[DTRACEDROP_PRINCIPAL] " } else { "" };
     for (cpu, n) in b.new_drops() {
-        note!("{n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
+        note!("{tag}{n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
     }
 }
 
