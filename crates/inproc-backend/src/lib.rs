@@ -173,18 +173,21 @@ impl Drop for LedgerSlot {
 /// sessions share).
 const GIVEN_UP: &str = "another session or tracer probes it too";
 
-/// How many times DTrace's `bufsize` (per CPU) an in-process ring holds, per CPU. A
-/// trampoline writes a record in ~30 ns, while the consumer runs clauses on it in user
-/// space at ~0.3-1 µs: the ring must take a burst whole. The room costs little: a
-/// ring's pages are touched only as records reach them (a memfd, zero until written).
-const RING_HEADROOM: u64 = 8;
-
-/// The slots of the ring each process image writes into: `bufsize` × CPUs ×
-/// [`RING_HEADROOM`] bytes, within bounds.
+/// The slots of the ring each process image writes into: DTrace's `bufsize` is the
+/// principal buffer of each CPU, and a process's ring takes the firings of every CPU,
+/// so it holds `bufsize` × CPUs bytes of slots (a power of two of them, within
+/// bounds). A slot is as large as the record the clauses need: one that reads no
+/// register, string or stack is its header alone (48 bytes).
 fn ring_slots(bufsize: u64, record_size: usize) -> u64 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let slot = 8 + (record_size as u64).div_ceil(8) * 8;
-    (bufsize.saturating_mul(cpus).saturating_mul(RING_HEADROOM) / slot).clamp(1 << 10, 1 << 22).next_power_of_two()
+    let n = (bufsize.saturating_mul(cpus) / slot).clamp(1 << 10, 1 << 22);
+    // The power of two at or below: never more bytes than bufsize gives.
+    if n.is_power_of_two() {
+        n
+    } else {
+        n.next_power_of_two() / 2
+    }
 }
 
 impl InProcess {
@@ -412,13 +415,24 @@ impl InProcess {
 #[derive(Default)]
 struct Merge {
     arena: Vec<u8>,
+    /// The arena's twin, for [`Merge::compact`]: both keep their room from one drain
+    /// to the next, so that a drain allocates nothing.
+    spare: Vec<u8>,
     /// (ktime, start, length) of each record in `arena`; those from `next` on are
     /// still to go out, sorted by time (stably: a ring's own order stays).
     records: Vec<(u64, usize, usize)>,
     next: usize,
     /// The latest ktime read.
     latest: u64,
+    /// The rings were read only in part ([`MERGE_BATCH`]): records earlier than
+    /// `latest` may still be in them.
+    partial: bool,
 }
+
+/// Bytes of ring records copied per drain, at most, before the fallback's are merged
+/// with them: the copy stays small (udtrace's memory does not grow with the rings),
+/// and the session drains again at once while records are left (`backlog`).
+const MERGE_BATCH: usize = 1 << 20;
 
 impl Merge {
     /// Copies a record. Only its time is read here: it is parsed when it goes out.
@@ -445,15 +459,21 @@ impl Merge {
         Some(&self.arena[at..at + len])
     }
 
-    /// The records still to go out, alone.
-    fn rest(self) -> Merge {
-        let mut m = Merge::default();
-        for &(ktime, at, len) in &self.records[self.next..] {
-            m.records.push((ktime, m.arena.len(), len));
-            m.arena.extend_from_slice(&self.arena[at..at + len]);
-            m.latest = m.latest.max(ktime);
+    /// Keeps only the records still to go out.
+    fn compact(&mut self) {
+        self.spare.clear();
+        self.latest = 0;
+        let mut kept = 0;
+        for i in self.next..self.records.len() {
+            let (ktime, at, len) = self.records[i];
+            self.records[kept] = (ktime, self.spare.len(), len);
+            self.spare.extend_from_slice(&self.arena[at..at + len]);
+            self.latest = self.latest.max(ktime);
+            kept += 1;
         }
-        m
+        self.records.truncate(kept);
+        self.next = 0;
+        std::mem::swap(&mut self.arena, &mut self.spare);
     }
 }
 
@@ -932,9 +952,6 @@ impl Backend for InProcess {
         for bytes in std::mem::take(&mut self.pending) {
             ours.keep(layout, &bytes);
         }
-        let rings = &mut self.rings;
-        rings.drain(|b| ours.keep(layout, b));
-        ours.sort();
         let emit_until = |ours: &mut Merge, t: Option<u64>, below: bool, each: &mut dyn FnMut(Record<'_>)| {
             while let Some(bytes) = ours.next_until(t, below) {
                 let Ok(firing) = layout.parse(bytes) else { continue };
@@ -942,23 +959,41 @@ impl Backend for InProcess {
                 each(Record::Pid { firing, sites, string_args, buffer_args });
             }
         };
-        let Some(f) = self.fallback.as_mut() else {
-            emit_until(&mut ours, None, false, each);
-            return;
-        };
-        let t0 = breakpoint::monotonic_ns();
-        f.consume(&mut |record| {
-            if let Record::Pid { firing, .. } = &record {
-                if ours.latest < firing.ktime {
-                    rings.drain(|b| ours.keep(layout, b));
-                    ours.sort();
+        // The rings are read a batch at a time (udtrace's copy of them stays small), up
+        // to what they held when this drain began: writers faster than the consumer
+        // must not keep it here.
+        let budget = self.rings.unread();
+        let mut read = 0;
+        loop {
+            let rings = &mut self.rings;
+            let had = ours.records.len();
+            ours.partial = !rings.drain_upto(MERGE_BATCH, |b| ours.keep(layout, b));
+            read += (ours.records.len() - had) as u64;
+            ours.sort();
+            match self.fallback.as_mut() {
+                None => emit_until(&mut ours, None, false, each),
+                Some(f) => {
+                    let t0 = breakpoint::monotonic_ns();
+                    f.consume(&mut |record| {
+                        if let Record::Pid { firing, .. } = &record {
+                            if ours.partial || ours.latest < firing.ktime {
+                                rings.drain_upto(usize::MAX, |b| ours.keep(layout, b));
+                                ours.partial = false;
+                                ours.sort();
+                            }
+                            emit_until(&mut ours, Some(firing.ktime), false, each);
+                        }
+                        each(record);
+                    });
+                    emit_until(&mut ours, Some(t0), true, each);
                 }
-                emit_until(&mut ours, Some(firing.ktime), false, each);
             }
-            each(record);
-        });
-        emit_until(&mut ours, Some(t0), true, each);
-        self.held = ours.rest();
+            ours.compact();
+            if !ours.partial || read >= budget {
+                break;
+            }
+        }
+        self.held = ours;
     }
 
     fn backlog(&self) -> bool {
