@@ -203,6 +203,8 @@ pub struct Consumer {
     /// exit() has run: tracing is draining. As in DTrace, no further clause runs
     /// except END's (and ERROR's for a fault in those).
     draining: bool,
+    /// Per clause: it runs where its probes fire (docs/firing.md), not here.
+    at_firing: Vec<bool>,
 }
 
 impl Consumer {
@@ -238,7 +240,33 @@ impl Consumer {
             error_ecbs,
             formats,
             draining: false,
+            at_firing: Vec::new(),
         }
+    }
+
+    /// The clauses that run where their probes fire: a firing's record skips them.
+    pub fn set_at_firing(&mut self, at_firing: Vec<bool>) {
+        self.at_firing = at_firing;
+    }
+
+    /// Whether a clause enabled on this probe prints aggregations (`printa()`): what
+    /// lives at the firing is read back before it fires.
+    pub fn prints_aggregations(&self, probe_id: u32) -> bool {
+        fn any(actions: &[Action]) -> bool {
+            actions.iter().any(|a| match a {
+                Action::Printa { .. } => true,
+                Action::If { then, otherwise, .. } => any(then) || any(otherwise),
+                _ => false,
+            })
+        }
+        let ecbs = self.by_probe.get(&probe_id).map_or(&[][..], Vec::as_slice);
+        ecbs.iter().any(|e| any(&self.prog.clauses[e.clause].actions))
+    }
+
+    /// Aggregation `id` (by the checked program's numbering), to be replaced with
+    /// what the firings left.
+    pub fn aggregation_mut(&mut self, id: usize) -> Option<&mut Aggregation> {
+        self.aggs.get_mut(id)
     }
 
     /// Whether exit() has run.
@@ -299,6 +327,9 @@ impl Consumer {
         for ecb in &ecbs {
             if !self.may_run(&ecb.probe) {
                 break;
+            }
+            if self.at_firing.get(ecb.clause).copied().unwrap_or(false) {
+                continue;
             }
             if let Err((fault, action)) = self.run_ecb(ecb, cpu, ctx, out, &mut fx)? {
                 self.report_fault(ecb, fault, action, cpu, ctx, out, &mut fx)?;
