@@ -252,15 +252,8 @@ impl Consumer {
     /// Whether a clause enabled on this probe prints aggregations (`printa()`): what
     /// lives at the firing is read back before it fires.
     pub fn prints_aggregations(&self, probe_id: u32) -> bool {
-        fn any(actions: &[Action]) -> bool {
-            actions.iter().any(|a| match a {
-                Action::Printa { .. } => true,
-                Action::If { then, otherwise, .. } => any(then) || any(otherwise),
-                _ => false,
-            })
-        }
         let ecbs = self.by_probe.get(&probe_id).map_or(&[][..], Vec::as_slice);
-        ecbs.iter().any(|e| any(&self.prog.clauses[e.clause].actions))
+        ecbs.iter().any(|e| printa_in(&self.prog.clauses[e.clause].actions))
     }
 
     /// Aggregation `id` (by the checked program's numbering), to be replaced with
@@ -308,6 +301,11 @@ impl Consumer {
         }
         let at = list.iter().position(|o| o.clause > clause).unwrap_or(list.len());
         list.insert(at, Ecb { epid, clause, stmt, probe });
+    }
+
+    /// Whether clause `clause` is enabled on this probe.
+    pub fn is_enabled_clause(&self, probe_id: u32, clause: usize) -> bool {
+        self.by_probe.get(&probe_id).is_some_and(|l| l.iter().any(|e| e.clause == clause))
     }
 
     /// Whether any clause is enabled on this probe.
@@ -839,6 +837,15 @@ impl Consumer {
         let text = self.formats.print_all(&list, &self.settings);
         out.write_all(&text)
     }
+}
+
+/// Whether these actions print aggregations (`printa()`).
+pub fn printa_in(actions: &[Action]) -> bool {
+    actions.iter().any(|a| match a {
+        Action::Printa { .. } => true,
+        Action::If { then, otherwise, .. } => printa_in(then) || printa_in(otherwise),
+        _ => false,
+    })
 }
 
 /// dtrace's message for an error of a library action (a failed setopt() or
