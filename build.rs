@@ -38,6 +38,7 @@
 //! - `execee`               image exec'd by procexec's children: exits 0, does nothing else
 //! - `lifetimes`            proc provider: N short (10 ms) and M long (100 ms) children at once
 //! - `threads`              proc provider: T pthreads created and joined (lwp-create/start/exit)
+//! - `hot`                  work at the firing: T threads × N calls of tiny functions, forked too
 //! - `signals`              proc provider: signals sent, handled, discarded (SIG_IGN) and
 //!   taken by sigwait, and a SIGTERM'd child "sigchild"; exact counts in its header
 //! - `exits`                proc provider: children that exit(3), get SIGKILL, abort() with a
@@ -150,6 +151,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("execee", &[]))?,
         spawn(&mut plain("lifetimes", &[]))?,
         spawn(&mut plain("threads", &["-pthread"]))?,
+        spawn(&mut plain("hot", &["-pthread"]))?,
         spawn(&mut plain("signals", &[]))?,
         spawn(&mut plain("exits", &[]))?,
         spawn(&mut plain("errnos", &["-pthread"]))?,

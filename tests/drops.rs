@@ -5,7 +5,10 @@ mod util;
 
 use util::{fixture, pid_backends, stderr, stdout, Backend};
 
-pid_backends!(firings_counted_plus_drops_reported_equal_calls_made);
+pid_backends!(
+    firings_counted_plus_drops_reported_equal_calls_made,
+    drops_tagged_as_dtrace_tags_a_full_principal_buffer
+);
 
 /// The drops reported in `udtrace: N drop(s) on CPU C` lines; panics on a drop line
 /// in any other form.
@@ -48,4 +51,23 @@ fn firings_counted_plus_drops_reported_equal_calls_made(backend: Backend) {
     let calls = threads * per_thread;
     assert!(dropped > 0, "the storm overflowed nothing ({counted} counted): it tests no drop\n{err}");
     assert_eq!(counted + dropped, calls, "{counted} counted + {dropped} dropped != {calls} calls\n{err}");
+}
+
+/// `-x droptags` (DTrace's suite runs its `drp.*` tests so): a full ring is DTrace's
+/// full principal buffer, `[DTRACEDROP_PRINCIPAL] N drops on CPU C`.
+fn drops_tagged_as_dtrace_tags_a_full_principal_buffer(backend: Backend) {
+    let per_thread: u64 = if backend == Backend::InProcess { 500_000 } else { 50_000 };
+    let cmd = format!("{} threads {per_thread} 4", fixture("probes"));
+    let prog = "pid$target::thr_work:entry { @ = count(); }";
+    let Some(out) = backend.traced(&["-q", "-x", "droptags", "-x", "bufsize=4k", "-n", prog, "-c", &cmd]) else {
+        return;
+    };
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let tagged: Vec<&str> = err.lines().filter(|l| l.contains("drop")).collect();
+    assert!(!tagged.is_empty(), "no drop reported:\n{err}");
+    for l in tagged {
+        let rest = l.strip_prefix("udtrace: [DTRACEDROP_PRINCIPAL] ").unwrap_or_else(|| panic!("untagged: {l:?}"));
+        assert!(reported_drops(&format!("udtrace: {rest}")) > 0, "{l:?}");
+    }
 }

@@ -3,6 +3,8 @@
 //! Layout (fd offsets): the consumer page (consumer position at byte 0, ours to write),
 //! then the producer page (producer position at byte 0), then the data area, which the
 //! kernel maps twice in a row so that a record wrapping at the end reads contiguously.
+//! udtrace maps it once (the second copy would count twice in its resident size, the
+//! kernel's pages being mapped in whole) and copies the rare record that wraps.
 //! Each record starts with an 8-byte header: a u32 length whose bit 31 says the producer
 //! has not committed it yet and bit 30 that it was discarded, then a u32 page offset.
 //! Records are 8-byte aligned.
@@ -37,6 +39,8 @@ pub struct RingBufReader {
     producer: Mmap,
     page: usize,
     mask: u64,
+    /// A record that wraps at the end of the data area, made whole.
+    wrapped: Vec<u8>,
 }
 
 impl RingBufReader {
@@ -44,9 +48,9 @@ impl RingBufReader {
         let page = page_size();
         let size = ring.size();
         let consumer = Mmap::map(ring.as_fd(), page, 0, true).map_err(RingBufError::Map)?;
-        let producer = Mmap::map(ring.as_fd(), page + 2 * size, page as u64, false).map_err(RingBufError::Map)?;
+        let producer = Mmap::map(ring.as_fd(), page + size, page as u64, false).map_err(RingBufError::Map)?;
         let ring = ring.as_fd().try_clone_to_owned().map_err(RingBufError::Map)?;
-        Ok(RingBufReader { ring, consumer, producer, page, mask: size as u64 - 1 })
+        Ok(RingBufReader { ring, consumer, producer, page, mask: size as u64 - 1, wrapped: Vec::new() })
     }
 
     /// Waits until a record may be ready or the timeout passes (`None` = no limit).
@@ -80,7 +84,19 @@ impl RingBufReader {
             }
             let len = (len_word & !(BUSY | DISCARD)) as u64;
             if len_word & DISCARD == 0 {
-                f(self.producer.bytes(at + HDR as usize, len as usize));
+                // Headers are 8-byte aligned and never wrap; a record's data may.
+                let size = self.mask as usize + 1;
+                let data = ((cons + HDR) & self.mask) as usize;
+                let len = (len as usize).min(size);
+                if data + len <= size {
+                    f(self.producer.bytes(self.page + data, len));
+                } else {
+                    let first = size - data;
+                    self.wrapped.clear();
+                    self.wrapped.extend_from_slice(self.producer.bytes(self.page + data, first));
+                    self.wrapped.extend_from_slice(self.producer.bytes(self.page, len - first));
+                    f(&self.wrapped);
+                }
                 seen += 1;
             }
             cons += (len + HDR).div_ceil(8) * 8;

@@ -109,7 +109,7 @@ fn block(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, written: &mut u16, dep
             (0..NREGS as Reg).filter(|&i| w & (1 << i) != 0).nth(k as usize)
         };
         let d = reg(r);
-        let choice = r.below(14);
+        let choice = r.below(15);
         let op = match (choice, pick(r, *written), pick(r, *written)) {
             (0, ..) | (_, None, _) => Op::Const { d, v: r.value() },
             (1, ..) => Op::Arg { d, n: r.below(6) as u8 },
@@ -149,6 +149,7 @@ fn block(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, written: &mut u16, dep
                 ops[at] = Op::Jz { a, to };
                 continue;
             }
+            (14, ..) => Op::Emit,
             _ => Op::Const { d, v: r.value() },
         };
         if let (_, Some(d)) = op.regs() {

@@ -77,6 +77,8 @@ impl Memory for Vec<u8> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Done,
+    /// Done, and an [`Op::Emit`] ran: the firing writes its record.
+    Emit,
     /// The thread table had no entry for the thread: nothing was done (a
     /// dynamic-variable drop, counted in the buffer).
     NoThreadEntry,
@@ -99,6 +101,7 @@ pub fn run(p: &Program, layout: &Layout, buf: &BufferLayout, f: &Firing, mem: &m
     };
     let mut r = [0u64; NREGS];
     let mut pc = 0;
+    let mut emit = false;
     while let Some(&op) = p.ops.get(pc) {
         pc += 1;
         match op {
@@ -124,6 +127,7 @@ pub fn run(p: &Program, layout: &Layout, buf: &BufferLayout, f: &Firing, mem: &m
                     mem.store(e + BufferLayout::tls_offset(slot), r[usize::from(a)]);
                 }
             }
+            Op::Emit => emit = true,
             Op::Agg { agg, keys, val, incr } => {
                 let desc = layout.aggs[usize::from(agg)];
                 let (v, w) = (r[usize::from(val)], r[usize::from(incr)]);
@@ -145,7 +149,11 @@ pub fn run(p: &Program, layout: &Layout, buf: &BufferLayout, f: &Firing, mem: &m
             }
         }
     }
-    Outcome::Done
+    if emit {
+        Outcome::Emit
+    } else {
+        Outcome::Done
+    }
 }
 
 fn drop_on(mem: &mut dyn Memory, base: usize, cpu: u64) {

@@ -25,7 +25,8 @@
 //!     16  u64  thread entry size in bytes
 //!   2048  u64 × 128  aggregation drops (a keyed table full), CPU n at n % 128
 //!   3072  u64 × 128  dynamic-variable drops (the thread table full), CPU n at n % 128
-//!   4096  thread table: nthreads entries of [tid, tls × Layout::tls, keyless rows]
+//!   4096  thread table: nthreads entries of [tid, tls × Layout::tls, keyless rows],
+//!         each rounded up to whole cache lines (64 bytes)
 //!         keyed tables, one per aggregation with keys, in aggregation order:
 //!         nentries(agg) entries of [status, keys × nkeys, row]
 //! ```
@@ -51,6 +52,8 @@ pub const OFF_DYN_DROPS: usize = 3072;
 /// CPUs with a drop counter of their own (CPU n counts at n % DROP_CPUS).
 pub const DROP_CPUS: usize = 128;
 pub const OFF_THREADS: usize = 4096;
+/// Thread entries are a whole number of these bytes (no two threads share a line).
+pub const CACHE_LINE: usize = 64;
 /// Entries looked at, from the hashed one, before a firing gives up (a drop).
 pub const MAX_PROBES: usize = 16;
 
@@ -214,6 +217,9 @@ impl BufferLayout {
                 places.push(AggPlace::Keyed { table: 0, entries: keyed_entries, entry_size: 0 });
             }
         }
+        // Whole cache lines: threads' tids are often consecutive, and entries sharing a
+        // line would make every firing of one thread a cache miss for the other.
+        let entry_size = entry_size.div_ceil(CACHE_LINE) * CACHE_LINE;
         let mut off = OFF_THREADS + nthreads * entry_size;
         for (p, a) in places.iter_mut().zip(&layout.aggs) {
             if let AggPlace::Keyed { table, entries, entry_size } = p {
@@ -313,7 +319,7 @@ mod tests {
         };
         let b = BufferLayout::new(&layout, 1000, 100);
         assert_eq!(b.nthreads, 1024);
-        assert_eq!(b.entry_size, 24 + 8 + 8 * 128);
+        assert_eq!(b.entry_size, (24 + 8 + 8 * 128usize).div_ceil(64) * 64);
         assert_eq!(b.places[0], AggPlace::Thread { row: 24 });
         assert_eq!(b.places[2], AggPlace::Thread { row: 32 });
         assert_eq!(

@@ -157,6 +157,10 @@ pub enum Op {
     /// (its descriptor's count), takes value `val` with weight `incr` (the quantize
     /// family's optional third argument; the others ignore it).
     Agg { agg: u16, keys: Reg, val: Reg, incr: Reg },
+    /// The firing writes its record for the consumer (once, after the program, however
+    /// many `Emit`s ran): a clause the consumer evaluates whose predicate the program
+    /// decided (docs/firing.md, "What runs where").
+    Emit,
 }
 
 impl Op {
@@ -201,6 +205,11 @@ impl Program {
             Op::Agg { agg, .. } => layout.aggs.get(usize::from(agg)).is_some_and(|a| a.nkeys == 0),
             _ => false,
         })
+    }
+
+    /// Whether it may ask for the record ([`Op::Emit`]).
+    pub fn emits(&self) -> bool {
+        self.ops.contains(&Op::Emit)
     }
 
     /// Whether it reads `v` (an executor may read it once, at the start).
@@ -262,7 +271,7 @@ impl Op {
             Op::Mov { d, a } | Op::Un { d, a, .. } | Op::Ext { d, a, .. } | Op::Div { d, a, .. } => (vec![a], Some(d)),
             Op::Bin { d, a, b, .. } => (vec![a, b], Some(d)),
             Op::Jz { a, .. } | Op::TlsStore { a, .. } => (vec![a], None),
-            Op::Jmp { .. } => (vec![], None),
+            Op::Jmp { .. } | Op::Emit => (vec![], None),
             Op::Agg { val, incr, .. } => (vec![val, incr], None),
         }
     }
@@ -347,6 +356,7 @@ pub fn verify(p: &Program, layout: &Layout) -> Result<(), VerifyError> {
                 jump(to)?;
             }
             Op::Jmp { to } => jump(to)?,
+            Op::Emit => {}
             Op::TlsLoad { d, slot } => {
                 reg(d)?;
                 if slot >= layout.tls {

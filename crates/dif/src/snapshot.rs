@@ -62,6 +62,25 @@ impl Snapshot {
         s
     }
 
+    /// Merges `other` (another buffer's or executor's, for the same layout) into this
+    /// one: rows by key, thread-local variables by thread (a thread is in one process:
+    /// the first seen is kept), drops added.
+    pub fn merge(&mut self, layout: &Layout, other: &Snapshot) {
+        if self.aggs.len() < layout.aggs.len() {
+            self.aggs.resize(layout.aggs.len(), BTreeMap::new());
+        }
+        for (tid, tls) in &other.tls {
+            self.tls.entry(*tid).or_insert_with(|| tls.clone());
+        }
+        for (a, (desc, rows)) in layout.aggs.iter().zip(&other.aggs).enumerate() {
+            for (key, row) in rows {
+                self.add(a, desc.func, key.clone(), row);
+            }
+        }
+        self.agg_drops += other.agg_drops;
+        self.dyn_drops += other.dyn_drops;
+    }
+
     /// Merges one row (an executor's thread, CPU or duplicate entry) into aggregation
     /// `agg` at `key`.
     pub fn add(&mut self, agg: usize, func: crate::layout::AggFn, key: Vec<u64>, row: &[u64]) {
@@ -74,5 +93,38 @@ impl Snapshot {
                 self.aggs[agg].insert(key, row.to_vec());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{AggDesc, AggFn};
+
+    #[test]
+    fn snapshots_merge_by_key() {
+        let layout = Layout {
+            tls: 1,
+            aggs: vec![AggDesc { func: AggFn::Max, nkeys: 1 }, AggDesc { func: AggFn::Count, nkeys: 0 }],
+        };
+        let mut a = Snapshot::empty(&layout);
+        a.add(0, AggFn::Max, vec![1], &[1, 5]);
+        a.tls.insert(10, vec![3]);
+        a.agg_drops = 1;
+        let mut b = Snapshot::empty(&layout);
+        b.add(0, AggFn::Max, vec![1], &[2, 9]);
+        b.add(0, AggFn::Max, vec![2], &[1, 4]);
+        b.add(1, AggFn::Count, vec![], &[7]);
+        b.tls.insert(11, vec![4]);
+        b.dyn_drops = 2;
+        a.merge(&layout, &b);
+        assert_eq!(a.aggs[0][&vec![1]], vec![3, 9]);
+        assert_eq!(a.aggs[0][&vec![2]], vec![1, 4]);
+        assert_eq!(a.aggs[1][&vec![]], vec![7]);
+        assert_eq!(a.tls.len(), 2);
+        assert_eq!((a.agg_drops, a.dyn_drops), (1, 2));
+        let mut none = Snapshot::default();
+        none.merge(&layout, &b);
+        assert_eq!(none.aggs[1][&vec![]], vec![7]);
     }
 }

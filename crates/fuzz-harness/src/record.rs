@@ -153,7 +153,7 @@ fn consume(layout: &RecordLayout, rec: &[u8]) {
     let _ = (f.reg(PtReg::Sp), f.stack.len(), f.strings.iter().flatten().map(|s| s.len()).sum::<usize>());
     let _ = f.buffers.iter().flatten().map(|b| b.len()).sum::<usize>();
     let _ = f.stashed.iter().filter_map(|s| s.bytes).map(|b| b.len()).sum::<usize>();
-    let _ = f.snapshot.as_ref().map(|s| s.psargs.as_ref().map(Vec::len));
+    let _ = f.snapshot.as_deref().map(|s| s.psargs.as_ref().map(Vec::len));
 }
 
 /// Proc and profile records (written by BPF programs, read by the same parsers) of the

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod breakpoint;
+mod firing;
 mod guard;
 mod process;
 
@@ -19,6 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
+use firing::Buffers;
 use guard::Guard;
 use process::{Batch, Proc, Rings};
 
@@ -29,7 +31,7 @@ use udtrace_process::handoff::Server;
 use udtrace_process::procfs::LoadedObject;
 use udtrace_process::undertaker::Ledger;
 use udtrace_providers::backend::{
-    Backend, Error, ProbeOps, ProfileProbe, Record, Setup, SiteTarget, Trap, PROFILE_NEEDS_BPF,
+    Backend, Error, ProbeOps, ProbeWork, ProfileProbe, Record, Setup, SiteTarget, Trap, PROFILE_NEEDS_BPF,
 };
 use udtrace_providers::pid::{PidProbe, SiteKind};
 use udtrace_record::pid::{RecordLayout, RecordPlan};
@@ -49,6 +51,10 @@ pub struct InProcess {
     /// Indexed by cookie: the stash ops of its probes, when its site was placed.
     cookie_ops: Vec<u64>,
     probe_ops: ProbeOps,
+    /// What each probe does at the firing (docs/firing.md).
+    work: ProbeWork,
+    /// The buffers its programs keep their variables and aggregations in.
+    buffers: Buffers,
     /// (file, file offset) → cookie.
     cookie_of: HashMap<(PathBuf, u64), u64>,
     procs: HashMap<i32, Proc>,
@@ -167,18 +173,21 @@ impl Drop for LedgerSlot {
 /// sessions share).
 const GIVEN_UP: &str = "another session or tracer probes it too";
 
-/// How many times DTrace's `bufsize` (per CPU) an in-process ring holds, per CPU. A
-/// trampoline writes a record in ~30 ns, while the consumer runs clauses on it in user
-/// space at ~0.3-1 µs: the ring must take a burst whole. The room costs little: a
-/// ring's pages are touched only as records reach them (a memfd, zero until written).
-const RING_HEADROOM: u64 = 8;
-
-/// The slots of the ring each process image writes into: `bufsize` × CPUs ×
-/// [`RING_HEADROOM`] bytes, within bounds.
+/// The slots of the ring each process image writes into: DTrace's `bufsize` is the
+/// principal buffer of each CPU, and a process's ring takes the firings of every CPU,
+/// so it holds `bufsize` × CPUs bytes of slots (a power of two of them, within
+/// bounds). A slot is as large as the record the clauses need: one that reads no
+/// register, string or stack is its header alone (48 bytes).
 fn ring_slots(bufsize: u64, record_size: usize) -> u64 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let slot = 8 + (record_size as u64).div_ceil(8) * 8;
-    (bufsize.saturating_mul(cpus).saturating_mul(RING_HEADROOM) / slot).clamp(1 << 10, 1 << 22).next_power_of_two()
+    let n = (bufsize.saturating_mul(cpus) / slot).clamp(1 << 10, 1 << 22);
+    // The power of two at or below: never more bytes than bufsize gives.
+    if n.is_power_of_two() {
+        n
+    } else {
+        n.next_power_of_two() / 2
+    }
 }
 
 impl InProcess {
@@ -222,6 +231,8 @@ impl InProcess {
             cookies: Vec::new(),
             cookie_ops: Vec::new(),
             probe_ops: setup.probe_ops.clone(),
+            work: setup.work.clone(),
+            buffers: Buffers::new(&setup.layout),
             cookie_of: HashMap::new(),
             procs: HashMap::new(),
             rings: Rings::default(),
@@ -344,13 +355,17 @@ impl InProcess {
         // (A process without trampolines has its table nowhere: all its sites are
         // uprobes, and their map serves.)
         let has_table = self.procs.contains_key(&pid);
+        // Likewise thread-local variables: a thread's live in its process's buffer,
+        // which a uprobe's program cannot reach.
+        let has_buffer = self.procs.get(&pid).is_some_and(|p| p.dif().is_some());
         let mut shared: Vec<(PidProbe, String)> = Vec::new();
         let mut rest: Vec<(PidProbe, String)> = Vec::new();
         for (p, why) in unpatched {
             let (mut own, mut other) = (Vec::new(), Vec::new());
             for &(offset, file_off) in &p.sites {
                 let cookie = self.cookie(&p, offset, file_off);
-                if has_table && self.cookie_ops[cookie as usize] & TABLE_OPS != 0 {
+                let tls = has_buffer && firing::uses_tls(&self.work.site(&self.cookies[cookie as usize]).program);
+                if tls || (has_table && self.cookie_ops[cookie as usize] & TABLE_OPS != 0) {
                     own.push((offset, file_off));
                 } else {
                     other.push((offset, file_off));
@@ -400,13 +415,24 @@ impl InProcess {
 #[derive(Default)]
 struct Merge {
     arena: Vec<u8>,
+    /// The arena's twin, for [`Merge::compact`]: both keep their room from one drain
+    /// to the next, so that a drain allocates nothing.
+    spare: Vec<u8>,
     /// (ktime, start, length) of each record in `arena`; those from `next` on are
     /// still to go out, sorted by time (stably: a ring's own order stays).
     records: Vec<(u64, usize, usize)>,
     next: usize,
     /// The latest ktime read.
     latest: u64,
+    /// The rings were read only in part ([`MERGE_BATCH`]): records earlier than
+    /// `latest` may still be in them.
+    partial: bool,
 }
+
+/// Bytes of ring records copied per drain, at most, before the fallback's are merged
+/// with them: the copy stays small (udtrace's memory does not grow with the rings),
+/// and the session drains again at once while records are left (`backlog`).
+const MERGE_BATCH: usize = 1 << 20;
 
 impl Merge {
     /// Copies a record. Only its time is read here: it is parsed when it goes out.
@@ -433,15 +459,21 @@ impl Merge {
         Some(&self.arena[at..at + len])
     }
 
-    /// The records still to go out, alone.
-    fn rest(self) -> Merge {
-        let mut m = Merge::default();
-        for &(ktime, at, len) in &self.records[self.next..] {
-            m.records.push((ktime, m.arena.len(), len));
-            m.arena.extend_from_slice(&self.arena[at..at + len]);
-            m.latest = m.latest.max(ktime);
+    /// Keeps only the records still to go out.
+    fn compact(&mut self) {
+        self.spare.clear();
+        self.latest = 0;
+        let mut kept = 0;
+        for i in self.next..self.records.len() {
+            let (ktime, at, len) = self.records[i];
+            self.records[kept] = (ktime, self.spare.len(), len);
+            self.spare.extend_from_slice(&self.arena[at..at + len]);
+            self.latest = self.latest.max(ktime);
+            kept += 1;
         }
-        m
+        self.records.truncate(kept);
+        self.next = 0;
+        std::mem::swap(&mut self.arena, &mut self.spare);
     }
 }
 
@@ -554,11 +586,13 @@ impl Backend for InProcess {
                 let cookie = self.cookie(p, offset, file_off);
                 let site = site_of(p, offset, file_off, cookie, self.cookie_ops[cookie as usize]);
                 let key = (p.file.clone(), file_off);
+                let work = self.work.site(&self.cookies[cookie as usize]);
                 let r = match self.procs.get_mut(&pid) {
                     _ if self.given.contains(&key) => Err(GIVEN_UP.to_string()),
                     Some(proc) => {
                         let guard = self.guards.get_mut(&pid).and_then(|g| g.as_mut().ok());
-                        proc.patch(pid, &site, &batch, &self.record, self.geometry, guard, self.ledger.get(pid))
+                        let work = (&work, &self.buffers);
+                        proc.patch(pid, &site, &batch, &self.record, self.geometry, work, guard, self.ledger.get(pid))
                     }
                     None => Err("the process is gone".to_string()),
                 };
@@ -653,10 +687,28 @@ impl Backend for InProcess {
                 return Trap::Fired;
             }
         };
-        let errno = self.errno_tls.get(&pid).and_then(|&tls| process::errno_of(pid, tid, tls));
-        let stash_ops = self.cookie_ops.get(cookie as usize).copied().unwrap_or(0);
-        let site = breakpoint::Fired { cookie, stash_ops, data_page: p.data_page() };
-        self.pending.push(breakpoint::record(&self.layout, &self.record, site, pid, tid, &regs, errno));
+        let work = self.cookies.get(cookie as usize).map(|t| self.work.site(t)).unwrap_or_default();
+        let mut emit = false;
+        if !work.program.ops.is_empty() {
+            // The site's program, on the process's buffer, as its trampoline would.
+            let (uid, gid) = firing::ids_of(pid);
+            let f = udtrace_dif::interp::Firing {
+                args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9],
+                pid: pid as u64,
+                tid: tid as u64,
+                cpu: u64::from(breakpoint::cpu_of(pid, tid)),
+                timestamp: breakpoint::monotonic_ns(),
+                uid,
+                gid,
+            };
+            emit = self.buffers.run(&work.program, &f, p.dif()) == udtrace_dif::interp::Outcome::Emit;
+        }
+        if work.record || emit {
+            let errno = self.errno_tls.get(&pid).and_then(|&tls| process::errno_of(pid, tid, tls));
+            let stash_ops = self.cookie_ops.get(cookie as usize).copied().unwrap_or(0);
+            let site = breakpoint::Fired { cookie, stash_ops, data_page: p.data_page() };
+            self.pending.push(breakpoint::record(&self.layout, &self.record, site, pid, tid, &regs, errno));
+        }
         Trap::Fired
     }
 
@@ -900,9 +952,6 @@ impl Backend for InProcess {
         for bytes in std::mem::take(&mut self.pending) {
             ours.keep(layout, &bytes);
         }
-        let rings = &mut self.rings;
-        rings.drain(|b| ours.keep(layout, b));
-        ours.sort();
         let emit_until = |ours: &mut Merge, t: Option<u64>, below: bool, each: &mut dyn FnMut(Record<'_>)| {
             while let Some(bytes) = ours.next_until(t, below) {
                 let Ok(firing) = layout.parse(bytes) else { continue };
@@ -910,23 +959,41 @@ impl Backend for InProcess {
                 each(Record::Pid { firing, sites, string_args, buffer_args });
             }
         };
-        let Some(f) = self.fallback.as_mut() else {
-            emit_until(&mut ours, None, false, each);
-            return;
-        };
-        let t0 = breakpoint::monotonic_ns();
-        f.consume(&mut |record| {
-            if let Record::Pid { firing, .. } = &record {
-                if ours.latest < firing.ktime {
-                    rings.drain(|b| ours.keep(layout, b));
-                    ours.sort();
+        // The rings are read a batch at a time (udtrace's copy of them stays small), up
+        // to what they held when this drain began: writers faster than the consumer
+        // must not keep it here.
+        let budget = self.rings.unread();
+        let mut read = 0;
+        loop {
+            let rings = &mut self.rings;
+            let had = ours.records.len();
+            ours.partial = !rings.drain_upto(MERGE_BATCH, |b| ours.keep(layout, b));
+            read += (ours.records.len() - had) as u64;
+            ours.sort();
+            match self.fallback.as_mut() {
+                None => emit_until(&mut ours, None, false, each),
+                Some(f) => {
+                    let t0 = breakpoint::monotonic_ns();
+                    f.consume(&mut |record| {
+                        if let Record::Pid { firing, .. } = &record {
+                            if ours.partial || ours.latest < firing.ktime {
+                                rings.drain_upto(usize::MAX, |b| ours.keep(layout, b));
+                                ours.partial = false;
+                                ours.sort();
+                            }
+                            emit_until(&mut ours, Some(firing.ktime), false, each);
+                        }
+                        each(record);
+                    });
+                    emit_until(&mut ours, Some(t0), true, each);
                 }
-                emit_until(&mut ours, Some(firing.ktime), false, each);
             }
-            each(record);
-        });
-        emit_until(&mut ours, Some(t0), true, each);
-        self.held = ours.rest();
+            ours.compact();
+            if !ours.partial || read >= budget {
+                break;
+            }
+        }
+        self.held = ours;
     }
 
     fn backlog(&self) -> bool {
@@ -969,6 +1036,16 @@ impl Backend for InProcess {
         }
         out.sort_unstable();
         out
+    }
+
+    fn firing_snapshot(&mut self) -> udtrace_dif::snapshot::Snapshot {
+        // Every process's buffer (those of ended processes too), udtrace's own for
+        // breakpoints without one, and the fallback's maps.
+        let mut s = self.buffers.snapshot();
+        if let Some(f) = self.fallback.as_mut() {
+            s.merge(&self.buffers.layout, &f.firing_snapshot());
+        }
+        s
     }
 }
 
@@ -1015,7 +1092,7 @@ impl InProcess {
         if self.procs.contains_key(&pid) {
             return Ok(());
         }
-        let p = Proc::set_up(pid, self.geometry, self.layout.size, self.cpu, &mut self.rings)?;
+        let p = Proc::set_up(pid, self.geometry, self.layout.size, self.cpu, &mut self.rings, &mut self.buffers)?;
         self.procs.insert(pid, p);
         // Another session may come to probe the sites patched here: it asks for them.
         if !self.handoff_tried {

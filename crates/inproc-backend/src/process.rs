@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use nix::libc;
 
+use udtrace_inproc::dif::{SiteWork, DATA_UID};
 use udtrace_inproc::ring::{Geometry, Reader, DROP_CPUS};
 use udtrace_inproc::trampoline::{
     errno_words, generate_with_landing, CpuSource, ProcessAddrs, Trampoline, TrampolineError, DATA_ARGS,
@@ -20,10 +21,12 @@ use udtrace_object::patch::{self, SiteKind as PatchKind};
 use udtrace_process::inject::{self, Prot, SharedRegion, REACH};
 use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_process::undertaker::Ledger;
+use udtrace_providers::backend::Work;
 use udtrace_providers::pid::PidProbe;
 use udtrace_record::pid::RecordPlan;
 
 use crate::breakpoint::Breakpoint;
+use crate::firing::{self, Buffers};
 use crate::guard::Guard;
 
 /// Bytes of each trampoline region.
@@ -104,8 +107,8 @@ pub struct Rings {
     list: Vec<Option<RingState>>,
     /// Drops counted by rings already let go, by CPU.
     gone_drops: Vec<u64>,
-    /// Records left in rings let go, for the next drain.
-    left: Vec<Vec<u8>>,
+    /// The last drain stopped at its bound with records left.
+    capped: bool,
 }
 
 struct RingState {
@@ -134,62 +137,97 @@ impl Rings {
         }
     }
 
-    /// A process stopped writing into ring `i`; the last one's ring is let go. (The
-    /// session consumes every firing before it handles an exec or an exit.)
+    /// A process stopped writing into ring `i`; the last one's ring is let go once the
+    /// records its writers committed after the last drain began are read (the session
+    /// consumes every firing before it handles an exec or an exit): at the next drain,
+    /// from the ring itself, not copied.
     fn leave(&mut self, i: usize) {
-        let Some(slot) = self.list.get_mut(i) else { return };
-        let Some(r) = slot else { return };
+        let Some(Some(r)) = self.list.get_mut(i) else { return };
         r.users = r.users.saturating_sub(1);
-        if r.users == 0 {
-            // Its writers are gone, but records they committed after the last drain
-            // began may still be in it: kept for the next. A slot reserved and never
-            // committed (a writer that died in the middle) is a drop.
-            let left = &mut self.left;
-            // No writer is left to commit a stalled slot: skip it at once (a few
-            // rounds: one per writer that died in the middle of a record).
-            let later = std::time::Instant::now() + std::time::Duration::from_secs(3600);
-            let mut idle = 0;
-            for _ in 0..64 {
-                let before = r.reader.unread(&r.region.view);
-                r.reader.drain_at(&mut r.region.view, later, |b| left.push(b.to_vec()));
-                let now = r.reader.unread(&r.region.view);
-                // The first call on a stalled slot only notes it; the next skips it.
-                idle = if now == before { idle + 1 } else { 0 };
-                if now == 0 || idle == 2 {
-                    break;
-                }
+    }
+
+    /// Reads what is left in a ring no process writes into (at most `max` records), and
+    /// lets it go once empty. A slot reserved and never committed (a writer that died in
+    /// the middle) is a drop: no writer is left to commit it, so it is skipped at once (a
+    /// few rounds: one per writer that died in the middle of a record). Whether the
+    /// ring was let go.
+    fn drain_gone(
+        r: &mut RingState,
+        i: usize,
+        gone_drops: &mut Vec<u64>,
+        max: u64,
+        each: &mut impl FnMut(&[u8]),
+    ) -> (u64, bool) {
+        let later = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+        let (mut idle, mut read) = (0, 0);
+        for _ in 0..64 {
+            let before = r.reader.unread(&r.region.view);
+            let d = r.reader.drain_upto(&mut r.region.view, later, max.saturating_sub(read), &mut *each);
+            read += d.records;
+            if d.capped {
+                return (read, false);
             }
-            // Slots stepped over and still watched for a late commit: no writer is left
-            // to commit them.
-            r.reader.give_up_late();
-            let unread = r.reader.unread(&r.region.view);
-            udtrace_messages::debug!(
-                "ring {i} let go: {} slots skipped, {} committed late, {unread} unread, {} dropped full",
-                r.reader.skipped(),
-                r.reader.taken_late(),
-                r.reader.drops(&r.region.view)
-            );
-            let mut drops = ring_drops(r);
-            drops[0] = drops[0].saturating_add(unread);
-            add_drops(&mut self.gone_drops, &drops);
-            *slot = None;
+            let now = r.reader.unread(&r.region.view);
+            // The first call on a stalled slot only notes it; the next skips it.
+            idle = if now == before { idle + 1 } else { 0 };
+            if now == 0 || idle == 2 {
+                break;
+            }
         }
+        // Slots stepped over and still watched for a late commit: no writer is left
+        // to commit them.
+        r.reader.give_up_late();
+        let unread = r.reader.unread(&r.region.view);
+        udtrace_messages::debug!(
+            "ring {i} let go: {} slots skipped, {} committed late, {unread} unread, {} dropped full",
+            r.reader.skipped(),
+            r.reader.taken_late(),
+            r.reader.drops(&r.region.view)
+        );
+        let mut drops = ring_drops(r);
+        drops[0] = drops[0].saturating_add(unread);
+        add_drops(gone_drops, &drops);
+        (read, true)
     }
 
-    /// Hands every committed record of every ring to `each`: first those left in rings
-    /// let go since the last drain.
-    pub fn drain(&mut self, mut each: impl FnMut(&[u8])) {
-        for b in std::mem::take(&mut self.left) {
-            each(&b);
+    /// Hands the committed records of every ring to `each`, up to about `bytes` bytes
+    /// of them: first those left in rings let go since the last drain. Whether every
+    /// record was taken.
+    pub fn drain_upto(&mut self, bytes: usize, mut each: impl FnMut(&[u8])) -> bool {
+        let mut room = bytes;
+        let now = std::time::Instant::now();
+        self.capped = false;
+        for (i, slot) in self.list.iter_mut().enumerate() {
+            let Some(r) = slot else { continue };
+            let size = r.reader.geometry().slot_size.max(1) as usize;
+            let max = (room / size).max(1) as u64;
+            let read = if r.users == 0 {
+                let (read, gone) = Rings::drain_gone(r, i, &mut self.gone_drops, max, &mut each);
+                if gone {
+                    *slot = None;
+                } else {
+                    self.capped = true;
+                }
+                read
+            } else {
+                let d = r.reader.drain_upto(&mut r.region.view, now, max, &mut each);
+                self.capped |= d.capped;
+                d.records
+            };
+            room = room.saturating_sub(read as usize * size);
         }
-        for r in self.list.iter_mut().flatten() {
-            r.reader.drain(&mut r.region.view, &mut each);
-        }
+        !self.capped
     }
 
-    /// Whether a ring is at least half full: drain again at once.
+    /// Records committed or reserved in every ring, not read yet.
+    pub fn unread(&self) -> u64 {
+        self.list.iter().flatten().map(|r| r.reader.unread(&r.region.view)).fold(0, u64::saturating_add)
+    }
+
+    /// Whether a ring is at least half full, or a drain left records: drain again at
+    /// once.
     pub fn backlog(&self) -> bool {
-        self.list.iter().flatten().any(|r| r.reader.backlog(&r.region.view))
+        self.capped || self.list.iter().flatten().any(|r| r.reader.backlog(&r.region.view))
     }
 
     /// Firings dropped, by CPU: because a ring was full (counted on the CPU the firing
@@ -225,6 +263,9 @@ fn add_drops(to: &mut Vec<u64>, more: &[u64]) {
 /// One traced process set up for patching.
 pub struct Proc {
     ring: usize,
+    /// The buffer of the site's programs (docs/firing.md), shared with forked children;
+    /// none when the session's programs keep nothing.
+    dif: Option<Rc<SharedRegion>>,
     addrs: ProcessAddrs,
     regions: Vec<Rc<RefCell<Region>>>,
     patches: Vec<Patch>,
@@ -383,6 +424,7 @@ impl Proc {
         record_size: usize,
         cpu: CpuSource,
         rings: &mut Rings,
+        buffers: &mut Buffers,
     ) -> Result<Proc, String> {
         // The thread system calls run in: held, while others may run (a library loaded).
         let (tid, regs) = ready_tid(pid)?;
@@ -423,6 +465,8 @@ impl Proc {
         );
         write_pid(pid, data_page)?;
         write_args(pid, data_page);
+        write_ids(pid, data_page);
+        let dif = if buffers.wanted() { Some(buffers.create(tid, regs.rip)?) } else { None };
         let mut region = inject::create_shared_near(tid, geometry.size() as u64, regs.rip, Prot::READ | Prot::WRITE)
             .map_err(|e| format!("cannot map its ring: {e}"))?;
         geometry.init(&mut region.view);
@@ -431,6 +475,7 @@ impl Proc {
         let ring = rings.add(region, reader);
         Ok(Proc {
             ring,
+            dif,
             addrs: ProcessAddrs { ring: ring_addr, data_page, clock_gettime, tid_offset: GLIBC_TID_OFFSET, cpu },
             regions: Vec::new(),
             patches: Vec::new(),
@@ -458,6 +503,7 @@ impl Proc {
         rings.share(self.ring);
         Ok(Some(Proc {
             ring: self.ring,
+            dif: self.dif.clone(),
             addrs: self.addrs,
             regions: self.regions.clone(),
             patches: self.patches.clone(),
@@ -657,6 +703,11 @@ impl Proc {
         self.addrs.data_page
     }
 
+    /// The buffer of its sites' programs, if it has one.
+    pub fn dif(&self) -> Option<&SharedRegion> {
+        self.dif.as_deref()
+    }
+
     /// Patches one site of `pid` (stopped), armed in `batch`. `guard`: the process's
     /// SIGTRAP guard, which learns of a landing before it is written.
     #[allow(clippy::too_many_arguments)]
@@ -667,10 +718,14 @@ impl Proc {
         batch: &Batch,
         record: &RecordPlan,
         geometry: Geometry,
+        (work, buffers): (&Work, &Buffers),
         guard: Option<&mut Guard>,
         ledger: Option<&mut Ledger>,
     ) -> Result<(), String> {
         let objects = &batch.objects;
+        if self.dif.is_none() && firing::stores(&work.program) {
+            return Err("its firing buffer could not be mapped".into());
+        }
         if self.sites.contains_key(&(site.file.to_path_buf(), site.file_off)) {
             return Ok(());
         }
@@ -735,6 +790,15 @@ impl Proc {
             ring: geometry,
             process: self.addrs,
             stash_ops: site.stash_ops,
+            // A site with nothing to do at the firing but its record is as before.
+            work: (!work.program.ops.is_empty() || !work.record).then(|| SiteWork {
+                program: &work.program,
+                layout: &buffers.layout,
+                buf: &buffers.buf,
+                base: self.dif.as_ref().map_or(0, |r| r.remote_addr),
+                record: work.record,
+                harness: None,
+            }),
         };
         let (bytes, landing) = generate_with_landing(&t).map_err(|e| match e {
             TrampolineError::Relocation(r) => r.summary().to_string(),
@@ -907,6 +971,18 @@ fn write_args(pid: i32, page: u64) {
     w[8..].copy_from_slice(&field(49).to_ne_bytes());
     if let Ok(m) = mem(pid) {
         let _ = m.write_all_at(&w, page + DATA_ARGS as u64);
+    }
+}
+
+/// Writes `pid`'s real user and group ids to its data page (`uid`, `gid` at the
+/// firing). A process that changes them later keeps the first (exec maps a new page).
+fn write_ids(pid: i32, page: u64) {
+    let (uid, gid) = firing::ids_of(pid);
+    let mut w = [0u8; 16];
+    w[..8].copy_from_slice(&uid.to_ne_bytes());
+    w[8..].copy_from_slice(&gid.to_ne_bytes());
+    if let Ok(m) = mem(pid) {
+        let _ = m.write_all_at(&w, page + DATA_UID as u64);
     }
 }
 

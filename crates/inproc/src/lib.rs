@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dif;
 pub mod guard;
 pub mod ring;
 pub mod trampoline;

@@ -150,7 +150,13 @@ pub struct Drained {
     /// Reserved slots given up on (their writer never committed, and the slot went to
     /// another writer a lap later).
     pub skipped: u64,
+    /// The drain stopped at its bound with committed records left.
+    pub capped: bool,
 }
+
+/// Records read between two stores of `tail`: its cache line is the producers' too,
+/// and a store per record would bounce it between the CPUs at every firing.
+const TAIL_EVERY: u64 = 64;
 
 /// Slots stepped over uncommitted that are watched for a late commit, at most.
 const LATE_MAX: usize = 64;
@@ -274,7 +280,18 @@ impl Reader {
     }
 
     /// [`Self::drain`] with the time given, for the stall timeout.
-    pub fn drain_at(&mut self, view: &mut impl RingView, now: Instant, mut each: impl FnMut(&[u8])) -> Drained {
+    pub fn drain_at(&mut self, view: &mut impl RingView, now: Instant, each: impl FnMut(&[u8])) -> Drained {
+        self.drain_upto(view, now, u64::MAX, each)
+    }
+
+    /// [`Self::drain_at`], stopping after `max` records.
+    pub fn drain_upto(
+        &mut self,
+        view: &mut impl RingView,
+        now: Instant,
+        max: u64,
+        mut each: impl FnMut(&[u8]),
+    ) -> Drained {
         let g = self.geometry;
         let mut d = Drained::default();
         if !self.late.is_empty() {
@@ -286,21 +303,37 @@ impl Reader {
         // which is all a writer keeping to the protocol can have reserved: a hostile one
         // could otherwise keep committing ahead of us and hold us here forever.
         let limit = view.load_acquire_u64(OFF_HEAD).min(tail.saturating_add(g.nslots));
+        let mut stored = tail;
         while tail < limit {
+            if d.records >= max {
+                d.capped = true;
+                break;
+            }
             let slot = g.slot_offset(tail);
             if view.load_acquire_u64(slot) == tail + 1 {
                 // A writer's records are in its reservation order: one it committed
                 // late goes before its next.
                 if !self.late.is_empty() {
+                    if stored != tail {
+                        view.store_release_u64(OFF_TAIL, tail);
+                        stored = tail;
+                    }
                     self.take_late(view, &mut each, &mut d);
                 }
                 each(view.bytes(slot + 8, self.record_size));
                 tail += 1;
                 // Release: the slot's bytes are read before a producer may reuse it.
-                view.store_release_u64(OFF_TAIL, tail);
+                if tail - stored >= TAIL_EVERY {
+                    view.store_release_u64(OFF_TAIL, tail);
+                    stored = tail;
+                }
                 d.records += 1;
                 self.stalled = None;
                 continue;
+            }
+            if stored != tail {
+                view.store_release_u64(OFF_TAIL, tail);
+                stored = tail;
             }
             // Not committed: empty, a writer at work, or a dead writer. Only the last
             // stalls the ring, and it shows as later slots committed behind it.
@@ -325,6 +358,9 @@ impl Reader {
                     break;
                 }
             }
+        }
+        if stored != tail {
+            view.store_release_u64(OFF_TAIL, tail);
         }
         d
     }
@@ -387,6 +423,26 @@ mod tests {
     }
 
     #[test]
+    fn a_bounded_drain_takes_that_many_and_frees_their_slots() {
+        let (mut v, g) = ring(256);
+        let mut r = Reader::new(&v, REC).unwrap();
+        let now = Instant::now();
+        for tag in 1..=200u8 {
+            assert!(produce(&mut v, g, tag, true));
+        }
+        let mut got = Vec::new();
+        let d = r.drain_upto(&mut v, now, 150, |rec| got.push(rec[0]));
+        assert_eq!(d, Drained { records: 150, skipped: 0, capped: true });
+        // Every slot read is free again, though the tail is stored every TAIL_EVERY.
+        assert_eq!(v.load_acquire_u64(OFF_TAIL), 150);
+        assert_eq!(r.unread(&v), 50);
+        let d = r.drain_upto(&mut v, now, 150, |rec| got.push(rec[0]));
+        assert_eq!(d, Drained { records: 50, skipped: 0, capped: false });
+        assert_eq!(got, (1..=200u8).collect::<Vec<_>>());
+        assert_eq!(v.load_acquire_u64(OFF_TAIL), 200);
+    }
+
+    #[test]
     fn in_order_with_wrap_around() {
         let (mut v, g) = ring(4);
         let mut r = Reader::new(&v, REC).unwrap();
@@ -400,7 +456,7 @@ mod tests {
             }
             let (got, d) = drain(&mut r, &mut v, now);
             assert_eq!(got, want[want.len() - 3..]);
-            assert_eq!(d, Drained { records: 3, skipped: 0 });
+            assert_eq!(d, Drained { records: 3, skipped: 0, capped: false });
         }
         assert_eq!(v.load_acquire_u64(OFF_TAIL), 15);
         assert_eq!(r.drops(&v), 0);
@@ -444,7 +500,7 @@ mod tests {
         assert_eq!(got, [3, 4]);
         // Stepped over, watched for a late commit; given up once a writer a lap later
         // takes its slot.
-        assert_eq!(d, Drained { records: 2, skipped: 0 });
+        assert_eq!(d, Drained { records: 2, skipped: 0, capped: false });
         assert_eq!(r.skipped(), 0);
         // The ring goes on across laps.
         for tag in 5..=20 {
@@ -493,14 +549,15 @@ mod tests {
         // A writer that commits each slot just before the reader looks at it, forever:
         // one drain reads one lap at most, then returns.
         v.store_release_u64(OFF_TAIL, 0);
-        let mut racing = Racing(v);
+        let mut racing = Racing(v, std::cell::Cell::new(0));
         let mut reads = 0;
         let d = r.drain_at(&mut racing, Instant::now(), |_| reads += 1);
         assert_eq!((d.records, reads), (g.nslots, g.nslots));
     }
 
-    /// A ring whose slot at `tail` always reads as committed.
-    struct Racing(Vec<u8>);
+    /// A ring whose next slot always reads as committed: each slot load gives the next
+    /// index's seq (the reader stores `tail` only now and then).
+    struct Racing(Vec<u8>, std::cell::Cell<u64>);
 
     impl RingView for Racing {
         fn size(&self) -> usize {
@@ -508,7 +565,10 @@ mod tests {
         }
         fn load_acquire_u64(&self, off: usize) -> u64 {
             match off {
-                HEADER_SIZE.. => self.0.load_acquire_u64(OFF_TAIL) + 1,
+                HEADER_SIZE.. => {
+                    self.1.set(self.1.get() + 1);
+                    self.1.get()
+                }
                 _ => self.0.load_acquire_u64(off),
             }
         }

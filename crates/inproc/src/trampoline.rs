@@ -20,7 +20,7 @@
 
 use iced_x86::code_asm::{
     byte_ptr, cl, dword_ptr, eax, ecx, edi, edx, qword_ptr, r10, r11, r12, r13, r14, r15, r8, r8d, r9, r9d, rax, rbp,
-    rbx, rcx, rdi, rdx, rsi, rsp, word_ptr, CodeAssembler, CodeLabel,
+    rbx, rcx, rdi, rdx, rsi, rsp, word_ptr, AsmRegister64, CodeAssembler, CodeLabel,
 };
 use iced_x86::IcedError;
 
@@ -30,6 +30,7 @@ use udtrace_record::pid::{
     NUM_REGS,
 };
 
+use crate::dif::{self, ArgAt, SiteWork};
 use crate::ring::{Geometry, DROP_CPUS, HEADER_SIZE, OFF_DROPS, OFF_HEAD, OFF_TAIL};
 
 /// Offset in the per-process data page of the process id (u32), which udtrace writes
@@ -157,6 +158,9 @@ pub struct Trampoline<'a> {
     /// What the site's firings stash and read (`StashPlan` bits: `1 << i` stores
     /// `record.stash.writes[i]`, `1 << (32 + slot)` reads the slot).
     pub stash_ops: u64,
+    /// The site's program (docs/firing.md), run first; without a record, the firing
+    /// is only that ([`fast_firing`]). `None`: a record alone.
+    pub work: Option<SiteWork<'a>>,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -192,13 +196,22 @@ pub fn generate(t: &Trampoline<'_>) -> Result<Vec<u8>, TrampolineError> {
 /// the trampoline where a thread at the landing goes on: the copy of the code after the
 /// function's first instruction, which that thread has run already.
 pub fn generate_with_landing(t: &Trampoline<'_>) -> Result<(Vec<u8>, Option<u64>), TrampolineError> {
-    let layout = supported_layout(t.record)?;
-    if t.ring.slot_size != 8 + (layout.size as u64).div_ceil(8) * 8 {
-        return Err(TrampolineError::SlotSize { slot_size: t.ring.slot_size, record: layout.size });
-    }
     let mut code = t.plan.relocate_before(t.at)?;
-    let site_ip = t.plan.func_vaddr.wrapping_add(u64::from(t.plan.site));
-    code.extend(firing(t, &layout, site_ip, t.at + code.len() as u64)?);
+    match t.work.filter(|w| !w.record) {
+        Some(w) if w.program.emits() => {
+            let at = t.at + code.len() as u64;
+            code.extend(emitting(t, &w, at)?);
+        }
+        Some(w) => code.extend(fast_firing(t, &w, t.at + code.len() as u64, None)?),
+        None => {
+            let layout = supported_layout(t.record)?;
+            if t.ring.slot_size != 8 + (layout.size as u64).div_ceil(8) * 8 {
+                return Err(TrampolineError::SlotSize { slot_size: t.ring.slot_size, record: layout.size });
+            }
+            let site_ip = t.plan.func_vaddr.wrapping_add(u64::from(t.plan.site));
+            code.extend(firing(t, &layout, site_ip, t.at + code.len() as u64)?);
+        }
+    }
     let after_at = t.at + code.len() as u64;
     let (after, landing) = t.plan.relocate_after_landing(after_at)?;
     let landing = landing.map(|off| after_at + off as u64);
@@ -284,6 +297,15 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     a.call(rax)?;
     a.imul_3(r13, qword_ptr(rsp), 1_000_000_000)?;
     a.add(r13, qword_ptr(rsp + 8))?;
+    if let Some(w) = t.work.filter(|w| !w.program.ops.is_empty()) {
+        // The program first, on the registers in the image, with the record's time.
+        let frame = w.frame();
+        a.sub(rsp, frame)?;
+        a.mov(qword_ptr(rsp + w.ts_slot()), r13)?;
+        let args = PtReg::ARGS.map(|r| ArgAt::Saved(site_reg(r)));
+        dif::emit(&mut a, &w, &dif_frame(p, args))?;
+        a.add(rsp, frame)?;
+    }
 
     // Reserve slot h: head h -> h + 1 unless the ring is full.
     let mut retry = a.create_label();
@@ -408,6 +430,134 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     a.popfq()?;
     a.lea(rsp, qword_ptr(rsp + (16 + RED_ZONE)))?;
     Ok(a.assemble(ip)?)
+}
+
+fn dif_frame(p: &ProcessAddrs, args: [ArgAt; 6]) -> dif::Frame {
+    dif::Frame { args, data_page: p.data_page, tid_offset: p.tid_offset, cpu: p.cpu }
+}
+
+/// A firing that writes no record: the site's program alone, saving only the registers
+/// it writes, and the flags only where they are live (`PatchPlan::flags_dead`): the
+/// status flags with `lahf`/`seto`, cheap to put back, and the whole register
+/// (`pushfq`/`popfq`, slow) only around a clock call at an offset site, where DF may be
+/// set (at an entry and a return the ABI has it clear, as C code wants it).
+///
+/// ```text
+/// lea rsp,[rsp-128]          past the red zone
+/// (pushfq; cld)              offset site calling the clock
+/// push what the program writes (all caller-saved and rbx when it calls the clock)
+/// (seto al; lahf; push rax)  live flags
+/// frame: sub rsp,N (calling the clock: rbx = rsp, aligned to 16 first)
+/// (clock_gettime into the frame's timestamp)
+/// the program
+/// back in reverse
+/// ```
+fn fast_firing(
+    t: &Trampoline<'_>,
+    w: &SiteWork<'_>,
+    ip: u64,
+    plain_exit: Option<u64>,
+) -> Result<Vec<u8>, TrampolineError> {
+    if w.program.ops.is_empty() {
+        return Ok(Vec::new());
+    }
+    let p = &t.process;
+    let mut a = CodeAssembler::new(64)?;
+    let clock = w.calls_clock();
+    let saved = if clock { vec![rax, rcx, rdx, rsi, rdi, r8, r9, r10, r11, rbx] } else { dif::clobbers(w) };
+    let live = !t.plan.flags_dead;
+    let whole = live && clock && t.plan.kind == udtrace_object::patch::SiteKind::Offset;
+    let status = live && !whole;
+    a.lea(rsp, qword_ptr(rsp - RED_ZONE))?;
+    if whole {
+        a.pushfq()?;
+        a.cld()?;
+    }
+    for &r in &saved {
+        a.push(r)?;
+    }
+    if status {
+        dif::save_status_flags(&mut a)?;
+        a.push(rax)?;
+    }
+    let pushed = saved.len() as i32 + i32::from(status);
+    let frame = w.frame();
+    // Where saved register k is, from the base `at` (rsp after the pushes) plus `extra`.
+    let place = |k: usize, at: AsmRegister64, extra: i32| qword_ptr(at + (extra + 8 * (pushed - 1 - k as i32)));
+    let (base, extra) = if clock { (rbx, 0) } else { (rsp, frame) };
+    let args = dif::ARG_REGS.map(|r| match saved.iter().position(|&s| s == r) {
+        Some(k) => ArgAt::Saved(place(k, base, extra)),
+        None => ArgAt::Live(r),
+    });
+    if clock {
+        a.mov(rbx, rsp)?;
+        a.and(rsp, -16)?;
+        a.sub(rsp, frame)?;
+        a.mov(edi, CLOCK_MONOTONIC)?;
+        a.lea(rsi, qword_ptr(rsp + w.ts_slot()))?;
+        a.mov(rax, p.clock_gettime)?;
+        a.call(rax)?;
+        a.imul_3(rax, qword_ptr(rsp + w.ts_slot()), 1_000_000_000)?;
+        a.add(rax, qword_ptr(rsp + w.ts_slot() + 8))?;
+        a.mov(qword_ptr(rsp + w.ts_slot()), rax)?;
+    } else {
+        a.sub(rsp, frame)?;
+    }
+    dif::emit(&mut a, w, &dif_frame(p, args))?;
+    let restore = |a: &mut CodeAssembler| -> Result<(), TrampolineError> {
+        if clock {
+            a.mov(rsp, rbx)?;
+        } else {
+            a.add(rsp, frame)?;
+        }
+        if status {
+            a.pop(rax)?;
+            dif::restore_status_flags(a)?;
+        }
+        for &r in saved.iter().rev() {
+            a.pop(r)?;
+        }
+        if whole {
+            a.popfq()?;
+        }
+        a.lea(rsp, qword_ptr(rsp + RED_ZONE))?;
+        Ok(())
+    };
+    if let Some(exit) = plain_exit {
+        // No Emit ran: on past the record's firing, which follows.
+        let mut emitted = a.create_label();
+        a.cmp(qword_ptr(rsp + w.emit_slot()), 0)?;
+        a.jne(emitted)?;
+        restore(&mut a)?;
+        a.jmp(exit)?;
+        a.set_label(&mut emitted)?;
+    }
+    restore(&mut a)?;
+    Ok(a.assemble(ip)?)
+}
+
+/// A site without a record of its own whose program may ask for one (`Op::Emit`, a
+/// consumer clause whose predicate the firing decides): the program as in
+/// [`fast_firing`]; when an Emit ran, the record's firing as in [`firing`] (without
+/// the program), else a jump past it. Assembled twice: the jump's target is known once
+/// the first pass has the lengths (both more than 127 bytes apart: a `jmp rel32` each
+/// time).
+fn emitting(t: &Trampoline<'_>, w: &SiteWork<'_>, ip: u64) -> Result<Vec<u8>, TrampolineError> {
+    let layout = supported_layout(t.record)?;
+    if t.ring.slot_size != 8 + (layout.size as u64).div_ceil(8) * 8 {
+        return Err(TrampolineError::SlotSize { slot_size: t.ring.slot_size, record: layout.size });
+    }
+    let site_ip = t.plan.func_vaddr.wrapping_add(u64::from(t.plan.site));
+    let record_only = Trampoline { work: None, ..*t };
+    let first = fast_firing(t, w, ip, Some(ip + (1 << 20)))?;
+    let rec = firing(&record_only, &layout, site_ip, ip + first.len() as u64)?;
+    let after = ip + (first.len() + rec.len()) as u64;
+    let mut code = fast_firing(t, w, ip, Some(after))?;
+    if code.len() != first.len() {
+        return Err(TrampolineError::Asm("the emitting firing changed length between passes".into()));
+    }
+    code.extend(rec);
+    Ok(code)
 }
 
 /// rax = the CPU the thread runs on (clobbers rcx with `rdtscp`).
@@ -825,6 +975,7 @@ mod tests {
             ring: Geometry::new(64, layout.size).unwrap(),
             process: addrs(),
             stash_ops: 0,
+            work: None,
         })
     }
 
@@ -982,6 +1133,7 @@ mod tests {
             ring: Geometry::new(64, 40).unwrap(),
             process: addrs(),
             stash_ops: 0,
+            work: None,
         };
         assert!(matches!(generate(&t), Err(TrampolineError::TooBig { have: 64, .. })));
         let t = Trampoline { ring: Geometry::new(64, 208).unwrap(), ..t };

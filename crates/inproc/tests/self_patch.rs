@@ -18,6 +18,7 @@ use iced_x86::{Decoder, DecoderOptions, Mnemonic};
 use nix::time::{clock_gettime, ClockId};
 use nix::unistd::{getpid, getppid, gettid};
 
+use udtrace_inproc::dif::SiteWork;
 use udtrace_inproc::ring::{Geometry, Reader, OFF_HEAD};
 use udtrace_inproc::trampoline::{
     errno_words, generate, CpuSource, ProcessAddrs, Trampoline, DATA_ERRNO_CONST, DATA_ERRNO_SLOT, DATA_PID,
@@ -245,6 +246,11 @@ struct Patched {
 
 impl Patched {
     fn new(t: &Target, kind: SiteKind, env: &Env) -> Patched {
+        Patched::with_work(t, kind, env, None)
+    }
+
+    /// With the site's program (docs/firing.md).
+    fn with_work(t: &Target, kind: SiteKind, env: &Env, work: Option<SiteWork<'_>>) -> Patched {
         let plan = t.plan(kind);
         let mut tramp = RawMap::anon_near(t.addr, t.addr + t.code.len() as u64, 4096).unwrap();
         let code = generate(&Trampoline {
@@ -256,6 +262,7 @@ impl Patched {
             ring: env.geometry,
             process: env.addrs(),
             stash_ops: 0,
+            work,
         })
         .unwrap();
         tramp.write(0, &code);
@@ -491,6 +498,93 @@ fn cost_per_firing() {
         if cfg!(debug_assertions) { "debug" } else { "release" }
     );
     assert_eq!(env.reader.drops(&env.view), 0);
+}
+
+/// The firing-time programs' costs (docs/firing.md), in-process with no record:
+/// `pid$target::f:entry { @ = count(); }`, and DTrace's latency idiom (entry
+/// `self->ts = timestamp`; return `/self->ts/ { @ = quantize(timestamp - self->ts);
+/// self->ts = 0; }`), per call, patched vs unpatched, from 1 and 2 threads. Printed,
+/// not asserted (`--nocapture`); the counts are checked.
+#[test]
+fn program_cost_per_firing() {
+    use udtrace_dif::layout::{AggDesc, AggFn, BufferLayout};
+    use udtrace_dif::op::{BinOp, Op, Program, Var};
+    use udtrace_dif::snapshot::Snapshot;
+    use udtrace_dif::Layout;
+
+    struct View<'a>(&'a Mmap);
+    impl udtrace_dif::interp::Words for View<'_> {
+        fn load(&self, off: usize) -> u64 {
+            self.0.load_acquire_u64(off)
+        }
+    }
+    let _g = lock();
+    let t = target();
+    let env = Env::new(64);
+    let count_layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
+    let count = Program { ops: vec![Op::Const { d: 0, v: 0 }, Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 }] };
+    let lat_layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Quantize, nkeys: 0 }] };
+    let entry = Program { ops: vec![Op::Get { d: 0, v: Var::Timestamp }, Op::TlsStore { slot: 0, a: 0 }] };
+    let ret = Program {
+        ops: vec![
+            Op::TlsLoad { d: 0, slot: 0 },
+            Op::Jz { a: 0, to: 8 },
+            Op::Get { d: 1, v: Var::Timestamp },
+            Op::Bin { op: BinOp::Sub, d: 1, a: 1, b: 0 },
+            Op::Const { d: 2, v: 1 },
+            Op::Agg { agg: 0, keys: 0, val: 1, incr: 2 },
+            Op::Const { d: 3, v: 0 },
+            Op::TlsStore { slot: 0, a: 3 },
+        ],
+    };
+    const CALLS: u64 = 2_000_000;
+    let per_call = |threads: u64| {
+        let start = Instant::now();
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    for k in 0..CALLS {
+                        call(k, k);
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        start.elapsed().as_nanos() as f64 / CALLS as f64
+    };
+    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    for threads in [1u64, 2] {
+        let base = per_call(threads).min(per_call(threads));
+        for (name, layout) in [("count", &count_layout), ("latency", &lat_layout)] {
+            let buf = BufferLayout::new(layout, 4096, 256);
+            let fd = memfd_create("udtrace-dif").unwrap();
+            File::from(fd.try_clone().unwrap()).set_len(buf.size as u64).unwrap();
+            let at = RawMap::shared(fd.as_fd(), buf.size).unwrap();
+            let view = Mmap::map(fd.as_fd(), buf.size, 0, true).unwrap();
+            for (o, v) in buf.header() {
+                view.store_release_u64(o, v);
+            }
+            let work = |program| SiteWork { program, layout, buf: &buf, base: at.addr(), record: false, harness: None };
+            let patched = if name == "count" {
+                vec![Patched::with_work(&t, SiteKind::Entry, &env, Some(work(&count)))]
+            } else {
+                vec![
+                    Patched::with_work(&t, SiteKind::Entry, &env, Some(work(&entry))),
+                    Patched::with_work(&t, SiteKind::Return, &env, Some(work(&ret))),
+                ]
+            };
+            let cost = per_call(threads);
+            drop(patched);
+            let snap = Snapshot::read(layout, &buf, &View(&view));
+            let hits = snap.aggs[0].get(&vec![]).map_or(0, |r| r[0]);
+            assert_eq!(hits, threads * CALLS, "{name}: every call counted");
+            assert_eq!((snap.agg_drops, snap.dyn_drops), (0, 0));
+            eprintln!(
+                "{name}, {threads} thread(s): unpatched {base:.1} ns, patched {cost:.1} ns per call: {:.1} ns ({profile})",
+                cost - base
+            );
+        }
+    }
 }
 
 fn strtarget() -> Target {

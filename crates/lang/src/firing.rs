@@ -77,6 +77,8 @@ pub struct FiringPlan {
     /// Per clause-local variable: it lives at the firing (a register of its one
     /// clause's program).
     local: Vec<bool>,
+    /// Consumer clauses' predicates may gate their records ([`FiringPlan::gate`]).
+    gating: bool,
 }
 
 /// Why a clause cannot run at the firing (never shown: it runs in the consumer).
@@ -184,6 +186,7 @@ impl FiringPlan {
         let lives = |it: Item| used.contains(&it) && item_ok.get(&it).copied().unwrap_or(false);
         let mut plan = FiringPlan::none(prog);
         plan.at_firing = at_firing;
+        plan.gating = true;
         for i in 0..prog.thread_vars.len() {
             if lives(Item::Thread(i)) {
                 plan.tls_slot[i] = Some(plan.layout.tls);
@@ -245,9 +248,38 @@ impl FiringPlan {
         p.ok()
     }
 
+    /// For a clause the consumer runs on `probe`: a program that asks for the record
+    /// ([`Op::Emit`]) only when the clause's predicate holds, where the firing can
+    /// decide it alike (docs/firing.md, "gated"); `None`: the firing always records.
+    pub fn gate(
+        &self,
+        prog: &CheckedProgram,
+        clause: usize,
+        probe: &ProbeFacts,
+        is_pid: &dyn Fn(&ProbeDesc) -> bool,
+    ) -> Option<Program> {
+        let cl = &prog.clauses[clause];
+        let pred = cl.predicate.as_ref().filter(|_| self.gating)?;
+        if self.at_firing.get(clause).copied().unwrap_or(false) || !cl.probes.iter().all(is_pid) {
+            return None;
+        }
+        if reads_args(pred) && !(probe.name == "entry" || is_offset(probe.name)) {
+            return None;
+        }
+        let mut g = Gen { plan: self, prog, probe, ops: Vec::new(), top: 0, locals: HashMap::new(), gate: true };
+        let c = g.cond(pred).ok()?;
+        let skip = g.jz(c);
+        g.ops.push(Op::Emit);
+        let end = g.ops.len();
+        g.patch(skip, end);
+        let p = Program { ops: g.ops };
+        op::verify(&p, &self.layout).ok()?;
+        Some(p)
+    }
+
     fn compile(&self, prog: &CheckedProgram, clause: usize, probe: &ProbeFacts) -> R<Program> {
         let cl = &prog.clauses[clause];
-        let mut g = Gen { plan: self, prog, probe, ops: Vec::new(), top: 0, locals: HashMap::new() };
+        let mut g = Gen { plan: self, prog, probe, ops: Vec::new(), top: 0, locals: HashMap::new(), gate: false };
         // Clause-local variables start at 0 in each firing.
         for it in touched_items(cl) {
             if let Item::Local(id) = it {
@@ -315,13 +347,19 @@ fn clause_capable(cl: &Clause, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> bool {
     }
     // Arguments are the argument registers at entry and offset sites; a return
     // probe's are the site's offset and the return value, which a program cannot read.
-    let mut args = false;
-    let mut see = |e: &Expr| args |= matches!(e.kind, ExprKind::Builtin(Builtin::Arg(_)) | ExprKind::Args(_));
-    if let Some(p) = &cl.predicate {
-        crate::ir::visit_expr(p, &mut see);
-    }
-    crate::ir::visit_actions(&cl.actions, &mut see);
+    let mut args = cl.predicate.as_ref().is_some_and(reads_args);
+    crate::ir::visit_actions(&cl.actions, &mut |e| args |= is_arg(e));
     !args || cl.probes.iter().all(|d| d.name == "entry" || is_offset(&d.name))
+}
+
+fn is_arg(e: &Expr) -> bool {
+    matches!(e.kind, ExprKind::Builtin(Builtin::Arg(_)) | ExprKind::Args(_))
+}
+
+fn reads_args(e: &Expr) -> bool {
+    let mut args = false;
+    crate::ir::visit_expr(e, &mut |e| args |= is_arg(e));
+    args
 }
 
 /// A pid offset probe's name: a hexadecimal offset.
@@ -447,6 +485,9 @@ struct Gen<'a> {
     top: Reg,
     /// Clause-local variables' registers.
     locals: HashMap<usize, Reg>,
+    /// Only what a record carries as the firing saw it: a gate's predicate reads no
+    /// variable and no `timestamp` or `cpu` (the record reads them at another instant).
+    gate: bool,
 }
 
 impl Gen<'_> {
@@ -686,6 +727,7 @@ impl Gen<'_> {
             }
             Builtin::Pid => Var::Pid,
             Builtin::Tid => Var::Tid,
+            Builtin::Cpu | Builtin::Timestamp if self.gate => return no("cpu or timestamp in a gate"),
             Builtin::Cpu => Var::Cpu,
             Builtin::Timestamp => Var::Timestamp,
             Builtin::Uid => Var::Uid,
@@ -707,6 +749,9 @@ impl Gen<'_> {
 
     /// Loads variable `r` into `reg`, or stores `reg` into it.
     fn var(&mut self, r: VarRef, reg: Reg, store: bool) -> R<()> {
+        if self.gate {
+            return no("a variable in a gate");
+        }
         let op = match r.scope {
             VarScope::Thread => match self.plan.tls_slot.get(r.id).copied().flatten() {
                 Some(slot) if store => Op::TlsStore { slot, a: reg },

@@ -44,13 +44,17 @@ impl IntType {
     /// Truncates and re-extends `v` to this type, as storing it in a variable of this
     /// type does.
     pub fn wrap(&self, v: u64) -> u64 {
-        let bits = u32::from(self.size) * 8;
+        IntType::wrap_as(self.size, self.signed, v)
+    }
+    /// [`IntType::wrap`] for a type of this shape, without making the type.
+    pub fn wrap_as(size: u8, signed: bool, v: u64) -> u64 {
+        let bits = u32::from(size) * 8;
         if bits >= 64 {
             return v;
         }
         let mask = (1u64 << bits) - 1;
         let low = v & mask;
-        if self.signed && low >> (bits - 1) & 1 == 1 {
+        if signed && low >> (bits - 1) & 1 == 1 {
             low | !mask
         } else {
             low
@@ -138,6 +142,15 @@ impl Type {
         matches!(self, Type::Void)
     }
     /// The integer shape of a scalar (enums are `int`, pointers and symbols `uintptr_t`).
+    /// The size and signedness of [`Type::int_shape`], without making the type.
+    pub fn int_bits(&self) -> Option<(u8, bool)> {
+        match self {
+            Type::Int(i) => Some((i.size, i.signed)),
+            Type::Enum(_) => Some((4, true)),
+            Type::Pointer(_) | Type::Symbol { .. } => Some((8, false)),
+            _ => None,
+        }
+    }
     pub fn int_shape(&self) -> Option<IntType> {
         match self {
             Type::Int(i) => Some(i.clone()),

@@ -131,6 +131,11 @@ pub struct PatchPlan {
     /// follows it ([`Self::relocate_after_landing`]). None where the first instruction
     /// does not fall through (a jump, a call) or other plans.
     pub landing: Option<u32>,
+    /// The status flags and DF are dead where the firing runs: an entry, before any
+    /// instruction of the function or after a first one that writes no flag (the ABI
+    /// leaves the flags at a call undefined but for DF, clear). A firing there need not
+    /// save them.
+    pub flags_dead: bool,
     insns: Vec<Instruction>,
     /// Index in `insns` of the first instruction that runs after the firing.
     split: usize,
@@ -306,6 +311,7 @@ pub fn plan_with(
         sp_adjust: 0,
         first: if kind == SiteKind::Entry { code[..first_len as usize].to_vec() } else { Vec::new() },
         landing,
+        flags_dead: kind == SiteKind::Entry,
         insns,
         split,
     })
@@ -314,7 +320,9 @@ pub fn plan_with(
 /// The entry plan that leaves the function's first instruction in place, if it may run
 /// before the firing and the instructions after it can be patched.
 fn plan_after_first(f: &Facts) -> Option<PatchPlan> {
-    let sp_adjust = runs_first(f.insns.first()?)?;
+    let first = f.insns.first()?;
+    let sp_adjust = runs_first(first)?;
+    let flags_dead = first.rflags_modified() == 0;
     if f.insns.len() < 2 {
         return None;
     }
@@ -333,6 +341,7 @@ fn plan_after_first(f: &Facts) -> Option<PatchPlan> {
         sp_adjust,
         first: Vec::new(),
         landing: None,
+        flags_dead,
         insns,
         split: 0,
     })

@@ -386,13 +386,6 @@ pub trait Backend {
     /// Firings lost since the last call, per CPU: (cpu, count).
     fn new_drops(&mut self) -> Vec<(usize, u64)>;
 
-    /// Whether the backend runs [`Setup::work`]'s programs where probes fire. One
-    /// that does not records every firing, and the session runs the programs on the
-    /// records itself (with `udtrace_dif::interp`), as if at the firing.
-    fn runs_programs(&self) -> bool {
-        false
-    }
-
     /// What the programs of [`Setup::work`] have left so far, in every process,
     /// buffer and map, merged ([`udtrace_dif::snapshot::Snapshot`]; its drops are
     /// totals since the start).

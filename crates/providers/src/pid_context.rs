@@ -425,7 +425,7 @@ impl FiringCtx<'_> {
     /// (ppid, uid, gid) at the firing, where the record has them: the kernel's task,
     /// or what the process told of itself.
     fn ids(&self) -> Option<(i64, i64, i64)> {
-        let (s, o) = (self.f.snapshot.as_ref(), self.f.own.as_ref());
+        let (s, o) = (self.f.snapshot.as_deref(), self.f.own.as_ref());
         s.map(|s| (s.ppid, s.uid, s.gid))
             .or_else(|| o.map(|o| (o.ppid, o.uid, o.gid)))
             .map(|(p, u, g)| (i64::from(p), i64::from(u), i64::from(g)))
@@ -512,7 +512,7 @@ impl Context for FiringCtx<'_> {
                 (info.execname.clone(), info.snap.clone(), info.held)
             };
             let cur = CurrentFromProc {
-                at_firing: self.f.snapshot.as_ref(),
+                at_firing: self.f.snapshot.as_deref(),
                 psargs: self.f.psargs.as_deref(),
                 own: self.f.own.as_ref(),
                 cached: cached.as_ref(),

@@ -474,7 +474,7 @@ impl RecordLayout {
         let snapshot = self
             .off_snapshot
             .filter(|_| !matches!(task_word, Some(0 | OWN_TASK)))
-            .map(|o| crate::proc::snapshot(rec, o));
+            .map(|o| Box::new(crate::proc::snapshot(rec, o)));
         let own = self.off_snapshot.filter(|_| task_word == Some(OWN_TASK)).map(|o| {
             let s = crate::proc::snapshot(rec, o);
             OwnTask { uid: s.uid, gid: s.gid, euid: s.euid, egid: s.egid, ppid: s.ppid, pgid: s.pgid, sid: s.sid }
@@ -585,7 +585,8 @@ pub struct Firing<'a> {
     /// The strings and buffers read behind addresses stashed at earlier firings.
     pub stashed: Vec<Stashed<'a>>,
     /// The current task's data at the firing, where the backend took them.
-    pub snapshot: Option<crate::proc::TaskSnap>,
+    /// Boxed: a firing is moved whole through the backend seam, and most have none.
+    pub snapshot: Option<Box<crate::proc::TaskSnap>>,
     /// Its argument strings at the firing (raw, NUL-separated, at most DTrace's 80
     /// bytes), where the backend read them (the snapshot's, or alone).
     pub psargs: Option<Vec<u8>>,

@@ -197,9 +197,13 @@ pub struct Consumer {
     rand: u64,
     strtok: Option<(Vec<u8>, usize)>,
     scratch: Scratch,
-    by_probe: HashMap<u32, Vec<Ecb>>,
+    /// Shared so that a firing holds its clauses without copying them.
+    by_probe: HashMap<u32, Rc<Vec<Ecb>>>,
     error_ecbs: Vec<Ecb>,
     formats: output::FormatCache,
+    /// A record's buffers and printf's values, kept from one firing to the next.
+    spare_record: Option<Record>,
+    spare_values: Vec<Value>,
     /// exit() has run: tracing is draining. As in DTrace, no further clause runs
     /// except END's (and ERROR's for a fault in those).
     draining: bool,
@@ -214,13 +218,13 @@ impl Consumer {
         let vars = Variables::new(&prog.globals, &prog.clause_vars, &prog.types, settings.strsize);
         let aggs = prog.aggs.iter().map(|a| Aggregation::new(&a.name, agg_func(a.kind, &a.params))).collect::<Vec<_>>();
         let specs = (0..settings.nspec).map(|_| Speculation::default()).collect();
-        let mut by_probe: HashMap<u32, Vec<Ecb>> = HashMap::new();
+        let mut by_probe: HashMap<u32, Rc<Vec<Ecb>>> = HashMap::new();
         let mut error_ecbs = Vec::new();
         for e in ecbs {
             if e.probe.provider == "dtrace" && e.probe.name == "ERROR" {
                 error_ecbs.push(e.clone());
             }
-            by_probe.entry(e.probe.id).or_default().push(e);
+            Rc::make_mut(by_probe.entry(e.probe.id).or_default()).push(e);
         }
         let formats = output::FormatCache::new(&prog);
         let scratch = Scratch::new(settings.scratch_room);
@@ -239,6 +243,8 @@ impl Consumer {
             by_probe,
             error_ecbs,
             formats,
+            spare_record: None,
+            spare_values: Vec::new(),
             draining: false,
             at_firing: Vec::new(),
         }
@@ -252,7 +258,7 @@ impl Consumer {
     /// Whether a clause enabled on this probe prints aggregations (`printa()`): what
     /// lives at the firing is read back before it fires.
     pub fn prints_aggregations(&self, probe_id: u32) -> bool {
-        let ecbs = self.by_probe.get(&probe_id).map_or(&[][..], Vec::as_slice);
+        let ecbs = self.by_probe.get(&probe_id).map_or(&[][..], |l| l.as_slice());
         ecbs.iter().any(|e| printa_in(&self.prog.clauses[e.clause].actions))
     }
 
@@ -294,8 +300,8 @@ impl Consumer {
     /// exec'd or mapped a new object), unless it already is. Clauses on one probe stay
     /// in program order.
     pub fn enable(&mut self, clause: usize, stmt: usize, probe: Rc<Probe>) {
-        let epid = self.by_probe.values().flatten().map(|e| e.epid).max().unwrap_or(0) + 1;
-        let list = self.by_probe.entry(probe.id).or_default();
+        let epid = self.by_probe.values().flat_map(|l| l.iter()).map(|e| e.epid).max().unwrap_or(0) + 1;
+        let list = Rc::make_mut(self.by_probe.entry(probe.id).or_default());
         if list.iter().any(|o| o.clause == clause) {
             return;
         }
@@ -322,7 +328,7 @@ impl Consumer {
         self.vars.reset_clause_locals();
         // strtok()'s saved string lasts for one probe firing.
         self.strtok = None;
-        for ecb in &ecbs {
+        for ecb in ecbs.iter() {
             if !self.may_run(&ecb.probe) {
                 break;
             }
@@ -424,6 +430,23 @@ impl Consumer {
         out: &mut dyn Output,
         fx: &mut Effects,
     ) -> io::Result<Result<(), (Fault, usize)>> {
+        // One record's buffers serve every clause: no allocation per firing.
+        let mut rec = self.spare_record.take().unwrap_or_default();
+        rec.reset();
+        let r = self.run_ecb_into(ecb, cpu, ctx, out, fx, &mut rec);
+        self.spare_record = Some(rec);
+        r
+    }
+
+    fn run_ecb_into(
+        &mut self,
+        ecb: &Ecb,
+        cpu: u32,
+        ctx: &dyn Context,
+        out: &mut dyn Output,
+        fx: &mut Effects,
+        rec: &mut Record,
+    ) -> io::Result<Result<(), (Fault, usize)>> {
         let prog = Rc::clone(&self.prog);
         let clause = &prog.clauses[ecb.clause];
         let p = &ecb.probe;
@@ -454,14 +477,6 @@ impl Consumer {
                 Err(f) => return Ok(Err((f, 0))),
             }
         }
-        let mut rec = Record {
-            data: Vec::new(),
-            spec: None,
-            committed: Vec::new(),
-            lib_errors: Vec::new(),
-            deferred: Vec::new(),
-            size: RECORD_HEADER,
-        };
         // A clause that only commits or discards records nothing the consumer prints.
         let records_data = clause.records_data && !commit_discard_only(&clause.actions);
         // dtrace(1M) prints the header and the prefix before the record's data, with
@@ -471,7 +486,7 @@ impl Consumer {
             output::probe_prefix(&mut rec.data, cpu, &ecb.probe, &self.settings);
         }
         let mut counter = 0;
-        let result = self.actions(&clause.actions, &pctx, &mut rec, fx, &mut counter);
+        let result = self.actions(&clause.actions, &pctx, rec, fx, &mut counter);
         if records_data && !self.settings.quiet {
             rec.data.push(b'\n');
         }
@@ -483,19 +498,23 @@ impl Consumer {
         }
         fx.errors.extend(rec.lib_errors.iter().map(|e| lib_error_message(ecb, e)));
         match rec.spec {
-            Some(id) => self.speculate_record(id, &rec, prefixed),
+            Some(id) => self.speculate_record(id, rec, prefixed),
             None if records_data => {
                 // chew() considers the header once, at the first record, quiet or not.
                 if !self.header_printed && prefixed {
                     out.write_all(output::header(self.settings.testing).as_bytes())?;
                 }
                 self.header_printed = true;
-                self.write_record(out, &rec, ecb, fx)?;
+                self.write_record(out, rec, ecb, fx)?;
             }
-            None => self.write_record(out, &rec, ecb, fx)?,
+            None => self.write_record(out, rec, ecb, fx)?,
         }
         // Committed records are copied in after the committing clause's own record.
-        out.write_all(&rec.committed)?;
+        // (Never an empty write: a copy of nothing from an unallocated buffer's
+        // dangling address costs libc's AVX-512 memmove a fault-suppression assist.)
+        if !rec.committed.is_empty() {
+            out.write_all(&rec.committed)?;
+        }
         Ok(Ok(()))
     }
 
@@ -663,11 +682,22 @@ impl Consumer {
                 output::tracemem(&mut rec.data, &data);
             }
             Action::Printf { format, args, .. } => {
-                let vals = args.iter().map(|e| self.eval_datum(e, ctx)).collect::<EvalResult<Vec<_>>>()?;
+                let mut vals = std::mem::take(&mut self.spare_values);
+                vals.clear();
+                for e in args {
+                    match self.eval_datum(e, ctx) {
+                        Ok(v) => vals.push(v),
+                        Err(f) => {
+                            self.spare_values = vals;
+                            return Err(f);
+                        }
+                    }
+                }
                 vals.iter().for_each(|v| rec.add_datum(v, self.settings.strsize));
                 let sym = |addr: u64, _user: bool| ctx.symbol(addr, udtrace_lang::types::SymKind::Addr);
-                let text = self.formats.printf(format, &vals, &self.settings, &sym);
-                rec.data.extend_from_slice(&text);
+                self.formats.printf_into(&mut rec.data, format, &vals, &self.settings, &sym);
+                vals.clear();
+                self.spare_values = vals;
             }
             Action::System { format, args, .. } | Action::Freopen { format, args, .. } => {
                 let vals = args.iter().map(|e| self.eval(e, ctx)).collect::<EvalResult<Vec<_>>>()?;
@@ -859,6 +889,7 @@ fn lib_error_message(ecb: &Ecb, what: &str) -> String {
 }
 
 /// Output of one clause firing, headed for stdout or a speculation buffer.
+#[derive(Default)]
 struct Record {
     data: Vec<u8>,
     spec: Option<usize>,
@@ -877,6 +908,16 @@ struct Record {
 const RECORD_HEADER: usize = 16;
 
 impl Record {
+    /// Empty again, its buffers kept.
+    fn reset(&mut self) {
+        self.data.clear();
+        self.spec = None;
+        self.committed.clear();
+        self.lib_errors.clear();
+        self.deferred.clear();
+        self.size = RECORD_HEADER;
+    }
+
     fn add(&mut self, size: usize, align: usize) {
         self.size = self.size.next_multiple_of(align.max(1)) + size;
     }

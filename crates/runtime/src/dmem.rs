@@ -126,6 +126,9 @@ pub struct Area {
     types: Vec<Type>,
     /// Values with no byte form, by variable.
     values: HashMap<usize, Value>,
+    /// Something was stored since the last clear: a firing that stores nothing
+    /// (most) clears nothing.
+    dirty: bool,
 }
 
 impl Area {
@@ -138,13 +141,17 @@ impl Area {
             slots,
             types: vars.iter().map(|v| v.ty.clone()).collect(),
             values: HashMap::new(),
+            dirty: false,
         }
     }
 
     /// Every variable back to zero (clause-locals at each probe firing).
     pub fn clear(&mut self) {
-        self.bytes.fill(0);
-        self.values.clear();
+        if self.dirty {
+            self.bytes.fill(0);
+            self.values.clear();
+            self.dirty = false;
+        }
     }
 
     fn slot(&self, id: usize) -> Option<Slot> {
@@ -162,6 +169,7 @@ impl Area {
     }
 
     pub fn set(&mut self, id: usize, v: Value) {
+        self.dirty = true;
         let ty = &self.types[id];
         if !has_bytes(ty) {
             self.values.insert(id, v);
@@ -192,6 +200,7 @@ impl Area {
     /// Writes `data` at `addr`; what falls past the variables is dropped.
     pub fn write(&mut self, addr: u64, data: &[u8]) {
         let Some(off) = addr.checked_sub(self.base).and_then(|o| usize::try_from(o).ok()) else { return };
+        self.dirty = true;
         if off < self.bytes.len() {
             let n = (self.bytes.len() - off).min(data.len());
             self.bytes[off..off + n].copy_from_slice(&data[..n]);

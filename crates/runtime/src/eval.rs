@@ -87,8 +87,8 @@ pub fn zero_of(ty: &Type, types: &TypeTable) -> Value {
         }
         Type::Stack { .. } => Value::Stack(Vec::new()),
         other => {
-            let shape = other.int_shape().unwrap_or_else(|| udtrace_lang::types::IntType::plain(8, true));
-            Value::Int(Int { bits: 0, size: shape.size, signed: shape.signed })
+            let (size, signed) = other.int_bits().unwrap_or((8, true));
+            Value::Int(Int { bits: 0, size, signed })
         }
     }
 }
@@ -106,10 +106,7 @@ fn dynamic_zero_of(ty: &Type, types: &TypeTable) -> Value {
 /// holds it (expression results carry all 64 bits of DTrace's registers).
 pub fn narrow(v: Value) -> Value {
     match v {
-        Value::Int(i) => {
-            let shape = udtrace_lang::types::IntType::plain(i.size, i.signed);
-            Value::Int(Int { bits: shape.wrap(i.bits), ..i })
-        }
+        Value::Int(i) => Value::Int(Int { bits: udtrace_lang::types::IntType::wrap_as(i.size, i.signed, i.bits), ..i }),
         other => other,
     }
 }
@@ -208,8 +205,8 @@ pub struct Evaluator<'a> {
 }
 
 pub(crate) fn int_of(ty: &Type, bits: u64) -> Value {
-    let shape = ty.int_shape().unwrap_or_else(|| udtrace_lang::types::IntType::plain(8, true));
-    Value::Int(Int { bits: shape.wrap(bits), size: shape.size, signed: shape.signed })
+    let (size, signed) = ty.int_bits().unwrap_or((8, true));
+    Value::Int(Int { bits: udtrace_lang::types::IntType::wrap_as(size, signed, bits), size, signed })
 }
 
 pub(crate) fn as_u64(v: &Value) -> u64 {
@@ -505,7 +502,7 @@ impl Evaluator<'_> {
                     None => self.coerce(v, &e.ty)?,
                     Some(op) => {
                         let cur = cur.unwrap_or(0);
-                        let signed = e.ty.int_shape().map(|s| s.signed).unwrap_or(false)
+                        let signed = e.ty.int_bits().map(|s| s.1).unwrap_or(false)
                             || matches!(v, Value::Int(Int { signed: true, .. }));
                         let r = self.binary(*op, cur, as_u64(&v), signed, &e.ty)?;
                         int_of(&e.ty, as_u64(&r))
@@ -621,7 +618,7 @@ impl Evaluator<'_> {
                 let addr = self.vars.temporaries.add(&bytes(v));
                 int_of(ty, addr)
             }
-            (t, Value::Int(i)) if t.int_shape().is_some() => int_of(t, i.bits),
+            (t, Value::Int(i)) if t.int_bits().is_some() => int_of(t, i.bits),
             (_, v) => v,
         })
     }
@@ -725,9 +722,9 @@ impl Evaluator<'_> {
         // DTrace computes in 64-bit registers; only storing, casting and recording
         // narrow a value to its type. The result keeps its type's size and sign for
         // that, with all 64 bits.
-        let shape = ty.int_shape().unwrap_or_else(|| udtrace_lang::types::IntType::plain(8, signed));
+        let (size, signed_as) = ty.int_bits().unwrap_or((8, signed));
         match arith64(op, a, b, signed) {
-            Some(v) => Ok(Value::Int(Int { bits: v, size: shape.size, signed: shape.signed })),
+            Some(v) => Ok(Value::Int(Int { bits: v, size, signed: signed_as })),
             None => Err(Fault::DivideByZero),
         }
     }
@@ -910,7 +907,7 @@ enum ResolvedPlace {
 /// A bit-field's value from its storage unit, sign-extended from the field's width
 /// when its type is signed.
 fn bit_field_of(ty: &Type, unit: u64, bits: BitField) -> Value {
-    let signed = ty.int_shape().is_some_and(|s| s.signed);
+    let signed = ty.int_bits().is_some_and(|s| s.1);
     int_of(ty, bits.extract(unit, signed))
 }
 
@@ -948,10 +945,10 @@ pub fn arith64(op: BinaryOp, a: u64, b: u64, signed: bool) -> Option<u64> {
 
 /// Decodes little-endian memory as a value of `ty`.
 pub fn value_from_bytes(data: &[u8], ty: &Type) -> Value {
-    match ty.int_shape() {
-        Some(shape) if !matches!(ty, Type::Array(..)) => {
+    match ty.int_bits() {
+        Some((size, _)) if !matches!(ty, Type::Array(..)) => {
             let mut buf = [0u8; 8];
-            let n = data.len().min(8).min(shape.size as usize);
+            let n = data.len().min(8).min(size as usize);
             buf[..n].copy_from_slice(&data[..n]);
             int_of(ty, u64::from_le_bytes(buf))
         }

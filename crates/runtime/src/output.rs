@@ -61,20 +61,66 @@ pub fn symbol(out: &mut Vec<u8>, v: &Value) {
 
 /// Parsed printf/printa formats: parsed once when the consumer starts.
 pub struct FormatCache {
-    parsed: HashMap<String, Format>,
+    formats: Vec<Format>,
+    by_text: HashMap<String, usize>,
+    /// (address, length, index) of each of the program's format strings, sorted: the
+    /// program outlives the consumer, so its strings are found by address, without
+    /// hashing the text at every firing.
+    by_addr: Vec<(usize, usize, usize)>,
 }
 
 impl FormatCache {
     pub fn new(prog: &CheckedProgram) -> FormatCache {
-        let mut parsed = HashMap::new();
+        let mut cache = FormatCache { formats: Vec::new(), by_text: HashMap::new(), by_addr: Vec::new() };
         for c in &prog.clauses {
             each_format(&c.actions, &mut |text, _| {
-                if let Ok(f) = crate::format::parse_format(text.as_bytes()) {
-                    parsed.insert(text.to_string(), f);
-                }
+                let i = match cache.by_text.get(text) {
+                    Some(&i) => i,
+                    None => {
+                        let Ok(f) = crate::format::parse_format(text.as_bytes()) else { return };
+                        cache.formats.push(f);
+                        cache.by_text.insert(text.to_string(), cache.formats.len() - 1);
+                        cache.formats.len() - 1
+                    }
+                };
+                cache.by_addr.push((text.as_ptr() as usize, text.len(), i));
             });
         }
-        FormatCache { parsed }
+        cache.by_addr.sort_unstable();
+        cache
+    }
+
+    fn get(&self, fmt: &str) -> Option<&Format> {
+        let key = (fmt.as_ptr() as usize, fmt.len());
+        let i = match self.by_addr.binary_search_by(|&(a, l, _)| (a, l).cmp(&key)) {
+            Ok(at) => self.by_addr[at].2,
+            Err(_) => *self.by_text.get(fmt)?,
+        };
+        self.formats.get(i)
+    }
+
+    /// [`FormatCache::printf`] appended to `out` (nothing on a run-time error).
+    pub fn printf_into(
+        &self,
+        out: &mut Vec<u8>,
+        fmt: &str,
+        args: &[Value],
+        s: &Settings,
+        symbolize: &dyn Fn(u64, bool) -> Option<String>,
+    ) {
+        let Some(f) = self.get(fmt) else { return };
+        let start = out.len();
+        if crate::format::printf::format_into(
+            out,
+            f,
+            args,
+            &[],
+            &FormatCtx { symbolize: Some(symbolize), ..format_ctx(s) },
+        )
+        .is_err()
+        {
+            out.truncate(start);
+        }
     }
 
     /// printf's output; a run-time format error prints nothing (it was checked when
@@ -87,7 +133,7 @@ impl FormatCache {
         s: &Settings,
         symbolize: &dyn Fn(u64, bool) -> Option<String>,
     ) -> Vec<u8> {
-        match self.parsed.get(fmt) {
+        match self.get(fmt) {
             Some(f) => format(f, args, &FormatCtx { symbolize: Some(symbolize), ..format_ctx(s) }).unwrap_or_default(),
             None => Vec::new(),
         }
@@ -102,7 +148,7 @@ impl FormatCache {
         symbolize: &dyn Fn(u64, bool) -> Option<String>,
     ) -> Vec<u8> {
         let o = print_opts(s);
-        match fmt.and_then(|f| self.parsed.get(f)) {
+        match fmt.and_then(|f| self.get(f)) {
             Some(f) => {
                 let ctx = FormatCtx { symbolize: Some(symbolize), ..format_ctx(s) };
                 aggregation::printa_fmt(f, aggs, &ctx, &o).unwrap_or_default()

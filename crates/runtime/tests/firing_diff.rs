@@ -155,19 +155,24 @@ fn lowered(prog: &Rc<CheckedProgram>, plan: &FiringPlan, fs: &[(u32, Firing)]) -
     let ecbs = ecbs(prog, &probes);
     let mut c = Consumer::new(Rc::clone(prog), settings(), ecbs.clone(), 1);
     c.set_at_firing(plan.at_firing.clone());
-    let programs: Vec<Program> = probes
+    // Per probe: its program (clauses at the firing, gates of the others), and whether
+    // it records every firing (a consumer clause without a gate).
+    let is_pid = |d: &udtrace_lang::ast::ProbeDesc| d.provider.starts_with("pid");
+    let programs: Vec<(Program, bool)> = probes
         .iter()
         .map(|p| {
             let facts =
                 ProbeFacts { id: p.id, provider: &p.provider, module: &p.module, function: &p.function, name: &p.name };
             let mut all = Program::default();
+            let mut always = false;
             for e in ecbs.iter().filter(|e| e.probe.id == p.id) {
-                if let Some(one) = plan.program(prog, e.clause, &facts) {
-                    all.append(&one);
+                match plan.program(prog, e.clause, &facts).or_else(|| plan.gate(prog, e.clause, &facts, &is_pid)) {
+                    Some(one) => all.append(&one),
+                    None => always = true,
                 }
             }
             udtrace_dif::op::verify(&all, &plan.layout).unwrap();
-            all
+            (all, always)
         })
         .collect();
     let buf = BufferLayout::new(&plan.layout, 64, 4096);
@@ -177,8 +182,12 @@ fn lowered(prog: &Rc<CheckedProgram>, plan: &FiringPlan, fs: &[(u32, Firing)]) -
     }
     let mut out: Vec<u8> = Vec::new();
     for (id, f) in fs {
-        interp::run(&programs[*id as usize - 1], &plan.layout, &buf, f, &mut mem);
-        c.fire(*id, f.cpu as u32, &Ctx(*f), &mut out).unwrap();
+        let (program, always) = &programs[*id as usize - 1];
+        // A firing writes its record when a clause needs it every time, or a gate
+        // asked for it: the consumer sees only those.
+        if interp::run(program, &plan.layout, &buf, f, &mut mem) == interp::Outcome::Emit || *always {
+            c.fire(*id, f.cpu as u32, &Ctx(*f), &mut out).unwrap();
+        }
     }
     let snap = Snapshot::read(&plan.layout, &buf, &mem);
     if snap.agg_drops + snap.dyn_drops > 0 {
@@ -221,6 +230,8 @@ const TABLE: &[(&str, bool)] = &[
     ("pid4242::work:entry { self->n++; self->m += arg0 / -1; @[tid] = sum(self->n + self->m); }", true),
     ("pid4242::work:entry { if (arg0 > 2) { @a = count(); } else { @b = sum(arg1); } }", true),
     ("pid4242::work:entry { x = arg0; @ = sum(x); }", false),
+    ("pid4242::work:entry /arg0 % 3 == 1 && pid == 4242/ { printf(\"%d\\n\", arg0); }", false),
+    ("pid4242::work:entry /(uid & 1) || probename == \"1f\"/ { @[execname] = sum(arg1); }", false),
     ("pid4242::work:entry { @[execname] = count(); }", false),
     ("pid4242::work:entry { self->ts = timestamp; } pid4242::work:return { printf(\"%d\", self->ts); }", false),
     (

@@ -61,9 +61,14 @@ pub fn add_work(program: &CheckedProgram, plan: &FiringPlan, work: &ProbeWork, c
         function: &probe.function,
         name: &probe.name,
     };
+    let is_pid = |d: &ProbeDesc| is_pid_provider(&d.provider);
     match plan.program(program, clause, &facts) {
         Some(p) => work.add(probe.id, &p, false),
-        None => work.add(probe.id, &udtrace_dif::Program::default(), true),
+        None => match plan.gate(program, clause, &facts, &is_pid) {
+            // The consumer still evaluates the predicate on the record.
+            Some(g) => work.add(probe.id, &g, false),
+            None => work.add(probe.id, &udtrace_dif::Program::default(), true),
+        },
     }
 }
 

@@ -1,7 +1,7 @@
 //! The session's side of the work done where probes fire (docs/firing.md): what the
 //! firings left is read back into the consumer's aggregations at `aggrate`, before a
 //! `printa()` and at the end, with its drops reported; and for a backend that runs no
-//! programs ([`Backend::runs_programs`]), the programs run here on its records.
+//! programs, the programs run here on its records.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -45,9 +45,13 @@ struct Emulator {
 const EMULATED_TABLE: usize = 64 << 20;
 
 impl Firings {
-    pub fn new(c: &Compiled, backend: Option<&dyn Backend>) -> Firings {
+    pub fn new(c: &Compiled, backend: Option<&mut (dyn Backend + 'static)>) -> Firings {
         let plan = Rc::clone(&c.firing);
-        let emulator = (!plan.is_empty() && backend.is_some_and(|b| !b.runs_programs())).then(|| {
+        // A backend that keeps no firing state answers the seam's default, a snapshot
+        // of no aggregation: it runs no programs and records every firing. (With no
+        // aggregation at the firing, what programs do is never seen.)
+        let runs_none = backend.is_some_and(|b| b.firing_snapshot().aggs.len() != plan.layout.aggs.len());
+        let emulator = (!plan.layout.aggs.is_empty() && runs_none).then(|| {
             let layout = &plan.layout;
             let widest = layout.aggs.iter().map(|a| 8 * (1 + usize::from(a.nkeys) + a.func.words())).max().unwrap_or(8);
             // Thread entries are never given back (a forking daemon's children each

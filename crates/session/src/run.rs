@@ -45,6 +45,7 @@ pub const EXIT_FAILURE: i32 = 1;
 
 /// How often firings are read from the ring buffer when it does not fill up.
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+const BUSY_DRAIN_INTERVAL: Duration = Duration::from_millis(1);
 
 fn fail(msg: &str) -> i32 {
     note!("{msg}");
@@ -650,7 +651,8 @@ fn trace(
         pending_exec: HashMap::new(),
         only_cpu,
         kernel_roots: targets.unheld_descendants().collect(),
-        firings: Firings::new(c, w.backend.as_deref()),
+        firings: Firings::new(c, w.backend.as_deref_mut()),
+        busy: false,
     };
     while !done {
         let now = Instant::now();
@@ -662,8 +664,15 @@ fn trace(
         }
         if w.backend.is_some() {
             // Firings do not wake us (see the uprobe program): drain on a timer.
-            let interval =
-                if w.backend.as_deref().is_some_and(|b| b.backlog()) { Duration::ZERO } else { DRAIN_INTERVAL };
+            // While firings flow, a ring of bufsize × CPUs bytes fills in a few ms of
+            // a hot function: drain every millisecond then, not every DRAIN_INTERVAL.
+            let interval = if w.backend.as_deref().is_some_and(|b| b.backlog()) {
+                Duration::ZERO
+            } else if sink.busy {
+                BUSY_DRAIN_INTERVAL
+            } else {
+                DRAIN_INTERVAL
+            };
             wait = Some(wait.map_or(interval, |w| w.min(interval)));
         }
         let timeout = match wait {
@@ -695,7 +704,7 @@ fn trace(
                 note!("{n}");
             }
             if last_drop_check.elapsed() >= Duration::from_secs(1) {
-                report_drops(b);
+                report_drops(b, consumer.settings().droptags);
                 last_drop_check = Instant::now();
             }
         }
@@ -776,7 +785,7 @@ fn trace(
         status = s;
     }
     if let Some(b) = w.backend.as_deref_mut() {
-        report_drops(b);
+        report_drops(b, consumer.settings().droptags);
         for n in b.notices() {
             note!("{n}");
         }
@@ -928,6 +937,8 @@ struct Drain<'p> {
     kernel_roots: HashMap<i32, i32>,
     /// What runs where probes fire, read back into the consumer.
     firings: Firings,
+    /// The last drain had records: firings are flowing.
+    busy: bool,
 }
 
 impl Drain<'_> {
@@ -974,82 +985,87 @@ impl Drain<'_> {
                 Err(e) => result = Err(e),
             }
         };
-        b.consume(&mut |record| match record {
-            // A trace trap in a process udtrace follows is udtrace's own doing (a
-            // single-step to run a system call in it): no other debugger can be attached.
-            Record::Proc(f)
-                if procprov::is_trace_trap(&f) && tree.is_some_and(|t| t.root_of(f.pid as i32).is_some()) => {}
-            Record::Proc(f) => {
-                let mut fire = |f: &ProcFiring| {
-                    for (id, name) in enabled_probes(f, proc_ids) {
-                        run(consumer, id, f.cpu, &ProcCtx::new(f, name, types, clocks));
+        let mut records = 0u64;
+        b.consume(&mut |record| {
+            records += 1;
+            match record {
+                // A trace trap in a process udtrace follows is udtrace's own doing (a
+                // single-step to run a system call in it): no other debugger can be attached.
+                Record::Proc(f)
+                    if procprov::is_trace_trap(&f) && tree.is_some_and(|t| t.root_of(f.pid as i32).is_some()) => {}
+                Record::Proc(f) => {
+                    let mut fire = |f: &ProcFiring| {
+                        for (id, name) in enabled_probes(f, proc_ids) {
+                            run(consumer, id, f.cpu, &ProcCtx::new(f, name, types, clocks));
+                        }
+                    };
+                    if let Some(thread) = procprov::exec_outcome_of(&f) {
+                        if let Some(mut exec) = pending.remove(&thread) {
+                            exec.string = f.string.clone().or(exec.string);
+                            fire(&exec);
+                        }
                     }
-                };
-                if let Some(thread) = procprov::exec_outcome_of(&f) {
-                    if let Some(mut exec) = pending.remove(&thread) {
-                        exec.string = f.string.clone().or(exec.string);
-                        fire(&exec);
+                    if f.hook == Hook::ExecEnter && matches!(f.string, Some(Err(_))) {
+                        pending.insert(f.tid, f);
+                    } else {
+                        fire(&f);
                     }
                 }
-                if f.hook == Hook::ExecEnter && matches!(f.string, Some(Err(_))) {
-                    pending.insert(f.tid, f);
-                } else {
-                    fire(&f);
-                }
-            }
-            Record::Profile { sample, probe_id } => {
-                let f = &sample.firing;
-                procs.borrow_mut().sampled(f.pid, f.tid, sample.comm);
-                let site = SiteTarget { probe_id, pid: 0, kind: SiteKind::Profile, offset: sample.kernel_pc };
-                let ctx = FiringCtx {
-                    f,
-                    site,
-                    procs,
-                    string_args: &[],
-                    buffer_args: &[],
-                    ustackframes,
-                    maxframes,
-                    noted: Cell::new(false),
-                    types,
-                    clocks,
-                };
-                run(consumer, probe_id, f.cpu, &ctx);
-            }
-            Record::Lineage(l) => {
-                if let Lineage::Forked { parent, child } = l {
-                    let root = kernel_roots.get(&parent).copied().unwrap_or(parent);
-                    kernel_roots.insert(child, root);
-                    procs.borrow_mut().inherit(child as u32, parent as u32);
-                }
-                lineage.push(l);
-            }
-            Record::Pid { firing: f, sites, string_args, buffer_args } => {
-                // A site shared by several roots' probes fires each only in its own tree.
-                let owner = tree
-                    .and_then(|t| t.root_of(f.pid as i32))
-                    .or_else(|| kernel_roots.get(&(f.pid as i32)).copied())
-                    .unwrap_or(f.pid as i32);
-                for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
+                Record::Profile { sample, probe_id } => {
+                    let f = &sample.firing;
+                    procs.borrow_mut().sampled(f.pid, f.tid, sample.comm);
+                    let site = SiteTarget { probe_id, pid: 0, kind: SiteKind::Profile, offset: sample.kernel_pc };
                     let ctx = FiringCtx {
-                        f: &f,
-                        site: *site,
+                        f,
+                        site,
                         procs,
-                        string_args,
-                        buffer_args,
+                        string_args: &[],
+                        buffer_args: &[],
                         ustackframes,
                         maxframes,
                         noted: Cell::new(false),
                         types,
                         clocks,
                     };
-                    // As the consumer's clauses, the programs run here stop at exit().
-                    if !consumer.is_draining() {
-                        firings.on_record(site.probe_id, &ctx);
+                    run(consumer, probe_id, f.cpu, &ctx);
+                }
+                Record::Lineage(l) => {
+                    if let Lineage::Forked { parent, child } = l {
+                        let root = kernel_roots.get(&parent).copied().unwrap_or(parent);
+                        kernel_roots.insert(child, root);
+                        procs.borrow_mut().inherit(child as u32, parent as u32);
                     }
-                    run(consumer, site.probe_id, f.cpu, &ctx);
+                    lineage.push(l);
+                }
+                Record::Pid { firing: f, sites, string_args, buffer_args } => {
+                    // A site shared by several roots' probes fires each only in its own tree.
+                    let owner = tree
+                        .and_then(|t| t.root_of(f.pid as i32))
+                        .or_else(|| kernel_roots.get(&(f.pid as i32)).copied())
+                        .unwrap_or(f.pid as i32);
+                    for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
+                        let ctx = FiringCtx {
+                            f: &f,
+                            site: *site,
+                            procs,
+                            string_args,
+                            buffer_args,
+                            ustackframes,
+                            maxframes,
+                            noted: Cell::new(false),
+                            types,
+                            clocks,
+                        };
+                        // As the consumer's clauses, the programs run here stop at exit().
+                        if !consumer.is_draining() {
+                            firings.on_record(site.probe_id, &ctx);
+                        }
+                        run(consumer, site.probe_id, f.cpu, &ctx);
+                    }
                 }
             }
         });
+        self.busy = records > 0;
         // What the kernel cannot do for a child it added: per-process links (libraries
         // other processes map too), after the fact.
         for l in lineage {
@@ -1127,10 +1143,12 @@ fn report_consumer_drops(consumer: &mut Consumer) {
     }
 }
 
-/// dtrace's drop notice: `N drops on CPU C`.
-fn report_drops(b: &mut dyn Backend) {
+/// dtrace's drop notice: `N drops on CPU C` (a full principal buffer: `-x droptags`
+/// tags it `[DTRACEDROP_PRINCIPAL]`, as dt_handle_cpudrop does).
+fn report_drops(b: &mut dyn Backend, droptags: bool) {
+    let tag = if droptags { "[DTRACEDROP_PRINCIPAL] " } else { "" };
     for (cpu, n) in b.new_drops() {
-        note!("{n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
+        note!("{tag}{n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
     }
 }
 

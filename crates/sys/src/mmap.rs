@@ -73,6 +73,27 @@ impl Mmap {
         unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.store(v, Ordering::Release)
     }
 
+    /// Atomically adds `v` to the word at `off` of a writable mapping (shared with
+    /// other processes that update it with `lock`ed instructions); returns the word
+    /// before.
+    pub fn fetch_add_u64(&self, off: usize, v: u64) -> u64 {
+        assert!(self.writable, "update of a read-only mapping");
+        // SAFETY: aligned and in bounds (checked by `at`) of a writable mapping that
+        // lives as long as `self`; other writers use atomic instructions too, and no
+        // Rust reference covers the word.
+        unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.fetch_add(v, Ordering::AcqRel)
+    }
+
+    /// Atomically stores `new` at `off` if the word is `old`; returns the word before.
+    pub fn cmpxchg_u64(&self, off: usize, old: u64, new: u64) -> u64 {
+        assert!(self.writable, "update of a read-only mapping");
+        // SAFETY: as for fetch_add_u64.
+        let word = unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) };
+        match word.compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(v) | Err(v) => v,
+        }
+    }
+
     /// Copies `data` into a writable mapping at `off` (a shared region another process
     /// also maps: trampoline code, ring records). A read-only mapping or a range out of
     /// bounds is refused, not a fault.

@@ -210,3 +210,19 @@ pub fn read_own_memory(addr: u64, len: usize) -> io::Result<Vec<u8>> {
     f.read_exact_at(&mut buf, addr)?;
     Ok(buf)
 }
+
+/// Calls the code at `addr` in this process as `extern "C" fn(u64 × 6) -> u64`: tests
+/// run generated code (a trampoline's firing on a function of their own making) this
+/// way.
+///
+/// The caller guarantees that `addr` is mapped executable and holds a function of that
+/// signature that follows the System V ABI (callee-saved registers, stack, DF) and
+/// writes no memory Rust objects live in.
+pub fn call_code(addr: u64, args: [u64; 6]) -> u64 {
+    assert_ne!(addr, 0, "call of NULL");
+    type Func = extern "C" fn(u64, u64, u64, u64, u64, u64) -> u64;
+    // SAFETY: a non-NULL address of code with this signature and ABI (the caller's
+    // guarantee above); a function pointer has the size and representation of u64 here.
+    let f: Func = unsafe { std::mem::transmute::<usize, Func>(addr as usize) };
+    f(args[0], args[1], args[2], args[3], args[4], args[5])
+}

@@ -22,7 +22,10 @@ pub const MAX_FIELD: usize = 1 << 24;
 pub fn pad(out: &mut Vec<u8>, spec: &Spec, prefix: &[u8], body: &[u8], zero_ok: bool) {
     let len = prefix.len() + body.len();
     let fill = spec.width.min(MAX_FIELD).saturating_sub(len);
-    if spec.left {
+    if fill == 0 {
+        out.extend_from_slice(prefix);
+        out.extend_from_slice(body);
+    } else if spec.left {
         out.extend_from_slice(prefix);
         out.extend_from_slice(body);
         out.resize(out.len() + fill, b' ');
@@ -62,12 +65,36 @@ pub fn fmt_signed(out: &mut Vec<u8>, spec: &Spec, v: i64) {
     } else {
         b""
     };
+    if spec.prec.is_none() {
+        // The common case, without allocating: digits as they are.
+        let mut buf = [0u8; 20];
+        pad(out, spec, sign, decimal(v.unsigned_abs(), &mut buf), true);
+        return;
+    }
     let digits = with_precision(v.unsigned_abs().to_string().into_bytes(), spec.prec, v == 0);
     pad(out, spec, sign, &digits, spec.prec.is_none());
 }
 
+/// The decimal digits of `v`, at the end of `buf`.
+fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
 /// `%u %o %x %X` on an unsigned value.
 pub fn fmt_unsigned(out: &mut Vec<u8>, spec: &Spec, v: u64, radix: u8) {
+    if radix == 10 && spec.prec.is_none() {
+        let mut buf = [0u8; 20];
+        pad(out, spec, b"", decimal(v, &mut buf), true);
+        return;
+    }
     let mut digits = match radix {
         8 => format!("{v:o}"),
         16 => format!("{v:x}"),

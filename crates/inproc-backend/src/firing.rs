@@ -1,0 +1,165 @@
+//! The buffers of the firing-time programs (docs/firing.md): one per process image, a
+//! memfd mapped shared in the process (its forked children share it, as they share the
+//! ring) and in udtrace, which runs breakpoint sites' programs on it and reads every
+//! buffer ever made (a process that ended still counts) for the snapshots.
+
+use std::rc::Rc;
+
+use udtrace_dif::interp::{self, Firing, Memory, Outcome, Words};
+use udtrace_dif::op::Op;
+use udtrace_dif::snapshot::Snapshot;
+use udtrace_dif::{BufferLayout, Layout, Program};
+use udtrace_process::inject::{self, Prot, SharedRegion};
+use udtrace_sys::mmap::Mmap;
+
+/// Threads per buffer with thread-local variables or rows of their own (a thread past
+/// them, its entry's neighbours all taken, is a dynamic-variable drop).
+pub const THREADS: usize = 4096;
+/// Keys per keyed aggregation and buffer (DTrace's `aggsize` may size them later).
+pub const KEYED_ENTRIES: usize = 4096;
+
+/// A buffer as udtrace's mapping holds it, shared with processes that update it with
+/// atomic instructions.
+struct Shared<'a>(&'a Mmap);
+
+impl Words for Shared<'_> {
+    fn load(&self, off: usize) -> u64 {
+        self.0.load_acquire_u64(off)
+    }
+}
+
+impl Memory for Shared<'_> {
+    fn store(&mut self, off: usize, v: u64) {
+        self.0.store_release_u64(off, v);
+    }
+    fn fetch_add(&mut self, off: usize, v: u64) -> u64 {
+        self.0.fetch_add_u64(off, v)
+    }
+    fn cmpxchg(&mut self, off: usize, old: u64, new: u64) -> u64 {
+        self.0.cmpxchg_u64(off, old, new)
+    }
+}
+
+/// Whether `p` keeps anything in a buffer (thread-local variables, aggregations).
+pub fn stores(p: &Program) -> bool {
+    p.ops.iter().any(|op| matches!(op, Op::TlsLoad { .. } | Op::TlsStore { .. } | Op::Agg { .. }))
+}
+
+/// Whether `p` uses thread-local variables: its firings must all run where they meet
+/// the process's buffer (trampolines and breakpoints), never in a BPF program, whose
+/// variables are in a map of its own.
+pub fn uses_tls(p: &Program) -> bool {
+    p.ops.iter().any(|op| matches!(op, Op::TlsLoad { .. } | Op::TlsStore { .. }))
+}
+
+/// Every buffer made in this session, and udtrace's own for breakpoint firings of
+/// processes that have none.
+pub struct Buffers {
+    pub layout: Layout,
+    pub buf: BufferLayout,
+    made: Vec<Rc<SharedRegion>>,
+    local: Option<Vec<u8>>,
+}
+
+impl Buffers {
+    pub fn new(layout: &Layout) -> Buffers {
+        Buffers {
+            layout: layout.clone(),
+            buf: BufferLayout::new(layout, THREADS, KEYED_ENTRIES),
+            made: Vec::new(),
+            local: None,
+        }
+    }
+
+    /// Whether the session's programs keep anything: processes then get a buffer.
+    pub fn wanted(&self) -> bool {
+        self.layout.tls > 0 || !self.layout.aggs.is_empty()
+    }
+
+    /// A new buffer mapped in the process of `tid` (stopped), its header written.
+    pub fn create(&mut self, tid: i32, near: u64) -> Result<Rc<SharedRegion>, String> {
+        let region = inject::create_shared_near(tid, self.buf.size as u64, near, Prot::READ | Prot::WRITE)
+            .map_err(|e| format!("cannot map its firing buffer: {e}"))?;
+        for (off, v) in self.buf.header() {
+            region.view.store_release_u64(off, v);
+        }
+        let region = Rc::new(region);
+        self.made.push(region.clone());
+        Ok(region)
+    }
+
+    /// Runs `p` for a firing at a breakpoint, on its process's buffer (`None`: it has
+    /// none, udtrace's own).
+    pub fn run(&mut self, p: &Program, f: &Firing, region: Option<&SharedRegion>) -> Outcome {
+        match region {
+            Some(r) => interp::run(p, &self.layout, &self.buf, f, &mut Shared(&r.view)),
+            None => {
+                let buf = &self.buf;
+                let local = self.local.get_or_insert_with(|| {
+                    let mut m = vec![0u8; buf.size];
+                    for (off, v) in buf.header() {
+                        m.store(off, v);
+                    }
+                    m
+                });
+                interp::run(p, &self.layout, &self.buf, f, local)
+            }
+        }
+    }
+
+    /// Every buffer's rows merged.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut s = Snapshot::empty(&self.layout);
+        for r in &self.made {
+            s.merge(&self.layout, &Snapshot::read(&self.layout, &self.buf, &Shared(&r.view)));
+        }
+        if let Some(local) = &self.local {
+            s.merge(&self.layout, &Snapshot::read(&self.layout, &self.buf, local));
+        }
+        s
+    }
+}
+
+/// The real user and group ids of `pid`, from `/proc/<pid>/status` (0 if unreadable).
+pub fn ids_of(pid: i32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let first = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (first("Uid:"), first("Gid:"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use udtrace_dif::layout::{AggDesc, AggFn};
+
+    #[test]
+    fn breakpoint_firings_without_a_buffer_count_in_udtraces_own() {
+        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
+        let mut b = Buffers::new(&layout);
+        assert!(b.wanted());
+        let p = Program {
+            ops: vec![
+                Op::Const { d: 0, v: 9 },
+                Op::TlsStore { slot: 0, a: 0 },
+                Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 },
+            ],
+        };
+        assert!(stores(&p) && uses_tls(&p));
+        for tid in [5, 6, 5] {
+            b.run(&p, &Firing { tid, ..Firing::default() }, None);
+        }
+        let s = b.snapshot();
+        assert_eq!(s.aggs[0][&vec![]], vec![3]);
+        assert_eq!(s.tls[&5], vec![9]);
+        let me = std::process::id() as i32;
+        let (uid, _) = ids_of(me);
+        assert_eq!(uid, u64::from(nix::unistd::getuid().as_raw()));
+    }
+}

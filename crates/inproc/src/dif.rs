@@ -1,0 +1,646 @@
+//! The x86 executor of the firing-time language (docs/firing.md): a verified
+//! `udtrace_dif::Program` compiled into the code a trampoline runs, on the buffer
+//! (`udtrace_dif::layout`) the process shares with udtrace. Its results are those of
+//! `udtrace_dif::interp::run`, operation for operation (tests/dif.rs compares them).
+//!
+//! The program's sixteen registers live in a frame at `rsp` (`[rsp + 8 * r]`); rax, rcx
+//! and rdx are scratch; r11 holds the thread's entry when the program uses it; rsi, rdi
+//! and r8 serve the keyed tables. [`clobbers`] says which of them a program's code
+//! writes: the trampoline saves those alone (and the flags, where they are live).
+
+use iced_x86::code_asm::{
+    al, byte_ptr, cl, dword_ptr, eax, ecx, edi, edx, qword_ptr, r11, r8, rax, rcx, rdi, rdx, rsi, rsp,
+    AsmMemoryOperand, AsmRegister32, AsmRegister64, CodeAssembler, CodeLabel,
+};
+use udtrace_dif::layout::{
+    AggFn, AggPlace, BufferLayout, DROP_CPUS, KEY_FILLING, KEY_FREE, KEY_READY, MAX_PROBES, OFF_AGG_DROPS,
+    OFF_DYN_DROPS, OFF_THREADS,
+};
+use udtrace_dif::op::{BinOp, Op, UnOp, Var};
+use udtrace_dif::{Layout, Program};
+
+use crate::trampoline::{CpuSource, TrampolineError, DATA_PID};
+
+/// Offset in the data page of the process's real user id (u64), which udtrace writes
+/// when it sets the process up (`Var::Uid`).
+pub const DATA_UID: usize = 40;
+/// Offset in the data page of the process's real group id (u64) (`Var::Gid`).
+pub const DATA_GID: usize = 48;
+
+/// The multiplier and seed of `udtrace_dif::layout::key_hash`, checked against it in
+/// the tests.
+const HASH_SEED: u64 = 0x243f_6a88_85a3_08d3;
+const HASH_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// What a site runs at its firing (`udtrace_providers::backend::Work`), compiled into
+/// its trampoline.
+#[derive(Debug, Clone, Copy)]
+pub struct SiteWork<'a> {
+    pub program: &'a Program,
+    pub layout: &'a Layout,
+    pub buf: &'a BufferLayout,
+    /// Where the buffer is mapped in the process.
+    pub base: u64,
+    /// The site still writes its record (after the program).
+    pub record: bool,
+    /// Tests only: `Get` reads `[pid, tid, cpu, timestamp, uid, gid]` (u64s) at this
+    /// address instead of their sources, so that a harness can feed it any firing.
+    pub harness: Option<u64>,
+}
+
+impl SiteWork<'_> {
+    /// Whether the code calls the vDSO's clock (which clobbers every caller-saved
+    /// register): the program reads `timestamp`, from its real source.
+    pub fn calls_clock(&self) -> bool {
+        self.harness.is_none() && self.program.reads(Var::Timestamp)
+    }
+
+    /// Bytes of the frame at rsp: the registers the program writes, the emit word
+    /// (and a pad), then a 16-byte timespec whose first word becomes the timestamp. A
+    /// multiple of 16.
+    pub fn frame(&self) -> i32 {
+        let regs = self.program.ops.iter().filter_map(|op| op.regs().1).map(|r| usize::from(r) + 1).max().unwrap_or(0);
+        (8 * regs as i32 + 32 + 15) & !15
+    }
+
+    /// Offset in the frame of the timestamp (and of the timespec the clock fills).
+    pub fn ts_slot(&self) -> i32 {
+        self.frame() - 16
+    }
+
+    /// Offset in the frame of the word an `Op::Emit` sets (0 before the program).
+    pub fn emit_slot(&self) -> i32 {
+        self.frame() - 32
+    }
+}
+
+/// The general registers the compiled program writes (besides the frame and the flags).
+pub fn clobbers(w: &SiteWork<'_>) -> Vec<AsmRegister64> {
+    let mut regs = vec![rax, rcx, rdx];
+    if w.program.uses_thread_entry(w.layout) {
+        regs.push(r11);
+    }
+    let keyed = w.program.ops.iter().any(|op| match *op {
+        Op::Agg { agg, .. } => matches!(w.buf.places.get(usize::from(agg)), Some(AggPlace::Keyed { .. })),
+        _ => false,
+    });
+    if keyed {
+        regs.extend([rsi, rdi, r8]);
+    }
+    regs
+}
+
+/// Where the probed function's argument `n` is while the program runs.
+#[derive(Debug, Clone, Copy)]
+pub enum ArgAt {
+    /// Still in its register (the program does not write it).
+    Live(AsmRegister64),
+    /// Saved on the stack.
+    Saved(AsmMemoryOperand),
+}
+
+/// What the code around the program provides.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame {
+    /// The six argument registers' places.
+    pub args: [ArgAt; 6],
+    /// Where `Get` reads from.
+    pub data_page: u64,
+    pub tid_offset: i32,
+    pub cpu: CpuSource,
+}
+
+/// The argument registers, in `Op::Arg` order.
+pub const ARG_REGS: [AsmRegister64; 6] = [rdi, rsi, rdx, rcx, r8, iced_x86::code_asm::r9];
+
+/// Emits the program. On entry rsp points at the frame ([`SiteWork::frame`] bytes),
+/// whose timestamp slot holds the timestamp when [`SiteWork::calls_clock`]; on exit the
+/// registers of [`clobbers`] and the flags are changed, nothing else.
+pub fn emit(a: &mut CodeAssembler, w: &SiteWork<'_>, f: &Frame) -> Result<(), TrampolineError> {
+    let p = w.program;
+    let n = p.ops.len();
+    let mut labels: Vec<CodeLabel> = (0..=n).map(|_| a.create_label()).collect();
+    // Every op index may be a jump target: each gets a label (set on its first
+    // instruction), and the end one on a `nop`... set lazily below.
+    let mut targets = vec![false; n + 1];
+    for op in &p.ops {
+        match *op {
+            Op::Jz { to, .. } | Op::Jmp { to } => targets[usize::from(to)] = true,
+            _ => {}
+        }
+    }
+    let mut end = labels[n];
+    let mut c = Compiler { a, w, f };
+    if p.emits() {
+        c.a.mov(qword_ptr(rsp + w.emit_slot()), 0)?;
+    }
+    if p.uses_thread_entry(w.layout) {
+        c.thread_entry(end)?;
+    }
+    for (i, op) in p.ops.iter().enumerate() {
+        if targets[i] {
+            c.a.set_label(&mut labels[i])?;
+            // A label must sit on an instruction: a later target at the same place
+            // (an empty block) gets its own.
+            c.a.nop()?;
+        }
+        c.op(*op, &labels)?;
+    }
+    c.a.set_label(&mut end)?;
+    c.a.nop()?;
+    Ok(())
+}
+
+struct Compiler<'a, 'b> {
+    a: &'a mut CodeAssembler,
+    w: &'a SiteWork<'b>,
+    f: &'a Frame,
+}
+
+fn reg(r: u8) -> AsmMemoryOperand {
+    qword_ptr(rsp + 8 * i32::from(r))
+}
+
+impl Compiler<'_, '_> {
+    /// rax = what the firing knows.
+    fn get(&mut self, v: Var) -> Result<(), TrampolineError> {
+        let a = &mut *self.a;
+        if let Some(h) = self.w.harness {
+            let k = Var::ALL.iter().position(|&x| x == v).unwrap_or(0) as u64;
+            a.mov(rax, h + 8 * k)?;
+            a.mov(rax, qword_ptr(rax))?;
+            return Ok(());
+        }
+        match v {
+            Var::Pid => {
+                a.mov(rax, self.f.data_page + DATA_PID as u64)?;
+                a.mov(eax, dword_ptr(rax))?;
+            }
+            Var::Tid => a.mov(eax, dword_ptr(self.f.tid_offset as u64).fs())?,
+            Var::Cpu => self.cpu()?,
+            Var::Timestamp => a.mov(rax, qword_ptr(rsp + self.w.ts_slot()))?,
+            Var::Uid | Var::Gid => {
+                a.mov(rax, self.f.data_page + if v == Var::Uid { DATA_UID } else { DATA_GID } as u64)?;
+                a.mov(rax, qword_ptr(rax))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// rax = the CPU (clobbers rcx and rdx with rdtscp).
+    fn cpu(&mut self) -> Result<(), TrampolineError> {
+        if self.w.harness.is_some() {
+            return self.get(Var::Cpu);
+        }
+        match self.f.cpu {
+            CpuSource::Rdpid => self.a.rdpid(rax)?,
+            CpuSource::Rdtscp => {
+                self.a.rdtscp()?;
+                self.a.mov(eax, ecx)?;
+            }
+        }
+        self.a.and(eax, 0xfff)?;
+        Ok(())
+    }
+
+    /// Counts a drop on this CPU in the counters at `off`.
+    fn drop_on(&mut self, off: usize) -> Result<(), TrampolineError> {
+        self.cpu()?;
+        self.a.and(eax, (DROP_CPUS - 1) as u32)?;
+        self.a.mov(rcx, self.w.base + off as u64)?;
+        self.a.lock().add(qword_ptr(rcx + rax * 8), 1)?;
+        Ok(())
+    }
+
+    /// r11 = the thread's entry, claimed and its rows set up on its first firing
+    /// (`interp::thread_entry`); none: a dynamic-variable drop, and the program ends.
+    fn thread_entry(&mut self, end: CodeLabel) -> Result<(), TrampolineError> {
+        let buf = self.w.buf;
+        self.get(Var::Tid)?;
+        let a = &mut *self.a;
+        let (mut top, mut found, mut taken, mut next) =
+            (a.create_label(), a.create_label(), a.create_label(), a.create_label());
+        a.mov(rdx, rax)?;
+        a.xor(ecx, ecx)?;
+        a.set_label(&mut top)?;
+        a.lea(rax, qword_ptr(rdx + rcx))?;
+        a.and(rax, (buf.nthreads - 1) as i32)?;
+        a.imul_3(rax, rax, buf.entry_size as i32)?;
+        a.mov(r11, self.w.base + OFF_THREADS as u64)?;
+        a.add(r11, rax)?;
+        a.mov(rax, qword_ptr(r11))?;
+        a.test(rax, rax)?;
+        a.jne(taken)?;
+        // Free (rax = 0): claim it.
+        a.lock().cmpxchg(qword_ptr(r11), rdx)?;
+        a.jne(taken)?;
+        for (d, p) in self.w.layout.aggs.iter().zip(&buf.places) {
+            if let (AggPlace::Thread { row }, Some((word, v))) = (*p, d.func.init()) {
+                a.mov(rax, v)?;
+                a.mov(qword_ptr(r11 + (row + 8 * word) as i32), rax)?;
+            }
+        }
+        a.jmp(found)?;
+        a.set_label(&mut taken)?;
+        a.cmp(rax, rdx)?;
+        a.je(found)?;
+        self.next_probe(&mut next, ecx, top, OFF_DYN_DROPS, end)?;
+        self.a.set_label(&mut found)?;
+        self.a.nop()?;
+        Ok(())
+    }
+
+    fn op(&mut self, op: Op, labels: &[CodeLabel]) -> Result<(), TrampolineError> {
+        match op {
+            Op::Const { d, v } => {
+                if let Ok(imm) = i32::try_from(v as i64) {
+                    self.a.mov(reg(d), imm)?;
+                } else {
+                    self.a.mov(rax, v)?;
+                    self.a.mov(reg(d), rax)?;
+                }
+            }
+            Op::Arg { d, n } => match self.f.args[usize::from(n)] {
+                ArgAt::Live(r) => self.a.mov(reg(d), r)?,
+                ArgAt::Saved(m) => {
+                    self.a.mov(rax, m)?;
+                    self.a.mov(reg(d), rax)?;
+                }
+            },
+            Op::Get { d, v } => {
+                self.get(v)?;
+                self.a.mov(reg(d), rax)?;
+            }
+            Op::Mov { d, a: s } => {
+                self.a.mov(rax, reg(s))?;
+                self.a.mov(reg(d), rax)?;
+            }
+            Op::Bin { op, d, a: x, b: y } => self.bin(op, d, x, y)?,
+            Op::Div { d, a: x, imm, signed, rem } => {
+                let a = &mut *self.a;
+                a.mov(rax, reg(x))?;
+                a.mov(rcx, imm)?;
+                if signed {
+                    a.cqo()?;
+                    a.idiv(rcx)?;
+                } else {
+                    a.xor(edx, edx)?;
+                    a.div(rcx)?;
+                }
+                a.mov(reg(d), if rem { rdx } else { rax })?;
+            }
+            Op::Un { op, d, a: x } => {
+                let a = &mut *self.a;
+                a.mov(rax, reg(x))?;
+                match op {
+                    UnOp::Neg => a.neg(rax)?,
+                    UnOp::BitNot => a.not(rax)?,
+                    UnOp::Not => {
+                        a.xor(ecx, ecx)?;
+                        a.test(rax, rax)?;
+                        a.sete(cl)?;
+                        a.mov(rax, rcx)?;
+                    }
+                }
+                a.mov(reg(d), rax)?;
+            }
+            Op::Ext { d, a: x, bits, signed } => {
+                let a = &mut *self.a;
+                let m = reg(x);
+                match (bits, signed) {
+                    (8, true) => a.movsx(rax, byte_ptr(m))?,
+                    (8, false) => a.movzx(eax, byte_ptr(m))?,
+                    (16, true) => a.movsx(rax, iced_x86::code_asm::word_ptr(m))?,
+                    (16, false) => a.movzx(eax, iced_x86::code_asm::word_ptr(m))?,
+                    (32, true) => a.movsxd(rax, dword_ptr(m))?,
+                    _ => a.mov(eax, dword_ptr(m))?,
+                }
+                a.mov(reg(d), rax)?;
+            }
+            Op::Jz { a: x, to } => {
+                self.a.cmp(reg(x), 0)?;
+                self.a.je(labels[usize::from(to)])?;
+            }
+            Op::Jmp { to } => self.a.jmp(labels[usize::from(to)])?,
+            Op::TlsLoad { d, slot } => {
+                self.a.mov(rax, qword_ptr(r11 + BufferLayout::tls_offset(slot) as i32))?;
+                self.a.mov(reg(d), rax)?;
+            }
+            Op::TlsStore { slot, a: x } => {
+                self.a.mov(rax, reg(x))?;
+                self.a.mov(qword_ptr(r11 + BufferLayout::tls_offset(slot) as i32), rax)?;
+            }
+            Op::Agg { agg, keys, val, incr } => self.agg(usize::from(agg), keys, val, incr)?,
+            Op::Emit => self.a.mov(qword_ptr(rsp + self.w.emit_slot()), 1)?,
+        }
+        Ok(())
+    }
+
+    fn bin(&mut self, op: BinOp, d: u8, x: u8, y: u8) -> Result<(), TrampolineError> {
+        let a = &mut *self.a;
+        a.mov(rax, reg(x))?;
+        match op {
+            BinOp::Add => a.add(rax, reg(y))?,
+            BinOp::Sub => a.sub(rax, reg(y))?,
+            BinOp::Mul => a.imul_2(rax, reg(y))?,
+            BinOp::And => a.and(rax, reg(y))?,
+            BinOp::Or => a.or(rax, reg(y))?,
+            BinOp::Xor => a.xor(rax, reg(y))?,
+            BinOp::Shl | BinOp::ShrU | BinOp::ShrS => {
+                // A register count is taken modulo 64, as the language defines it.
+                a.mov(rcx, reg(y))?;
+                match op {
+                    BinOp::Shl => a.shl(rax, cl)?,
+                    BinOp::ShrU => a.shr(rax, cl)?,
+                    _ => a.sar(rax, cl)?,
+                }
+            }
+            BinOp::Eq | BinOp::Ne | BinOp::LtU | BinOp::LeU | BinOp::LtS | BinOp::LeS => {
+                a.xor(ecx, ecx)?;
+                a.cmp(rax, reg(y))?;
+                match op {
+                    BinOp::Eq => a.sete(cl)?,
+                    BinOp::Ne => a.setne(cl)?,
+                    BinOp::LtU => a.setb(cl)?,
+                    BinOp::LeU => a.setbe(cl)?,
+                    BinOp::LtS => a.setl(cl)?,
+                    _ => a.setle(cl)?,
+                }
+                a.mov(rax, rcx)?;
+            }
+        }
+        a.mov(reg(d), rax)?;
+        Ok(())
+    }
+
+    fn agg(&mut self, agg: usize, keys: u8, val: u8, incr: u8) -> Result<(), TrampolineError> {
+        let desc = self.w.layout.aggs[agg];
+        match self.w.buf.places[agg] {
+            AggPlace::Thread { row } => self.update(desc.func, r11, row as i32, val, incr, false),
+            AggPlace::Keyed { table, entries, entry_size } => {
+                let nk = usize::from(desc.nkeys);
+                let mut done = self.a.create_label();
+                let mut update = self.a.create_label();
+                self.keyed_entry(desc.func, (table, entries, entry_size), keys, nk, &mut update, done)?;
+                self.a.set_label(&mut update)?;
+                self.update(desc.func, rsi, 0, val, incr, true)?;
+                self.a.set_label(&mut done)?;
+                self.a.nop()?;
+                Ok(())
+            }
+        }
+    }
+
+    /// rsi = the row of the key in registers `keys..keys + nk` (`interp::keyed_entry`),
+    /// then on to `update`; no entry: an aggregation drop, on to `done`.
+    fn keyed_entry(
+        &mut self,
+        func: AggFn,
+        (table, entries, entry_size): (usize, usize, usize),
+        keys: u8,
+        nk: usize,
+        update: &mut CodeLabel,
+        done: CodeLabel,
+    ) -> Result<(), TrampolineError> {
+        let key = |j: usize| reg(keys + j as u8);
+        let a = &mut *self.a;
+        let (mut top, mut taken, mut next) = (a.create_label(), a.create_label(), a.create_label());
+        a.mov(r8, HASH_SEED)?;
+        a.mov(rcx, HASH_MUL)?;
+        for j in 0..nk {
+            a.xor(r8, key(j))?;
+            a.imul_2(r8, rcx)?;
+            a.mov(rax, r8)?;
+            a.shr(rax, 29)?;
+            a.xor(r8, rax)?;
+        }
+        a.xor(edi, edi)?;
+        a.set_label(&mut top)?;
+        a.lea(rax, qword_ptr(r8 + rdi))?;
+        a.and(rax, (entries - 1) as i32)?;
+        a.imul_3(rax, rax, entry_size as i32)?;
+        a.mov(rsi, self.w.base + table as u64)?;
+        a.add(rsi, rax)?;
+        a.mov(rax, qword_ptr(rsi))?;
+        a.cmp(rax, KEY_FREE as i32)?;
+        a.jne(taken)?;
+        a.mov(ecx, KEY_FILLING as u32)?;
+        a.lock().cmpxchg(qword_ptr(rsi), rcx)?;
+        a.jne(taken)?;
+        // Claimed: the key, the row's initial words, then published (x86 keeps stores
+        // in order: a reader that sees READY sees the rest).
+        for j in 0..nk {
+            a.mov(rax, key(j))?;
+            a.mov(qword_ptr(rsi + (8 + 8 * j) as i32), rax)?;
+        }
+        let row = (8 + 8 * nk) as i32;
+        if let Some((word, v)) = func.init() {
+            a.mov(rax, v)?;
+            a.mov(qword_ptr(rsi + row + 8 * word as i32), rax)?;
+        }
+        a.mov(qword_ptr(rsi), KEY_READY as i32)?;
+        a.add(rsi, row)?;
+        a.jmp(*update)?;
+        // Taken (rax = its status): this key's, once published?
+        a.set_label(&mut taken)?;
+        a.cmp(rax, KEY_READY as i32)?;
+        a.jne(next)?;
+        for j in 0..nk {
+            a.mov(rax, key(j))?;
+            a.cmp(qword_ptr(rsi + (8 + 8 * j) as i32), rax)?;
+            a.jne(next)?;
+        }
+        a.add(rsi, row)?;
+        a.jmp(*update)?;
+        self.next_probe(&mut next, edi, top, OFF_AGG_DROPS, done)
+    }
+
+    /// At `next`: on to the next entry (`counter` counts them) until MAX_PROBES, then a
+    /// drop counted at `drops`, and on to `exit`.
+    fn next_probe(
+        &mut self,
+        next: &mut CodeLabel,
+        counter: AsmRegister32,
+        top: CodeLabel,
+        drops: usize,
+        exit: CodeLabel,
+    ) -> Result<(), TrampolineError> {
+        self.a.set_label(next)?;
+        self.a.inc(counter)?;
+        self.a.cmp(counter, MAX_PROBES as u32)?;
+        self.a.jb(top)?;
+        self.drop_on(drops)?;
+        self.a.jmp(exit)?;
+        Ok(())
+    }
+
+    /// Updates the row at `[b + d]` with the value in register `val`, weight `incr`:
+    /// shared, every word with a `lock`ed instruction (`interp::update_shared`); the
+    /// thread's own, each word with one plain instruction, so that a signal handler's
+    /// firing in between cannot split it (`interp::update_own`).
+    fn update(
+        &mut self,
+        func: AggFn,
+        b: AsmRegister64,
+        d: i32,
+        val: u8,
+        incr: u8,
+        shared: bool,
+    ) -> Result<(), TrampolineError> {
+        let a = &mut *self.a;
+        let word = |w: i32| qword_ptr(b + (d + 8 * w));
+        if shared {
+            a.lock().add(word(0), 1)?;
+        } else {
+            a.add(word(0), 1)?;
+        }
+        match func {
+            AggFn::Count => {}
+            AggFn::Sum | AggFn::Avg => {
+                a.mov(rax, reg(val))?;
+                if shared {
+                    a.lock().add(word(1), rax)?;
+                } else {
+                    a.add(word(1), rax)?;
+                }
+            }
+            AggFn::Min | AggFn::Max => {
+                // A compare-and-swap loop, without `lock` on the thread's own row: an
+                // unlocked cmpxchg is still one instruction for the thread's signals.
+                let (mut top, mut done) = (a.create_label(), a.create_label());
+                a.mov(rdx, reg(val))?;
+                a.mov(rax, word(1))?;
+                a.set_label(&mut top)?;
+                a.cmp(rdx, rax)?;
+                if func == AggFn::Min {
+                    a.jge(done)?;
+                } else {
+                    a.jle(done)?;
+                }
+                if shared {
+                    a.lock().cmpxchg(word(1), rdx)?;
+                } else {
+                    a.cmpxchg(word(1), rdx)?;
+                }
+                a.jne(top)?;
+                a.set_label(&mut done)?;
+                a.nop()?;
+            }
+            AggFn::Stddev => {
+                a.mov(rax, reg(val))?;
+                if shared {
+                    a.lock().add(word(1), rax)?;
+                } else {
+                    a.add(word(1), rax)?;
+                }
+                // |v| (i64::MIN's is 2^63), squared into rdx:rax, added in 128 bits:
+                // the carry of the low word's add goes into the high word's.
+                a.cqo()?;
+                a.xor(rax, rdx)?;
+                a.sub(rax, rdx)?;
+                a.mul(rax)?;
+                if shared {
+                    a.lock().add(word(2), rax)?;
+                    a.lock().adc(word(3), rdx)?;
+                } else {
+                    a.add(word(2), rax)?;
+                    a.adc(word(3), rdx)?;
+                }
+            }
+            AggFn::Quantize | AggFn::Lquantize { .. } => {
+                bucket(a, func, val)?;
+                a.mov(rcx, reg(incr))?;
+                let m = qword_ptr(b + rax * 8 + (d + 8));
+                if shared {
+                    a.lock().add(m, rcx)?;
+                } else {
+                    a.add(m, rcx)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// rax = the bucket of register `val`'s value (`AggFn::bucket` less one: the word after
+/// hits is bucket 0). Clobbers rcx and rdx.
+fn bucket(a: &mut CodeAssembler, func: AggFn, val: u8) -> Result<(), TrampolineError> {
+    let mut done = a.create_label();
+    match func {
+        AggFn::Lquantize { base, step, levels } => {
+            // Compared in 32 bits, as the kernel does.
+            let mut level = a.create_label();
+            a.movsxd(rax, dword_ptr(reg(val)))?;
+            a.cmp(rax, base)?;
+            a.jge(level)?;
+            a.xor(eax, eax)?;
+            a.jmp(done)?;
+            a.set_label(&mut level)?;
+            a.sub(rax, base)?;
+            a.xor(edx, edx)?;
+            a.mov(ecx, u32::from(step.max(1)))?;
+            a.div(rcx)?;
+            let mut below = a.create_label();
+            a.cmp(rax, i32::from(levels))?;
+            a.jb(below)?;
+            a.mov(eax, u32::from(levels))?;
+            a.set_label(&mut below)?;
+            a.add(eax, 1)?;
+        }
+        _ => {
+            // 63 for 0; 64 + log2 v for v > 0; 62 - log2 |v|, at least 0, for v < 0.
+            let mut neg = a.create_label();
+            a.mov(rcx, reg(val))?;
+            a.mov(eax, 63)?;
+            a.test(rcx, rcx)?;
+            a.je(done)?;
+            a.js(neg)?;
+            a.bsr(rcx, rcx)?;
+            a.lea(eax, qword_ptr(rcx + 64))?;
+            a.jmp(done)?;
+            a.set_label(&mut neg)?;
+            a.neg(rcx)?;
+            a.bsr(rcx, rcx)?;
+            a.mov(eax, 62)?;
+            a.sub(eax, ecx)?;
+            a.jns(done)?;
+            a.xor(eax, eax)?;
+        }
+    }
+    a.set_label(&mut done)?;
+    a.nop()?;
+    Ok(())
+}
+
+/// The saved flags' register: the status flags from `lahf` (SF ZF AF PF CF in ah) and
+/// `seto al`, much cheaper to put back than `popfq`'s whole register.
+pub fn save_status_flags(a: &mut CodeAssembler) -> Result<(), TrampolineError> {
+    a.seto(al)?;
+    a.lahf()?;
+    Ok(())
+}
+
+/// Puts back what [`save_status_flags`] left in rax: `add al, 0x7f` overflows exactly
+/// when al is 1 (OF), then `sahf` the rest.
+pub fn restore_status_flags(a: &mut CodeAssembler) -> Result<(), TrampolineError> {
+    a.add(al, 0x7f)?;
+    a.sahf()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use udtrace_dif::layout::key_hash;
+
+    #[test]
+    fn the_hash_constants_are_the_layouts() {
+        let mut h = HASH_SEED;
+        for k in [5u64, 0, u64::MAX] {
+            h = (h ^ k).wrapping_mul(HASH_MUL);
+            h ^= h >> 29;
+        }
+        assert_eq!(h, key_hash(&[5, 0, u64::MAX]));
+        assert_eq!(key_hash(&[]), HASH_SEED);
+    }
+}

@@ -1,0 +1,160 @@
+//! Issue 26: predicates, thread-local variables and aggregations run where the probe
+//! fires (docs/firing.md). Every firing counts, at any rate: the fixture's threads call
+//! tiny functions as fast as they can, and each count is checked against the calls it
+//! made, with no drop reported, and the program's output against an untraced run's.
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use util::{fixture, is_root, pid_backends, stderr, stdout, Backend};
+
+pid_backends!(
+    a_count_is_exact_at_any_rate,
+    the_latency_idiom_pairs_every_call,
+    predicates_keys_and_functions_at_the_firing,
+    forked_children_count_into_their_parents_aggregations,
+    clauses_at_the_firing_and_in_the_consumer_together,
+);
+
+const THREADS: u64 = 2;
+
+/// Calls per thread: in-process firings cost nanoseconds, uprobes microseconds.
+fn calls(backend: Backend) -> u64 {
+    if backend == Backend::InProcess {
+        2_000_000
+    } else {
+        50_000
+    }
+}
+
+fn untraced(args: &[&str]) -> String {
+    let out = Command::new(fixture("hot")).args(args).output().expect("run hot");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `hot THREADS CALLS [extra]` under `prog` (with `-q`), checks that it ran as it
+/// runs untraced and that nothing was dropped, and returns what udtrace printed before
+/// the program's own lines.
+fn traced(backend: Backend, prog: &str, extra: &[&str]) -> Option<String> {
+    let n = calls(backend).to_string();
+    let t = THREADS.to_string();
+    let mut args = vec![t.as_str(), n.as_str()];
+    args.extend(extra);
+    let cmd = std::iter::once(fixture("hot")).chain(args.iter().map(|s| s.to_string())).collect::<Vec<_>>().join(" ");
+    let out = backend.traced(&["-q", "-n", prog, "-c", &cmd])?;
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("drop"), "drops at the firing:\n{err}");
+    let own: Vec<&str> = text.lines().filter(|l| l.starts_with("hot ") || l.starts_with("child ")).collect();
+    let mut want: Vec<String> = untraced(&args).lines().map(str::to_string).collect();
+    let mut got: Vec<String> = own.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "the program's output differs from an untraced run's\n{err}");
+    Some(text.lines().filter(|l| !own.contains(l)).collect::<Vec<_>>().join("\n"))
+}
+
+/// `name value` lines.
+fn values(text: &str) -> BTreeMap<String, i64> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.trim().rsplit_once(' ')?;
+            Some((k.trim().to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+fn a_count_is_exact_at_any_rate(backend: Backend) {
+    let prog = "pid$target::ho_twork:entry { @ = count(); } END { printa(\"count %@d\\n\", @); }";
+    let Some(text) = traced(backend, prog, &[]) else { return };
+    assert_eq!(values(&text)["count"], (THREADS * calls(backend)) as i64, "{text}");
+}
+
+/// The sum of a quantize()'s counts, from its printed rows (`value |@@@ count`).
+fn quantize_total(text: &str) -> i64 {
+    text.lines().filter(|l| l.contains('|')).filter_map(|l| l.split_whitespace().last()?.parse::<i64>().ok()).sum()
+}
+
+fn the_latency_idiom_pairs_every_call(backend: Backend) {
+    let prog = "pid$target::ho_pair:entry { self->ts = timestamp; }
+        pid$target::ho_pair:return /self->ts/ { @q = quantize(timestamp - self->ts); @n = count(); self->ts = 0; }
+        END { printa(\"pairs %@d\\n\", @n); printa(@q); }";
+    let Some(text) = traced(backend, prog, &[]) else { return };
+    let calls = (THREADS * calls(backend)) as i64;
+    assert_eq!(values(&text)["pairs"], calls, "{text}");
+    assert_eq!(quantize_total(&text), calls, "{text}");
+}
+
+fn predicates_keys_and_functions_at_the_firing(backend: Backend) {
+    let prog = "pid$target::ho_twork:entry /arg0 % 3 == 0 && arg0 != 9/ {
+            @k[arg0 & 3] = count(); @s = sum(arg0); @mn = min(arg0); @mx = max(arg0); @a = avg(arg0);
+            @f[probefunc] = count();
+        }
+        END {
+            printa(\"key %d %@d\\n\", @k); printa(\"sum %@d\\n\", @s); printa(\"min %@d\\n\", @mn);
+            printa(\"max %@d\\n\", @mx); printa(\"avg %@d\\n\", @a); printa(\"func %s %@d\\n\", @f);
+        }";
+    let Some(text) = traced(backend, prog, &[]) else { return };
+    let chosen: Vec<i64> = (0..calls(backend) as i64).filter(|i| i % 3 == 0 && *i != 9).collect();
+    let t = THREADS as i64;
+    let v = values(&text);
+    for k in 0..4 {
+        let want = chosen.iter().filter(|&&i| i & 3 == k).count() as i64 * t;
+        assert_eq!(v.get(&format!("key {k}")).copied().unwrap_or(0), want, "key {k}\n{text}");
+    }
+    let sum: i64 = chosen.iter().sum::<i64>() * t;
+    assert_eq!(v["sum"], sum, "{text}");
+    assert_eq!(v["min"], 0, "{text}");
+    assert_eq!(v["max"], *chosen.last().unwrap(), "{text}");
+    assert_eq!(v["avg"], sum / (chosen.len() as i64 * t), "{text}");
+    assert_eq!(v["func ho_twork"], chosen.len() as i64 * t, "{text}");
+}
+
+fn forked_children_count_into_their_parents_aggregations(backend: Backend) {
+    let prog = "pid$target::ho_twork:entry { @[pid] = count(); @all = count(); }
+        END { printa(\"pid %d %@d\\n\", @); printa(\"all %@d\\n\", @all); }";
+    let Some(text) = traced(backend, prog, &["fork"]) else { return };
+    let per = (THREADS * calls(backend)) as i64;
+    let v = values(&text);
+    assert_eq!(v["all"], 2 * per, "{text}");
+    let pids: Vec<_> = v.iter().filter(|(k, _)| k.starts_with("pid ")).collect();
+    assert_eq!(pids.len(), 2, "two processes:\n{text}");
+    assert!(pids.iter().all(|(_, &n)| n == per), "{text}");
+}
+
+fn clauses_at_the_firing_and_in_the_consumer_together(backend: Backend) {
+    // One clause records (printf), the others count at the firing: each sees every call.
+    let prog = "pid$target::ho_twork:entry /arg0 == 7/ { printf(\"seven %d\\n\", arg0); }
+        pid$target::ho_twork:entry { @ = count(); }
+        pid$target::ho_twork:entry /arg0 == 7/ { @sevens = count(); }
+        END { printa(\"count %@d\\n\", @); printa(\"sevens %@d\\n\", @sevens); }";
+    let Some(text) = traced(backend, prog, &[]) else { return };
+    assert_eq!(text.lines().filter(|l| *l == "seven 7").count() as u64, THREADS, "{text}");
+    let v = values(&text);
+    assert_eq!(v["count"], (THREADS * calls(backend)) as i64, "{text}");
+    assert_eq!(v["sevens"], THREADS as i64, "{text}");
+}
+
+/// Without BPF (an ordinary user) the trampolines do the same.
+#[test]
+fn an_ordinary_user_counts_exactly() {
+    if !is_root() {
+        println!("skipped: switching to nobody needs root");
+        return;
+    }
+    let n = calls(Backend::InProcess).to_string();
+    let cmd = format!("{} {THREADS} {n}", fixture("hot"));
+    let prog = "pid$target::ho_twork:entry { @ = count(); }
+        pid$target::ho_pair:entry { self->ts = timestamp; }
+        pid$target::ho_pair:return /self->ts/ { @q = quantize(timestamp - self->ts); self->ts = 0; }
+        END { printa(\"count %@d\\n\", @); printa(@q); }";
+    let out = util::run(util::unprivileged(util::bin()).args(["-q", "-n", prog, "-c", &cmd]));
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert!(!out.stderr.contains("drop"), "{}", out.stderr);
+    let calls = (THREADS * calls(Backend::InProcess)) as i64;
+    assert_eq!(values(&out.stdout)["count"], calls, "{}", out.stdout);
+    assert_eq!(quantize_total(&out.stdout), calls, "{}", out.stdout);
+}
