@@ -418,6 +418,20 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// Whether a comparison holds of operands ordered `ord` (any operator other than
+    /// `<`, `<=`, `>`, `>=`, `==` is `!=`).
+    pub fn holds(self, ord: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering::*;
+        match self {
+            BinaryOp::Lt => ord == Less,
+            BinaryOp::Le => ord != Greater,
+            BinaryOp::Gt => ord == Greater,
+            BinaryOp::Ge => ord != Less,
+            BinaryOp::Eq => ord == Equal,
+            _ => ord != Equal,
+        }
+    }
+
     /// The operator as written, for messages.
     pub fn symbol(self) -> &'static str {
         use BinaryOp::*;

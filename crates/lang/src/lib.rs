@@ -2,7 +2,8 @@
 //! a checked program or a located error out.
 //!
 //! Owns: D's syntax, types, checking, errors (DTrace's tags and messages), options
-//! and the capture plans that say what a firing must record. Must not: do I/O, know
+//! the capture plans that say what a firing must record, and what runs at the firing
+//! (`firing`: clauses lowered to `udtrace_dif` programs). Must not: do I/O, know
 //! of processes or backends, or use `unsafe`.
 
 #![forbid(unsafe_code)]
@@ -15,6 +16,7 @@ pub mod consts;
 pub mod diag;
 pub mod error;
 pub mod errtags;
+pub mod firing;
 pub mod ir;
 pub mod ktypes;
 pub mod lexer;

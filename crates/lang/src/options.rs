@@ -159,6 +159,7 @@ define_options! {
     Lockmem = "lockmem", LockMem, Runtime, "locked memory limit (Oracle)";
     Maxframes = "maxframes", Toggle, Runtime, "maximum stack frames (Oracle)";
     Modpath = "modpath", Text, Compile, "kernel module path (Oracle)";
+    Nodif = "nodif", Toggle, Runtime, "evaluate every clause in udtrace, none where probes fire (udtrace)";
     Nofollow = "nofollow", Toggle, Runtime, "trace only the named processes, not their children (udtrace)";
     Nolibs = "nolibs", Switch, Compile, "do not load D libraries";
     Noresolve = "noresolve", Toggle, Runtime, "do not resolve symbols (Oracle)";
@@ -715,6 +716,9 @@ pub struct Options {
     /// udtrace: follow only the named processes, not their children (DTrace's own
     /// behaviour).
     pub nofollow: bool,
+    /// udtrace: no clause runs where its probes fire (docs/firing.md); every firing is
+    /// a record the consumer evaluates, as before udtrace had programs.
+    pub nodif: bool,
     /// udtrace: `-x inprocess` was given (pid probes run inside the traced processes,
     /// the default; with it, udtrace says which sites could not be patched).
     pub inprocess: bool,
@@ -784,6 +788,7 @@ impl Default for Options {
             version: None,
             zdefs: false,
             nofollow: false,
+            nodif: false,
             inprocess: false,
             uprobes: false,
             other: BTreeMap::new(),
@@ -931,6 +936,7 @@ impl Options {
             N::Version => self.version = text,
             N::Zdefs => self.zdefs = true,
             N::Nofollow => self.nofollow = on,
+            N::Nodif => self.nodif = on,
             N::Inprocess => self.inprocess = on,
             N::Uprobes => self.uprobes = on,
             _ => {

@@ -16,32 +16,20 @@ use crate::llquantize::Shape;
 use crate::value::Value;
 
 /// Number of `quantize()` buckets: 63 negative, zero, 63 positive.
-pub const QUANTIZE_NBUCKETS: usize = 127;
+pub const QUANTIZE_NBUCKETS: usize = udtrace_dif::layout::QUANTIZE_BUCKETS;
 /// Index of the zero bucket.
-pub const QUANTIZE_ZEROBUCKET: usize = 63;
+pub const QUANTIZE_ZEROBUCKET: usize = udtrace_dif::layout::QUANTIZE_ZERO;
 
 /// The value that labels quantize bucket `i` (DTRACE_QUANTIZE_BUCKETVAL).
 pub fn quantize_bucket_value(i: usize) -> i64 {
-    let z = QUANTIZE_ZEROBUCKET;
-    if i < z {
-        -(1i64 << (z - 1 - i))
-    } else if i == z {
-        0
-    } else {
-        1i64 << (i - z - 1).min(62)
-    }
+    udtrace_dif::layout::quantize_label(i)
 }
 
 /// The bucket a value falls in: a negative value goes to the first bucket whose
-/// label is >= it, a non-negative one to the last bucket whose label is <= it.
+/// label is >= it, a non-negative one to the last bucket whose label is <= it. One
+/// definition, with the firing's (`udtrace_dif`).
 pub fn quantize_bucket(val: i64) -> usize {
-    if val < 0 {
-        (0..QUANTIZE_ZEROBUCKET).find(|&i| val <= quantize_bucket_value(i)).unwrap_or(QUANTIZE_ZEROBUCKET - 1)
-    } else {
-        (QUANTIZE_ZEROBUCKET + 1..QUANTIZE_NBUCKETS)
-            .find(|&i| val < quantize_bucket_value(i))
-            .map_or(QUANTIZE_NBUCKETS - 1, |i| i - 1)
-    }
+    udtrace_dif::layout::quantize_bucket(val)
 }
 
 /// An aggregating function with its (validated) parameters.
@@ -228,6 +216,29 @@ impl AggState {
                 AggState::Llquantize { factor, low, high, nsteps, bins: vec![0; n] }
             }
         }
+    }
+
+    /// The state a firing-time row holds (`udtrace_dif::layout`: hits first, then the
+    /// function's words), for an aggregation updated where its probes fire.
+    pub fn from_row(func: &AggFunc, row: &[u64]) -> AggState {
+        let w = |i: usize| row.get(i).copied().unwrap_or(0);
+        let mut s = AggState::zeroed(func);
+        match &mut s {
+            AggState::Count(v) => *v = w(0) as i64,
+            AggState::Sum(v) | AggState::Min(v) | AggState::Max(v) => *v = w(1) as i64,
+            AggState::Avg { count, sum } => (*count, *sum) = (w(0) as i64, w(1) as i64),
+            AggState::Stddev { count, sum, sumsq } => {
+                (*count, *sum, *sumsq) = (w(0), w(1) as i64, u128::from(w(3)) << 64 | u128::from(w(2)))
+            }
+            AggState::Quantize(b) | AggState::Lquantize { bins: b, .. } => {
+                for (i, x) in b.iter_mut().enumerate() {
+                    *x = w(1 + i) as i64;
+                }
+            }
+            // Never at the firing.
+            AggState::Llquantize { .. } => {}
+        }
+        s
     }
 
     /// Applies one firing: `value` is the aggregated expression, `incr` the optional
@@ -451,6 +462,12 @@ impl Aggregation {
             }
         };
         self.entries[i].1.update(value, incr);
+    }
+
+    /// Replaces every entry (an aggregation updated at the firing, read back).
+    pub fn replace(&mut self, entries: Vec<(Vec<Value>, AggState)>) {
+        self.entries = entries;
+        self.reindex();
     }
 
     pub fn entries(&self) -> &[(Vec<Value>, AggState)] {

@@ -207,6 +207,8 @@ pub struct Consumer {
     /// exit() has run: tracing is draining. As in DTrace, no further clause runs
     /// except END's (and ERROR's for a fault in those).
     draining: bool,
+    /// Per clause: it runs where its probes fire (docs/firing.md), not here.
+    at_firing: Vec<bool>,
 }
 
 impl Consumer {
@@ -244,7 +246,26 @@ impl Consumer {
             spare_record: None,
             spare_values: Vec::new(),
             draining: false,
+            at_firing: Vec::new(),
         }
+    }
+
+    /// The clauses that run where their probes fire: a firing's record skips them.
+    pub fn set_at_firing(&mut self, at_firing: Vec<bool>) {
+        self.at_firing = at_firing;
+    }
+
+    /// Whether a clause enabled on this probe prints aggregations (`printa()`): what
+    /// lives at the firing is read back before it fires.
+    pub fn prints_aggregations(&self, probe_id: u32) -> bool {
+        let ecbs = self.by_probe.get(&probe_id).map_or(&[][..], |l| l.as_slice());
+        ecbs.iter().any(|e| printa_in(&self.prog.clauses[e.clause].actions))
+    }
+
+    /// Aggregation `id` (by the checked program's numbering), to be replaced with
+    /// what the firings left.
+    pub fn aggregation_mut(&mut self, id: usize) -> Option<&mut Aggregation> {
+        self.aggs.get_mut(id)
     }
 
     /// Whether exit() has run.
@@ -288,6 +309,11 @@ impl Consumer {
         list.insert(at, Ecb { epid, clause, stmt, probe });
     }
 
+    /// Whether clause `clause` is enabled on this probe.
+    pub fn is_enabled_clause(&self, probe_id: u32, clause: usize) -> bool {
+        self.by_probe.get(&probe_id).is_some_and(|l| l.iter().any(|e| e.clause == clause))
+    }
+
     /// Whether any clause is enabled on this probe.
     pub fn is_enabled(&self, probe_id: u32) -> bool {
         self.by_probe.contains_key(&probe_id)
@@ -305,6 +331,9 @@ impl Consumer {
         for ecb in ecbs.iter() {
             if !self.may_run(&ecb.probe) {
                 break;
+            }
+            if self.at_firing.get(ecb.clause).copied().unwrap_or(false) {
+                continue;
             }
             if let Err((fault, action)) = self.run_ecb(ecb, cpu, ctx, out, &mut fx)? {
                 self.report_fault(ecb, fault, action, cpu, ctx, out, &mut fx)?;
@@ -838,6 +867,15 @@ impl Consumer {
         let text = self.formats.print_all(&list, &self.settings);
         out.write_all(&text)
     }
+}
+
+/// Whether these actions print aggregations (`printa()`).
+pub fn printa_in(actions: &[Action]) -> bool {
+    actions.iter().any(|a| match a {
+        Action::Printa { .. } => true,
+        Action::If { then, otherwise, .. } => printa_in(then) || printa_in(otherwise),
+        _ => false,
+    })
 }
 
 /// dtrace's message for an error of a library action (a failed setopt() or

@@ -475,16 +475,7 @@ impl Evaluator<'_> {
                 let a = self.eval(lhs)?;
                 let b = self.eval(rhs)?;
                 let ord = compare_strings(a, b);
-                use std::cmp::Ordering::*;
-                let r = match op {
-                    BinaryOp::Lt => ord == Less,
-                    BinaryOp::Le => ord != Greater,
-                    BinaryOp::Gt => ord == Greater,
-                    BinaryOp::Ge => ord != Less,
-                    BinaryOp::Eq => ord == Equal,
-                    _ => ord != Equal,
-                };
-                int_of(&e.ty, u64::from(r))
+                int_of(&e.ty, u64::from(op.holds(ord)))
             }
             ExprKind::Logical { op, lhs, rhs } => {
                 let a = truthy(&self.eval(lhs)?);
@@ -726,16 +717,7 @@ impl Evaluator<'_> {
         use BinaryOp::*;
         if matches!(op, Lt | Le | Gt | Ge | Eq | Ne) {
             let ord = if signed { (a as i64).cmp(&(b as i64)) } else { a.cmp(&b) };
-            use std::cmp::Ordering::*;
-            let r = match op {
-                Lt => ord == Less,
-                Le => ord != Greater,
-                Gt => ord == Greater,
-                Ge => ord != Less,
-                Eq => ord == Equal,
-                _ => ord != Equal,
-            };
-            return Ok(int_of(ty, u64::from(r)));
+            return Ok(int_of(ty, u64::from(op.holds(ord))));
         }
         // DTrace computes in 64-bit registers; only storing, casting and recording
         // narrow a value to its type. The result keeps its type's size and sign for

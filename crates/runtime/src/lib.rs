@@ -13,6 +13,7 @@ pub mod consumer;
 pub mod context;
 pub mod dmem;
 pub mod eval;
+pub mod firing;
 pub mod format;
 pub mod llquantize;
 pub mod output;

@@ -8,16 +8,17 @@ use udtrace_lang::ast::{self, ProbeDesc};
 use udtrace_lang::capture::{stash_plan, StashPlan};
 use udtrace_lang::check::Checker;
 use udtrace_lang::diag::{self, Origin, Style};
+use udtrace_lang::firing::{FiringPlan, ProbeFacts};
 use udtrace_lang::ir::{Action, CheckedProgram};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::Options;
 use udtrace_lang::parser::{self, DescAlign};
 use udtrace_lang::{CompileError, Tag};
 use udtrace_messages::debug;
-use udtrace_providers::backend::ProbeOps;
+use udtrace_providers::backend::{ProbeOps, ProbeWork};
 use udtrace_providers::pid::is_pid_provider;
 use udtrace_providers::registry::Registry;
-use udtrace_runtime::Ecb;
+use udtrace_runtime::{Ecb, Probe};
 
 use crate::preprocess;
 use crate::request::{Align, ProgramSource, Request};
@@ -43,6 +44,42 @@ pub struct Compiled {
     /// Per pid probe, the stash ops of the clauses enabled on it so far (the ecbs'
     /// now; the followers add those of probes found later).
     pub probe_ops: ProbeOps,
+    /// What runs where the probes fire (docs/firing.md).
+    pub firing: Rc<FiringPlan>,
+    /// Per pid probe, the programs of the clauses enabled on it so far, as
+    /// `probe_ops`.
+    pub work: ProbeWork,
+}
+
+/// Enables clause `clause` of `program` on pid probe `probe` in `work`: its program
+/// where it runs at the firing, else a record for the consumer.
+pub fn add_work(program: &CheckedProgram, plan: &FiringPlan, work: &ProbeWork, clause: usize, probe: &Probe) {
+    let facts = ProbeFacts {
+        id: probe.id,
+        provider: &probe.provider,
+        module: &probe.module,
+        function: &probe.function,
+        name: &probe.name,
+    };
+    let is_pid = |d: &ProbeDesc| is_pid_provider(&d.provider);
+    match plan.program(program, clause, &facts) {
+        Some(p) => work.add(probe.id, &p, false),
+        None => match plan.gate(program, clause, &facts, &is_pid) {
+            // The consumer still evaluates the predicate on the record.
+            Some(g) => work.add(probe.id, &g, false),
+            None => work.add(probe.id, &udtrace_dif::Program::default(), true),
+        },
+    }
+}
+
+/// Where everything runs: at the firing where it can, unless `-x nodif`, or an
+/// option the firing cannot honour (`aggpercpu` keeps per-CPU values, `cpu` traces
+/// one CPU's firings: the consumer does both).
+fn firing_plan(program: &CheckedProgram, o: &Options) -> FiringPlan {
+    if o.nodif || o.aggpercpu || o.cpu.is_some() {
+        return FiringPlan::none(program);
+    }
+    FiringPlan::new(program, &|d| is_pid_provider(&d.provider))
 }
 
 /// A compile failure, already rendered (without the leading `udtrace: `).
@@ -259,10 +296,14 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
     }
     let stash = stash_plan(&program, |cl| cl.probes.iter().any(|d| is_pid_provider(&d.provider)));
     let probe_ops = ProbeOps::default();
+    let firing = firing_plan(&program, &effective);
+    let work = ProbeWork::default();
     for e in ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")) {
         probe_ops.add(e.probe.id, stash.clause_ops.get(e.clause).copied().unwrap_or(0));
+        add_work(&program, &firing, &work, e.clause, &e.probe);
     }
-    Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs, stash, probe_ops })
+    let firing = Rc::new(firing);
+    Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs, stash, probe_ops, firing, work })
 }
 
 /// DTrace's statement number (the N of `dt_clause_N`) of a clause's first probe

@@ -19,7 +19,7 @@ use udtrace_messages::{debug, note};
 use udtrace_process::control::{ControlError, Target};
 use udtrace_process::follow::{Brief, Event, Tree};
 use udtrace_process::procfs::{self, LoadedObject};
-use udtrace_providers::backend::{Backend, ProbeOps, Trap, HOLD_SIGNALS};
+use udtrace_providers::backend::{Backend, ProbeOps, ProbeWork, Trap, HOLD_SIGNALS};
 use udtrace_providers::pid::{is_all_processes, is_pid_provider, named_process, PidProbe};
 use udtrace_providers::pid_context::Procs;
 use udtrace_providers::registry::Registry;
@@ -49,6 +49,10 @@ struct Rematcher {
     /// Per clause, its stash ops; what the probes found get.
     clause_ops: Vec<u64>,
     probe_ops: ProbeOps,
+    /// What the probes found run at the firing.
+    program: Rc<udtrace_lang::ir::CheckedProgram>,
+    firing: Rc<udtrace_lang::firing::FiringPlan>,
+    work: ProbeWork,
 }
 
 impl Rematcher {
@@ -58,6 +62,9 @@ impl Rematcher {
             matched: HashMap::new(),
             clause_ops: c.stash.clause_ops.clone(),
             probe_ops: c.probe_ops.clone(),
+            program: Rc::clone(&c.program),
+            firing: Rc::clone(&c.firing),
+            work: c.work.clone(),
         }
     }
 
@@ -81,6 +88,9 @@ impl Rematcher {
                     .or_insert_with(|| registry.rematch(d, owner, pid, std::slice::from_ref(obj)));
                 for probe in probes.iter() {
                     self.probe_ops.add(probe.id, self.clause_ops.get(*clause).copied().unwrap_or(0));
+                    if !consumer.is_enabled_clause(probe.id, *clause) {
+                        crate::compile::add_work(&self.program, &self.firing, &self.work, *clause, probe);
+                    }
                     consumer.enable(*clause, *stmt, Rc::clone(probe));
                     found.push(Rc::clone(probe));
                 }

@@ -14,6 +14,7 @@
 mod compile;
 mod cpus;
 mod dlibs;
+mod firing;
 mod follow;
 mod list;
 mod preprocess;

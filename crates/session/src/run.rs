@@ -34,6 +34,7 @@ use udtrace_runtime::Context;
 use udtrace_runtime::{Consumer, Effects, Output, Probe};
 
 use crate::compile::{self, io_reason, Compiled};
+use crate::firing::Firings;
 use crate::follow::{AllProcesses, Follower, KernelFollower, World};
 use crate::list;
 use crate::request::Request;
@@ -170,6 +171,7 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
     let mut consumer =
         Consumer::new(Rc::clone(&compiled.program), settings(&compiled), compiled.ecbs.clone(), me.seed());
     consumer.set_cpus(crate::cpus::online());
+    consumer.set_at_firing(compiled.firing.at_firing.clone());
     // Remember traced processes while they are held: some exit before their firings
     // are consumed.
     let procs = RefCell::new(Procs::new(wall_offset(), registry.pid.objects().clone()));
@@ -307,8 +309,8 @@ fn arm(
         unheld: unheld_pids,
         stash: c.stash.clone(),
         probe_ops: c.probe_ops.clone(),
-        layout: udtrace_dif::Layout::default(),
-        work: udtrace_providers::backend::ProbeWork::default(),
+        layout: c.firing.layout.clone(),
+        work: c.work.clone(),
     };
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
@@ -649,6 +651,7 @@ fn trace(
         pending_exec: HashMap::new(),
         only_cpu,
         kernel_roots: targets.unheld_descendants().collect(),
+        firings: Firings::new(c, w.backend.as_deref_mut()),
         busy: false,
     };
     while !done {
@@ -692,6 +695,9 @@ fn trace(
         if let Some(s) = sink.drain(consumer, w, out)? {
             status = s;
             break;
+        }
+        if sink.firings.due() {
+            sink.firings.refresh(consumer, w.backend.as_deref_mut(), w.registry);
         }
         if let Some(b) = w.backend.as_deref_mut() {
             for n in b.notices() {
@@ -742,6 +748,9 @@ fn trace(
                 (TimerKind::Profile, None) => 0..ncpu,
                 _ => here()..here() + 1,
             };
+            if consumer.prints_aggregations(t.probe.id) {
+                sink.firings.refresh(consumer, w.backend.as_deref_mut(), w.registry);
+            }
             for cpu in cpus {
                 if let Some(s) = fire(consumer, t.probe.id, cpu, out)? {
                     status = s;
@@ -781,6 +790,9 @@ fn trace(
             note!("{n}");
         }
     }
+    // END may printa(), and the end prints every aggregation: what the firings left
+    // is read once more.
+    sink.firings.refresh(consumer, w.backend.as_deref_mut(), w.registry);
     if let Some(s) = fire(consumer, probes::END, here(), out)? {
         status = s;
     }
@@ -923,6 +935,8 @@ struct Drain<'p> {
     /// Children the kernel follows for processes another tracer holds, with the root
     /// whose probes they fire (see [`Record::Lineage`]).
     kernel_roots: HashMap<i32, i32>,
+    /// What runs where probes fire, read back into the consumer.
+    firings: Firings,
     /// The last drain had records: firings are flowing.
     busy: bool,
 }
@@ -944,7 +958,11 @@ impl Drain<'_> {
     }
 
     fn drain(&mut self, consumer: &mut Consumer, w: &mut Tracing<'_>, out: &mut dyn Output) -> io::Result<Option<i32>> {
+        if self.firings.before_records() {
+            self.firings.refresh(consumer, w.backend.as_deref_mut(), w.registry);
+        }
         let Some(b) = w.backend.as_deref_mut() else { return Ok(None) };
+        let firings = &mut self.firings;
         // Processes that ended well before this drain: it consumes their last firings.
         let retired = self.procs.borrow_mut().take_retiring();
         let tree = w.follower.as_deref().map(|f| &f.tree);
@@ -1038,6 +1056,10 @@ impl Drain<'_> {
                             types,
                             clocks,
                         };
+                        // As the consumer's clauses, the programs run here stop at exit().
+                        if !consumer.is_draining() {
+                            firings.on_record(site.probe_id, &ctx);
+                        }
                         run(consumer, site.probe_id, f.cpu, &ctx);
                     }
                 }

@@ -1,0 +1,896 @@
+//! What runs at the firing (docs/firing.md, "What runs where"): which clauses,
+//! thread-local variables and aggregations move from the consumer to where the probe
+//! fires, and the firing-time programs (`udtrace_dif`) of those clauses, per probe.
+//!
+//! Every program computes exactly what the consumer's evaluation would (its integer
+//! semantics: 64-bit arithmetic, narrowing only where the consumer narrows), and can
+//! never fault: what could (a division by a variable, a memory read) stays in the
+//! consumer, and with it every clause, variable and aggregation it touches.
+
+use std::collections::HashMap;
+
+use udtrace_dif::layout::{AggDesc, AggFn, Layout};
+use udtrace_dif::op::{self, BinOp, Op, Program, Reg, UnOp, Var, NREGS};
+
+use crate::ast::{BinaryOp, ProbeDesc, VarScope};
+use crate::ir::{Action, AggKind, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, VarRef};
+use crate::types::{IntType, Type};
+
+/// What a per-probe program is compiled for: the probe's identity (constants at the
+/// firing).
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeFacts<'a> {
+    pub id: u32,
+    pub provider: &'a str,
+    pub module: &'a str,
+    pub function: &'a str,
+    pub name: &'a str,
+}
+
+impl ProbeFacts<'_> {
+    fn component(&self, c: u64) -> &str {
+        match c {
+            0 => self.provider,
+            1 => self.module,
+            2 => self.function,
+            _ => self.name,
+        }
+    }
+}
+
+/// How a key word of a firing-resident aggregation reads back as the consumer's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyWord {
+    /// An integer of this size and signedness (the word holds it narrowed).
+    Int { size: u8, signed: bool },
+    /// A probe's identity: the word is `probe id << 2 | component` (0 provider, 1
+    /// module, 2 function, 3 name); [`decode_probe_key`] splits it.
+    Probe,
+}
+
+/// Splits a [`KeyWord::Probe`] word: (probe id, component: 0 provider .. 3 name).
+pub fn decode_probe_key(word: u64) -> (u32, u8) {
+    ((word >> 2) as u32, (word & 3) as u8)
+}
+
+/// One aggregation that lives at the firing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FiringAgg {
+    /// Its id in the checked program.
+    pub agg: usize,
+    pub keys: Vec<KeyWord>,
+}
+
+/// Where each clause, thread-local variable and aggregation lives.
+#[derive(Debug, Clone, Default)]
+pub struct FiringPlan {
+    /// What the programs share (the same in every process and executor).
+    pub layout: Layout,
+    /// Per clause: it runs at the firing (its probes' records skip it).
+    pub at_firing: Vec<bool>,
+    /// Per layout aggregation, in layout order.
+    pub aggs: Vec<FiringAgg>,
+    /// Per program aggregation: its layout index, when it lives at the firing.
+    agg_index: Vec<Option<u16>>,
+    /// Per thread-local variable: its slot, when it lives at the firing.
+    tls_slot: Vec<Option<u16>>,
+    /// Per clause-local variable: it lives at the firing (a register of its one
+    /// clause's program).
+    local: Vec<bool>,
+    /// Consumer clauses' predicates may gate their records ([`FiringPlan::gate`]).
+    gating: bool,
+}
+
+/// Why a clause cannot run at the firing (never shown: it runs in the consumer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotHere(pub &'static str);
+
+type R<T> = Result<T, NotHere>;
+
+fn no<T>(why: &'static str) -> R<T> {
+    Err(NotHere(why))
+}
+
+/// A variable or aggregation a clause touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Item {
+    Thread(usize),
+    Local(usize),
+    Agg(usize),
+}
+
+impl FiringPlan {
+    /// Everything in the consumer (`-x nodif`, or nothing could move).
+    pub fn none(prog: &CheckedProgram) -> FiringPlan {
+        FiringPlan {
+            at_firing: vec![false; prog.clauses.len()],
+            agg_index: vec![None; prog.aggs.len()],
+            tls_slot: vec![None; prog.thread_vars.len()],
+            local: vec![false; prog.clause_vars.len()],
+            ..FiringPlan::default()
+        }
+    }
+
+    /// Decides where everything lives. `is_pid` says whether a probe description
+    /// names pid probes (the only ones that run programs).
+    pub fn new(prog: &CheckedProgram, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> FiringPlan {
+        let n = prog.clauses.len();
+        // Items that could live at the firing at all: integer scalars; aggregations
+        // of a supported function that nothing clears or truncates.
+        let mut item_ok: HashMap<Item, bool> = HashMap::new();
+        for (i, v) in prog.thread_vars.iter().enumerate() {
+            item_ok.insert(Item::Thread(i), v.keys.is_none() && int_shape(&v.ty).is_some());
+        }
+        for (i, v) in prog.clause_vars.iter().enumerate() {
+            item_ok.insert(Item::Local(i), v.keys.is_none() && int_shape(&v.ty).is_some());
+        }
+        for (i, a) in prog.aggs.iter().enumerate() {
+            let ok = a.kind != AggKind::Llquantize && a.keys.len() + 2 <= NREGS && agg_fn(a.kind, &a.params).is_some();
+            item_ok.insert(Item::Agg(i), ok);
+        }
+        let mut touched: Vec<Vec<Item>> = Vec::with_capacity(n);
+        let mut capable = vec![false; n];
+        let all = FiringPlan::all_items(prog);
+        for (ci, clause) in prog.clauses.iter().enumerate() {
+            let t = touched_items(clause);
+            for item in pinned_items(clause) {
+                item_ok.insert(item, false);
+            }
+            capable[ci] = clause_capable(clause, is_pid) && all.compile(prog, ci, &DUMMY).is_ok();
+            touched.push(t);
+        }
+        // A clause-local variable lives in one clause's registers: used by two
+        // clauses, it is shared through the consumer's per-firing storage.
+        let mut users: HashMap<Item, usize> = HashMap::new();
+        for t in &touched {
+            for &item in t {
+                *users.entry(item).or_default() += 1;
+            }
+        }
+        for (item, &k) in &users {
+            if matches!(item, Item::Local(_)) && k > 1 {
+                item_ok.insert(*item, false);
+            }
+        }
+        // The fixpoint: a clause runs at the firing when it can and all it touches
+        // lives there; an item lives there when every clause touching it runs there.
+        let mut at_firing = capable.clone();
+        loop {
+            let mut changed = false;
+            for ci in 0..n {
+                if at_firing[ci] && touched[ci].iter().any(|it| !item_ok.get(it).copied().unwrap_or(false)) {
+                    at_firing[ci] = false;
+                    changed = true;
+                }
+            }
+            for ci in 0..n {
+                if at_firing[ci] {
+                    continue;
+                }
+                for it in &touched[ci] {
+                    if item_ok.get(it).copied().unwrap_or(false) {
+                        item_ok.insert(*it, false);
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        // Items nothing at the firing touches stay in the consumer.
+        let mut used: std::collections::HashSet<Item> = std::collections::HashSet::new();
+        for ci in (0..n).filter(|&ci| at_firing[ci]) {
+            used.extend(touched[ci].iter().copied());
+        }
+        let lives = |it: Item| used.contains(&it) && item_ok.get(&it).copied().unwrap_or(false);
+        let mut plan = FiringPlan::none(prog);
+        plan.at_firing = at_firing;
+        plan.gating = true;
+        for i in 0..prog.thread_vars.len() {
+            if lives(Item::Thread(i)) {
+                plan.tls_slot[i] = Some(plan.layout.tls);
+                plan.layout.tls += 1;
+            }
+        }
+        for i in 0..prog.clause_vars.len() {
+            plan.local[i] = lives(Item::Local(i));
+        }
+        for (i, a) in prog.aggs.iter().enumerate() {
+            if !lives(Item::Agg(i)) {
+                continue;
+            }
+            let Some(func) = agg_fn(a.kind, &a.params) else { continue };
+            plan.agg_index[i] = Some(plan.layout.aggs.len() as u16);
+            plan.layout.aggs.push(AggDesc { func, nkeys: a.keys.len() as u8 });
+            let keys = a
+                .keys
+                .iter()
+                .map(|t| match int_shape(t) {
+                    Some(s) => KeyWord::Int { size: s.size, signed: s.signed },
+                    None => KeyWord::Probe,
+                })
+                .collect();
+            plan.aggs.push(FiringAgg { agg: i, keys });
+        }
+        plan
+    }
+
+    /// A plan that puts every item at the firing: what a clause's capability is
+    /// tried against (its register use does not depend on where items live).
+    fn all_items(prog: &CheckedProgram) -> FiringPlan {
+        let mut p = FiringPlan::none(prog);
+        p.at_firing = vec![true; prog.clauses.len()];
+        p.tls_slot = (0..prog.thread_vars.len() as u16).map(Some).collect();
+        p.layout.tls = prog.thread_vars.len() as u16;
+        p.local = vec![true; prog.clause_vars.len()];
+        for (i, a) in prog.aggs.iter().enumerate() {
+            p.agg_index[i] = Some(p.layout.aggs.len() as u16);
+            let func = agg_fn(a.kind, &a.params).unwrap_or(AggFn::Count);
+            p.layout.aggs.push(AggDesc { func, nkeys: a.keys.len().min(NREGS) as u8 });
+        }
+        p
+    }
+
+    /// Whether anything runs at the firing.
+    pub fn is_empty(&self) -> bool {
+        !self.at_firing.iter().any(|&b| b)
+    }
+
+    /// The program of clause `clause` on `probe`, verified against the layout; `None`
+    /// when the clause runs in the consumer.
+    pub fn program(&self, prog: &CheckedProgram, clause: usize, probe: &ProbeFacts) -> Option<Program> {
+        if !self.at_firing.get(clause).copied().unwrap_or(false) {
+            return None;
+        }
+        let p = self.compile(prog, clause, probe);
+        debug_assert!(p.is_ok(), "a clause that could run at the firing no longer compiles: {p:?}");
+        p.ok()
+    }
+
+    /// For a clause the consumer runs on `probe`: a program that asks for the record
+    /// ([`Op::Emit`]) only when the clause's predicate holds, where the firing can
+    /// decide it alike (docs/firing.md, "gated"); `None`: the firing always records.
+    pub fn gate(
+        &self,
+        prog: &CheckedProgram,
+        clause: usize,
+        probe: &ProbeFacts,
+        is_pid: &dyn Fn(&ProbeDesc) -> bool,
+    ) -> Option<Program> {
+        let cl = &prog.clauses[clause];
+        let pred = cl.predicate.as_ref().filter(|_| self.gating)?;
+        if self.at_firing.get(clause).copied().unwrap_or(false) || !cl.probes.iter().all(is_pid) {
+            return None;
+        }
+        if reads_args(pred) && !(probe.name == "entry" || is_offset(probe.name)) {
+            return None;
+        }
+        let mut g = Gen { plan: self, prog, probe, ops: Vec::new(), top: 0, locals: HashMap::new(), gate: true };
+        let c = g.cond(pred).ok()?;
+        let skip = g.jz(c);
+        g.ops.push(Op::Emit);
+        let end = g.ops.len();
+        g.patch(skip, end);
+        let p = Program { ops: g.ops };
+        op::verify(&p, &self.layout).ok()?;
+        Some(p)
+    }
+
+    fn compile(&self, prog: &CheckedProgram, clause: usize, probe: &ProbeFacts) -> R<Program> {
+        let cl = &prog.clauses[clause];
+        let mut g = Gen { plan: self, prog, probe, ops: Vec::new(), top: 0, locals: HashMap::new(), gate: false };
+        // Clause-local variables start at 0 in each firing.
+        for it in touched_items(cl) {
+            if let Item::Local(id) = it {
+                if !self.local.get(id).copied().unwrap_or(false) {
+                    return no("a clause-local variable in the consumer");
+                }
+                let r = g.alloc()?;
+                g.ops.push(Op::Const { d: r, v: 0 });
+                g.locals.insert(id, r);
+            }
+        }
+        let mut skip = Vec::new();
+        if let Some(pred) = &cl.predicate {
+            let c = g.cond(pred)?;
+            skip.push(g.jz(c));
+            g.top = c;
+        }
+        g.actions(&cl.actions)?;
+        let end = g.ops.len();
+        for at in skip {
+            g.patch(at, end);
+        }
+        let p = Program { ops: g.ops };
+        op::verify(&p, &self.layout).map_err(|_| NotHere("the program fails its checks"))?;
+        Ok(p)
+    }
+}
+
+const DUMMY: ProbeFacts<'static> = ProbeFacts { id: 0, provider: "", module: "", function: "", name: "" };
+
+/// The integer shape of a type a firing can hold: integers, enums, pointers.
+fn int_shape(t: &Type) -> Option<IntType> {
+    match t {
+        Type::Int(_) | Type::Enum(_) | Type::Pointer(_) => t.int_shape(),
+        _ => None,
+    }
+}
+
+fn agg_fn(kind: AggKind, p: &[i64]) -> Option<AggFn> {
+    Some(match kind {
+        AggKind::Count => AggFn::Count,
+        AggKind::Sum => AggFn::Sum,
+        AggKind::Avg => AggFn::Avg,
+        AggKind::Min => AggFn::Min,
+        AggKind::Max => AggFn::Max,
+        AggKind::Stddev => AggFn::Stddev,
+        AggKind::Quantize => AggFn::Quantize,
+        AggKind::Lquantize => {
+            let (base, limit, step) = (*p.first()?, *p.get(1)?, *p.get(2)?);
+            let levels = (limit - base) / step.max(1);
+            AggFn::Lquantize {
+                base: i32::try_from(base).ok()?,
+                step: u16::try_from(step).ok()?,
+                levels: u16::try_from(levels).ok().filter(|&l| l >= 1)?,
+            }
+        }
+        AggKind::Llquantize => return None,
+    })
+}
+
+/// Whether a clause's probes and actions allow it at the firing at all.
+fn clause_capable(cl: &Clause, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> bool {
+    if cl.records_data || cl.destructive || cl.probes.is_empty() || !cl.probes.iter().all(is_pid) {
+        return false;
+    }
+    // Arguments are the argument registers at entry and offset sites; a return
+    // probe's are the site's offset and the return value, which a program cannot read.
+    let mut args = cl.predicate.as_ref().is_some_and(reads_args);
+    crate::ir::visit_actions(&cl.actions, &mut |e| args |= is_arg(e));
+    !args || cl.probes.iter().all(|d| d.name == "entry" || is_offset(&d.name))
+}
+
+fn is_arg(e: &Expr) -> bool {
+    matches!(e.kind, ExprKind::Builtin(Builtin::Arg(_)) | ExprKind::Args(_))
+}
+
+fn reads_args(e: &Expr) -> bool {
+    let mut args = false;
+    crate::ir::visit_expr(e, &mut |e| args |= is_arg(e));
+    args
+}
+
+/// A pid offset probe's name: a hexadecimal offset.
+fn is_offset(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+/// The variables and aggregations a clause reads, writes or updates.
+fn touched_items(cl: &Clause) -> Vec<Item> {
+    let mut out: Vec<Item> = Vec::new();
+    let mut add = |it: Item| {
+        if !out.contains(&it) {
+            out.push(it);
+        }
+    };
+    let var = |r: VarRef, add: &mut dyn FnMut(Item)| match r.scope {
+        VarScope::Thread => add(Item::Thread(r.id)),
+        VarScope::Clause => add(Item::Local(r.id)),
+        VarScope::Global => {}
+    };
+    let mut see = |e: &Expr| match &e.kind {
+        ExprKind::Var(r) | ExprKind::VarAddr(r) | ExprKind::ArrayGet { var: r, .. } => var(*r, &mut add),
+        ExprKind::Assign { target, .. } | ExprKind::IncDec { target, .. } => {
+            if let Some(r) = place_var(target) {
+                var(r, &mut add)
+            }
+        }
+        _ => {}
+    };
+    if let Some(p) = &cl.predicate {
+        crate::ir::visit_expr(p, &mut see);
+    }
+    crate::ir::visit_actions(&cl.actions, &mut see);
+    fn aggs(actions: &[Action], out: &mut Vec<Item>) {
+        for a in actions {
+            match a {
+                Action::AggUpdate { agg, .. } | Action::Clear(agg) | Action::Trunc { agg, .. }
+                    if !out.contains(&Item::Agg(*agg)) =>
+                {
+                    out.push(Item::Agg(*agg))
+                }
+                Action::If { then, otherwise, .. } => {
+                    aggs(then, out);
+                    aggs(otherwise, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    aggs(&cl.actions, &mut out);
+    out
+}
+
+/// Aggregations a clause empties (`clear`, `trunc`): the consumer must own them.
+fn pinned_items(cl: &Clause) -> Vec<Item> {
+    fn walk(actions: &[Action], out: &mut Vec<Item>) {
+        for a in actions {
+            match a {
+                Action::Clear(agg) | Action::Trunc { agg, .. } => out.push(Item::Agg(*agg)),
+                Action::If { then, otherwise, .. } => {
+                    walk(then, out);
+                    walk(otherwise, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&cl.actions, &mut out);
+    out
+}
+
+fn place_var(p: &Place) -> Option<VarRef> {
+    match p {
+        Place::Var(r) | Place::Array { var: r, .. } => Some(*r),
+        Place::Field { base, .. } => place_var(base),
+        Place::Mem { .. } => None,
+    }
+}
+
+/// The size and sign of the value the consumer's evaluation gives `e` (which decide
+/// how it narrows as a key and how compound assignments compute), where known.
+fn value_shape(e: &Expr, prog: &CheckedProgram) -> Option<IntType> {
+    match &e.kind {
+        ExprKind::Ternary { then, otherwise, .. } => {
+            let (a, b) = (value_shape(then, prog)?, value_shape(otherwise, prog)?);
+            (a.size == b.size && a.signed == b.signed).then_some(a)
+        }
+        ExprKind::Comma(_, b) => value_shape(b, prog),
+        ExprKind::Var(r) => {
+            let info = match r.scope {
+                VarScope::Thread => &prog.thread_vars[r.id],
+                VarScope::Clause => &prog.clause_vars[r.id],
+                VarScope::Global => return None,
+            };
+            int_shape(&info.ty)
+        }
+        _ => int_shape(&e.ty).or_else(|| e.ty.int_shape()),
+    }
+}
+
+/// The value of a constant integer expression, as the consumer computes it.
+fn const_value(e: &Expr) -> Option<u64> {
+    match &e.kind {
+        ExprKind::Int(v) => Some(wrap(&e.ty, *v)),
+        ExprKind::Cast(x) if int_shape(&e.ty).is_some() => Some(wrap(&e.ty, const_value(x)?)),
+        ExprKind::Neg(x) => Some(wrap(&e.ty, const_value(x)?.wrapping_neg())),
+        _ => None,
+    }
+}
+
+fn wrap(t: &Type, v: u64) -> u64 {
+    t.int_shape().map_or(v, |s| s.wrap(v))
+}
+
+/// The code generator of one clause on one probe. Registers are a stack: an
+/// expression's value goes in the register allocated for it, its temporaries above.
+struct Gen<'a> {
+    plan: &'a FiringPlan,
+    prog: &'a CheckedProgram,
+    probe: &'a ProbeFacts<'a>,
+    ops: Vec<Op>,
+    top: Reg,
+    /// Clause-local variables' registers.
+    locals: HashMap<usize, Reg>,
+    /// Only what a record carries as the firing saw it: a gate's predicate reads no
+    /// variable and no `timestamp` or `cpu` (the record reads them at another instant).
+    gate: bool,
+}
+
+impl Gen<'_> {
+    fn alloc(&mut self) -> R<Reg> {
+        if usize::from(self.top) >= NREGS {
+            return no("more registers than a program has");
+        }
+        self.top += 1;
+        Ok(self.top - 1)
+    }
+
+    /// A `Jz` to be patched: its index.
+    fn jz(&mut self, a: Reg) -> usize {
+        self.ops.push(Op::Jz { a, to: 0 });
+        self.ops.len() - 1
+    }
+
+    fn jmp(&mut self) -> usize {
+        self.ops.push(Op::Jmp { to: 0 });
+        self.ops.len() - 1
+    }
+
+    fn patch(&mut self, at: usize, to: usize) {
+        let to = to as u16;
+        match &mut self.ops[at] {
+            Op::Jz { to: t, .. } | Op::Jmp { to: t } => *t = to,
+            _ => {}
+        }
+    }
+
+    /// Narrows `d` to `t` as the consumer's `int_of` does.
+    fn narrow(&mut self, d: Reg, t: &Type) {
+        if let Some(s) = t.int_shape().filter(|s| s.size < 8) {
+            self.ops.push(Op::Ext { d, a: d, bits: s.size * 8, signed: s.signed });
+        }
+    }
+
+    fn actions(&mut self, actions: &[Action]) -> R<()> {
+        for a in actions {
+            let mark = self.top;
+            match a {
+                Action::Eval(e) => {
+                    self.expr(e)?;
+                }
+                Action::AggUpdate { agg, keys, args } => self.agg(*agg, keys, args)?,
+                Action::If { cond, then, otherwise } => {
+                    let c = self.cond(cond)?;
+                    let to_else = self.jz(c);
+                    self.top = mark;
+                    self.actions(then)?;
+                    let to_end = self.jmp();
+                    let els = self.ops.len();
+                    self.patch(to_else, els);
+                    self.actions(otherwise)?;
+                    let end = self.ops.len();
+                    self.patch(to_end, end);
+                }
+                Action::Nop => {}
+                _ => return no("an action of the consumer"),
+            }
+            self.top = mark;
+        }
+        Ok(())
+    }
+
+    fn agg(&mut self, agg: usize, keys: &[Expr], args: &[Expr]) -> R<()> {
+        let Some(index) = self.plan.agg_index.get(agg).copied().flatten() else {
+            return no("an aggregation in the consumer");
+        };
+        let info = &self.prog.aggs[agg];
+        let base = self.top;
+        for (k, t) in keys.iter().zip(&info.keys) {
+            let d = self.alloc()?;
+            match int_shape(t) {
+                Some(s) => {
+                    // The consumer narrows a key by its value's own shape.
+                    match value_shape(k, self.prog) {
+                        Some(v) if v.size == s.size && v.signed == s.signed => {}
+                        _ => return no("a key whose value's shape is not its type's"),
+                    }
+                    self.expr_into(k, d)?;
+                    self.narrow(d, t);
+                }
+                None => {
+                    let c = probe_component(k).ok_or(NotHere("a string key other than the probe's identity"))?;
+                    self.ops.push(Op::Const { d, v: u64::from(self.probe.id) << 2 | c });
+                }
+            }
+        }
+        let kind = info.kind;
+        let val = self.alloc()?;
+        match (kind, args.first()) {
+            (AggKind::Count, _) | (_, None) => self.ops.push(Op::Const { d: val, v: 0 }),
+            (_, Some(v)) => self.expr_into(v, val)?,
+        }
+        let incr = self.alloc()?;
+        match args.get(1) {
+            Some(i) if matches!(kind, AggKind::Quantize | AggKind::Lquantize) => self.expr_into(i, incr)?,
+            Some(_) => return no("an extra aggregation argument"),
+            None => self.ops.push(Op::Const { d: incr, v: 1 }),
+        }
+        self.ops.push(Op::Agg { agg: index, keys: if keys.is_empty() { 0 } else { base }, val, incr });
+        Ok(())
+    }
+
+    /// A register that is nonzero when `e` is true (D's truth: a nonzero integer, a
+    /// nonempty string).
+    fn cond(&mut self, e: &Expr) -> R<Reg> {
+        if e.ty.is_string() {
+            let s = self.string(e)?;
+            let d = self.alloc()?;
+            self.ops.push(Op::Const { d, v: u64::from(!s.is_empty()) });
+            return Ok(d);
+        }
+        self.expr(e)
+    }
+
+    /// A string known when the program is compiled: a literal or the probe's
+    /// identity.
+    fn string(&self, e: &Expr) -> R<Vec<u8>> {
+        match &e.kind {
+            ExprKind::Str(s) => Ok(s.to_vec()),
+            _ => match probe_component(e) {
+                Some(c) => Ok(self.probe.component(c).as_bytes().to_vec()),
+                None => no("a string"),
+            },
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) -> R<Reg> {
+        let d = self.alloc()?;
+        self.expr_into(e, d)?;
+        Ok(d)
+    }
+
+    /// Computes `e` into `d` (allocated), its temporaries above it.
+    fn expr_into(&mut self, e: &Expr, d: Reg) -> R<()> {
+        let mark = self.top;
+        self.expr_kind(e, d)?;
+        self.top = mark;
+        Ok(())
+    }
+
+    fn expr_kind(&mut self, e: &Expr, d: Reg) -> R<()> {
+        if e.ty.is_string() || (int_shape(&e.ty).is_none() && !matches!(e.kind, ExprKind::Comma(..))) {
+            return no("a value other than an integer");
+        }
+        match &e.kind {
+            ExprKind::Int(v) => self.ops.push(Op::Const { d, v: wrap(&e.ty, *v) }),
+            ExprKind::Var(r) => self.load(*r, d)?,
+            ExprKind::Builtin(b) => self.builtin(*b, &e.ty, d)?,
+            ExprKind::Args(i) => match const_value(i) {
+                Some(n) if n <= 5 => {
+                    self.ops.push(Op::Arg { d, n: n as u8 });
+                    self.narrow(d, &e.ty);
+                }
+                _ => return no("an argument past the sixth, or not a constant index"),
+            },
+            ExprKind::Neg(x) => {
+                self.expr_into(x, d)?;
+                self.ops.push(Op::Un { op: UnOp::Neg, d, a: d });
+                self.narrow(d, &e.ty);
+            }
+            ExprKind::BitNot(x) => {
+                self.expr_into(x, d)?;
+                self.ops.push(Op::Un { op: UnOp::BitNot, d, a: d });
+                self.narrow(d, &e.ty);
+            }
+            ExprKind::Not(x) => {
+                let c = self.cond(x)?;
+                self.ops.push(Op::Un { op: UnOp::Not, d, a: c });
+            }
+            ExprKind::Binary { op, lhs, rhs, signed } => {
+                self.expr_into(lhs, d)?;
+                self.binary(*op, d, rhs, *signed)?;
+            }
+            ExprKind::StrCmp { op, lhs, rhs } => {
+                let (a, b) = (self.string(lhs)?, self.string(rhs)?);
+                self.ops.push(Op::Const { d, v: u64::from(op.holds(a.cmp(&b))) });
+            }
+            ExprKind::Logical { op, lhs, rhs } => self.logical(*op, lhs, rhs, d)?,
+            ExprKind::Ternary { cond, then, otherwise } => {
+                let c = self.cond(cond)?;
+                let to_else = self.jz(c);
+                self.top = d + 1;
+                self.expr_into(then, d)?;
+                let to_end = self.jmp();
+                let els = self.ops.len();
+                self.patch(to_else, els);
+                self.expr_into(otherwise, d)?;
+                let end = self.ops.len();
+                self.patch(to_end, end);
+            }
+            ExprKind::Assign { target: Place::Var(r), op, value } => self.assign(*r, *op, value, &e.ty, d)?,
+            ExprKind::IncDec { target: Place::Var(r), increment, prefix } => {
+                if e.ty.pointee().is_some() {
+                    return no("pointer arithmetic");
+                }
+                let t = self.alloc()?;
+                self.load(*r, t)?;
+                self.ops.push(Op::Const { d, v: 1 });
+                let op = if *increment { BinOp::Add } else { BinOp::Sub };
+                self.ops.push(Op::Bin { op, d, a: t, b: d });
+                self.narrow(d, &e.ty);
+                self.store(*r, d)?;
+                if !*prefix {
+                    self.ops.push(Op::Mov { d, a: t });
+                }
+            }
+            ExprKind::Cast(x) => {
+                if int_shape(&x.ty).is_none() {
+                    return no("a cast from a non-integer");
+                }
+                self.expr_into(x, d)?;
+                self.narrow(d, &e.ty);
+            }
+            ExprKind::Comma(a, b) => {
+                self.expr(a)?;
+                self.top = d + 1;
+                self.expr_into(b, d)?;
+            }
+            _ => return no("an expression of the consumer"),
+        }
+        Ok(())
+    }
+
+    fn builtin(&mut self, b: Builtin, t: &Type, d: Reg) -> R<()> {
+        let var = match b {
+            Builtin::Arg(n) if n <= 5 => {
+                self.ops.push(Op::Arg { d, n });
+                self.narrow(d, t);
+                return Ok(());
+            }
+            Builtin::Id => {
+                self.ops.push(Op::Const { d, v: wrap(t, u64::from(self.probe.id)) });
+                return Ok(());
+            }
+            Builtin::Pid => Var::Pid,
+            Builtin::Tid => Var::Tid,
+            Builtin::Cpu | Builtin::Timestamp if self.gate => return no("cpu or timestamp in a gate"),
+            Builtin::Cpu => Var::Cpu,
+            Builtin::Timestamp => Var::Timestamp,
+            Builtin::Uid => Var::Uid,
+            Builtin::Gid => Var::Gid,
+            _ => return no("a built-in variable of the consumer"),
+        };
+        self.ops.push(Op::Get { d, v: var });
+        self.narrow(d, t);
+        Ok(())
+    }
+
+    fn load(&mut self, r: VarRef, d: Reg) -> R<()> {
+        self.var(r, d, false)
+    }
+
+    fn store(&mut self, r: VarRef, a: Reg) -> R<()> {
+        self.var(r, a, true)
+    }
+
+    /// Loads variable `r` into `reg`, or stores `reg` into it.
+    fn var(&mut self, r: VarRef, reg: Reg, store: bool) -> R<()> {
+        if self.gate {
+            return no("a variable in a gate");
+        }
+        let op = match r.scope {
+            VarScope::Thread => match self.plan.tls_slot.get(r.id).copied().flatten() {
+                Some(slot) if store => Op::TlsStore { slot, a: reg },
+                Some(slot) => Op::TlsLoad { d: reg, slot },
+                None => return no("a thread-local variable in the consumer"),
+            },
+            VarScope::Clause => match self.locals.get(&r.id) {
+                Some(&v) if store => Op::Mov { d: v, a: reg },
+                Some(&v) => Op::Mov { d: reg, a: v },
+                None => return no("a clause-local variable in the consumer"),
+            },
+            VarScope::Global => return no("a global variable"),
+        };
+        self.ops.push(op);
+        Ok(())
+    }
+
+    fn assign(&mut self, r: VarRef, op: Option<BinaryOp>, value: &Expr, t: &Type, d: Reg) -> R<()> {
+        // A variable holds what its assignments narrowed it to: only one whose type
+        // is the assignment's reads back as the consumer's would.
+        let info = match r.scope {
+            VarScope::Thread => &self.prog.thread_vars[r.id],
+            VarScope::Clause => &self.prog.clause_vars[r.id],
+            VarScope::Global => return no("a global variable"),
+        };
+        match (int_shape(&info.ty), int_shape(t)) {
+            (Some(a), Some(b)) if a.size == b.size && a.signed == b.signed => {}
+            _ => return no("an assignment of another type than the variable's"),
+        }
+        match op {
+            None => self.expr_into(value, d)?,
+            Some(op) => {
+                // `x op= v` reads x before evaluating v, as the consumer does.
+                self.load(r, d)?;
+                let signed = t.int_shape().is_some_and(|s| s.signed)
+                    || value_shape(value, self.prog).ok_or(NotHere("a value of unknown sign"))?.signed;
+                self.binary(op, d, value, signed)?;
+            }
+        }
+        self.narrow(d, t);
+        self.store(r, d)
+    }
+
+    /// `d = d op rhs`, as the consumer's `binary` computes it (64 bits, not narrowed).
+    fn binary(&mut self, op: BinaryOp, d: Reg, rhs: &Expr, signed: bool) -> R<()> {
+        use BinaryOp as B;
+        if matches!(op, B::Div | B::Mod) {
+            let Some(c) = const_value(rhs) else { return no("a division by a variable") };
+            return self.divide(op == B::Mod, d, c, signed);
+        }
+        let b = self.expr(rhs)?;
+        let (bin, a, b) = match op {
+            B::Add => (BinOp::Add, d, b),
+            B::Sub => (BinOp::Sub, d, b),
+            B::Mul => (BinOp::Mul, d, b),
+            B::BitAnd => (BinOp::And, d, b),
+            B::BitOr => (BinOp::Or, d, b),
+            B::BitXor => (BinOp::Xor, d, b),
+            B::Shl => (BinOp::Shl, d, b),
+            B::Shr => (if signed { BinOp::ShrS } else { BinOp::ShrU }, d, b),
+            B::Eq => (BinOp::Eq, d, b),
+            B::Ne => (BinOp::Ne, d, b),
+            B::Lt => (if signed { BinOp::LtS } else { BinOp::LtU }, d, b),
+            B::Le => (if signed { BinOp::LeS } else { BinOp::LeU }, d, b),
+            B::Gt => (if signed { BinOp::LtS } else { BinOp::LtU }, b, d),
+            B::Ge => (if signed { BinOp::LeS } else { BinOp::LeU }, b, d),
+            _ => return no("an operator of the consumer"),
+        };
+        self.ops.push(Op::Bin { op: bin, d, a, b });
+        Ok(())
+    }
+
+    /// Division by a constant as the consumer's `arith64`: signed, on magnitudes,
+    /// the result negated when the signs differ (so a remainder takes the sign of
+    /// both operands, not C's).
+    fn divide(&mut self, rem: bool, d: Reg, c: u64, signed: bool) -> R<()> {
+        if c == 0 {
+            return no("a division by zero (a fault)");
+        }
+        if !signed {
+            self.ops.push(Op::Div { d, a: d, imm: c, signed: false, rem });
+            return Ok(());
+        }
+        let c = c as i64;
+        if c == -1 {
+            // |a| / 1 negated when a ≥ 0, and |a| when a < 0: -a either way; the
+            // remainder is 0.
+            self.ops.push(if rem { Op::Const { d, v: 0 } } else { Op::Un { op: UnOp::Neg, d, a: d } });
+            return Ok(());
+        }
+        // C's truncating quotient is arith64's; C's remainder has the dividend's
+        // sign, arith64's the product of both: negate it for a negative divisor.
+        self.ops.push(Op::Div { d, a: d, imm: c as u64, signed: true, rem });
+        if rem && c < 0 {
+            self.ops.push(Op::Un { op: UnOp::Neg, d, a: d });
+        }
+        Ok(())
+    }
+
+    fn logical(&mut self, op: BinaryOp, lhs: &Expr, rhs: &Expr, d: Reg) -> R<()> {
+        let a = self.cond(lhs)?;
+        match op {
+            BinaryOp::LogAnd | BinaryOp::LogOr => {
+                // d = the answer if rhs is not evaluated; skip it when lhs decides.
+                let decided = if op == BinaryOp::LogAnd {
+                    self.ops.push(Op::Const { d, v: 0 });
+                    a
+                } else {
+                    self.ops.push(Op::Const { d, v: 1 });
+                    self.ops.push(Op::Un { op: UnOp::Not, d: a, a });
+                    a
+                };
+                let skip = self.jz(decided);
+                self.top = d + 1;
+                let b = self.cond(rhs)?;
+                self.ops.push(Op::Un { op: UnOp::Not, d: b, a: b });
+                self.ops.push(Op::Un { op: UnOp::Not, d, a: b });
+                let end = self.ops.len();
+                self.patch(skip, end);
+            }
+            _ => {
+                let b = self.cond(rhs)?;
+                self.ops.push(Op::Un { op: UnOp::Not, d: a, a });
+                self.ops.push(Op::Un { op: UnOp::Not, d: b, a: b });
+                self.ops.push(Op::Bin { op: BinOp::Ne, d, a, b });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which part of the probe's identity `e` is (0 provider, 1 module, 2 function,
+/// 3 name), if it is one.
+fn probe_component(e: &Expr) -> Option<u64> {
+    match e.kind {
+        ExprKind::Builtin(Builtin::Probeprov) => Some(0),
+        ExprKind::Builtin(Builtin::Probemod) => Some(1),
+        ExprKind::Builtin(Builtin::Probefunc) => Some(2),
+        ExprKind::Builtin(Builtin::Probename) => Some(3),
+        _ => None,
+    }
+}
