@@ -16,6 +16,7 @@ pid_backends!(
     predicates_keys_and_functions_at_the_firing,
     forked_children_count_into_their_parents_aggregations,
     clauses_at_the_firing_and_in_the_consumer_together,
+    a_full_aggregation_drops_in_dtraces_words,
 );
 
 const THREADS: u64 = 2;
@@ -157,4 +158,34 @@ fn an_ordinary_user_counts_exactly() {
     let calls = (THREADS * calls(Backend::InProcess)) as i64;
     assert_eq!(values(&out.stdout)["count"], calls, "{}", out.stdout);
     assert_eq!(quantize_total(&out.stdout), calls, "{}", out.stdout);
+}
+
+/// `aggsize` bounds the keys an aggregation holds at the firing: past them, each
+/// firing is an aggregation drop, reported by CPU in DTrace's words, and every call is
+/// counted or dropped.
+fn a_full_aggregation_drops_in_dtraces_words(backend: Backend) {
+    let n = calls(backend).min(50_000);
+    let cmd = format!("{} {THREADS} {n}", fixture("hot"));
+    let prog = "pid$target::ho_twork:entry { @[arg0] = count(); } END { printa(\"key %d %@d\\n\", @); }";
+    let Some(out) = backend.traced(&["-q", "-x", "aggsize=1k", "-n", prog, "-c", &cmd]) else { return };
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{err}");
+    let counted: i64 =
+        text.lines().filter(|l| l.starts_with("key ")).filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok()).sum();
+    let keys = text.lines().filter(|l| l.starts_with("key ")).count();
+    let mut dropped = 0;
+    for l in err.lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        match f.as_slice() {
+            ["udtrace:", k, "aggregation", w, "on", "CPU", cpu] if cpu.parse::<u32>().is_ok() => {
+                let k: i64 = k.parse().expect("a count");
+                assert_eq!(*w, if k == 1 { "drop" } else { "drops" }, "{l}");
+                dropped += k;
+            }
+            _ => panic!("not DTrace's aggregation drop line: {l:?}\n{err}"),
+        }
+    }
+    assert!(keys > 0 && keys <= 64, "{keys} keys kept in 1 KiB");
+    assert!(dropped > 0, "nothing dropped:\n{err}");
+    assert_eq!(counted + dropped, (THREADS * n) as i64, "{counted} counted + {dropped} dropped\n{err}");
 }

@@ -329,11 +329,12 @@ impl Bpf {
             None
         };
         let lineage = if setup.children && !setup.unheld.is_empty() { Some(follow_in_kernel(&maps)?) } else { None };
-        let dif = if setup.layout.tls > 0 || !setup.layout.aggs.is_empty() {
-            Some(DifMaps::create(&setup.layout, DifSizes::default()).map_err(maps_err)?)
-        } else {
-            None
-        };
+        // Always: a program that keeps nothing still gates records (Emit), and its code
+        // names the drop counters.
+        let dif = Some(
+            DifMaps::create(&setup.layout, DifSizes { threads: setup.tables.0 as u32, keys: setup.tables.1 as u32 })
+                .map_err(maps_err)?,
+        );
         let reader = RingBufReader::new(&maps.ring).map_err(|e| e.to_string())?;
         Ok(Bpf {
             unheld: setup.unheld.iter().copied().collect(),

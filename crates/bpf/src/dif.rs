@@ -174,9 +174,9 @@ impl DifMaps {
             }
         }
         if let Some(v) = self.drops.get(&0u32.to_ne_bytes())? {
-            for cpu in v.chunks(self.drops.stride()) {
-                let w: Vec<u64> = words(cpu).collect();
-                s.agg_drops += w[0];
+            for (cpu, bytes) in v.chunks(self.drops.stride()).enumerate() {
+                let w: Vec<u64> = words(bytes).collect();
+                s.add_agg_drops(cpu as u64, w[0]);
                 s.dyn_drops += w[1];
             }
         }

@@ -177,7 +177,36 @@ pub fn key_hash(keys: &[u64]) -> u64 {
         h = (h ^ k).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         h ^= h >> 29;
     }
-    h
+    // splitmix64's finisher: every bit of every key reaches the low bits that pick the
+    // entry (without it, keys differing only above bit ~40 all hashed alike there).
+    h ^= h >> 30;
+    h = h.wrapping_mul(HASH_FINISH[0]);
+    h ^= h >> 27;
+    h = h.wrapping_mul(HASH_FINISH[1]);
+    h ^ (h >> 31)
+}
+
+/// The multipliers of [`key_hash`]'s finisher.
+pub const HASH_FINISH: [u64; 2] = [0xbf58_476d_1ce4_e5b9, 0x94d0_49bb_1331_11eb];
+
+/// How many thread entries and keys per keyed aggregation a buffer (or a BPF map)
+/// holds, from DTrace's options: `dynvarsize` bytes of thread-local variables (each
+/// thread's slots; at least 256 threads, at most 65,536) and `aggsize` bytes per keyed
+/// aggregation (its widest entry; at least 1, at most 2^20 keys). Powers of two, rounded
+/// down: a size is a most, as DTrace's are.
+pub fn table_sizes(layout: &Layout, aggsize: u64, dynvarsize: u64) -> (usize, usize) {
+    let floor2 = |n: u64| if n == 0 { 1 } else { 1u64 << (63 - n.leading_zeros()) };
+    let per_thread = 8 + 8 * u64::from(layout.tls);
+    let threads = floor2(dynvarsize / per_thread).clamp(256, 1 << 16) as usize;
+    let widest = layout
+        .aggs
+        .iter()
+        .filter(|a| a.nkeys > 0)
+        .map(|a| 8 + 8 * u64::from(a.nkeys) + 8 * a.func.words() as u64)
+        .max()
+        .unwrap_or(8);
+    let keys = floor2(aggsize / widest).clamp(1, 1 << 20) as usize;
+    (threads, keys)
 }
 
 /// A [`Layout`] placed in a buffer: every offset the executors and readers use.
@@ -293,6 +322,20 @@ mod tests {
         assert_eq!(quantize_bucket(i64::MAX), 126);
         assert_eq!(quantize_bucket(3), 65);
         assert_eq!(quantize_bucket(-3), 61);
+    }
+
+    #[test]
+    fn keys_apart_in_high_bits_hash_apart_in_low_bits() {
+        let low: std::collections::HashSet<u64> = (0..64u64).map(|i| key_hash(&[i << 40]) & 63).collect();
+        assert!(low.len() > 32, "{} of 64 low values", low.len());
+    }
+
+    #[test]
+    fn tables_are_sized_by_dtraces_options() {
+        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 1 }] };
+        assert_eq!(table_sizes(&layout, 4 << 20, 1 << 20), (1 << 16, 1 << 17));
+        assert_eq!(table_sizes(&layout, 1024, 4096), (256, 32));
+        assert_eq!(table_sizes(&Layout::default(), 0, 0), (256, 1));
     }
 
     #[test]

@@ -5,8 +5,58 @@
 
 use std::collections::BTreeMap;
 
-use crate::interp::Words;
-use crate::layout::{merge, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_READY, OFF_AGG_DROPS, OFF_DYN_DROPS};
+use crate::interp::{Memory, Words};
+use crate::layout::{
+    merge, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_READY, MAX_PROBES, OFF_AGG_DROPS, OFF_DYN_DROPS,
+};
+
+/// The tid word of a thread entry being retired: no thread has it, so no lookup stops
+/// there, and no other reader retires it too.
+pub const RETIRING: u64 = u64::MAX;
+
+/// Retires the thread entries of threads that have ended (`ended(tid)`), where their
+/// tid is among `tids` (None: every entry): their aggregation rows are merged into
+/// `into` and the entries freed for other threads, zeroed. Without it a buffer that
+/// forked workers share fills up with their ended threads' entries, and later threads
+/// find none (dynamic-variable drops). Only ended threads are retired: a live one
+/// might be adding to its row meanwhile. Returns how many were.
+pub fn retire_threads(
+    layout: &Layout,
+    buf: &BufferLayout,
+    mem: &mut dyn Memory,
+    tids: Option<&[u64]>,
+    ended: &dyn Fn(u64) -> bool,
+    into: &mut Snapshot,
+) -> usize {
+    let entries: Vec<usize> = match tids {
+        None => (0..buf.nthreads).map(|i| buf.thread_entry(i)).collect(),
+        Some(t) => t.iter().flat_map(|&tid| (0..MAX_PROBES).map(move |i| buf.thread_entry(tid as usize + i))).collect(),
+    };
+    let mut n = 0;
+    for e in entries {
+        let tid = mem.load(e);
+        if tid == 0 || tid == RETIRING || tids.is_some_and(|t| !t.contains(&tid)) || !ended(tid) {
+            continue;
+        }
+        if mem.cmpxchg(e, tid, RETIRING) != tid {
+            continue;
+        }
+        for (a, (desc, place)) in layout.aggs.iter().zip(&buf.places).enumerate() {
+            if let AggPlace::Thread { row } = *place {
+                let words: Vec<u64> = (0..desc.func.words()).map(|w| mem.load(e + row + 8 * w)).collect();
+                into.add(a, desc.func, Vec::new(), &words);
+            }
+        }
+        // Zeroed before it is freed: the next thread to claim it writes only the rows'
+        // initial words.
+        for off in (8..buf.entry_size).step_by(8) {
+            mem.store(e + off, 0);
+        }
+        mem.store(e, 0);
+        n += 1;
+    }
+    n
+}
 
 /// A buffer's contents, independent of how an executor stored them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,6 +67,8 @@ pub struct Snapshot {
     /// out.
     pub aggs: Vec<BTreeMap<Vec<u64>, Vec<u64>>>,
     pub agg_drops: u64,
+    /// `agg_drops` by CPU (DTrace reports them so; dynamic-variable drops in all).
+    pub agg_drops_by_cpu: BTreeMap<u64, u64>,
     pub dyn_drops: u64,
 }
 
@@ -56,7 +108,7 @@ impl Snapshot {
             }
         }
         for c in 0..DROP_CPUS {
-            s.agg_drops += mem.load(OFF_AGG_DROPS + 8 * c);
+            s.add_agg_drops(c as u64, mem.load(OFF_AGG_DROPS + 8 * c));
             s.dyn_drops += mem.load(OFF_DYN_DROPS + 8 * c);
         }
         s
@@ -77,8 +129,18 @@ impl Snapshot {
                 self.add(a, desc.func, key.clone(), row);
             }
         }
-        self.agg_drops += other.agg_drops;
+        for (&cpu, &n) in &other.agg_drops_by_cpu {
+            self.add_agg_drops(cpu, n);
+        }
         self.dyn_drops += other.dyn_drops;
+    }
+
+    /// Counts `n` aggregation drops on `cpu`.
+    pub fn add_agg_drops(&mut self, cpu: u64, n: u64) {
+        if n > 0 {
+            self.agg_drops += n;
+            *self.agg_drops_by_cpu.entry(cpu).or_default() += n;
+        }
     }
 
     /// Merges one row (an executor's thread, CPU or duplicate entry) into aggregation
@@ -99,7 +161,9 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::interp::{run, Firing};
     use crate::layout::{AggDesc, AggFn};
+    use crate::op::{Op, Program};
 
     #[test]
     fn snapshots_merge_by_key() {
@@ -126,5 +190,36 @@ mod tests {
         let mut none = Snapshot::default();
         none.merge(&layout, &b);
         assert_eq!(none.aggs[1][&vec![]], vec![7]);
+    }
+
+    #[test]
+    fn ended_threads_entries_are_retired_and_their_counts_kept() {
+        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Max, nkeys: 0 }] };
+        let buf = BufferLayout::new(&layout, 4, 1);
+        let mut mem = vec![0u8; buf.size];
+        let p = Program {
+            ops: vec![
+                Op::Arg { d: 0, n: 0 },
+                Op::TlsStore { slot: 0, a: 0 },
+                Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 },
+            ],
+        };
+        let mut retired = Snapshot::empty(&layout);
+        // Far more threads than entries, each ending before the next starts.
+        for tid in 1..100u64 {
+            let f = Firing { args: [tid * 10, 0, 0, 0, 0, 0], tid, ..Firing::default() };
+            assert_eq!(run(&p, &layout, &buf, &f, &mut mem), crate::interp::Outcome::Done, "tid {tid}");
+            let n = retire_threads(&layout, &buf, &mut mem, Some(&[tid]), &|t| t == tid, &mut retired);
+            assert_eq!(n, 1);
+        }
+        // A live thread is left alone.
+        let f = Firing { args: [5, 0, 0, 0, 0, 0], tid: 500, ..Firing::default() };
+        run(&p, &layout, &buf, &f, &mut mem);
+        assert_eq!(retire_threads(&layout, &buf, &mut mem, None, &|t| t != 500, &mut retired), 0);
+        let mut all = Snapshot::read(&layout, &buf, &mem);
+        all.merge(&layout, &retired);
+        assert_eq!(all.aggs[0][&vec![]], vec![100, 990]);
+        assert_eq!(all.tls.len(), 1, "the ended threads' variables are gone");
+        assert_eq!(all.dyn_drops, 0);
     }
 }

@@ -7,16 +7,10 @@ use std::rc::Rc;
 
 use udtrace_dif::interp::{self, Firing, Memory, Outcome, Words};
 use udtrace_dif::op::Op;
-use udtrace_dif::snapshot::Snapshot;
+use udtrace_dif::snapshot::{retire_threads, Snapshot};
 use udtrace_dif::{BufferLayout, Layout, Program};
 use udtrace_process::inject::{self, Prot, SharedRegion};
 use udtrace_sys::mmap::Mmap;
-
-/// Threads per buffer with thread-local variables or rows of their own (a thread past
-/// them, its entry's neighbours all taken, is a dynamic-variable drop).
-pub const THREADS: usize = 4096;
-/// Keys per keyed aggregation and buffer (DTrace's `aggsize` may size them later).
-pub const KEYED_ENTRIES: usize = 4096;
 
 /// A buffer as udtrace's mapping holds it, shared with processes that update it with
 /// atomic instructions.
@@ -57,17 +51,24 @@ pub fn uses_tls(p: &Program) -> bool {
 pub struct Buffers {
     pub layout: Layout,
     pub buf: BufferLayout,
-    made: Vec<Rc<SharedRegion>>,
+    /// With whether the process that made it is in udtrace's PID namespace (its
+    /// threads' ids are then ones udtrace can look up).
+    made: Vec<(Rc<SharedRegion>, bool)>,
     local: Option<Vec<u8>>,
+    /// The rows of ended threads whose entries were freed ([`Buffers::retire`]).
+    retired: Snapshot,
 }
 
 impl Buffers {
-    pub fn new(layout: &Layout) -> Buffers {
+    /// `tables`: thread entries (a thread past them, its entry's neighbours all taken,
+    /// is a dynamic-variable drop) and keys per keyed aggregation, per buffer.
+    pub fn new(layout: &Layout, tables: (usize, usize)) -> Buffers {
         Buffers {
             layout: layout.clone(),
-            buf: BufferLayout::new(layout, THREADS, KEYED_ENTRIES),
+            buf: BufferLayout::new(layout, tables.0, tables.1),
             made: Vec::new(),
             local: None,
+            retired: Snapshot::empty(layout),
         }
     }
 
@@ -84,7 +85,9 @@ impl Buffers {
             region.view.store_release_u64(off, v);
         }
         let region = Rc::new(region);
-        self.made.push(region.clone());
+        let ns = |p: &str| std::fs::read_link(p).ok();
+        let same_ns = ns("/proc/self/ns/pid").is_some_and(|me| ns(&format!("/proc/{tid}/ns/pid")) == Some(me));
+        self.made.push((region.clone(), same_ns));
         Ok(region)
     }
 
@@ -107,16 +110,44 @@ impl Buffers {
         }
     }
 
+    /// Frees the thread entries of ended threads (of `tids`, or all), keeping their
+    /// rows: forked workers share their parent's buffer, and each worker's threads
+    /// take entries of their own (8,000 short-lived workers of the memory test filled
+    /// 4,096 entries, and the later ones' firings were dropped).
+    pub fn retire(&mut self, tids: Option<&[u64]>) {
+        let (layout, buf, into) = (&self.layout, &self.buf, &mut self.retired);
+        for (r, same_ns) in &self.made {
+            if *same_ns {
+                retire_threads(layout, buf, &mut Shared(&r.view), tids, &ended, into);
+            }
+        }
+        if let Some(local) = self.local.as_mut() {
+            retire_threads(layout, buf, local, tids, &ended, into);
+        }
+    }
+
     /// Every buffer's rows merged.
     pub fn snapshot(&self) -> Snapshot {
-        let mut s = Snapshot::empty(&self.layout);
-        for r in &self.made {
+        let mut s = self.retired.clone();
+        for (r, _) in &self.made {
             s.merge(&self.layout, &Snapshot::read(&self.layout, &self.buf, &Shared(&r.view)));
         }
         if let Some(local) = &self.local {
             s.merge(&self.layout, &Snapshot::read(&self.layout, &self.buf, local));
         }
         s
+    }
+}
+
+/// Whether thread `tid` (in udtrace's PID namespace) has ended: gone, or a zombie.
+fn ended(tid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{tid}/stat")) {
+        Err(_) => true,
+        // The state follows the command's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|st| matches!(st, "Z" | "X")),
     }
 }
 
@@ -142,7 +173,7 @@ mod tests {
     #[test]
     fn breakpoint_firings_without_a_buffer_count_in_udtraces_own() {
         let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
-        let mut b = Buffers::new(&layout);
+        let mut b = Buffers::new(&layout, (64, 64));
         assert!(b.wanted());
         let p = Program {
             ops: vec![

@@ -232,7 +232,7 @@ impl InProcess {
             cookie_ops: Vec::new(),
             probe_ops: setup.probe_ops.clone(),
             work: setup.work.clone(),
-            buffers: Buffers::new(&setup.layout),
+            buffers: Buffers::new(&setup.layout, setup.tables),
             cookie_of: HashMap::new(),
             procs: HashMap::new(),
             rings: Rings::default(),
@@ -801,6 +801,9 @@ impl Backend for InProcess {
         }
         self.ledger.gone(pid);
         self.traced.remove(&pid);
+        // Its main thread's entry in the buffer it shared (other threads' at the next
+        // scan, below).
+        self.buffers.retire(Some(&[pid as u64]));
         if let Some(f) = self.fallback.as_mut() {
             f.exit(pid);
         }
@@ -1005,7 +1008,9 @@ impl Backend for InProcess {
     }
 
     fn new_drops(&mut self) -> Vec<(usize, u64)> {
-        // Once a second: breakpoints another tracer's uprobe took and gave back.
+        // Once a second: the buffers' entries of threads that ended are freed.
+        self.buffers.retire(None);
+        // Breakpoints another tracer's uprobe took and gave back.
         for (&pid, p) in &self.procs {
             for at in p.lost_breakpoints(pid) {
                 self.landing_notes.push(format!(

@@ -13,7 +13,7 @@ use iced_x86::code_asm::{
     AsmMemoryOperand, AsmRegister32, AsmRegister64, CodeAssembler, CodeLabel,
 };
 use udtrace_dif::layout::{
-    AggFn, AggPlace, BufferLayout, DROP_CPUS, KEY_FILLING, KEY_FREE, KEY_READY, MAX_PROBES, OFF_AGG_DROPS,
+    AggFn, AggPlace, BufferLayout, DROP_CPUS, HASH_FINISH, KEY_FILLING, KEY_FREE, KEY_READY, MAX_PROBES, OFF_AGG_DROPS,
     OFF_DYN_DROPS, OFF_THREADS,
 };
 use udtrace_dif::op::{BinOp, Op, UnOp, Var};
@@ -414,6 +414,15 @@ impl Compiler<'_, '_> {
             a.shr(rax, 29)?;
             a.xor(r8, rax)?;
         }
+        for (shift, mul) in [(30, Some(HASH_FINISH[0])), (27, Some(HASH_FINISH[1])), (31, None)] {
+            a.mov(rax, r8)?;
+            a.shr(rax, shift)?;
+            a.xor(r8, rax)?;
+            if let Some(m) = mul {
+                a.mov(rcx, m)?;
+                a.imul_2(r8, rcx)?;
+            }
+        }
         a.xor(edi, edi)?;
         a.set_label(&mut top)?;
         a.lea(rax, qword_ptr(r8 + rdi))?;
@@ -640,7 +649,11 @@ mod tests {
             h = (h ^ k).wrapping_mul(HASH_MUL);
             h ^= h >> 29;
         }
+        h ^= h >> 30;
+        h = h.wrapping_mul(HASH_FINISH[0]);
+        h ^= h >> 27;
+        h = h.wrapping_mul(HASH_FINISH[1]);
+        h ^= h >> 31;
         assert_eq!(h, key_hash(&[5, 0, u64::MAX]));
-        assert_eq!(key_hash(&[]), HASH_SEED);
     }
 }

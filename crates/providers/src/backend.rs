@@ -86,6 +86,9 @@ pub struct Setup {
     /// What each probe's firings compute where they fire, and whether they still
     /// need a record.
     pub work: ProbeWork,
+    /// Thread entries and keys per keyed aggregation of the buffers and maps that
+    /// hold them (`udtrace_dif::layout::table_sizes`, from `dynvarsize` and `aggsize`).
+    pub tables: (usize, usize),
 }
 
 /// What the clauses enabled on one probe do at the firing (docs/firing.md).
@@ -437,6 +440,7 @@ mod tests {
             probe_ops: ProbeOps::default(),
             layout: udtrace_dif::Layout::default(),
             work: ProbeWork::default(),
+            tables: (4096, 4096),
         }
     }
 

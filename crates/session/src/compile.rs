@@ -296,7 +296,13 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
     }
     let stash = stash_plan(&program, |cl| cl.probes.iter().any(|d| is_pid_provider(&d.provider)));
     let probe_ops = ProbeOps::default();
-    let firing = firing_plan(&program, &effective);
+    // A program's probes fire in its own process tree only, and a BPF uprobe (with
+    // `-x uprobes`, or an in-process site's fallback) is shared by every traced process
+    // mapping the file: its program cannot tell one traced tree from another, where the
+    // consumer can (by the firing's root). With several roots (`-p A -p B`, `-c` and
+    // `-p`), every clause runs in the consumer.
+    let roots = req.commands.len() + req.pids.len();
+    let firing = if roots > 1 { FiringPlan::none(&program) } else { firing_plan(&program, &effective) };
     let work = ProbeWork::default();
     for e in ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")) {
         probe_ops.add(e.probe.id, stash.clause_ops.get(e.clause).copied().unwrap_or(0));

@@ -30,6 +30,8 @@ pub struct Firings {
     printed_by_records: bool,
     /// Drops reported so far (snapshots give totals).
     reported: (u64, u64),
+    /// Aggregation drops reported so far, by CPU.
+    reported_agg: std::collections::BTreeMap<u64, u64>,
     droptags: bool,
 }
 
@@ -75,6 +77,7 @@ impl Firings {
             last: Instant::now(),
             printed_by_records,
             reported: (0, 0),
+            reported_agg: Default::default(),
             droptags: c.options.other.contains_key(&udtrace_lang::options::OptionName::Droptags),
         }
     }
@@ -134,16 +137,24 @@ impl Firings {
             (None, None) => return,
         };
         udtrace_runtime::firing::load(consumer, &self.plan, &snap, &|id| registry.by_id(id));
-        let (agg, dynamic) = (snap.agg_drops, snap.dyn_drops);
-        for (now, was, tag, what) in [
-            (agg, self.reported.0, "DTRACEDROP_AGGREGATION", "aggregation"),
-            (dynamic, self.reported.1, "DTRACEDROP_DYNAMIC", "dynamic variable"),
-        ] {
+        // DTrace's words: aggregation drops by CPU, dynamic-variable drops in all.
+        let tag = |t: &str| if self.droptags { format!("[{t}] ") } else { String::new() };
+        for (&cpu, &now) in &snap.agg_drops_by_cpu {
+            let was = self.reported_agg.get(&cpu).copied().unwrap_or(0);
             if now > was {
                 let n = now - was;
-                let tag = if self.droptags { format!("[{tag}] ") } else { String::new() };
-                note!("{tag}{n} {what} drop{}", if n == 1 { "" } else { "s" });
+                note!(
+                    "{}{n} aggregation drop{} on CPU {cpu}",
+                    tag("DTRACEDROP_AGGREGATION"),
+                    if n == 1 { "" } else { "s" }
+                );
+                self.reported_agg.insert(cpu, now);
             }
+        }
+        let (agg, dynamic) = (snap.agg_drops, snap.dyn_drops);
+        if dynamic > self.reported.1 {
+            let n = dynamic - self.reported.1;
+            note!("{}{n} dynamic variable drop{}", tag("DTRACEDROP_DYNAMIC"), if n == 1 { "" } else { "s" });
         }
         self.reported = (self.reported.0.max(agg), self.reported.1.max(dynamic));
     }

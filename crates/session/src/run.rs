@@ -311,6 +311,7 @@ fn arm(
         probe_ops: c.probe_ops.clone(),
         layout: c.firing.layout.clone(),
         work: c.work.clone(),
+        tables: udtrace_dif::layout::table_sizes(&c.firing.layout, c.options.aggsize, c.options.dynvarsize),
     };
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
