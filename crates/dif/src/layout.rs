@@ -196,7 +196,8 @@ pub const HASH_FINISH: [u64; 2] = [0xbf58_476d_1ce4_e5b9, 0x94d0_49bb_1331_11eb]
 /// down: a size is a most, as DTrace's are.
 pub fn table_sizes(layout: &Layout, aggsize: u64, dynvarsize: u64) -> (usize, usize) {
     let floor2 = |n: u64| if n == 0 { 1 } else { 1u64 << (63 - n.leading_zeros()) };
-    let per_thread = 8 + 8 * u64::from(layout.tls);
+    // An entry takes a cache line at least (BufferLayout::new).
+    let per_thread = (8 + 8 * u64::from(layout.tls)).max(CACHE_LINE as u64);
     let threads = floor2(dynvarsize / per_thread).clamp(256, 1 << 16) as usize;
     let widest = layout
         .aggs
@@ -333,7 +334,7 @@ mod tests {
     #[test]
     fn tables_are_sized_by_dtraces_options() {
         let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 1 }] };
-        assert_eq!(table_sizes(&layout, 4 << 20, 1 << 20), (1 << 16, 1 << 17));
+        assert_eq!(table_sizes(&layout, 4 << 20, 1 << 20), (1 << 14, 1 << 17));
         assert_eq!(table_sizes(&layout, 1024, 4096), (256, 32));
         assert_eq!(table_sizes(&Layout::default(), 0, 0), (256, 1));
     }

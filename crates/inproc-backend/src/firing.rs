@@ -115,6 +115,7 @@ impl Buffers {
     /// take entries of their own (8,000 short-lived workers of the memory test filled
     /// 4,096 entries, and the later ones' firings were dropped).
     pub fn retire(&mut self, tids: Option<&[u64]>) {
+        self.settle();
         let (layout, buf, into) = (&self.layout, &self.buf, &mut self.retired);
         for (r, same_ns) in &self.made {
             if *same_ns {
@@ -126,8 +127,24 @@ impl Buffers {
         }
     }
 
+    /// Buffers no process uses any more (every process that held one ended or exec'd:
+    /// only this list holds it) are read one last time into the retired rows and let
+    /// go: a daemon whose workers exec leaves one per worker, and reading them all at
+    /// every snapshot, or scanning them for ended threads, cost more with each.
+    fn settle(&mut self) {
+        let (layout, buf, into) = (&self.layout, &self.buf, &mut self.retired);
+        self.made.retain(|(r, _)| {
+            if Rc::strong_count(r) > 1 {
+                return true;
+            }
+            into.merge(layout, &Snapshot::read(layout, buf, &Shared(&r.view)));
+            false
+        });
+    }
+
     /// Every buffer's rows merged.
-    pub fn snapshot(&self) -> Snapshot {
+    pub fn snapshot(&mut self) -> Snapshot {
+        self.settle();
         let mut s = self.retired.clone();
         for (r, _) in &self.made {
             s.merge(&self.layout, &Snapshot::read(&self.layout, &self.buf, &Shared(&r.view)));
