@@ -838,7 +838,7 @@ impl Backend for Bpf {
             }
             let Ok(firing) = layout.parse(bytes) else { return };
             let Some(sites) = cookies.get(firing.cookie as usize) else { return };
-            each(Record::Pid { firing, sites, string_args, buffer_args });
+            each(Record::Pid { firing: &firing, sites, string_args, buffer_args });
         });
     }
 

@@ -959,7 +959,7 @@ impl Backend for InProcess {
             while let Some(bytes) = ours.next_until(t, below) {
                 let Ok(firing) = layout.parse(bytes) else { continue };
                 let Some(sites) = cookies.get(firing.cookie as usize) else { continue };
-                each(Record::Pid { firing, sites, string_args, buffer_args });
+                each(Record::Pid { firing: &firing, sites, string_args, buffer_args });
             }
         };
         // The rings are read a batch at a time (udtrace's copy of them stays small), up

@@ -261,13 +261,13 @@ pub struct ProfileProbe {
 }
 
 /// One firing, as the backend reports it.
-// Each is handed once, by value, to a callback; none is stored, so sizes may differ.
-#[allow(clippy::large_enum_variant)]
+// Each is handed once, by value, to a callback; none is stored. A pid firing (some
+// 400 bytes) is lent, not moved: it is built once where it is parsed.
 pub enum Record<'a> {
     /// A pid probe site fired: every probe whose site it is, the argument register
     /// (0..=5) behind each string the record captured, in order, and the argument
     /// register and size of each buffer it captured (`CapturePlan::buffers`).
-    Pid { firing: Firing<'a>, sites: &'a [SiteTarget], string_args: &'a [u8], buffer_args: &'a [(u8, u32)] },
+    Pid { firing: &'a Firing<'a>, sites: &'a [SiteTarget], string_args: &'a [u8], buffer_args: &'a [(u8, u32)] },
     /// A proc hook fired.
     Proc(ProcFiring),
     /// A profile probe sampled a thread.

@@ -421,25 +421,17 @@ impl RecordLayout {
         if stack_len > self.stack_bytes {
             return Err(RecordError::StackLen(stack_len));
         }
-        let strings = self
-            .strings
-            .iter()
-            .map(|&(off, max)| {
-                let n = u32_at(off) as i32;
-                // The helper's length counts the NUL; <= 0 means the read faulted.
-                (n > 0).then(|| &rec[off + 8..off + 8 + (n as usize - 1).min(max as usize)])
-            })
-            .collect();
-        let buffers = self
-            .buffers
-            .iter()
-            .map(|&(off, size)| {
-                let n = u32_at(off) as i32;
-                // Bytes read (a trampoline's read may stop at an unreadable page), or
-                // -errno.
-                (n >= 0).then(|| &rec[off + 8..off + 8 + (n as usize).min(size as usize)])
-            })
-            .collect();
+        // (Most layouts capture neither strings nor buffers: no iterator is built then.)
+        let strings = captured(&self.strings, |&(off, max)| {
+            let n = u32_at(off) as i32;
+            // The helper's length counts the NUL; <= 0 means the read faulted.
+            (n > 0).then(|| &rec[off + 8..off + 8 + (n as usize - 1).min(max as usize)])
+        });
+        let buffers = captured(&self.buffers, |&(off, size)| {
+            let n = u32_at(off) as i32;
+            // Bytes read (a trampoline's read may stop at an unreadable page), or -errno.
+            (n >= 0).then(|| &rec[off + 8..off + 8 + (n as usize).min(size as usize)])
+        });
         // A slot's capture counts only where the firing read an address into the slot.
         let mut stashed = Vec::new();
         for &(off, n, slot) in &self.stash_strings {
@@ -507,6 +499,14 @@ impl RecordLayout {
             curthread: self.off_task.map(u64_at),
         })
     }
+}
+
+/// Each capture's bytes, by `read`; no iterator at all for none.
+fn captured<'a>(caps: &[(usize, u32)], read: impl FnMut(&(usize, u32)) -> Option<&'a [u8]>) -> Vec<Option<&'a [u8]>> {
+    if caps.is_empty() {
+        return Vec::new();
+    }
+    caps.iter().map(read).collect()
 }
 
 /// Whether a chain keeps its stack within bounds, names captures of the plan, and

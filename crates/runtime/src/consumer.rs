@@ -5,10 +5,11 @@
 //! for stderr are returned, and the clock and process facts come from the `Context`.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Write};
 use std::rc::Rc;
 
-use udtrace_lang::ir::{Action, AggKind, Builtin, CheckedProgram, Expr};
+use udtrace_lang::ir::{Action, AggKind, Builtin, CheckedProgram, Expr, ExprKind};
 
 use crate::agg::{AggFunc, Aggregation};
 use crate::context::{Context, Overlay};
@@ -197,8 +198,9 @@ pub struct Consumer {
     rand: u64,
     strtok: Option<(Vec<u8>, usize)>,
     scratch: Scratch,
-    /// Shared so that a firing holds its clauses without copying them.
-    by_probe: HashMap<u32, Rc<Vec<Ecb>>>,
+    /// Shared so that a firing holds its clauses without copying them. Looked up at
+    /// every firing: hashed by a multiply, not SipHash (probe ids are udtrace's own).
+    by_probe: HashMap<u32, Rc<Vec<Ecb>>, BuildHasherDefault<ProbeIdHash>>,
     error_ecbs: Vec<Ecb>,
     formats: output::FormatCache,
     /// A record's buffers and printf's values, kept from one firing to the next.
@@ -211,6 +213,31 @@ pub struct Consumer {
     at_firing: Vec<bool>,
 }
 
+/// A probe id's hash: the id times an odd constant (Fibonacci hashing), its high bits
+/// spread over the whole word for the table's tag bits.
+#[derive(Default)]
+struct ProbeIdHash(u64);
+
+impl Hasher for ProbeIdHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26);
+    }
+}
+
 impl Consumer {
     /// `seed` feeds `rand()`; `ecbs` are all enabled probes (those on the `ERROR`
     /// probe, provider `dtrace` name `ERROR`, run when a clause faults).
@@ -218,7 +245,7 @@ impl Consumer {
         let vars = Variables::new(&prog.globals, &prog.clause_vars, &prog.types, settings.strsize);
         let aggs = prog.aggs.iter().map(|a| Aggregation::new(&a.name, agg_func(a.kind, &a.params))).collect::<Vec<_>>();
         let specs = (0..settings.nspec).map(|_| Speculation::default()).collect();
-        let mut by_probe: HashMap<u32, Rc<Vec<Ecb>>> = HashMap::new();
+        let mut by_probe: HashMap<u32, Rc<Vec<Ecb>>, BuildHasherDefault<ProbeIdHash>> = HashMap::default();
         let mut error_ecbs = Vec::new();
         for e in ecbs {
             if e.probe.provider == "dtrace" && e.probe.name == "ERROR" {
@@ -576,7 +603,13 @@ impl Consumer {
     /// A value an action records: a string must be readable, so the NULL string
     /// (or NULL plus an offset) faults at its address, as DTrace's record copy does.
     fn eval_datum(&mut self, e: &Expr, ctx: &dyn Context) -> EvalResult<Value> {
-        let v = self.eval(e, ctx)?;
+        let v = match e.kind {
+            // A builtin (`arg0`, `pid`…) is read as the evaluator would, without one.
+            ExprKind::Builtin(b) if !matches!(b, Builtin::Curcpu) => {
+                crate::eval::builtin_value(ctx, b, &e.ty, &self.prog.types)
+            }
+            _ => self.eval(e, ctx)?,
+        };
         match crate::eval::string_address(&v) {
             Some(a) if e.ty.is_string() => Err(Fault::BadAddress(a)),
             _ => Ok(crate::eval::narrow(v)),

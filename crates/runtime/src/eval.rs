@@ -204,6 +204,16 @@ pub struct Evaluator<'a> {
     pub scratch: &'a mut Scratch,
 }
 
+/// A builtin variable (other than `curcpu`) read as type `ty`: needs no evaluator's
+/// state, so the consumer reads printf's and trace()'s builtins without one.
+pub(crate) fn builtin_value(ctx: &dyn Context, b: Builtin, ty: &Type, types: &TypeTable) -> Value {
+    match ctx.builtin(b) {
+        Some(Value::Int(i)) => int_of(ty, i.bits),
+        Some(v) => v,
+        None => zero_of(ty, types),
+    }
+}
+
 pub(crate) fn int_of(ty: &Type, bits: u64) -> Value {
     let (size, signed) = ty.int_bits().unwrap_or((8, true));
     Value::Int(Int { bits: udtrace_lang::types::IntType::wrap_as(size, signed, bits), size, signed })
@@ -433,11 +443,7 @@ impl Evaluator<'_> {
                 let cpu = self.ctx.builtin(Builtin::Cpu).map_or(0, |v| as_u64(&v));
                 int_of(&e.ty, dmem::cpuinfo_address(cpu))
             }
-            ExprKind::Builtin(b) => match self.ctx.builtin(*b) {
-                Some(Value::Int(i)) => int_of(&e.ty, i.bits),
-                Some(v) => v,
-                None => zero_of(&e.ty, self.types),
-            },
+            ExprKind::Builtin(b) => builtin_value(self.ctx, *b, &e.ty, self.types),
             ExprKind::Args(i) => {
                 let n = as_u64(&self.eval(i)?);
                 if n > 9 {

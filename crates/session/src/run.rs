@@ -987,6 +987,8 @@ impl Drain<'_> {
             }
         };
         let mut records = 0u64;
+        // The root of the process whose firing came last (Lineage records change roots).
+        let mut last_owner: Option<(u32, i32)> = None;
         b.consume(&mut |record| {
             records += 1;
             match record {
@@ -1031,6 +1033,7 @@ impl Drain<'_> {
                     run(consumer, probe_id, f.cpu, &ctx);
                 }
                 Record::Lineage(l) => {
+                    last_owner = None;
                     if let Lineage::Forked { parent, child } = l {
                         let root = kernel_roots.get(&parent).copied().unwrap_or(parent);
                         kernel_roots.insert(child, root);
@@ -1040,13 +1043,21 @@ impl Drain<'_> {
                 }
                 Record::Pid { firing: f, sites, string_args, buffer_args } => {
                     // A site shared by several roots' probes fires each only in its own tree.
-                    let owner = tree
-                        .and_then(|t| t.root_of(f.pid as i32))
-                        .or_else(|| kernel_roots.get(&(f.pid as i32)).copied())
-                        .unwrap_or(f.pid as i32);
+                    // (The last process's, kept: runs of one process's firings look it up once.)
+                    let owner = match last_owner {
+                        Some((pid, owner)) if pid == f.pid => owner,
+                        _ => {
+                            let owner = tree
+                                .and_then(|t| t.root_of(f.pid as i32))
+                                .or_else(|| kernel_roots.get(&(f.pid as i32)).copied())
+                                .unwrap_or(f.pid as i32);
+                            last_owner = Some((f.pid, owner));
+                            owner
+                        }
+                    };
                     for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
                         let ctx = FiringCtx {
-                            f: &f,
+                            f,
                             site: *site,
                             procs,
                             string_args,

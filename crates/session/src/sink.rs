@@ -47,6 +47,10 @@ impl Write for Sink {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.current().write(buf)
     }
+    // Whole, as the buffer takes it: a record is one call, not a loop of writes.
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.current().write_all(buf)
+    }
     fn flush(&mut self) -> io::Result<()> {
         self.current().flush()
     }

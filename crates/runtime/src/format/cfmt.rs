@@ -23,7 +23,10 @@ pub fn pad(out: &mut Vec<u8>, spec: &Spec, prefix: &[u8], body: &[u8], zero_ok: 
     let len = prefix.len() + body.len();
     let fill = spec.width.min(MAX_FIELD).saturating_sub(len);
     if fill == 0 {
-        out.extend_from_slice(prefix);
+        // (No call to copy an empty sign: most numbers have none.)
+        if !prefix.is_empty() {
+            out.extend_from_slice(prefix);
+        }
         out.extend_from_slice(body);
     } else if spec.left {
         out.extend_from_slice(prefix);
