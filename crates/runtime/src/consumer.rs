@@ -201,6 +201,9 @@ pub struct Consumer {
     /// Shared so that a firing holds its clauses without copying them. Looked up at
     /// every firing: hashed by a multiply, not SipHash (probe ids are udtrace's own).
     by_probe: HashMap<u32, Rc<Vec<Ecb>>, BuildHasherDefault<ProbeIdHash>>,
+    /// The probe that fired last and its clauses (a storm is mostly one probe's):
+    /// found without hashing. Forgotten when a clause is enabled.
+    last_probe: Option<(u32, Rc<Vec<Ecb>>)>,
     error_ecbs: Vec<Ecb>,
     formats: output::FormatCache,
     /// A record's buffers and printf's values, kept from one firing to the next.
@@ -211,6 +214,8 @@ pub struct Consumer {
     draining: bool,
     /// Per clause: it runs where its probes fire (docs/firing.md), not here.
     at_firing: Vec<bool>,
+    /// Per clause: it records data the consumer prints (not only commits or discards).
+    records_data: Vec<bool>,
 }
 
 /// A probe id's hash: the id times an odd constant (Fibonacci hashing), its high bits
@@ -253,6 +258,8 @@ impl Consumer {
             }
             Rc::make_mut(by_probe.entry(e.probe.id).or_default()).push(e);
         }
+        // A clause that only commits or discards records nothing the consumer prints.
+        let records_data = prog.clauses.iter().map(|c| c.records_data && !commit_discard_only(&c.actions)).collect();
         let formats = output::FormatCache::new(&prog);
         let scratch = Scratch::new(settings.scratch_room);
         Consumer {
@@ -268,12 +275,14 @@ impl Consumer {
             strtok: None,
             scratch,
             by_probe,
+            last_probe: None,
             error_ecbs,
             formats,
             spare_record: None,
             spare_values: Vec::new(),
             draining: false,
             at_firing: Vec::new(),
+            records_data,
         }
     }
 
@@ -327,6 +336,8 @@ impl Consumer {
     /// exec'd or mapped a new object), unless it already is. Clauses on one probe stay
     /// in program order.
     pub fn enable(&mut self, clause: usize, stmt: usize, probe: Rc<Probe>) {
+        // (Its list would be copied on write, the copy unseen by the cache.)
+        self.last_probe = None;
         let epid = self.by_probe.values().flat_map(|l| l.iter()).map(|e| e.epid).max().unwrap_or(0) + 1;
         let list = Rc::make_mut(self.by_probe.entry(probe.id).or_default());
         if list.iter().any(|o| o.clause == clause) {
@@ -349,8 +360,15 @@ impl Consumer {
     /// Runs every clause enabled on `probe_id`, in program order.
     pub fn fire(&mut self, probe_id: u32, cpu: u32, ctx: &dyn Context, out: &mut dyn Output) -> io::Result<Effects> {
         let mut fx = Effects::default();
-        let Some(ecbs) = self.by_probe.get(&probe_id).cloned() else {
-            return Ok(fx);
+        let ecbs = match &self.last_probe {
+            Some((id, ecbs)) if *id == probe_id => Rc::clone(ecbs),
+            _ => {
+                let Some(ecbs) = self.by_probe.get(&probe_id).cloned() else {
+                    return Ok(fx);
+                };
+                self.last_probe = Some((probe_id, Rc::clone(&ecbs)));
+                ecbs
+            }
         };
         self.vars.reset_clause_locals();
         // strtok()'s saved string lasts for one probe firing.
@@ -504,8 +522,7 @@ impl Consumer {
                 Err(f) => return Ok(Err((f, 0))),
             }
         }
-        // A clause that only commits or discards records nothing the consumer prints.
-        let records_data = clause.records_data && !commit_discard_only(&clause.actions);
+        let records_data = self.records_data[ecb.clause];
         // dtrace(1M) prints the header and the prefix before the record's data, with
         // the quiet setting of that moment.
         let prefixed = records_data && !self.settings.quiet;
