@@ -969,7 +969,13 @@ impl Record {
     }
 
     fn add(&mut self, size: usize, align: usize) {
-        self.size = self.size.next_multiple_of(align.max(1)) + size;
+        // (An alignment is 1 or an integer's size, a power of two: a mask, not a
+        // division, per datum.)
+        let at = match align.max(1) {
+            a if a.is_power_of_two() => (self.size + a - 1) & !(a - 1),
+            a => self.size.next_multiple_of(a),
+        };
+        self.size = at + size;
     }
 
     /// Accounts for one recorded value as DTrace stores it: integers at their size,
