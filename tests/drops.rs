@@ -48,7 +48,12 @@ fn firings_counted_plus_drops_reported_equal_calls_made(backend: Backend) {
         .expect("a count");
     let dropped = reported_drops(&err);
     let calls = threads * per_thread;
-    assert!(dropped > 0, "the storm overflowed nothing ({counted} counted): it tests no drop\n{err}");
+    // Uprobes fire at microseconds, and the consumer may keep up with a storm of them
+    // (1 run in 11 did): the sum is what is checked there; in-process storms always
+    // overflow.
+    if backend == Backend::InProcess {
+        assert!(dropped > 0, "the storm overflowed nothing ({counted} counted): it tests no drop\n{err}");
+    }
     assert_eq!(counted + dropped, calls, "{counted} counted + {dropped} dropped != {calls} calls\n{err}");
 }
 
