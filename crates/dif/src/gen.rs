@@ -19,18 +19,23 @@ pub const CASE_THREADS: u64 = 6;
 /// Distinct key values; a keyed table of 256 entries never fills.
 pub const CASE_KEYS: u64 = 4;
 
-struct Rng(u64);
+/// xorshift64*: a tiny generator whose sequence a seed (not 0) fixes, for the
+/// differential tests here and of the compiler (`crates/runtime/tests/firing_diff.rs`).
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
+    pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    /// In `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
+    }
+    pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len() as u64) as usize]
     }
     fn value(&mut self) -> u64 {
         match self.below(6) {

@@ -5,6 +5,7 @@
 
 use std::rc::Rc;
 
+use udtrace_dif::gen::Rng;
 use udtrace_dif::interp::{self, Firing, Memory};
 use udtrace_dif::layout::BufferLayout;
 use udtrace_dif::snapshot::Snapshot;
@@ -75,21 +76,6 @@ impl Context for Ctx {
             Builtin::Execname => return Some(Value::str("work")),
             _ => return None,
         }))
-    }
-}
-
-/// xorshift: the same firings every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[(self.next() % xs.len() as u64) as usize]
     }
 }
 
