@@ -24,7 +24,7 @@ pub const CASE_KEYS: u64 = 4;
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -32,7 +32,7 @@ impl Rng {
     }
     /// In `0..n` (0 when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
     pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
         &xs[self.below(xs.len() as u64) as usize]
@@ -43,7 +43,7 @@ impl Rng {
             1 => self.below(200).wrapping_sub(100),
             2 => [0, 1, u64::MAX, i64::MAX as u64, i64::MIN as u64, 0x8000_0000, 0xffff_ffff][self.below(7) as usize],
             3 => 1 << self.below(64),
-            _ => self.next(),
+            _ => self.next_u64(),
         }
     }
 }

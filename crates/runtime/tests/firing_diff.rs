@@ -98,21 +98,21 @@ fn firings(seed: u64, n: usize) -> Vec<(u32, Firing)> {
     let mut ts = 1_000_000u64;
     (0..n)
         .map(|_| {
-            ts += r.next() % 5000;
+            ts += r.next_u64() % 5000;
             let mut args = [0u64; 6];
             for a in &mut args {
-                *a = if r.next().is_multiple_of(3) { r.next() } else { *r.pick(&interesting) };
+                *a = if r.next_u64().is_multiple_of(3) { r.next_u64() } else { *r.pick(&interesting) };
             }
             let f = Firing {
                 args,
                 pid: PID,
-                tid: 100 + r.next() % 4,
-                cpu: r.next() % 3,
+                tid: 100 + r.next_u64() % 4,
+                cpu: r.next_u64() % 3,
                 timestamp: ts,
                 uid: *r.pick(&[0, 1000, u64::from(u32::MAX)]),
                 gid: 100,
             };
-            ((r.next() % 3) as u32 + 1, f)
+            ((r.next_u64() % 3) as u32 + 1, f)
         })
         .collect()
 }
@@ -263,12 +263,12 @@ fn expr(r: &mut Rng, depth: u32) -> String {
         "255",
         "0",
     ];
-    if depth == 0 || r.next().is_multiple_of(4) {
+    if depth == 0 || r.next_u64().is_multiple_of(4) {
         return r.pick(&leaves).to_string();
     }
     let a = expr(r, depth - 1);
     let b = expr(r, depth - 1);
-    match r.next() % 16 {
+    match r.next_u64() % 16 {
         0 => format!("({a} {} {b})", r.pick(&["+", "-", "*", "&", "|", "^"])),
         1 => format!("({a} {} {b})", r.pick(&["<", "<=", ">", ">=", "==", "!="])),
         2 => format!("({a} {} {})", r.pick(&["/", "%"]), r.pick(&["1", "-1", "3", "-7", "1000", "0x80000000"])),
@@ -286,7 +286,7 @@ fn expr(r: &mut Rng, depth: u32) -> String {
         11 => {
             format!("({} == \"{}\")", r.pick(&["probefunc", "probename", "probemod"]), r.pick(&["work", "entry", "1f"]))
         }
-        12 if r.next().is_multiple_of(3) => format!("({a} / {b})"),
+        12 if r.next_u64().is_multiple_of(3) => format!("({a} / {b})"),
         13 => format!("(self->a {}= {b})", r.pick(&["+", "-", "*", "&", "|", "^", "<<", ">>"])),
         _ => format!("({a} + {b})"),
     }
@@ -294,11 +294,11 @@ fn expr(r: &mut Rng, depth: u32) -> String {
 
 fn clause(r: &mut Rng) -> String {
     let probe = r.pick(&["entry", "return", "1f", "entry", "1f"]);
-    let pred = if r.next().is_multiple_of(2) { format!("/{}/", expr(r, 3)) } else { String::new() };
+    let pred = if r.next_u64().is_multiple_of(2) { format!("/{}/", expr(r, 3)) } else { String::new() };
     let mut body = String::new();
-    for _ in 0..1 + r.next() % 4 {
+    for _ in 0..1 + r.next_u64() % 4 {
         let e = expr(r, 3);
-        let stmt = match r.next() % 9 {
+        let stmt = match r.next_u64() % 9 {
             0 => format!("self->a = {e};"),
             1 => format!("this->c = {e};"),
             2 => "@c[probename] = count();".to_string(),
@@ -322,7 +322,7 @@ fn random_scripts_print_alike_both_ways() {
     let mut r = Rng(0x5eed_1234_5678_9abc);
     let (mut checked, mut moved) = (0, 0);
     for seed in 0..300u64 {
-        let n = 1 + r.next() % 3;
+        let n = 1 + r.next_u64() % 3;
         let src: String = (0..n).map(|_| clause(&mut r)).collect();
         if let Some(m) = compare(&src, seed) {
             checked += 1;
