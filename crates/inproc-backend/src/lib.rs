@@ -690,8 +690,9 @@ impl Backend for InProcess {
         let work = self.cookies.get(cookie as usize).map(|t| self.work.site(t)).unwrap_or_default();
         let mut emit = false;
         if !work.program.ops.is_empty() {
-            // The site's program, on the process's buffer, as its trampoline would.
-            let (uid, gid) = firing::ids_of(pid);
+            // The site's program, on the process's buffer, as its trampoline would (with
+            // the ids its data page holds).
+            let (uid, gid) = p.ids();
             let f = udtrace_dif::interp::Firing {
                 args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9],
                 pid: pid as u64,

@@ -266,6 +266,8 @@ pub struct Proc {
     /// The buffer of the site's programs (docs/firing.md), shared with forked children;
     /// none when the session's programs keep nothing.
     dif: Option<Rc<SharedRegion>>,
+    /// The real user and group ids its data page holds (`uid`, `gid` at the firing).
+    ids: (u64, u64),
     addrs: ProcessAddrs,
     regions: Vec<Rc<RefCell<Region>>>,
     patches: Vec<Patch>,
@@ -465,7 +467,7 @@ impl Proc {
         );
         write_pid(pid, data_page)?;
         write_args(pid, data_page);
-        write_ids(pid, data_page);
+        let ids = write_ids(pid, data_page);
         let dif = if buffers.wanted() { Some(buffers.create(tid, regs.rip)?) } else { None };
         let mut region = inject::create_shared_near(tid, geometry.size() as u64, regs.rip, Prot::READ | Prot::WRITE)
             .map_err(|e| format!("cannot map its ring: {e}"))?;
@@ -476,6 +478,7 @@ impl Proc {
         Ok(Proc {
             ring,
             dif,
+            ids,
             addrs: ProcessAddrs { ring: ring_addr, data_page, clock_gettime, tid_offset: GLIBC_TID_OFFSET, cpu },
             regions: Vec::new(),
             patches: Vec::new(),
@@ -504,6 +507,7 @@ impl Proc {
         Ok(Some(Proc {
             ring: self.ring,
             dif: self.dif.clone(),
+            ids: self.ids,
             addrs: self.addrs,
             regions: self.regions.clone(),
             patches: self.patches.clone(),
@@ -704,6 +708,11 @@ impl Proc {
     }
 
     /// The buffer of its sites' programs, if it has one.
+    /// The `uid` and `gid` its firings see.
+    pub fn ids(&self) -> (u64, u64) {
+        self.ids
+    }
+
     pub fn dif(&self) -> Option<&SharedRegion> {
         self.dif.as_deref()
     }
@@ -976,7 +985,8 @@ fn write_args(pid: i32, page: u64) {
 
 /// Writes `pid`'s real user and group ids to its data page (`uid`, `gid` at the
 /// firing). A process that changes them later keeps the first (exec maps a new page).
-fn write_ids(pid: i32, page: u64) {
+/// Returns them: breakpoint firings use the same.
+fn write_ids(pid: i32, page: u64) -> (u64, u64) {
     let (uid, gid) = firing::ids_of(pid);
     let mut w = [0u8; 16];
     w[..8].copy_from_slice(&uid.to_ne_bytes());
@@ -984,6 +994,7 @@ fn write_ids(pid: i32, page: u64) {
     if let Ok(m) = mem(pid) {
         let _ = m.write_all_at(&w, page + DATA_UID as u64);
     }
+    (uid, gid)
 }
 
 fn write_pid(pid: i32, page: u64) -> Result<(), String> {
