@@ -652,7 +652,7 @@ fn trace(
         pending_exec: HashMap::new(),
         only_cpu,
         kernel_roots: targets.unheld_descendants().collect(),
-        firings: Firings::new(c, w.backend.as_deref_mut()),
+        firings: Firings::new(c),
         busy: false,
     };
     while !done {
@@ -963,7 +963,6 @@ impl Drain<'_> {
             self.firings.refresh(consumer, w.backend.as_deref_mut(), w.registry);
         }
         let Some(b) = w.backend.as_deref_mut() else { return Ok(None) };
-        let firings = &mut self.firings;
         // Processes that ended well before this drain: it consumes their last firings.
         let retired = self.procs.borrow_mut().take_retiring();
         let tree = w.follower.as_deref().map(|f| &f.tree);
@@ -1068,10 +1067,6 @@ impl Drain<'_> {
                             types,
                             clocks,
                         };
-                        // As the consumer's clauses, the programs run here stop at exit().
-                        if !consumer.is_draining() {
-                            firings.on_record(site.probe_id, &ctx);
-                        }
                         run(consumer, site.probe_id, f.cpu, &ctx);
                     }
                 }
