@@ -68,5 +68,6 @@ fn elf_info(input: &mut Input, maps: &[procfs::Mapping]) -> ElfInfo {
         gnu_debugdata: None,
         plt: Vec::new(),
         code_sections: Vec::new(),
+        usdt: Vec::new(),
     }
 }

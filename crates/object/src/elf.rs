@@ -84,6 +84,9 @@ pub struct ElfInfo {
     /// Virtual address ranges `[start, end)` of the sections of code (allocated,
     /// executable), in file order; empty when the section headers are gone.
     pub code_sections: Vec<(u64, u64)>,
+    /// The statically defined probes of `.note.stapsdt` (USDT), addresses adjusted
+    /// for `.stapsdt.base`.
+    pub usdt: Vec<crate::usdt::UsdtNote>,
 }
 
 impl ElfInfo {
@@ -205,6 +208,14 @@ pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
         .map(|sh| (sh.sh_addr(endian), sh.sh_addr(endian).saturating_add(sh.sh_size(endian))))
         .collect();
 
+    // Notes of a moved object name the base they were linked against.
+    let stapsdt_base = file.section_by_name(".stapsdt.base").map(|s| s.address());
+    let usdt = file
+        .section_by_name(".note.stapsdt")
+        .and_then(|s| s.data().ok())
+        .map(|d| crate::usdt::parse_notes(d, stapsdt_base))
+        .unwrap_or_default();
+
     let gnu_debugdata = file.section_by_name(".gnu_debugdata").and_then(|s| s.data().ok()).and_then(inflate_xz);
 
     Ok(ElfInfo {
@@ -218,6 +229,7 @@ pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
         gnu_debugdata,
         plt,
         code_sections,
+        usdt,
     })
 }
 

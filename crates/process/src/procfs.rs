@@ -484,6 +484,7 @@ mod tests {
             gnu_debugdata: None,
             plt: Vec::new(),
             code_sections: Vec::new(),
+            usdt: Vec::new(),
         };
         let m = Mapping {
             start: 0x7f00_0000_0000,
