@@ -70,7 +70,7 @@ fn run(file: &Path, function: &str, pid: &str) -> Result<(), Failure> {
     let insns = a.finish().map_err(failed)?;
     let prog = Program::load(ProgramKind::UprobeMulti, "foreign_count", &insns)
         .map_err(|e| (udtrace_bpf::is_bpf_refusal(e.os_error()), e.to_string()))?;
-    let link = attach_multi_pid(&prog, file, &[Site { offset, cookie: 0 }], false, pid).map_err(failed)?;
+    let link = attach_multi_pid(&prog, file, &[Site { offset, cookie: 0, ref_ctr: 0 }], false, pid).map_err(failed)?;
     println!("attached {function} at {}+{offset:#x}", file.display());
     std::io::stdout().flush().map_err(failed)?;
 

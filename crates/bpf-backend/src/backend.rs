@@ -629,7 +629,7 @@ impl Backend for Bpf {
                 let cookie = self.site_cookie(p, offset, file_off, false);
                 let list = new.entry(p.file.clone()).or_default();
                 if !list.iter().any(|s| s.offset == file_off) {
-                    list.push(Site { offset: file_off, cookie });
+                    list.push(Site { offset: file_off, cookie, ref_ctr: p.semaphore });
                 }
             }
         }
@@ -669,7 +669,7 @@ impl Backend for Bpf {
                 let cookie = self.site_cookie(p, offset, file_off, true);
                 let list = new.entry(p.file.clone()).or_default();
                 if !list.iter().any(|s| s.offset == file_off) {
-                    list.push(Site { offset: file_off, cookie });
+                    list.push(Site { offset: file_off, cookie, ref_ctr: p.semaphore });
                 }
             }
         }
@@ -710,7 +710,7 @@ impl Backend for Bpf {
         if hold.links.contains_key(file) {
             return Ok(None);
         }
-        let link = attach_multi_pid(&hold.program, file, &[Site { offset, cookie: r_state }], false, 0)
+        let link = attach_multi_pid(&hold.program, file, &[Site { offset, cookie: r_state, ref_ctr: 0 }], false, 0)
             .map_err(|e| bpf_error("arm the loader hook", &e.to_string(), e.os_error()))?;
         hold.links.insert(file.to_path_buf(), link);
         Ok(None)

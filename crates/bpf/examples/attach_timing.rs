@@ -102,7 +102,7 @@ fn main() {
             continue;
         }
         let mut sites: Vec<Site> =
-            usable[..n].iter().enumerate().map(|(i, &offset)| Site { offset, cookie: i as u64 }).collect();
+            usable[..n].iter().enumerate().map(|(i, &offset)| Site { offset, cookie: i as u64, ref_ctr: 0 }).collect();
         let bad = refused(&multi, &path, &sites);
         if !bad.is_empty() {
             println!(
@@ -110,7 +110,11 @@ fn main() {
                 bad.iter().map(|s| s.offset).collect::<Vec<_>>()
             );
             usable.retain(|o| !bad.iter().any(|b| b.offset == *o));
-            sites = usable[..n].iter().enumerate().map(|(i, &offset)| Site { offset, cookie: i as u64 }).collect();
+            sites = usable[..n]
+                .iter()
+                .enumerate()
+                .map(|(i, &offset)| Site { offset, cookie: i as u64, ref_ctr: 0 })
+                .collect();
         }
         let t = Instant::now();
         let link = uprobe::attach_multi(&multi, &path, &sites, false).expect("uprobe_multi");
@@ -128,8 +132,11 @@ fn main() {
     if perf_n as u64 + 64 > limit || perf_n > usable.len() {
         println!("perf: {perf_n} sites cannot be opened (open-file limit {limit})");
     } else {
-        let sites: Vec<Site> =
-            usable[..perf_n].iter().enumerate().map(|(i, &offset)| Site { offset, cookie: i as u64 }).collect();
+        let sites: Vec<Site> = usable[..perf_n]
+            .iter()
+            .enumerate()
+            .map(|(i, &offset)| Site { offset, cookie: i as u64, ref_ctr: 0 })
+            .collect();
         let t = Instant::now();
         let links = uprobe::attach_perf(&single, &path, &sites).expect("perf uprobes");
         println!("perf event   {perf_n:>6} sites: attach {:>9.2?}", t.elapsed());

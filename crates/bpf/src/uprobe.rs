@@ -23,6 +23,9 @@ use crate::prog::{Program, ProgramKind};
 pub struct Site {
     pub offset: u64,
     pub cookie: u64,
+    /// The file offset of a USDT semaphore the kernel raises in each process while the
+    /// site is armed there, and lowers when it is not (0: none).
+    pub ref_ctr: u64,
 }
 
 #[derive(Debug, Error)]
@@ -95,8 +98,10 @@ pub fn attach_multi_pid(
     let cpath = c_path(path)?;
     let offsets: Vec<u64> = sites.iter().map(|s| s.offset).collect();
     let cookies: Vec<u64> = sites.iter().map(|s| s.cookie).collect();
+    let ref_ctrs: Vec<u64> = sites.iter().map(|s| s.ref_ctr).collect();
+    let ref_ctrs = ref_ctrs.iter().any(|&r| r != 0).then_some(ref_ctrs.as_slice());
     let flags = if ret { sys::BPF_F_UPROBE_MULTI_RETURN } else { 0 };
-    let link = sys::link_create_uprobe_multi(prog.as_fd(), &cpath, &offsets, &cookies, flags, pid)
+    let link = sys::link_create_uprobe_multi(prog.as_fd(), &cpath, &offsets, ref_ctrs, &cookies, flags, pid)
         .map_err(|source| AttachError::Multi { path: path.to_path_buf(), count: sites.len(), source })?;
     Ok(MultiLink { _link: link })
 }

@@ -70,8 +70,14 @@ impl Rig {
         let dispatch = Program::load(ProgramKind::UprobeMulti, "udtrace_tdisp", &a.finish().expect("asm"))
             .unwrap_or_else(|e| panic!("{e}"));
         let (exe, off) = common::own_function("udtrace_dif_target");
-        let link = attach_multi_pid(&dispatch, &exe, &[Site { offset: off, cookie: 0 }], false, std::process::id())
-            .expect("attach");
+        let link = attach_multi_pid(
+            &dispatch,
+            &exe,
+            &[Site { offset: off, cookie: 0, ref_ctr: 0 }],
+            false,
+            std::process::id(),
+        )
+        .expect("attach");
         let records = RefCell::new(RingBufReader::new(&probe.ring).expect("ring"));
         Rig { probe, firing, slots, records, _dispatch: dispatch, _link: link }
     }
@@ -242,7 +248,8 @@ fn cost_of_counting() {
     let prog = Program::load(ProgramKind::UprobeMulti, "udtrace_tcount", &insns).unwrap_or_else(|e| panic!("{e}"));
     let (exe, off) = common::own_function("udtrace_dif_target");
     let _link =
-        attach_multi_pid(&prog, &exe, &[Site { offset: off, cookie: 0 }], false, std::process::id()).expect("attach");
+        attach_multi_pid(&prog, &exe, &[Site { offset: off, cookie: 0, ref_ctr: 0 }], false, std::process::id())
+            .expect("attach");
     let n = bench_calls();
     let ns = time_calls(n);
     let counted = maps.snapshot().expect("snapshot").aggs[0][&vec![]][0];

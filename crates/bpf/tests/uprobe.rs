@@ -83,7 +83,7 @@ fn check_target_firings(kind: ProgramKind) {
     let layout = RecordLayout::new(&plan).unwrap();
     let prog = load(&plan, &maps, kind);
     let (exe, off) = common::own_function("udtrace_test_target");
-    let site = [Site { offset: off, cookie: 7 }];
+    let site = [Site { offset: off, cookie: 7, ref_ctr: 0 }];
     let _attached: Box<dyn std::any::Any> = match kind {
         ProgramKind::UprobeMulti => Box::new(uprobe::attach_multi(&prog, &exe, &site, false).unwrap()),
         _ => Box::new(uprobe::attach_perf(&prog, &exe, &site).unwrap()),
@@ -137,7 +137,7 @@ fn untraced_process_records_nothing() {
     maps.traced.insert(&1, &1).unwrap();
     let prog = load(&RecordPlan { regs: true, ..RecordPlan::default() }, &maps, ProgramKind::UprobeMulti);
     let (exe, off) = common::own_function("udtrace_test_target");
-    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7 }], false).unwrap();
+    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7, ref_ctr: 0 }], false).unwrap();
     for i in 0..100 {
         udtrace_test_target(i, i);
     }
@@ -159,7 +159,11 @@ fn multi_link_sites_carry_their_cookies() {
     let (exe, a) = common::own_function("udtrace_test_multi_a");
     let (_, b) = common::own_function("udtrace_test_multi_b");
     let (_, c) = common::own_function("udtrace_test_multi_c");
-    let sites = [Site { offset: a, cookie: 100 }, Site { offset: b, cookie: 200 }, Site { offset: c, cookie: 300 }];
+    let sites = [
+        Site { offset: a, cookie: 100, ref_ctr: 0 },
+        Site { offset: b, cookie: 200, ref_ctr: 0 },
+        Site { offset: c, cookie: 300, ref_ctr: 0 },
+    ];
     let link = uprobe::attach_multi(&prog, &exe, &sites, false).unwrap();
     let mut expect = Vec::new();
     for i in 0..10u64 {
@@ -203,7 +207,7 @@ fn strings_and_stack_are_captured() {
     let layout = RecordLayout::new(&plan).unwrap();
     let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
     let (exe, off) = common::own_function("udtrace_test_str");
-    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 1 }], false).unwrap();
+    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 1, ref_ctr: 0 }], false).unwrap();
     let short = c"hi";
     let long = c"hello, udtrace string capture";
     udtrace_test_str(short.as_ptr() as u64, 1);
@@ -252,7 +256,7 @@ fn buffers_are_captured_and_faulted_in_when_sleepable() {
         let maps = ProbeMaps::create(1 << 16, 64).unwrap();
         maps.traced.insert(&our_tgid(), &1).unwrap();
         let prog = load_traced(&plan, &maps, sleepable);
-        let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 1 }], false).unwrap();
+        let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 1, ref_ctr: 0 }], false).unwrap();
         udtrace_test_str(data.as_ptr() as u64, data[13..].as_ptr() as u64);
         udtrace_test_str(0, 0xffff_8000_0000_0000);
         // A page never touched: only the sleepable program faults it in.
@@ -284,7 +288,7 @@ fn a_full_ring_counts_drops() {
     let plan = RecordPlan { regs: true, ..RecordPlan::default() };
     let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
     let (exe, off) = common::own_function("udtrace_test_target");
-    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7 }], false).unwrap();
+    let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7, ref_ctr: 0 }], false).unwrap();
     const N: u64 = 100;
     for i in 0..N {
         udtrace_test_target(i, i);
@@ -345,7 +349,7 @@ fn stack_capture_near_the_top_of_a_thread_stack_keeps_what_is_readable() {
         let layout = RecordLayout::new(&plan).unwrap();
         let prog = load(&plan, &maps, ProgramKind::UprobeMulti);
         let (exe, off) = common::own_function("udtrace_test_target");
-        let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7 }], false).unwrap();
+        let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 7, ref_ctr: 0 }], false).unwrap();
         udtrace_test_target(1, 2);
         // A fresh thread's first frames sit a few KiB below the end of its stack
         // mapping; it says where that readable memory ends.
@@ -432,7 +436,7 @@ fn saved_pointers_and_chains_are_read_at_the_firing_sleepable_or_not() {
         let ops = op_write(0) | op_read(0) | op_chain(0) | op_chain(1) | op_chain(2);
         maps.stash.as_ref().unwrap().ops.insert(&1u64, &ops).unwrap();
         let prog = load_traced(&plan, &maps, sleepable);
-        let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 1 }], false).unwrap();
+        let _l = uprobe::attach_multi(&prog, &exe, &[Site { offset: off, cookie: 1, ref_ctr: 0 }], false).unwrap();
         udtrace_test_str(at, 5);
         udtrace_test_str(bad, 100);
         let recs = drain(&maps);

@@ -486,7 +486,7 @@ fn patch_kind(k: SiteKind) -> PatchKind {
         SiteKind::Entry => PatchKind::Entry,
         SiteKind::Return => PatchKind::Return,
         // Never a site to patch.
-        SiteKind::Offset(_) | SiteKind::Profile => PatchKind::Offset,
+        SiteKind::Offset(_) | SiteKind::Profile | SiteKind::Usdt(_) => PatchKind::Offset,
     }
 }
 
@@ -555,6 +555,16 @@ impl Backend for InProcess {
             let why = "another tracer holds the process: udtrace cannot stop it to patch it".to_string();
             unpatched.extend(probes.iter().map(|p| ((*p).clone(), why.clone())));
             return self.fall_back(pid, &Batch::of(pid, probes).objects, unpatched);
+        }
+        // A USDT probe behind a semaphore is a uprobe: the kernel raises the semaphore
+        // in each process it is armed in and lowers it when the link goes, however
+        // udtrace ends (docs/usdt.md).
+        if self.fallback.is_some() && probes.iter().any(|p| p.semaphore != 0) {
+            let (gated, rest): (Vec<&PidProbe>, Vec<&PidProbe>) = probes.iter().partition(|p| p.semaphore != 0);
+            let why = "a USDT probe behind a semaphore: the kernel raises it for a uprobe".to_string();
+            let gated = gated.into_iter().map(|p| (p.clone(), why.clone())).collect();
+            self.fall_back(pid, &Batch::of(pid, probes).objects, gated)?;
+            return self.arm(pid, &rest);
         }
         let ready = match self.off.clone() {
             Some(why) => {

@@ -38,6 +38,22 @@ pub const HOLD_SIGNAL_BLOCKED: i32 = nix::libc::SIGSTOP;
 /// Both hold signals: a delivery stop of either may be a hold ([`Backend::take_hold`]).
 pub const HOLD_SIGNALS: [i32; 2] = [HOLD_SIGNAL, HOLD_SIGNAL_BLOCKED];
 
+/// A string capture's code in [`CapturePlan::strings`] (and `Record::Pid`'s
+/// `string_args`): 0..=5 the argument registers; from [`REG_STRING`] on, the register
+/// of `struct pt_regs` at that index past it (a USDT argument's, docs/usdt.md).
+pub fn string_reg(code: u8) -> PtReg {
+    use PtReg::*;
+    const PT_REGS: [PtReg; 21] =
+        [R15, R14, R13, R12, Bp, Bx, R11, R10, R9, R8, Ax, Cx, Dx, Si, Di, OrigAx, Ip, Cs, Flags, Sp, Ss];
+    match code.checked_sub(REG_STRING) {
+        Some(i) => PT_REGS.get(usize::from(i)).copied().unwrap_or(Di),
+        None => PtReg::ARGS.get(usize::from(code)).copied().unwrap_or(Di),
+    }
+}
+
+/// The first [`string_reg`] code that names a register by its `pt_regs` index.
+pub const REG_STRING: u8 = 16;
+
 /// What one site's firing means: a probe and where in its function the site is.
 #[derive(Debug, Clone, Copy)]
 pub struct SiteTarget {
@@ -202,7 +218,7 @@ impl Setup {
                 .plan
                 .strings
                 .iter()
-                .map(|&n| StringCapture { reg: PtReg::ARGS[usize::from(n)], max: self.strsize.clamp(1, MAX_STRING) })
+                .map(|&n| StringCapture { reg: string_reg(n), max: self.strsize.clamp(1, MAX_STRING) })
                 .collect(),
             buffers: self
                 .plan

@@ -6,6 +6,8 @@
 //! pid record, [`proc`] from a proc record, [`self_context`] for probes that fire in
 //! udtrace itself. [`stack_cuts`] counts the user stacks unwound short, for the line
 //! the session prints at the end. [`backend`] is the seam to whatever runs the probes.
+//! [`usdt`]: the statically defined probes objects carry (`postgresql$target:::…`),
+//! kept with the pid provider's, whose machinery (following, arming) they share.
 //!
 //! Owns: probe matching, sites to arm, the meaning of records. Must not: name a
 //! backend's types (BPF programs, maps, links, rings), use `unsafe`, or print
@@ -22,3 +24,4 @@ pub mod proc;
 pub mod registry;
 pub mod self_context;
 pub mod stack_cuts;
+pub mod usdt;

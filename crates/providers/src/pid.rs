@@ -29,6 +29,9 @@ pub enum SiteKind {
     Offset(u64),
     /// Not a site: a `profile-N` sample (`arg0` the kernel PC, `arg1` the user PC).
     Profile,
+    /// A statically defined probe's site (USDT, [`crate::usdt`]): its arguments come
+    /// from the note's descriptors. The number tells probes of one function apart.
+    Usdt(u32),
 }
 
 /// One pid probe with everything the backend needs to arm it.
@@ -49,14 +52,19 @@ pub struct PidProbe {
     /// kernel refuses to probe (`lock`-prefixed, VEX/EVEX): only an in-process backend
     /// can arm them, and a backend reports those it does not arm as refused.
     pub unprobeable: Vec<(u64, u64)>,
+    /// A USDT probe's semaphore: its offset in the file (0: none), raised in each
+    /// process while the probe is armed there.
+    pub semaphore: u64,
 }
 
 #[derive(Default)]
 pub struct PidProvider {
-    objects: HashMap<PathBuf, Rc<ObjectSymbols>>,
-    probes: Vec<PidProbe>,
+    pub(crate) objects: HashMap<PathBuf, Rc<ObjectSymbols>>,
+    pub(crate) probes: Vec<PidProbe>,
     /// (pid, file, function address, kind) → index in `probes`: one probe each.
-    index: HashMap<(i32, PathBuf, u64, SiteKind), usize>,
+    pub(crate) index: HashMap<(i32, PathBuf, u64, SiteKind), usize>,
+    /// USDT: what each site's firing means (see [`crate::usdt`]).
+    pub(crate) usdt: crate::usdt::UsdtSites,
     /// (file, is the executable) of every object `pid*` descriptions were matched in.
     pub all_files: HashSet<(PathBuf, bool)>,
     /// Dynamic loaders found deleted (see [`PidProvider::first_deleted_loader`]).
@@ -74,12 +82,29 @@ pub type DescError = (Tag, String);
 
 /// Whether a provider field names pid probes: one process's or every process's.
 pub fn is_pid_provider(provider: &str) -> bool {
-    is_all_processes(provider) || named_process(provider).is_some()
+    is_all_processes(provider) || provider_pid(provider).ok().flatten().is_some()
 }
 
-/// The process a pid provider field names (`pid123`, `p*d123`), if it names one.
+/// The process a pid or USDT provider field names (`pid123`, `p*d123`,
+/// `postgresql123`), if it names one.
 pub fn named_process(provider: &str) -> Option<i32> {
-    provider_pid(provider).ok().flatten()
+    provider_pid(provider).ok().flatten().or_else(|| crate::usdt::provider_process(provider).map(|(_, p)| p))
+}
+
+/// Whether a probe's provider (not a description's glob) is one of pid or USDT
+/// probes, whose sites a backend arms: `pid`, `pid123`, `python123`.
+pub fn is_process_probe(provider: &str) -> bool {
+    provider.starts_with("pid") || crate::usdt::provider_process(provider).is_some()
+}
+
+/// Whether a provider field names USDT probes of one process (`postgresql123`).
+pub fn is_usdt_provider(provider: &str) -> bool {
+    crate::usdt::provider_process(provider).is_some()
+}
+
+/// Whether a provider field names probes in processes: pid or USDT ones.
+pub fn is_process_provider(provider: &str) -> bool {
+    is_pid_provider(provider) || crate::usdt::provider_process(provider).is_some()
 }
 
 /// Parses the provider field as dt_pid.c does: a provider that ends in digits names
@@ -130,7 +155,7 @@ impl PidProvider {
                 let kind = match p.kind {
                     SiteKind::Entry => patch::SiteKind::Entry,
                     SiteKind::Return => patch::SiteKind::Return,
-                    SiteKind::Offset(_) => patch::SiteKind::Offset,
+                    SiteKind::Offset(_) | SiteKind::Usdt(_) => patch::SiteKind::Offset,
                     SiteKind::Profile => continue,
                 };
                 let refusal = match code {
@@ -171,7 +196,7 @@ impl PidProvider {
         self.deleted_loaders.insert(path.to_string())
     }
 
-    fn load(&mut self, file: &PathBuf) -> Result<Rc<ObjectSymbols>, LoadError> {
+    pub(crate) fn load(&mut self, file: &PathBuf) -> Result<Rc<ObjectSymbols>, LoadError> {
         self.load_as(file, file)
     }
 
@@ -314,6 +339,12 @@ impl PidProvider {
         objects: &[LoadedObject],
         next_id: &mut u32,
     ) -> Vec<Rc<Probe>> {
+        if let Some((provider, owner)) = crate::usdt::provider_process(&d.provider) {
+            if owner != root {
+                return Vec::new();
+            }
+            return self.match_usdt(d, &provider, root, pid, objects, next_id);
+        }
         if provider_pid(&d.provider) != Ok(Some(root)) || d.function == "-" {
             return Vec::new();
         }
@@ -523,7 +554,7 @@ impl PidProvider {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn add(
+    pub(crate) fn add(
         &mut self,
         pid: i32,
         file: &Path,
@@ -540,7 +571,11 @@ impl PidProvider {
             return Rc::clone(&self.probes[i].probe);
         }
         // Owner 0: a `pid*` probe, of every process.
-        let provider = if pid == 0 { "pid".to_string() } else { format!("pid{pid}") };
+        let prefix = match kind {
+            SiteKind::Usdt(k) => self.usdt.provider(k),
+            _ => "pid",
+        };
+        let provider = if pid == 0 { prefix.to_string() } else { format!("{prefix}{pid}") };
         let probe = Rc::new(Probe::new(*next_id, &provider, modname, &f.name, &name));
         *next_id += 1;
         self.index.insert(key, self.probes.len());
@@ -556,6 +591,7 @@ impl PidProvider {
             func_size: f.size,
             sites,
             unprobeable,
+            semaphore: 0,
         });
         probe
     }

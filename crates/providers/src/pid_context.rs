@@ -356,6 +356,32 @@ pub struct FiringCtx<'a> {
     /// For `curpsinfo` and `curlwpsinfo`: the program's types and the clocks.
     pub types: &'a TypeTable,
     pub clocks: Clocks,
+    /// A USDT site's arguments (`SiteKind::Usdt`), decoded from its descriptors.
+    pub usdt: Option<Rc<crate::usdt::UsdtSite>>,
+}
+
+/// The recorded register a USDT argument names.
+pub fn usdt_reg(r: udtrace_object::usdt::Reg) -> PtReg {
+    use udtrace_object::usdt::Reg;
+    match r {
+        Reg::Ax => PtReg::Ax,
+        Reg::Bx => PtReg::Bx,
+        Reg::Cx => PtReg::Cx,
+        Reg::Dx => PtReg::Dx,
+        Reg::Si => PtReg::Si,
+        Reg::Di => PtReg::Di,
+        Reg::Bp => PtReg::Bp,
+        Reg::Sp => PtReg::Sp,
+        Reg::R8 => PtReg::R8,
+        Reg::R9 => PtReg::R9,
+        Reg::R10 => PtReg::R10,
+        Reg::R11 => PtReg::R11,
+        Reg::R12 => PtReg::R12,
+        Reg::R13 => PtReg::R13,
+        Reg::R14 => PtReg::R14,
+        Reg::R15 => PtReg::R15,
+        Reg::Ip => PtReg::Ip,
+    }
 }
 
 impl FiringCtx<'_> {
@@ -365,6 +391,11 @@ impl FiringCtx<'_> {
     }
 
     fn arg(&self, n: u8) -> u64 {
+        // A USDT site's, where its descriptors say: registers as recorded, memory from
+        // the captured stack or the process.
+        if let Some(u) = &self.usdt {
+            return u.arg(usize::from(n), |r| self.f.reg(usdt_reg(r)), |a, len| self.read_memory(a, len));
+        }
         // A return probe's arguments are the return site's offset and the return value.
         if self.site.kind == SiteKind::Return {
             return match n {
@@ -395,7 +426,7 @@ impl FiringCtx<'_> {
     fn ucaller(&self) -> u64 {
         match self.site.kind {
             SiteKind::Entry | SiteKind::Return => self.stack_word(0).unwrap_or(0),
-            SiteKind::Offset(_) | SiteKind::Profile => self.unwound(2).get(1).copied().unwrap_or(0),
+            SiteKind::Offset(_) | SiteKind::Profile | SiteKind::Usdt(_) => self.unwound(2).get(1).copied().unwrap_or(0),
         }
     }
 
@@ -433,7 +464,7 @@ impl FiringCtx<'_> {
 
     fn captured(&self, addr: u64) -> Option<&[u8]> {
         for (slot, &n) in self.string_args.iter().enumerate() {
-            if self.f.arg(usize::from(n)) == Some(addr) {
+            if self.f.reg(crate::backend::string_reg(n)) == addr {
                 if let Some(Some(s)) = self.f.strings.get(slot) {
                     return Some(s);
                 }

@@ -144,7 +144,11 @@ impl Registry {
             self.probes.extend(new);
             return Ok(found);
         }
-        if let Some(found) = self.pid.matching(d, &mut next)? {
+        let found = match self.pid.matching(d, &mut next)? {
+            Some(found) => Some(found),
+            None => self.pid.matching_usdt(d, &mut next)?,
+        };
+        if let Some(found) = found {
             let new: Vec<Rc<Probe>> = self.pid.probes()[known..].iter().map(|p| Rc::clone(&p.probe)).collect();
             self.probes.extend(new);
             return Ok(found);

@@ -62,6 +62,12 @@ pub fn add_work(program: &CheckedProgram, plan: &FiringPlan, work: &ProbeWork, c
         name: &probe.name,
     };
     let is_pid = |d: &ProbeDesc| is_pid_provider(&d.provider);
+    // A USDT probe's arguments are decoded from its descriptors in the consumer: nothing
+    // of its clauses runs at the firing (docs/usdt.md).
+    if !probe.provider.starts_with("pid") {
+        work.add(probe.id, &udtrace_dif::Program::default(), true);
+        return;
+    }
     match plan.program(program, clause, &facts) {
         Some(p) => work.add(probe.id, &p, false),
         None => match plan.gate(program, clause, &facts, &is_pid) {
@@ -304,7 +310,7 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
     let roots = req.commands.len() + req.pids.len();
     let firing = if roots > 1 { FiringPlan::none(&program) } else { firing_plan(&program, &effective) };
     let work = ProbeWork::default();
-    for e in ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")) {
+    for e in ecbs.iter().filter(|e| udtrace_providers::pid::is_process_probe(&e.probe.provider)) {
         probe_ops.add(e.probe.id, stash.clause_ops.get(e.clause).copied().unwrap_or(0));
         add_work(&program, &firing, &work, e.clause, &e.probe);
     }

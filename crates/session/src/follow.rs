@@ -20,7 +20,7 @@ use udtrace_process::control::{ControlError, Target};
 use udtrace_process::follow::{Brief, Event, Tree};
 use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_providers::backend::{Backend, ProbeOps, ProbeWork, Trap, HOLD_SIGNALS};
-use udtrace_providers::pid::{is_all_processes, is_pid_provider, named_process, PidProbe};
+use udtrace_providers::pid::{is_all_processes, is_pid_provider, is_process_provider, named_process, PidProbe};
 use udtrace_providers::pid_context::Procs;
 use udtrace_providers::registry::Registry;
 use udtrace_runtime::{Consumer, Probe};
@@ -338,8 +338,10 @@ impl Follower {
         }
         // Firings whose clauses read memory not captured with them are consumed while
         // their process ends, before its memory goes (see docs/pid-provider.md).
+        // A USDT clause's arguments are decoded in the consumer, its strings read there.
         let exit_stops = c.program.clauses.iter().any(|cl| {
-            cl.probes.iter().any(|d| is_pid_provider(&d.provider)) && capture::reads_live_memory(cl, &c.stash)
+            let usdt = cl.probes.iter().any(|d| is_process_provider(&d.provider) && !is_pid_provider(&d.provider));
+            usdt || cl.probes.iter().any(|d| is_pid_provider(&d.provider)) && capture::reads_live_memory(cl, &c.stash)
         });
         Some(Follower {
             tree: Tree::new(!c.options.nofollow, &hold_signals(), exit_stops),

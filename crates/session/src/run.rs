@@ -22,7 +22,7 @@ use udtrace_messages::{debug, note};
 use udtrace_process::follow::Event;
 use udtrace_process::procfs;
 use udtrace_providers::backend::{refused_probes, Backend, Loader, ProfileProbe, Record, Setup, SiteTarget};
-use udtrace_providers::pid::{is_pid_provider, PidProbe, SiteKind};
+use udtrace_providers::pid::{is_pid_provider, is_usdt_provider, PidProbe, SiteKind};
 use udtrace_providers::pid_context::{FiringCtx, Procs};
 use udtrace_providers::proc::{self as procprov, Clocks, ProcCtx};
 use udtrace_providers::registry::{self as probes, Registry, TimerKind};
@@ -44,6 +44,9 @@ use crate::targets::Targets;
 pub const EXIT_FAILURE: i32 = 1;
 
 /// How often firings are read from the ring buffer when it does not fill up.
+/// Stack bytes a USDT firing records for its arguments in memory (`-4@112(%rsp)`,
+/// `-4@-136(%rbp)`): read at the firing, before the frame changes.
+const USDT_STACK_BYTES: u32 = 1024;
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 const BUSY_DRAIN_INTERVAL: Duration = Duration::from_millis(1);
 
@@ -264,8 +267,12 @@ fn arm(
     }
     let mut follower = Follower::new(c, &held);
     let all = AllProcesses::new(c);
-    let enabled: HashSet<u32> =
-        c.ecbs.iter().filter(|e| e.probe.provider.starts_with("pid")).map(|e| e.probe.id).collect();
+    let enabled: HashSet<u32> = c
+        .ecbs
+        .iter()
+        .filter(|e| udtrace_providers::pid::is_process_probe(&e.probe.provider))
+        .map(|e| e.probe.id)
+        .collect();
     let strsize = c.options.strsize.min(u64::from(u32::MAX)) as u32;
     let proc_hooks = proc_hook_plans(c, strsize);
     let (profile, profile_stack) = profile_probes(c);
@@ -297,6 +304,30 @@ fn arm(
     for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| is_pid_provider(&d.provider))) {
         plan.merge(&capture::plan(clause, &c.options));
     }
+    // A USDT clause's arguments are decoded in the consumer from the registers and the
+    // stack below the frame (docs/usdt.md); its captures of argument registers would
+    // read the wrong ones.
+    for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| is_usdt_provider(&d.provider))) {
+        let mut usdt = capture::plan(clause, &c.options);
+        // `copyinstr(argN)`: the string at the register argument N is in, at each USDT
+        // probe the clause is enabled on (an argument in memory is read when consumed).
+        let regs: Vec<u8> = usdt
+            .strings
+            .iter()
+            .flat_map(|&n| {
+                registry.pid.usdt_string_regs(
+                    c.ecbs.iter().filter(|e| std::ptr::eq(&c.program.clauses[e.clause], clause)).map(|e| e.probe.id),
+                    usize::from(n),
+                )
+            })
+            .collect();
+        usdt.strings = regs;
+        usdt.buffers.clear();
+        usdt.regs = true;
+        usdt.stack_bytes = usdt.stack_bytes.max(USDT_STACK_BYTES);
+        plan.merge(&usdt);
+    }
+    let has_usdt = registry.pid.probes().iter().any(|p| matches!(p.kind, SiteKind::Usdt(_)));
     let setup = Setup {
         plan,
         bufsize: c.options.bufsize,
@@ -304,7 +335,9 @@ fn arm(
         follow: follower.is_some(),
         all: all.is_some(),
         children: !c.options.nofollow,
-        inprocess: !c.options.uprobes,
+        // USDT probes are uprobes (the kernel keeps their semaphores, docs/usdt.md):
+        // with them, every site is.
+        inprocess: !c.options.uprobes && !has_usdt,
         explain: c.options.inprocess,
         unheld: unheld_pids,
         stash: c.stash.clone(),
@@ -963,6 +996,7 @@ impl Drain<'_> {
             self.firings.refresh(consumer, w.backend.as_deref_mut(), w.registry);
         }
         let Some(b) = w.backend.as_deref_mut() else { return Ok(None) };
+        let usdt_sites = &w.registry.pid;
         // Processes that ended well before this drain: it consumes their last firings.
         let retired = self.procs.borrow_mut().take_retiring();
         let tree = w.follower.as_deref().map(|f| &f.tree);
@@ -1028,6 +1062,7 @@ impl Drain<'_> {
                         noted: Cell::new(false),
                         types,
                         clocks,
+                        usdt: None,
                     };
                     run(consumer, probe_id, f.cpu, &ctx);
                 }
@@ -1055,6 +1090,10 @@ impl Drain<'_> {
                         }
                     };
                     for site in sites.iter().filter(|s| s.pid == owner || s.pid == 0) {
+                        let usdt = match site.kind {
+                            SiteKind::Usdt(_) => usdt_sites.usdt_site(site.probe_id, site.offset),
+                            _ => None,
+                        };
                         let ctx = FiringCtx {
                             f,
                             site: *site,
@@ -1066,6 +1105,7 @@ impl Drain<'_> {
                             noted: Cell::new(false),
                             types,
                             clocks,
+                            usdt,
                         };
                         run(consumer, site.probe_id, f.cpu, &ctx);
                     }

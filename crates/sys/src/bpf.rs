@@ -214,17 +214,20 @@ pub fn link_create_perf_event(prog: BorrowedFd<'_>, perf_event: BorrowedFd<'_>, 
     sys_bpf_fd(BPF_LINK_CREATE, &mut a)
 }
 
-/// LINK_CREATE of a uprobe_multi link: one file, many offsets, one cookie each.
+/// LINK_CREATE of a uprobe_multi link: one file, many offsets, one cookie each, and
+/// optionally one reference counter (a USDT semaphore's file offset, 0 for none) each.
 /// `pid` 0 means every process.
 pub fn link_create_uprobe_multi(
     prog: BorrowedFd<'_>,
     path: &CStr,
     offsets: &[u64],
+    ref_ctr_offsets: Option<&[u64]>,
     cookies: &[u64],
     flags: u32,
     pid: u32,
 ) -> io::Result<OwnedFd> {
-    if offsets.len() != cookies.len() || offsets.is_empty() {
+    if offsets.len() != cookies.len() || offsets.is_empty() || ref_ctr_offsets.is_some_and(|r| r.len() != offsets.len())
+    {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "uprobe_multi needs one cookie per offset and at least one offset",
@@ -235,6 +238,7 @@ pub fn link_create_uprobe_multi(
         .u32(8, BPF_TRACE_UPROBE_MULTI)
         .u64(16, ptr(path.as_ptr()))
         .u64(24, ptr(offsets.as_ptr()))
+        .u64(32, ref_ctr_offsets.map_or(0, |r| ptr(r.as_ptr())))
         .u64(40, ptr(cookies.as_ptr()))
         .u32(48, offsets.len() as u32)
         .u32(52, flags)
