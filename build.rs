@@ -30,6 +30,9 @@
 //! - `prefork`              daemon whose workers (some exec'ing `preworker`) wait on pipes
 //!   until told to call `target()`: tracing a daemon's existing workers (see its header)
 //! - `preworker`            image exec'd by prefork's every third worker: `helper()`, `target()`
+//! - `usdt`                 USDT probes of every argument descriptor form, one behind a
+//!   semaphore, fired N times, then in a forked child or after exec (tests/fixtures/usdt.c);
+//!   no red zone, so that its stack arguments lie above the stack pointer
 //! - `plugin.so`            `plugin_fn()`, loaded only by `dlopener` through dlopen
 //! - `dlopener`             dlopens `plugin.so` after a pause and calls `plugin_fn`
 //! - `jobctl`               stops, continues and kills a child, checking each with waitpid
@@ -166,6 +169,7 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("absloop", &[]))?,
         spawn(&mut plain("firstargs", &[]))?,
         spawn(&mut plain("mapholder", &[]))?,
+        spawn(&mut plain("usdt", &["-mno-red-zone", "-fno-omit-frame-pointer", "-I", &src.display().to_string()]))?,
     ];
     let templates = spawn(Command::new("g++").args(cflags).args(["-o", &o("templates"), &s("templates.cpp")]))?;
     let exe = |name: &str, pie: &[&str]| {

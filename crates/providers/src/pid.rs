@@ -257,6 +257,9 @@ impl PidProvider {
     /// (a library module named is not there) or stripped (the function named is not
     /// among the few it exports).
     pub fn why_no_match(&mut self, d: &ProbeDesc) -> Option<String> {
+        if let Some((provider, pid)) = crate::usdt::provider_process(&d.provider) {
+            return self.why_no_usdt(&provider, pid);
+        }
         let pid = named_process(&d.provider)?;
         let objects = procfs::objects_of(pid).ok()?;
         let main = objects.iter().find(|o| o.is_main)?;

@@ -132,6 +132,30 @@ impl PidProvider {
         Ok(Some(self.match_usdt(d, &provider, pid, pid, &objects, next_id)))
     }
 
+    /// Why a USDT description of process `pid` matched nothing, when no object of the
+    /// process has a probe of `provider` at all.
+    pub(crate) fn why_no_usdt(&mut self, provider: &str, pid: i32) -> Option<String> {
+        let objects = procfs::objects_of(pid).ok()?;
+        let mut providers: Vec<String> = Vec::new();
+        for obj in objects.iter().filter(|o| !o.is_vdso && !o.deleted) {
+            let Ok(loaded) = self.load(&procfs::host_path(pid, &obj.path)) else { continue };
+            for n in &loaded.info.usdt {
+                if glob::matches(provider, &n.provider) {
+                    return None;
+                }
+                if !providers.contains(&n.provider) {
+                    providers.push(n.provider.clone());
+                }
+            }
+        }
+        Some(match providers.is_empty() {
+            true => format!("no object process {pid} maps has USDT probes (.note.stapsdt)"),
+            false => {
+                format!("the objects process {pid} maps have USDT probes of provider {} only", providers.join(", "))
+            }
+        })
+    }
+
     /// The USDT site of a firing of probe `probe_id` at `offset` in its function.
     pub fn usdt_site(&self, probe_id: u32, offset: u64) -> Option<Rc<UsdtSite>> {
         self.usdt.site(probe_id, offset)

@@ -20,15 +20,15 @@ use crate::request::Request;
 pub fn list(req: &Request, compiled: &Compiled, registry: &mut Registry, sink: &mut dyn Write) -> i32 {
     let mut out = String::new();
     out.push_str(&format!("{:>5} {:>10} {:>17} {:>33} {}\n", "ID", "PROVIDER", "MODULE", "FUNCTION", "NAME"));
-    let row = |out: &mut String, p: &Probe| {
+    let row = |out: &mut String, p: &Probe, registry: &Registry| {
         out.push_str(&format!("{:>5} {:>10} {:>17} {:>33} {}\n", p.id, p.provider, p.module, p.function, p.name));
         if req.verbose {
-            out.push_str(&verbose(p));
+            out.push_str(&verbose(p, registry.pid.usdt_arg_types(p.id)));
         }
     };
     if req.programs.is_empty() {
         for p in registry.all() {
-            row(&mut out, p);
+            row(&mut out, p, registry);
         }
     } else {
         for clause in &compiled.program.clauses {
@@ -42,7 +42,7 @@ pub fn list(req: &Request, compiled: &Compiled, registry: &mut Registry, sink: &
                     note!("failed to match {}: No probe matches description", full_name(desc));
                 }
                 for p in &found {
-                    row(&mut out, p);
+                    row(&mut out, p, registry);
                 }
             }
         }
@@ -93,7 +93,8 @@ fn attributes(p: &Probe) -> [(&'static str, &'static str, &'static str); 2] {
     }
 }
 
-fn verbose(p: &Probe) -> String {
+/// `usdt`: a USDT probe's argument types, from its descriptors.
+fn verbose(p: &Probe, usdt: Option<Vec<&'static str>>) -> String {
     let [desc, args] = attributes(p);
     let block = |title: &str, (names, data, class): (&str, &str, &str)| {
         format!(
@@ -114,7 +115,10 @@ fn verbose(p: &Probe) -> String {
                 format!("\t\targs[{i}]: {t}\n")
             })
             .collect::<String>(),
-        _ => "\t\tNone\n".to_string(),
+        _ => match usdt.filter(|t| !t.is_empty()) {
+            Some(types) => types.iter().enumerate().map(|(i, t)| format!("\t\targs[{i}]: {t}\n")).collect(),
+            None => "\t\tNone\n".to_string(),
+        },
     };
     format!(
         "\n{}{}\tArgument Types\n{types}\n",

@@ -1,0 +1,97 @@
+//! USDT probes of a C fixture (tests/fixtures/usdt.c): listing, arguments of every
+//! descriptor form, copyinstr of a string argument, a semaphore the program tests,
+//! exact counts in a forked child and after exec, on both backends.
+
+mod util;
+
+use util::{fixture, stdout, traced};
+
+/// Default (in-process, where USDT probes are uprobes) and `-x uprobes`.
+const MODES: [&[&str]; 2] = [&[], &["-x", "uprobes"]];
+
+fn run(mode: &[&str], script: &str, cmd: &str) -> Option<(String, String)> {
+    let mut args: Vec<&str> = mode.to_vec();
+    args.extend(["-q", "-n", script, "-c", cmd]);
+    let out = traced(&args)?;
+    assert!(out.status.success(), "udtrace failed: {}", util::stderr(&out));
+    Some((stdout(&out), util::stderr(&out)))
+}
+
+#[test]
+fn listing_names_probes_as_dtrace_does() {
+    let exe = fixture("usdt");
+    let out = util::run_args(&["-l", "-n", "fixture$target:::", "-c", &format!("{exe} 1")]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let rows: Vec<Vec<&str>> = out.stdout.lines().skip(1).map(|l| l.split_whitespace().skip(1).collect()).collect();
+    let rows: Vec<(&str, &str, &str)> = rows.iter().map(|r| (r[1], r[2], r[3])).collect();
+    // `__` in a note's name is `-`; the function is the one holding the site.
+    assert_eq!(rows, vec![("usdt", "fire", "all-args"), ("usdt", "fire", "string"), ("usdt", "fire", "gated")]);
+    assert!(out.stdout.lines().skip(1).all(|l| l.split_whitespace().nth(1).is_some_and(|p| p.starts_with("fixture"))));
+    let v = util::run_args(&["-lv", "-n", "fixture$target::fire:all-args", "-c", &format!("{exe} 1")]);
+    let types: Vec<&str> = v.stdout.lines().filter(|l| l.trim_start().starts_with("args[")).map(str::trim).collect();
+    assert_eq!(
+        types,
+        [
+            "args[0]: int32_t",
+            "args[1]: uint64_t",
+            "args[2]: uint64_t",
+            "args[3]: int32_t",
+            "args[4]: int8_t",
+            "args[5]: uint32_t",
+            "args[6]: int16_t"
+        ]
+    );
+}
+
+#[test]
+fn arguments_of_every_descriptor_form() {
+    let cmd = format!("{} 3", fixture("usdt"));
+    let script = "fixture$target:::all-args { printf(\"%d %x %x %d %d %x %d\\n\", arg0, arg1, arg2, arg3, arg4, \
+                  arg5, arg6); } fixture$target:::string { printf(\"%s %d\\n\", copyinstr(arg0), arg1); }";
+    for mode in MODES {
+        let Some((out, err)) = run(mode, script, &cmd) else { return };
+        let mut want = String::new();
+        for i in 0..3 {
+            // -4@%ecx, 8@-8(%rbp), 8@8(%rsi,%rdx,8), -4@$5, -1@%dil, 4@sym+4(%rip), -2@%cx
+            want.push_str(&format!("{} 1122334455667788 5566778899 5 -3 11223344 {}\n", -5 - i, -5 - i));
+            want.push_str(&format!("hello usdt {i}\n"));
+        }
+        want.push_str("usdt: fired 3\n");
+        let got: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+        let mut want_lines: Vec<&str> = want.lines().collect();
+        // The program's own line may come before or after the trace's.
+        let mut got_sorted = got.clone();
+        got_sorted.sort_unstable();
+        want_lines.sort_unstable();
+        assert_eq!(got_sorted, want_lines, "{mode:?}: {err}");
+    }
+}
+
+#[test]
+fn a_semaphore_is_raised_while_traced_in_children_too() {
+    let script = "fixture$target:::gated { @g[pid] = count(); @s = sum(arg0); } \
+                  END { printa(\"pid %d=%@d\\n\", @g); printa(\"sum=%@d\\n\", @s); }";
+    for (then, pids, per_pid) in [("", 1, 5), ("fork", 2, 5), ("exec", 1, 10)] {
+        for mode in MODES {
+            let cmd = format!("{} 5 {then}", fixture("usdt"));
+            let Some((out, err)) = run(mode, script, cmd.trim()) else { return };
+            let counts: Vec<u64> = out
+                .lines()
+                .filter(|l| l.starts_with("pid "))
+                .filter_map(|l| l.rsplit_once('=').and_then(|(_, n)| n.parse().ok()))
+                .collect();
+            assert_eq!(counts, vec![per_pid; pids], "{then} {mode:?}: {out}{err}");
+            // Each process counts its own gated firings from 1: the semaphore is seen
+            // raised from the first (a child copies its parent's count).
+            let sum: u64 = match then {
+                "fork" => 15 + (6..=10).sum::<u64>(),
+                "exec" => 15 + 15,
+                _ => 15,
+            };
+            assert!(out.contains(&format!("sum={sum}\n")), "{then} {mode:?}: {out}");
+        }
+    }
+    // Untraced, the program never sees its semaphore raised: nothing gated fires.
+    let alone = std::process::Command::new(fixture("usdt")).arg("5").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&alone.stdout), "usdt: fired 5\n");
+}
