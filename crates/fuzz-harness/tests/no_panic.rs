@@ -15,6 +15,7 @@ macro_rules! seeds {
 const ELF: &[&[u8]] = seeds!("elf":
     "prog", "prog-stripped", "prog-minidebuginfo", "prog-debuglink", "prog-dwarf", "static-nolibc",
     "static-nolibc-stripped", "libshapes-cxx.so", "prog-truncated-1k", "libshapes-truncated-5k", "header-only",
+    "usdt-notes",
 );
 const RECORD: &[&[u8]] = seeds!("record": "ring-hostile-header", "ring-laps", "ring-dead-writer");
 const PROCFS: &[&[u8]] = seeds!("procfs": "maps", "maps-deleted", "stat", "stat-odd-comm", "status", "auxv");
