@@ -95,3 +95,43 @@ fn a_semaphore_is_raised_while_traced_in_children_too() {
     let alone = std::process::Command::new(fixture("usdt")).arg("5").output().unwrap();
     assert_eq!(String::from_utf8_lossy(&alone.stdout), "usdt: fired 5\n");
 }
+
+/// `fixture*`: every process's probes, with -Z (none may exist yet), in processes that
+/// were running before udtrace started; each waits for its semaphore, then fires.
+#[test]
+fn every_process_with_a_glob_provider() {
+    let n = 6u64;
+    // A copy of its own: another test's uprobes on the fixture (a link for every
+    // process that maps a file, where only traced ones did) raise its semaphore too.
+    let dir = util::TempDir::new("usdt-all");
+    let exe = dir.path().join("usdt-all");
+    util::copy_fixture("usdt", &exe);
+    let mut procs: Vec<util::Guard> = (0..2)
+        .map(|_| {
+            util::Guard::spawn(
+                std::process::Command::new(&exe).args([&n.to_string(), "await"]).stdout(std::process::Stdio::null()),
+            )
+        })
+        .collect();
+    let pids: Vec<u32> = procs.iter_mut().map(|g| g.child().id()).collect();
+    let script = format!(
+        "fixture*:::gated /pid == {} || pid == {}/ {{ @g[pid] = count(); }} \
+         END {{ printa(\"pid %d=%@d\\n\", @g); }}",
+        pids[0], pids[1]
+    );
+    let mut u =
+        util::Guard::spawn(util::udtrace_cmd(&["-Z", "-q", "-n", &script]).stdout(std::process::Stdio::piped()));
+    for p in &mut procs {
+        let st = p.take().wait().unwrap();
+        assert!(st.success());
+    }
+    let _ = std::process::Command::new("kill").args(["-INT", &u.child().id().to_string()]).status();
+    let out = u.take().wait_with_output().unwrap();
+    let Some(()) = util::bpf_gate(&out) else { return };
+    let text = stdout(&out);
+    let mut want: Vec<String> = pids.iter().map(|p| format!("pid {p}={n}")).collect();
+    want.sort();
+    let mut got: Vec<String> = text.lines().filter(|l| l.starts_with("pid ")).map(str::to_string).collect();
+    got.sort();
+    assert_eq!(got, want, "{}", util::stderr(&out));
+}

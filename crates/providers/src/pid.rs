@@ -65,6 +65,8 @@ pub struct PidProvider {
     pub(crate) index: HashMap<(i32, PathBuf, u64, SiteKind), usize>,
     /// USDT: what each site's firing means (see [`crate::usdt`]).
     pub(crate) usdt: crate::usdt::UsdtSites,
+    /// The ids of `probes`.
+    pub(crate) ids: HashSet<u32>,
     /// (file, is the executable) of every object `pid*` descriptions were matched in.
     pub all_files: HashSet<(PathBuf, bool)>,
     /// Dynamic loaders found deleted (see [`PidProvider::first_deleted_loader`]).
@@ -91,20 +93,19 @@ pub fn named_process(provider: &str) -> Option<i32> {
     provider_pid(provider).ok().flatten().or_else(|| crate::usdt::provider_process(provider).map(|(_, p)| p))
 }
 
-/// Whether a probe's provider (not a description's glob) is one of pid or USDT
-/// probes, whose sites a backend arms: `pid`, `pid123`, `python123`.
-pub fn is_process_probe(provider: &str) -> bool {
-    provider.starts_with("pid") || crate::usdt::provider_process(provider).is_some()
-}
-
 /// Whether a provider field names USDT probes of one process (`postgresql123`).
 pub fn is_usdt_provider(provider: &str) -> bool {
-    crate::usdt::provider_process(provider).is_some()
+    crate::usdt::provider_process(provider).is_some() || is_all_usdt(provider)
+}
+
+/// Whether a provider field names USDT probes of every process (`python*`).
+pub fn is_all_usdt(provider: &str) -> bool {
+    crate::usdt::all_processes_provider(provider).is_some()
 }
 
 /// Whether a provider field names probes in processes: pid or USDT ones.
 pub fn is_process_provider(provider: &str) -> bool {
-    is_pid_provider(provider) || crate::usdt::provider_process(provider).is_some()
+    is_pid_provider(provider) || is_usdt_provider(provider)
 }
 
 /// Parses the provider field as dt_pid.c does: a provider that ends in digits names
@@ -325,6 +326,9 @@ impl PidProvider {
         objects: &[LoadedObject],
         next_id: &mut u32,
     ) -> Vec<Rc<Probe>> {
+        if let Some(provider) = crate::usdt::all_processes_provider(&d.provider) {
+            return self.match_usdt(d, &provider, 0, pid, objects, next_id);
+        }
         if !is_all_processes(&d.provider) || d.function == "-" {
             return Vec::new();
         }
@@ -581,6 +585,7 @@ impl PidProvider {
         let provider = if pid == 0 { prefix.to_string() } else { format!("{prefix}{pid}") };
         let probe = Rc::new(Probe::new(*next_id, &provider, modname, &f.name, &name));
         *next_id += 1;
+        self.ids.insert(probe.id);
         self.index.insert(key, self.probes.len());
         let (sites, refused): (Vec<_>, Vec<_>) =
             sites.into_iter().partition(|&(off, _)| probeable_at(code, off, f.addr + off));

@@ -121,10 +121,25 @@ pub fn provider_process(provider: &str) -> Option<(String, i32)> {
     Some((provider[..provider.len() - digits].to_string(), pid))
 }
 
+/// A USDT provider glob of every process, as `pid*` is the pid provider's
+/// (`python*`): a glob without a pid at its end, whose literal start names no other
+/// provider (`p*` could be `pid`, `proc` or `profile`: not this).
+pub fn all_processes_provider(provider: &str) -> Option<String> {
+    if !glob::is_glob(provider) || provider.ends_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let literal = &provider[..provider.find(['*', '?', '[', '\\']).unwrap_or(provider.len())];
+    let other = ["pid", "proc", "profile", "dtrace"].iter().any(|p| p.starts_with(literal) || literal.starts_with(p));
+    (!literal.is_empty() && !other).then(|| provider.to_string())
+}
+
 impl PidProvider {
-    /// The probes a USDT description of one process names; `Ok(None)`: not a USDT
-    /// description.
+    /// The probes a USDT description of one process, or of every process, names;
+    /// `Ok(None)`: not a USDT description.
     pub fn matching_usdt(&mut self, d: &ProbeDesc, next_id: &mut u32) -> Result<Option<Vec<Rc<Probe>>>, DescError> {
+        if let Some(provider) = all_processes_provider(&d.provider) {
+            return Ok(Some(self.matching_usdt_all(d, &provider, next_id)));
+        }
         let Some((provider, pid)) = provider_process(&d.provider) else { return Ok(None) };
         let grab = |why: refusal::Refusal| (Tag::D_PROC_GRAB, format!("failed to grab process {pid}: {why}"));
         refusal::check_proc().map_err(grab)?;
@@ -154,6 +169,30 @@ impl PidProvider {
                 format!("the objects process {pid} maps have USDT probes of provider {} only", providers.join(", "))
             }
         })
+    }
+
+    /// A `provider*` description: its probes in every object of every process now
+    /// running (each file once), owned by no process (pid 0), as `pid*`'s.
+    fn matching_usdt_all(&mut self, d: &ProbeDesc, provider: &str, next_id: &mut u32) -> Vec<Rc<Probe>> {
+        let me = std::process::id() as i32;
+        let mut out = Vec::new();
+        let mut done = std::collections::HashSet::new();
+        for pid in procfs::all_pids().unwrap_or_default().into_iter().filter(|&p| p != me) {
+            let Ok(objects) = procfs::objects_of(pid) else { continue };
+            for obj in objects.into_iter().filter(|o| !o.is_vdso) {
+                let key = (procfs::host_path(pid, &obj.path), obj.is_main);
+                if done.insert(key.clone()) {
+                    self.all_files.insert(key);
+                    out.extend(self.match_usdt(d, provider, 0, pid, std::slice::from_ref(&obj), next_id));
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether probe `id` is a pid or USDT probe (its sites a backend arms).
+    pub fn owns(&self, id: u32) -> bool {
+        self.ids.contains(&id)
     }
 
     /// The USDT site of a firing of probe `probe_id` at `offset` in its function.
@@ -283,6 +322,13 @@ mod tests {
         assert_eq!(provider_process("python"), None);
         assert_eq!(provider_process("123"), None);
         assert_eq!(provider_process("python0"), None);
+        assert_eq!(all_processes_provider("python*"), Some("python*".into()));
+        assert_eq!(all_processes_provider("postgres*"), Some("postgres*".into()));
+        assert_eq!(all_processes_provider("pid*"), None, "the pid provider's");
+        assert_eq!(all_processes_provider("p*"), None, "could be pid, proc or profile");
+        assert_eq!(all_processes_provider("*"), None);
+        assert_eq!(all_processes_provider("python"), None, "no glob: a static provider's name");
+        assert_eq!(all_processes_provider("python*1"), None, "one process");
     }
 
     #[test]

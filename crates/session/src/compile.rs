@@ -310,7 +310,7 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
     let roots = req.commands.len() + req.pids.len();
     let firing = if roots > 1 { FiringPlan::none(&program) } else { firing_plan(&program, &effective) };
     let work = ProbeWork::default();
-    for e in ecbs.iter().filter(|e| udtrace_providers::pid::is_process_probe(&e.probe.provider)) {
+    for e in ecbs.iter().filter(|e| registry.pid.owns(e.probe.id)) {
         probe_ops.add(e.probe.id, stash.clause_ops.get(e.clause).copied().unwrap_or(0));
         add_work(&program, &firing, &work, e.clause, &e.probe);
     }

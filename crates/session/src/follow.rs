@@ -20,7 +20,9 @@ use udtrace_process::control::{ControlError, Target};
 use udtrace_process::follow::{Brief, Event, Tree};
 use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_providers::backend::{Backend, ProbeOps, ProbeWork, Trap, HOLD_SIGNALS};
-use udtrace_providers::pid::{is_all_processes, is_pid_provider, is_process_provider, named_process, PidProbe};
+use udtrace_providers::pid::{
+    is_all_processes, is_all_usdt, is_pid_provider, is_process_provider, named_process, PidProbe,
+};
 use udtrace_providers::pid_context::Procs;
 use udtrace_providers::registry::Registry;
 use udtrace_runtime::{Consumer, Probe};
@@ -125,7 +127,7 @@ impl AllProcesses {
                 cl.probes
                     .iter()
                     .enumerate()
-                    .filter(|(_, d)| is_all_processes(&d.provider))
+                    .filter(|(_, d)| is_all_processes(&d.provider) || is_all_usdt(&d.provider))
                     .map(move |(di, d)| (ci, first + di, d.clone(), 0))
             })
             .collect();

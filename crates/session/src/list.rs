@@ -58,12 +58,7 @@ pub fn list(req: &Request, compiled: &Compiled, registry: &mut Registry, sink: &
 /// `-l -v`: how many of the listed pid probes' sites an in-process backend could not
 /// patch, and why (they would use uprobes, or stay unarmed without BPF).
 fn report_patchability(compiled: &Compiled, registry: &Registry) {
-    let ids = compiled
-        .ecbs
-        .iter()
-        .filter(|e| udtrace_providers::pid::is_process_probe(&e.probe.provider))
-        .map(|e| e.probe.id)
-        .collect();
+    let ids = compiled.ecbs.iter().filter(|e| registry.pid.owns(e.probe.id)).map(|e| e.probe.id).collect();
     let (total, refusals) = registry.pid.patch_refusals(&ids);
     let refused: usize = refusals.values().sum();
     if total == 0 {

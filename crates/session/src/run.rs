@@ -267,12 +267,7 @@ fn arm(
     }
     let mut follower = Follower::new(c, &held);
     let all = AllProcesses::new(c);
-    let enabled: HashSet<u32> = c
-        .ecbs
-        .iter()
-        .filter(|e| udtrace_providers::pid::is_process_probe(&e.probe.provider))
-        .map(|e| e.probe.id)
-        .collect();
+    let enabled: HashSet<u32> = c.ecbs.iter().filter(|e| registry.pid.owns(e.probe.id)).map(|e| e.probe.id).collect();
     let strsize = c.options.strsize.min(u64::from(u32::MAX)) as u32;
     let proc_hooks = proc_hook_plans(c, strsize);
     let (profile, profile_stack) = profile_probes(c);
