@@ -1,7 +1,8 @@
 //! Tier of real programs: the USDT probes Debian's programs ship (docs/usdt.md).
 //! python3.11's `function-entry` over a script with known calls, and PostgreSQL's
 //! `query-start` on a private cluster's postmaster while clients connect (a backend
-//! forked per connection), with a backend that existed before udtrace started.
+//! forked per connection), with a backend that existed before udtrace started; python's
+//! `multiprocessing` children, forked and spawned.
 
 // Two modes here (no unprivileged one: USDT probes need BPF), not `real_modes!`.
 #[allow(unused_macros, unused_imports)]
@@ -13,6 +14,30 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use real::{expect, require, source, traced_unharmed, Mode};
+
+/// `two_modes!(name, f)`: the tests `name::in_process` and `name::uprobes`, running
+/// `f(mode)` (no unprivileged mode: USDT probes need BPF).
+macro_rules! two_modes {
+    ($($name:ident: $f:expr;)*) => {
+        $(mod $name {
+            #[test]
+            fn in_process() {
+                ($f)(crate::Mode::InProcess)
+            }
+            #[test]
+            fn uprobes() {
+                ($f)(crate::Mode::Uprobes)
+            }
+        })*
+    };
+}
+
+two_modes! {
+    python_function_entry: crate::python_function_entry;
+    python_multiprocessing_fork: |m| crate::python_multiprocessing(m, "fork");
+    python_multiprocessing_spawn: |m| crate::python_multiprocessing(m, "spawn");
+    postgres_query_start: crate::postgres_query_start;
+}
 
 /// `python$target:::line` raises the line probe's semaphore, which CPython 3.11 needs
 /// to report Python-to-Python calls (without it, `function-entry` fires only where C
@@ -30,14 +55,22 @@ fn python_function_entry(mode: Mode) {
     assert_eq!(run.counts(), want, "{}", run.said());
 }
 
-#[test]
-fn python_function_entry_in_process() {
-    python_function_entry(Mode::InProcess)
-}
-
-#[test]
-fn python_function_entry_uprobes() {
-    python_function_entry(Mode::Uprobes)
+/// `multiprocessing` children started by fork (the parent's probes, inherited) and by
+/// spawn (a fork and an exec of python3.11, matched again): each process's calls.
+fn python_multiprocessing(mode: Mode, start: &str) {
+    let python = require("/usr/bin/python3.11", "python3.11").display().to_string();
+    let file = source("python/usdt_mp.py").display().to_string();
+    let (children, k) = (3usize, 7u64);
+    let script = "python$target:::line { @lines = count(); } \
+                  python$target:::function-entry /copyinstr(arg1) == \"foo\"/ { @c[pid] = count(); } \
+                  END { printa(\"pid %d=%@d\\n\", @c); }";
+    let cmd = vec![python, "-I".into(), "-B".into(), file, start.into(), children.to_string(), k.to_string()];
+    // A spawned child's start-up alone fires `line` ~90,000 times, each a record
+    // (USDT clauses run in udtrace): room for them.
+    let Some(run) = traced_unharmed(mode, &["-b", "256m"], script, &cmd) else { return };
+    let per_pid: Vec<u64> =
+        run.counts().into_iter().filter(|(key, _)| key.starts_with("pid ")).map(|(_, n)| n).collect();
+    assert_eq!(per_pid, vec![k; children + 1], "{}", run.said());
 }
 
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -200,14 +233,4 @@ fn armed(cluster: &Cluster) -> bool {
     let Ok(mem) = std::fs::File::open(format!("/proc/{pid}/mem")) else { return false };
     let mut b = [0u8; 2];
     std::os::unix::fs::FileExt::read_exact_at(&mem, &mut b, base + sem).is_ok() && u16::from_le_bytes(b) > 0
-}
-
-#[test]
-fn postgres_query_start_in_process() {
-    postgres_query_start(Mode::InProcess)
-}
-
-#[test]
-fn postgres_query_start_uprobes() {
-    postgres_query_start(Mode::Uprobes)
 }

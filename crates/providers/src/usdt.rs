@@ -224,6 +224,20 @@ impl PidProvider {
         out
     }
 
+    /// Whether an argument of a site of `probes` is in memory relative to the stack or
+    /// frame pointer (`-4@112(%rsp)`, `8@-16(%rbp)`): the record carries the stack.
+    pub fn usdt_reads_stack(&self, probes: impl Iterator<Item = u32>) -> bool {
+        let ids: std::collections::HashSet<u32> = probes.collect();
+        let on_stack = |p: &Option<RegPart>| p.is_some_and(|p| matches!(p.reg, Reg::Sp | Reg::Bp));
+        self.usdt.sites.iter().filter(|((id, _), _)| ids.contains(id)).any(|(_, site)| {
+            site.args.as_ref().is_ok_and(|args| {
+                args.iter().any(
+                    |a| matches!(&a.operand, Operand::Mem { base, index, .. } if on_stack(base) || on_stack(index)),
+                )
+            })
+        })
+    }
+
     /// The C types of a USDT probe's arguments, for `-lv`.
     pub fn usdt_arg_types(&self, probe_id: u32) -> Option<Vec<&'static str>> {
         self.usdt.arg_types(probe_id)

@@ -302,6 +302,10 @@ fn arm(
     // A USDT clause's arguments are decoded in the consumer from the registers and the
     // stack below the frame (docs/usdt.md); its captures of argument registers would
     // read the wrong ones.
+    // The probes a clause is enabled on.
+    let ids_of = |clause: &udtrace_lang::ir::Clause| -> Vec<u32> {
+        c.ecbs.iter().filter(|e| std::ptr::eq(&c.program.clauses[e.clause], clause)).map(|e| e.probe.id).collect()
+    };
     for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| is_usdt_provider(&d.provider))) {
         let mut usdt = capture::plan(clause, &c.options);
         // `copyinstr(argN)`: the string at the register argument N is in, at each USDT
@@ -309,17 +313,15 @@ fn arm(
         let regs: Vec<u8> = usdt
             .strings
             .iter()
-            .flat_map(|&n| {
-                registry.pid.usdt_string_regs(
-                    c.ecbs.iter().filter(|e| std::ptr::eq(&c.program.clauses[e.clause], clause)).map(|e| e.probe.id),
-                    usize::from(n),
-                )
-            })
+            .flat_map(|&n| registry.pid.usdt_string_regs(ids_of(clause).into_iter(), usize::from(n)))
             .collect();
         usdt.strings = regs;
         usdt.buffers.clear();
         usdt.regs = true;
-        usdt.stack_bytes = usdt.stack_bytes.max(USDT_STACK_BYTES);
+        // Arguments in the frame are read from the stack recorded with the firing.
+        if registry.pid.usdt_reads_stack(ids_of(clause).into_iter()) {
+            usdt.stack_bytes = usdt.stack_bytes.max(USDT_STACK_BYTES);
+        }
         plan.merge(&usdt);
     }
     let has_usdt = registry.pid.probes().iter().any(|p| matches!(p.kind, SiteKind::Usdt(_)));
