@@ -17,6 +17,7 @@ pid_backends!(
     forked_children_count_into_their_parents_aggregations,
     clauses_at_the_firing_and_in_the_consumer_together,
     a_full_aggregation_drops_in_dtraces_words,
+    execname_keys_and_predicates_at_the_firing,
 );
 
 const THREADS: u64 = 2;
@@ -139,6 +140,23 @@ fn clauses_at_the_firing_and_in_the_consumer_together(backend: Backend) {
     assert_eq!(v["sevens"], THREADS as i64, "{text}");
 }
 
+/// `execname` as a key and in predicates, at the firing, in a process and its forked
+/// child (which keeps its parent's name).
+fn execname_keys_and_predicates_at_the_firing(backend: Backend) {
+    let prog =
+        "pid$target::ho_twork:entry /execname == \"hot\"/ { @n[execname] = count(); @k[execname, arg0 & 1] = count(); }
+        pid$target::ho_twork:entry /execname != \"hot\"/ { @other = count(); }
+        END { printa(\"name %s %@d\\n\", @n); printa(\"key %s %d %@d\\n\", @k); printa(\"other %@d\\n\", @other); }";
+    let Some(text) = traced(backend, prog, &["fork"]) else { return };
+    let n = calls(backend) as i64;
+    let per = 2 * THREADS as i64;
+    let v = values(&text);
+    assert_eq!(v.get("name hot").copied(), Some(per * n), "{text}");
+    assert_eq!(v.get("key hot 0").copied(), Some(per * ((n + 1) / 2)), "{text}");
+    assert_eq!(v.get("key hot 1").copied(), Some(per * (n / 2)), "{text}");
+    assert_eq!(v.len(), 3, "no other row:\n{text}");
+}
+
 /// Without BPF (an ordinary user) the trampolines do the same.
 #[test]
 fn an_ordinary_user_counts_exactly() {
@@ -151,12 +169,14 @@ fn an_ordinary_user_counts_exactly() {
     let prog = "pid$target::ho_twork:entry { @ = count(); }
         pid$target::ho_pair:entry { self->ts = timestamp; }
         pid$target::ho_pair:return /self->ts/ { @q = quantize(timestamp - self->ts); self->ts = 0; }
-        END { printa(\"count %@d\\n\", @); printa(@q); }";
+        pid$target::ho_pair:entry /execname == \"hot\"/ { @e[execname] = count(); }
+        END { printa(\"count %@d\\n\", @); printa(\"name %s %@d\\n\", @e); printa(@q); }";
     let out = util::run(util::unprivileged(util::bin()).args(["-q", "-n", prog, "-c", &cmd]));
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert!(!out.stderr.contains("drop"), "{}", out.stderr);
     let calls = (THREADS * calls(Backend::InProcess)) as i64;
     assert_eq!(values(&out.stdout)["count"], calls, "{}", out.stdout);
+    assert_eq!(values(&out.stdout)["name hot"], calls, "{}", out.stdout);
     assert_eq!(quantize_total(&out.stdout), calls, "{}", out.stdout);
 }
 

@@ -238,6 +238,8 @@ const TID_KEY: i16 = -144;
 const GET_KEY: i16 = -152;
 /// 1 once an [`Op::Emit`] ran (read by [`emitted`]).
 const EMIT: i16 = -160;
+/// 16 bytes for `bpf_get_current_comm` ([`Var::Comm0`], [`Var::Comm1`]).
+const COMM: i16 = -176;
 
 fn reg(r: u8) -> i16 {
     REGS + 8 * i16::from(r)
@@ -366,6 +368,16 @@ fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
             Var::Gid => {
                 a.call(helper::GET_CURRENT_UID_GID);
                 a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
+            }
+            Var::Comm0 | Var::Comm1 => {
+                // The thread's comm, NUL-padded by the helper (what comm_words makes
+                // of the process's name while no thread renamed itself: docs/firing.md).
+                a.push(mov64_reg(Reg::R1, Reg::R10));
+                a.push(alu64_imm(AluOp::Add, Reg::R1, i32::from(COMM)));
+                a.push(mov64_imm(Reg::R2, udtrace_dif::op::COMM_BYTES as i32));
+                a.call(helper::GET_CURRENT_COMM);
+                let word = if v == Var::Comm1 { 8 } else { 0 };
+                a.push(ldx(Size::DW, Reg::R0, Reg::R10, COMM + word));
             }
         },
         Gets::Map(fd) => {

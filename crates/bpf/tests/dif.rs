@@ -34,8 +34,8 @@ pub extern "C" fn udtrace_dif_target(a: u64, b: u64, c: u64, d: u64, e: u64, f: 
     black_box(a) ^ black_box(b) ^ black_box(c) ^ black_box(d) ^ black_box(e) ^ black_box(f)
 }
 
-/// Words of the firing map: the six values of `Var::ALL`, then the program slot.
-const FIRING_WORDS: usize = 7;
+/// Words of the firing map: the values of `Var::ALL`, then the program slot.
+const FIRING_WORDS: usize = Var::ALL.len() + 1;
 const SLOTS: u32 = 4;
 
 /// The probe on [`udtrace_dif_target`] and what its program reads.
@@ -193,8 +193,7 @@ fn full_maps_count_drops_as_the_interpreter() {
             Op::Agg { agg: 0, keys: 1, val: 1, incr: 1 },
         ],
     };
-    let firing =
-        |tid, key| (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, cpu: 0, timestamp: 1, uid: 0, gid: 0 });
+    let firing = |tid, key| (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, timestamp: 1, ..Firing::default() });
     let firings = [firing(7, 5), firing(7, 5), firing(7, 6), firing(8, 5), firing(7, 7)];
     let (want, _) = interpret(&layout, 1, 1, std::slice::from_ref(&program), &firings);
     let (mut got, _) = rig.run(&layout, DifSizes { threads: 1, keys: 1 }, std::slice::from_ref(&program), &firings);
@@ -204,6 +203,55 @@ fn full_maps_count_drops_as_the_interpreter() {
     assert_eq!(got.agg_drops_by_cpu.values().sum::<u64>(), 2);
     got.agg_drops_by_cpu = want.agg_drops_by_cpu.clone();
     assert_eq!(got, want);
+}
+
+/// `execname` at a real firing (`Gets::Firing`): the firing thread's name, as
+/// `comm_words` lays it out, keys the row of each thread's calls.
+#[test]
+fn the_name_is_the_firing_threads() {
+    if !common::bpf_available("the_name_is_the_firing_threads") {
+        return;
+    }
+    let _serial = common::serial();
+    let probe = ProbeMaps::create(1 << 16, 64).expect("maps");
+    probe.traced.insert(&std::process::id(), &1).expect("traced");
+    let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 2 }] };
+    let maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
+    let program = Dif {
+        ops: vec![
+            Op::Get { d: 0, v: Var::Comm0 },
+            Op::Get { d: 1, v: Var::Comm1 },
+            Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 },
+        ],
+    };
+    let _on = on_target(&program, &maps, &probe, "udtrace_tcomm");
+    let names = ["udt-name-a", "a-name-of-15-ch", "x"];
+    for (i, name) in names.iter().enumerate() {
+        std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || (0..=i as u64).for_each(|k| _ = black_box(udtrace_dif_target(k, 0, 0, 0, 0, 0))))
+            .expect("thread")
+            .join()
+            .expect("join");
+    }
+    let rows = &maps.snapshot().expect("snapshot").aggs[0];
+    for (i, name) in names.iter().enumerate() {
+        let key = udtrace_dif::op::comm_words(name.as_bytes()).to_vec();
+        assert_eq!(rows.get(&key).map(|r| r[0]), Some(i as u64 + 1), "{name}: {rows:?}");
+    }
+}
+
+/// `program` compiled with what real firings know (`Gets::Firing`), attached to
+/// [`udtrace_dif_target`] in this process.
+fn on_target(program: &Dif, maps: &DifMaps, probe: &ProbeMaps, name: &str) -> (Program, MultiLink) {
+    let code = DifCode { program, maps, gets: Gets::Firing };
+    let work = SiteWork { dif: Some(code), record: false };
+    let insns = uprobe_program_work(&RecordPlan::default(), probe, Filter::Traced, false, work).expect("compile");
+    let prog = Program::load(ProgramKind::UprobeMulti, name, &insns).unwrap_or_else(|e| panic!("{e}"));
+    let (exe, off) = common::own_function("udtrace_dif_target");
+    let link =
+        attach_multi_pid(&prog, &exe, &[Site { offset: off, cookie: 0 }], false, std::process::id()).expect("attach");
+    (prog, link)
 }
 
 /// Calls of [`udtrace_dif_target`] per cost measurement (`UDTRACE_DIF_CALLS`).
@@ -236,13 +284,7 @@ fn cost_of_counting() {
     let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
     let maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
     let program = Dif { ops: vec![Op::Const { d: 0, v: 1 }, Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 }] };
-    let code = DifCode { program: &program, maps: &maps, gets: Gets::Firing };
-    let work = SiteWork { dif: Some(code), record: false };
-    let insns = uprobe_program_work(&RecordPlan::default(), &probe, Filter::Traced, false, work).expect("compile");
-    let prog = Program::load(ProgramKind::UprobeMulti, "udtrace_tcount", &insns).unwrap_or_else(|e| panic!("{e}"));
-    let (exe, off) = common::own_function("udtrace_dif_target");
-    let _link =
-        attach_multi_pid(&prog, &exe, &[Site { offset: off, cookie: 0 }], false, std::process::id()).expect("attach");
+    let (prog, _link) = on_target(&program, &maps, &probe, "udtrace_tcount");
     let n = bench_calls();
     let ns = time_calls(n);
     let counted = maps.snapshot().expect("snapshot").aggs[0][&vec![]][0];

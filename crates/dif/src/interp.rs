@@ -18,6 +18,8 @@ pub struct Firing {
     pub timestamp: u64,
     pub uid: u64,
     pub gid: u64,
+    /// The process's name ([`crate::op::comm_words`]).
+    pub comm: [u64; 2],
 }
 
 impl Firing {
@@ -29,6 +31,8 @@ impl Firing {
             Var::Timestamp => self.timestamp,
             Var::Uid => self.uid,
             Var::Gid => self.gid,
+            Var::Comm0 => self.comm[0],
+            Var::Comm1 => self.comm[1],
         }
     }
 }

@@ -33,10 +33,35 @@ pub enum Var {
     Uid,
     /// The real group id of the process.
     Gid,
+    /// Bytes 0..8 of the process's name (`execname`, [`comm_words`]).
+    Comm0,
+    /// Bytes 8..16 of the process's name.
+    Comm1,
 }
 
 impl Var {
-    pub const ALL: [Var; 6] = [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid];
+    pub const ALL: [Var; 8] =
+        [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid, Var::Comm0, Var::Comm1];
+}
+
+/// Bytes of a process's name at the firing: the kernel's `comm` (TASK_COMM_LEN, its
+/// NUL included). `execname` is at most 15 characters.
+pub const COMM_BYTES: usize = 16;
+
+/// A process's name as the two words [`Var::Comm0`] and [`Var::Comm1`] give: its first
+/// 15 bytes, NUL-padded, little-endian (so that a string compares and keys by words).
+pub fn comm_words(name: &[u8]) -> [u64; 2] {
+    let mut b = [0u8; COMM_BYTES];
+    let n = name.iter().position(|&c| c == 0).unwrap_or(name.len()).min(COMM_BYTES - 1);
+    b[..n].copy_from_slice(&name[..n]);
+    [u64::from_le_bytes(b[..8].try_into().expect("8")), u64::from_le_bytes(b[8..].try_into().expect("8"))]
+}
+
+/// The name [`comm_words`] made (up to its first NUL).
+pub fn comm_name(words: [u64; 2]) -> Vec<u8> {
+    let mut b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    b.truncate(b.iter().position(|&c| c == 0).unwrap_or(b.len()));
+    b
 }
 
 /// Two-operand operations. Comparisons give 0 or 1. Shift counts are taken modulo 64

@@ -26,6 +26,11 @@ use crate::trampoline::{CpuSource, TrampolineError, DATA_PID};
 pub const DATA_UID: usize = 40;
 /// Offset in the data page of the process's real group id (u64) (`Var::Gid`).
 pub const DATA_GID: usize = 48;
+/// Offset in the data page of the process's name (`execname` at the firing: 16 bytes,
+/// `udtrace_dif::op::comm_words`), which udtrace writes when it sets the process up,
+/// from /proc/PID/stat as the consumer reads it (a copy, not the thread's live
+/// `comm`: the consumer's `execname` is the process's, read once per image).
+pub const DATA_COMM: usize = 64;
 
 /// The multiplier and seed of `udtrace_dif::layout::key_hash`, checked against it in
 /// the tests.
@@ -181,6 +186,11 @@ impl Compiler<'_, '_> {
             Var::Timestamp => a.mov(rax, qword_ptr(rsp + self.w.ts_slot()))?,
             Var::Uid | Var::Gid => {
                 a.mov(rax, self.f.data_page + if v == Var::Uid { DATA_UID } else { DATA_GID } as u64)?;
+                a.mov(rax, qword_ptr(rax))?;
+            }
+            Var::Comm0 | Var::Comm1 => {
+                let off = DATA_COMM + if v == Var::Comm1 { 8 } else { 0 };
+                a.mov(rax, self.f.data_page + off as u64)?;
                 a.mov(rax, qword_ptr(rax))?;
             }
         }

@@ -46,6 +46,11 @@ pub enum KeyWord {
     /// A probe's identity: the word is `probe id << 2 | component` (0 provider, 1
     /// module, 2 function, 3 name); [`decode_probe_key`] splits it.
     Probe,
+    /// `execname`: this word and the next ([`KeyWord::CommRest`]) hold the process's
+    /// name (`udtrace_dif::op::comm_words`); one key of the consumer.
+    Comm,
+    /// The second word of a [`KeyWord::Comm`] key.
+    CommRest,
 }
 
 /// Splits a [`KeyWord::Probe`] word: (probe id, component: 0 provider .. 3 name).
@@ -79,6 +84,8 @@ pub struct FiringPlan {
     local: Vec<bool>,
     /// Consumer clauses' predicates may gate their records ([`FiringPlan::gate`]).
     gating: bool,
+    /// Per program aggregation: its key words ([`key_words`]).
+    key_words: Vec<Vec<KeyWord>>,
 }
 
 /// Why a clause cannot run at the firing (never shown: it runs in the consumer).
@@ -107,6 +114,7 @@ impl FiringPlan {
             agg_index: vec![None; prog.aggs.len()],
             tls_slot: vec![None; prog.thread_vars.len()],
             local: vec![false; prog.clause_vars.len()],
+            key_words: key_words(prog),
             ..FiringPlan::default()
         }
     }
@@ -124,8 +132,10 @@ impl FiringPlan {
         for (i, v) in prog.clause_vars.iter().enumerate() {
             item_ok.insert(Item::Local(i), v.keys.is_none() && int_shape(&v.ty).is_some());
         }
+        let words = key_words(prog);
         for (i, a) in prog.aggs.iter().enumerate() {
-            let ok = a.kind != AggKind::Llquantize && a.keys.len() + 2 <= NREGS && agg_fn(a.kind, &a.params).is_some();
+            let ok =
+                a.kind != AggKind::Llquantize && words[i].len() + 2 <= NREGS && agg_fn(a.kind, &a.params).is_some();
             item_ok.insert(Item::Agg(i), ok);
         }
         let mut touched: Vec<Vec<Item>> = Vec::with_capacity(n);
@@ -202,15 +212,8 @@ impl FiringPlan {
             }
             let Some(func) = agg_fn(a.kind, &a.params) else { continue };
             plan.agg_index[i] = Some(plan.layout.aggs.len() as u16);
-            plan.layout.aggs.push(AggDesc { func, nkeys: a.keys.len() as u8 });
-            let keys = a
-                .keys
-                .iter()
-                .map(|t| match int_shape(t) {
-                    Some(s) => KeyWord::Int { size: s.size, signed: s.signed },
-                    None => KeyWord::Probe,
-                })
-                .collect();
+            let keys = plan.key_words[i].clone();
+            plan.layout.aggs.push(AggDesc { func, nkeys: keys.len() as u8 });
             plan.aggs.push(FiringAgg { agg: i, keys });
         }
         plan
@@ -227,7 +230,7 @@ impl FiringPlan {
         for (i, a) in prog.aggs.iter().enumerate() {
             p.agg_index[i] = Some(p.layout.aggs.len() as u16);
             let func = agg_fn(a.kind, &a.params).unwrap_or(AggFn::Count);
-            p.layout.aggs.push(AggDesc { func, nkeys: a.keys.len().min(NREGS) as u8 });
+            p.layout.aggs.push(AggDesc { func, nkeys: p.key_words[i].len().min(NREGS) as u8 });
         }
         p
     }
@@ -559,8 +562,21 @@ impl Gen<'_> {
         };
         let info = &self.prog.aggs[agg];
         let base = self.top;
+        let words = self.plan.key_words.get(agg).cloned().unwrap_or_default();
+        let mut at = 0;
         for (k, t) in keys.iter().zip(&info.keys) {
             let d = self.alloc()?;
+            if words.get(at) == Some(&KeyWord::Comm) {
+                if !is_execname(k) {
+                    return no("a string key other than execname where another clause keys by it");
+                }
+                self.comm(d, 0)?;
+                let d1 = self.alloc()?;
+                self.comm(d1, 1)?;
+                at += 2;
+                continue;
+            }
+            at += 1;
             match int_shape(t) {
                 Some(s) => {
                     // The consumer narrows a key by its value's own shape.
@@ -590,6 +606,47 @@ impl Gen<'_> {
             None => self.ops.push(Op::Const { d: incr, v: 1 }),
         }
         self.ops.push(Op::Agg { agg: index, keys: if keys.is_empty() { 0 } else { base }, val, incr });
+        Ok(())
+    }
+
+    /// `d` = word `i` of `execname` (never in a gate: a BPF firing reads the thread's
+    /// name, which the consumer's need not be, docs/firing.md).
+    fn comm(&mut self, d: Reg, i: u8) -> R<()> {
+        if self.gate {
+            return no("execname in a gate");
+        }
+        self.ops.push(Op::Get { d, v: if i == 0 { Var::Comm0 } else { Var::Comm1 } });
+        Ok(())
+    }
+
+    /// `execname op "constant"` (either side): `==` and `!=` by words.
+    fn comm_cmp(&mut self, op: BinaryOp, lhs: &Expr, rhs: &Expr, d: Reg) -> R<()> {
+        let konst = match (is_execname(lhs), is_execname(rhs)) {
+            (true, false) => self.string(rhs)?,
+            (false, true) => self.string(lhs)?,
+            _ => return no("a comparison of strings"),
+        };
+        if !matches!(op, BinaryOp::Eq | BinaryOp::Ne) {
+            return no("an ordered comparison of execname");
+        }
+        let konst = &konst[..konst.iter().position(|&c| c == 0).unwrap_or(konst.len())];
+        if konst.len() >= udtrace_dif::op::COMM_BYTES {
+            // Longer than any process's name: never equal.
+            self.ops.push(Op::Const { d, v: u64::from(op == BinaryOp::Ne) });
+            return Ok(());
+        }
+        let want = udtrace_dif::op::comm_words(konst);
+        let (w, c) = (self.alloc()?, self.alloc()?);
+        self.comm(d, 0)?;
+        self.ops.push(Op::Const { d: c, v: want[0] });
+        self.ops.push(Op::Bin { op: BinOp::Xor, d, a: d, b: c });
+        self.comm(w, 1)?;
+        self.ops.push(Op::Const { d: c, v: want[1] });
+        self.ops.push(Op::Bin { op: BinOp::Xor, d: w, a: w, b: c });
+        self.ops.push(Op::Bin { op: BinOp::Or, d, a: d, b: w });
+        self.ops.push(Op::Const { d: c, v: 0 });
+        let bin = if op == BinaryOp::Eq { BinOp::Eq } else { BinOp::Ne };
+        self.ops.push(Op::Bin { op: bin, d, a: d, b: c });
         Ok(())
     }
 
@@ -663,6 +720,9 @@ impl Gen<'_> {
             ExprKind::Binary { op, lhs, rhs, signed } => {
                 self.expr_into(lhs, d)?;
                 self.binary(*op, d, rhs, *signed)?;
+            }
+            ExprKind::StrCmp { op, lhs, rhs } if is_execname(lhs) || is_execname(rhs) => {
+                self.comm_cmp(*op, lhs, rhs, d)?
             }
             ExprKind::StrCmp { op, lhs, rhs } => {
                 let (a, b) = (self.string(lhs)?, self.string(rhs)?);
@@ -893,4 +953,51 @@ fn probe_component(e: &Expr) -> Option<u64> {
         ExprKind::Builtin(Builtin::Probename) => Some(3),
         _ => None,
     }
+}
+
+fn is_execname(e: &Expr) -> bool {
+    matches!(e.kind, ExprKind::Builtin(Builtin::Execname))
+}
+
+/// Per aggregation, the words of its key: an integer or a probe's identity a word
+/// each; a string key that some clause gives as `execname` two ([`KeyWord::Comm`]:
+/// the clauses giving it anything else there then stay in the consumer).
+fn key_words(prog: &CheckedProgram) -> Vec<Vec<KeyWord>> {
+    let mut comm: std::collections::HashSet<(usize, usize)> = std::collections::HashSet::new();
+    fn walk(actions: &[Action], comm: &mut std::collections::HashSet<(usize, usize)>) {
+        for a in actions {
+            match a {
+                Action::AggUpdate { agg, keys, .. } => {
+                    for (k, e) in keys.iter().enumerate() {
+                        if is_execname(e) {
+                            comm.insert((*agg, k));
+                        }
+                    }
+                }
+                Action::If { then, otherwise, .. } => {
+                    walk(then, comm);
+                    walk(otherwise, comm);
+                }
+                _ => {}
+            }
+        }
+    }
+    for cl in &prog.clauses {
+        walk(&cl.actions, &mut comm);
+    }
+    prog.aggs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let mut out = Vec::new();
+            for (k, t) in a.keys.iter().enumerate() {
+                match int_shape(t) {
+                    Some(s) => out.push(KeyWord::Int { size: s.size, signed: s.signed }),
+                    None if comm.contains(&(i, k)) => out.extend([KeyWord::Comm, KeyWord::CommRest]),
+                    None => out.push(KeyWord::Probe),
+                }
+            }
+            out
+        })
+        .collect()
 }

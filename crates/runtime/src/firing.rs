@@ -34,7 +34,26 @@ pub fn key_value(kind: KeyWord, word: u64, probe: &dyn Fn(u32) -> Option<Rc<Prob
             });
             Value::Str(name.unwrap_or_default())
         }
+        // One word of a name is not a key: `key_values` reads the two together.
+        KeyWord::Comm | KeyWord::CommRest => Value::Str(Vec::new()),
     }
+}
+
+/// A row's key words as the consumer's key: one value per key of the aggregation
+/// (an `execname` key takes two words).
+pub fn key_values(kinds: &[KeyWord], words: &[u64], probe: &dyn Fn(u32) -> Option<Rc<Probe>>) -> Vec<Value> {
+    let mut out = Vec::with_capacity(kinds.len());
+    for (i, (&k, &w)) in kinds.iter().zip(words).enumerate() {
+        match k {
+            KeyWord::Comm => {
+                let next = words.get(i + 1).copied().unwrap_or(0);
+                out.push(Value::Str(udtrace_dif::op::comm_name([w, next])));
+            }
+            KeyWord::CommRest => {}
+            _ => out.push(key_value(k, w, probe)),
+        }
+    }
+    out
 }
 
 /// Replaces every firing-resident aggregation of `consumer` with what `snap` holds.
@@ -47,7 +66,7 @@ pub fn load(consumer: &mut Consumer, plan: &FiringPlan, snap: &Snapshot, probe: 
         let mut merged: Vec<(Vec<Value>, Vec<u64>)> = Vec::with_capacity(rows.len());
         let mut index: HashMap<Vec<Value>, usize> = HashMap::with_capacity(rows.len());
         for (words, row) in rows {
-            let key: Vec<Value> = fa.keys.iter().zip(words).map(|(&k, &w)| key_value(k, w, probe)).collect();
+            let key = key_values(&fa.keys, words, probe);
             match index.get(&key) {
                 Some(&at) => merge(desc.func, &mut merged[at].1, row),
                 None => {

@@ -73,11 +73,14 @@ impl Context for Ctx {
             Builtin::Timestamp | Builtin::Vtimestamp => f.timestamp as i64,
             Builtin::Uid => f.uid as i64,
             Builtin::Gid => f.gid as i64,
-            Builtin::Execname => return Some(Value::str("work")),
+            Builtin::Execname => return Some(Value::Str(udtrace_dif::op::comm_name(f.comm))),
             _ => return None,
         }))
     }
 }
+
+/// The names firings have (`execname`): the most a name keeps (15 bytes) among them.
+const NAMES: [&str; 5] = ["work", "postgres", "abcdefghijklmno", "", "a"];
 
 fn firings(seed: u64, n: usize) -> Vec<(u32, Firing)> {
     let mut r = Rng(seed | 1);
@@ -111,6 +114,7 @@ fn firings(seed: u64, n: usize) -> Vec<(u32, Firing)> {
                 timestamp: ts,
                 uid: *r.pick(&[0, 1000, u64::from(u32::MAX)]),
                 gid: 100,
+                comm: udtrace_dif::op::comm_words(r.pick(&NAMES).as_bytes()),
             };
             ((r.next_u64() % 3) as u32 + 1, f)
         })
@@ -217,8 +221,17 @@ const TABLE: &[(&str, bool)] = &[
     ("pid4242::work:entry { if (arg0 > 2) { @a = count(); } else { @b = sum(arg1); } }", true),
     ("pid4242::work:entry { x = arg0; @ = sum(x); }", false),
     ("pid4242::work:entry /arg0 % 3 == 1 && pid == 4242/ { printf(\"%d\\n\", arg0); }", false),
-    ("pid4242::work:entry /(uid & 1) || probename == \"1f\"/ { @[execname] = sum(arg1); }", false),
-    ("pid4242::work:entry { @[execname] = count(); }", false),
+    ("pid4242::work:entry /(uid & 1) || probename == \"1f\"/ { @[execname] = sum(arg1); }", true),
+    ("pid4242::work:entry { @[execname] = count(); }", true),
+    ("pid4242::work:entry /execname == \"postgres\"/ { @[execname] = sum(arg0); }", true),
+    ("pid4242::work: { @[execname, probename, arg2 & 3] = count(); }", false),
+    ("pid4242::work:entry { @[execname, probename, arg2 & 3] = count(); }", true),
+    ("pid4242::work:entry /execname != \"work\" && pid == 4242/ { @[probefunc] = count(); }", true),
+    ("pid4242::work:entry /\"abcdefghijklmno\" == execname/ { @ = count(); }", true),
+    ("pid4242::work:entry /execname == \"abcdefghijklmnop\"/ { @ = count(); }", true),
+    ("pid4242::work:entry /execname < \"m\"/ { @ = count(); }", false),
+    ("pid4242::work:entry { @[execname] = count(); } pid4242::work:return { @[probefunc] = count(); }", false),
+    ("pid4242::work:entry /execname == \"work\"/ { printf(\"%d\", arg0); }", false),
     ("pid4242::work:entry { self->ts = timestamp; } pid4242::work:return { printf(\"%d\", self->ts); }", false),
     (
         "pid4242::work:entry { @c = count(); } pid4242::work:return { @d = count(); }
@@ -283,9 +296,12 @@ fn expr(r: &mut Rng, depth: u32) -> String {
         8 => format!("(self->a = {a})"),
         9 => format!("(this->c += {a})"),
         10 => format!("(self->b{})", r.pick(&["++", "--"])),
-        11 => {
-            format!("({} == \"{}\")", r.pick(&["probefunc", "probename", "probemod"]), r.pick(&["work", "entry", "1f"]))
-        }
+        11 => format!(
+            "({} {} \"{}\")",
+            r.pick(&["probefunc", "probename", "probemod", "execname"]),
+            r.pick(&["==", "!="]),
+            r.pick(&["work", "entry", "1f", "postgres", "abcdefghijklmno", ""])
+        ),
         12 if r.next_u64().is_multiple_of(3) => format!("({a} / {b})"),
         13 => format!("(self->a {}= {b})", r.pick(&["+", "-", "*", "&", "|", "^", "<<", ">>"])),
         _ => format!("({a} + {b})"),
@@ -307,6 +323,7 @@ fn clause(r: &mut Rng) -> String {
             5 => format!("@l[{}] = lquantize({e}, -100, 100, 7);", expr(r, 1)),
             6 => format!("@m = {}({e});", r.pick(&["min", "max", "avg", "stddev"])),
             7 => format!("if ({e}) {{ self->b = {}; }}", expr(r, 2)),
+            8 if r.next_u64().is_multiple_of(2) => format!("@e[execname, {}] = sum({e});", expr(r, 1)),
             _ => "@t[tid] = sum(self->a + self->b);".to_string(),
         };
         body.push_str(&stmt);
