@@ -18,6 +18,7 @@ pid_backends!(
     clauses_at_the_firing_and_in_the_consumer_together,
     a_full_aggregation_drops_in_dtraces_words,
     execname_keys_and_predicates_at_the_firing,
+    execname_is_the_processs_name,
 );
 
 const THREADS: u64 = 2;
@@ -155,6 +156,17 @@ fn execname_keys_and_predicates_at_the_firing(backend: Backend) {
     assert_eq!(v.get("key hot 0").copied(), Some(per * ((n + 1) / 2)), "{text}");
     assert_eq!(v.get("key hot 1").copied(), Some(per * (n / 2)), "{text}");
     assert_eq!(v.len(), 3, "no other row:\n{text}");
+}
+
+/// `execname` is the process's name, as the consumer's is: threads that rename
+/// themselves count under it, and a child that execs under its new one.
+fn execname_is_the_processs_name(backend: Backend) {
+    let prog = "pid$target::ho_twork:entry { @[execname] = count(); } END { printa(\"name %s %@d\\n\", @); }";
+    let per = (THREADS * calls(backend)) as i64;
+    let Some(text) = traced(backend, prog, &["rename"]) else { return };
+    assert_eq!(values(&text), [("name hot".to_string(), per)].into(), "{text}");
+    let Some(text) = traced(backend, prog, &["exec"]) else { return };
+    assert_eq!(values(&text), [("name hot".to_string(), per), ("name exe".to_string(), per)].into(), "{text}");
 }
 
 /// Without BPF (an ordinary user) the trampolines do the same.

@@ -412,6 +412,14 @@ impl Bpf {
             return Ok(Some(i));
         }
         let filter = if all { Filter::AllBut(std::process::id()) } else { Filter::Traced };
+        if key.1.reads(udtrace_dif::Var::Comm0) || key.1.reads(udtrace_dif::Var::Comm1) {
+            // `execname` is the process's name, its group leader's: where the kernel
+            // keeps it, read from BTF once (without BTF, the firing thread's name).
+            if let Some(maps) = self.dif.as_mut().filter(|m| m.leader_comm.is_none()) {
+                maps.leader_comm =
+                    Btf::vmlinux().ok().and_then(|b| TaskOffsets::from_btf(&b).ok()).map(|o| o.leader_comm());
+            }
+        }
         let dif = match (&self.dif, key.1.ops.is_empty()) {
             (_, true) => None,
             (Some(maps), false) => Some(DifCode { program: &key.1, maps, gets: Gets::Firing }),

@@ -76,6 +76,10 @@ pub struct DifMaps {
     zero: RawMap,
     /// Key 0: per CPU, aggregation drops and dynamic-variable drops.
     drops: RawMap,
+    /// Where `task_struct` keeps `group_leader` and `comm` (`TaskOffsets::leader_comm`):
+    /// with them `execname` is the process's name, its leader's (the consumer's), else
+    /// the firing thread's (`bpf_get_current_comm`).
+    pub leader_comm: Option<(i16, i16)>,
 }
 
 const DROP_AGG: i16 = 0;
@@ -118,6 +122,7 @@ impl DifMaps {
             keyed,
             zero: RawMap::create(RawKind::Array, "udtrace_zero", 4, largest, 1)?,
             drops: RawMap::create(RawKind::PerCpuArray, "udtrace_difdrop", 4, 16, 1)?,
+            leader_comm: None,
         })
     }
 
@@ -238,8 +243,10 @@ const TID_KEY: i16 = -144;
 const GET_KEY: i16 = -152;
 /// 1 once an [`Op::Emit`] ran (read by [`emitted`]).
 const EMIT: i16 = -160;
-/// 16 bytes for `bpf_get_current_comm` ([`Var::Comm0`], [`Var::Comm1`]).
+/// 16 bytes of the process's name ([`Var::Comm0`], [`Var::Comm1`]).
 const COMM: i16 = -176;
+/// The current task, then its group leader (pointers).
+const TASK: i16 = -184;
 
 fn reg(r: u8) -> i16 {
     REGS + 8 * i16::from(r)
@@ -268,7 +275,7 @@ pub fn emit(a: &mut Asm, code: DifCode<'_>) -> Result<(), DifError> {
     // The thread's slots into R8, made (zeroed) at its first firing.
     if let (true, Some(map)) = (tls, &maps.tls) {
         let have = a.label();
-        emit_get(a, code.gets, Var::Tid);
+        emit_get(a, code.gets, Var::Tid, None);
         a.push(stx(Size::DW, Reg::R10, TID_KEY, Reg::R0));
         a.map_lookup(map.raw_fd(), TID_KEY);
         a.jmp_imm(Cond::Ne, Reg::R0, 0, have);
@@ -344,7 +351,7 @@ fn count_drop(a: &mut Asm, maps: &DifMaps, which: i16) {
 }
 
 /// R0 = what the firing knows. Clobbers R1–R5.
-fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
+fn emit_get(a: &mut Asm, gets: Gets, v: Var, leader_comm: Option<(i16, i16)>) {
     match gets {
         Gets::Firing => match v {
             Var::Pid => {
@@ -370,12 +377,26 @@ fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
                 a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
             }
             Var::Comm0 | Var::Comm1 => {
-                // The thread's comm, NUL-padded by the helper (what comm_words makes
-                // of the process's name while no thread renamed itself: docs/firing.md).
-                a.push(mov64_reg(Reg::R1, Reg::R10));
-                a.push(alu64_imm(AluOp::Add, Reg::R1, i32::from(COMM)));
-                a.push(mov64_imm(Reg::R2, udtrace_dif::op::COMM_BYTES as i32));
-                a.call(helper::GET_CURRENT_COMM);
+                let len = udtrace_dif::op::COMM_BYTES as i32;
+                match leader_comm {
+                    Some((leader, comm)) => {
+                        // The leader's comm up to its NUL into zeroed bytes: what
+                        // comm_words makes of /proc/PID/stat's name.
+                        a.push(st(Size::DW, Reg::R10, COMM, 0));
+                        a.push(st(Size::DW, Reg::R10, COMM + 8, 0));
+                        a.call(helper::GET_CURRENT_TASK);
+                        a.push(mov64_reg(Reg::R3, Reg::R0));
+                        a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(leader)));
+                        a.read_to_stack(helper::PROBE_READ_KERNEL, TASK, 8);
+                        a.push(ldx(Size::DW, Reg::R3, Reg::R10, TASK));
+                        a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(comm)));
+                        a.read_to_stack(helper::PROBE_READ_KERNEL_STR, COMM, len);
+                    }
+                    // The thread's comm, NUL-padded by the helper.
+                    None => {
+                        a.read_to_stack(helper::GET_CURRENT_COMM, COMM, len);
+                    }
+                }
                 let word = if v == Var::Comm1 { 8 } else { 0 };
                 a.push(ldx(Size::DW, Reg::R0, Reg::R10, COMM + word));
             }
@@ -426,7 +447,7 @@ fn emit_op(a: &mut Asm, code: DifCode<'_>, op: Op, at: &[Label]) -> Result<(), D
             store(a, d, Reg::R1);
         }
         Op::Get { d, v } => {
-            emit_get(a, code.gets, v);
+            emit_get(a, code.gets, v, maps.leader_comm);
             store(a, d, Reg::R0);
         }
         Op::Mov { d, a: s } => {

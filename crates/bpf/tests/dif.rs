@@ -205,40 +205,56 @@ fn full_maps_count_drops_as_the_interpreter() {
     assert_eq!(got, want);
 }
 
-/// `execname` at a real firing (`Gets::Firing`): the firing thread's name, as
-/// `comm_words` lays it out, keys the row of each thread's calls.
+/// `execname` at a real firing (`Gets::Firing`), laid out as `comm_words` does: the
+/// process's name (its group leader's `comm`, found through BTF) whatever a thread
+/// calls itself; without the offsets, the firing thread's name.
 #[test]
-fn the_name_is_the_firing_threads() {
-    if !common::bpf_available("the_name_is_the_firing_threads") {
+fn the_name_is_the_processs() {
+    if !common::bpf_available("the_name_is_the_processs") {
         return;
     }
     let _serial = common::serial();
-    let probe = ProbeMaps::create(1 << 16, 64).expect("maps");
-    probe.traced.insert(&std::process::id(), &1).expect("traced");
-    let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 2 }] };
-    let maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
-    let program = Dif {
-        ops: vec![
-            Op::Get { d: 0, v: Var::Comm0 },
-            Op::Get { d: 1, v: Var::Comm1 },
-            Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 },
-        ],
-    };
-    let _on = on_target(&program, &maps, &probe, "udtrace_tcomm");
+    let offsets = udtrace_bpf::btf::Btf::vmlinux()
+        .ok()
+        .and_then(|b| udtrace_bpf::proc::TaskOffsets::from_btf(&b).ok())
+        .map(|o| o.leader_comm());
+    let own = std::fs::read_to_string("/proc/self/comm").expect("comm");
     let names = ["udt-name-a", "a-name-of-15-ch", "x"];
-    for (i, name) in names.iter().enumerate() {
-        std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || (0..=i as u64).for_each(|k| _ = black_box(udtrace_dif_target(k, 0, 0, 0, 0, 0))))
-            .expect("thread")
-            .join()
-            .expect("join");
+    for leader_comm in [None, offsets] {
+        let probe = ProbeMaps::create(1 << 16, 64).expect("maps");
+        probe.traced.insert(&std::process::id(), &1).expect("traced");
+        let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 2 }] };
+        let mut maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
+        maps.leader_comm = leader_comm;
+        let program = Dif {
+            ops: vec![
+                Op::Get { d: 0, v: Var::Comm0 },
+                Op::Get { d: 1, v: Var::Comm1 },
+                Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 },
+            ],
+        };
+        let on = on_target(&program, &maps, &probe, "udtrace_tcomm");
+        for (i, name) in names.iter().enumerate() {
+            std::thread::Builder::new()
+                .name(name.to_string())
+                .spawn(move || (0..=i as u64).for_each(|k| _ = black_box(udtrace_dif_target(k, 0, 0, 0, 0, 0))))
+                .expect("thread")
+                .join()
+                .expect("join");
+        }
+        drop(on);
+        let rows = &maps.snapshot().expect("snapshot").aggs[0];
+        let row = |name: &str| rows.get(&udtrace_dif::op::comm_words(name.as_bytes()).to_vec()).map(|r| r[0]);
+        if leader_comm.is_some() {
+            assert_eq!(row(own.trim_end()), Some(6), "{own}: {rows:?}");
+            assert_eq!(rows.len(), 1, "{rows:?}");
+        } else {
+            for (i, name) in names.iter().enumerate() {
+                assert_eq!(row(name), Some(i as u64 + 1), "{name}: {rows:?}");
+            }
+        }
     }
-    let rows = &maps.snapshot().expect("snapshot").aggs[0];
-    for (i, name) in names.iter().enumerate() {
-        let key = udtrace_dif::op::comm_words(name.as_bytes()).to_vec();
-        assert_eq!(rows.get(&key).map(|r| r[0]), Some(i as u64 + 1), "{name}: {rows:?}");
-    }
+    assert!(offsets.is_some(), "no task_struct offsets from the kernel's BTF");
 }
 
 /// `program` compiled with what real firings know (`Gets::Firing`), attached to
