@@ -141,13 +141,15 @@ fn clauses_at_the_firing_and_in_the_consumer_together(backend: Backend) {
     assert_eq!(v["sevens"], THREADS as i64, "{text}");
 }
 
-/// `execname` as a key and in predicates, at the firing, in a process and its forked
-/// child (which keeps its parent's name).
+/// `execname` as a key and in predicates (`==`, `!=`, ordered), at the firing, in a
+/// process and its forked child (which keeps its parent's name).
 fn execname_keys_and_predicates_at_the_firing(backend: Backend) {
     let prog =
         "pid$target::ho_twork:entry /execname == \"hot\"/ { @n[execname] = count(); @k[execname, arg0 & 1] = count(); }
         pid$target::ho_twork:entry /execname != \"hot\"/ { @other = count(); }
-        END { printa(\"name %s %@d\\n\", @n); printa(\"key %s %d %@d\\n\", @k); printa(\"other %@d\\n\", @other); }";
+        pid$target::ho_twork:entry /execname > \"hos\" && \"hou\" > execname && execname <= \"hot\"/ { @between = count(); }
+        END { printa(\"name %s %@d\\n\", @n); printa(\"key %s %d %@d\\n\", @k); printa(\"other %@d\\n\", @other);
+            printa(\"between %@d\\n\", @between); }";
     let Some(text) = traced(backend, prog, &["fork"]) else { return };
     let n = calls(backend) as i64;
     let per = 2 * THREADS as i64;
@@ -155,7 +157,8 @@ fn execname_keys_and_predicates_at_the_firing(backend: Backend) {
     assert_eq!(v.get("name hot").copied(), Some(per * n), "{text}");
     assert_eq!(v.get("key hot 0").copied(), Some(per * ((n + 1) / 2)), "{text}");
     assert_eq!(v.get("key hot 1").copied(), Some(per * (n / 2)), "{text}");
-    assert_eq!(v.len(), 3, "no other row:\n{text}");
+    assert_eq!(v.get("between").copied(), Some(per * n), "{text}");
+    assert_eq!(v.len(), 4, "no other row:\n{text}");
 }
 
 /// `execname` is the process's name, as the consumer's is: threads that rename

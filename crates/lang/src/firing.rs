@@ -619,34 +619,100 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// `execname op "constant"` (either side): `==` and `!=` by words.
+    /// `execname op "constant"` (either side): `==` and `!=` by words, `<` and the
+    /// like on the words read big-endian (bytes in order, unsigned, as the consumer
+    /// compares strings).
     fn comm_cmp(&mut self, op: BinaryOp, lhs: &Expr, rhs: &Expr, d: Reg) -> R<()> {
-        let konst = match (is_execname(lhs), is_execname(rhs)) {
-            (true, false) => self.string(rhs)?,
-            (false, true) => self.string(lhs)?,
+        use BinaryOp as B;
+        let (konst, op) = match (is_execname(lhs), is_execname(rhs)) {
+            (true, false) => (self.string(rhs)?, op),
+            // `"c" < execname` is `execname > "c"`.
+            (false, true) => {
+                let mirrored = match op {
+                    B::Lt => B::Gt,
+                    B::Le => B::Ge,
+                    B::Gt => B::Lt,
+                    B::Ge => B::Le,
+                    op => op,
+                };
+                (self.string(lhs)?, mirrored)
+            }
             _ => return no("a comparison of strings"),
         };
-        if !matches!(op, BinaryOp::Eq | BinaryOp::Ne) {
-            return no("an ordered comparison of execname");
-        }
         let konst = &konst[..konst.iter().position(|&c| c == 0).unwrap_or(konst.len())];
-        if konst.len() >= udtrace_dif::op::COMM_BYTES {
-            // Longer than any process's name: never equal.
-            self.ops.push(Op::Const { d, v: u64::from(op == BinaryOp::Ne) });
+        // Longer than any name: a name equal to its first 15 bytes is a prefix (less).
+        let long = konst.len() >= udtrace_dif::op::COMM_BYTES;
+        let want = udtrace_dif::op::comm_words(konst);
+        if matches!(op, B::Eq | B::Ne) {
+            if long {
+                self.ops.push(Op::Const { d, v: u64::from(op == B::Ne) });
+                return Ok(());
+            }
+            let (w, c) = (self.alloc()?, self.alloc()?);
+            self.comm(d, 0)?;
+            self.ops.push(Op::Const { d: c, v: want[0] });
+            self.ops.push(Op::Bin { op: BinOp::Xor, d, a: d, b: c });
+            self.comm(w, 1)?;
+            self.ops.push(Op::Const { d: c, v: want[1] });
+            self.ops.push(Op::Bin { op: BinOp::Xor, d: w, a: w, b: c });
+            self.ops.push(Op::Bin { op: BinOp::Or, d, a: d, b: w });
+            self.ops.push(Op::Const { d: c, v: 0 });
+            let bin = if op == B::Eq { BinOp::Eq } else { BinOp::Ne };
+            self.ops.push(Op::Bin { op: bin, d, a: d, b: c });
             return Ok(());
         }
-        let want = udtrace_dif::op::comm_words(konst);
-        let (w, c) = (self.alloc()?, self.alloc()?);
-        self.comm(d, 0)?;
-        self.ops.push(Op::Const { d: c, v: want[0] });
-        self.ops.push(Op::Bin { op: BinOp::Xor, d, a: d, b: c });
-        self.comm(w, 1)?;
-        self.ops.push(Op::Const { d: c, v: want[1] });
-        self.ops.push(Op::Bin { op: BinOp::Xor, d: w, a: w, b: c });
-        self.ops.push(Op::Bin { op: BinOp::Or, d, a: d, b: w });
-        self.ops.push(Op::Const { d: c, v: 0 });
-        let bin = if op == BinaryOp::Eq { BinOp::Eq } else { BinOp::Ne };
-        self.ops.push(Op::Bin { op: bin, d, a: d, b: c });
+        let be = |w: u64| u64::from_be_bytes(w.to_le_bytes());
+        // lt = n0 < c0 || (n0 == c0 && n1 < c1); eq = n0 == c0 && n1 == c1.
+        let (n0, n1, c, eq) = (self.alloc()?, self.alloc()?, self.alloc()?, self.alloc()?);
+        self.comm(n0, 0)?;
+        self.swap_bytes(n0)?;
+        self.comm(n1, 1)?;
+        self.swap_bytes(n1)?;
+        self.ops.push(Op::Const { d: c, v: be(want[0]) });
+        self.ops.push(Op::Bin { op: BinOp::LtU, d, a: n0, b: c });
+        self.ops.push(Op::Bin { op: BinOp::Eq, d: eq, a: n0, b: c });
+        self.ops.push(Op::Const { d: c, v: be(want[1]) });
+        self.ops.push(Op::Bin { op: BinOp::LtU, d: n0, a: n1, b: c });
+        self.ops.push(Op::Bin { op: BinOp::And, d: n0, a: n0, b: eq });
+        self.ops.push(Op::Bin { op: BinOp::Or, d, a: d, b: n0 });
+        self.ops.push(Op::Bin { op: BinOp::Eq, d: n1, a: n1, b: c });
+        self.ops.push(Op::Bin { op: BinOp::And, d: eq, a: eq, b: n1 });
+        // less: lt, or eq when the constant is longer (the name is its prefix); less
+        // or equal: lt or eq either way.
+        match op {
+            B::Lt | B::Ge => {
+                if long {
+                    self.ops.push(Op::Bin { op: BinOp::Or, d, a: d, b: eq });
+                }
+                if op == B::Ge {
+                    self.ops.push(Op::Un { op: UnOp::Not, d, a: d });
+                }
+            }
+            _ => {
+                self.ops.push(Op::Bin { op: BinOp::Or, d, a: d, b: eq });
+                if op == B::Gt {
+                    self.ops.push(Op::Un { op: UnOp::Not, d, a: d });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reverses the bytes of `r` (little-endian words of a name, read in order).
+    fn swap_bytes(&mut self, r: Reg) -> R<()> {
+        let (out, t, k) = (self.alloc()?, self.alloc()?, self.alloc()?);
+        self.ops.push(Op::Const { d: out, v: 0 });
+        for i in 0..8u64 {
+            self.ops.push(Op::Const { d: k, v: 8 * i });
+            self.ops.push(Op::Bin { op: BinOp::ShrU, d: t, a: r, b: k });
+            self.ops.push(Op::Const { d: k, v: 0xff });
+            self.ops.push(Op::Bin { op: BinOp::And, d: t, a: t, b: k });
+            self.ops.push(Op::Const { d: k, v: 56 - 8 * i });
+            self.ops.push(Op::Bin { op: BinOp::Shl, d: t, a: t, b: k });
+            self.ops.push(Op::Bin { op: BinOp::Or, d: out, a: out, b: t });
+        }
+        self.ops.push(Op::Mov { d: r, a: out });
+        self.top -= 3;
         Ok(())
     }
 

@@ -229,7 +229,13 @@ const TABLE: &[(&str, bool)] = &[
     ("pid4242::work:entry /execname != \"work\" && pid == 4242/ { @[probefunc] = count(); }", true),
     ("pid4242::work:entry /\"abcdefghijklmno\" == execname/ { @ = count(); }", true),
     ("pid4242::work:entry /execname == \"abcdefghijklmnop\"/ { @ = count(); }", true),
-    ("pid4242::work:entry /execname < \"m\"/ { @ = count(); }", false),
+    ("pid4242::work:entry /execname < \"m\"/ { @ = count(); }", true),
+    ("pid4242::work:entry /\"m\" < execname/ { @[execname] = count(); }", true),
+    ("pid4242::work:entry /\"postgres\" >= execname/ { @[execname] = count(); }", true),
+    ("pid4242::work:entry /execname >= \"postgres\" || \"b\" > execname/ { @[execname] = count(); }", true),
+    ("pid4242::work:entry /execname <= \"abcdefghijklmnop\"/ { @[execname] = count(); }", true),
+    ("pid4242::work:entry /execname > \"abcdefghijklmno\"/ { @[execname] = count(); }", true),
+    ("pid4242::work:entry /\"abcdefghijklmnoz\" <= execname/ { @[execname] = count(); }", true),
     ("pid4242::work:entry { @[execname] = count(); } pid4242::work:return { @[probefunc] = count(); }", false),
     ("pid4242::work:entry /execname == \"work\"/ { printf(\"%d\", arg0); }", false),
     ("pid4242::work:entry { self->ts = timestamp; } pid4242::work:return { printf(\"%d\", self->ts); }", false),
@@ -296,12 +302,16 @@ fn expr(r: &mut Rng, depth: u32) -> String {
         8 => format!("(self->a = {a})"),
         9 => format!("(this->c += {a})"),
         10 => format!("(self->b{})", r.pick(&["++", "--"])),
-        11 => format!(
-            "({} {} \"{}\")",
-            r.pick(&["probefunc", "probename", "probemod", "execname"]),
-            r.pick(&["==", "!="]),
-            r.pick(&["work", "entry", "1f", "postgres", "abcdefghijklmno", ""])
-        ),
+        11 => {
+            let name = r.pick(&["probefunc", "probename", "probemod", "execname"]);
+            let op = r.pick(&["==", "!=", "<", "<=", ">", ">="]);
+            let s = r.pick(&["work", "entry", "1f", "postgres", "abcdefghijklmno", "abcdefghijklmnop", "", "a", "wor"]);
+            if r.next_u64().is_multiple_of(2) {
+                format!("({name} {op} \"{s}\")")
+            } else {
+                format!("(\"{s}\" {op} {name})")
+            }
+        }
         12 if r.next_u64().is_multiple_of(3) => format!("({a} / {b})"),
         13 => format!("(self->a {}= {b})", r.pick(&["+", "-", "*", "&", "|", "^", "<<", ">>"])),
         _ => format!("({a} + {b})"),
