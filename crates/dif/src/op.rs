@@ -451,6 +451,16 @@ mod tests {
     }
 
     #[test]
+    fn a_name_is_two_words_and_reads_back() {
+        assert_eq!(comm_words(b"hot"), [u64::from_le_bytes(*b"hot\0\0\0\0\0"), 0]);
+        assert_eq!(comm_name(comm_words(b"postgres")), b"postgres");
+        // The kernel keeps 15 bytes and a NUL; a NUL ends a name.
+        assert_eq!(comm_name(comm_words(b"abcdefghijklmnopq")), b"abcdefghijklmno");
+        assert_eq!(comm_name(comm_words(b"ab\0cd")), b"ab");
+        assert_eq!(comm_words(b""), [0, 0]);
+    }
+
+    #[test]
     fn arithmetic_is_defined_everywhere() {
         assert_eq!(BinOp::Shl.apply(1, 65), 2);
         assert_eq!(BinOp::ShrS.apply(u64::MAX, 70), u64::MAX);
