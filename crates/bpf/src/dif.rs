@@ -272,10 +272,13 @@ pub fn emit(a: &mut Asm, code: DifCode<'_>) -> Result<(), DifError> {
     if p.emits() {
         a.push(st(Size::DW, Reg::R10, EMIT, 0));
     }
+    if code.gets == Gets::Firing && (p.reads(Var::Comm0) || p.reads(Var::Comm1)) {
+        read_name(a, maps.leader_comm);
+    }
     // The thread's slots into R8, made (zeroed) at its first firing.
     if let (true, Some(map)) = (tls, &maps.tls) {
         let have = a.label();
-        emit_get(a, code.gets, Var::Tid, None);
+        emit_get(a, code.gets, Var::Tid);
         a.push(stx(Size::DW, Reg::R10, TID_KEY, Reg::R0));
         a.map_lookup(map.raw_fd(), TID_KEY);
         a.jmp_imm(Cond::Ne, Reg::R0, 0, have);
@@ -350,8 +353,33 @@ fn count_drop(a: &mut Asm, maps: &DifMaps, which: i16) {
     a.bind(skip);
 }
 
+/// The process's name into `fp + COMM` ([`Var::Comm0`], [`Var::Comm1`]), once per
+/// firing. Clobbers R0–R5.
+fn read_name(a: &mut Asm, leader_comm: Option<(i16, i16)>) {
+    let len = udtrace_dif::op::COMM_BYTES as i32;
+    match leader_comm {
+        Some((leader, comm)) => {
+            // The leader's comm up to its NUL into zeroed bytes: what comm_words makes
+            // of /proc/PID/stat's name.
+            a.push(st(Size::DW, Reg::R10, COMM, 0));
+            a.push(st(Size::DW, Reg::R10, COMM + 8, 0));
+            a.call(helper::GET_CURRENT_TASK);
+            a.push(mov64_reg(Reg::R3, Reg::R0));
+            a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(leader)));
+            a.read_to_stack(helper::PROBE_READ_KERNEL, TASK, 8);
+            a.push(ldx(Size::DW, Reg::R3, Reg::R10, TASK));
+            a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(comm)));
+            a.read_to_stack(helper::PROBE_READ_KERNEL_STR, COMM, len);
+        }
+        // The thread's comm, NUL-padded by the helper.
+        None => {
+            a.read_to_stack(helper::GET_CURRENT_COMM, COMM, len);
+        }
+    }
+}
+
 /// R0 = what the firing knows. Clobbers R1–R5.
-fn emit_get(a: &mut Asm, gets: Gets, v: Var, leader_comm: Option<(i16, i16)>) {
+fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
     match gets {
         Gets::Firing => match v {
             Var::Pid => {
@@ -376,27 +404,8 @@ fn emit_get(a: &mut Asm, gets: Gets, v: Var, leader_comm: Option<(i16, i16)>) {
                 a.call(helper::GET_CURRENT_UID_GID);
                 a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
             }
+            // Read once, at the program's start (`read_name`).
             Var::Comm0 | Var::Comm1 => {
-                let len = udtrace_dif::op::COMM_BYTES as i32;
-                match leader_comm {
-                    Some((leader, comm)) => {
-                        // The leader's comm up to its NUL into zeroed bytes: what
-                        // comm_words makes of /proc/PID/stat's name.
-                        a.push(st(Size::DW, Reg::R10, COMM, 0));
-                        a.push(st(Size::DW, Reg::R10, COMM + 8, 0));
-                        a.call(helper::GET_CURRENT_TASK);
-                        a.push(mov64_reg(Reg::R3, Reg::R0));
-                        a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(leader)));
-                        a.read_to_stack(helper::PROBE_READ_KERNEL, TASK, 8);
-                        a.push(ldx(Size::DW, Reg::R3, Reg::R10, TASK));
-                        a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(comm)));
-                        a.read_to_stack(helper::PROBE_READ_KERNEL_STR, COMM, len);
-                    }
-                    // The thread's comm, NUL-padded by the helper.
-                    None => {
-                        a.read_to_stack(helper::GET_CURRENT_COMM, COMM, len);
-                    }
-                }
                 let word = if v == Var::Comm1 { 8 } else { 0 };
                 a.push(ldx(Size::DW, Reg::R0, Reg::R10, COMM + word));
             }
@@ -447,7 +456,7 @@ fn emit_op(a: &mut Asm, code: DifCode<'_>, op: Op, at: &[Label]) -> Result<(), D
             store(a, d, Reg::R1);
         }
         Op::Get { d, v } => {
-            emit_get(a, code.gets, v, maps.leader_comm);
+            emit_get(a, code.gets, v);
             store(a, d, Reg::R0);
         }
         Op::Mov { d, a: s } => {
