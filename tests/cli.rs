@@ -112,13 +112,16 @@ fn version() {
     assert_eq!(out.stderr, "");
 }
 
+/// `--help`: the usage and one line per flag, on stdout. (`-h` is dtrace's header
+/// generation: tests/usdt_header.rs.)
 #[test]
 fn help() {
-    let out = run_args(&["-h"]);
+    let out = run_args(&["--help"]);
     assert_eq!(out.status, 0);
     assert!(out.stdout.starts_with("Usage: udtrace "), "{}", out.stdout);
     assert!(out.stdout.contains("\tpredicate -> '/' D-expression '/'\n"));
     assert!(out.stdout.contains("\t-q  set quiet mode (only output explicitly traced data)\n"));
+    assert!(out.stdout.contains("\t-h  generate a header file with definitions for static probes\n"));
 }
 
 /// dtrace with no arguments prints its usage on stderr and exits with E_USAGE.
@@ -146,7 +149,7 @@ fn bad_flags() {
 
     let out = run_args(&["-l", "-V"]);
     assert_eq!(out.status, 2);
-    assert_eq!(out.first_err_line(), "udtrace: only one of the [-lV] options can be specified at a time");
+    assert_eq!(out.first_err_line(), "udtrace: only one of the [-GhlV] options can be specified at a time");
 }
 
 /// `-p` takes a number (dtrace: `fatal("invalid pid: %s")`); a number that is no
