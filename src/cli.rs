@@ -166,11 +166,12 @@ impl UsageError {
         UsageError { message: message.into(), fatal: true }
     }
 
-    /// The text for stderr: the message line, then the synopsis (the whole usage
-    /// when there is no message, as for dtrace run without arguments).
+    /// The text for stderr: the message line, then the synopsis (the whole usage,
+    /// every flag's line included, when there is no message: dtrace run without
+    /// arguments prints its `usage()`, which has them).
     pub fn report(&self) -> String {
         if self.message.is_empty() {
-            usage_text()
+            help_text()
         } else if self.fatal {
             format!("{}: {}\n", program(), self.message)
         } else {
@@ -254,7 +255,8 @@ pub fn usage_text() -> String {
     out
 }
 
-/// `--help`: the synopsis and one line per flag.
+/// dtrace's whole `usage()`: the synopsis, the clause grammar and one line per flag.
+/// `--help` prints it on stdout; udtrace run without arguments, on stderr.
 pub fn help_text() -> String {
     let mut out = usage_text();
     out.push_str("\n\t-64 generate 64-bit D programs (the default)\n\n");

@@ -132,6 +132,10 @@ fn no_arguments() {
     assert_eq!(out.stdout, "");
     assert!(out.stderr.starts_with("Usage: udtrace "), "{}", out.stderr);
     assert!(out.stderr.contains("\t[-n [[[ provider: ] module: ] func: ] name [[ predicate ] action ]]\n"));
+    // dtrace's usage() lists every flag, -h and -G with their dtrace meaning.
+    assert!(out.stderr.contains("\t-h  generate a header file with definitions for static probes\n"));
+    assert!(out.stderr.contains("\t-G  generate the ELF file a build instrumented for DTrace links (empty)\n"));
+    assert_eq!(out.stderr, run_args(&["--help"]).stdout, "the same text as --help");
 }
 
 /// getopt's complaint, then the usage, exit status 2.
