@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use util::{run, run_args, udtrace, TempDir};
+use util::{run, run_args, udtrace, unprivileged, TempDir};
 
 fn fixtures_src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -358,4 +358,46 @@ fn messages() {
     // A provider declared in a tracing script is accepted, as dtrace accepts it.
     let out = run_args(&["-qn", "provider p { probe a(int); }; BEGIN { exit(0); }"]);
     assert_eq!((out.status, out.stderr.as_str()), (0, ""));
+}
+
+/// DTrace's own tests of the build (test/unittest/usdt/tst.header.sh, tst.execstack.sh,
+/// tst.link-idempotence.sh, tst.linkunpriv.sh): `-h -s prov.d`, compile, `-G -s prov.d
+/// test.o` (writing prov.o), link, twice, as an unprivileged user; the stack stays
+/// non-executable and the object is not rewritten.
+#[test]
+fn dtrace_suite_build_steps() {
+    let dir = TempDir::new("sdt-suite");
+    // Writable by the unprivileged user udtrace runs as.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    dir.write(
+        "prov.d",
+        "provider test_prov {\n\tprobe zero();\n\tprobe one(uintptr_t);\n\tprobe u_nder(char *);\n\tprobe d__ash(char **);\n\tprobe go();\n};\n",
+    );
+    dir.write(
+        "test.c",
+        "#include \"prov.h\"\n\nint\nmain(int argc, char **argv)\n{\n\t(void)argc;\n\tTEST_PROV_ZERO();\n\tTEST_PROV_ONE(1);\n\tTEST_PROV_U_NDER(\"hi there\");\n\tTEST_PROV_D_ASH(argv);\n\tif (TEST_PROV_GO_ENABLED())\n\t\tTEST_PROV_GO();\n\treturn TEST_PROV_GO_ENABLED();\n}\n",
+    );
+    let udt = |args: &[&str]| {
+        let mut c = unprivileged(util::bin());
+        c.args(args).current_dir(dir.path());
+        let out = run(&mut c);
+        assert_eq!((out.status, out.stderr.as_str()), (0, ""), "udtrace {args:?}");
+    };
+    let cc = |args: &[&str]| sh(Command::new("gcc").args(["-Wall", "-Werror"]).args(args).current_dir(dir.path()));
+    udt(&["-h", "-s", "prov.d"]);
+    cc(&["-c", "test.c"]);
+    udt(&["-G", "-s", "prov.d", "test.o"]);
+    cc(&["-o", "test", "test.o", "prov.o"]);
+    let exe = dir.path().join("test");
+    let st = Command::new(&exe).status().unwrap();
+    assert_eq!(st.code(), Some(0), "GO_ENABLED() is 0 untraced");
+    let names: Vec<(String, String)> = notes(&exe).into_iter().map(|n| (n.provider, n.name)).collect();
+    let want: Vec<(String, String)> =
+        ["zero", "one", "u_nder", "d__ash", "go"].iter().map(|n| ("test_prov".to_string(), n.to_string())).collect();
+    assert_eq!(names, want);
+    let segments = sh(Command::new("readelf").arg("-lW").arg(&exe));
+    assert!(segments.lines().any(|l| l.contains("GNU_STACK") && l.contains("RW ")), "{segments}");
+    let before = std::fs::metadata(dir.path().join("test.o")).unwrap().modified().unwrap();
+    udt(&["-G", "-s", "prov.d", "test.o"]);
+    assert_eq!(std::fs::metadata(dir.path().join("test.o")).unwrap().modified().unwrap(), before);
 }
