@@ -330,10 +330,14 @@ fn messages() {
     );
     let bad = [
         ("provider p1 { probe a(); };", "provider name may not end with a digit: p1"),
-        ("provider p { probe a(); probe a(int); };", "probe redeclared: p:a"),
+        ("provider p { probe a(); probe a(int); };", "probe redeclared: p:::a"),
         (
             "provider p { probe a(int); };\nprovider p { probe a(long); };",
-            "probe p:a output prototype argument #1 mismatch:",
+            "probe p:::a output prototype argument #1 mismatch:",
+        ),
+        (
+            "provider p { probe a(char *x) : (int x); };",
+            "translator for p:::a output argument #1 from char * to int is not defined",
         ),
         ("provider p { probe a(foo_t); };", "syntax error near \"foo_t"),
         ("provider p { probe a(int, ...); };", "probe input prototype may not use a variable-length argument list"),
@@ -355,6 +359,11 @@ fn messages() {
         "{}",
         out.stderr
     );
+    // A translated argument with a translator, or of a compatible type, is accepted.
+    let ok = "struct t { int v; };\ntranslator struct t < int x > { v = x; };\n\
+              provider p { probe a(int x, char *s) : (struct t *x, string s); probe b(int y) : (long y); };";
+    let out = case(&["-h"], Some(ok));
+    assert_eq!((out.status, out.stderr.as_str()), (0, ""));
     // A provider declared in a tracing script is accepted, as dtrace accepts it.
     let out = run_args(&["-qn", "provider p { probe a(int); }; BEGIN { exit(0); }"]);
     assert_eq!((out.status, out.stderr.as_str()), (0, ""));

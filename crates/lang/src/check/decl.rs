@@ -26,11 +26,6 @@ impl DeclSink for Checker<'_> {
     }
 }
 
-/// DTRACE_PROVNAMELEN and DTRACE_NAMELEN: a provider's and a probe's longest name
-/// is one less.
-const PROVNAMELEN: usize = 64;
-const NAMELEN: usize = 64;
-
 /// dt_node_is_posconst: a non-zero integer constant, positive if signed.
 fn positive_constant(e: &Expr) -> Option<u64> {
     let v = fold(e)?;
@@ -59,113 +54,6 @@ impl Checker<'_> {
             ast::Item::Translator(t) => self.define_translator(t),
             ast::Item::Provider(p) => self.define_provider(p),
         }
-    }
-
-    /// dt_node_provider, dt_node_probe and dt_cook_provider: the names' rules, the
-    /// types of the arguments, and a redefinition's agreement with the first.
-    fn define_provider(&mut self, p: &ast::ProviderDef) -> Result<()> {
-        let bad = |what: &str| err(Tag::D_PROV_BADNAME, p.span, what.to_string());
-        if p.name.contains('`') {
-            return bad(&format!("provider name may not contain scoping operator: {}", p.name));
-        }
-        if p.name.len() >= PROVNAMELEN {
-            return bad(&format!("provider name may not exceed {} characters: {}", PROVNAMELEN - 1, p.name));
-        }
-        if p.name.ends_with(|c: char| c.is_ascii_digit()) {
-            return bad(&format!("provider name may not end with a digit: {}", p.name));
-        }
-        let mut probes: Vec<crate::ir::ProbeInfo> = Vec::new();
-        for d in &p.probes {
-            let name = d.name.replace("__", "-");
-            if name.len() >= NAMELEN {
-                return err(
-                    Tag::D_PROV_BADNAME,
-                    d.span,
-                    format!("probe name may not exceed {} characters: ::{name}", NAMELEN - 1),
-                );
-            }
-            let native = self.probe_types(&d.native)?;
-            let translated = match &d.translated {
-                Some(params) => self.probe_types(params)?,
-                None => native.clone(),
-            };
-            for (kind, n) in [("input", native.len()), ("output", translated.len())] {
-                if n > usize::from(u8::MAX) {
-                    return err(
-                        Tag::D_PROV_PRARGLEN,
-                        d.span,
-                        format!("probe ::{name} {kind} prototype exceeds {} parameters: {n} params used", u8::MAX),
-                    );
-                }
-            }
-            if probes.iter().any(|q| q.name == name) {
-                return err(Tag::D_PROV_PRDUP, d.span, format!("probe redeclared: {}:{name}", p.name));
-            }
-            probes.push(crate::ir::ProbeInfo { name, declared: d.name.clone(), native, translated });
-        }
-        let Some(old) = self.prog.providers.iter().find(|q| q.name == p.name) else {
-            self.prog.providers.push(crate::ir::ProviderInfo { name: p.name.clone(), probes });
-            return Ok(());
-        };
-        // A redefinition must declare the same probes with the same types.
-        for (new, d) in probes.iter().zip(&p.probes) {
-            let Some(prev) = old.probes.iter().find(|q| q.name == new.name) else {
-                let (prov, probe) = (&p.name, &new.name);
-                return err(
-                    Tag::D_PROV_INCOMPAT,
-                    d.span,
-                    format!(
-                        "provider interface mismatch: {prov}\n\t current: probe {prov}:{probe} defined\n\tprevious: probe {prov}:{probe} not defined"
-                    ),
-                );
-            };
-            self.same_prototype(&p.name, new, prev, d.span)?;
-        }
-        Ok(())
-    }
-
-    fn probe_types(&mut self, params: &[ast::Param]) -> Result<Vec<Type>> {
-        params.iter().filter_map(|p| p.ty.as_ref()).map(|t| self.resolve_type(t)).collect()
-    }
-
-    /// dt_node_provider_cmp_argv on the output prototypes.
-    fn same_prototype(
-        &self,
-        prov: &str,
-        new: &crate::ir::ProbeInfo,
-        old: &crate::ir::ProbeInfo,
-        span: Span,
-    ) -> Result<()> {
-        let (n, o) = (new.translated.len(), old.translated.len());
-        let s = |k: usize| if k == 1 { "" } else { "s" };
-        if n != o {
-            return err(
-                Tag::D_PROV_INCOMPAT,
-                span,
-                format!(
-                    "probe {prov}:{} output prototype mismatch:\n\t current: {n} arg{}\n\tprevious: {o} arg{}",
-                    new.name,
-                    s(n),
-                    s(o)
-                ),
-            );
-        }
-        for (i, (a, b)) in new.translated.iter().zip(&old.translated).enumerate() {
-            if a != b {
-                return err(
-                    Tag::D_PROV_INCOMPAT,
-                    span,
-                    format!(
-                        "probe {prov}:{} output prototype argument #{} mismatch:\n\t current: {}\n\tprevious: {}",
-                        new.name,
-                        i + 1,
-                        self.type_name(a),
-                        self.type_name(b)
-                    ),
-                );
-            }
-        }
-        Ok(())
     }
 
     fn inline(&mut self, i: &ast::Inline) -> Result<()> {
