@@ -610,12 +610,14 @@ fn update(a: &mut Asm, func: AggFn, base: Reg, off: i16, val: u8, incr: u8, skip
             a.bind(no_carry);
             a.push(atomic_add(Size::DW, base, off + 24, Reg::R2));
         }
-        AggFn::Quantize | AggFn::Lquantize { .. } => {
+        AggFn::Quantize | AggFn::Lquantize { .. } | AggFn::Llquantize { .. } => {
             v(a, Reg::R1);
             if func == AggFn::Quantize {
                 quantize_word(a);
             } else if let AggFn::Lquantize { base: b, step, levels } = func {
                 lquantize_word(a, b, step, levels);
+            } else if let AggFn::Llquantize { bins } = func {
+                llquantize_word(a, bins);
             }
             // The word's index is below the row's length on every way here; said
             // again for the verifier, which bounds the address by it.
@@ -690,6 +692,23 @@ fn lquantize_word(a: &mut Asm, base: i32, step: u16, levels: u16) {
     a.ja(done);
     a.bind(over);
     a.push(mov64_imm(Reg::R1, i32::from(levels) + 2));
+    a.ja(done);
+    a.bind(under);
+    a.push(mov64_imm(Reg::R1, 1));
+    a.bind(done);
+}
+
+/// R1 (a bin the program computed, `udtrace_dif::llquantize`) becomes its word: 1 +
+/// the bin taken signed within 0..bins.
+fn llquantize_word(a: &mut Asm, bins: u16) {
+    let last = i32::from(bins.max(1)) - 1;
+    let (done, under, over) = (a.label(), a.label(), a.label());
+    a.jmp_imm(Cond::Slt, Reg::R1, 0, under);
+    a.jmp_imm(Cond::Gt, Reg::R1, last, over);
+    a.push(alu64_imm(AluOp::Add, Reg::R1, 1));
+    a.ja(done);
+    a.bind(over);
+    a.push(mov64_imm(Reg::R1, last + 1));
     a.ja(done);
     a.bind(under);
     a.push(mov64_imm(Reg::R1, 1));

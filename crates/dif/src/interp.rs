@@ -246,7 +246,7 @@ fn update_own(func: AggFn, row: usize, v: u64, w: u64, mem: &mut dyn Memory) {
             mem.store(row + 16, nlo);
             add(mem, 3, ((sq >> 64) as u64).wrapping_add(u64::from(carry)));
         }
-        AggFn::Quantize | AggFn::Lquantize { .. } => {
+        AggFn::Quantize | AggFn::Lquantize { .. } | AggFn::Llquantize { .. } => {
             let b = func.bucket(v).unwrap_or(0);
             add(mem, b, w);
         }
@@ -282,7 +282,7 @@ fn update_shared(func: AggFn, row: usize, v: u64, w: u64, mem: &mut dyn Memory) 
             let carry = lo.overflowing_add(sq as u64).1;
             mem.fetch_add(row + 24, ((sq >> 64) as u64).wrapping_add(u64::from(carry)));
         }
-        AggFn::Quantize | AggFn::Lquantize { .. } => {
+        AggFn::Quantize | AggFn::Lquantize { .. } | AggFn::Llquantize { .. } => {
             let b = func.bucket(v).unwrap_or(0);
             mem.fetch_add(row + 8 * b, w);
         }

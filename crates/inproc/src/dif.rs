@@ -556,7 +556,7 @@ impl Compiler<'_, '_> {
                     a.adc(word(3), rdx)?;
                 }
             }
-            AggFn::Quantize | AggFn::Lquantize { .. } => {
+            AggFn::Quantize | AggFn::Lquantize { .. } | AggFn::Llquantize { .. } => {
                 bucket(a, func, val)?;
                 a.mov(rcx, reg(incr))?;
                 let m = qword_ptr(b + rax * 8 + (d + 8));
@@ -595,6 +595,20 @@ fn bucket(a: &mut CodeAssembler, func: AggFn, val: u8) -> Result<(), TrampolineE
             a.mov(eax, u32::from(levels))?;
             a.set_label(&mut below)?;
             a.add(eax, 1)?;
+        }
+        AggFn::Llquantize { bins } => {
+            // The program computed the bin: within 0..bins, taken signed.
+            let last = u32::from(bins.max(1)) - 1;
+            let mut nonneg = a.create_label();
+            a.mov(rax, reg(val))?;
+            a.test(rax, rax)?;
+            a.jns(nonneg)?;
+            a.xor(eax, eax)?;
+            a.jmp(done)?;
+            a.set_label(&mut nonneg)?;
+            a.cmp(rax, last as i32)?;
+            a.jbe(done)?;
+            a.mov(eax, last)?;
         }
         _ => {
             // 63 for 0; 64 + log2 v for v > 0; 62 - log2 |v|, at least 0, for v < 0.

@@ -116,7 +116,7 @@ impl FiringPlan {
     pub fn new(prog: &CheckedProgram, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> FiringPlan {
         let n = prog.clauses.len();
         // Items that could live at the firing at all: integer scalars; aggregations
-        // of a supported function that nothing clears or truncates.
+        // of a supported function (min and max: that nothing clears or truncates).
         let mut item_ok: HashMap<Item, bool> = HashMap::new();
         for (i, v) in prog.thread_vars.iter().enumerate() {
             item_ok.insert(Item::Thread(i), v.keys.is_none() && int_shape(&v.ty).is_some());
@@ -125,7 +125,7 @@ impl FiringPlan {
             item_ok.insert(Item::Local(i), v.keys.is_none() && int_shape(&v.ty).is_some());
         }
         for (i, a) in prog.aggs.iter().enumerate() {
-            let ok = a.kind != AggKind::Llquantize && a.keys.len() + 2 <= NREGS && agg_fn(a.kind, &a.params).is_some();
+            let ok = a.keys.len() + 2 <= NREGS && agg_fn(a.kind, &a.params).is_some();
             item_ok.insert(Item::Agg(i), ok);
         }
         let mut touched: Vec<Vec<Item>> = Vec::with_capacity(n);
@@ -134,7 +134,13 @@ impl FiringPlan {
         for (ci, clause) in prog.clauses.iter().enumerate() {
             let t = touched_items(clause);
             for item in pinned_items(clause) {
-                item_ok.insert(item, false);
+                // clear()/trunc() run in the consumer on what it read back, less what
+                // they took (`udtrace_runtime::firing::Baseline`): rows that subtract.
+                if let Item::Agg(a) = item {
+                    if matches!(prog.aggs[a].kind, AggKind::Min | AggKind::Max) {
+                        item_ok.insert(item, false);
+                    }
+                }
             }
             capable[ci] = clause_capable(clause, is_pid) && all.compile(prog, ci, &DUMMY).is_ok();
             touched.push(t);
@@ -336,8 +342,17 @@ fn agg_fn(kind: AggKind, p: &[i64]) -> Option<AggFn> {
                 levels: u16::try_from(levels).ok().filter(|&l| l >= 1)?,
             }
         }
-        AggKind::Llquantize => return None,
+        AggKind::Llquantize => AggFn::Llquantize { bins: u16::try_from(llquantize_shape(p)?.nbins()).ok()? },
     })
+}
+
+/// llquantize's parameters, where a firing's row can hold its bins (a quantize row is
+/// 127 words; llquantize(x, 10, 0, 6, 20) has 255 bins).
+fn llquantize_shape(p: &[i64]) -> Option<udtrace_dif::llquantize::Shape> {
+    let u16 = |i: usize| p.get(i).and_then(|&v| u16::try_from(v).ok());
+    let s = udtrace_dif::llquantize::Shape { factor: u16(0)?, low: u16(1)?, high: u16(2)?, steps: u16(3)? };
+    let fits = u64::from(s.factor).checked_pow(u32::from(s.high) + 1).is_some();
+    (s.factor >= 2 && s.low <= s.high && s.steps >= 1 && fits && s.nbins() <= 1024).then_some(s)
 }
 
 /// Whether a clause's probes and actions allow it at the firing at all.
@@ -396,11 +411,8 @@ fn touched_items(cl: &Clause) -> Vec<Item> {
     fn aggs(actions: &[Action], out: &mut Vec<Item>) {
         for a in actions {
             match a {
-                Action::AggUpdate { agg, .. } | Action::Clear(agg) | Action::Trunc { agg, .. }
-                    if !out.contains(&Item::Agg(*agg)) =>
-                {
-                    out.push(Item::Agg(*agg))
-                }
+                // clear() and trunc() act on the consumer's copy (`pinned_items`).
+                Action::AggUpdate { agg, .. } if !out.contains(&Item::Agg(*agg)) => out.push(Item::Agg(*agg)),
                 Action::If { then, otherwise, .. } => {
                     aggs(then, out);
                     aggs(otherwise, out);
@@ -413,7 +425,8 @@ fn touched_items(cl: &Clause) -> Vec<Item> {
     out
 }
 
-/// Aggregations a clause empties (`clear`, `trunc`): the consumer must own them.
+/// Aggregations a clause empties (`clear`, `trunc`): at the firing only when their
+/// rows subtract (`FiringPlan::new`).
 fn pinned_items(cl: &Clause) -> Vec<Item> {
     fn walk(actions: &[Action], out: &mut Vec<Item>) {
         for a in actions {
@@ -583,14 +596,32 @@ impl Gen<'_> {
             (AggKind::Count, _) | (_, None) => self.ops.push(Op::Const { d: val, v: 0 }),
             (_, Some(v)) => self.expr_into(v, val)?,
         }
+        let val = match kind {
+            AggKind::Llquantize => self.llquantize_bin(val, &info.params)?,
+            _ => val,
+        };
         let incr = self.alloc()?;
         match args.get(1) {
-            Some(i) if matches!(kind, AggKind::Quantize | AggKind::Lquantize) => self.expr_into(i, incr)?,
+            Some(i) if matches!(kind, AggKind::Quantize | AggKind::Lquantize | AggKind::Llquantize) => {
+                self.expr_into(i, incr)?
+            }
             Some(_) => return no("an extra aggregation argument"),
             None => self.ops.push(Op::Const { d: incr, v: 1 }),
         }
         self.ops.push(Op::Agg { agg: index, keys: if keys.is_empty() { 0 } else { base }, val, incr });
         Ok(())
+    }
+
+    /// The llquantize bin of the value in `val` (`udtrace_dif::llquantize`), in a new
+    /// register.
+    fn llquantize_bin(&mut self, val: Reg, params: &[i64]) -> R<Reg> {
+        let shape = llquantize_shape(params).ok_or(NotHere("llquantize with more bins than a row holds"))?;
+        let d = self.alloc()?;
+        self.alloc()?;
+        let ops = shape.ops(val, d, self.ops.len()).ok_or(NotHere("llquantize past 64 bits"))?;
+        self.ops.extend(ops);
+        self.top = d + 1;
+        Ok(d)
     }
 
     /// A register that is nonzero when `e` is true (D's truth: a nonzero integer, a

@@ -15,6 +15,7 @@ use udtrace_lang::firing::{FiringPlan, ProbeFacts};
 use udtrace_lang::ir::{Builtin, CheckedProgram};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::parser::parse_script;
+use udtrace_runtime::consumer::printa_in;
 use udtrace_runtime::{Consumer, Context, Ecb, Probe, Settings, Value};
 
 const PID: u64 = 4242;
@@ -167,11 +168,17 @@ fn lowered(prog: &Rc<CheckedProgram>, plan: &FiringPlan, fs: &[(u32, Firing)]) -
         mem.store(o, v);
     }
     let mut out: Vec<u8> = Vec::new();
+    let by_id = |id: u32| probes.iter().find(|p| p.id == id).cloned();
+    // The session reads back before records whose clauses print, clear or truncate.
+    let reads_back = prog.clauses.iter().any(|cl| printa_in(&cl.actions)) && !plan.layout.aggs.is_empty();
     for (id, f) in fs {
         let (program, always) = &programs[*id as usize - 1];
         // A firing writes its record when a clause needs it every time, or a gate
         // asked for it: the consumer sees only those.
         if interp::run(program, &plan.layout, &buf, f, &mut mem) == interp::Outcome::Emit || *always {
+            if reads_back {
+                udtrace_runtime::firing::load(&mut c, plan, &Snapshot::read(&plan.layout, &buf, &mem), &by_id);
+            }
             c.fire(*id, f.cpu as u32, &Ctx(*f), &mut out).unwrap();
         }
     }
@@ -179,7 +186,6 @@ fn lowered(prog: &Rc<CheckedProgram>, plan: &FiringPlan, fs: &[(u32, Firing)]) -
     if snap.agg_drops + snap.dyn_drops > 0 {
         return None;
     }
-    let by_id = |id: u32| probes.iter().find(|p| p.id == id).cloned();
     udtrace_runtime::firing::load(&mut c, plan, &snap, &by_id);
     c.finish(&mut out).unwrap();
     Some(String::from_utf8_lossy(&out).into_owned())
@@ -228,6 +234,27 @@ const TABLE: &[(&str, bool)] = &[
     ("pid4242::work:entry { @ = sum(arg0 / arg1); }", false),
     ("pid4242::work:return { @ = sum(arg1); }", false),
     ("pid4242::work:entry { @[(unsigned char)arg0] = sum((unsigned short)arg1 * 3 - arg2); }", true),
+    // clear() and trunc() in the consumer, of aggregations at the firing.
+    (
+        "pid4242::work:entry { @[arg1 & 7] = count(); @s[arg2 & 3] = sum(arg0 & 0xff); @q = quantize(arg1 & 0xffff); }
+         pid4242::work:1f /(arg0 & 3) == 1/ { printa(@); printa(@s); clear(@); clear(@q); }
+         pid4242::work:return /(arg2 & 7) == 2/ { trunc(@s, 2); trunc(@, -1); printa(@s); }
+         pid4242::work:return /(arg2 & 7) == 3/ { trunc(@s); printa(@); }",
+        true,
+    ),
+    (
+        "pid4242::work:entry { @a[arg0 & 1] = avg(arg1 & 0xff); @d[arg0 & 1] = stddev(arg1); @l = lquantize((int)arg1, 0, 10); }
+         pid4242::work:1f /(arg0 & 7) == 1/ { printa(@a); printa(@d); printa(@l); clear(@a); clear(@d); trunc(@l); }",
+        true,
+    ),
+    ("pid4242::work:entry { @ = min(arg0); } pid4242::work:1f { clear(@); }", false),
+    // llquantize: the program computes the bin.
+    (
+        "pid4242::work:entry { @ = llquantize(arg0, 10, 0, 6, 20); @b[arg1 & 3] = llquantize((int)arg2, 2, 0, 62, 4); }
+         pid4242::work:1f { @c = llquantize(arg1 & 0xffffff, 3, 1, 5, 7, arg2 & 7); }",
+        true,
+    ),
+    ("pid4242::work:entry { @ = llquantize(arg0, 1000, 0, 5, 1000); }", false),
 ];
 
 #[test]
@@ -305,6 +332,13 @@ fn clause(r: &mut Rng) -> String {
             3 => format!("@s[{}] = sum({e});", expr(r, 2)),
             4 => format!("@q = quantize({e});"),
             5 => format!("@l[{}] = lquantize({e}, -100, 100, 7);", expr(r, 1)),
+            6 if r.next_u64().is_multiple_of(3) => {
+                format!(
+                    "@ll[{}] = llquantize({e}, {});",
+                    expr(r, 1),
+                    r.pick(&["10, 0, 6, 20", "2, 0, 62, 4", "4, 1, 3, 8"])
+                )
+            }
             6 => format!("@m = {}({e});", r.pick(&["min", "max", "avg", "stddev"])),
             7 => format!("if ({e}) {{ self->b = {}; }}", expr(r, 2)),
             _ => "@t[tid] = sum(self->a + self->b);".to_string(),
@@ -317,13 +351,35 @@ fn clause(r: &mut Rng) -> String {
     format!("pid4242::work:{probe} {pred} {{ {body}}}\n")
 }
 
+/// A consumer clause emptying one of the aggregations `src` updates (at the firing
+/// when its rows subtract), or nothing.
+fn emptying(r: &mut Rng, src: &str) -> String {
+    let used: Vec<&str> = ["@c[", "@s[", "@q =", "@l[", "@m =", "@t[", "@ll["]
+        .into_iter()
+        .filter(|a| src.contains(a))
+        .map(|a| a.split(|c| c == '[' || c == ' ').next().unwrap_or(a))
+        .collect();
+    if used.is_empty() || r.next_u64().is_multiple_of(2) {
+        return String::new();
+    }
+    let agg = r.pick(&used);
+    let act = match r.next_u64() % 3 {
+        0 => format!("clear({agg});"),
+        1 => format!("trunc({agg});"),
+        _ => format!("trunc({agg}, {});", r.pick(&["1", "2", "-1", "-3"])),
+    };
+    let at = r.pick(&["entry", "return", "1f"]);
+    format!("pid4242::work:{at} /(arg0 & 3) == 1/ {{ printa({agg}); {act} }}\n")
+}
+
 #[test]
 fn random_scripts_print_alike_both_ways() {
     let mut r = Rng(0x5eed_1234_5678_9abc);
     let (mut checked, mut moved) = (0, 0);
     for seed in 0..300u64 {
         let n = 1 + r.next_u64() % 3;
-        let src: String = (0..n).map(|_| clause(&mut r)).collect();
+        let mut src: String = (0..n).map(|_| clause(&mut r)).collect();
+        src += &emptying(&mut r, &src);
         if let Some(m) = compare(&src, seed) {
             checked += 1;
             moved += usize::from(m);
