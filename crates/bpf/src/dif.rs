@@ -218,7 +218,8 @@ pub enum Gets {
     /// From the firing: the thread, its CPU, the clock.
     Firing,
     /// Tests: from word 0.. of entry 0 of this array map, in [`Var::ALL`]'s order
-    /// (pid, tid, cpu, timestamp, uid, gid), so that a test decides them per firing.
+    /// (pid, tid, cpu, timestamp, uid, gid, ret), so that a test decides them per
+    /// firing.
     Map(i32),
 }
 
@@ -366,6 +367,9 @@ fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
             Var::Gid => {
                 a.call(helper::GET_CURRENT_UID_GID);
                 a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
+            }
+            Var::Ret => {
+                a.push(ldx(Size::DW, Reg::R0, Reg::R6, PtReg::Ax.offset() as i16));
             }
         },
         Gets::Map(fd) => {

@@ -34,8 +34,8 @@ pub extern "C" fn udtrace_dif_target(a: u64, b: u64, c: u64, d: u64, e: u64, f: 
     black_box(a) ^ black_box(b) ^ black_box(c) ^ black_box(d) ^ black_box(e) ^ black_box(f)
 }
 
-/// Words of the firing map: the six values of `Var::ALL`, then the program slot.
-const FIRING_WORDS: usize = 7;
+/// Words of the firing map: the values of `Var::ALL`, then the program slot.
+const FIRING_WORDS: usize = Var::ALL.len() + 1;
 const SLOTS: u32 = 4;
 
 /// The probe on [`udtrace_dif_target`] and what its program reads.
@@ -193,8 +193,9 @@ fn full_maps_count_drops_as_the_interpreter() {
             Op::Agg { agg: 0, keys: 1, val: 1, incr: 1 },
         ],
     };
-    let firing =
-        |tid, key| (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, cpu: 0, timestamp: 1, uid: 0, gid: 0 });
+    let firing = |tid, key| {
+        (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, cpu: 0, timestamp: 1, uid: 0, gid: 0, ret: 0 })
+    };
     let firings = [firing(7, 5), firing(7, 5), firing(7, 6), firing(8, 5), firing(7, 7)];
     let (want, _) = interpret(&layout, 1, 1, std::slice::from_ref(&program), &firings);
     let (mut got, _) = rig.run(&layout, DifSizes { threads: 1, keys: 1 }, std::slice::from_ref(&program), &firings);

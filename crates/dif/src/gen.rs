@@ -88,6 +88,7 @@ pub fn case(seed: u64) -> Case {
                 timestamp: ts,
                 uid: r.below(2),
                 gid: 100,
+                ret: r.value(),
             };
             (r.below(programs.len() as u64) as usize, f)
         })
@@ -120,7 +121,7 @@ fn block(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, written: &mut u16, dep
         let op = match (choice, pick(r, *written), pick(r, *written)) {
             (0, ..) | (_, None, _) => Op::Const { d, v: r.value() },
             (1, ..) => Op::Arg { d, n: r.below(6) as u8 },
-            (2, ..) => Op::Get { d, v: Var::ALL[r.below(6) as usize] },
+            (2, ..) => Op::Get { d, v: Var::ALL[r.below(Var::ALL.len() as u64) as usize] },
             (3, Some(a), _) => Op::Mov { d, a },
             (4 | 5, Some(a), Some(b)) => Op::Bin { op: BinOp::ALL[r.below(15) as usize], d, a, b },
             (6, Some(a), _) => {

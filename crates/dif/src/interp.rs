@@ -18,6 +18,8 @@ pub struct Firing {
     pub timestamp: u64,
     pub uid: u64,
     pub gid: u64,
+    /// rax at the site ([`Var::Ret`]).
+    pub ret: u64,
 }
 
 impl Firing {
@@ -29,6 +31,7 @@ impl Firing {
             Var::Timestamp => self.timestamp,
             Var::Uid => self.uid,
             Var::Gid => self.gid,
+            Var::Ret => self.ret,
         }
     }
 }

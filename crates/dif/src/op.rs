@@ -33,10 +33,13 @@ pub enum Var {
     Uid,
     /// The real group id of the process.
     Gid,
+    /// rax at the site: at a return (the `ret` instruction), the return value, a pid
+    /// return probe's `arg1`.
+    Ret,
 }
 
 impl Var {
-    pub const ALL: [Var; 6] = [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid];
+    pub const ALL: [Var; 7] = [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid, Var::Ret];
 }
 
 /// Two-operand operations. Comparisons give 0 or 1. Shift counts are taken modulo 64

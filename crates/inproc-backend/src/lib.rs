@@ -701,6 +701,7 @@ impl Backend for InProcess {
                 timestamp: breakpoint::monotonic_ns(),
                 uid,
                 gid,
+                ret: regs.rax,
             };
             emit = self.buffers.run(&work.program, &f, p.dif()) == udtrace_dif::interp::Outcome::Emit;
         }

@@ -104,6 +104,8 @@ pub enum ArgAt {
 pub struct Frame {
     /// The six argument registers' places.
     pub args: [ArgAt; 6],
+    /// Where rax was saved (`Var::Ret`: a return site's return value).
+    pub rax: AsmMemoryOperand,
     /// Where `Get` reads from.
     pub data_page: u64,
     pub tid_offset: i32,
@@ -183,6 +185,7 @@ impl Compiler<'_, '_> {
                 a.mov(rax, self.f.data_page + if v == Var::Uid { DATA_UID } else { DATA_GID } as u64)?;
                 a.mov(rax, qword_ptr(rax))?;
             }
+            Var::Ret => a.mov(rax, self.f.rax)?,
         }
         Ok(())
     }

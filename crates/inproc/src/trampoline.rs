@@ -303,7 +303,7 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
         a.sub(rsp, frame)?;
         a.mov(qword_ptr(rsp + w.ts_slot()), r13)?;
         let args = PtReg::ARGS.map(|r| ArgAt::Saved(site_reg(r)));
-        dif::emit(&mut a, &w, &dif_frame(p, args))?;
+        dif::emit(&mut a, &w, &dif_frame(p, args, site_reg(PtReg::Ax)))?;
         a.add(rsp, frame)?;
     }
 
@@ -432,8 +432,8 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     Ok(a.assemble(ip)?)
 }
 
-fn dif_frame(p: &ProcessAddrs, args: [ArgAt; 6]) -> dif::Frame {
-    dif::Frame { args, data_page: p.data_page, tid_offset: p.tid_offset, cpu: p.cpu }
+fn dif_frame(p: &ProcessAddrs, args: [ArgAt; 6], rax_at: iced_x86::code_asm::AsmMemoryOperand) -> dif::Frame {
+    dif::Frame { args, rax: rax_at, data_page: p.data_page, tid_offset: p.tid_offset, cpu: p.cpu }
 }
 
 /// A firing that writes no record: the site's program alone, saving only the registers
@@ -503,7 +503,9 @@ fn fast_firing(
     } else {
         a.sub(rsp, frame)?;
     }
-    dif::emit(&mut a, w, &dif_frame(p, args))?;
+    // rax is saved first, always (it is scratch to every program).
+    let rax_at = place(saved.iter().position(|&s| s == rax).unwrap_or(0), base, extra);
+    dif::emit(&mut a, w, &dif_frame(p, args, rax_at))?;
     let restore = |a: &mut CodeAssembler| -> Result<(), TrampolineError> {
         if clock {
             a.mov(rsp, rbx)?;

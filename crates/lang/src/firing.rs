@@ -269,7 +269,7 @@ impl FiringPlan {
         if self.at_firing.get(clause).copied().unwrap_or(false) || !cl.probes.iter().all(is_pid) {
             return None;
         }
-        if reads_args(pred) && !(probe.name == "entry" || is_offset(probe.name)) {
+        if reads_args(pred) && !args_at(probe.name, reads_arg0(pred)) {
             return None;
         }
         let mut g = Gen { plan: self, prog, probe, ops: Vec::new(), top: 0, locals: HashMap::new(), gate: true };
@@ -360,11 +360,37 @@ fn clause_capable(cl: &Clause, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> bool {
     if cl.records_data || cl.destructive || cl.probes.is_empty() || !cl.probes.iter().all(is_pid) {
         return false;
     }
-    // Arguments are the argument registers at entry and offset sites; a return
-    // probe's are the site's offset and the return value, which a program cannot read.
     let mut args = cl.predicate.as_ref().is_some_and(reads_args);
-    crate::ir::visit_actions(&cl.actions, &mut |e| args |= is_arg(e));
-    !args || cl.probes.iter().all(|d| d.name == "entry" || is_offset(&d.name))
+    let mut arg0 = cl.predicate.as_ref().is_some_and(reads_arg0);
+    crate::ir::visit_actions(&cl.actions, &mut |e| {
+        args |= is_arg(e);
+        arg0 |= is_arg0(e);
+    });
+    !args || cl.probes.iter().all(|d| args_at(&d.name, arg0))
+}
+
+/// Whether a program on probes named `name` reads arguments as the consumer does:
+/// the argument registers at entry and offset sites; at a return, `arg1` is the return
+/// value (rax, `Var::Ret`) and `arg2`.. are 0, but `arg0` is the site's offset, which
+/// a program shared by a function's return sites does not know (`arg0`: whether it is
+/// read, or an index that is not a constant).
+fn args_at(name: &str, arg0: bool) -> bool {
+    name == "entry" || is_offset(name) || (name == "return" && !arg0)
+}
+
+/// Whether `e` is `arg0`, `args[0]` or `args[i]` of an `i` not constant.
+fn is_arg0(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Builtin(Builtin::Arg(0)) => true,
+        ExprKind::Args(i) => !const_value(i).is_some_and(|n| n >= 1),
+        _ => false,
+    }
+}
+
+fn reads_arg0(e: &Expr) -> bool {
+    let mut arg0 = false;
+    crate::ir::visit_expr(e, &mut |e| arg0 |= is_arg0(e));
+    arg0
 }
 
 fn is_arg(e: &Expr) -> bool {
@@ -672,7 +698,7 @@ impl Gen<'_> {
             ExprKind::Builtin(b) => self.builtin(*b, &e.ty, d)?,
             ExprKind::Args(i) => match const_value(i) {
                 Some(n) if n <= 5 => {
-                    self.ops.push(Op::Arg { d, n: n as u8 });
+                    self.arg(n as u8, d)?;
                     self.narrow(d, &e.ty);
                 }
                 _ => return no("an argument past the sixth, or not a constant index"),
@@ -748,7 +774,7 @@ impl Gen<'_> {
     fn builtin(&mut self, b: Builtin, t: &Type, d: Reg) -> R<()> {
         let var = match b {
             Builtin::Arg(n) if n <= 5 => {
-                self.ops.push(Op::Arg { d, n });
+                self.arg(n, d)?;
                 self.narrow(d, t);
                 return Ok(());
             }
@@ -767,6 +793,18 @@ impl Gen<'_> {
         };
         self.ops.push(Op::Get { d, v: var });
         self.narrow(d, t);
+        Ok(())
+    }
+
+    /// d = argument `n` (0..=5) as the consumer reads it on this probe (`args_at`).
+    fn arg(&mut self, n: u8, d: Reg) -> R<()> {
+        let op = match (self.probe.name, n) {
+            ("return", 0) => return no("a return probe's arg0 (the site's offset)"),
+            ("return", 1) => Op::Get { d, v: Var::Ret },
+            ("return", _) => Op::Const { d, v: 0 },
+            _ => Op::Arg { d, n },
+        };
+        self.ops.push(op);
         Ok(())
     }
 

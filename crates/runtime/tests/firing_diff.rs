@@ -62,12 +62,20 @@ fn ecbs(prog: &CheckedProgram, probes: &[Rc<Probe>]) -> Vec<Ecb> {
     out
 }
 
-struct Ctx(Firing);
+/// A firing, and whether it is at the return probe (whose arguments are the site's
+/// offset and the return value, as `udtrace_providers::pid_context` reads them).
+struct Ctx(Firing, bool);
+
+/// The return site's offset (`arg0` at the return probe).
+const RET_OFFSET: i64 = 0x2a;
 
 impl Context for Ctx {
     fn builtin(&self, b: Builtin) -> Option<Value> {
         let f = &self.0;
         Some(Value::int(match b {
+            Builtin::Arg(0) if self.1 => RET_OFFSET,
+            Builtin::Arg(1) if self.1 => f.ret as i64,
+            Builtin::Arg(_) if self.1 => 0,
             Builtin::Arg(n) if n < 6 => f.args[usize::from(n)] as i64,
             Builtin::Pid => f.pid as i64,
             Builtin::Tid => f.tid as i64,
@@ -112,6 +120,7 @@ fn firings(seed: u64, n: usize) -> Vec<(u32, Firing)> {
                 timestamp: ts,
                 uid: *r.pick(&[0, 1000, u64::from(u32::MAX)]),
                 gid: 100,
+                ret: if r.next_u64().is_multiple_of(3) { r.next_u64() } else { *r.pick(&interesting) },
             };
             ((r.next_u64() % 3) as u32 + 1, f)
         })
@@ -128,7 +137,7 @@ fn consumer_only(prog: &Rc<CheckedProgram>, fs: &[(u32, Firing)]) -> String {
     let mut c = Consumer::new(Rc::clone(prog), settings(), ecbs(prog, &probes), 1);
     let mut out: Vec<u8> = Vec::new();
     for (id, f) in fs {
-        c.fire(*id, f.cpu as u32, &Ctx(*f), &mut out).unwrap();
+        c.fire(*id, f.cpu as u32, &Ctx(*f, *id == 2), &mut out).unwrap();
     }
     c.finish(&mut out).unwrap();
     String::from_utf8_lossy(&out).into_owned()
@@ -179,7 +188,7 @@ fn lowered(prog: &Rc<CheckedProgram>, plan: &FiringPlan, fs: &[(u32, Firing)]) -
             if reads_back {
                 udtrace_runtime::firing::load(&mut c, plan, &Snapshot::read(&plan.layout, &buf, &mem), &by_id);
             }
-            c.fire(*id, f.cpu as u32, &Ctx(*f), &mut out).unwrap();
+            c.fire(*id, f.cpu as u32, &Ctx(*f, *id == 2), &mut out).unwrap();
         }
     }
     let snap = Snapshot::read(&plan.layout, &buf, &mem);
@@ -232,7 +241,10 @@ const TABLE: &[(&str, bool)] = &[
         true,
     ),
     ("pid4242::work:entry { @ = sum(arg0 / arg1); }", false),
-    ("pid4242::work:return { @ = sum(arg1); }", false),
+    ("pid4242::work:return { @ = sum(arg1); @a[args[2], arg5] = quantize(args[1]); }", true),
+    ("pid4242::work:return /arg1 > 5/ { @ = count(); } pid4242::work:return /arg1 & 1/ { printf(\"%d\", arg1); }", true),
+    ("pid4242::work:return { @ = sum(arg0); }", false),
+    ("pid4242::work: { @[probename] = sum(arg1); }", false),
     ("pid4242::work:entry { @[(unsigned char)arg0] = sum((unsigned short)arg1 * 3 - arg2); }", true),
     // clear() and trunc() in the consumer, of aggregations at the firing.
     (
