@@ -17,6 +17,8 @@ pid_backends!(
     forked_children_count_into_their_parents_aggregations,
     clauses_at_the_firing_and_in_the_consumer_together,
     a_full_aggregation_drops_in_dtraces_words,
+    return_values_and_llquantize_at_the_firing,
+    clear_and_trunc_of_aggregations_at_the_firing,
 );
 
 const THREADS: u64 = 2;
@@ -139,6 +141,14 @@ fn clauses_at_the_firing_and_in_the_consumer_together(backend: Backend) {
     assert_eq!(v["sevens"], THREADS as i64, "{text}");
 }
 
+/// What the fixture's `ho_pair(i)` returns.
+fn pair_returns(i: i64) -> i64 {
+    let mut x = i * 3 + 1;
+    x ^= x >> 7;
+    x += i & 0xff;
+    x ^ (i << 2)
+}
+
 /// Without BPF (an ordinary user) the trampolines do the same.
 #[test]
 fn an_ordinary_user_counts_exactly() {
@@ -151,13 +161,16 @@ fn an_ordinary_user_counts_exactly() {
     let prog = "pid$target::ho_twork:entry { @ = count(); }
         pid$target::ho_pair:entry { self->ts = timestamp; }
         pid$target::ho_pair:return /self->ts/ { @q = quantize(timestamp - self->ts); self->ts = 0; }
-        END { printa(\"count %@d\\n\", @); printa(@q); }";
+        pid$target::ho_pair:return { @r = sum(arg1); @l = llquantize(arg1, 10, 0, 6, 20); }
+        END { printa(\"count %@d\\n\", @); printa(\"rets %@d\\n\", @r); printa(@q); printa(@l); }";
     let out = util::run(util::unprivileged(util::bin()).args(["-q", "-n", prog, "-c", &cmd]));
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert!(!out.stderr.contains("drop"), "{}", out.stderr);
     let calls = (THREADS * calls(Backend::InProcess)) as i64;
     assert_eq!(values(&out.stdout)["count"], calls, "{}", out.stdout);
-    assert_eq!(quantize_total(&out.stdout), calls, "{}", out.stdout);
+    assert_eq!(quantize_total(&out.stdout), 2 * calls, "{}", out.stdout);
+    let rets: i64 = (0..calls / THREADS as i64).map(pair_returns).sum();
+    assert_eq!(values(&out.stdout)["rets"], rets * THREADS as i64, "{}", out.stdout);
 }
 
 /// `aggsize` bounds the keys an aggregation holds at the firing: past them, each
@@ -188,4 +201,63 @@ fn a_full_aggregation_drops_in_dtraces_words(backend: Backend) {
     assert!(keys > 0 && keys <= 64, "{keys} keys kept in 1 KiB");
     assert!(dropped > 0, "nothing dropped:\n{err}");
     assert_eq!(counted + dropped, (THREADS * n) as i64, "{counted} counted + {dropped} dropped\n{err}");
+}
+
+/// What `prog` prints over `hot THREADS calls`, with its clauses where the plan puts
+/// them and all in the consumer (`-x nodif`): the same.
+fn as_the_consumer_prints(backend: Backend, prog: &str, calls: u64) {
+    let cmd = format!("{} {THREADS} {calls}", fixture("hot"));
+    let mut texts = Vec::new();
+    for nodif in [false, true] {
+        let mut args = vec!["-q"];
+        if nodif {
+            args.extend(["-x", "nodif"]);
+        }
+        args.extend(["-n", prog, "-c", &cmd]);
+        let Some(out) = backend.traced(&args) else { return };
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("drop"), "{}", stderr(&out));
+        texts.push(stdout(&out).lines().filter(|l| !l.starts_with("hot ")).collect::<Vec<_>>().join("\n"));
+    }
+    assert_eq!(texts[0], texts[1], "at the firing, then all in the consumer");
+}
+
+/// A return probe's `arg1` (the return value, rax) and llquantize() run at the firing:
+/// exact counts, and the tables the consumer alone prints.
+fn return_values_and_llquantize_at_the_firing(backend: Backend) {
+    let prog = "pid$target::ho_twork:return { @r[arg1 & 3] = count(); @s = sum(arg1);
+            @l = llquantize(arg1, 10, 0, 6, 20); @m = llquantize(args[1] - 1000, 2, 0, 20, 4, 2); }
+        END { printa(\"ret %d %@d\\n\", @r); printa(\"sum %@d\\n\", @s); printa(@l); printa(@m); }";
+    let Some(text) = traced(backend, prog, &[]) else { return };
+    let n = calls(backend) as i64;
+    let t = THREADS as i64;
+    let rets: Vec<i64> = (0..n).map(|i| i ^ 5).collect();
+    let v = values(&text);
+    for k in 0..4 {
+        let want = rets.iter().filter(|&&r| r & 3 == k).count() as i64 * t;
+        assert_eq!(v.get(&format!("ret {k}")).copied().unwrap_or(0), want, "key {k}\n{text}");
+    }
+    assert_eq!(v["sum"], rets.iter().sum::<i64>() * t, "{text}");
+    // Both tables: every call once, the second weighted 2.
+    assert_eq!(quantize_total(&text), 3 * n * t, "{text}");
+    as_the_consumer_prints(backend, prog, 4_000);
+}
+
+/// clear() and trunc() in the consumer of aggregations that live at the firing: what
+/// `-x nodif` prints, and exact.
+fn clear_and_trunc_of_aggregations_at_the_firing(backend: Backend) {
+    let prog = "pid$target::ho_twork:entry { @k[arg0 & 7] = count(); @s[arg0 & 1] = sum(arg0); @q = quantize(arg0); }
+        pid$target::ho_pair:return { @a = avg(arg1 & 0xff); }
+        END { trunc(@k, 3); printa(\"k %d %@d\\n\", @k); clear(@s); printa(\"s %d %@d\\n\", @s);
+            trunc(@q); printa(@q); clear(@a); printa(\"a %@d\\n\", @a); }";
+    let Some(text) = traced(backend, prog, &[]) else { return };
+    let per_key = (calls(backend) / 8 * THREADS) as i64;
+    let v = values(&text);
+    // Equal counts: trunc() keeps the larger keys.
+    for k in 0..8 {
+        assert_eq!(v.get(&format!("k {k}")).copied(), (k >= 5).then_some(per_key), "key {k}\n{text}");
+    }
+    assert_eq!((v.get("s 0"), v.get("s 1"), v.get("a")), (Some(&0), Some(&0), Some(&0)), "{text}");
+    assert_eq!(quantize_total(&text), 0, "{text}");
+    as_the_consumer_prints(backend, prog, 4_000);
 }

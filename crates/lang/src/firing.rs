@@ -382,7 +382,7 @@ fn args_at(name: &str, arg0: bool) -> bool {
 fn is_arg0(e: &Expr) -> bool {
     match &e.kind {
         ExprKind::Builtin(Builtin::Arg(0)) => true,
-        ExprKind::Args(i) => !const_value(i).is_some_and(|n| n >= 1),
+        ExprKind::Args(i) => const_value(i).is_none_or(|n| n == 0),
         _ => false,
     }
 }

@@ -369,7 +369,7 @@ fn emptying(r: &mut Rng, src: &str) -> String {
     let used: Vec<&str> = ["@c[", "@s[", "@q =", "@l[", "@m =", "@t[", "@ll["]
         .into_iter()
         .filter(|a| src.contains(a))
-        .map(|a| a.split(|c| c == '[' || c == ' ').next().unwrap_or(a))
+        .map(|a| a.split(['[', ' ']).next().unwrap_or(a))
         .collect();
     if used.is_empty() || r.next_u64().is_multiple_of(2) {
         return String::new();
