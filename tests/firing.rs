@@ -19,6 +19,7 @@ pid_backends!(
     a_full_aggregation_drops_in_dtraces_words,
     return_values_and_llquantize_at_the_firing,
     clear_and_trunc_of_aggregations_at_the_firing,
+    ppid_at_the_firing_is_the_parent_after_a_fork,
 );
 
 const THREADS: u64 = 2;
@@ -260,4 +261,33 @@ fn clear_and_trunc_of_aggregations_at_the_firing(backend: Backend) {
     assert_eq!((v.get("s 0"), v.get("s 1"), v.get("a")), (Some(&0), Some(&0), Some(&0)), "{text}");
     assert_eq!(quantize_total(&text), 0, "{text}");
     as_the_consumer_prints(backend, prog, 4_000);
+}
+
+/// `ppid` at the firing: a forked child's is its parent (read at each firing, not kept
+/// from the start), in a key and a predicate; as the consumer alone (`-x nodif`) sees it.
+fn ppid_at_the_firing_is_the_parent_after_a_fork(backend: Backend) {
+    let prog = "pid$target::ho_twork:entry { @[pid, ppid] = count(); }
+        pid$target::ho_twork:entry /ppid != pid && ppid > 0/ { @n = count(); }
+        END { printa(\"ids %d %d %@d\\n\", @); printa(\"n %@d\\n\", @n); }";
+    let check = |text: &str, per: i64| {
+        let ids: Vec<(i64, i64, i64)> = text
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<i64> = l.strip_prefix("ids ")?.split(' ').filter_map(|w| w.parse().ok()).collect();
+                Some((f[0], f[1], f[2]))
+            })
+            .collect();
+        assert_eq!(ids.len(), 2, "two processes:\n{text}");
+        assert!(ids.iter().all(|&(_, _, n)| n == per), "{text}");
+        let (parent, child) = if ids[1].1 == ids[0].0 { (ids[0], ids[1]) } else { (ids[1], ids[0]) };
+        assert_eq!(child.1, parent.0, "the child's ppid is its parent:\n{text}");
+        assert!(parent.1 > 0 && parent.1 != child.0, "{text}");
+        assert_eq!(values(text)["n"], 2 * per, "{text}");
+    };
+    let Some(text) = traced(backend, prog, &["fork"]) else { return };
+    check(&text, (THREADS * calls(backend)) as i64);
+    let cmd = format!("{} {THREADS} 2000 fork", fixture("hot"));
+    let Some(out) = backend.traced(&["-q", "-x", "nodif", "-n", prog, "-c", &cmd]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    check(&stdout(&out), (THREADS * 2000) as i64);
 }

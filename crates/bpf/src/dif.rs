@@ -40,6 +40,8 @@ pub enum DifError {
     Verify(#[from] udtrace_dif::VerifyError),
     #[error("{0} bytes of aggregation rows without keys (at most {MAX_ROWS})")]
     RowsTooLarge(usize),
+    #[error("ppid at the firing needs the kernel's BTF (task_struct's real_parent and tgid)")]
+    NoParent,
 }
 
 /// Bytes of keyless rows in one per-CPU value (the kernel's per-CPU allocations are at
@@ -76,6 +78,9 @@ pub struct DifMaps {
     zero: RawMap,
     /// Key 0: per CPU, aggregation drops and dynamic-variable drops.
     drops: RawMap,
+    /// Offsets in the kernel's `task_struct` (from its BTF) of `real_parent` and
+    /// `tgid`, for `Var::Ppid`; without them a program reading it does not compile.
+    pub parent: Option<(u32, u32)>,
 }
 
 const DROP_AGG: i16 = 0;
@@ -118,6 +123,7 @@ impl DifMaps {
             keyed,
             zero: RawMap::create(RawKind::Array, "udtrace_zero", 4, largest, 1)?,
             drops: RawMap::create(RawKind::PerCpuArray, "udtrace_difdrop", 4, 16, 1)?,
+            parent: None,
         })
     }
 
@@ -371,6 +377,10 @@ fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
             Var::Ret => {
                 a.push(ldx(Size::DW, Reg::R0, Reg::R6, PtReg::Ax.offset() as i16));
             }
+            // Read through the task by `emit_ppid` (emit_op), never here.
+            Var::Ppid => {
+                a.push(mov64_imm(Reg::R0, 0));
+            }
         },
         Gets::Map(fd) => {
             let word = Var::ALL.iter().position(|&w| w == v).unwrap_or(0) as i16;
@@ -386,6 +396,26 @@ fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
             a.bind(done);
         }
     }
+}
+
+/// R0 = the current task's `real_parent->tgid` (`offsets`: theirs in task_struct), as
+/// it is now: a forked child's parent, a reparented process's new one; 0 where a read
+/// faults (never, for the current task). Clobbers R1–R5.
+fn emit_ppid(a: &mut Asm, offsets: (u32, u32)) {
+    let done = a.label();
+    a.push(st(Size::DW, Reg::R10, GET_KEY, 0));
+    a.call(helper::GET_CURRENT_TASK);
+    a.push(mov64_reg(Reg::R3, Reg::R0));
+    a.push(alu64_imm(AluOp::Add, Reg::R3, offsets.0 as i32));
+    a.read_to_stack(helper::PROBE_READ_KERNEL, GET_KEY, 8);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, done);
+    a.push(ldx(Size::DW, Reg::R3, Reg::R10, GET_KEY));
+    a.push(st(Size::DW, Reg::R10, GET_KEY, 0));
+    a.push(alu64_imm(AluOp::Add, Reg::R3, offsets.1 as i32));
+    a.read_to_stack(helper::PROBE_READ_KERNEL, GET_KEY, 4);
+    a.bind(done);
+    a.push(ldx(Size::DW, Reg::R0, Reg::R10, GET_KEY));
+    a.push(mov32_reg(Reg::R0, Reg::R0));
 }
 
 /// R1 = 1 when `cond` holds between R1 and R2, else 0.
@@ -416,6 +446,10 @@ fn emit_op(a: &mut Asm, code: DifCode<'_>, op: Op, at: &[Label]) -> Result<(), D
         Op::Arg { d, n } => {
             a.push(ldx(Size::DW, Reg::R1, Reg::R6, PtReg::ARGS[usize::from(n)].offset() as i16));
             store(a, d, Reg::R1);
+        }
+        Op::Get { d, v: Var::Ppid } if code.gets == Gets::Firing => {
+            emit_ppid(a, maps.parent.ok_or(DifError::NoParent)?);
+            store(a, d, Reg::R0);
         }
         Op::Get { d, v } => {
             emit_get(a, code.gets, v);

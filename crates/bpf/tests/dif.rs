@@ -194,7 +194,7 @@ fn full_maps_count_drops_as_the_interpreter() {
         ],
     };
     let firing = |tid, key| {
-        (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, cpu: 0, timestamp: 1, uid: 0, gid: 0, ret: 0 })
+        (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, cpu: 0, timestamp: 1, uid: 0, gid: 0, ret: 0, ppid: 0 })
     };
     let firings = [firing(7, 5), firing(7, 5), firing(7, 6), firing(8, 5), firing(7, 7)];
     let (want, _) = interpret(&layout, 1, 1, std::slice::from_ref(&program), &firings);

@@ -89,6 +89,7 @@ pub fn case(seed: u64) -> Case {
                 uid: r.below(2),
                 gid: 100,
                 ret: r.value(),
+                ppid: 1 + r.below(3),
             };
             (r.below(programs.len() as u64) as usize, f)
         })

@@ -20,6 +20,7 @@ pub struct Firing {
     pub gid: u64,
     /// rax at the site ([`Var::Ret`]).
     pub ret: u64,
+    pub ppid: u64,
 }
 
 impl Firing {
@@ -32,6 +33,7 @@ impl Firing {
             Var::Uid => self.uid,
             Var::Gid => self.gid,
             Var::Ret => self.ret,
+            Var::Ppid => self.ppid,
         }
     }
 }

@@ -36,10 +36,13 @@ pub enum Var {
     /// rax at the site: at a return (the `ret` instruction), the return value, a pid
     /// return probe's `arg1`.
     Ret,
+    /// The parent process's id (in udtrace's PID namespace), as it is at the firing: a
+    /// forked child's is its parent, a reparented process's its new parent.
+    Ppid,
 }
 
 impl Var {
-    pub const ALL: [Var; 7] = [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid, Var::Ret];
+    pub const ALL: [Var; 8] = [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid, Var::Ret, Var::Ppid];
 }
 
 /// Two-operand operations. Comparisons give 0 or 1. Shift counts are taken modulo 64

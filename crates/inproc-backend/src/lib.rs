@@ -702,6 +702,7 @@ impl Backend for InProcess {
                 uid,
                 gid,
                 ret: regs.rax,
+                ppid: if work.program.reads(udtrace_dif::Var::Ppid) { firing::ppid_of(pid) } else { 0 },
             };
             emit = self.buffers.run(&work.program, &f, p.dif()) == udtrace_dif::interp::Outcome::Emit;
         }

@@ -77,7 +77,7 @@ impl SiteWork<'_> {
 /// The general registers the compiled program writes (besides the frame and the flags).
 pub fn clobbers(w: &SiteWork<'_>) -> Vec<AsmRegister64> {
     let mut regs = vec![rax, rcx, rdx];
-    if w.program.uses_thread_entry(w.layout) {
+    if w.program.uses_thread_entry(w.layout) || w.program.reads(Var::Ppid) {
         regs.push(r11);
     }
     let keyed = w.program.ops.iter().any(|op| match *op {
@@ -186,6 +186,15 @@ impl Compiler<'_, '_> {
                 a.mov(rax, qword_ptr(rax))?;
             }
             Var::Ret => a.mov(rax, self.f.rax)?,
+            Var::Ppid => {
+                // getppid(2): the parent now (a forked child's, a reparented
+                // process's), which no page could keep up to date. The system call
+                // changes rcx (scratch) and r11 (the thread's entry): kept.
+                a.push(r11)?;
+                a.mov(eax, 110)?; // SYS_getppid
+                a.syscall()?;
+                a.pop(r11)?;
+            }
         }
         Ok(())
     }

@@ -149,7 +149,7 @@ impl Env {
     /// A firing: the harness words, then a call of the patched function.
     fn fire(&mut self, plan: &PatchPlan, patch: &[u8], f: &Firing) {
         self.code.write(plan.start as usize, patch);
-        let words = [f.pid, f.tid, f.cpu, f.timestamp, f.uid, f.gid, f.ret];
+        let words = [f.pid, f.tid, f.cpu, f.timestamp, f.uid, f.gid, f.ret, f.ppid];
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
         self.harness.write(0, &bytes);
         assert_eq!(call_code(self.func(), f.args), f.args[0], "the function's result");

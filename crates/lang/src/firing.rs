@@ -784,11 +784,18 @@ impl Gen<'_> {
             }
             Builtin::Pid => Var::Pid,
             Builtin::Tid => Var::Tid,
-            Builtin::Cpu | Builtin::Timestamp if self.gate => return no("cpu or timestamp in a gate"),
+            Builtin::Cpu | Builtin::Timestamp | Builtin::Vtimestamp if self.gate => {
+                return no("cpu or timestamp in a gate")
+            }
             Builtin::Cpu => Var::Cpu,
-            Builtin::Timestamp => Var::Timestamp,
+            // The consumer's vtimestamp is the record's clock (pid records carry no
+            // thread CPU time): the firing's is the same.
+            Builtin::Timestamp | Builtin::Vtimestamp => Var::Timestamp,
             Builtin::Uid => Var::Uid,
             Builtin::Gid => Var::Gid,
+            // The record's is as a snapshot saw it, or as last read: not a gate's.
+            Builtin::Ppid if self.gate => return no("ppid in a gate"),
+            Builtin::Ppid => Var::Ppid,
             _ => return no("a built-in variable of the consumer"),
         };
         self.ops.push(Op::Get { d, v: var });

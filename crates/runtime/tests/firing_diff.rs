@@ -82,6 +82,7 @@ impl Context for Ctx {
             Builtin::Timestamp | Builtin::Vtimestamp => f.timestamp as i64,
             Builtin::Uid => f.uid as i64,
             Builtin::Gid => f.gid as i64,
+            Builtin::Ppid => f.ppid as i64,
             Builtin::Execname => return Some(Value::str("work")),
             _ => return None,
         }))
@@ -121,6 +122,7 @@ fn firings(seed: u64, n: usize) -> Vec<(u32, Firing)> {
                 uid: *r.pick(&[0, 1000, u64::from(u32::MAX)]),
                 gid: 100,
                 ret: if r.next_u64().is_multiple_of(3) { r.next_u64() } else { *r.pick(&interesting) },
+                ppid: 1 + r.next_u64() % 2,
             };
             ((r.next_u64() % 3) as u32 + 1, f)
         })
@@ -267,6 +269,9 @@ const TABLE: &[(&str, bool)] = &[
         true,
     ),
     ("pid4242::work:entry { @ = llquantize(arg0, 1000, 0, 5, 1000); }", false),
+    // ppid and vtimestamp at the firing; ppid not in a gate.
+    ("pid4242::work:entry /ppid == 2/ { @[ppid, pid] = count(); @v = sum(vtimestamp - timestamp); }", true),
+    ("pid4242::work:entry /ppid == 2/ { printf(\"%d\", ppid); }", false),
 ];
 
 #[test]
@@ -291,6 +296,8 @@ fn expr(r: &mut Rng, depth: u32) -> String {
         "cpu",
         "uid",
         "gid",
+        "ppid",
+        "vtimestamp",
         "timestamp",
         "id",
         "self->a",
