@@ -20,6 +20,7 @@ pid_backends!(
     return_values_and_llquantize_at_the_firing,
     clear_and_trunc_of_aggregations_at_the_firing,
     ppid_at_the_firing_is_the_parent_after_a_fork,
+    errno_at_the_firing_is_the_calling_threads,
 );
 
 const THREADS: u64 = 2;
@@ -290,4 +291,39 @@ fn ppid_at_the_firing_is_the_parent_after_a_fork(backend: Backend) {
     let Some(out) = backend.traced(&["-q", "-x", "nodif", "-n", prog, "-c", &cmd]) else { return };
     assert!(out.status.success(), "{}", stderr(&out));
     check(&stdout(&out), (THREADS * 2000) as i64);
+}
+
+/// `errno` at the firing: the one each failing call left in its thread (the errnos
+/// fixture's two threads), counted by function and value, as `-x nodif` counts it.
+fn errno_at_the_firing_is_the_calling_threads(backend: Backend) {
+    let prog = "pid$target::open:return, pid$target::close:return, pid$target::chdir:return
+        { @[probefunc, errno] = count(); }
+        pid$target::chdir:return /errno == 2/ { @c = count(); }
+        END { printa(\"e %s %d %@d\\n\", @); printa(\"c %@d\\n\", @c); }";
+    let cmd = format!("{} 3", fixture("errnos"));
+    let mut texts = Vec::new();
+    for nodif in [false, true] {
+        let mut args = vec!["-q"];
+        if nodif {
+            args.extend(["-x", "nodif"]);
+        }
+        args.extend(["-n", prog, "-c", &cmd]);
+        let Some(out) = backend.traced(&args) else { return };
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = stdout(&out);
+        let v = values(&text);
+        for (k, n) in [("e open 2", 6), ("e open 21", 6), ("e close 9", 6), ("e chdir 2", 12), ("c", 12)] {
+            assert_eq!(v.get(k).copied(), Some(n), "{k} (nodif: {nodif})\n{text}");
+        }
+        texts.push(text.lines().filter(|l| l.starts_with("e ") || l.starts_with("c ")).collect::<Vec<_>>().join("\n"));
+    }
+    assert_eq!(texts[0], texts[1]);
+    // At any rate (at the firing: the consumer would drop), with ppid and vtimestamp.
+    let prog = "pid$target::ho_twork:entry { @[errno] = count(); @p[ppid] = count(); @v = sum(vtimestamp > 0); }
+        END { printa(\"e %d %@d\\n\", @); printa(\"v %@d\\n\", @v); }";
+    let Some(text) = traced(backend, prog, &[]) else { return };
+    let all = (THREADS * calls(backend)) as i64;
+    let counted: i64 =
+        text.lines().filter(|l| l.starts_with("e ")).filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok()).sum();
+    assert_eq!((counted, values(&text)["v"]), (all, all), "{text}");
 }

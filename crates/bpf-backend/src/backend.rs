@@ -422,7 +422,9 @@ impl Bpf {
         let filter = if all { Filter::AllBut(std::process::id()) } else { Filter::Traced };
         let dif = match (&self.dif, key.1.ops.is_empty()) {
             (_, true) => None,
-            (Some(maps), false) => Some(DifCode { program: &key.1, maps, gets: Gets::Firing }),
+            (Some(maps), false) => {
+                Some(DifCode { program: &key.1, maps, gets: Gets::Firing, errno: self.maps.errno.as_ref() })
+            }
             (None, false) => {
                 return Err("a probe's firing-time work names no thread-local variable or aggregation".into())
             }

@@ -235,6 +235,9 @@ pub struct DifCode<'a> {
     pub program: &'a Program,
     pub maps: &'a DifMaps,
     pub gets: Gets,
+    /// Where errno is (`Var::Errno`): the records' source; none, errno reads 0, as a
+    /// record's does.
+    pub errno: Option<&'a crate::codegen::ErrnoSource>,
 }
 
 /// The stack: the sixteen registers (register i at `REGS + 8 i`: keys in consecutive
@@ -245,6 +248,9 @@ const TID_KEY: i16 = -144;
 const GET_KEY: i16 = -152;
 /// 1 once an [`Op::Emit`] ran (read by [`emitted`]).
 const EMIT: i16 = -160;
+/// Scratch of [`emit_errno`].
+const ERRNO_A: i16 = -168;
+const ERRNO_B: i16 = -176;
 
 fn reg(r: u8) -> i16 {
     REGS + 8 * i16::from(r)
@@ -377,8 +383,8 @@ fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
             Var::Ret => {
                 a.push(ldx(Size::DW, Reg::R0, Reg::R6, PtReg::Ax.offset() as i16));
             }
-            // Read through the task by `emit_ppid` (emit_op), never here.
-            Var::Ppid => {
+            // Read through the task by `emit_ppid` and `emit_errno` (emit_op), never here.
+            Var::Ppid | Var::Errno => {
                 a.push(mov64_imm(Reg::R0, 0));
             }
         },
@@ -418,6 +424,49 @@ fn emit_ppid(a: &mut Asm, offsets: (u32, u32)) {
     a.push(mov32_reg(Reg::R0, Reg::R0));
 }
 
+/// R0 = the firing thread's errno, sign-extended, as a record reads it
+/// (`codegen::emit_errno`): the thread pointer (`fsbase` of the current task) plus
+/// the process's TLS offset of errno (from its GOT slot, or the constant); 0 without a
+/// source, an entry, an offset, or where a read faults. Clobbers R1–R5.
+fn emit_errno(a: &mut Asm, src: Option<&crate::codegen::ErrnoSource>) {
+    let Some(src) = src else {
+        a.push(mov64_imm(Reg::R0, 0));
+        return;
+    };
+    let (have, done) = (a.label(), a.label());
+    a.push(st(Size::DW, Reg::R10, ERRNO_A, 0));
+    a.push(mov64_reg(Reg::R1, Reg::R7));
+    a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
+    a.push(stx(Size::W, Reg::R10, GET_KEY, Reg::R1));
+    a.map_lookup(src.tls.raw_fd(), GET_KEY);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, done);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R0, 8));
+    a.push(stx(Size::DW, Reg::R10, ERRNO_B, Reg::R1));
+    a.push(ldx(Size::DW, Reg::R3, Reg::R0, 0));
+    a.jmp_imm(Cond::Eq, Reg::R3, 0, have);
+    // The offset from its GOT slot (a failed read leaves 0: no errno).
+    a.read_to_stack(helper::PROBE_READ_USER, ERRNO_B, 8);
+    a.bind(have);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R10, ERRNO_B));
+    a.jmp_imm(Cond::Eq, Reg::R1, 0, done);
+    a.call(helper::GET_CURRENT_TASK);
+    a.push(mov64_reg(Reg::R3, Reg::R0));
+    a.push(alu64_imm(AluOp::Add, Reg::R3, src.fsbase as i32));
+    a.read_to_stack(helper::PROBE_READ_KERNEL, ERRNO_A, 8);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, done);
+    a.push(ldx(Size::DW, Reg::R3, Reg::R10, ERRNO_A));
+    a.jmp_imm(Cond::Eq, Reg::R3, 0, done);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R10, ERRNO_B));
+    a.push(alu64_reg(AluOp::Add, Reg::R3, Reg::R1));
+    a.read_to_stack(helper::PROBE_READ_USER, ERRNO_A, 4);
+    a.bind(done);
+    // The low 32 bits: errno, or 0 on every way without it (a failed read zeroes its
+    // destination; fsbase is there only where it was 0).
+    a.push(ldx(Size::W, Reg::R0, Reg::R10, ERRNO_A));
+    a.push(alu64_imm(AluOp::Lsh, Reg::R0, 32));
+    a.push(alu64_imm(AluOp::Arsh, Reg::R0, 32));
+}
+
 /// R1 = 1 when `cond` holds between R1 and R2, else 0.
 fn set_if(a: &mut Asm, cond: Cond) {
     let yes = a.label();
@@ -449,6 +498,10 @@ fn emit_op(a: &mut Asm, code: DifCode<'_>, op: Op, at: &[Label]) -> Result<(), D
         }
         Op::Get { d, v: Var::Ppid } if code.gets == Gets::Firing => {
             emit_ppid(a, maps.parent.ok_or(DifError::NoParent)?);
+            store(a, d, Reg::R0);
+        }
+        Op::Get { d, v: Var::Errno } if code.gets == Gets::Firing => {
+            emit_errno(a, code.errno);
             store(a, d, Reg::R0);
         }
         Op::Get { d, v } => {

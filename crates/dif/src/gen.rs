@@ -90,6 +90,7 @@ pub fn case(seed: u64) -> Case {
                 gid: 100,
                 ret: r.value(),
                 ppid: 1 + r.below(3),
+                errno: [0, 2, 11, u64::MAX][r.below(4) as usize],
             };
             (r.below(programs.len() as u64) as usize, f)
         })

@@ -21,6 +21,7 @@ pub struct Firing {
     /// rax at the site ([`Var::Ret`]).
     pub ret: u64,
     pub ppid: u64,
+    pub errno: u64,
 }
 
 impl Firing {
@@ -34,6 +35,7 @@ impl Firing {
             Var::Gid => self.gid,
             Var::Ret => self.ret,
             Var::Ppid => self.ppid,
+            Var::Errno => self.errno,
         }
     }
 }

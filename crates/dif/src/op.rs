@@ -39,10 +39,14 @@ pub enum Var {
     /// The parent process's id (in udtrace's PID namespace), as it is at the firing: a
     /// forked child's is its parent, a reparented process's its new parent.
     Ppid,
+    /// The firing thread's errno (C's `int`, sign-extended), where the process keeps it
+    /// (its TLS offset, as records read it); 0 while that is not known.
+    Errno,
 }
 
 impl Var {
-    pub const ALL: [Var; 8] = [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid, Var::Ret, Var::Ppid];
+    pub const ALL: [Var; 9] =
+        [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid, Var::Ret, Var::Ppid, Var::Errno];
 }
 
 /// Two-operand operations. Comparisons give 0 or 1. Shift counts are taken modulo 64

@@ -19,7 +19,7 @@ use udtrace_dif::layout::{
 use udtrace_dif::op::{BinOp, Op, UnOp, Var};
 use udtrace_dif::{Layout, Program};
 
-use crate::trampoline::{CpuSource, TrampolineError, DATA_PID};
+use crate::trampoline::{CpuSource, TrampolineError, DATA_ERRNO_SLOT, DATA_PID};
 
 /// Offset in the data page of the process's real user id (u64), which udtrace writes
 /// when it sets the process up (`Var::Uid`).
@@ -194,6 +194,25 @@ impl Compiler<'_, '_> {
                 a.mov(eax, 110)?; // SYS_getppid
                 a.syscall()?;
                 a.pop(r11)?;
+            }
+            Var::Errno => {
+                // fs:[offset], the offset in the GOT slot whose address the data page
+                // holds (as a record reads it: trampoline::emit_errno); 0 while either
+                // is not known.
+                let (mut none, mut done) = (a.create_label(), a.create_label());
+                a.mov(rax, self.f.data_page + DATA_ERRNO_SLOT as u64)?;
+                a.mov(rax, qword_ptr(rax))?;
+                a.test(rax, rax)?;
+                a.jz(none)?;
+                a.mov(rax, qword_ptr(rax))?;
+                a.test(rax, rax)?;
+                a.jz(none)?;
+                a.movsxd(rax, dword_ptr(rax).fs())?;
+                a.jmp(done)?;
+                a.set_label(&mut none)?;
+                a.xor(eax, eax)?;
+                a.set_label(&mut done)?;
+                a.nop()?;
             }
         }
         Ok(())

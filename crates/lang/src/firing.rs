@@ -796,6 +796,7 @@ impl Gen<'_> {
             // The record's is as a snapshot saw it, or as last read: not a gate's.
             Builtin::Ppid if self.gate => return no("ppid in a gate"),
             Builtin::Ppid => Var::Ppid,
+            Builtin::Errno => Var::Errno,
             _ => return no("a built-in variable of the consumer"),
         };
         self.ops.push(Op::Get { d, v: var });

@@ -83,6 +83,7 @@ impl Context for Ctx {
             Builtin::Uid => f.uid as i64,
             Builtin::Gid => f.gid as i64,
             Builtin::Ppid => f.ppid as i64,
+            Builtin::Errno => f.errno as i64,
             Builtin::Execname => return Some(Value::str("work")),
             _ => return None,
         }))
@@ -123,6 +124,7 @@ fn firings(seed: u64, n: usize) -> Vec<(u32, Firing)> {
                 gid: 100,
                 ret: if r.next_u64().is_multiple_of(3) { r.next_u64() } else { *r.pick(&interesting) },
                 ppid: 1 + r.next_u64() % 2,
+                errno: *r.pick(&[0, 2, 11]),
             };
             ((r.next_u64() % 3) as u32 + 1, f)
         })
@@ -272,6 +274,7 @@ const TABLE: &[(&str, bool)] = &[
     // ppid and vtimestamp at the firing; ppid not in a gate.
     ("pid4242::work:entry /ppid == 2/ { @[ppid, pid] = count(); @v = sum(vtimestamp - timestamp); }", true),
     ("pid4242::work:entry /ppid == 2/ { printf(\"%d\", ppid); }", false),
+    ("pid4242::work:return { @[probefunc, errno] = count(); } pid4242::work:return /errno == 2/ { @c = count(); }", true),
 ];
 
 #[test]
