@@ -205,23 +205,30 @@ fn a_full_aggregation_drops_in_dtraces_words(backend: Backend) {
     assert_eq!(counted + dropped, (THREADS * n) as i64, "{counted} counted + {dropped} dropped\n{err}");
 }
 
-/// What `prog` prints over `hot THREADS calls`, with its clauses where the plan puts
-/// them and all in the consumer (`-x nodif`): the same.
-fn as_the_consumer_prints(backend: Backend, prog: &str, calls: u64) {
-    let cmd = format!("{} {THREADS} {calls}", fixture("hot"));
+/// What `prog` prints over `cmd` with its clauses where the plan puts them, then all
+/// in the consumer (`-x nodif`), each run checked (success, no drop); `None`: skipped.
+fn both_ways(backend: Backend, prog: &str, cmd: &str) -> Option<Vec<String>> {
     let mut texts = Vec::new();
     for nodif in [false, true] {
         let mut args = vec!["-q"];
         if nodif {
             args.extend(["-x", "nodif"]);
         }
-        args.extend(["-n", prog, "-c", &cmd]);
-        let Some(out) = backend.traced(&args) else { return };
+        args.extend(["-n", prog, "-c", cmd]);
+        let out = backend.traced(&args)?;
         assert!(out.status.success(), "{}", stderr(&out));
         assert!(!stderr(&out).contains("drop"), "{}", stderr(&out));
-        texts.push(stdout(&out).lines().filter(|l| !l.starts_with("hot ")).collect::<Vec<_>>().join("\n"));
+        texts.push(stdout(&out));
     }
-    assert_eq!(texts[0], texts[1], "at the firing, then all in the consumer");
+    Some(texts)
+}
+
+/// What `prog` prints over `hot THREADS calls` both ways: the same.
+fn as_the_consumer_prints(backend: Backend, prog: &str, calls: u64) {
+    let cmd = format!("{} {THREADS} {calls}", fixture("hot"));
+    let Some(texts) = both_ways(backend, prog, &cmd) else { return };
+    let own = |t: &str| t.lines().filter(|l| !l.starts_with("hot ")).collect::<Vec<_>>().join("\n");
+    assert_eq!(own(&texts[0]), own(&texts[1]), "at the firing, then all in the consumer");
 }
 
 /// A return probe's `arg1` (the return value, rax) and llquantize() run at the firing:
@@ -301,23 +308,14 @@ fn errno_at_the_firing_is_the_calling_threads(backend: Backend) {
         pid$target::chdir:return /errno == 2/ { @c = count(); }
         END { printa(\"e %s %d %@d\\n\", @); printa(\"c %@d\\n\", @c); }";
     let cmd = format!("{} 3", fixture("errnos"));
-    let mut texts = Vec::new();
-    for nodif in [false, true] {
-        let mut args = vec!["-q"];
-        if nodif {
-            args.extend(["-x", "nodif"]);
-        }
-        args.extend(["-n", prog, "-c", &cmd]);
-        let Some(out) = backend.traced(&args) else { return };
-        assert!(out.status.success(), "{}", stderr(&out));
-        let text = stdout(&out);
-        let v = values(&text);
-        for (k, n) in [("e open 2", 6), ("e open 21", 6), ("e close 9", 6), ("e chdir 2", 12), ("c", 12)] {
-            assert_eq!(v.get(k).copied(), Some(n), "{k} (nodif: {nodif})\n{text}");
-        }
-        texts.push(text.lines().filter(|l| l.starts_with("e ") || l.starts_with("c ")).collect::<Vec<_>>().join("\n"));
+    let Some(texts) = both_ways(backend, prog, &cmd) else { return };
+    let ours =
+        |t: &str| t.lines().filter(|l| l.starts_with("e ") || l.starts_with("c ")).collect::<Vec<_>>().join("\n");
+    let v = values(&texts[0]);
+    for (k, n) in [("e open 2", 6), ("e open 21", 6), ("e close 9", 6), ("e chdir 2", 12), ("c", 12)] {
+        assert_eq!(v.get(k).copied(), Some(n), "{k}\n{}", texts[0]);
     }
-    assert_eq!(texts[0], texts[1]);
+    assert_eq!(ours(&texts[0]), ours(&texts[1]), "at the firing, then all in the consumer");
     // At any rate (at the firing: the consumer would drop), with ppid and vtimestamp.
     let prog = "pid$target::ho_twork:entry { @[errno] = count(); @p[ppid] = count(); @v = sum(vtimestamp > 0); }
         END { printa(\"e %d %@d\\n\", @); printa(\"v %@d\\n\", @v); }";

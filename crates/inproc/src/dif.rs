@@ -74,6 +74,21 @@ impl SiteWork<'_> {
     }
 }
 
+/// eax = the thread's errno: `fs:[offset]`, with offset the i64 in the GOT slot whose
+/// address is at `DATA_ERRNO_SLOT` of the data page; jumps to `none` while there is no
+/// slot, or the slot is still 0 (libc not relocated yet). Clobbers rax only.
+pub(crate) fn errno_into_eax(a: &mut CodeAssembler, data_page: u64, none: CodeLabel) -> Result<(), TrampolineError> {
+    a.mov(rax, data_page + DATA_ERRNO_SLOT as u64)?;
+    a.mov(rax, qword_ptr(rax))?;
+    a.test(rax, rax)?;
+    a.jz(none)?;
+    a.mov(rax, qword_ptr(rax))?;
+    a.test(rax, rax)?;
+    a.jz(none)?;
+    a.mov(eax, dword_ptr(rax).fs())?;
+    Ok(())
+}
+
 /// The general registers the compiled program writes (besides the frame and the flags).
 pub fn clobbers(w: &SiteWork<'_>) -> Vec<AsmRegister64> {
     let mut regs = vec![rax, rcx, rdx];
@@ -200,14 +215,8 @@ impl Compiler<'_, '_> {
                 // holds (as a record reads it: trampoline::emit_errno); 0 while either
                 // is not known.
                 let (mut none, mut done) = (a.create_label(), a.create_label());
-                a.mov(rax, self.f.data_page + DATA_ERRNO_SLOT as u64)?;
-                a.mov(rax, qword_ptr(rax))?;
-                a.test(rax, rax)?;
-                a.jz(none)?;
-                a.mov(rax, qword_ptr(rax))?;
-                a.test(rax, rax)?;
-                a.jz(none)?;
-                a.movsxd(rax, dword_ptr(rax).fs())?;
+                errno_into_eax(a, self.f.data_page, none)?;
+                a.movsxd(rax, eax)?;
                 a.jmp(done)?;
                 a.set_label(&mut none)?;
                 a.xor(eax, eax)?;

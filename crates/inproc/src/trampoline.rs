@@ -811,14 +811,7 @@ fn emit_chain(
 /// yet), leaves the 0 already stored.
 fn emit_errno(a: &mut CodeAssembler, data_page: u64) -> Result<(), TrampolineError> {
     let mut none = a.create_label();
-    a.mov(rax, data_page + DATA_ERRNO_SLOT as u64)?;
-    a.mov(rax, qword_ptr(rax))?;
-    a.test(rax, rax)?;
-    a.jz(none)?;
-    a.mov(rax, qword_ptr(rax))?;
-    a.test(rax, rax)?;
-    a.jz(none)?;
-    a.mov(eax, dword_ptr(rax).fs())?;
+    dif::errno_into_eax(a, data_page, none)?;
     a.mov(dword_ptr(rbx + udtrace_record::pid::OFF_ERRNO as i32), eax)?;
     a.set_label(&mut none)?;
     Ok(())
