@@ -163,8 +163,9 @@ fn an_ordinary_user_counts_exactly() {
     let prog = "pid$target::ho_twork:entry { @ = count(); }
         pid$target::ho_pair:entry { self->ts = timestamp; }
         pid$target::ho_pair:return /self->ts/ { @q = quantize(timestamp - self->ts); self->ts = 0; }
-        pid$target::ho_pair:return { @r = sum(arg1); @l = llquantize(arg1, 10, 0, 6, 20); }
-        END { printa(\"count %@d\\n\", @); printa(\"rets %@d\\n\", @r); printa(@q); printa(@l); }";
+        pid$target::ho_pair:return { @r = sum(arg1); @l = llquantize(arg1, 10, 0, 6, 20); @pp = sum(ppid > 1); }
+        END { printa(\"count %@d\\n\", @); printa(\"rets %@d\\n\", @r); printa(\"ppid %@d\\n\", @pp);
+            printa(@q); printa(@l); }";
     let out = util::run(util::unprivileged(util::bin()).args(["-q", "-n", prog, "-c", &cmd]));
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert!(!out.stderr.contains("drop"), "{}", out.stderr);
@@ -173,6 +174,7 @@ fn an_ordinary_user_counts_exactly() {
     assert_eq!(quantize_total(&out.stdout), 2 * calls, "{}", out.stdout);
     let rets: i64 = (0..calls / THREADS as i64).map(pair_returns).sum();
     assert_eq!(values(&out.stdout)["rets"], rets * THREADS as i64, "{}", out.stdout);
+    assert_eq!(values(&out.stdout)["ppid"], calls, "{}", out.stdout);
 }
 
 /// `aggsize` bounds the keys an aggregation holds at the firing: past them, each

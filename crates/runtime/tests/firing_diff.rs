@@ -397,16 +397,19 @@ fn emptying(r: &mut Rng, src: &str) -> String {
 #[test]
 fn random_scripts_print_alike_both_ways() {
     let mut r = Rng(0x5eed_1234_5678_9abc);
-    let (mut checked, mut moved) = (0, 0);
+    let (mut checked, mut moved, mut emptied) = (0, 0, 0);
     for seed in 0..300u64 {
         let n = 1 + r.next_u64() % 3;
         let mut src: String = (0..n).map(|_| clause(&mut r)).collect();
-        src += &emptying(&mut r, &src);
+        let empty = emptying(&mut r, &src);
+        src += &empty;
         if let Some(m) = compare(&src, seed) {
             checked += 1;
             moved += usize::from(m);
+            emptied += usize::from(m && !empty.is_empty());
         }
     }
     assert!(checked > 200, "only {checked} random scripts checked");
     assert!(moved > 50, "only {moved} of {checked} random scripts moved anything to the firing");
+    assert!(emptied > 20, "only {emptied} scripts clearing or truncating moved anything to the firing");
 }
