@@ -308,13 +308,19 @@ fn errno_at_the_firing_is_the_calling_threads(backend: Backend) {
     let prog = "pid$target::open:return, pid$target::close:return, pid$target::chdir:return
         { @[probefunc, errno] = count(); }
         pid$target::chdir:return /errno == 2/ { @c = count(); }
-        END { printa(\"e %s %d %@d\\n\", @); printa(\"c %@d\\n\", @c); }";
+        pid$target::close:return { printf(\"close %d %d\\n\", errno, ppid > 1); @r = sum(ppid > 1); }
+        END { printa(\"e %s %d %@d\\n\", @); printa(\"c %@d\\n\", @c); printa(\"r %@d\\n\", @r); }";
     let cmd = format!("{} 3", fixture("errnos"));
     let Some(texts) = both_ways(backend, prog, &cmd) else { return };
-    let ours =
-        |t: &str| t.lines().filter(|l| l.starts_with("e ") || l.starts_with("c ")).collect::<Vec<_>>().join("\n");
+    // A site whose firing records (the printf) runs its program in the record's code.
+    let ours = |t: &str| {
+        let mut l: Vec<&str> = t.lines().filter(|l| l.starts_with(['e', 'c', 'r'])).collect();
+        l.sort();
+        l.join("\n")
+    };
+    assert_eq!(texts[0].lines().filter(|l| *l == "close 9 1").count(), 6, "{}", texts[0]);
     let v = values(&texts[0]);
-    for (k, n) in [("e open 2", 6), ("e open 21", 6), ("e close 9", 6), ("e chdir 2", 12), ("c", 12)] {
+    for (k, n) in [("e open 2", 6), ("e open 21", 6), ("e close 9", 6), ("e chdir 2", 12), ("c", 12), ("r", 6)] {
         assert_eq!(v.get(k).copied(), Some(n), "{k}\n{}", texts[0]);
     }
     assert_eq!(ours(&texts[0]), ours(&texts[1]), "at the firing, then all in the consumer");
