@@ -368,8 +368,8 @@ fn clause(r: &mut Rng) -> String {
         body.push_str(&stmt);
         body.push(' ');
     }
-    // Names return probes only where no argument is read (a return probe's are not
-    // the registers), which the lowering leaves to the consumer anyway.
+    // At the return probe, arg0 (the site's offset) keeps a clause in the consumer;
+    // arg1 is the return value, arg2.. 0, at the firing as in the consumer (`Ctx`).
     format!("pid4242::work:{probe} {pred} {{ {body}}}\n")
 }
 
