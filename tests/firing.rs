@@ -209,10 +209,11 @@ fn a_full_aggregation_drops_in_dtraces_words(backend: Backend) {
 
 /// What `prog` prints over `cmd` with its clauses where the plan puts them, then all
 /// in the consumer (`-x nodif`), each run checked (success, no drop); `None`: skipped.
-fn both_ways(backend: Backend, prog: &str, cmd: &str) -> Option<Vec<String>> {
+fn both_ways(backend: Backend, flags: &[&str], prog: &str, cmd: &str) -> Option<Vec<String>> {
     let mut texts = Vec::new();
     for nodif in [false, true] {
         let mut args = vec!["-q"];
+        args.extend(flags);
         if nodif {
             args.extend(["-x", "nodif"]);
         }
@@ -228,7 +229,7 @@ fn both_ways(backend: Backend, prog: &str, cmd: &str) -> Option<Vec<String>> {
 /// What `prog` prints over `hot THREADS calls` both ways: the same.
 fn as_the_consumer_prints(backend: Backend, prog: &str, calls: u64) {
     let cmd = format!("{} {THREADS} {calls}", fixture("hot"));
-    let Some(texts) = both_ways(backend, prog, &cmd) else { return };
+    let Some(texts) = both_ways(backend, &[], prog, &cmd) else { return };
     let own = |t: &str| t.lines().filter(|l| !l.starts_with("hot ")).collect::<Vec<_>>().join("\n");
     assert_eq!(own(&texts[0]), own(&texts[1]), "at the firing, then all in the consumer");
 }
@@ -296,6 +297,18 @@ fn ppid_at_the_firing_is_the_parent_after_a_fork(backend: Backend) {
     };
     let Some(text) = traced(backend, prog, &["fork"]) else { return };
     check(&text, (THREADS * calls(backend)) as i64);
+    // In a PID namespace of its own, whose parent is outside it (getppid(2) says 0
+    // there): udtrace's view, as the consumer's.
+    let cmd = format!("unshare -p -f {} 1 3000", fixture("hot"));
+    let ns_prog = "pid$target::ho_twork:entry { @[ppid == 0] = count(); } END { printa(\"zero %d %@d\\n\", @); }";
+    let unshares = Command::new("unshare").args(["-p", "-f", "true"]).status().is_ok_and(|s| s.success());
+    if !unshares {
+        println!("skipped the namespace case: unshare -p fails here");
+    } else if let Some(texts) = both_ways(backend, &["-Z"], ns_prog, &cmd) {
+        for t in &texts {
+            assert_eq!(values(t).get("zero 0"), Some(&3000), "{t}");
+        }
+    }
     let cmd = format!("{} {THREADS} 2000 fork", fixture("hot"));
     let Some(out) = backend.traced(&["-q", "-x", "nodif", "-n", prog, "-c", &cmd]) else { return };
     assert!(out.status.success(), "{}", stderr(&out));
@@ -311,7 +324,7 @@ fn errno_at_the_firing_is_the_calling_threads(backend: Backend) {
         pid$target::close:return { printf(\"close %d %d\\n\", errno, ppid > 1); @r = sum(ppid > 1); }
         END { printa(\"e %s %d %@d\\n\", @); printa(\"c %@d\\n\", @c); printa(\"r %@d\\n\", @r); }";
     let cmd = format!("{} 3", fixture("errnos"));
-    let Some(texts) = both_ways(backend, prog, &cmd) else { return };
+    let Some(texts) = both_ways(backend, &[], prog, &cmd) else { return };
     // A site whose firing records (the printf) runs its program in the record's code.
     let ours = |t: &str| {
         let mut l: Vec<&str> = t.lines().filter(|l| l.starts_with(['e', 'c', 'r'])).collect();
