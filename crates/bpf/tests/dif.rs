@@ -34,8 +34,8 @@ pub extern "C" fn udtrace_dif_target(a: u64, b: u64, c: u64, d: u64, e: u64, f: 
     black_box(a) ^ black_box(b) ^ black_box(c) ^ black_box(d) ^ black_box(e) ^ black_box(f)
 }
 
-/// Words of the firing map: the six values of `Var::ALL`, then the program slot.
-const FIRING_WORDS: usize = 7;
+/// Words of the firing map: the values of `Var::ALL`, then the program slot.
+const FIRING_WORDS: usize = Var::ALL.len() + 1;
 const SLOTS: u32 = 4;
 
 /// The probe on [`udtrace_dif_target`] and what its program reads.
@@ -89,7 +89,7 @@ impl Rig {
         let loaded: Vec<Program> = programs
             .iter()
             .map(|p| {
-                let code = DifCode { program: p, maps: &maps, gets: Gets::Map(self.firing.raw_fd()) };
+                let code = DifCode { program: p, maps: &maps, gets: Gets::Map(self.firing.raw_fd()), errno: None };
                 let work = SiteWork { dif: Some(code), record: false };
                 let insns = uprobe_program_work(&RecordPlan::default(), &self.probe, Filter::Traced, false, work)
                     .unwrap_or_else(|e| panic!("compile {p:?}: {e}"));
@@ -193,8 +193,23 @@ fn full_maps_count_drops_as_the_interpreter() {
             Op::Agg { agg: 0, keys: 1, val: 1, incr: 1 },
         ],
     };
-    let firing =
-        |tid, key| (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, cpu: 0, timestamp: 1, uid: 0, gid: 0 });
+    let firing = |tid, key| {
+        (
+            0,
+            Firing {
+                args: [key, 0, 0, 0, 0, 0],
+                pid: 1,
+                tid,
+                cpu: 0,
+                timestamp: 1,
+                uid: 0,
+                gid: 0,
+                ret: 0,
+                ppid: 0,
+                errno: 0,
+            },
+        )
+    };
     let firings = [firing(7, 5), firing(7, 5), firing(7, 6), firing(8, 5), firing(7, 7)];
     let (want, _) = interpret(&layout, 1, 1, std::slice::from_ref(&program), &firings);
     let (mut got, _) = rig.run(&layout, DifSizes { threads: 1, keys: 1 }, std::slice::from_ref(&program), &firings);
@@ -236,7 +251,7 @@ fn cost_of_counting() {
     let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
     let maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
     let program = Dif { ops: vec![Op::Const { d: 0, v: 1 }, Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 }] };
-    let code = DifCode { program: &program, maps: &maps, gets: Gets::Firing };
+    let code = DifCode { program: &program, maps: &maps, gets: Gets::Firing, errno: None };
     let work = SiteWork { dif: Some(code), record: false };
     let insns = uprobe_program_work(&RecordPlan::default(), &probe, Filter::Traced, false, work).expect("compile");
     let prog = Program::load(ProgramKind::UprobeMulti, "udtrace_tcount", &insns).unwrap_or_else(|e| panic!("{e}"));

@@ -51,7 +51,7 @@ impl Rng {
 /// The case of `seed`.
 pub fn case(seed: u64) -> Case {
     let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let funcs = |r: &mut Rng| match r.below(8) {
+    let funcs = |r: &mut Rng| match r.below(9) {
         0 => AggFn::Count,
         1 => AggFn::Sum,
         2 => AggFn::Min,
@@ -59,11 +59,13 @@ pub fn case(seed: u64) -> Case {
         4 => AggFn::Avg,
         5 => AggFn::Stddev,
         6 => AggFn::Quantize,
-        _ => AggFn::Lquantize {
+        7 => AggFn::Lquantize {
             base: r.below(40) as i32 - 20,
             step: 1 + r.below(10) as u16,
             levels: 1 + r.below(20) as u16,
         },
+        // The bin comes from the program (any value: the update clamps it).
+        _ => AggFn::Llquantize { bins: 1 + r.below(40) as u16 },
     };
     let naggs = r.below(4) as usize;
     let layout = Layout {
@@ -86,6 +88,9 @@ pub fn case(seed: u64) -> Case {
                 timestamp: ts,
                 uid: r.below(2),
                 gid: 100,
+                ret: r.value(),
+                ppid: 1 + r.below(3),
+                errno: [0, 2, 11, u64::MAX][r.below(4) as usize],
             };
             (r.below(programs.len() as u64) as usize, f)
         })
@@ -118,7 +123,7 @@ fn block(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, written: &mut u16, dep
         let op = match (choice, pick(r, *written), pick(r, *written)) {
             (0, ..) | (_, None, _) => Op::Const { d, v: r.value() },
             (1, ..) => Op::Arg { d, n: r.below(6) as u8 },
-            (2, ..) => Op::Get { d, v: Var::ALL[r.below(6) as usize] },
+            (2, ..) => Op::Get { d, v: Var::ALL[r.below(Var::ALL.len() as u64) as usize] },
             (3, Some(a), _) => Op::Mov { d, a },
             (4 | 5, Some(a), Some(b)) => Op::Bin { op: BinOp::ALL[r.below(15) as usize], d, a, b },
             (6, Some(a), _) => {

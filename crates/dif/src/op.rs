@@ -33,10 +33,20 @@ pub enum Var {
     Uid,
     /// The real group id of the process.
     Gid,
+    /// rax at the site: at a return (the `ret` instruction), the return value, a pid
+    /// return probe's `arg1`.
+    Ret,
+    /// The parent process's id (in udtrace's PID namespace), as it is at the firing: a
+    /// forked child's is its parent, a reparented process's its new parent.
+    Ppid,
+    /// The firing thread's errno (C's `int`, sign-extended), where the process keeps it
+    /// (its TLS offset, as records read it); 0 while that is not known.
+    Errno,
 }
 
 impl Var {
-    pub const ALL: [Var; 6] = [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid];
+    pub const ALL: [Var; 9] =
+        [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid, Var::Ret, Var::Ppid, Var::Errno];
 }
 
 /// Two-operand operations. Comparisons give 0 or 1. Shift counts are taken modulo 64
