@@ -55,7 +55,7 @@ impl Rng {
 /// The case of `seed`.
 pub fn case(seed: u64) -> Case {
     let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let funcs = |r: &mut Rng| match r.below(8) {
+    let funcs = |r: &mut Rng| match r.below(9) {
         0 => AggFn::Count,
         1 => AggFn::Sum,
         2 => AggFn::Min,
@@ -63,11 +63,13 @@ pub fn case(seed: u64) -> Case {
         4 => AggFn::Avg,
         5 => AggFn::Stddev,
         6 => AggFn::Quantize,
-        _ => AggFn::Lquantize {
+        7 => AggFn::Lquantize {
             base: r.below(40) as i32 - 20,
             step: 1 + r.below(10) as u16,
             levels: 1 + r.below(20) as u16,
         },
+        // The bin comes from the program (any value: the update clamps it).
+        _ => AggFn::Llquantize { bins: 1 + r.below(40) as u16 },
     };
     let naggs = r.below(4) as usize;
     let layout = Layout {
@@ -90,6 +92,9 @@ pub fn case(seed: u64) -> Case {
                 timestamp: ts,
                 uid: r.below(2),
                 gid: 100,
+                ret: r.value(),
+                ppid: 1 + r.below(3),
+                errno: [0, 2, 11, u64::MAX][r.below(4) as usize],
                 comm: crate::op::comm_words(CASE_NAMES[r.below(CASE_NAMES.len() as u64) as usize]),
             };
             (r.below(programs.len() as u64) as usize, f)

@@ -33,6 +33,15 @@ pub enum Var {
     Uid,
     /// The real group id of the process.
     Gid,
+    /// rax at the site: at a return (the `ret` instruction), the return value, a pid
+    /// return probe's `arg1`.
+    Ret,
+    /// The parent process's id (in udtrace's PID namespace), as it is at the firing: a
+    /// forked child's is its parent, a reparented process's its new parent.
+    Ppid,
+    /// The firing thread's errno (C's `int`, sign-extended), where the process keeps it
+    /// (its TLS offset, as records read it); 0 while that is not known.
+    Errno,
     /// Bytes 0..8 of the process's name (`execname`, [`comm_words`]).
     Comm0,
     /// Bytes 8..16 of the process's name.
@@ -40,8 +49,19 @@ pub enum Var {
 }
 
 impl Var {
-    pub const ALL: [Var; 8] =
-        [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid, Var::Comm0, Var::Comm1];
+    pub const ALL: [Var; 11] = [
+        Var::Pid,
+        Var::Tid,
+        Var::Cpu,
+        Var::Timestamp,
+        Var::Uid,
+        Var::Gid,
+        Var::Ret,
+        Var::Ppid,
+        Var::Errno,
+        Var::Comm0,
+        Var::Comm1,
+    ];
 }
 
 /// Bytes of a process's name at the firing: the kernel's `comm` (TASK_COMM_LEN, its

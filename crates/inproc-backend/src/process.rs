@@ -760,6 +760,9 @@ impl Proc {
                 || !record.buffers.is_empty()
                 || record.task
                 || (site.stash_ops >= udtrace_record::pid::op_read(0) && !record.stash.is_empty())
+                // getppid(2) names the parent in the process's namespace, and seccomp
+                // may forbid the call.
+                || work.program.reads(udtrace_dif::Var::Ppid)
         }) {
             return Err(why.into());
         }

@@ -335,6 +335,18 @@ fn a_firing_keeps_every_register_and_flag() {
                 Op::Agg { agg: 0, keys: 3, val: 3, incr: 3 },
             ],
         },
+        // getppid(2) with the thread's entry in r11; errno (not located: 0); rax.
+        Program {
+            ops: vec![
+                Op::TlsLoad { d: 4, slot: 0 },
+                Op::Get { d: 0, v: Var::Ppid },
+                Op::Get { d: 1, v: Var::Errno },
+                Op::Get { d: 2, v: Var::Ret },
+                Op::Bin { op: BinOp::Add, d: 0, a: 0, b: 1 },
+                Op::TlsStore { slot: 0, a: 0 },
+                Op::Agg { agg: 0, keys: 0, val: 2, incr: 2 },
+            ],
+        },
     ];
     for p in &programs {
         udtrace_dif::op::verify(p, &layout).unwrap();
@@ -355,5 +367,7 @@ fn a_firing_keeps_every_register_and_flag() {
         env.code.write(at, &orig);
     }
     let snap = Snapshot::read(&layout, &buf, &View(&env.buf));
-    assert_eq!(snap.aggs[0].values().map(|r| r[0]).sum::<u64>(), 10, "{snap:?}");
+    assert_eq!(snap.aggs[0].values().map(|r| r[0]).sum::<u64>(), 15, "{snap:?}");
+    let ppid = u64::from(std::os::unix::process::parent_id());
+    assert_eq!(snap.aggs[0].get(&vec![ppid]).map(|r| r[0]), Some(5), "{snap:?}");
 }

@@ -124,7 +124,7 @@ impl FiringPlan {
     pub fn new(prog: &CheckedProgram, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> FiringPlan {
         let n = prog.clauses.len();
         // Items that could live at the firing at all: integer scalars; aggregations
-        // of a supported function that nothing clears or truncates.
+        // of a supported function (min and max: that nothing clears or truncates).
         let mut item_ok: HashMap<Item, bool> = HashMap::new();
         for (i, v) in prog.thread_vars.iter().enumerate() {
             item_ok.insert(Item::Thread(i), v.keys.is_none() && int_shape(&v.ty).is_some());
@@ -134,8 +134,7 @@ impl FiringPlan {
         }
         let words = key_words(prog);
         for (i, a) in prog.aggs.iter().enumerate() {
-            let ok =
-                a.kind != AggKind::Llquantize && words[i].len() + 2 <= NREGS && agg_fn(a.kind, &a.params).is_some();
+            let ok = words[i].len() + 2 <= NREGS && agg_fn(a.kind, &a.params).is_some();
             item_ok.insert(Item::Agg(i), ok);
         }
         let mut touched: Vec<Vec<Item>> = Vec::with_capacity(n);
@@ -144,7 +143,13 @@ impl FiringPlan {
         for (ci, clause) in prog.clauses.iter().enumerate() {
             let t = touched_items(clause);
             for item in pinned_items(clause) {
-                item_ok.insert(item, false);
+                // clear()/trunc() run in the consumer on what it read back, less what
+                // they took (`udtrace_runtime::firing::Baseline`): rows that subtract.
+                if let Item::Agg(a) = item {
+                    if matches!(prog.aggs[a].kind, AggKind::Min | AggKind::Max) {
+                        item_ok.insert(item, false);
+                    }
+                }
             }
             capable[ci] = clause_capable(clause, is_pid) && all.compile(prog, ci, &DUMMY).is_ok();
             touched.push(t);
@@ -266,7 +271,7 @@ impl FiringPlan {
         if self.at_firing.get(clause).copied().unwrap_or(false) || !cl.probes.iter().all(is_pid) {
             return None;
         }
-        if reads_args(pred) && !(probe.name == "entry" || is_offset(probe.name)) {
+        if reads_args(pred) && !args_at(probe.name, reads_arg0(pred)) {
             return None;
         }
         let mut g = Gen { plan: self, prog, probe, ops: Vec::new(), top: 0, locals: HashMap::new(), gate: true };
@@ -339,8 +344,17 @@ fn agg_fn(kind: AggKind, p: &[i64]) -> Option<AggFn> {
                 levels: u16::try_from(levels).ok().filter(|&l| l >= 1)?,
             }
         }
-        AggKind::Llquantize => return None,
+        AggKind::Llquantize => AggFn::Llquantize { bins: u16::try_from(llquantize_shape(p)?.nbins()).ok()? },
     })
+}
+
+/// llquantize's parameters, where a firing's row can hold its bins (a quantize row is
+/// 127 words; llquantize(x, 10, 0, 6, 20) has 255 bins).
+fn llquantize_shape(p: &[i64]) -> Option<udtrace_dif::llquantize::Shape> {
+    let u16 = |i: usize| p.get(i).and_then(|&v| u16::try_from(v).ok());
+    let s = udtrace_dif::llquantize::Shape { factor: u16(0)?, low: u16(1)?, high: u16(2)?, steps: u16(3)? };
+    let fits = u64::from(s.factor).checked_pow(u32::from(s.high) + 1).is_some();
+    (s.factor >= 2 && s.low <= s.high && s.steps >= 1 && fits && s.nbins() <= 1024).then_some(s)
 }
 
 /// Whether a clause's probes and actions allow it at the firing at all.
@@ -348,11 +362,37 @@ fn clause_capable(cl: &Clause, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> bool {
     if cl.records_data || cl.destructive || cl.probes.is_empty() || !cl.probes.iter().all(is_pid) {
         return false;
     }
-    // Arguments are the argument registers at entry and offset sites; a return
-    // probe's are the site's offset and the return value, which a program cannot read.
     let mut args = cl.predicate.as_ref().is_some_and(reads_args);
-    crate::ir::visit_actions(&cl.actions, &mut |e| args |= is_arg(e));
-    !args || cl.probes.iter().all(|d| d.name == "entry" || is_offset(&d.name))
+    let mut arg0 = cl.predicate.as_ref().is_some_and(reads_arg0);
+    crate::ir::visit_actions(&cl.actions, &mut |e| {
+        args |= is_arg(e);
+        arg0 |= is_arg0(e);
+    });
+    !args || cl.probes.iter().all(|d| args_at(&d.name, arg0))
+}
+
+/// Whether a program on probes named `name` reads arguments as the consumer does:
+/// the argument registers at entry and offset sites; at a return, `arg1` is the return
+/// value (rax, `Var::Ret`) and `arg2`.. are 0, but `arg0` is the site's offset, which
+/// a program shared by a function's return sites does not know (`arg0`: whether it is
+/// read, or an index that is not a constant).
+fn args_at(name: &str, arg0: bool) -> bool {
+    name == "entry" || is_offset(name) || (name == "return" && !arg0)
+}
+
+/// Whether `e` is `arg0`, `args[0]` or `args[i]` of an `i` not constant.
+fn is_arg0(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Builtin(Builtin::Arg(0)) => true,
+        ExprKind::Args(i) => const_value(i).is_none_or(|n| n == 0),
+        _ => false,
+    }
+}
+
+fn reads_arg0(e: &Expr) -> bool {
+    let mut arg0 = false;
+    crate::ir::visit_expr(e, &mut |e| arg0 |= is_arg0(e));
+    arg0
 }
 
 fn is_arg(e: &Expr) -> bool {
@@ -399,11 +439,8 @@ fn touched_items(cl: &Clause) -> Vec<Item> {
     fn aggs(actions: &[Action], out: &mut Vec<Item>) {
         for a in actions {
             match a {
-                Action::AggUpdate { agg, .. } | Action::Clear(agg) | Action::Trunc { agg, .. }
-                    if !out.contains(&Item::Agg(*agg)) =>
-                {
-                    out.push(Item::Agg(*agg))
-                }
+                // clear() and trunc() act on the consumer's copy (`pinned_items`).
+                Action::AggUpdate { agg, .. } if !out.contains(&Item::Agg(*agg)) => out.push(Item::Agg(*agg)),
                 Action::If { then, otherwise, .. } => {
                     aggs(then, out);
                     aggs(otherwise, out);
@@ -416,7 +453,8 @@ fn touched_items(cl: &Clause) -> Vec<Item> {
     out
 }
 
-/// Aggregations a clause empties (`clear`, `trunc`): the consumer must own them.
+/// Aggregations a clause empties (`clear`, `trunc`): at the firing only when their
+/// rows subtract (`FiringPlan::new`).
 fn pinned_items(cl: &Clause) -> Vec<Item> {
     fn walk(actions: &[Action], out: &mut Vec<Item>) {
         for a in actions {
@@ -599,9 +637,15 @@ impl Gen<'_> {
             (AggKind::Count, _) | (_, None) => self.ops.push(Op::Const { d: val, v: 0 }),
             (_, Some(v)) => self.expr_into(v, val)?,
         }
+        let val = match kind {
+            AggKind::Llquantize => self.llquantize_bin(val, &info.params)?,
+            _ => val,
+        };
         let incr = self.alloc()?;
         match args.get(1) {
-            Some(i) if matches!(kind, AggKind::Quantize | AggKind::Lquantize) => self.expr_into(i, incr)?,
+            Some(i) if matches!(kind, AggKind::Quantize | AggKind::Lquantize | AggKind::Llquantize) => {
+                self.expr_into(i, incr)?
+            }
             Some(_) => return no("an extra aggregation argument"),
             None => self.ops.push(Op::Const { d: incr, v: 1 }),
         }
@@ -609,8 +653,8 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// `d` = word `i` of `execname` (never in a gate: a BPF firing reads the thread's
-    /// name, which the consumer's need not be, docs/firing.md).
+    /// `d` = word `i` of `execname` (never in a gate, which must decide as the consumer
+    /// does: a BPF firing reads the name live, the consumer once, docs/firing.md).
     fn comm(&mut self, d: Reg, i: u8) -> R<()> {
         if self.gate {
             return no("execname in a gate");
@@ -716,6 +760,18 @@ impl Gen<'_> {
         Ok(())
     }
 
+    /// The llquantize bin of the value in `val` (`udtrace_dif::llquantize`), in a new
+    /// register.
+    fn llquantize_bin(&mut self, val: Reg, params: &[i64]) -> R<Reg> {
+        let shape = llquantize_shape(params).ok_or(NotHere("llquantize with more bins than a row holds"))?;
+        let d = self.alloc()?;
+        self.alloc()?;
+        let ops = shape.ops(val, d, self.ops.len()).ok_or(NotHere("llquantize past 64 bits"))?;
+        self.ops.extend(ops);
+        self.top = d + 1;
+        Ok(d)
+    }
+
     /// A register that is nonzero when `e` is true (D's truth: a nonzero integer, a
     /// nonempty string).
     fn cond(&mut self, e: &Expr) -> R<Reg> {
@@ -764,7 +820,7 @@ impl Gen<'_> {
             ExprKind::Builtin(b) => self.builtin(*b, &e.ty, d)?,
             ExprKind::Args(i) => match const_value(i) {
                 Some(n) if n <= 5 => {
-                    self.ops.push(Op::Arg { d, n: n as u8 });
+                    self.arg(n as u8, d)?;
                     self.narrow(d, &e.ty);
                 }
                 _ => return no("an argument past the sixth, or not a constant index"),
@@ -843,7 +899,7 @@ impl Gen<'_> {
     fn builtin(&mut self, b: Builtin, t: &Type, d: Reg) -> R<()> {
         let var = match b {
             Builtin::Arg(n) if n <= 5 => {
-                self.ops.push(Op::Arg { d, n });
+                self.arg(n, d)?;
                 self.narrow(d, t);
                 return Ok(());
             }
@@ -853,15 +909,35 @@ impl Gen<'_> {
             }
             Builtin::Pid => Var::Pid,
             Builtin::Tid => Var::Tid,
-            Builtin::Cpu | Builtin::Timestamp if self.gate => return no("cpu or timestamp in a gate"),
+            Builtin::Cpu | Builtin::Timestamp | Builtin::Vtimestamp if self.gate => {
+                return no("cpu or timestamp in a gate")
+            }
             Builtin::Cpu => Var::Cpu,
-            Builtin::Timestamp => Var::Timestamp,
+            // The consumer's vtimestamp is the record's clock (pid records carry no
+            // thread CPU time): the firing's is the same.
+            Builtin::Timestamp | Builtin::Vtimestamp => Var::Timestamp,
             Builtin::Uid => Var::Uid,
             Builtin::Gid => Var::Gid,
+            // The record's is as a snapshot saw it, or as last read: not a gate's.
+            Builtin::Ppid if self.gate => return no("ppid in a gate"),
+            Builtin::Ppid => Var::Ppid,
+            Builtin::Errno => Var::Errno,
             _ => return no("a built-in variable of the consumer"),
         };
         self.ops.push(Op::Get { d, v: var });
         self.narrow(d, t);
+        Ok(())
+    }
+
+    /// d = argument `n` (0..=5) as the consumer reads it on this probe (`args_at`).
+    fn arg(&mut self, n: u8, d: Reg) -> R<()> {
+        let op = match (self.probe.name, n) {
+            ("return", 0) => return no("a return probe's arg0 (the site's offset)"),
+            ("return", 1) => Op::Get { d, v: Var::Ret },
+            ("return", _) => Op::Const { d, v: 0 },
+            _ => Op::Arg { d, n },
+        };
+        self.ops.push(op);
         Ok(())
     }
 
