@@ -49,8 +49,8 @@ const fn unsupported(short: char, arg: Option<&'static str>, why: &'static str) 
 
 /// Every flag dtrace(1M) accepts (its getopt string
 /// `3:6:aAb:Bc:CD:ef:FGhHi:I:lL:m:n:o:p:P:qs:SU:vVwx:X:Z`), in its help order.
-/// `-h` is udtrace's help: dtrace's `-h` (header generation for USDT) has no use
-/// without static probes.
+/// `-h` and `-G` are dtrace's: a header of provider definitions, the object a build
+/// links (docs/usdt-header.md); help is `--help`.
 pub static FLAGS: &[Flag] = &[
     // -32 and -64 reach getopt as `-3 2` and `-6 4`.
     unsupported('3', Some("2"), "32-bit D programs are not supported"),
@@ -65,8 +65,8 @@ pub static FLAGS: &[Flag] = &[
     flag('e', None, "exit after compiling request but prior to enabling probes"),
     probe_flag('f', "[[ provider: ] module: ] func", "enable or list probes matching the specified function name"),
     flag('F', None, "coalesce trace output by function"),
-    unsupported('G', None, "generating ELF files with embedded programs is not supported"),
-    flag('h', None, "print this help and exit"),
+    flag('G', None, "generate the ELF file a build instrumented for DTrace links (empty)"),
+    flag('h', None, "generate a header file with definitions for static probes"),
     flag('H', None, "print included files when invoking preprocessor"),
     probe_flag('i', "probe-id", "enable or list probes matching the specified probe id"),
     flag('I', Some("path"), "add include directory to preprocessor search path"),
@@ -106,8 +106,12 @@ pub enum Mode {
     List,
     /// `-V`.
     Version,
-    /// `-h` / `--help`.
+    /// `--help`.
     Help,
+    /// `-h`: write a header of the programs' provider definitions.
+    Header,
+    /// `-G`: write the object a build instrumented for DTrace links.
+    Link,
 }
 
 /// Everything the command line says: the mode, and the run it asks for (read through
@@ -132,7 +136,7 @@ impl std::ops::DerefMut for Cli {
 }
 
 impl Cli {
-    /// What the session is asked to do (`-V` and `-h` are answered before).
+    /// What the session is asked to do (`-V` and `--help` are answered before).
     pub fn request(self) -> Request {
         Request { list: self.mode == Mode::List, ..self.request }
     }
@@ -162,11 +166,12 @@ impl UsageError {
         UsageError { message: message.into(), fatal: true }
     }
 
-    /// The text for stderr: the message line, then the synopsis (the whole usage
-    /// when there is no message, as for dtrace run without arguments).
+    /// The text for stderr: the message line, then the synopsis (the whole usage,
+    /// every flag's line included, when there is no message: dtrace run without
+    /// arguments prints its `usage()`, which has them).
     pub fn report(&self) -> String {
         if self.message.is_empty() {
-            usage_text()
+            help_text()
         } else if self.fatal {
             format!("{}: {}\n", program(), self.message)
         } else {
@@ -250,7 +255,8 @@ pub fn usage_text() -> String {
     out
 }
 
-/// `--help`: the synopsis and one line per flag.
+/// dtrace's whole `usage()`: the synopsis, the clause grammar and one line per flag.
+/// `--help` prints it on stdout; udtrace run without arguments, on stderr.
 pub fn help_text() -> String {
     let mut out = usage_text();
     out.push_str("\n\t-64 generate 64-bit D programs (the default)\n\n");
@@ -311,6 +317,7 @@ pub fn parse_args(
     };
     apply_env_options(&mut cli.options, env);
     let mut modes: Vec<char> = Vec::new();
+    let mut help = false;
 
     // Sets an option as a flag would, reporting failures in dtrace's words
     // (`failed to set -b 4q: Invalid value for specified option`).
@@ -345,7 +352,7 @@ pub fn parse_args(
                 continue;
             }
             lexopt::Arg::Long("help") => {
-                modes.push('h');
+                help = true;
                 continue;
             }
             lexopt::Arg::Long("version") => {
@@ -426,18 +433,18 @@ pub fn parse_args(
             'Z' => cli.options.zdefs = true,
             'e' => cli.exit_after_compile = true,
             'v' => cli.verbose = true,
-            'l' | 'V' | 'h' => modes.push(c),
+            'l' | 'V' | 'h' | 'G' => modes.push(c),
             _ => unreachable!("flag -{c} is in the table but not handled"),
         }
     }
 
     // Help wins over everything, as help should; dtrace itself has no help flag.
-    if modes.contains(&'h') {
+    if help {
         cli.mode = Mode::Help;
         return Ok(cli);
     }
     if modes.len() > 1 {
-        return Err(UsageError::new("only one of the [-lV] options can be specified at a time"));
+        return Err(UsageError::new("only one of the [-GhlV] options can be specified at a time"));
     }
     match modes.first() {
         Some('l') => {
@@ -446,6 +453,8 @@ pub fn parse_args(
             cli.options.apply(OptionName::Zdefs, options::OptionValue::Set);
         }
         Some('V') => cli.mode = Mode::Version,
+        Some('h') => cli.mode = Mode::Header,
+        Some('G') => cli.mode = Mode::Link,
         _ => {}
     }
     Ok(cli)
@@ -467,7 +476,7 @@ pub fn parse_or_exit() -> Cli {
                 out!("{}\n", version_line());
                 std::process::exit(0);
             }
-            Mode::Exec | Mode::List => cli,
+            Mode::Exec | Mode::List | Mode::Header | Mode::Link => cli,
         },
         Err(e) => {
             {
@@ -583,7 +592,7 @@ mod tests {
         assert!(parse(&[]).unwrap_err().report().starts_with("Usage: udtrace"));
         assert_eq!(
             parse(&["-l", "-V"]).unwrap_err().message,
-            "only one of the [-lV] options can be specified at a time"
+            "only one of the [-GhlV] options can be specified at a time"
         );
         assert_eq!(parse(&["-A"]).unwrap_err().message, "-A: anonymous tracing is not supported");
         assert_eq!(parse(&["-32"]).unwrap_err().message, "-32: 32-bit D programs are not supported");
@@ -652,8 +661,14 @@ mod tests {
     #[test]
     fn modes() {
         assert_eq!(parse(&["-V"]).unwrap().mode, Mode::Version);
-        assert_eq!(parse(&["-h"]).unwrap().mode, Mode::Help);
+        assert_eq!(parse(&["-h", "-s", "p.d"]).unwrap().mode, Mode::Header);
+        assert_eq!(parse(&["-G", "-s", "p.d", "a.o"]).unwrap().mode, Mode::Link);
         assert_eq!(parse(&["--help"]).unwrap().mode, Mode::Help);
+        assert_eq!(parse(&["-h", "--help"]).unwrap().mode, Mode::Help);
+        assert_eq!(
+            parse(&["-h", "-G", "-s", "p.d"]).unwrap_err().message,
+            "only one of the [-GhlV] options can be specified at a time"
+        );
         let c = parse(&["-l", "-P", "proc"]).unwrap();
         assert_eq!(c.mode, Mode::List);
         assert!(c.options.zdefs);
@@ -671,7 +686,7 @@ mod tests {
         }
         assert!(!h.contains("-A  "));
         let u = usage_text();
-        assert!(u.starts_with("Usage: udtrace [-64] [-CeFhHlqSvVwZ] [-b bufsz]"), "{u}");
+        assert!(u.starts_with("Usage: udtrace [-64] [-CeFGhHlqSvVwZ] [-b bufsz]"), "{u}");
         assert!(u.contains("\t[-n [[[ provider: ] module: ] func: ] name [[ predicate ] action ]]\n"));
         assert!(u.contains("\t[-i probe-id [[ predicate ] action ]] [ args ... ]\n"));
     }

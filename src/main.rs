@@ -66,6 +66,14 @@ fn main() {
     if cli.options.debug {
         udtrace_messages::enable_debug();
     }
+    let generate = match cli.mode {
+        cli::Mode::Header => Some(udtrace_session::Generate::Header),
+        cli::Mode::Link => Some(udtrace_session::Generate::Object),
+        _ => None,
+    };
+    if let Some(what) = generate {
+        std::process::exit(udtrace_session::generate(cli.request(), what));
+    }
     let core = cli.options.core;
     udtrace_providers::kernel::set_source(udtrace_bpf_backend::kernel_reader);
     let status = udtrace_session::run(cli.request(), &load_backend);

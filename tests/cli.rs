@@ -112,13 +112,16 @@ fn version() {
     assert_eq!(out.stderr, "");
 }
 
+/// `--help`: the usage and one line per flag, on stdout. (`-h` is dtrace's header
+/// generation: tests/usdt_header.rs.)
 #[test]
 fn help() {
-    let out = run_args(&["-h"]);
+    let out = run_args(&["--help"]);
     assert_eq!(out.status, 0);
     assert!(out.stdout.starts_with("Usage: udtrace "), "{}", out.stdout);
     assert!(out.stdout.contains("\tpredicate -> '/' D-expression '/'\n"));
     assert!(out.stdout.contains("\t-q  set quiet mode (only output explicitly traced data)\n"));
+    assert!(out.stdout.contains("\t-h  generate a header file with definitions for static probes\n"));
 }
 
 /// dtrace with no arguments prints its usage on stderr and exits with E_USAGE.
@@ -129,6 +132,10 @@ fn no_arguments() {
     assert_eq!(out.stdout, "");
     assert!(out.stderr.starts_with("Usage: udtrace "), "{}", out.stderr);
     assert!(out.stderr.contains("\t[-n [[[ provider: ] module: ] func: ] name [[ predicate ] action ]]\n"));
+    // dtrace's usage() lists every flag, -h and -G with their dtrace meaning.
+    assert!(out.stderr.contains("\t-h  generate a header file with definitions for static probes\n"));
+    assert!(out.stderr.contains("\t-G  generate the ELF file a build instrumented for DTrace links (empty)\n"));
+    assert_eq!(out.stderr, run_args(&["--help"]).stdout, "the same text as --help");
 }
 
 /// getopt's complaint, then the usage, exit status 2.
@@ -146,7 +153,7 @@ fn bad_flags() {
 
     let out = run_args(&["-l", "-V"]);
     assert_eq!(out.status, 2);
-    assert_eq!(out.first_err_line(), "udtrace: only one of the [-lV] options can be specified at a time");
+    assert_eq!(out.first_err_line(), "udtrace: only one of the [-GhlV] options can be specified at a time");
 }
 
 /// `-p` takes a number (dtrace: `fatal("invalid pid: %s")`); a number that is no

@@ -17,6 +17,12 @@ pid_backends!(
     forked_children_count_into_their_parents_aggregations,
     clauses_at_the_firing_and_in_the_consumer_together,
     a_full_aggregation_drops_in_dtraces_words,
+    return_values_and_llquantize_at_the_firing,
+    clear_and_trunc_of_aggregations_at_the_firing,
+    ppid_at_the_firing_is_the_parent_after_a_fork,
+    errno_at_the_firing_is_the_calling_threads,
+    execname_keys_and_predicates_at_the_firing,
+    execname_is_the_processs_name,
 );
 
 const THREADS: u64 = 2;
@@ -139,6 +145,45 @@ fn clauses_at_the_firing_and_in_the_consumer_together(backend: Backend) {
     assert_eq!(v["sevens"], THREADS as i64, "{text}");
 }
 
+/// `execname` as a key and in predicates (`==`, `!=`, ordered), at the firing, in a
+/// process and its forked child (which keeps its parent's name).
+fn execname_keys_and_predicates_at_the_firing(backend: Backend) {
+    let prog =
+        "pid$target::ho_twork:entry /execname == \"hot\"/ { @n[execname] = count(); @k[execname, arg0 & 1] = count(); }
+        pid$target::ho_twork:entry /execname != \"hot\"/ { @other = count(); }
+        pid$target::ho_twork:entry /execname > \"hos\" && \"hou\" > execname && execname <= \"hot\"/ { @between = count(); }
+        END { printa(\"name %s %@d\\n\", @n); printa(\"key %s %d %@d\\n\", @k); printa(\"other %@d\\n\", @other);
+            printa(\"between %@d\\n\", @between); }";
+    let Some(text) = traced(backend, prog, &["fork"]) else { return };
+    let n = calls(backend) as i64;
+    let per = 2 * THREADS as i64;
+    let v = values(&text);
+    assert_eq!(v.get("name hot").copied(), Some(per * n), "{text}");
+    assert_eq!(v.get("key hot 0").copied(), Some(per * ((n + 1) / 2)), "{text}");
+    assert_eq!(v.get("key hot 1").copied(), Some(per * (n / 2)), "{text}");
+    assert_eq!(v.get("between").copied(), Some(per * n), "{text}");
+    assert_eq!(v.len(), 4, "no other row:\n{text}");
+}
+
+/// `execname` is the process's name, as the consumer's is: threads that rename
+/// themselves count under it, and a child that execs under its new one.
+fn execname_is_the_processs_name(backend: Backend) {
+    let prog = "pid$target::ho_twork:entry { @[execname] = count(); } END { printa(\"name %s %@d\\n\", @); }";
+    let per = (THREADS * calls(backend)) as i64;
+    let Some(text) = traced(backend, prog, &["rename"]) else { return };
+    assert_eq!(values(&text), [("name hot".to_string(), per)].into(), "{text}");
+    let Some(text) = traced(backend, prog, &["exec"]) else { return };
+    assert_eq!(values(&text), [("name hot".to_string(), per), ("name exe".to_string(), per)].into(), "{text}");
+}
+
+/// What the fixture's `ho_pair(i)` returns.
+fn pair_returns(i: i64) -> i64 {
+    let mut x = i * 3 + 1;
+    x ^= x >> 7;
+    x += i & 0xff;
+    x ^ (i << 2)
+}
+
 /// Without BPF (an ordinary user) the trampolines do the same.
 #[test]
 fn an_ordinary_user_counts_exactly() {
@@ -151,13 +196,20 @@ fn an_ordinary_user_counts_exactly() {
     let prog = "pid$target::ho_twork:entry { @ = count(); }
         pid$target::ho_pair:entry { self->ts = timestamp; }
         pid$target::ho_pair:return /self->ts/ { @q = quantize(timestamp - self->ts); self->ts = 0; }
-        END { printa(\"count %@d\\n\", @); printa(@q); }";
+        pid$target::ho_pair:return { @r = sum(arg1); @l = llquantize(arg1, 10, 0, 6, 20); @pp = sum(ppid > 1); }
+        pid$target::ho_pair:entry /execname == \"hot\"/ { @e[execname] = count(); }
+        END { printa(\"count %@d\\n\", @); printa(\"rets %@d\\n\", @r); printa(\"ppid %@d\\n\", @pp);
+            printa(\"name %s %@d\\n\", @e); printa(@q); printa(@l); }";
     let out = util::run(util::unprivileged(util::bin()).args(["-q", "-n", prog, "-c", &cmd]));
     assert_eq!(out.status, 0, "{}", out.stderr);
     assert!(!out.stderr.contains("drop"), "{}", out.stderr);
     let calls = (THREADS * calls(Backend::InProcess)) as i64;
     assert_eq!(values(&out.stdout)["count"], calls, "{}", out.stdout);
-    assert_eq!(quantize_total(&out.stdout), calls, "{}", out.stdout);
+    assert_eq!(quantize_total(&out.stdout), 2 * calls, "{}", out.stdout);
+    let rets: i64 = (0..calls / THREADS as i64).map(pair_returns).sum();
+    assert_eq!(values(&out.stdout)["rets"], rets * THREADS as i64, "{}", out.stdout);
+    assert_eq!(values(&out.stdout)["ppid"], calls, "{}", out.stdout);
+    assert_eq!(values(&out.stdout)["name hot"], calls, "{}", out.stdout);
 }
 
 /// `aggsize` bounds the keys an aggregation holds at the firing: past them, each
@@ -188,4 +240,144 @@ fn a_full_aggregation_drops_in_dtraces_words(backend: Backend) {
     assert!(keys > 0 && keys <= 64, "{keys} keys kept in 1 KiB");
     assert!(dropped > 0, "nothing dropped:\n{err}");
     assert_eq!(counted + dropped, (THREADS * n) as i64, "{counted} counted + {dropped} dropped\n{err}");
+}
+
+/// What `prog` prints over `cmd` with its clauses where the plan puts them, then all
+/// in the consumer (`-x nodif`), each run checked (success, no drop); `None`: skipped.
+fn both_ways(backend: Backend, flags: &[&str], prog: &str, cmd: &str) -> Option<Vec<String>> {
+    let mut texts = Vec::new();
+    for nodif in [false, true] {
+        let mut args = vec!["-q"];
+        args.extend(flags);
+        if nodif {
+            args.extend(["-x", "nodif"]);
+        }
+        args.extend(["-n", prog, "-c", cmd]);
+        let out = backend.traced(&args)?;
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("drop"), "{}", stderr(&out));
+        texts.push(stdout(&out));
+    }
+    Some(texts)
+}
+
+/// What `prog` prints over `hot THREADS calls` both ways: the same.
+fn as_the_consumer_prints(backend: Backend, prog: &str, calls: u64) {
+    let cmd = format!("{} {THREADS} {calls}", fixture("hot"));
+    let Some(texts) = both_ways(backend, &[], prog, &cmd) else { return };
+    let own = |t: &str| t.lines().filter(|l| !l.starts_with("hot ")).collect::<Vec<_>>().join("\n");
+    assert_eq!(own(&texts[0]), own(&texts[1]), "at the firing, then all in the consumer");
+}
+
+/// A return probe's `arg1` (the return value, rax) and llquantize() run at the firing:
+/// exact counts, and the tables the consumer alone prints.
+fn return_values_and_llquantize_at_the_firing(backend: Backend) {
+    let prog = "pid$target::ho_twork:return { @r[arg1 & 3] = count(); @s = sum(arg1);
+            @l = llquantize(arg1, 10, 0, 6, 20); @m = llquantize(args[1] - 1000, 2, 0, 20, 4, 2); }
+        END { printa(\"ret %d %@d\\n\", @r); printa(\"sum %@d\\n\", @s); printa(@l); printa(@m); }";
+    let Some(text) = traced(backend, prog, &[]) else { return };
+    let n = calls(backend) as i64;
+    let t = THREADS as i64;
+    let rets: Vec<i64> = (0..n).map(|i| i ^ 5).collect();
+    let v = values(&text);
+    for k in 0..4 {
+        let want = rets.iter().filter(|&&r| r & 3 == k).count() as i64 * t;
+        assert_eq!(v.get(&format!("ret {k}")).copied().unwrap_or(0), want, "key {k}\n{text}");
+    }
+    assert_eq!(v["sum"], rets.iter().sum::<i64>() * t, "{text}");
+    // Both tables: every call once, the second weighted 2.
+    assert_eq!(quantize_total(&text), 3 * n * t, "{text}");
+    as_the_consumer_prints(backend, prog, 4_000);
+}
+
+/// clear() and trunc() in the consumer of aggregations that live at the firing: what
+/// `-x nodif` prints, and exact.
+fn clear_and_trunc_of_aggregations_at_the_firing(backend: Backend) {
+    let prog = "pid$target::ho_twork:entry { @k[arg0 & 7] = count(); @s[arg0 & 1] = sum(arg0); @q = quantize(arg0); }
+        pid$target::ho_pair:return { @a = avg(arg1 & 0xff); }
+        END { trunc(@k, 3); printa(\"k %d %@d\\n\", @k); clear(@s); printa(\"s %d %@d\\n\", @s);
+            trunc(@q); printa(@q); clear(@a); printa(\"a %@d\\n\", @a); }";
+    let Some(text) = traced(backend, prog, &[]) else { return };
+    let per_key = (calls(backend) / 8 * THREADS) as i64;
+    let v = values(&text);
+    // Equal counts: trunc() keeps the larger keys.
+    for k in 0..8 {
+        assert_eq!(v.get(&format!("k {k}")).copied(), (k >= 5).then_some(per_key), "key {k}\n{text}");
+    }
+    assert_eq!((v.get("s 0"), v.get("s 1"), v.get("a")), (Some(&0), Some(&0), Some(&0)), "{text}");
+    assert_eq!(quantize_total(&text), 0, "{text}");
+    as_the_consumer_prints(backend, prog, 4_000);
+}
+
+/// `ppid` at the firing: a forked child's is its parent (read at each firing, not kept
+/// from the start), in a key and a predicate; as the consumer alone (`-x nodif`) sees it.
+fn ppid_at_the_firing_is_the_parent_after_a_fork(backend: Backend) {
+    let prog = "pid$target::ho_twork:entry { @[pid, ppid] = count(); }
+        pid$target::ho_twork:entry /ppid != pid && ppid > 0/ { @n = count(); }
+        END { printa(\"ids %d %d %@d\\n\", @); printa(\"n %@d\\n\", @n); }";
+    let check = |text: &str, per: i64| {
+        let ids: Vec<(i64, i64, i64)> = text
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<i64> = l.strip_prefix("ids ")?.split(' ').filter_map(|w| w.parse().ok()).collect();
+                Some((f[0], f[1], f[2]))
+            })
+            .collect();
+        assert_eq!(ids.len(), 2, "two processes:\n{text}");
+        assert!(ids.iter().all(|&(_, _, n)| n == per), "{text}");
+        let (parent, child) = if ids[1].1 == ids[0].0 { (ids[0], ids[1]) } else { (ids[1], ids[0]) };
+        assert_eq!(child.1, parent.0, "the child's ppid is its parent:\n{text}");
+        assert!(parent.1 > 0 && parent.1 != child.0, "{text}");
+        assert_eq!(values(text)["n"], 2 * per, "{text}");
+    };
+    let Some(text) = traced(backend, prog, &["fork"]) else { return };
+    check(&text, (THREADS * calls(backend)) as i64);
+    // In a PID namespace of its own, whose parent is outside it (getppid(2) says 0
+    // there): udtrace's view, as the consumer's.
+    let cmd = format!("unshare -p -f {} 1 3000", fixture("hot"));
+    let ns_prog = "pid$target::ho_twork:entry { @[ppid == 0] = count(); } END { printa(\"zero %d %@d\\n\", @); }";
+    let unshares = Command::new("unshare").args(["-p", "-f", "true"]).status().is_ok_and(|s| s.success());
+    if !unshares {
+        println!("skipped the namespace case: unshare -p fails here");
+    } else if let Some(texts) = both_ways(backend, &["-Z"], ns_prog, &cmd) {
+        for t in &texts {
+            assert_eq!(values(t).get("zero 0"), Some(&3000), "{t}");
+        }
+    }
+    let cmd = format!("{} {THREADS} 2000 fork", fixture("hot"));
+    let Some(out) = backend.traced(&["-q", "-x", "nodif", "-n", prog, "-c", &cmd]) else { return };
+    assert!(out.status.success(), "{}", stderr(&out));
+    check(&stdout(&out), (THREADS * 2000) as i64);
+}
+
+/// `errno` at the firing: the one each failing call left in its thread (the errnos
+/// fixture's two threads), counted by function and value, as `-x nodif` counts it.
+fn errno_at_the_firing_is_the_calling_threads(backend: Backend) {
+    let prog = "pid$target::open:return, pid$target::close:return, pid$target::chdir:return
+        { @[probefunc, errno] = count(); }
+        pid$target::chdir:return /errno == 2/ { @c = count(); }
+        pid$target::close:return { printf(\"close %d %d\\n\", errno, ppid > 1); @r = sum(ppid > 1); }
+        END { printa(\"e %s %d %@d\\n\", @); printa(\"c %@d\\n\", @c); printa(\"r %@d\\n\", @r); }";
+    let cmd = format!("{} 3", fixture("errnos"));
+    let Some(texts) = both_ways(backend, &[], prog, &cmd) else { return };
+    // A site whose firing records (the printf) runs its program in the record's code.
+    let ours = |t: &str| {
+        let mut l: Vec<&str> = t.lines().filter(|l| l.starts_with(['e', 'c', 'r'])).collect();
+        l.sort();
+        l.join("\n")
+    };
+    assert_eq!(texts[0].lines().filter(|l| *l == "close 9 1").count(), 6, "{}", texts[0]);
+    let v = values(&texts[0]);
+    for (k, n) in [("e open 2", 6), ("e open 21", 6), ("e close 9", 6), ("e chdir 2", 12), ("c", 12), ("r", 6)] {
+        assert_eq!(v.get(k).copied(), Some(n), "{k}\n{}", texts[0]);
+    }
+    assert_eq!(ours(&texts[0]), ours(&texts[1]), "at the firing, then all in the consumer");
+    // At any rate (at the firing: the consumer would drop), with ppid and vtimestamp.
+    let prog = "pid$target::ho_twork:entry { @[errno] = count(); @p[ppid] = count(); @v = sum(vtimestamp > 0); }
+        END { printa(\"e %d %@d\\n\", @); printa(\"v %@d\\n\", @v); }";
+    let Some(text) = traced(backend, prog, &[]) else { return };
+    let all = (THREADS * calls(backend)) as i64;
+    let counted: i64 =
+        text.lines().filter(|l| l.starts_with("e ")).filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok()).sum();
+    assert_eq!((counted, values(&text)["v"]), (all, all), "{text}");
 }

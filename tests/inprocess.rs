@@ -343,6 +343,21 @@ fn without_bpf_unpatchable_sites_are_breakpoints() {
     );
 }
 
+/// A breakpoint site's program (the interpreter in udtrace) sees the process's name as
+/// its trampolines do: `execname` as a key and in a predicate, at every return.
+#[test]
+fn without_bpf_breakpoints_know_execname() {
+    let cmd = format!("{} 10", fixture("fixture"));
+    let prog = "pid$target::classify:entry { @e[execname] = count(); } \
+                pid$target::classify:return /execname == \"fixture\"/ { @n[execname, probename] = count(); } \
+                END { printa(\"%s %s %@d\\n\", @n); printa(\"%s %@d\\n\", @e); }";
+    let Some(out) = as_nobody(&["-q", "-n", prog, "-c", &cmd]) else { return };
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("1 probe site uses breakpoints (slow)"), "{err}");
+    assert!(text.contains("fixture return 10\n") && text.contains("fixture 10\n"), "{text}\n{err}");
+}
+
 #[test]
 fn without_bpf_libraries_loaded_later_are_armed() {
     // dlopener.c: plugin.so is dlopen()ed after tracing starts, by the main thread, a

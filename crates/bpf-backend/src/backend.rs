@@ -264,6 +264,13 @@ fn load_work_program(
         .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))
 }
 
+/// Where a task's parent and a task's process id are in the kernel's task_struct
+/// (`ppid` at the firing); none without BTF.
+fn parent_offsets() -> Option<(u32, u32)> {
+    let btf = Btf::vmlinux().ok()?;
+    Some((btf.place("task_struct", "real_parent").ok()?.offset, btf.place("task_struct", "tgid").ok()?.offset))
+}
+
 /// Where errno is read from: the offset of a thread's pointer in the kernel's
 /// task_struct comes from its BTF. Without BTF errno reads 0.
 fn errno_source() -> Option<ErrnoSource> {
@@ -331,10 +338,11 @@ impl Bpf {
         let lineage = if setup.children && !setup.unheld.is_empty() { Some(follow_in_kernel(&maps)?) } else { None };
         // Always: a program that keeps nothing still gates records (Emit), and its code
         // names the drop counters.
-        let dif = Some(
+        let mut dif =
             DifMaps::create(&setup.layout, DifSizes { threads: setup.tables.0 as u32, keys: setup.tables.1 as u32 })
-                .map_err(maps_err)?,
-        );
+                .map_err(maps_err)?;
+        dif.parent = parent_offsets();
+        let dif = Some(dif);
         let reader = RingBufReader::new(&maps.ring).map_err(|e| e.to_string())?;
         Ok(Bpf {
             unheld: setup.unheld.iter().copied().collect(),
@@ -412,9 +420,19 @@ impl Bpf {
             return Ok(Some(i));
         }
         let filter = if all { Filter::AllBut(std::process::id()) } else { Filter::Traced };
+        if key.1.reads(udtrace_dif::Var::Comm0) || key.1.reads(udtrace_dif::Var::Comm1) {
+            // `execname` is the process's name, its group leader's: where the kernel
+            // keeps it, read from BTF once (without BTF, the firing thread's name).
+            if let Some(maps) = self.dif.as_mut().filter(|m| m.leader_comm.is_none()) {
+                maps.leader_comm =
+                    Btf::vmlinux().ok().and_then(|b| TaskOffsets::from_btf(&b).ok()).map(|o| o.leader_comm());
+            }
+        }
         let dif = match (&self.dif, key.1.ops.is_empty()) {
             (_, true) => None,
-            (Some(maps), false) => Some(DifCode { program: &key.1, maps, gets: Gets::Firing }),
+            (Some(maps), false) => {
+                Some(DifCode { program: &key.1, maps, gets: Gets::Firing, errno: self.maps.errno.as_ref() })
+            }
             (None, false) => {
                 return Err("a probe's firing-time work names no thread-local variable or aggregation".into())
             }

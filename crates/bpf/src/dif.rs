@@ -40,6 +40,8 @@ pub enum DifError {
     Verify(#[from] udtrace_dif::VerifyError),
     #[error("{0} bytes of aggregation rows without keys (at most {MAX_ROWS})")]
     RowsTooLarge(usize),
+    #[error("ppid at the firing needs the kernel's BTF (task_struct's real_parent and tgid)")]
+    NoParent,
 }
 
 /// Bytes of keyless rows in one per-CPU value (the kernel's per-CPU allocations are at
@@ -76,6 +78,13 @@ pub struct DifMaps {
     zero: RawMap,
     /// Key 0: per CPU, aggregation drops and dynamic-variable drops.
     drops: RawMap,
+    /// Offsets in the kernel's `task_struct` (from its BTF) of `real_parent` and
+    /// `tgid`, for `Var::Ppid`; without them a program reading it does not compile.
+    pub parent: Option<(u32, u32)>,
+    /// Where `task_struct` keeps `group_leader` and `comm` (`TaskOffsets::leader_comm`):
+    /// with them `execname` is the process's name, its leader's (the consumer's), else
+    /// the firing thread's (`bpf_get_current_comm`).
+    pub leader_comm: Option<(i16, i16)>,
 }
 
 const DROP_AGG: i16 = 0;
@@ -118,6 +127,8 @@ impl DifMaps {
             keyed,
             zero: RawMap::create(RawKind::Array, "udtrace_zero", 4, largest, 1)?,
             drops: RawMap::create(RawKind::PerCpuArray, "udtrace_difdrop", 4, 16, 1)?,
+            parent: None,
+            leader_comm: None,
         })
     }
 
@@ -218,7 +229,8 @@ pub enum Gets {
     /// From the firing: the thread, its CPU, the clock.
     Firing,
     /// Tests: from word 0.. of entry 0 of this array map, in [`Var::ALL`]'s order
-    /// (pid, tid, cpu, timestamp, uid, gid), so that a test decides them per firing.
+    /// (pid, tid, cpu, timestamp, uid, gid, ret), so that a test decides them per
+    /// firing.
     Map(i32),
 }
 
@@ -228,6 +240,9 @@ pub struct DifCode<'a> {
     pub program: &'a Program,
     pub maps: &'a DifMaps,
     pub gets: Gets,
+    /// Where errno is (`Var::Errno`): the records' source; none, errno reads 0, as a
+    /// record's does.
+    pub errno: Option<&'a crate::codegen::ErrnoSource>,
 }
 
 /// The stack: the sixteen registers (register i at `REGS + 8 i`: keys in consecutive
@@ -238,6 +253,13 @@ const TID_KEY: i16 = -144;
 const GET_KEY: i16 = -152;
 /// 1 once an [`Op::Emit`] ran (read by [`emitted`]).
 const EMIT: i16 = -160;
+/// Scratch of [`emit_errno`].
+const ERRNO_A: i16 = -168;
+const ERRNO_B: i16 = -176;
+/// 16 bytes of the process's name ([`Var::Comm0`], [`Var::Comm1`]).
+const COMM: i16 = -192;
+/// The current task, then its group leader (pointers).
+const TASK: i16 = -200;
 
 fn reg(r: u8) -> i16 {
     REGS + 8 * i16::from(r)
@@ -262,6 +284,9 @@ pub fn emit(a: &mut Asm, code: DifCode<'_>) -> Result<(), DifError> {
     a.push(st(Size::W, Reg::R10, ZERO_KEY, 0));
     if p.emits() {
         a.push(st(Size::DW, Reg::R10, EMIT, 0));
+    }
+    if code.gets == Gets::Firing && (p.reads(Var::Comm0) || p.reads(Var::Comm1)) {
+        read_name(a, maps.leader_comm);
     }
     // The thread's slots into R8, made (zeroed) at its first firing.
     if let (true, Some(map)) = (tls, &maps.tls) {
@@ -341,6 +366,31 @@ fn count_drop(a: &mut Asm, maps: &DifMaps, which: i16) {
     a.bind(skip);
 }
 
+/// The process's name into `fp + COMM` ([`Var::Comm0`], [`Var::Comm1`]), once per
+/// firing. Clobbers R0–R5.
+fn read_name(a: &mut Asm, leader_comm: Option<(i16, i16)>) {
+    let len = udtrace_dif::op::COMM_BYTES as i32;
+    match leader_comm {
+        Some((leader, comm)) => {
+            // The leader's comm up to its NUL into zeroed bytes: what comm_words makes
+            // of /proc/PID/stat's name.
+            a.push(st(Size::DW, Reg::R10, COMM, 0));
+            a.push(st(Size::DW, Reg::R10, COMM + 8, 0));
+            a.call(helper::GET_CURRENT_TASK);
+            a.push(mov64_reg(Reg::R3, Reg::R0));
+            a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(leader)));
+            a.read_to_stack(helper::PROBE_READ_KERNEL, TASK, 8);
+            a.push(ldx(Size::DW, Reg::R3, Reg::R10, TASK));
+            a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(comm)));
+            a.read_to_stack(helper::PROBE_READ_KERNEL_STR, COMM, len);
+        }
+        // The thread's comm, NUL-padded by the helper.
+        None => {
+            a.read_to_stack(helper::GET_CURRENT_COMM, COMM, len);
+        }
+    }
+}
+
 /// R0 = what the firing knows. Clobbers R1–R5.
 fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
     match gets {
@@ -367,6 +417,18 @@ fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
                 a.call(helper::GET_CURRENT_UID_GID);
                 a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
             }
+            Var::Ret => {
+                a.push(ldx(Size::DW, Reg::R0, Reg::R6, PtReg::Ax.offset() as i16));
+            }
+            // Read through the task by `emit_ppid` and `emit_errno` (emit_op), never here.
+            Var::Ppid | Var::Errno => {
+                a.push(mov64_imm(Reg::R0, 0));
+            }
+            // Read once, at the program's start (`read_name`).
+            Var::Comm0 | Var::Comm1 => {
+                let word = if v == Var::Comm1 { 8 } else { 0 };
+                a.push(ldx(Size::DW, Reg::R0, Reg::R10, COMM + word));
+            }
         },
         Gets::Map(fd) => {
             let word = Var::ALL.iter().position(|&w| w == v).unwrap_or(0) as i16;
@@ -382,6 +444,69 @@ fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
             a.bind(done);
         }
     }
+}
+
+/// R0 = the current task's `real_parent->tgid` (`offsets`: theirs in task_struct), as
+/// it is now: a forked child's parent, a reparented process's new one; 0 where a read
+/// faults (never, for the current task). Clobbers R1–R5.
+fn emit_ppid(a: &mut Asm, offsets: (u32, u32)) {
+    let done = a.label();
+    a.push(st(Size::DW, Reg::R10, GET_KEY, 0));
+    a.call(helper::GET_CURRENT_TASK);
+    a.push(mov64_reg(Reg::R3, Reg::R0));
+    a.push(alu64_imm(AluOp::Add, Reg::R3, offsets.0 as i32));
+    a.read_to_stack(helper::PROBE_READ_KERNEL, GET_KEY, 8);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, done);
+    a.push(ldx(Size::DW, Reg::R3, Reg::R10, GET_KEY));
+    a.push(st(Size::DW, Reg::R10, GET_KEY, 0));
+    a.push(alu64_imm(AluOp::Add, Reg::R3, offsets.1 as i32));
+    a.read_to_stack(helper::PROBE_READ_KERNEL, GET_KEY, 4);
+    a.bind(done);
+    a.push(ldx(Size::DW, Reg::R0, Reg::R10, GET_KEY));
+    a.push(mov32_reg(Reg::R0, Reg::R0));
+}
+
+/// R0 = the firing thread's errno, sign-extended, as a record reads it
+/// (`codegen::emit_errno`): the thread pointer (`fsbase` of the current task) plus
+/// the process's TLS offset of errno (from its GOT slot, or the constant); 0 without a
+/// source, an entry, an offset, or where a read faults. Clobbers R1–R5.
+fn emit_errno(a: &mut Asm, src: Option<&crate::codegen::ErrnoSource>) {
+    let Some(src) = src else {
+        a.push(mov64_imm(Reg::R0, 0));
+        return;
+    };
+    let (have, done) = (a.label(), a.label());
+    a.push(st(Size::DW, Reg::R10, ERRNO_A, 0));
+    a.push(mov64_reg(Reg::R1, Reg::R7));
+    a.push(alu64_imm(AluOp::Rsh, Reg::R1, 32));
+    a.push(stx(Size::W, Reg::R10, GET_KEY, Reg::R1));
+    a.map_lookup(src.tls.raw_fd(), GET_KEY);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, done);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R0, 8));
+    a.push(stx(Size::DW, Reg::R10, ERRNO_B, Reg::R1));
+    a.push(ldx(Size::DW, Reg::R3, Reg::R0, 0));
+    a.jmp_imm(Cond::Eq, Reg::R3, 0, have);
+    // The offset from its GOT slot (a failed read leaves 0: no errno).
+    a.read_to_stack(helper::PROBE_READ_USER, ERRNO_B, 8);
+    a.bind(have);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R10, ERRNO_B));
+    a.jmp_imm(Cond::Eq, Reg::R1, 0, done);
+    a.call(helper::GET_CURRENT_TASK);
+    a.push(mov64_reg(Reg::R3, Reg::R0));
+    a.push(alu64_imm(AluOp::Add, Reg::R3, src.fsbase as i32));
+    a.read_to_stack(helper::PROBE_READ_KERNEL, ERRNO_A, 8);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, done);
+    a.push(ldx(Size::DW, Reg::R3, Reg::R10, ERRNO_A));
+    a.jmp_imm(Cond::Eq, Reg::R3, 0, done);
+    a.push(ldx(Size::DW, Reg::R1, Reg::R10, ERRNO_B));
+    a.push(alu64_reg(AluOp::Add, Reg::R3, Reg::R1));
+    a.read_to_stack(helper::PROBE_READ_USER, ERRNO_A, 4);
+    a.bind(done);
+    // The low 32 bits: errno, or 0 on every way without it (a failed read zeroes its
+    // destination; fsbase is there only where it was 0).
+    a.push(ldx(Size::W, Reg::R0, Reg::R10, ERRNO_A));
+    a.push(alu64_imm(AluOp::Lsh, Reg::R0, 32));
+    a.push(alu64_imm(AluOp::Arsh, Reg::R0, 32));
 }
 
 /// R1 = 1 when `cond` holds between R1 and R2, else 0.
@@ -412,6 +537,14 @@ fn emit_op(a: &mut Asm, code: DifCode<'_>, op: Op, at: &[Label]) -> Result<(), D
         Op::Arg { d, n } => {
             a.push(ldx(Size::DW, Reg::R1, Reg::R6, PtReg::ARGS[usize::from(n)].offset() as i16));
             store(a, d, Reg::R1);
+        }
+        Op::Get { d, v: Var::Ppid } if code.gets == Gets::Firing => {
+            emit_ppid(a, maps.parent.ok_or(DifError::NoParent)?);
+            store(a, d, Reg::R0);
+        }
+        Op::Get { d, v: Var::Errno } if code.gets == Gets::Firing => {
+            emit_errno(a, code.errno);
+            store(a, d, Reg::R0);
         }
         Op::Get { d, v } => {
             emit_get(a, code.gets, v);
@@ -610,12 +743,14 @@ fn update(a: &mut Asm, func: AggFn, base: Reg, off: i16, val: u8, incr: u8, skip
             a.bind(no_carry);
             a.push(atomic_add(Size::DW, base, off + 24, Reg::R2));
         }
-        AggFn::Quantize | AggFn::Lquantize { .. } => {
+        AggFn::Quantize | AggFn::Lquantize { .. } | AggFn::Llquantize { .. } => {
             v(a, Reg::R1);
             if func == AggFn::Quantize {
                 quantize_word(a);
             } else if let AggFn::Lquantize { base: b, step, levels } = func {
                 lquantize_word(a, b, step, levels);
+            } else if let AggFn::Llquantize { bins } = func {
+                llquantize_word(a, bins);
             }
             // The word's index is below the row's length on every way here; said
             // again for the verifier, which bounds the address by it.
@@ -690,6 +825,23 @@ fn lquantize_word(a: &mut Asm, base: i32, step: u16, levels: u16) {
     a.ja(done);
     a.bind(over);
     a.push(mov64_imm(Reg::R1, i32::from(levels) + 2));
+    a.ja(done);
+    a.bind(under);
+    a.push(mov64_imm(Reg::R1, 1));
+    a.bind(done);
+}
+
+/// R1 (a bin the program computed, `udtrace_dif::llquantize`) becomes its word: 1 +
+/// the bin taken signed within 0..bins.
+fn llquantize_word(a: &mut Asm, bins: u16) {
+    let last = i32::from(bins.max(1)) - 1;
+    let (done, under, over) = (a.label(), a.label(), a.label());
+    a.jmp_imm(Cond::Slt, Reg::R1, 0, under);
+    a.jmp_imm(Cond::Gt, Reg::R1, last, over);
+    a.push(alu64_imm(AluOp::Add, Reg::R1, 1));
+    a.ja(done);
+    a.bind(over);
+    a.push(mov64_imm(Reg::R1, last + 1));
     a.ja(done);
     a.bind(under);
     a.push(mov64_imm(Reg::R1, 1));

@@ -92,6 +92,12 @@ pub enum OffsetsError {
 }
 
 impl TaskOffsets {
+    /// Where `task_struct`'s `group_leader` and `comm` are: a process's name is its
+    /// leader's `comm` (`execname` at the firing, `crate::dif::DifMaps::leader_comm`).
+    pub fn leader_comm(&self) -> (i16, i16) {
+        (self.group_leader, self.comm)
+    }
+
     pub fn from_btf(b: &Btf) -> Result<TaskOffsets, OffsetsError> {
         let at = |s: &str, p: &str| -> Result<i16, OffsetsError> {
             let pl = b.place(s, p)?;

@@ -34,8 +34,8 @@ pub extern "C" fn udtrace_dif_target(a: u64, b: u64, c: u64, d: u64, e: u64, f: 
     black_box(a) ^ black_box(b) ^ black_box(c) ^ black_box(d) ^ black_box(e) ^ black_box(f)
 }
 
-/// Words of the firing map: the six values of `Var::ALL`, then the program slot.
-const FIRING_WORDS: usize = 7;
+/// Words of the firing map: the values of `Var::ALL`, then the program slot.
+const FIRING_WORDS: usize = Var::ALL.len() + 1;
 const SLOTS: u32 = 4;
 
 /// The probe on [`udtrace_dif_target`] and what its program reads.
@@ -95,7 +95,7 @@ impl Rig {
         let loaded: Vec<Program> = programs
             .iter()
             .map(|p| {
-                let code = DifCode { program: p, maps: &maps, gets: Gets::Map(self.firing.raw_fd()) };
+                let code = DifCode { program: p, maps: &maps, gets: Gets::Map(self.firing.raw_fd()), errno: None };
                 let work = SiteWork { dif: Some(code), record: false };
                 let insns = uprobe_program_work(&RecordPlan::default(), &self.probe, Filter::Traced, false, work)
                     .unwrap_or_else(|e| panic!("compile {p:?}: {e}"));
@@ -199,8 +199,7 @@ fn full_maps_count_drops_as_the_interpreter() {
             Op::Agg { agg: 0, keys: 1, val: 1, incr: 1 },
         ],
     };
-    let firing =
-        |tid, key| (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, cpu: 0, timestamp: 1, uid: 0, gid: 0 });
+    let firing = |tid, key| (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, timestamp: 1, ..Firing::default() });
     let firings = [firing(7, 5), firing(7, 5), firing(7, 6), firing(8, 5), firing(7, 7)];
     let (want, _) = interpret(&layout, 1, 1, std::slice::from_ref(&program), &firings);
     let (mut got, _) = rig.run(&layout, DifSizes { threads: 1, keys: 1 }, std::slice::from_ref(&program), &firings);
@@ -210,6 +209,71 @@ fn full_maps_count_drops_as_the_interpreter() {
     assert_eq!(got.agg_drops_by_cpu.values().sum::<u64>(), 2);
     got.agg_drops_by_cpu = want.agg_drops_by_cpu.clone();
     assert_eq!(got, want);
+}
+
+/// `execname` at a real firing (`Gets::Firing`), laid out as `comm_words` does: the
+/// process's name (its group leader's `comm`, found through BTF) whatever a thread
+/// calls itself; without the offsets, the firing thread's name.
+#[test]
+fn the_name_is_the_processs() {
+    if !common::bpf_available("the_name_is_the_processs") {
+        return;
+    }
+    let _serial = common::serial();
+    let offsets = udtrace_bpf::btf::Btf::vmlinux()
+        .ok()
+        .and_then(|b| udtrace_bpf::proc::TaskOffsets::from_btf(&b).ok())
+        .map(|o| o.leader_comm());
+    let own = std::fs::read_to_string("/proc/self/comm").expect("comm");
+    let names = ["udt-name-a", "a-name-of-15-ch", "x"];
+    for leader_comm in [None, offsets] {
+        let probe = ProbeMaps::create(1 << 16, 64).expect("maps");
+        probe.traced.insert(&std::process::id(), &1).expect("traced");
+        let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 2 }] };
+        let mut maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
+        maps.leader_comm = leader_comm;
+        let program = Dif {
+            ops: vec![
+                Op::Get { d: 0, v: Var::Comm0 },
+                Op::Get { d: 1, v: Var::Comm1 },
+                Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 },
+            ],
+        };
+        let on = on_target(&program, &maps, &probe, "udtrace_tcomm");
+        for (i, name) in names.iter().enumerate() {
+            std::thread::Builder::new()
+                .name(name.to_string())
+                .spawn(move || (0..=i as u64).for_each(|k| _ = black_box(udtrace_dif_target(k, 0, 0, 0, 0, 0))))
+                .expect("thread")
+                .join()
+                .expect("join");
+        }
+        drop(on);
+        let rows = &maps.snapshot().expect("snapshot").aggs[0];
+        let row = |name: &str| rows.get(&udtrace_dif::op::comm_words(name.as_bytes()).to_vec()).map(|r| r[0]);
+        if leader_comm.is_some() {
+            assert_eq!(row(own.trim_end()), Some(6), "{own}: {rows:?}");
+            assert_eq!(rows.len(), 1, "{rows:?}");
+        } else {
+            for (i, name) in names.iter().enumerate() {
+                assert_eq!(row(name), Some(i as u64 + 1), "{name}: {rows:?}");
+            }
+        }
+    }
+    assert!(offsets.is_some(), "no task_struct offsets from the kernel's BTF");
+}
+
+/// `program` compiled with what real firings know (`Gets::Firing`), attached to
+/// [`udtrace_dif_target`] in this process.
+fn on_target(program: &Dif, maps: &DifMaps, probe: &ProbeMaps, name: &str) -> (Program, MultiLink) {
+    let code = DifCode { program, maps, gets: Gets::Firing, errno: None };
+    let work = SiteWork { dif: Some(code), record: false };
+    let insns = uprobe_program_work(&RecordPlan::default(), probe, Filter::Traced, false, work).expect("compile");
+    let prog = Program::load(ProgramKind::UprobeMulti, name, &insns).unwrap_or_else(|e| panic!("{e}"));
+    let (exe, off) = common::own_function("udtrace_dif_target");
+    let link = attach_multi_pid(&prog, &exe, &[Site { offset: off, cookie: 0, ref_ctr: 0 }], false, std::process::id())
+        .expect("attach");
+    (prog, link)
 }
 
 /// Calls of [`udtrace_dif_target`] per cost measurement (`UDTRACE_DIF_CALLS`).
@@ -242,14 +306,7 @@ fn cost_of_counting() {
     let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
     let maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
     let program = Dif { ops: vec![Op::Const { d: 0, v: 1 }, Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 }] };
-    let code = DifCode { program: &program, maps: &maps, gets: Gets::Firing };
-    let work = SiteWork { dif: Some(code), record: false };
-    let insns = uprobe_program_work(&RecordPlan::default(), &probe, Filter::Traced, false, work).expect("compile");
-    let prog = Program::load(ProgramKind::UprobeMulti, "udtrace_tcount", &insns).unwrap_or_else(|e| panic!("{e}"));
-    let (exe, off) = common::own_function("udtrace_dif_target");
-    let _link =
-        attach_multi_pid(&prog, &exe, &[Site { offset: off, cookie: 0, ref_ctr: 0 }], false, std::process::id())
-            .expect("attach");
+    let (prog, _link) = on_target(&program, &maps, &probe, "udtrace_tcount");
     let n = bench_calls();
     let ns = time_calls(n);
     let counted = maps.snapshot().expect("snapshot").aggs[0][&vec![]][0];

@@ -19,6 +19,10 @@ pub const CASE_THREADS: u64 = 6;
 /// Distinct key values; a keyed table of 256 entries never fills.
 pub const CASE_KEYS: u64 = 4;
 
+/// Process names the firings have: short, 8 bytes (a NUL-free first word), the most
+/// the kernel keeps (15), and empty.
+pub const CASE_NAMES: &[&[u8]] = &[b"hot", b"postgres", b"abcdefghijklmno", b"", b"ls"];
+
 /// xorshift64*: a tiny generator whose sequence a seed (not 0) fixes, for the
 /// differential tests here and of the compiler (`crates/runtime/tests/firing_diff.rs`).
 pub struct Rng(pub u64);
@@ -51,7 +55,7 @@ impl Rng {
 /// The case of `seed`.
 pub fn case(seed: u64) -> Case {
     let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let funcs = |r: &mut Rng| match r.below(8) {
+    let funcs = |r: &mut Rng| match r.below(9) {
         0 => AggFn::Count,
         1 => AggFn::Sum,
         2 => AggFn::Min,
@@ -59,11 +63,13 @@ pub fn case(seed: u64) -> Case {
         4 => AggFn::Avg,
         5 => AggFn::Stddev,
         6 => AggFn::Quantize,
-        _ => AggFn::Lquantize {
+        7 => AggFn::Lquantize {
             base: r.below(40) as i32 - 20,
             step: 1 + r.below(10) as u16,
             levels: 1 + r.below(20) as u16,
         },
+        // The bin comes from the program (any value: the update clamps it).
+        _ => AggFn::Llquantize { bins: 1 + r.below(40) as u16 },
     };
     let naggs = r.below(4) as usize;
     let layout = Layout {
@@ -86,6 +92,10 @@ pub fn case(seed: u64) -> Case {
                 timestamp: ts,
                 uid: r.below(2),
                 gid: 100,
+                ret: r.value(),
+                ppid: 1 + r.below(3),
+                errno: [0, 2, 11, u64::MAX][r.below(4) as usize],
+                comm: crate::op::comm_words(CASE_NAMES[r.below(CASE_NAMES.len() as u64) as usize]),
             };
             (r.below(programs.len() as u64) as usize, f)
         })
@@ -118,7 +128,7 @@ fn block(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, written: &mut u16, dep
         let op = match (choice, pick(r, *written), pick(r, *written)) {
             (0, ..) | (_, None, _) => Op::Const { d, v: r.value() },
             (1, ..) => Op::Arg { d, n: r.below(6) as u8 },
-            (2, ..) => Op::Get { d, v: Var::ALL[r.below(6) as usize] },
+            (2, ..) => Op::Get { d, v: Var::ALL[r.below(Var::ALL.len() as u64) as usize] },
             (3, Some(a), _) => Op::Mov { d, a },
             (4 | 5, Some(a), Some(b)) => Op::Bin { op: BinOp::ALL[r.below(15) as usize], d, a, b },
             (6, Some(a), _) => {
@@ -139,7 +149,11 @@ fn block(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, written: &mut u16, dep
                 // Keys: small values (a bounded number of entries), in a run of registers.
                 let keys = r.below((NREGS - usize::from(nk) + 1) as u64) as Reg;
                 for k in 0..nk {
-                    ops.push(Op::Const { d: keys + k, v: r.below(CASE_KEYS) });
+                    // Some keys are a word of the process's name (few distinct values).
+                    ops.push(match r.below(5) {
+                        0 => Op::Get { d: keys + k, v: *r.pick(&[Var::Comm0, Var::Comm1]) },
+                        _ => Op::Const { d: keys + k, v: r.below(CASE_KEYS) },
+                    });
                     *written |= 1 << (keys + k);
                 }
                 let (val, incr) = if nk > 0 && r.below(2) == 0 { (keys, b) } else { (a, b) };

@@ -18,6 +18,12 @@ pub struct Firing {
     pub timestamp: u64,
     pub uid: u64,
     pub gid: u64,
+    /// rax at the site ([`Var::Ret`]).
+    pub ret: u64,
+    pub ppid: u64,
+    pub errno: u64,
+    /// The process's name ([`crate::op::comm_words`]).
+    pub comm: [u64; 2],
 }
 
 impl Firing {
@@ -29,6 +35,11 @@ impl Firing {
             Var::Timestamp => self.timestamp,
             Var::Uid => self.uid,
             Var::Gid => self.gid,
+            Var::Ret => self.ret,
+            Var::Ppid => self.ppid,
+            Var::Errno => self.errno,
+            Var::Comm0 => self.comm[0],
+            Var::Comm1 => self.comm[1],
         }
     }
 }
@@ -246,7 +257,7 @@ fn update_own(func: AggFn, row: usize, v: u64, w: u64, mem: &mut dyn Memory) {
             mem.store(row + 16, nlo);
             add(mem, 3, ((sq >> 64) as u64).wrapping_add(u64::from(carry)));
         }
-        AggFn::Quantize | AggFn::Lquantize { .. } => {
+        AggFn::Quantize | AggFn::Lquantize { .. } | AggFn::Llquantize { .. } => {
             let b = func.bucket(v).unwrap_or(0);
             add(mem, b, w);
         }
@@ -282,7 +293,7 @@ fn update_shared(func: AggFn, row: usize, v: u64, w: u64, mem: &mut dyn Memory) 
             let carry = lo.overflowing_add(sq as u64).1;
             mem.fetch_add(row + 24, ((sq >> 64) as u64).wrapping_add(u64::from(carry)));
         }
-        AggFn::Quantize | AggFn::Lquantize { .. } => {
+        AggFn::Quantize | AggFn::Lquantize { .. } | AggFn::Llquantize { .. } => {
             let b = func.bucket(v).unwrap_or(0);
             mem.fetch_add(row + 8 * b, w);
         }

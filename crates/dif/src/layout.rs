@@ -11,6 +11,7 @@
 //! stddev     hits, sum, sumsq low, sumsq high   (sumsq: 128 bits, of |value|²)
 //! quantize   hits, 127 buckets
 //! lquantize  hits, levels + 2 bins  (underflow, levels, overflow)
+//! llquantize hits, bins             (the program computes the bin: crate::llquantize)
 //! ```
 //!
 //! Rows of the same key merge word by word ([`merge`]): added, min/max compared.
@@ -81,6 +82,11 @@ pub enum AggFn {
         step: u16,
         levels: u16,
     },
+    /// llquantize: `bins` words after hits; the program computes the bin
+    /// ([`crate::llquantize::Shape::ops`]), the update clamps it to the table.
+    Llquantize {
+        bins: u16,
+    },
 }
 
 impl AggFn {
@@ -92,6 +98,7 @@ impl AggFn {
             AggFn::Stddev => 4,
             AggFn::Quantize => 1 + QUANTIZE_BUCKETS,
             AggFn::Lquantize { levels, .. } => 1 + usize::from(levels) + 2,
+            AggFn::Llquantize { bins } => 1 + usize::from(bins),
         }
     }
 
@@ -109,6 +116,7 @@ impl AggFn {
         match self {
             AggFn::Quantize => Some(1 + quantize_bucket(value as i64)),
             AggFn::Lquantize { base, step, levels } => Some(1 + lquantize_bucket(value, base, step, levels)),
+            AggFn::Llquantize { bins } => Some(1 + crate::llquantize::clamp(value, bins)),
             _ => None,
         }
     }
@@ -309,6 +317,28 @@ pub fn merge(func: AggFn, into: &mut [u64], from: &[u64]) {
     }
 }
 
+/// Takes row `base` (an earlier state of the same row) from `row`: what was added
+/// since, for the functions whose words only add (not min or max, whose rows do not
+/// subtract: `row` is left as it is). Stddev's sum of squares borrows across its words.
+pub fn subtract(func: AggFn, row: &mut [u64], base: &[u64]) {
+    match func {
+        AggFn::Min | AggFn::Max => {}
+        AggFn::Stddev if row.len() >= 4 && base.len() >= 4 => {
+            row[0] = row[0].wrapping_sub(base[0]);
+            row[1] = row[1].wrapping_sub(base[1]);
+            let sq = (u128::from(row[3]) << 64 | u128::from(row[2]))
+                .wrapping_sub(u128::from(base[3]) << 64 | u128::from(base[2]));
+            row[2] = sq as u64;
+            row[3] = (sq >> 64) as u64;
+        }
+        _ => {
+            for (a, b) in row.iter_mut().zip(base) {
+                *a = a.wrapping_sub(*b);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,6 +379,8 @@ mod tests {
         let mut s = [1, 1, u64::MAX, 0];
         merge(AggFn::Stddev, &mut s, &[1, 2, 1, 0]);
         assert_eq!(s, [2, 3, 0, 1]);
+        subtract(AggFn::Stddev, &mut s, &[1, 1, u64::MAX, 0]);
+        assert_eq!(s, [1, 2, 1, 0]);
     }
 
     #[test]

@@ -21,6 +21,7 @@
 pub mod gen;
 pub mod interp;
 pub mod layout;
+pub mod llquantize;
 pub mod op;
 pub mod snapshot;
 

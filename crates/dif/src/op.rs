@@ -33,10 +33,55 @@ pub enum Var {
     Uid,
     /// The real group id of the process.
     Gid,
+    /// rax at the site: at a return (the `ret` instruction), the return value, a pid
+    /// return probe's `arg1`.
+    Ret,
+    /// The parent process's id (in udtrace's PID namespace), as it is at the firing: a
+    /// forked child's is its parent, a reparented process's its new parent.
+    Ppid,
+    /// The firing thread's errno (C's `int`, sign-extended), where the process keeps it
+    /// (its TLS offset, as records read it); 0 while that is not known.
+    Errno,
+    /// Bytes 0..8 of the process's name (`execname`, [`comm_words`]).
+    Comm0,
+    /// Bytes 8..16 of the process's name.
+    Comm1,
 }
 
 impl Var {
-    pub const ALL: [Var; 6] = [Var::Pid, Var::Tid, Var::Cpu, Var::Timestamp, Var::Uid, Var::Gid];
+    pub const ALL: [Var; 11] = [
+        Var::Pid,
+        Var::Tid,
+        Var::Cpu,
+        Var::Timestamp,
+        Var::Uid,
+        Var::Gid,
+        Var::Ret,
+        Var::Ppid,
+        Var::Errno,
+        Var::Comm0,
+        Var::Comm1,
+    ];
+}
+
+/// Bytes of a process's name at the firing: the kernel's `comm` (TASK_COMM_LEN, its
+/// NUL included). `execname` is at most 15 characters.
+pub const COMM_BYTES: usize = 16;
+
+/// A process's name as the two words [`Var::Comm0`] and [`Var::Comm1`] give: its first
+/// 15 bytes, NUL-padded, little-endian (so that a string compares and keys by words).
+pub fn comm_words(name: &[u8]) -> [u64; 2] {
+    let mut b = [0u8; COMM_BYTES];
+    let n = name.iter().position(|&c| c == 0).unwrap_or(name.len()).min(COMM_BYTES - 1);
+    b[..n].copy_from_slice(&name[..n]);
+    [u64::from_le_bytes(b[..8].try_into().expect("8")), u64::from_le_bytes(b[8..].try_into().expect("8"))]
+}
+
+/// The name [`comm_words`] made (up to its first NUL).
+pub fn comm_name(words: [u64; 2]) -> Vec<u8> {
+    let mut b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    b.truncate(b.iter().position(|&c| c == 0).unwrap_or(b.len()));
+    b
 }
 
 /// Two-operand operations. Comparisons give 0 or 1. Shift counts are taken modulo 64
@@ -423,6 +468,16 @@ mod tests {
             ops: vec![Op::Arg { d: 1, n: 0 }, Op::Jz { a: 1, to: 3 }, Op::Const { d: 2, v: 0 }, Op::Mov { d: 3, a: 2 }],
         };
         assert_eq!(verify(&unwritten, &layout), Err(VerifyError::Unwritten(3, 2)));
+    }
+
+    #[test]
+    fn a_name_is_two_words_and_reads_back() {
+        assert_eq!(comm_words(b"hot"), [u64::from_le_bytes(*b"hot\0\0\0\0\0"), 0]);
+        assert_eq!(comm_name(comm_words(b"postgres")), b"postgres");
+        // The kernel keeps 15 bytes and a NUL; a NUL ends a name.
+        assert_eq!(comm_name(comm_words(b"abcdefghijklmnopq")), b"abcdefghijklmno");
+        assert_eq!(comm_name(comm_words(b"ab\0cd")), b"ab");
+        assert_eq!(comm_words(b""), [0, 0]);
     }
 
     #[test]

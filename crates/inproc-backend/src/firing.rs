@@ -168,6 +168,15 @@ fn ended(tid: u64) -> bool {
     }
 }
 
+/// The parent of `pid` now (from `/proc/<pid>/stat`; 0 if unreadable): at a breakpoint
+/// the thread is stopped, and its parent is the one a trampoline's getppid() would see.
+pub fn ppid_of(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The real user and group ids of `pid`, from `/proc/<pid>/status` (0 if unreadable).
 pub fn ids_of(pid: i32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

@@ -711,6 +711,15 @@ impl Backend for InProcess {
                 timestamp: breakpoint::monotonic_ns(),
                 uid,
                 gid,
+                ret: regs.rax,
+                ppid: if work.program.reads(udtrace_dif::Var::Ppid) { firing::ppid_of(pid) } else { 0 },
+                errno: match self.errno_tls.get(&pid) {
+                    Some(&tls) if work.program.reads(udtrace_dif::Var::Errno) => {
+                        process::errno_of(pid, tid, tls).map_or(0, |e| i64::from(e) as u64)
+                    }
+                    _ => 0,
+                },
+                comm: p.comm(),
             };
             emit = self.buffers.run(&work.program, &f, p.dif()) == udtrace_dif::interp::Outcome::Emit;
         }

@@ -268,6 +268,8 @@ pub struct Proc {
     dif: Option<Rc<SharedRegion>>,
     /// The real user and group ids its data page holds (`uid`, `gid` at the firing).
     ids: (u64, u64),
+    /// The name its data page holds (`execname` at the firing).
+    comm: [u64; 2],
     addrs: ProcessAddrs,
     regions: Vec<Rc<RefCell<Region>>>,
     patches: Vec<Patch>,
@@ -468,6 +470,7 @@ impl Proc {
         write_pid(pid, data_page)?;
         write_args(pid, data_page);
         let ids = write_ids(pid, data_page);
+        let comm = write_comm(pid, data_page);
         let dif = if buffers.wanted() { Some(buffers.create(tid, regs.rip)?) } else { None };
         let mut region = inject::create_shared_near(tid, geometry.size() as u64, regs.rip, Prot::READ | Prot::WRITE)
             .map_err(|e| format!("cannot map its ring: {e}"))?;
@@ -479,6 +482,7 @@ impl Proc {
             ring,
             dif,
             ids,
+            comm,
             addrs: ProcessAddrs { ring: ring_addr, data_page, clock_gettime, tid_offset: GLIBC_TID_OFFSET, cpu },
             regions: Vec::new(),
             patches: Vec::new(),
@@ -508,6 +512,7 @@ impl Proc {
             ring: self.ring,
             dif: self.dif.clone(),
             ids: self.ids,
+            comm: self.comm,
             addrs: self.addrs,
             regions: self.regions.clone(),
             patches: self.patches.clone(),
@@ -713,6 +718,11 @@ impl Proc {
         self.ids
     }
 
+    /// The name its firings see (`udtrace_dif::op::comm_words`).
+    pub fn comm(&self) -> [u64; 2] {
+        self.comm
+    }
+
     pub fn dif(&self) -> Option<&SharedRegion> {
         self.dif.as_deref()
     }
@@ -750,6 +760,9 @@ impl Proc {
                 || !record.buffers.is_empty()
                 || record.task
                 || (site.stash_ops >= udtrace_record::pid::op_read(0) && !record.stash.is_empty())
+                // getppid(2) names the parent in the process's namespace, and seccomp
+                // may forbid the call.
+                || work.program.reads(udtrace_dif::Var::Ppid)
         }) {
             return Err(why.into());
         }
@@ -995,6 +1008,20 @@ fn write_ids(pid: i32, page: u64) -> (u64, u64) {
         let _ = m.write_all_at(&w, page + DATA_UID as u64);
     }
     (uid, gid)
+}
+
+/// Writes `pid`'s name to its data page (`execname` at the firing), read from
+/// /proc/PID/stat as the consumer reads its `execname`, once per image (exec maps a new
+/// page; a forked child keeps its parent's, as its name is until it execs). Returns
+/// it: breakpoint firings use the same.
+fn write_comm(pid: i32, page: u64) -> [u64; 2] {
+    let name = procfs::stat(pid).map(|(c, _)| c).unwrap_or_default();
+    let w = udtrace_dif::op::comm_words(name.as_bytes());
+    let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_ne_bytes()).collect();
+    if let Ok(m) = mem(pid) {
+        let _ = m.write_all_at(&bytes, page + udtrace_inproc::dif::DATA_COMM as u64);
+    }
+    w
 }
 
 fn write_pid(pid: i32, page: u64) -> Result<(), String> {

@@ -19,13 +19,18 @@ use udtrace_dif::layout::{
 use udtrace_dif::op::{BinOp, Op, UnOp, Var};
 use udtrace_dif::{Layout, Program};
 
-use crate::trampoline::{CpuSource, TrampolineError, DATA_PID};
+use crate::trampoline::{CpuSource, TrampolineError, DATA_ERRNO_SLOT, DATA_PID};
 
 /// Offset in the data page of the process's real user id (u64), which udtrace writes
 /// when it sets the process up (`Var::Uid`).
 pub const DATA_UID: usize = 40;
 /// Offset in the data page of the process's real group id (u64) (`Var::Gid`).
 pub const DATA_GID: usize = 48;
+/// Offset in the data page of the process's name (`execname` at the firing: 16 bytes,
+/// `udtrace_dif::op::comm_words`), which udtrace writes when it sets the process up,
+/// from /proc/PID/stat as the consumer reads it (a copy, not the thread's live
+/// `comm`: the consumer's `execname` is the process's, read once per image).
+pub const DATA_COMM: usize = 64;
 
 /// The multiplier and seed of `udtrace_dif::layout::key_hash`, checked against it in
 /// the tests.
@@ -74,10 +79,25 @@ impl SiteWork<'_> {
     }
 }
 
+/// eax = the thread's errno: `fs:[offset]`, with offset the i64 in the GOT slot whose
+/// address is at `DATA_ERRNO_SLOT` of the data page; jumps to `none` while there is no
+/// slot, or the slot is still 0 (libc not relocated yet). Clobbers rax only.
+pub(crate) fn errno_into_eax(a: &mut CodeAssembler, data_page: u64, none: CodeLabel) -> Result<(), TrampolineError> {
+    a.mov(rax, data_page + DATA_ERRNO_SLOT as u64)?;
+    a.mov(rax, qword_ptr(rax))?;
+    a.test(rax, rax)?;
+    a.jz(none)?;
+    a.mov(rax, qword_ptr(rax))?;
+    a.test(rax, rax)?;
+    a.jz(none)?;
+    a.mov(eax, dword_ptr(rax).fs())?;
+    Ok(())
+}
+
 /// The general registers the compiled program writes (besides the frame and the flags).
 pub fn clobbers(w: &SiteWork<'_>) -> Vec<AsmRegister64> {
     let mut regs = vec![rax, rcx, rdx];
-    if w.program.uses_thread_entry(w.layout) {
+    if w.program.uses_thread_entry(w.layout) || w.program.reads(Var::Ppid) {
         regs.push(r11);
     }
     let keyed = w.program.ops.iter().any(|op| match *op {
@@ -104,6 +124,8 @@ pub enum ArgAt {
 pub struct Frame {
     /// The six argument registers' places.
     pub args: [ArgAt; 6],
+    /// Where rax was saved (`Var::Ret`: a return site's return value).
+    pub rax: AsmMemoryOperand,
     /// Where `Get` reads from.
     pub data_page: u64,
     pub tid_offset: i32,
@@ -181,6 +203,34 @@ impl Compiler<'_, '_> {
             Var::Timestamp => a.mov(rax, qword_ptr(rsp + self.w.ts_slot()))?,
             Var::Uid | Var::Gid => {
                 a.mov(rax, self.f.data_page + if v == Var::Uid { DATA_UID } else { DATA_GID } as u64)?;
+                a.mov(rax, qword_ptr(rax))?;
+            }
+            Var::Ret => a.mov(rax, self.f.rax)?,
+            Var::Ppid => {
+                // getppid(2): the parent now (a forked child's, a reparented
+                // process's), which no page could keep up to date. The system call
+                // changes rcx (scratch) and r11 (the thread's entry): kept.
+                a.push(r11)?;
+                a.mov(eax, 110)?; // SYS_getppid
+                a.syscall()?;
+                a.pop(r11)?;
+            }
+            Var::Errno => {
+                // fs:[offset], the offset in the GOT slot whose address the data page
+                // holds (as a record reads it: trampoline::emit_errno); 0 while either
+                // is not known.
+                let (mut none, mut done) = (a.create_label(), a.create_label());
+                errno_into_eax(a, self.f.data_page, none)?;
+                a.movsxd(rax, eax)?;
+                a.jmp(done)?;
+                a.set_label(&mut none)?;
+                a.xor(eax, eax)?;
+                a.set_label(&mut done)?;
+                a.nop()?;
+            }
+            Var::Comm0 | Var::Comm1 => {
+                let off = DATA_COMM + if v == Var::Comm1 { 8 } else { 0 };
+                a.mov(rax, self.f.data_page + off as u64)?;
                 a.mov(rax, qword_ptr(rax))?;
             }
         }
@@ -556,7 +606,7 @@ impl Compiler<'_, '_> {
                     a.adc(word(3), rdx)?;
                 }
             }
-            AggFn::Quantize | AggFn::Lquantize { .. } => {
+            AggFn::Quantize | AggFn::Lquantize { .. } | AggFn::Llquantize { .. } => {
                 bucket(a, func, val)?;
                 a.mov(rcx, reg(incr))?;
                 let m = qword_ptr(b + rax * 8 + (d + 8));
@@ -595,6 +645,20 @@ fn bucket(a: &mut CodeAssembler, func: AggFn, val: u8) -> Result<(), TrampolineE
             a.mov(eax, u32::from(levels))?;
             a.set_label(&mut below)?;
             a.add(eax, 1)?;
+        }
+        AggFn::Llquantize { bins } => {
+            // The program computed the bin: within 0..bins, taken signed.
+            let last = u32::from(bins.max(1)) - 1;
+            let mut nonneg = a.create_label();
+            a.mov(rax, reg(val))?;
+            a.test(rax, rax)?;
+            a.jns(nonneg)?;
+            a.xor(eax, eax)?;
+            a.jmp(done)?;
+            a.set_label(&mut nonneg)?;
+            a.cmp(rax, last as i32)?;
+            a.jbe(done)?;
+            a.mov(eax, last)?;
         }
         _ => {
             // 63 for 0; 64 + log2 v for v > 0; 62 - log2 |v|, at least 0, for v < 0.

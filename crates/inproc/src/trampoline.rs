@@ -303,7 +303,7 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
         a.sub(rsp, frame)?;
         a.mov(qword_ptr(rsp + w.ts_slot()), r13)?;
         let args = PtReg::ARGS.map(|r| ArgAt::Saved(site_reg(r)));
-        dif::emit(&mut a, &w, &dif_frame(p, args))?;
+        dif::emit(&mut a, &w, &dif_frame(p, args, site_reg(PtReg::Ax)))?;
         a.add(rsp, frame)?;
     }
 
@@ -432,8 +432,8 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     Ok(a.assemble(ip)?)
 }
 
-fn dif_frame(p: &ProcessAddrs, args: [ArgAt; 6]) -> dif::Frame {
-    dif::Frame { args, data_page: p.data_page, tid_offset: p.tid_offset, cpu: p.cpu }
+fn dif_frame(p: &ProcessAddrs, args: [ArgAt; 6], rax_at: iced_x86::code_asm::AsmMemoryOperand) -> dif::Frame {
+    dif::Frame { args, rax: rax_at, data_page: p.data_page, tid_offset: p.tid_offset, cpu: p.cpu }
 }
 
 /// A firing that writes no record: the site's program alone, saving only the registers
@@ -503,7 +503,9 @@ fn fast_firing(
     } else {
         a.sub(rsp, frame)?;
     }
-    dif::emit(&mut a, w, &dif_frame(p, args))?;
+    // rax is saved first, always (it is scratch to every program).
+    let rax_at = place(saved.iter().position(|&s| s == rax).unwrap_or(0), base, extra);
+    dif::emit(&mut a, w, &dif_frame(p, args, rax_at))?;
     let restore = |a: &mut CodeAssembler| -> Result<(), TrampolineError> {
         if clock {
             a.mov(rsp, rbx)?;
@@ -809,14 +811,7 @@ fn emit_chain(
 /// yet), leaves the 0 already stored.
 fn emit_errno(a: &mut CodeAssembler, data_page: u64) -> Result<(), TrampolineError> {
     let mut none = a.create_label();
-    a.mov(rax, data_page + DATA_ERRNO_SLOT as u64)?;
-    a.mov(rax, qword_ptr(rax))?;
-    a.test(rax, rax)?;
-    a.jz(none)?;
-    a.mov(rax, qword_ptr(rax))?;
-    a.test(rax, rax)?;
-    a.jz(none)?;
-    a.mov(eax, dword_ptr(rax).fs())?;
+    dif::errno_into_eax(a, data_page, none)?;
     a.mov(dword_ptr(rbx + udtrace_record::pid::OFF_ERRNO as i32), eax)?;
     a.set_label(&mut none)?;
     Ok(())

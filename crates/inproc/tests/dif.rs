@@ -1,7 +1,7 @@
 //! The x86 executor against the reference interpreter (docs/firing.md): random cases
 //! (`udtrace_dif::gen`), each program compiled into a trampoline on a function of the
 //! test's own making, each firing a real call of that function with the firing's
-//! arguments (and its pid, tid, cpu, timestamp, uid and gid in the harness words the
+//! arguments (and its pid, tid, cpu, timestamp, uid, gid and name in the harness words the
 //! compiled code reads instead of their sources), on a buffer in shared memory; then
 //! the buffer's snapshot must equal the interpreter's. The sites vary: an entry (no
 //! flag saved), a return (status flags live), an entry that also writes its record.
@@ -149,7 +149,7 @@ impl Env {
     /// A firing: the harness words, then a call of the patched function.
     fn fire(&mut self, plan: &PatchPlan, patch: &[u8], f: &Firing) {
         self.code.write(plan.start as usize, patch);
-        let words = [f.pid, f.tid, f.cpu, f.timestamp, f.uid, f.gid];
+        let words = Var::ALL.map(|v| f.get(v));
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
         self.harness.write(0, &bytes);
         assert_eq!(call_code(self.func(), f.args), f.args[0], "the function's result");
@@ -327,7 +327,26 @@ fn a_firing_keeps_every_register_and_flag() {
                 Op::Agg { agg: 0, keys: 1, val: 0, incr: 0 },
             ],
         },
-        Program { ops: vec![Op::Arg { d: 3, n: 2 }, Op::Agg { agg: 0, keys: 3, val: 3, incr: 3 }] },
+        Program {
+            ops: vec![
+                Op::Arg { d: 3, n: 2 },
+                Op::Get { d: 4, v: Var::Comm1 },
+                Op::Bin { op: BinOp::Add, d: 3, a: 3, b: 4 },
+                Op::Agg { agg: 0, keys: 3, val: 3, incr: 3 },
+            ],
+        },
+        // getppid(2) with the thread's entry in r11; errno (not located: 0); rax.
+        Program {
+            ops: vec![
+                Op::TlsLoad { d: 4, slot: 0 },
+                Op::Get { d: 0, v: Var::Ppid },
+                Op::Get { d: 1, v: Var::Errno },
+                Op::Get { d: 2, v: Var::Ret },
+                Op::Bin { op: BinOp::Add, d: 0, a: 0, b: 1 },
+                Op::TlsStore { slot: 0, a: 0 },
+                Op::Agg { agg: 0, keys: 0, val: 2, incr: 2 },
+            ],
+        },
     ];
     for p in &programs {
         udtrace_dif::op::verify(p, &layout).unwrap();
@@ -348,5 +367,7 @@ fn a_firing_keeps_every_register_and_flag() {
         env.code.write(at, &orig);
     }
     let snap = Snapshot::read(&layout, &buf, &View(&env.buf));
-    assert_eq!(snap.aggs[0].values().map(|r| r[0]).sum::<u64>(), 10, "{snap:?}");
+    assert_eq!(snap.aggs[0].values().map(|r| r[0]).sum::<u64>(), 15, "{snap:?}");
+    let ppid = u64::from(std::os::unix::process::parent_id());
+    assert_eq!(snap.aggs[0].get(&vec![ppid]).map(|r| r[0]), Some(5), "{snap:?}");
 }

@@ -27,6 +27,8 @@ pub enum Item {
     Inline(Inline),
     /// `translator output < input name > { member = expression; … };`
     Translator(Translator),
+    /// `provider name { probe name(args) [: (translated args)]; … };`
+    Provider(ProviderDef),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -167,6 +169,27 @@ pub struct Translator {
     pub members: Vec<XlateMember>,
     /// The `>` closing the input declaration: DTrace checks the translator there.
     pub head_end: Span,
+    pub span: Span,
+}
+
+/// A provider definition: the probes a program instrumented for DTrace declares
+/// (what `-h` makes a header of).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderDef {
+    pub name: String,
+    pub probes: Vec<ProbeDef>,
+    pub span: Span,
+}
+
+/// `probe name(native args) [: (translated args)];`
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeDef {
+    /// As written (`query__start`; the probe's name is `query-start`).
+    pub name: String,
+    /// The arguments the program passes.
+    pub native: Vec<Param>,
+    /// The arguments D clauses see, when the definition translates them.
+    pub translated: Option<Vec<Param>>,
     pub span: Span,
 }
 

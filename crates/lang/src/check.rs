@@ -28,6 +28,7 @@ mod actions;
 mod decl;
 mod exprs;
 mod memory;
+mod provider;
 mod xlate;
 
 pub use xlate::Translator;

@@ -46,6 +46,11 @@ pub enum KeyWord {
     /// A probe's identity: the word is `probe id << 2 | component` (0 provider, 1
     /// module, 2 function, 3 name); [`decode_probe_key`] splits it.
     Probe,
+    /// `execname`: this word and the next ([`KeyWord::CommRest`]) hold the process's
+    /// name (`udtrace_dif::op::comm_words`); one key of the consumer.
+    Comm,
+    /// The second word of a [`KeyWord::Comm`] key.
+    CommRest,
 }
 
 /// Splits a [`KeyWord::Probe`] word: (probe id, component: 0 provider .. 3 name).
@@ -79,6 +84,8 @@ pub struct FiringPlan {
     local: Vec<bool>,
     /// Consumer clauses' predicates may gate their records ([`FiringPlan::gate`]).
     gating: bool,
+    /// Per program aggregation: its key words ([`key_words`]).
+    key_words: Vec<Vec<KeyWord>>,
 }
 
 /// Why a clause cannot run at the firing (never shown: it runs in the consumer).
@@ -107,6 +114,7 @@ impl FiringPlan {
             agg_index: vec![None; prog.aggs.len()],
             tls_slot: vec![None; prog.thread_vars.len()],
             local: vec![false; prog.clause_vars.len()],
+            key_words: key_words(prog),
             ..FiringPlan::default()
         }
     }
@@ -116,7 +124,7 @@ impl FiringPlan {
     pub fn new(prog: &CheckedProgram, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> FiringPlan {
         let n = prog.clauses.len();
         // Items that could live at the firing at all: integer scalars; aggregations
-        // of a supported function that nothing clears or truncates.
+        // of a supported function (min and max: that nothing clears or truncates).
         let mut item_ok: HashMap<Item, bool> = HashMap::new();
         for (i, v) in prog.thread_vars.iter().enumerate() {
             item_ok.insert(Item::Thread(i), v.keys.is_none() && int_shape(&v.ty).is_some());
@@ -124,8 +132,9 @@ impl FiringPlan {
         for (i, v) in prog.clause_vars.iter().enumerate() {
             item_ok.insert(Item::Local(i), v.keys.is_none() && int_shape(&v.ty).is_some());
         }
+        let words = key_words(prog);
         for (i, a) in prog.aggs.iter().enumerate() {
-            let ok = a.kind != AggKind::Llquantize && a.keys.len() + 2 <= NREGS && agg_fn(a.kind, &a.params).is_some();
+            let ok = words[i].len() + 2 <= NREGS && agg_fn(a.kind, &a.params).is_some();
             item_ok.insert(Item::Agg(i), ok);
         }
         let mut touched: Vec<Vec<Item>> = Vec::with_capacity(n);
@@ -134,7 +143,13 @@ impl FiringPlan {
         for (ci, clause) in prog.clauses.iter().enumerate() {
             let t = touched_items(clause);
             for item in pinned_items(clause) {
-                item_ok.insert(item, false);
+                // clear()/trunc() run in the consumer on what it read back, less what
+                // they took (`udtrace_runtime::firing::Baseline`): rows that subtract.
+                if let Item::Agg(a) = item {
+                    if matches!(prog.aggs[a].kind, AggKind::Min | AggKind::Max) {
+                        item_ok.insert(item, false);
+                    }
+                }
             }
             capable[ci] = clause_capable(clause, is_pid) && all.compile(prog, ci, &DUMMY).is_ok();
             touched.push(t);
@@ -202,15 +217,8 @@ impl FiringPlan {
             }
             let Some(func) = agg_fn(a.kind, &a.params) else { continue };
             plan.agg_index[i] = Some(plan.layout.aggs.len() as u16);
-            plan.layout.aggs.push(AggDesc { func, nkeys: a.keys.len() as u8 });
-            let keys = a
-                .keys
-                .iter()
-                .map(|t| match int_shape(t) {
-                    Some(s) => KeyWord::Int { size: s.size, signed: s.signed },
-                    None => KeyWord::Probe,
-                })
-                .collect();
+            let keys = plan.key_words[i].clone();
+            plan.layout.aggs.push(AggDesc { func, nkeys: keys.len() as u8 });
             plan.aggs.push(FiringAgg { agg: i, keys });
         }
         plan
@@ -227,7 +235,7 @@ impl FiringPlan {
         for (i, a) in prog.aggs.iter().enumerate() {
             p.agg_index[i] = Some(p.layout.aggs.len() as u16);
             let func = agg_fn(a.kind, &a.params).unwrap_or(AggFn::Count);
-            p.layout.aggs.push(AggDesc { func, nkeys: a.keys.len().min(NREGS) as u8 });
+            p.layout.aggs.push(AggDesc { func, nkeys: p.key_words[i].len().min(NREGS) as u8 });
         }
         p
     }
@@ -263,7 +271,7 @@ impl FiringPlan {
         if self.at_firing.get(clause).copied().unwrap_or(false) || !cl.probes.iter().all(is_pid) {
             return None;
         }
-        if reads_args(pred) && !(probe.name == "entry" || is_offset(probe.name)) {
+        if reads_args(pred) && !args_at(probe.name, reads_arg0(pred)) {
             return None;
         }
         let mut g = Gen { plan: self, prog, probe, ops: Vec::new(), top: 0, locals: HashMap::new(), gate: true };
@@ -336,8 +344,17 @@ fn agg_fn(kind: AggKind, p: &[i64]) -> Option<AggFn> {
                 levels: u16::try_from(levels).ok().filter(|&l| l >= 1)?,
             }
         }
-        AggKind::Llquantize => return None,
+        AggKind::Llquantize => AggFn::Llquantize { bins: u16::try_from(llquantize_shape(p)?.nbins()).ok()? },
     })
+}
+
+/// llquantize's parameters, where a firing's row can hold its bins (a quantize row is
+/// 127 words; llquantize(x, 10, 0, 6, 20) has 255 bins).
+fn llquantize_shape(p: &[i64]) -> Option<udtrace_dif::llquantize::Shape> {
+    let u16 = |i: usize| p.get(i).and_then(|&v| u16::try_from(v).ok());
+    let s = udtrace_dif::llquantize::Shape { factor: u16(0)?, low: u16(1)?, high: u16(2)?, steps: u16(3)? };
+    let fits = u64::from(s.factor).checked_pow(u32::from(s.high) + 1).is_some();
+    (s.factor >= 2 && s.low <= s.high && s.steps >= 1 && fits && s.nbins() <= 1024).then_some(s)
 }
 
 /// Whether a clause's probes and actions allow it at the firing at all.
@@ -345,11 +362,37 @@ fn clause_capable(cl: &Clause, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> bool {
     if cl.records_data || cl.destructive || cl.probes.is_empty() || !cl.probes.iter().all(is_pid) {
         return false;
     }
-    // Arguments are the argument registers at entry and offset sites; a return
-    // probe's are the site's offset and the return value, which a program cannot read.
     let mut args = cl.predicate.as_ref().is_some_and(reads_args);
-    crate::ir::visit_actions(&cl.actions, &mut |e| args |= is_arg(e));
-    !args || cl.probes.iter().all(|d| d.name == "entry" || is_offset(&d.name))
+    let mut arg0 = cl.predicate.as_ref().is_some_and(reads_arg0);
+    crate::ir::visit_actions(&cl.actions, &mut |e| {
+        args |= is_arg(e);
+        arg0 |= is_arg0(e);
+    });
+    !args || cl.probes.iter().all(|d| args_at(&d.name, arg0))
+}
+
+/// Whether a program on probes named `name` reads arguments as the consumer does:
+/// the argument registers at entry and offset sites; at a return, `arg1` is the return
+/// value (rax, `Var::Ret`) and `arg2`.. are 0, but `arg0` is the site's offset, which
+/// a program shared by a function's return sites does not know (`arg0`: whether it is
+/// read, or an index that is not a constant).
+fn args_at(name: &str, arg0: bool) -> bool {
+    name == "entry" || is_offset(name) || (name == "return" && !arg0)
+}
+
+/// Whether `e` is `arg0`, `args[0]` or `args[i]` of an `i` not constant.
+fn is_arg0(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Builtin(Builtin::Arg(0)) => true,
+        ExprKind::Args(i) => const_value(i).is_none_or(|n| n == 0),
+        _ => false,
+    }
+}
+
+fn reads_arg0(e: &Expr) -> bool {
+    let mut arg0 = false;
+    crate::ir::visit_expr(e, &mut |e| arg0 |= is_arg0(e));
+    arg0
 }
 
 fn is_arg(e: &Expr) -> bool {
@@ -396,11 +439,8 @@ fn touched_items(cl: &Clause) -> Vec<Item> {
     fn aggs(actions: &[Action], out: &mut Vec<Item>) {
         for a in actions {
             match a {
-                Action::AggUpdate { agg, .. } | Action::Clear(agg) | Action::Trunc { agg, .. }
-                    if !out.contains(&Item::Agg(*agg)) =>
-                {
-                    out.push(Item::Agg(*agg))
-                }
+                // clear() and trunc() act on the consumer's copy (`pinned_items`).
+                Action::AggUpdate { agg, .. } if !out.contains(&Item::Agg(*agg)) => out.push(Item::Agg(*agg)),
                 Action::If { then, otherwise, .. } => {
                     aggs(then, out);
                     aggs(otherwise, out);
@@ -413,7 +453,8 @@ fn touched_items(cl: &Clause) -> Vec<Item> {
     out
 }
 
-/// Aggregations a clause empties (`clear`, `trunc`): the consumer must own them.
+/// Aggregations a clause empties (`clear`, `trunc`): at the firing only when their
+/// rows subtract (`FiringPlan::new`).
 fn pinned_items(cl: &Clause) -> Vec<Item> {
     fn walk(actions: &[Action], out: &mut Vec<Item>) {
         for a in actions {
@@ -559,8 +600,21 @@ impl Gen<'_> {
         };
         let info = &self.prog.aggs[agg];
         let base = self.top;
+        let words = self.plan.key_words.get(agg).cloned().unwrap_or_default();
+        let mut at = 0;
         for (k, t) in keys.iter().zip(&info.keys) {
             let d = self.alloc()?;
+            if words.get(at) == Some(&KeyWord::Comm) {
+                if !is_execname(k) {
+                    return no("a string key other than execname where another clause keys by it");
+                }
+                self.comm(d, 0)?;
+                let d1 = self.alloc()?;
+                self.comm(d1, 1)?;
+                at += 2;
+                continue;
+            }
+            at += 1;
             match int_shape(t) {
                 Some(s) => {
                     // The consumer narrows a key by its value's own shape.
@@ -583,14 +637,139 @@ impl Gen<'_> {
             (AggKind::Count, _) | (_, None) => self.ops.push(Op::Const { d: val, v: 0 }),
             (_, Some(v)) => self.expr_into(v, val)?,
         }
+        let val = match kind {
+            AggKind::Llquantize => self.llquantize_bin(val, &info.params)?,
+            _ => val,
+        };
         let incr = self.alloc()?;
         match args.get(1) {
-            Some(i) if matches!(kind, AggKind::Quantize | AggKind::Lquantize) => self.expr_into(i, incr)?,
+            Some(i) if matches!(kind, AggKind::Quantize | AggKind::Lquantize | AggKind::Llquantize) => {
+                self.expr_into(i, incr)?
+            }
             Some(_) => return no("an extra aggregation argument"),
             None => self.ops.push(Op::Const { d: incr, v: 1 }),
         }
         self.ops.push(Op::Agg { agg: index, keys: if keys.is_empty() { 0 } else { base }, val, incr });
         Ok(())
+    }
+
+    /// `d` = word `i` of `execname` (never in a gate, which must decide as the consumer
+    /// does: a BPF firing reads the name live, the consumer once, docs/firing.md).
+    fn comm(&mut self, d: Reg, i: u8) -> R<()> {
+        if self.gate {
+            return no("execname in a gate");
+        }
+        self.ops.push(Op::Get { d, v: if i == 0 { Var::Comm0 } else { Var::Comm1 } });
+        Ok(())
+    }
+
+    /// `execname op "constant"` (either side): `==` and `!=` by words, `<` and the
+    /// like on the words read big-endian (bytes in order, unsigned, as the consumer
+    /// compares strings).
+    fn comm_cmp(&mut self, op: BinaryOp, lhs: &Expr, rhs: &Expr, d: Reg) -> R<()> {
+        use BinaryOp as B;
+        let (konst, op) = match (is_execname(lhs), is_execname(rhs)) {
+            (true, false) => (self.string(rhs)?, op),
+            // `"c" < execname` is `execname > "c"`.
+            (false, true) => {
+                let mirrored = match op {
+                    B::Lt => B::Gt,
+                    B::Le => B::Ge,
+                    B::Gt => B::Lt,
+                    B::Ge => B::Le,
+                    op => op,
+                };
+                (self.string(lhs)?, mirrored)
+            }
+            _ => return no("a comparison of strings"),
+        };
+        let konst = &konst[..konst.iter().position(|&c| c == 0).unwrap_or(konst.len())];
+        // Longer than any name: a name equal to its first 15 bytes is a prefix (less).
+        let long = konst.len() >= udtrace_dif::op::COMM_BYTES;
+        let want = udtrace_dif::op::comm_words(konst);
+        if matches!(op, B::Eq | B::Ne) {
+            if long {
+                self.ops.push(Op::Const { d, v: u64::from(op == B::Ne) });
+                return Ok(());
+            }
+            let (w, c) = (self.alloc()?, self.alloc()?);
+            self.comm(d, 0)?;
+            self.ops.push(Op::Const { d: c, v: want[0] });
+            self.ops.push(Op::Bin { op: BinOp::Xor, d, a: d, b: c });
+            self.comm(w, 1)?;
+            self.ops.push(Op::Const { d: c, v: want[1] });
+            self.ops.push(Op::Bin { op: BinOp::Xor, d: w, a: w, b: c });
+            self.ops.push(Op::Bin { op: BinOp::Or, d, a: d, b: w });
+            self.ops.push(Op::Const { d: c, v: 0 });
+            let bin = if op == B::Eq { BinOp::Eq } else { BinOp::Ne };
+            self.ops.push(Op::Bin { op: bin, d, a: d, b: c });
+            return Ok(());
+        }
+        let be = |w: u64| u64::from_be_bytes(w.to_le_bytes());
+        // lt = n0 < c0 || (n0 == c0 && n1 < c1); eq = n0 == c0 && n1 == c1.
+        let (n0, n1, c, eq) = (self.alloc()?, self.alloc()?, self.alloc()?, self.alloc()?);
+        self.comm(n0, 0)?;
+        self.swap_bytes(n0)?;
+        self.comm(n1, 1)?;
+        self.swap_bytes(n1)?;
+        self.ops.push(Op::Const { d: c, v: be(want[0]) });
+        self.ops.push(Op::Bin { op: BinOp::LtU, d, a: n0, b: c });
+        self.ops.push(Op::Bin { op: BinOp::Eq, d: eq, a: n0, b: c });
+        self.ops.push(Op::Const { d: c, v: be(want[1]) });
+        self.ops.push(Op::Bin { op: BinOp::LtU, d: n0, a: n1, b: c });
+        self.ops.push(Op::Bin { op: BinOp::And, d: n0, a: n0, b: eq });
+        self.ops.push(Op::Bin { op: BinOp::Or, d, a: d, b: n0 });
+        self.ops.push(Op::Bin { op: BinOp::Eq, d: n1, a: n1, b: c });
+        self.ops.push(Op::Bin { op: BinOp::And, d: eq, a: eq, b: n1 });
+        // less: lt, or eq when the constant is longer (the name is its prefix); less
+        // or equal: lt or eq either way.
+        match op {
+            B::Lt | B::Ge => {
+                if long {
+                    self.ops.push(Op::Bin { op: BinOp::Or, d, a: d, b: eq });
+                }
+                if op == B::Ge {
+                    self.ops.push(Op::Un { op: UnOp::Not, d, a: d });
+                }
+            }
+            _ => {
+                self.ops.push(Op::Bin { op: BinOp::Or, d, a: d, b: eq });
+                if op == B::Gt {
+                    self.ops.push(Op::Un { op: UnOp::Not, d, a: d });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reverses the bytes of `r` (little-endian words of a name, read in order).
+    fn swap_bytes(&mut self, r: Reg) -> R<()> {
+        let (out, t, k) = (self.alloc()?, self.alloc()?, self.alloc()?);
+        self.ops.push(Op::Const { d: out, v: 0 });
+        for i in 0..8u64 {
+            self.ops.push(Op::Const { d: k, v: 8 * i });
+            self.ops.push(Op::Bin { op: BinOp::ShrU, d: t, a: r, b: k });
+            self.ops.push(Op::Const { d: k, v: 0xff });
+            self.ops.push(Op::Bin { op: BinOp::And, d: t, a: t, b: k });
+            self.ops.push(Op::Const { d: k, v: 56 - 8 * i });
+            self.ops.push(Op::Bin { op: BinOp::Shl, d: t, a: t, b: k });
+            self.ops.push(Op::Bin { op: BinOp::Or, d: out, a: out, b: t });
+        }
+        self.ops.push(Op::Mov { d: r, a: out });
+        self.top -= 3;
+        Ok(())
+    }
+
+    /// The llquantize bin of the value in `val` (`udtrace_dif::llquantize`), in a new
+    /// register.
+    fn llquantize_bin(&mut self, val: Reg, params: &[i64]) -> R<Reg> {
+        let shape = llquantize_shape(params).ok_or(NotHere("llquantize with more bins than a row holds"))?;
+        let d = self.alloc()?;
+        self.alloc()?;
+        let ops = shape.ops(val, d, self.ops.len()).ok_or(NotHere("llquantize past 64 bits"))?;
+        self.ops.extend(ops);
+        self.top = d + 1;
+        Ok(d)
     }
 
     /// A register that is nonzero when `e` is true (D's truth: a nonzero integer, a
@@ -641,7 +820,7 @@ impl Gen<'_> {
             ExprKind::Builtin(b) => self.builtin(*b, &e.ty, d)?,
             ExprKind::Args(i) => match const_value(i) {
                 Some(n) if n <= 5 => {
-                    self.ops.push(Op::Arg { d, n: n as u8 });
+                    self.arg(n as u8, d)?;
                     self.narrow(d, &e.ty);
                 }
                 _ => return no("an argument past the sixth, or not a constant index"),
@@ -663,6 +842,9 @@ impl Gen<'_> {
             ExprKind::Binary { op, lhs, rhs, signed } => {
                 self.expr_into(lhs, d)?;
                 self.binary(*op, d, rhs, *signed)?;
+            }
+            ExprKind::StrCmp { op, lhs, rhs } if is_execname(lhs) || is_execname(rhs) => {
+                self.comm_cmp(*op, lhs, rhs, d)?
             }
             ExprKind::StrCmp { op, lhs, rhs } => {
                 let (a, b) = (self.string(lhs)?, self.string(rhs)?);
@@ -717,7 +899,7 @@ impl Gen<'_> {
     fn builtin(&mut self, b: Builtin, t: &Type, d: Reg) -> R<()> {
         let var = match b {
             Builtin::Arg(n) if n <= 5 => {
-                self.ops.push(Op::Arg { d, n });
+                self.arg(n, d)?;
                 self.narrow(d, t);
                 return Ok(());
             }
@@ -727,15 +909,35 @@ impl Gen<'_> {
             }
             Builtin::Pid => Var::Pid,
             Builtin::Tid => Var::Tid,
-            Builtin::Cpu | Builtin::Timestamp if self.gate => return no("cpu or timestamp in a gate"),
+            Builtin::Cpu | Builtin::Timestamp | Builtin::Vtimestamp if self.gate => {
+                return no("cpu or timestamp in a gate")
+            }
             Builtin::Cpu => Var::Cpu,
-            Builtin::Timestamp => Var::Timestamp,
+            // The consumer's vtimestamp is the record's clock (pid records carry no
+            // thread CPU time): the firing's is the same.
+            Builtin::Timestamp | Builtin::Vtimestamp => Var::Timestamp,
             Builtin::Uid => Var::Uid,
             Builtin::Gid => Var::Gid,
+            // The record's is as a snapshot saw it, or as last read: not a gate's.
+            Builtin::Ppid if self.gate => return no("ppid in a gate"),
+            Builtin::Ppid => Var::Ppid,
+            Builtin::Errno => Var::Errno,
             _ => return no("a built-in variable of the consumer"),
         };
         self.ops.push(Op::Get { d, v: var });
         self.narrow(d, t);
+        Ok(())
+    }
+
+    /// d = argument `n` (0..=5) as the consumer reads it on this probe (`args_at`).
+    fn arg(&mut self, n: u8, d: Reg) -> R<()> {
+        let op = match (self.probe.name, n) {
+            ("return", 0) => return no("a return probe's arg0 (the site's offset)"),
+            ("return", 1) => Op::Get { d, v: Var::Ret },
+            ("return", _) => Op::Const { d, v: 0 },
+            _ => Op::Arg { d, n },
+        };
+        self.ops.push(op);
         Ok(())
     }
 
@@ -893,4 +1095,51 @@ fn probe_component(e: &Expr) -> Option<u64> {
         ExprKind::Builtin(Builtin::Probename) => Some(3),
         _ => None,
     }
+}
+
+fn is_execname(e: &Expr) -> bool {
+    matches!(e.kind, ExprKind::Builtin(Builtin::Execname))
+}
+
+/// Per aggregation, the words of its key: an integer or a probe's identity a word
+/// each; a string key that some clause gives as `execname` two ([`KeyWord::Comm`]:
+/// the clauses giving it anything else there then stay in the consumer).
+fn key_words(prog: &CheckedProgram) -> Vec<Vec<KeyWord>> {
+    let mut comm: std::collections::HashSet<(usize, usize)> = std::collections::HashSet::new();
+    fn walk(actions: &[Action], comm: &mut std::collections::HashSet<(usize, usize)>) {
+        for a in actions {
+            match a {
+                Action::AggUpdate { agg, keys, .. } => {
+                    for (k, e) in keys.iter().enumerate() {
+                        if is_execname(e) {
+                            comm.insert((*agg, k));
+                        }
+                    }
+                }
+                Action::If { then, otherwise, .. } => {
+                    walk(then, comm);
+                    walk(otherwise, comm);
+                }
+                _ => {}
+            }
+        }
+    }
+    for cl in &prog.clauses {
+        walk(&cl.actions, &mut comm);
+    }
+    prog.aggs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let mut out = Vec::new();
+            for (k, t) in a.keys.iter().enumerate() {
+                match int_shape(t) {
+                    Some(s) => out.push(KeyWord::Int { size: s.size, signed: s.signed }),
+                    None if comm.contains(&(i, k)) => out.extend([KeyWord::Comm, KeyWord::CommRest]),
+                    None => out.push(KeyWord::Probe),
+                }
+            }
+            out
+        })
+        .collect()
 }

@@ -20,6 +20,29 @@ pub struct CheckedProgram {
     /// against its option table.
     pub options: Vec<PragmaOption>,
     pub types: TypeTable,
+    /// The providers the program defines (`provider foo { probe bar(int); };`), in
+    /// the order of their first definition.
+    pub providers: Vec<ProviderInfo>,
+}
+
+/// A provider definition, checked.
+#[derive(Debug, Clone)]
+pub struct ProviderInfo {
+    pub name: String,
+    pub probes: Vec<ProbeInfo>,
+}
+
+/// One probe of a provider definition.
+#[derive(Debug, Clone)]
+pub struct ProbeInfo {
+    /// The probe's name, `__` made `-` (`query-start`).
+    pub name: String,
+    /// As declared (`query__start`): the name its stapsdt note carries.
+    pub declared: String,
+    /// The types the program passes.
+    pub native: Vec<Type>,
+    /// The types D clauses see (the native ones unless the definition translates).
+    pub translated: Vec<Type>,
 }
 
 #[derive(Debug, Clone)]

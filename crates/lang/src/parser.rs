@@ -1358,14 +1358,23 @@ mod tests {
         let Item::Inline(i) = &p.items[1] else { panic!() };
         assert_eq!((ty(&i.ty), sx(&i.value)), ("string".into(), "\"x\"".into()));
         let p = prog("translator struct x < int *p > { a = p[0]; b = 2; };\nprovider foo { probe bar(int, char *); };\nBEGIN { y = xlate<struct x *>(z)->a; }");
-        assert_eq!(p.items.len(), 2);
+        assert_eq!(p.items.len(), 3);
         let Item::Translator(t) = &p.items[0] else { panic!() };
         assert_eq!(
             (ty(&t.output), ty(&t.input), t.param.as_str(), t.members.len()),
             ("struct x".into(), "int*".into(), "p", 2)
         );
-        let Some([Stmt::Expr(x)]) = clause(&p, 1).body.as_deref() else { panic!() };
+        let Item::Provider(pr) = &p.items[1] else { panic!() };
+        assert_eq!((pr.name.as_str(), pr.probes.len(), pr.probes[0].name.as_str()), ("foo", 1, "bar"));
+        let args: Vec<String> = pr.probes[0].native.iter().map(|a| ty(a.ty.as_ref().unwrap())).collect();
+        assert_eq!((args, pr.probes[0].translated.is_none()), (vec!["int".to_string(), "char*".to_string()], true));
+        let Some([Stmt::Expr(x)]) = clause(&p, 2).body.as_deref() else { panic!() };
         assert_eq!(sx(x), "(= y (-> (xlate struct x* z) a))");
+        let p = prog("provider p { probe a__b(void) : (); probe c(int x) : (long x); };");
+        let Item::Provider(pr) = &p.items[0] else { panic!() };
+        assert_eq!((pr.probes[0].name.as_str(), pr.probes[0].native.len()), ("a__b", 0));
+        assert_eq!(pr.probes[0].translated.as_ref().map(Vec::len), Some(0));
+        assert_eq!(pr.probes[1].translated.as_ref().map(|t| t[0].name.clone()), Some(Some("x".to_string())));
     }
 
     #[test]

@@ -230,13 +230,11 @@ impl AggState {
             AggState::Stddev { count, sum, sumsq } => {
                 (*count, *sum, *sumsq) = (w(0), w(1) as i64, u128::from(w(3)) << 64 | u128::from(w(2)))
             }
-            AggState::Quantize(b) | AggState::Lquantize { bins: b, .. } => {
+            AggState::Quantize(b) | AggState::Lquantize { bins: b, .. } | AggState::Llquantize { bins: b, .. } => {
                 for (i, x) in b.iter_mut().enumerate() {
                     *x = w(1 + i) as i64;
                 }
             }
-            // Never at the firing.
-            AggState::Llquantize { .. } => {}
         }
         s
     }
@@ -396,6 +394,9 @@ pub struct Aggregation {
     pub printed: bool,
     /// `-x aggpercpu`: each key's state on each CPU as well, in `cpu_ids` order.
     per_cpu: Option<PerCpu>,
+    /// Living at the firing: the rows read back and what clear()/trunc() took away
+    /// (`crate::firing::Baseline`).
+    pub(crate) firing: Option<crate::firing::Baseline>,
 }
 
 /// An aggregation's states kept per CPU (DTRACE_A_PERCPU).
@@ -415,6 +416,7 @@ impl Aggregation {
             normal: 1,
             printed: false,
             per_cpu: None,
+            firing: None,
         }
     }
 
@@ -488,6 +490,9 @@ impl Aggregation {
 
     /// clear(): every value becomes zero, keys stay.
     pub fn clear(&mut self) {
+        if let Some(f) = self.firing.as_mut() {
+            f.cleared(self.entries.iter().map(|(k, _)| k));
+        }
         self.entries.iter_mut().for_each(|(_, s)| s.clear());
         if let Some(pc) = self.per_cpu.as_mut() {
             pc.states.values_mut().flatten().for_each(AggState::clear);
@@ -510,6 +515,9 @@ impl Aggregation {
         let mut kept = vec![false; self.entries.len()];
         for &i in &order[..keep] {
             kept[i] = true;
+        }
+        if let Some(f) = self.firing.as_mut() {
+            f.truncated(self.entries.iter().zip(&kept).filter(|(_, &k)| !k).map(|((k, _), _)| k));
         }
         let mut i = 0;
         self.entries.retain(|_| {

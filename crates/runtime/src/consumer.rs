@@ -919,10 +919,11 @@ impl Consumer {
     }
 }
 
-/// Whether these actions print aggregations (`printa()`).
+/// Whether these actions print aggregations (`printa()`) or empty them (`clear()`,
+/// `trunc()`): what the firings left must be read back before.
 pub fn printa_in(actions: &[Action]) -> bool {
     actions.iter().any(|a| match a {
-        Action::Printa { .. } => true,
+        Action::Printa { .. } | Action::Clear(_) | Action::Trunc { .. } => true,
         Action::If { then, otherwise, .. } => printa_in(then) || printa_in(otherwise),
         _ => false,
     })

@@ -43,35 +43,11 @@ impl Shape {
         u64::from(self.factor).saturating_pow(n)
     }
 
-    /// The bin of a value (dt_cg_agg_llquantize_bin).
+    /// The bin of a value (dt_cg_agg_llquantize_bin): one definition, with the
+    /// firing's (`udtrace_dif::llquantize`).
     pub fn bin(&self, value: i64) -> usize {
-        let (factor, steps, sf) = (u64::from(self.factor), u64::from(self.steps), self.steps_factor());
-        let bin0 = self.bin0() as i64;
-        // |value| in 64 unsigned bits: INT64_MIN stays 2^63, beyond every magnitude.
-        let abs = value.unsigned_abs();
-        let mut max = self.pow(u32::from(self.lmag));
-        if abs < max {
-            return bin0 as usize;
-        }
-        let mut mag = u64::from(self.lmag);
-        let mut ind = 0u64;
-        loop {
-            max = max.wrapping_mul(factor);
-            if abs < max {
-                ind = if mag != 0 { abs / (max / steps).max(1) } else { abs * steps / max };
-                ind -= sf;
-                break;
-            }
-            mag += 1;
-            if mag > u64::from(self.hmag) {
-                break;
-            }
-        }
-        let mut pos = ((mag - u64::from(self.lmag)) * (steps - sf) + ind + 1) as i64;
-        if value < 0 {
-            pos = -pos;
-        }
-        (pos + bin0).clamp(0, self.nbins() as i64 - 1) as usize
+        udtrace_dif::llquantize::Shape { factor: self.factor, low: self.lmag, high: self.hmag, steps: self.steps }
+            .bucket(value)
     }
 
     /// Each bin's label as dt_print_llquantize writes it (later labels of a bin win,

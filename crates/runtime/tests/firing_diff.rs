@@ -15,6 +15,7 @@ use udtrace_lang::firing::{FiringPlan, ProbeFacts};
 use udtrace_lang::ir::{Builtin, CheckedProgram};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::parser::parse_script;
+use udtrace_runtime::consumer::printa_in;
 use udtrace_runtime::{Consumer, Context, Ecb, Probe, Settings, Value};
 
 const PID: u64 = 4242;
@@ -61,23 +62,36 @@ fn ecbs(prog: &CheckedProgram, probes: &[Rc<Probe>]) -> Vec<Ecb> {
     out
 }
 
-struct Ctx(Firing);
+/// A firing, and whether it is at the return probe (whose arguments are the site's
+/// offset and the return value, as `udtrace_providers::pid_context` reads them).
+struct Ctx(Firing, bool);
+
+/// The return site's offset (`arg0` at the return probe).
+const RET_OFFSET: i64 = 0x2a;
 
 impl Context for Ctx {
     fn builtin(&self, b: Builtin) -> Option<Value> {
         let f = &self.0;
         Some(Value::int(match b {
+            Builtin::Arg(0) if self.1 => RET_OFFSET,
+            Builtin::Arg(1) if self.1 => f.ret as i64,
+            Builtin::Arg(_) if self.1 => 0,
             Builtin::Arg(n) if n < 6 => f.args[usize::from(n)] as i64,
             Builtin::Pid => f.pid as i64,
             Builtin::Tid => f.tid as i64,
             Builtin::Timestamp | Builtin::Vtimestamp => f.timestamp as i64,
             Builtin::Uid => f.uid as i64,
             Builtin::Gid => f.gid as i64,
-            Builtin::Execname => return Some(Value::str("work")),
+            Builtin::Ppid => f.ppid as i64,
+            Builtin::Errno => f.errno as i64,
+            Builtin::Execname => return Some(Value::Str(udtrace_dif::op::comm_name(f.comm))),
             _ => return None,
         }))
     }
 }
+
+/// The names firings have (`execname`): the most a name keeps (15 bytes) among them.
+const NAMES: [&str; 5] = ["work", "postgres", "abcdefghijklmno", "", "a"];
 
 fn firings(seed: u64, n: usize) -> Vec<(u32, Firing)> {
     let mut r = Rng(seed | 1);
@@ -111,6 +125,10 @@ fn firings(seed: u64, n: usize) -> Vec<(u32, Firing)> {
                 timestamp: ts,
                 uid: *r.pick(&[0, 1000, u64::from(u32::MAX)]),
                 gid: 100,
+                ret: if r.next_u64().is_multiple_of(3) { r.next_u64() } else { *r.pick(&interesting) },
+                ppid: 1 + r.next_u64() % 2,
+                errno: *r.pick(&[0, 2, 11]),
+                comm: udtrace_dif::op::comm_words(r.pick(&NAMES).as_bytes()),
             };
             ((r.next_u64() % 3) as u32 + 1, f)
         })
@@ -127,7 +145,7 @@ fn consumer_only(prog: &Rc<CheckedProgram>, fs: &[(u32, Firing)]) -> String {
     let mut c = Consumer::new(Rc::clone(prog), settings(), ecbs(prog, &probes), 1);
     let mut out: Vec<u8> = Vec::new();
     for (id, f) in fs {
-        c.fire(*id, f.cpu as u32, &Ctx(*f), &mut out).unwrap();
+        c.fire(*id, f.cpu as u32, &Ctx(*f, *id == 2), &mut out).unwrap();
     }
     c.finish(&mut out).unwrap();
     String::from_utf8_lossy(&out).into_owned()
@@ -167,19 +185,24 @@ fn lowered(prog: &Rc<CheckedProgram>, plan: &FiringPlan, fs: &[(u32, Firing)]) -
         mem.store(o, v);
     }
     let mut out: Vec<u8> = Vec::new();
+    let by_id = |id: u32| probes.iter().find(|p| p.id == id).cloned();
+    // The session reads back before records whose clauses print, clear or truncate.
+    let reads_back = prog.clauses.iter().any(|cl| printa_in(&cl.actions)) && !plan.layout.aggs.is_empty();
     for (id, f) in fs {
         let (program, always) = &programs[*id as usize - 1];
         // A firing writes its record when a clause needs it every time, or a gate
         // asked for it: the consumer sees only those.
         if interp::run(program, &plan.layout, &buf, f, &mut mem) == interp::Outcome::Emit || *always {
-            c.fire(*id, f.cpu as u32, &Ctx(*f), &mut out).unwrap();
+            if reads_back {
+                udtrace_runtime::firing::load(&mut c, plan, &Snapshot::read(&plan.layout, &buf, &mem), &by_id);
+            }
+            c.fire(*id, f.cpu as u32, &Ctx(*f, *id == 2), &mut out).unwrap();
         }
     }
     let snap = Snapshot::read(&plan.layout, &buf, &mem);
     if snap.agg_drops + snap.dyn_drops > 0 {
         return None;
     }
-    let by_id = |id: u32| probes.iter().find(|p| p.id == id).cloned();
     udtrace_runtime::firing::load(&mut c, plan, &snap, &by_id);
     c.finish(&mut out).unwrap();
     Some(String::from_utf8_lossy(&out).into_owned())
@@ -217,8 +240,23 @@ const TABLE: &[(&str, bool)] = &[
     ("pid4242::work:entry { if (arg0 > 2) { @a = count(); } else { @b = sum(arg1); } }", true),
     ("pid4242::work:entry { x = arg0; @ = sum(x); }", false),
     ("pid4242::work:entry /arg0 % 3 == 1 && pid == 4242/ { printf(\"%d\\n\", arg0); }", false),
-    ("pid4242::work:entry /(uid & 1) || probename == \"1f\"/ { @[execname] = sum(arg1); }", false),
-    ("pid4242::work:entry { @[execname] = count(); }", false),
+    ("pid4242::work:entry /(uid & 1) || probename == \"1f\"/ { @[execname] = sum(arg1); }", true),
+    ("pid4242::work:entry { @[execname] = count(); }", true),
+    ("pid4242::work:entry /execname == \"postgres\"/ { @[execname] = sum(arg0); }", true),
+    ("pid4242::work: { @[execname, probename, arg2 & 3] = count(); }", false),
+    ("pid4242::work:entry { @[execname, probename, arg2 & 3] = count(); }", true),
+    ("pid4242::work:entry /execname != \"work\" && pid == 4242/ { @[probefunc] = count(); }", true),
+    ("pid4242::work:entry /\"abcdefghijklmno\" == execname/ { @ = count(); }", true),
+    ("pid4242::work:entry /execname == \"abcdefghijklmnop\"/ { @ = count(); }", true),
+    ("pid4242::work:entry /execname < \"m\"/ { @ = count(); }", true),
+    ("pid4242::work:entry /\"m\" < execname/ { @[execname] = count(); }", true),
+    ("pid4242::work:entry /\"postgres\" >= execname/ { @[execname] = count(); }", true),
+    ("pid4242::work:entry /execname >= \"postgres\" || \"b\" > execname/ { @[execname] = count(); }", true),
+    ("pid4242::work:entry /execname <= \"abcdefghijklmnop\"/ { @[execname] = count(); }", true),
+    ("pid4242::work:entry /execname > \"abcdefghijklmno\"/ { @[execname] = count(); }", true),
+    ("pid4242::work:entry /\"abcdefghijklmnoz\" <= execname/ { @[execname] = count(); }", true),
+    ("pid4242::work:entry { @[execname] = count(); } pid4242::work:return { @[probefunc] = count(); }", false),
+    ("pid4242::work:entry /execname == \"work\"/ { printf(\"%d\", arg0); }", false),
     ("pid4242::work:entry { self->ts = timestamp; } pid4242::work:return { printf(\"%d\", self->ts); }", false),
     (
         "pid4242::work:entry { @c = count(); } pid4242::work:return { @d = count(); }
@@ -226,8 +264,36 @@ const TABLE: &[(&str, bool)] = &[
         true,
     ),
     ("pid4242::work:entry { @ = sum(arg0 / arg1); }", false),
-    ("pid4242::work:return { @ = sum(arg1); }", false),
+    ("pid4242::work:return { @ = sum(arg1); @a[args[2], arg5] = quantize(args[1]); }", true),
+    ("pid4242::work:return /arg1 > 5/ { @ = count(); } pid4242::work:return /arg1 & 1/ { printf(\"%d\", arg1); }", true),
+    ("pid4242::work:return { @ = sum(arg0); }", false),
+    ("pid4242::work: { @[probename] = sum(arg1); }", false),
     ("pid4242::work:entry { @[(unsigned char)arg0] = sum((unsigned short)arg1 * 3 - arg2); }", true),
+    // clear() and trunc() in the consumer, of aggregations at the firing.
+    (
+        "pid4242::work:entry { @[arg1 & 7] = count(); @s[arg2 & 3] = sum(arg0 & 0xff); @q = quantize(arg1 & 0xffff); }
+         pid4242::work:1f /(arg0 & 3) == 1/ { printa(@); printa(@s); clear(@); clear(@q); }
+         pid4242::work:return /(arg2 & 7) == 2/ { trunc(@s, 2); trunc(@, -1); printa(@s); }
+         pid4242::work:return /(arg2 & 7) == 3/ { trunc(@s); printa(@); }",
+        true,
+    ),
+    (
+        "pid4242::work:entry { @a[arg0 & 1] = avg(arg1 & 0xff); @d[arg0 & 1] = stddev(arg1); @l = lquantize((int)arg1, 0, 10); }
+         pid4242::work:1f /(arg0 & 7) == 1/ { printa(@a); printa(@d); printa(@l); clear(@a); clear(@d); trunc(@l); }",
+        true,
+    ),
+    ("pid4242::work:entry { @ = min(arg0); } pid4242::work:1f { clear(@); }", false),
+    // llquantize: the program computes the bin.
+    (
+        "pid4242::work:entry { @ = llquantize(arg0, 10, 0, 6, 20); @b[arg1 & 3] = llquantize((int)arg2, 2, 0, 62, 4); }
+         pid4242::work:1f { @c = llquantize(arg1 & 0xffffff, 3, 1, 5, 7, arg2 & 7); }",
+        true,
+    ),
+    ("pid4242::work:entry { @ = llquantize(arg0, 1000, 0, 5, 1000); }", false),
+    // ppid and vtimestamp at the firing; ppid not in a gate.
+    ("pid4242::work:entry /ppid == 2/ { @[ppid, pid] = count(); @v = sum(vtimestamp - timestamp); }", true),
+    ("pid4242::work:entry /ppid == 2/ { printf(\"%d\", ppid); }", false),
+    ("pid4242::work:return { @[probefunc, errno] = count(); } pid4242::work:return /errno == 2/ { @c = count(); }", true),
 ];
 
 #[test]
@@ -252,6 +318,8 @@ fn expr(r: &mut Rng, depth: u32) -> String {
         "cpu",
         "uid",
         "gid",
+        "ppid",
+        "vtimestamp",
         "timestamp",
         "id",
         "self->a",
@@ -284,7 +352,14 @@ fn expr(r: &mut Rng, depth: u32) -> String {
         9 => format!("(this->c += {a})"),
         10 => format!("(self->b{})", r.pick(&["++", "--"])),
         11 => {
-            format!("({} == \"{}\")", r.pick(&["probefunc", "probename", "probemod"]), r.pick(&["work", "entry", "1f"]))
+            let name = r.pick(&["probefunc", "probename", "probemod", "execname"]);
+            let op = r.pick(&["==", "!=", "<", "<=", ">", ">="]);
+            let s = r.pick(&["work", "entry", "1f", "postgres", "abcdefghijklmno", "abcdefghijklmnop", "", "a", "wor"]);
+            if r.next_u64().is_multiple_of(2) {
+                format!("({name} {op} \"{s}\")")
+            } else {
+                format!("(\"{s}\" {op} {name})")
+            }
         }
         12 if r.next_u64().is_multiple_of(3) => format!("({a} / {b})"),
         13 => format!("(self->a {}= {b})", r.pick(&["+", "-", "*", "&", "|", "^", "<<", ">>"])),
@@ -305,30 +380,63 @@ fn clause(r: &mut Rng) -> String {
             3 => format!("@s[{}] = sum({e});", expr(r, 2)),
             4 => format!("@q = quantize({e});"),
             5 => format!("@l[{}] = lquantize({e}, -100, 100, 7);", expr(r, 1)),
+            6 if r.next_u64().is_multiple_of(3) => {
+                format!(
+                    "@ll[{}] = llquantize({e}, {});",
+                    expr(r, 1),
+                    r.pick(&["10, 0, 6, 20", "2, 0, 62, 4", "4, 1, 3, 8"])
+                )
+            }
             6 => format!("@m = {}({e});", r.pick(&["min", "max", "avg", "stddev"])),
             7 => format!("if ({e}) {{ self->b = {}; }}", expr(r, 2)),
+            8 if r.next_u64().is_multiple_of(2) => format!("@e[execname, {}] = sum({e});", expr(r, 1)),
             _ => "@t[tid] = sum(self->a + self->b);".to_string(),
         };
         body.push_str(&stmt);
         body.push(' ');
     }
-    // Names return probes only where no argument is read (a return probe's are not
-    // the registers), which the lowering leaves to the consumer anyway.
+    // At the return probe, arg0 (the site's offset) keeps a clause in the consumer;
+    // arg1 is the return value, arg2.. 0, at the firing as in the consumer (`Ctx`).
     format!("pid4242::work:{probe} {pred} {{ {body}}}\n")
+}
+
+/// A consumer clause emptying one of the aggregations `src` updates (at the firing
+/// when its rows subtract), or nothing.
+fn emptying(r: &mut Rng, src: &str) -> String {
+    let used: Vec<&str> = ["@c[", "@s[", "@q =", "@l[", "@m =", "@t[", "@ll["]
+        .into_iter()
+        .filter(|a| src.contains(a))
+        .map(|a| a.split(['[', ' ']).next().unwrap_or(a))
+        .collect();
+    if used.is_empty() || r.next_u64().is_multiple_of(2) {
+        return String::new();
+    }
+    let agg = r.pick(&used);
+    let act = match r.next_u64() % 3 {
+        0 => format!("clear({agg});"),
+        1 => format!("trunc({agg});"),
+        _ => format!("trunc({agg}, {});", r.pick(&["1", "2", "-1", "-3"])),
+    };
+    let at = r.pick(&["entry", "return", "1f"]);
+    format!("pid4242::work:{at} /(arg0 & 3) == 1/ {{ printa({agg}); {act} }}\n")
 }
 
 #[test]
 fn random_scripts_print_alike_both_ways() {
     let mut r = Rng(0x5eed_1234_5678_9abc);
-    let (mut checked, mut moved) = (0, 0);
+    let (mut checked, mut moved, mut emptied) = (0, 0, 0);
     for seed in 0..300u64 {
         let n = 1 + r.next_u64() % 3;
-        let src: String = (0..n).map(|_| clause(&mut r)).collect();
+        let mut src: String = (0..n).map(|_| clause(&mut r)).collect();
+        let empty = emptying(&mut r, &src);
+        src += &empty;
         if let Some(m) = compare(&src, seed) {
             checked += 1;
             moved += usize::from(m);
+            emptied += usize::from(m && !empty.is_empty());
         }
     }
     assert!(checked > 200, "only {checked} random scripts checked");
     assert!(moved > 50, "only {moved} of {checked} random scripts moved anything to the firing");
+    assert!(emptied > 20, "only {emptied} scripts clearing or truncating moved anything to the firing");
 }

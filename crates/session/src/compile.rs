@@ -471,8 +471,10 @@ fn dynamic_space_fits(p: &CheckedProgram, o: &Options) -> bool {
     fits(o.aggsize, agg_size) && fits(o.dynvarsize, dvar_size)
 }
 
+/// Whether a program has a clause or a provider definition: both are nodes of
+/// DTrace's parse tree, which must not be empty.
 fn has_clause(p: &ast::Program) -> bool {
-    p.items.iter().any(|i| matches!(i, ast::Item::Clause(_)))
+    p.items.iter().any(|i| matches!(i, ast::Item::Clause(_) | ast::Item::Provider(_)))
 }
 
 /// `provider:module:function:name` with empty fields kept.

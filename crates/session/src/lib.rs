@@ -16,6 +16,7 @@ mod cpus;
 mod dlibs;
 mod firing;
 mod follow;
+mod generate;
 mod list;
 mod preprocess;
 mod request;
@@ -24,5 +25,6 @@ mod sink;
 mod stability;
 mod targets;
 
+pub use generate::{generate, Generate};
 pub use request::{split_command, Align, ProgramSource, Request};
 pub use run::{run, EXIT_FAILURE};

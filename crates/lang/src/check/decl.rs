@@ -52,6 +52,7 @@ impl Checker<'_> {
             ast::Item::Decl(d) => self.decl(d),
             ast::Item::Inline(i) => self.inline(i),
             ast::Item::Translator(t) => self.define_translator(t),
+            ast::Item::Provider(p) => self.define_provider(p),
         }
     }
 

@@ -187,6 +187,9 @@ struct ProtoRules {
 
 const FUNCTION_PROTO: ProtoRules = ProtoRules { kind: "function", varargs: true, void: true };
 const ARRAY_PROTO: ProtoRules = ProtoRules { kind: "array", varargs: false, void: false };
+/// dt_node_probe's `DT_DP_VOID | DT_DP_ANON` and `DT_DP_VOID`.
+const PROBE_INPUT: ProtoRules = ProtoRules { kind: "probe input", varargs: false, void: true };
+const PROBE_OUTPUT: ProtoRules = ProtoRules { kind: "probe output", varargs: false, void: true };
 
 /// Whether a parameter is `void` alone.
 fn is_void(t: &TypeName) -> bool {
@@ -584,15 +587,14 @@ impl Parser<'_, '_> {
     // ---- file-scope declarations ------------------------------------------------
 
     /// A file-scope declaration: variables, typedefs, externs, prototypes,
-    /// struct/union/enum definitions, inlines, translators; providers are parsed over
-    /// and dropped.
+    /// struct/union/enum definitions, inlines, translators, providers.
     pub(super) fn declaration(&mut self) -> Result<()> {
         self.mode = Mode::Expr;
         let t = self.peek()?;
         match &t.kind {
             TokKind::Ident(w) if w == "inline" => return self.inline(t),
             TokKind::Ident(w) if w == "translator" => return self.translator(t),
-            TokKind::Ident(w) if w == "provider" => return self.skip_definition(),
+            TokKind::Ident(w) if w == "provider" => return self.provider(t),
             _ => {}
         }
         let specs = self.specifiers(SpecCtx::File)?;
@@ -676,29 +678,46 @@ impl Parser<'_, '_> {
         self.emit(Item::Translator(Translator { output, input, param, members, head_end, span }))
     }
 
-    /// Skips a `provider name {…};` definition: udtrace has no use for them, but
-    /// scripts and libraries may contain them.
-    fn skip_definition(&mut self) -> Result<()> {
-        loop {
+    /// `provider name { probe name(args) [: (args)]; … };` (dt_grammar.y's
+    /// `provider_definition`).
+    fn provider(&mut self, kw: Token) -> Result<()> {
+        self.bump()?;
+        let t = self.bump()?;
+        let name = match &t.kind {
+            TokKind::Ident(n) if !KEYWORDS.contains(&n.as_str()) => n.clone(),
+            _ => return Err(self.unexpected(&t)),
+        };
+        self.expect("{")?;
+        let mut probes = Vec::new();
+        while self.eat("}")?.is_none() {
             let t = self.bump()?;
-            match t.kind {
-                TokKind::Punct("{") => break,
-                TokKind::Eof | TokKind::Punct(";" | "}") => return Err(self.unexpected(&t)),
-                _ => {}
+            if !matches!(&t.kind, TokKind::Ident(w) if w == "probe") {
+                return Err(self.unexpected(&t));
             }
+            let n = self.bump()?;
+            let probe = match &n.kind {
+                TokKind::Ident(p) if !KEYWORDS.contains(&p.as_str()) => p.clone(),
+                _ => return Err(self.unexpected(&n)),
+            };
+            let native = self.probe_prototype(PROBE_INPUT)?;
+            let translated = match self.eat(":")? {
+                Some(_) => Some(self.probe_prototype(PROBE_OUTPUT)?),
+                None => None,
+            };
+            let semi = self.expect(";")?;
+            probes.push(ProbeDef { name: probe, native, translated, span: t.span.to(semi.span) });
         }
-        let mut depth = 1;
-        while depth > 0 {
-            let t = self.bump()?;
-            match t.kind {
-                TokKind::Punct("{") => depth += 1,
-                TokKind::Punct("}") => depth -= 1,
-                TokKind::Eof => return Err(self.unexpected(&t)),
-                _ => {}
-            }
-        }
-        self.expect(";")?;
-        Ok(())
+        let semi = self.expect(";")?;
+        self.emit(Item::Provider(ProviderDef { name, probes, span: kw.span.to(semi.span) }))
+    }
+
+    /// A probe's `( parameters )`; `(void)` is no parameter.
+    fn probe_prototype(&mut self, rules: ProtoRules) -> Result<Vec<Param>> {
+        self.expect("(")?;
+        let params = if self.peek_punct(")")? { Vec::new() } else { self.parameters()? };
+        let close = self.expect(")")?;
+        check_prototype(&params, rules, close.span)?;
+        Ok(params.into_iter().filter(|p| !p.ty.as_ref().is_some_and(is_void)).collect())
     }
 
     /// Whether `t` starts a type name inside an expression.
