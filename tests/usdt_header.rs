@@ -410,3 +410,34 @@ fn dtrace_suite_build_steps() {
     udt(&["-G", "-s", "prov.d", "test.o"]);
     assert_eq!(std::fs::metadata(dir.path().join("test.o")).unwrap().modified().unwrap(), before);
 }
+
+/// The header's probes traced by name through the USDT provider (docs/usdt.md): every
+/// argument as the program passed it, `copyinstr` of its string argument, and its
+/// `_ENABLED()` semaphores raised while traced, on both backends.
+#[test]
+fn probes_from_the_header_fire_by_name() {
+    let dir = TempDir::new("sdt-trace");
+    make_header(dir.path());
+    let exe = build(dir.path(), "sdtapp", &["-O2"]);
+    let script = "sdtapp$target:::request-start { printf(\"start %d %s %d\\n\", arg0, copyinstr(arg1), arg2); } \
+                  sdtapp$target:::request-done { printf(\"done %d %d %d %d %d\\n\", arg0, arg1, arg2, arg3, arg4); } \
+                  sdtapp$target:::tick { printf(\"tick\\n\"); } \
+                  sdtapp$target:::object { printf(\"object %s\\n\", copyinstr(arg1)); }";
+    for mode in [&[][..], &["-x", "uprobes"][..]] {
+        let mut args: Vec<&str> = mode.to_vec();
+        args.extend(["-q", "-n", script, "-c", exe.to_str().unwrap()]);
+        let Some(out) = util::traced(&args) else { return };
+        let text = util::stdout(&out);
+        let mut want = Vec::new();
+        for i in 0..3i64 {
+            want.push(format!("start {i} /index.html {}", -7 * i));
+            want.push(format!("done {} -3 {} {} 1", 200 + i, (1i64 << 40) + i, i - 1));
+        }
+        want.extend(["tick".to_string(), "object /index.html".to_string()]);
+        // Traced, both semaphores are raised: every _ENABLED() test saw 1.
+        let program = "requests 3 enabled 3 start-enabled 1";
+        let firings: Vec<&str> = text.lines().filter(|l| !l.is_empty() && *l != program).collect();
+        assert_eq!(firings, want, "{mode:?}: {}", util::stderr(&out));
+        assert!(text.lines().any(|l| l == program), "{mode:?}: {text}");
+    }
+}
