@@ -135,3 +135,35 @@ fn every_process_with_a_glob_provider() {
     got.sort();
     assert_eq!(got, want, "{}", util::stderr(&out));
 }
+
+/// A semaphore raised while udtrace traces a process is lowered when udtrace ends,
+/// also by SIGKILL (the kernel drops its uprobes, and their counts, with it).
+#[test]
+fn a_semaphore_is_lowered_when_udtrace_is_killed() {
+    use std::io::BufRead;
+    let dir = util::TempDir::new("usdt-lowered");
+    let exe = dir.path().join("usdt-lowered");
+    util::copy_fixture("usdt", &exe);
+    let mut fix = util::Guard::spawn(
+        std::process::Command::new(&exe).args(["2", "lowered"]).stdout(std::process::Stdio::piped()),
+    );
+    let pid = fix.child().id().to_string();
+    let mut lines = std::io::BufReader::new(fix.child().stdout.take().unwrap()).lines();
+    let mut u = util::Guard::spawn(&mut util::udtrace_cmd(&[
+        "-q",
+        "-p",
+        &pid,
+        "-n",
+        "fixture$target:::gated { @ = count(); }",
+    ]));
+    let raised = lines.next().expect("a line").unwrap();
+    if raised != "raised 1" {
+        let out = u.take().wait_with_output().unwrap();
+        let Some(()) = util::bpf_gate(&out) else { return };
+        panic!("{raised}: {}", util::stderr(&out));
+    }
+    u.child().kill().unwrap();
+    let _ = u.take().wait();
+    assert_eq!(lines.next().expect("a line").unwrap(), "lowered 1");
+    assert!(fix.take().wait().unwrap().success());
+}
