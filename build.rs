@@ -33,6 +33,7 @@
 //! - `usdt`                 USDT probes of every argument descriptor form, one behind a
 //!   semaphore, fired N times, then in a forked child or after exec (tests/fixtures/usdt.c);
 //!   no red zone, so that its stack arguments lie above the stack pointer
+//! - `libusdtlib.so`        a USDT probe behind its own semaphore, dlopened by `usdt N dlopen`
 //! - `plugin.so`            `plugin_fn()`, loaded only by `dlopener` through dlopen
 //! - `dlopener`             dlopens `plugin.so` after a pause and calls `plugin_fn`
 //! - `jobctl`               stops, continues and kills a child, checking each with waitpid
@@ -170,6 +171,15 @@ fn build(src: &Path, out: &Path) -> Result<(), String> {
         spawn(&mut plain("firstargs", &[]))?,
         spawn(&mut plain("mapholder", &[]))?,
         spawn(&mut plain("usdt", &["-mno-red-zone", "-fno-omit-frame-pointer", "-I", &src.display().to_string()]))?,
+        spawn(Command::new("gcc").args(cflags).args([
+            "-fPIC",
+            "-shared",
+            "-I",
+            &src.display().to_string(),
+            "-o",
+            &o("libusdtlib.so"),
+            &s("usdtlib.c"),
+        ]))?,
     ];
     let templates = spawn(Command::new("g++").args(cflags).args(["-o", &o("templates"), &s("templates.cpp")]))?;
     let exe = |name: &str, pie: &[&str]| {

@@ -11,7 +11,7 @@ const MODES: [&[&str]; 2] = [&[], &["-x", "uprobes"]];
 
 fn run(mode: &[&str], script: &str, cmd: &str) -> Option<(String, String)> {
     let mut args: Vec<&str> = mode.to_vec();
-    args.extend(["-q", "-n", script, "-c", cmd]);
+    args.extend(["-Z", "-q", "-n", script, "-c", cmd]);
     let out = traced(&args)?;
     assert!(out.status.success(), "udtrace failed: {}", util::stderr(&out));
     Some((stdout(&out), util::stderr(&out)))
@@ -69,9 +69,12 @@ fn arguments_of_every_descriptor_form() {
 
 #[test]
 fn a_semaphore_is_raised_while_traced_in_children_too() {
+    // `lib` is in libusdtlib.so, which `dlopen` loads later: -Z.
     let script = "fixture$target:::gated { @g[pid] = count(); @s = sum(arg0); } \
-                  END { printa(\"pid %d=%@d\\n\", @g); printa(\"sum=%@d\\n\", @s); }";
-    for (then, pids, per_pid) in [("", 1, 5), ("fork", 2, 5), ("exec", 1, 10)] {
+                  fixture$target:::lib { @l = count(); @ls = sum(arg0); } \
+                  END { printa(\"pid %d=%@d\\n\", @g); printa(\"sum=%@d\\n\", @s); \
+                  printa(\"lib=%@d\\n\", @l); printa(\"libsum=%@d\\n\", @ls); }";
+    for (then, pids, per_pid) in [("", 1, 5), ("fork", 2, 5), ("exec", 1, 10), ("dlopen", 1, 5)] {
         for mode in MODES {
             let cmd = format!("{} 5 {then}", fixture("usdt"));
             let Some((out, err)) = run(mode, script, cmd.trim()) else { return };
@@ -89,6 +92,9 @@ fn a_semaphore_is_raised_while_traced_in_children_too() {
                 _ => 15,
             };
             assert!(out.contains(&format!("sum={sum}\n")), "{then} {mode:?}: {out}");
+            // The library's probe fires (its own semaphore raised) once it is loaded.
+            let lib = if then == "dlopen" { "lib=5\nlibsum=10\n" } else { "" };
+            assert!(lib.is_empty() || out.contains(lib), "{then} {mode:?}: {out}{err}");
         }
     }
     // Untraced, the program never sees its semaphore raised: nothing gated fires.
