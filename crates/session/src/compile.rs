@@ -64,7 +64,7 @@ pub fn add_work(program: &CheckedProgram, plan: &FiringPlan, work: &ProbeWork, c
     let is_pid = |d: &ProbeDesc| is_pid_provider(&d.provider);
     // A USDT probe's arguments are decoded from its descriptors in the consumer: nothing
     // of its clauses runs at the firing (docs/usdt.md).
-    if !probe.provider.starts_with("pid") {
+    if probe.provider != "pid" && !is_pid_provider(&probe.provider) {
         work.add(probe.id, &udtrace_dif::Program::default(), true);
         return;
     }

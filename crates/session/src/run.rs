@@ -43,10 +43,10 @@ use crate::targets::Targets;
 
 pub const EXIT_FAILURE: i32 = 1;
 
-/// How often firings are read from the ring buffer when it does not fill up.
 /// Stack bytes a USDT firing records for its arguments in memory (`-4@112(%rsp)`,
 /// `-4@-136(%rbp)`): read at the firing, before the frame changes.
 const USDT_STACK_BYTES: u32 = 1024;
+/// How often firings are read from the ring buffer when it does not fill up.
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 const BUSY_DRAIN_INTERVAL: Duration = Duration::from_millis(1);
 
