@@ -211,6 +211,7 @@ impl Setup {
                 .map(|&(n, size)| BufferCapture { reg: PtReg::ARGS[usize::from(n)], size })
                 .collect(),
             regs: self.plan.regs,
+            arg_regs: arg_regs(self.plan.args),
             errno: self.plan.errno,
             curthread: self.plan.curthread,
             task: self.plan.cur_task,
@@ -233,6 +234,21 @@ impl Setup {
             },
         }
     }
+}
+
+/// The registers a record holds for the clauses' `arg0`..`arg5` (bit n of `args`):
+/// their registers at entry and offset probes, and rax for a return probe's `arg1`.
+fn arg_regs(args: u16) -> u32 {
+    let mut regs = 0;
+    for (n, r) in PtReg::ARGS.iter().enumerate() {
+        if args & (1 << n) != 0 {
+            regs |= r.bit();
+        }
+    }
+    if args & 0b10 != 0 {
+        regs |= PtReg::Ax.bit();
+    }
+    regs
 }
 
 /// Why a backend without BPF samples nothing for `profile-N` (followed by why there is

@@ -10,8 +10,9 @@
 //!     28     4  flags (FLAG_STACK_TRUNCATED)
 //!     32     4  stack_len: bytes of user stack captured (<= stack_bytes)
 //!     36     4  errno of the firing thread, when plan.errno (else 0)
-//!     40   168  the 21 pt_regs registers, x86-64 order (see PtReg), when plan.regs
-//!  R=208 or 40  user stack from regs->sp, S = plan.stack_bytes (zeros past stack_len)
+//!     40   168  the 21 pt_regs registers, x86-64 order (see PtReg), when plan.regs;
+//!           8 n  else the n registers of plan.arg_regs, in that order (often none)
+//!  R=208 or 40+8n  user stack from regs->sp, S = plan.stack_bytes (zeros past stack_len)
 //!    R+S        per string capture: i32 probe_read_user_str result (length with NUL,
 //!               or -errno), u32 reserved, then `max` bytes rounded up to 8
 //!               per buffer capture: i32 bytes read (`size`, or fewer where the
@@ -83,6 +84,17 @@ impl PtReg {
 
     /// The argument registers of the System V x86-64 ABI, arg0..arg5.
     pub const ARGS: [PtReg; 6] = [PtReg::Di, PtReg::Si, PtReg::Dx, PtReg::Cx, PtReg::R8, PtReg::R9];
+
+    /// Every register, in `struct pt_regs` order (index = `self as usize`).
+    pub const ALL: [PtReg; NUM_REGS] = {
+        use PtReg::*;
+        [R15, R14, R13, R12, Bp, Bx, R11, R10, R9, R8, Ax, Cx, Dx, Si, Di, OrigAx, Ip, Cs, Flags, Sp, Ss]
+    };
+
+    /// Its bit in a register mask ([`RecordPlan::arg_regs`]).
+    pub const fn bit(self) -> u32 {
+        1 << self as u32
+    }
 }
 
 /// A NUL-terminated user string read at the firing from the address in `reg`.
@@ -261,6 +273,9 @@ pub struct RecordPlan {
     /// Whether the registers are recorded (needed by stack, string and buffer captures
     /// too).
     pub regs: bool,
+    /// Without `regs`, the registers recorded all the same (bit [`PtReg::bit`]): those
+    /// the clauses read as arguments, so that `printf("%d", arg0)` records one.
+    pub arg_regs: u32,
     /// Whether the thread's errno is read (where the process's errno is known).
     pub errno: bool,
     /// Whether the current task's address is recorded (`curthread`).
@@ -303,7 +318,11 @@ pub const MAX_BUFFER: u32 = 4096;
 /// Offsets of a plan's record; build once per plan, use for codegen and parsing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordLayout {
+    /// All 21 registers are recorded, in `struct pt_regs` order.
     pub regs: bool,
+    /// The registers recorded from [`OFF_REGS`] on, in [`PtReg`] order, 8 bytes each
+    /// (every bit with `regs`).
+    pub reg_mask: u32,
     /// Where the user stack starts: after the registers, or the header.
     pub off_stack: usize,
     pub stack_bytes: u32,
@@ -341,7 +360,8 @@ impl RecordLayout {
             // A trampoline zeroes the record's tail only where it has registers: an
             // in-process record's snapshot is zero (none).
             || plan.task;
-        let off_stack = if regs { OFF_STACK } else { OFF_REGS };
+        let reg_mask = if regs { (1 << NUM_REGS) - 1 } else { plan.arg_regs & ((1 << NUM_REGS) - 1) };
+        let off_stack = OFF_REGS + reg_mask.count_ones() as usize * 8;
         let mut off = off_stack + plan.stack_bytes as usize;
         let strings = slots(&mut off, plan.strings.iter().map(|s| s.max), MAX_STRING, PlanError::StringMax)?;
         let buffers = slots(&mut off, plan.buffers.iter().map(|b| b.size), MAX_BUFFER, PlanError::BufferSize)?;
@@ -387,6 +407,7 @@ impl RecordLayout {
         }
         Ok(RecordLayout {
             regs,
+            reg_mask,
             off_stack,
             stack_bytes: plan.stack_bytes,
             errno: plan.errno,
@@ -403,6 +424,11 @@ impl RecordLayout {
         })
     }
 
+    /// (offset in the record, register) of each register recorded.
+    pub fn recorded_regs(&self) -> impl Iterator<Item = (usize, PtReg)> + '_ {
+        PtReg::ALL.iter().filter(|r| self.reg_mask & r.bit() != 0).enumerate().map(|(i, &r)| (OFF_REGS + 8 * i, r))
+    }
+
     pub fn parse<'a>(&self, rec: &'a [u8]) -> Result<Firing<'a>, RecordError> {
         // The ring rounds nothing into the length; a record is exactly our size.
         if rec.len() != self.size {
@@ -415,6 +441,10 @@ impl RecordLayout {
         if self.regs {
             for (i, r) in regs.iter_mut().enumerate() {
                 *r = u64_at(OFF_REGS + i * 8);
+            }
+        } else {
+            for (at, r) in self.recorded_regs() {
+                regs[r as usize] = u64_at(at);
             }
         }
         let stack_len = u32_at(OFF_STACK_LEN);
@@ -627,6 +657,7 @@ mod tests {
             strings: vec![StringCapture { reg: PtReg::Di, max: 5 }, StringCapture { reg: PtReg::Si, max: 16 }],
             buffers: vec![BufferCapture { reg: PtReg::Di, size: 4 }, BufferCapture { reg: PtReg::Dx, size: 16 }],
             regs: true,
+            arg_regs: 0,
             errno: false,
             curthread: false,
             task: false,
@@ -655,6 +686,7 @@ mod tests {
                 strings: vec![],
                 buffers: vec![],
                 regs: true,
+                arg_regs: 0,
                 errno: false,
                 curthread: false,
                 task: false,
@@ -668,6 +700,7 @@ mod tests {
                 strings: vec![StringCapture { reg: PtReg::Di, max: 0 }],
                 buffers: vec![],
                 regs: true,
+                arg_regs: 0,
                 errno: false,
                 curthread: false,
                 task: false,
@@ -686,6 +719,7 @@ mod tests {
                 strings: many,
                 buffers: vec![],
                 regs: true,
+                arg_regs: 0,
                 errno: false,
                 curthread: false,
                 task: false,
@@ -794,6 +828,7 @@ mod tests {
                 BufferCapture { reg: PtReg::Dx, size: 8 },
             ],
             regs: true,
+            arg_regs: 0,
             errno: true,
             curthread: true,
             task: false,
