@@ -958,9 +958,12 @@ impl Backend for InProcess {
         }
         let emit_until = |ours: &mut Merge, t: Option<u64>, below: bool, each: &mut dyn FnMut(Record<'_>)| {
             while let Some(bytes) = ours.next_until(t, below) {
-                let Ok(firing) = layout.parse(bytes) else { continue };
+                // Lent where it was parsed: a move of the ~300-byte firing cost 10% of
+                // a record.
+                let parsed = layout.parse(bytes);
+                let Ok(firing) = &parsed else { continue };
                 let Some(sites) = cookies.get(firing.cookie as usize) else { continue };
-                each(Record::Pid { firing: &firing, sites, string_args, buffer_args });
+                each(Record::Pid { firing, sites, string_args, buffer_args });
             }
         };
         // The rings are read a batch at a time (udtrace's copy of them stays small), up

@@ -437,16 +437,7 @@ impl RecordLayout {
         let u64_at = |o: usize| u64::from_ne_bytes(rec[o..o + 8].try_into().expect("8 bytes"));
         let u32_at = |o: usize| u32::from_ne_bytes(rec[o..o + 4].try_into().expect("4 bytes"));
         let pid_tgid = u64_at(OFF_PID_TGID);
-        let mut regs = [0u64; NUM_REGS];
-        if self.regs {
-            for (i, r) in regs.iter_mut().enumerate() {
-                *r = u64_at(OFF_REGS + i * 8);
-            }
-        } else {
-            for (at, r) in self.recorded_regs() {
-                regs[r as usize] = u64_at(at);
-            }
-        }
+        let regs = Regs { bytes: &rec[OFF_REGS..self.off_stack], mask: self.reg_mask };
         let stack_len = u32_at(OFF_STACK_LEN);
         if stack_len > self.stack_bytes {
             return Err(RecordError::StackLen(stack_len));
@@ -598,8 +589,8 @@ pub struct Firing<'a> {
     pub tid: u32,
     pub ktime: u64,
     pub cpu: u32,
-    /// Zeros when the plan records no registers.
-    pub regs: [u64; NUM_REGS],
+    /// The registers recorded (0 for the others).
+    pub regs: Regs<'a>,
     /// The user stack from `sp` up, as much as was readable (empty if none).
     pub stack: &'a [u8],
     /// Less than `stack_bytes` could be read.
@@ -635,9 +626,34 @@ pub struct Stashed<'a> {
     pub bytes: Option<&'a [u8]>,
 }
 
+/// The registers a record holds, read where they are: a firing is lent by reference
+/// from where it was parsed, and a copy of all 21 cost more than the clauses' reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Regs<'a> {
+    /// 8 bytes per register of `mask`, in [`PtReg`] order.
+    bytes: &'a [u8],
+    mask: u32,
+}
+
+impl Regs<'_> {
+    /// The register's value, 0 when the record does not hold it.
+    pub fn get(&self, r: PtReg) -> u64 {
+        if self.mask & r.bit() == 0 {
+            return 0;
+        }
+        let at = (self.mask & (r.bit() - 1)).count_ones() as usize * 8;
+        self.bytes.get(at..at + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    /// All 21, in `struct pt_regs` order.
+    pub fn all(&self) -> [u64; NUM_REGS] {
+        PtReg::ALL.map(|r| self.get(r))
+    }
+}
+
 impl Firing<'_> {
     pub fn reg(&self, r: PtReg) -> u64 {
-        self.regs[r as usize]
+        self.regs.get(r)
     }
 
     /// arg0..arg5 from their registers.
