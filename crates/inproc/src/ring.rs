@@ -274,6 +274,37 @@ impl Reader {
         self.late = kept;
     }
 
+    /// How many committed records from the tail on, at most `max`, may be handed over
+    /// as they lie in time order: the u64 at `at` of each record (its time) never
+    /// decreases and is below `before`. `None` when one decreases (the records must be
+    /// sorted) or slots wait to be taken late: [`Self::drain_upto`] with the count then
+    /// hands over exactly those records.
+    pub fn sorted_run(&self, view: &impl RingView, at: usize, before: u64, max: u64) -> Option<u64> {
+        if !self.late.is_empty() {
+            return None;
+        }
+        let g = self.geometry;
+        let tail = view.load_acquire_u64(OFF_TAIL);
+        let limit = view.load_acquire_u64(OFF_HEAD).min(tail.saturating_add(g.nslots)).min(tail.saturating_add(max));
+        let (mut n, mut last) = (0, 0);
+        for i in tail..limit {
+            let slot = g.slot_offset(i);
+            if view.load_acquire_u64(slot) != i + 1 {
+                break;
+            }
+            let b = view.bytes(slot + 8 + at, 8);
+            let t = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+            if t < last {
+                return None;
+            }
+            if t >= before {
+                break;
+            }
+            (n, last) = (n + 1, t);
+        }
+        Some(n)
+    }
+
     /// Hands every committed record, in slot order, to `each`, and frees its slot.
     pub fn drain(&mut self, view: &mut impl RingView, each: impl FnMut(&[u8])) -> Drained {
         self.drain_at(view, Instant::now(), each)
