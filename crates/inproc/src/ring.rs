@@ -429,6 +429,30 @@ mod tests {
         true
     }
 
+    #[test]
+    fn sorted_runs_are_handed_over_in_place() {
+        let (mut v, g) = ring(8);
+        let mut r = Reader::new(&v, REC).unwrap();
+        // Each record's tag is its time (the u64 at 0, tag in every byte).
+        for tag in [1, 2, 2, 5] {
+            assert!(produce(&mut v, g, tag, true));
+        }
+        let t = |tag: u8| u64::from_ne_bytes([tag; 8]);
+        assert_eq!(r.sorted_run(&v, 0, u64::MAX, 8), Some(4));
+        assert_eq!(r.sorted_run(&v, 0, u64::MAX, 3), Some(3));
+        assert_eq!(r.sorted_run(&v, 0, t(5), 8), Some(3), "stops before the time given");
+        let mut got = Vec::new();
+        let d = r.drain_upto(&mut v, Instant::now(), 3, |rec| got.push(rec[0]));
+        assert_eq!((got, d.capped), (vec![1, 2, 2], true));
+        // A time that decreases: the records must be sorted (copied).
+        assert!(produce(&mut v, g, 3, true));
+        assert_eq!(r.sorted_run(&v, 0, u64::MAX, 8), None);
+        // An uncommitted slot ends a run.
+        assert_eq!(drain(&mut r, &mut v, Instant::now()).0, vec![5, 3]);
+        assert!(produce(&mut v, g, 6, true) && produce(&mut v, g, 0, false) && produce(&mut v, g, 7, true));
+        assert_eq!(r.sorted_run(&v, 0, u64::MAX, 8), Some(1));
+    }
+
     fn drain(r: &mut Reader, v: &mut Vec<u8>, now: Instant) -> (Vec<u8>, Drained) {
         let mut got = Vec::new();
         let d = r.drain_at(v, now, |rec| {

@@ -277,8 +277,10 @@ pub struct ProfileProbe {
 }
 
 /// One firing, as the backend reports it.
-// Each is handed once, by value, to a callback; none is stored. A pid firing (some
-// 400 bytes) is lent, not moved: it is built once where it is parsed.
+// Each is handed once, by value, to a callback; none is stored (so a proc firing, the
+// largest, is not boxed: that would allocate per firing). A pid firing is lent, not
+// moved: it is built once where it is parsed.
+#[allow(clippy::large_enum_variant)]
 pub enum Record<'a> {
     /// A pid probe site fired: every probe whose site it is, the argument register
     /// (0..=5) behind each string the record captured, in order, and the argument

@@ -885,6 +885,23 @@ mod tests {
     }
 
     #[test]
+    fn argument_registers_alone() {
+        // arg0 and a return's arg1: rdi and rax, in pt_regs order (rax first).
+        let plan = RecordPlan { arg_regs: PtReg::Di.bit() | PtReg::Ax.bit(), ..RecordPlan::default() };
+        let l = RecordLayout::new(&plan).unwrap();
+        assert_eq!((l.regs, l.size), (false, OFF_REGS + 16));
+        assert_eq!(l.recorded_regs().collect::<Vec<_>>(), vec![(OFF_REGS, PtReg::Ax), (OFF_REGS + 8, PtReg::Di)]);
+        let mut r = vec![0u8; l.size];
+        r[OFF_REGS..][..8].copy_from_slice(&7u64.to_ne_bytes());
+        r[OFF_REGS + 8..][..8].copy_from_slice(&99u64.to_ne_bytes());
+        let f = l.parse(&r).unwrap();
+        assert_eq!((f.reg(PtReg::Ax), f.arg(0), f.arg(1), f.reg(PtReg::Ip)), (7, Some(99), Some(0), 0));
+        // All the registers whatever arg_regs says, where a capture needs them.
+        let l = RecordLayout::new(&RecordPlan { regs: true, ..plan }).unwrap();
+        assert_eq!((l.reg_mask, l.off_stack), ((1 << NUM_REGS) - 1, OFF_STACK));
+    }
+
+    #[test]
     fn records_without_registers_are_header_only() {
         let l = RecordLayout::new(&RecordPlan::default()).unwrap();
         assert_eq!((l.regs, l.size), (false, OFF_REGS));

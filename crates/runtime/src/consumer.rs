@@ -620,15 +620,17 @@ impl Consumer {
     /// A value an action records: a string must be readable, so the NULL string
     /// (or NULL plus an offset) faults at its address, as DTrace's record copy does.
     fn eval_datum(&mut self, e: &Expr, ctx: &dyn Context) -> EvalResult<Value> {
-        let v = match e.kind {
-            // A builtin (`arg0`, `pid`…) is read as the evaluator would, without one.
+        let (v, narrowed) = match e.kind {
+            // A builtin (`arg0`, `pid`…) is read as the evaluator would, without one,
+            // an integer already narrowed to its type.
             ExprKind::Builtin(b) if !matches!(b, Builtin::Curcpu) => {
-                crate::eval::builtin_value(ctx, b, &e.ty, &self.prog.types)
+                (crate::eval::builtin_value(ctx, b, &e.ty, &self.prog.types), true)
             }
-            _ => self.eval(e, ctx)?,
+            _ => (self.eval(e, ctx)?, false),
         };
         match crate::eval::string_address(&v) {
             Some(a) if e.ty.is_string() => Err(Fault::BadAddress(a)),
+            _ if narrowed => Ok(v),
             _ => Ok(crate::eval::narrow(v)),
         }
     }
