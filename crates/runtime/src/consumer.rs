@@ -455,7 +455,7 @@ impl Consumer {
             Builtin::Arg(n) if (n as usize) < args.len() => Some(Value::int(args[n as usize])),
             _ => None,
         };
-        let ectx = Overlay { inner: ctx, builtins: &error_args };
+        let ectx = Overlay { inner: ctx, builtins: error_args };
         for e in self.error_ecbs.clone() {
             // A fault in an ERROR clause is counted, not reported (a double error).
             if self.run_ecb(&e, cpu, &ectx, out, fx)?.is_err() {
@@ -511,7 +511,7 @@ impl Consumer {
                 _ => return None,
             })
         };
-        let pctx = Overlay { inner: ctx, builtins: &identity };
+        let pctx = Overlay { inner: ctx, builtins: identity };
         // Each clause starts with empty scratch space.
         self.scratch.reset();
         self.vars.reset_temporaries();
