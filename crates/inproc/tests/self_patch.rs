@@ -190,7 +190,7 @@ impl Env {
             assert_eq!(f.cookie, COOKIE);
             assert_eq!(f.pid, pid);
             assert_eq!((f.stack.len(), f.errno, f.stack_truncated), (0, 0, false));
-            out.push(Rec { tid: f.tid, ktime: f.ktime, cpu: f.cpu, regs: f.regs });
+            out.push(Rec { tid: f.tid, ktime: f.ktime, cpu: f.cpu, regs: f.regs.all() });
         });
         out
     }

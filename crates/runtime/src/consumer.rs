@@ -455,7 +455,7 @@ impl Consumer {
             Builtin::Arg(n) if (n as usize) < args.len() => Some(Value::int(args[n as usize])),
             _ => None,
         };
-        let ectx = Overlay { inner: ctx, builtins: &error_args };
+        let ectx = Overlay { inner: ctx, builtins: error_args };
         for e in self.error_ecbs.clone() {
             // A fault in an ERROR clause is counted, not reported (a double error).
             if self.run_ecb(&e, cpu, &ectx, out, fx)?.is_err() {
@@ -511,7 +511,7 @@ impl Consumer {
                 _ => return None,
             })
         };
-        let pctx = Overlay { inner: ctx, builtins: &identity };
+        let pctx = Overlay { inner: ctx, builtins: identity };
         // Each clause starts with empty scratch space.
         self.scratch.reset();
         self.vars.reset_temporaries();
@@ -620,15 +620,17 @@ impl Consumer {
     /// A value an action records: a string must be readable, so the NULL string
     /// (or NULL plus an offset) faults at its address, as DTrace's record copy does.
     fn eval_datum(&mut self, e: &Expr, ctx: &dyn Context) -> EvalResult<Value> {
-        let v = match e.kind {
-            // A builtin (`arg0`, `pid`…) is read as the evaluator would, without one.
+        let (v, narrowed) = match e.kind {
+            // A builtin (`arg0`, `pid`…) is read as the evaluator would, without one,
+            // an integer already narrowed to its type.
             ExprKind::Builtin(b) if !matches!(b, Builtin::Curcpu) => {
-                crate::eval::builtin_value(ctx, b, &e.ty, &self.prog.types)
+                (crate::eval::builtin_value(ctx, b, &e.ty, &self.prog.types), true)
             }
-            _ => self.eval(e, ctx)?,
+            _ => (self.eval(e, ctx)?, false),
         };
         match crate::eval::string_address(&v) {
             Some(a) if e.ty.is_string() => Err(Fault::BadAddress(a)),
+            _ if narrowed => Ok(v),
             _ => Ok(crate::eval::narrow(v)),
         }
     }
