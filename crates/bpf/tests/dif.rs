@@ -184,7 +184,7 @@ fn full_maps_count_drops_as_the_interpreter() {
     }
     let _serial = common::serial();
     let rig = Rig::new();
-    let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }] };
+    let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }], strsize: 0 };
     let program = Dif {
         ops: vec![
             Op::Get { d: 0, v: Var::Tid },
@@ -223,7 +223,7 @@ fn the_name_is_the_processs() {
     for leader_comm in [None, offsets] {
         let probe = ProbeMaps::create(1 << 16, 64).expect("maps");
         probe.traced.insert(&std::process::id(), &1).expect("traced");
-        let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 2 }] };
+        let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 2 }], strsize: 0 };
         let mut maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
         maps.leader_comm = leader_comm;
         let program = Dif {
@@ -297,7 +297,7 @@ fn cost_of_calls() {
 fn cost_of_counting() {
     let probe = ProbeMaps::create(1 << 16, 64).expect("maps");
     probe.traced.insert(&std::process::id(), &1).expect("traced");
-    let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
+    let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }], strsize: 0 };
     let maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
     let program = Dif { ops: vec![Op::Const { d: 0, v: 1 }, Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 }] };
     let (prog, _link) = on_target(&program, &maps, &probe, "udtrace_tcount");

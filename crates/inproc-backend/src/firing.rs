@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn breakpoint_firings_without_a_buffer_count_in_udtraces_own() {
-        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
+        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }], strsize: 0 };
         let mut b = Buffers::new(&layout, (64, 64));
         assert!(b.wanted());
         let p = Program {

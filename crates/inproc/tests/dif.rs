@@ -231,7 +231,7 @@ fn x86_agrees_with_the_interpreter() {
 fn drops_agree() {
     let mut env = Env::new();
     let layout =
-        Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }, AggDesc { func: AggFn::Min, nkeys: 0 }] };
+        Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }, AggDesc { func: AggFn::Min, nkeys: 0 }], strsize: 0 };
     let p = Program {
         ops: vec![
             Op::Arg { d: 0, n: 1 },
@@ -314,7 +314,7 @@ fn a_firing_keeps_every_register_and_flag() {
     let site_off = r.label_ip(&site).unwrap() - func;
     let bytes = r.inner.code_buffer;
     env.code.write(4096 + 3 * TRAMP, &bytes);
-    let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Stddev, nkeys: 1 }] };
+    let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Stddev, nkeys: 1 }], strsize: 0 };
     let buf = BufferLayout::new(&layout, 64, 64);
     env.clear(buf.size);
     let programs = [
