@@ -3,8 +3,8 @@
 //! process), and the tests compare the other executors with it.
 
 use crate::layout::{
-    key_hash, string_id, string_words, AggFn, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_FILLING, KEY_FREE, KEY_READY, MAX_PROBES,
-    OFF_AGG_DROPS, OFF_DYN_DROPS,
+    key_hash, string_id, string_words, AggFn, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_FILLING, KEY_FREE,
+    KEY_READY, MAX_PROBES, OFF_AGG_DROPS, OFF_DYN_DROPS,
 };
 use crate::op::{user_string, NoUserMem, Op, Program, UserMem, Var, NREGS};
 

@@ -370,9 +370,11 @@ impl Op {
     pub fn regs(&self) -> (Vec<Reg>, Option<Reg>) {
         match *self {
             Op::Const { d, .. } | Op::Arg { d, .. } | Op::Get { d, .. } | Op::TlsLoad { d, .. } => (vec![], Some(d)),
-            Op::Mov { d, a } | Op::Un { d, a, .. } | Op::Ext { d, a, .. } | Op::Div { d, a, .. } | Op::Str { d, a, .. } => {
-                (vec![a], Some(d))
-            }
+            Op::Mov { d, a }
+            | Op::Un { d, a, .. }
+            | Op::Ext { d, a, .. }
+            | Op::Div { d, a, .. }
+            | Op::Str { d, a, .. } => (vec![a], Some(d)),
             Op::Bin { d, a, b, .. } => (vec![a, b], Some(d)),
             Op::Jz { a, .. } | Op::TlsStore { a, .. } => (vec![a], None),
             Op::Jmp { .. } | Op::Emit => (vec![], None),

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use crate::interp::{Memory, Words};
 use crate::layout::{
-    merge, string_of_words, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_READY, MAX_PROBES, OFF_AGG_DROPS, OFF_DYN_DROPS,
+    merge, string_of_words, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_READY, MAX_PROBES, OFF_AGG_DROPS,
+    OFF_DYN_DROPS,
 };
 
 /// The tid word of a thread entry being retired: no thread has it, so no lookup stops

@@ -302,6 +302,8 @@ impl Compiler<'_, '_> {
 
     fn op(&mut self, op: Op, labels: &[CodeLabel]) -> Result<(), TrampolineError> {
         match op {
+            // Not compiled into trampolines yet: such a site runs at a uprobe.
+            Op::Str { .. } => return Err(TrampolineError::Unsupported("strings at the firing")),
             Op::Const { d, v } => {
                 if let Ok(imm) = i32::try_from(v as i64) {
                     self.a.mov(reg(d), imm)?;

@@ -230,8 +230,11 @@ fn x86_agrees_with_the_interpreter() {
 #[test]
 fn drops_agree() {
     let mut env = Env::new();
-    let layout =
-        Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }, AggDesc { func: AggFn::Min, nkeys: 0 }], strsize: 0 };
+    let layout = Layout {
+        tls: 1,
+        aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }, AggDesc { func: AggFn::Min, nkeys: 0 }],
+        strsize: 0,
+    };
     let p = Program {
         ops: vec![
             Op::Arg { d: 0, n: 1 },
@@ -242,6 +245,7 @@ fn drops_agree() {
         ],
     };
     let c = Case {
+        user: Vec::new(),
         layout,
         programs: vec![p],
         firings: (0..12)
