@@ -10,7 +10,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 
-use udtrace_dif::gen::{case, Case};
+use udtrace_dif::gen::{case, string_case, Case, UserPages, PAGE, USER_BASE, USER_PAGES};
 use udtrace_dif::interp::{self, Firing, Memory, Words};
 use udtrace_dif::layout::{AggDesc, AggFn};
 use udtrace_dif::op::{BinOp, Op, Program, Var};
@@ -197,8 +197,9 @@ fn run_case(env: &mut Env, c: &Case, v: Variant) -> (Snapshot, Snapshot) {
     // A record for every firing of a site that records, else for those whose program
     // ran an Emit.
     let mut records = 0;
+    let user = UserPages::new(&c.user);
     for (i, f) in &c.firings {
-        let out = interp::run(&c.programs[*i], &c.layout, &buf, f, &mut mem);
+        let out = interp::run_reading(&c.programs[*i], &c.layout, &buf, f, &mut mem, &user);
         records += usize::from(v == Variant::Record || out == interp::Outcome::Emit);
         env.fire(&plan, &patches[*i], f);
     }
@@ -223,6 +224,35 @@ fn x86_agrees_with_the_interpreter() {
     }
     assert!(emitting as u64 > cases / 10, "{emitting} cases emit");
     assert!(compared as u64 > cases / 4, "{compared} cases left something to compare");
+}
+
+/// String cases (`gen::string_case`): their memory mapped in this process where the
+/// case says, which the trampolines read with `process_vm_readv` as the interpreter
+/// reads the same bytes; bad pointers, empty strings, strings past strsize.
+#[test]
+fn x86_agrees_with_the_interpreter_on_strings() {
+    let mut env = Env::new();
+    let mut pages: Vec<RawMap> = (0..USER_PAGES)
+        .map(|k| RawMap::anon_at(USER_BASE + 2 * k * PAGE, PAGE as usize).expect("map a page"))
+        .collect();
+    let user = string_case(0).user;
+    for (addr, bytes) in &user {
+        let k = ((addr - USER_BASE) / (2 * PAGE)) as usize;
+        let off = (addr - pages[k].addr()) as usize;
+        pages[k].write(off, bytes);
+    }
+    let cases: u64 = std::env::var("UDTRACE_DIF_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(1500);
+    let variants = [Variant::Entry, Variant::Return, Variant::Record];
+    let mut strings = 0;
+    for seed in 0..cases {
+        let c = string_case(seed);
+        assert_eq!(c.user, user, "every string case has the same memory");
+        let v = variants[(seed % 3) as usize];
+        let (want, got) = run_case(&mut env, &c, v);
+        assert_eq!(got, want, "seed {seed} ({v:?}): {:#?}\nfirings {:?}", c.programs, c.firings);
+        strings += usize::from(!want.strings.is_empty());
+    }
+    assert!(strings as u64 * 4 > cases, "{strings} cases kept a string");
 }
 
 /// Full tables, as the interpreter counts them: a keyed table of one entry and a
