@@ -348,9 +348,13 @@ fn a_firing_keeps_every_register_and_flag() {
     let site_off = r.label_ip(&site).unwrap() - func;
     let bytes = r.inner.code_buffer;
     env.code.write(4096 + 3 * TRAMP, &bytes);
-    let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Stddev, nkeys: 1 }], strsize: 0 };
+    let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Stddev, nkeys: 1 }], strsize: 16 };
     let buf = BufferLayout::new(&layout, 64, 64);
     env.clear(buf.size);
+    // A string to read (process_vm_readv of the pid in the data page: this process).
+    let mut text = RawMap::anon(4096).unwrap();
+    text.write(0, b"hi\0");
+    env.harness.write(udtrace_inproc::trampoline::DATA_PID, &std::process::id().to_ne_bytes());
     let programs = [
         Program {
             ops: vec![
@@ -381,6 +385,19 @@ fn a_firing_keeps_every_register_and_flag() {
                 Op::Agg { agg: 0, keys: 0, val: 2, incr: 2 },
             ],
         },
+        // A string read (the system call, with the thread's entry in r11), then one of
+        // a bad address (the arguments are small numbers): a fault, the record.
+        Program {
+            ops: vec![
+                Op::TlsLoad { d: 4, slot: 0 },
+                Op::Const { d: 0, v: text.addr() },
+                Op::Str { d: 0, a: 0, max: 16, fault: 7 },
+                Op::Agg { agg: 0, keys: 0, val: 4, incr: 4 },
+                Op::Arg { d: 1, n: 1 },
+                Op::Str { d: 1, a: 1, max: 16, fault: 7 },
+                Op::TlsStore { slot: 0, a: 1 },
+            ],
+        },
     ];
     for p in &programs {
         udtrace_dif::op::verify(p, &layout).unwrap();
@@ -401,7 +418,8 @@ fn a_firing_keeps_every_register_and_flag() {
         env.code.write(at, &orig);
     }
     let snap = Snapshot::read(&layout, &buf, &View(&env.buf));
-    assert_eq!(snap.aggs[0].values().map(|r| r[0]).sum::<u64>(), 15, "{snap:?}");
+    assert_eq!(snap.aggs[0].values().map(|r| r[0]).sum::<u64>(), 20, "{snap:?}");
+    assert_eq!(snap.strings.values().collect::<Vec<_>>(), [b"hi"], "{snap:?}");
     let ppid = u64::from(std::os::unix::process::parent_id());
     assert_eq!(snap.aggs[0].get(&vec![ppid]).map(|r| r[0]), Some(5), "{snap:?}");
 }
