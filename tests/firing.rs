@@ -184,7 +184,10 @@ const STRING_CALLS: u64 = 3000;
 /// string past `strsize` truncated as the consumer truncates it, `copyinstr(arg0, 4)`,
 /// and bad pointers (0, 1) reported as the consumer reports them, one error per
 /// faulting firing, with nothing counted. `run` runs udtrace with these arguments.
-fn copyinstr_keys_checked(run: &dyn Fn(&[&str]) -> Option<(String, String)>) {
+/// udtrace's stdout and stderr for these arguments; `None`: skipped.
+type Run<'a> = &'a dyn Fn(&[&str]) -> Option<(String, String)>;
+
+fn copyinstr_keys_checked(run: Run<'_>) {
     let cmd = format!("{} {THREADS} {STRING_CALLS} strings", fixture("hot"));
     let prog =
         "pid$target::ho_name:entry { @[copyinstr(arg0)] = count(); @l[copyinstr(arg0, 4), execname] = sum(arg1 & 1); }
@@ -198,7 +201,7 @@ fn copyinstr_keys_checked(run: &dyn Fn(&[&str]) -> Option<(String, String)>) {
         args.extend(["-n", prog, "-c", &cmd]);
         let Some((text, err)) = run(&args) else { return };
         assert!(!err.contains("drop"), "{err}");
-        let per = |k: u64| (THREADS * (STRING_CALLS / 6 + u64::from(k < STRING_CALLS % 6))) as i64;
+        let per = |k: u64| THREADS as i64 * (0..STRING_CALLS).filter(|i| i % 6 == k).count() as i64;
         // ho_name returns i & 1: odd i for each string.
         let odd = |k: u64| THREADS as i64 * (0..STRING_CALLS).filter(|i| i % 6 == k && i % 2 == 1).count() as i64;
         let long = "x".repeat(255);
