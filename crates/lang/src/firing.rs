@@ -316,6 +316,7 @@ impl FiringPlan {
             locals: HashMap::new(),
             gate: true,
             faults: Vec::new(),
+            depth: 0,
         };
         let c = g.cond(pred).ok()?;
         let skip = g.jz(c);
@@ -338,6 +339,7 @@ impl FiringPlan {
             locals: HashMap::new(),
             gate: false,
             faults: Vec::new(),
+            depth: 0,
         };
         // Clause-local variables start at 0 in each firing.
         for it in touched_items(cl) {
@@ -352,7 +354,12 @@ impl FiringPlan {
         }
         let mut skip = Vec::new();
         if let Some(pred) = &cl.predicate {
+            // A clause that reads strings runs in the consumer when a read faults: its
+            // predicate must decide there as here, from what the record carries (as a
+            // gate's).
+            g.gate = reads_strings(cl, &self.key_words);
             let c = g.cond(pred)?;
+            g.gate = false;
             skip.push(g.jz(c));
             g.top = c;
         }
@@ -588,6 +595,9 @@ struct Gen<'a> {
     gate: bool,
     /// The `Op::Str`s whose fault goes to the clause's end (patched there).
     faults: Vec<usize>,
+    /// Inside an `if`'s branches (a string read there is not here: the consumer
+    /// could not tell whether the firing reached it).
+    depth: u32,
 }
 
 impl Gen<'_> {
@@ -637,11 +647,13 @@ impl Gen<'_> {
                     let c = self.cond(cond)?;
                     let to_else = self.jz(c);
                     self.top = mark;
+                    self.depth += 1;
                     self.actions(then)?;
                     let to_end = self.jmp();
                     let els = self.ops.len();
                     self.patch(to_else, els);
                     self.actions(otherwise)?;
+                    self.depth -= 1;
                     let end = self.ops.len();
                     self.patch(to_end, end);
                 }
@@ -668,9 +680,13 @@ impl Gen<'_> {
                 at += 1;
                 let (n, max) = string_key(k, self.plan.strsize)
                     .ok_or(NotHere("a string key other than copyinstr(argN) where another clause keys by it"))?;
-                // Rerunning the clause in the consumer after a fault must repeat nothing.
+                // Rerunning the clause in the consumer after a fault must repeat nothing,
+                // and reach the read as the firing did.
                 if self.ops.iter().any(|o| matches!(o, Op::TlsStore { .. } | Op::Agg { .. })) {
                     return no("a string read after a side effect");
+                }
+                if self.depth > 0 {
+                    return no("a string read inside an if");
                 }
                 self.arg(n, d)?;
                 self.faults.push(self.ops.len());
@@ -1196,6 +1212,11 @@ fn string_key(e: &Expr, strsize: u16) -> Option<(u8, u16)> {
         },
     };
     (n <= 5 && max > 0).then_some((n, max as u16))
+}
+
+/// Whether clause `cl` keys an aggregation by a string read at the firing.
+fn reads_strings(cl: &Clause, words: &[Vec<KeyWord>]) -> bool {
+    !string_reads(cl, words, 1).is_empty()
 }
 
 /// The strings clause `cl` reads at the firing: its string keys, in order.

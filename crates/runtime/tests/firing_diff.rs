@@ -262,6 +262,18 @@ const TABLE: &[(&str, bool)] = &[
         true,
     ),
     ("pid4242::work:return { @[copyinstr(arg1), execname] = count(); }", true),
+    // A predicate on a variable the consumer does not keep (it lives at the firing):
+    // the consumer could not tell a faulting firing's clause from the record.
+    (
+        "pid4242::work:entry { self->x = arg2 & 1; }
+         pid4242::work:entry /self->x/ { @[copyinstr(arg0)] = count(); }",
+        false,
+    ),
+    (
+        "pid4242::work:entry /timestamp & 1/ { @[copyinstr(arg0)] = count(); }
+         pid4242::work:entry { if (arg2 & 1) { @[copyinstr(arg1)] = count(); } }",
+        false,
+    ),
     // A string read after an update (the second key's, after the first's update): the
     // clause stays in the consumer.
     ("pid4242::work:entry { @a[copyinstr(arg0)] = count(); @[copyinstr(arg1)] = count(); }", false),
