@@ -111,7 +111,7 @@ const CPU_MASK: u32 = 0xfff;
 /// The System V x86-64 red zone: leaf code may keep data below its stack pointer.
 const RED_ZONE: i32 = 128;
 /// `process_vm_readv`, x86-64.
-const SYS_PROCESS_VM_READV: u32 = 310;
+pub(crate) const SYS_PROCESS_VM_READV: u32 = 310;
 /// `getppid`, `getresuid`, `getresgid`, `getpgid`, `getsid`, x86-64.
 const SYS_GETPPID: u32 = 110;
 const SYS_GETPGID: u32 = 121;
