@@ -23,6 +23,7 @@ pid_backends!(
     errno_at_the_firing_is_the_calling_threads,
     execname_keys_and_predicates_at_the_firing,
     execname_is_the_processs_name,
+    copyinstr_keys_at_the_firing,
 );
 
 const THREADS: u64 = 2;
@@ -174,6 +175,78 @@ fn execname_is_the_processs_name(backend: Backend) {
     assert_eq!(values(&text), [("name hot".to_string(), per)].into(), "{text}");
     let Some(text) = traced(backend, prog, &["exec"]) else { return };
     assert_eq!(values(&text), [("name hot".to_string(), per), ("name exe".to_string(), per)].into(), "{text}");
+}
+
+/// Calls per thread of `hot ... strings` (a third of them fault: an error line each).
+const STRING_CALLS: u64 = 3000;
+
+/// `copyinstr(arg0)` keys at the firing: exact counts per string, the empty string, a
+/// string past `strsize` truncated as the consumer truncates it, `copyinstr(arg0, 4)`,
+/// and bad pointers (0, 1) reported as the consumer reports them, one error per
+/// faulting firing, with nothing counted. `run` runs udtrace with these arguments.
+/// udtrace's stdout and stderr for these arguments; `None`: skipped.
+type Run<'a> = &'a dyn Fn(&[&str]) -> Option<(String, String)>;
+
+fn copyinstr_keys_checked(run: Run<'_>) {
+    let cmd = format!("{} {THREADS} {STRING_CALLS} strings", fixture("hot"));
+    let prog =
+        "pid$target::ho_name:entry { @[copyinstr(arg0)] = count(); @l[copyinstr(arg0, 4), execname] = sum(arg1 & 1); }
+        END { printa(\"str <%s> %@d\\n\", @); printa(\"len <%s> %s %@d\\n\", @l); }";
+    let mut outs = Vec::new();
+    for nodif in [false, true] {
+        let mut args = vec!["-q"];
+        if nodif {
+            args.extend(["-x", "nodif"]);
+        }
+        args.extend(["-n", prog, "-c", &cmd]);
+        let Some((text, err)) = run(&args) else { return };
+        assert!(!err.contains("drop"), "{err}");
+        let per = |k: u64| THREADS as i64 * (0..STRING_CALLS).filter(|i| i % 6 == k).count() as i64;
+        // ho_name returns i & 1: odd i for each string.
+        let odd = |k: u64| THREADS as i64 * (0..STRING_CALLS).filter(|i| i % 6 == k && i % 2 == 1).count() as i64;
+        let long = "x".repeat(255);
+        let want: BTreeMap<String, i64> = [
+            ("str <alpha>".to_string(), per(0)),
+            ("str <>".to_string(), per(1)),
+            (format!("str <{long}>"), per(2)),
+            ("str <beta>".to_string(), per(5)),
+            ("len <alp> hot".to_string(), odd(0)),
+            ("len <> hot".to_string(), odd(1)),
+            ("len <xxx> hot".to_string(), odd(2)),
+            ("len <bet> hot".to_string(), odd(5)),
+        ]
+        .into();
+        let own: String = text.lines().filter(|l| !l.starts_with("hot ")).collect::<Vec<_>>().join("\n");
+        assert_eq!(values(&own), want, "nodif {nodif}:\n{own}\n{err}");
+        for (addr, k) in [("0x0", 3), ("0x1", 4)] {
+            let errors = err.lines().filter(|l| l.contains(&format!("invalid address ({addr})"))).count() as i64;
+            assert_eq!(errors, per(k), "nodif {nodif}: errors for {addr}\n{err}");
+        }
+        outs.push(own);
+    }
+    assert_eq!(outs[0], outs[1], "at the firing, then all in the consumer");
+}
+
+fn copyinstr_keys_at_the_firing(backend: Backend) {
+    copyinstr_keys_checked(&|args| {
+        let out = backend.traced(args)?;
+        assert!(out.status.success(), "{}", stderr(&out));
+        Some((stdout(&out), stderr(&out)))
+    });
+}
+
+/// The same as an ordinary user (trampolines, no BPF).
+#[test]
+fn copyinstr_keys_as_an_ordinary_user() {
+    if !is_root() {
+        println!("skipped: switching to nobody needs root");
+        return;
+    }
+    copyinstr_keys_checked(&|args| {
+        let out = util::run(util::unprivileged(util::bin()).args(args));
+        assert_eq!(out.status, 0, "{}", out.stderr);
+        Some((out.stdout, out.stderr))
+    });
 }
 
 /// What the fixture's `ho_pair(i)` returns.

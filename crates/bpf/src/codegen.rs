@@ -324,11 +324,10 @@ pub fn uprobe_program_work(
     // Reserved memory is not zeroed.
     a.push(st(Size::W, Reg::R8, off(record::OFF_FLAGS), 0));
     a.push(st(Size::DW, Reg::R8, off(record::OFF_STACK_LEN), 0)); // and the reserved word
-    if layout.regs {
-        for i in 0..record::NUM_REGS {
-            a.push(ldx(Size::DW, Reg::R1, Reg::R6, (i * 8) as i16));
-            a.push(stx(Size::DW, Reg::R8, off(record::OFF_REGS + i * 8), Reg::R1));
-        }
+                                                                  // Every register, or only those the clauses read as arguments.
+    for (at, r) in layout.recorded_regs() {
+        a.push(ldx(Size::DW, Reg::R1, Reg::R6, r.offset() as i16));
+        a.push(stx(Size::DW, Reg::R8, off(at), Reg::R1));
     }
 
     if layout.stack_bytes > 0 {

@@ -13,6 +13,11 @@
 //!   entry made zeroed (`BPF_NOEXIST`, so that two CPUs making it at once keep the
 //!   first) and looked up again; full, the update is an aggregation drop.
 //! - drops: a per-CPU array entry of two counters, aggregation then dynamic-variable.
+//! - strings (`Op::Str`): a hash from a string's id to its NUL-padded words, made with
+//!   `BPF_NOEXIST` and looked up again: an entry with other words is a collision, none
+//!   a full map, both an aggregation drop (d = 0), as in the buffer's string table. The
+//!   string is read (`bpf_probe_read_user_str`) into zeroed words on the stack, so
+//!   `strsize` is at most [`MAX_STRSIZE`] here.
 //!
 //! Every row starts zeroed: min and max keep their value encoded so that 0 is their
 //! start ([`encode_min_max`]: i64::MAX or i64::MIN as the interpreter starts them), and
@@ -42,7 +47,13 @@ pub enum DifError {
     RowsTooLarge(usize),
     #[error("ppid at the firing needs the kernel's BTF (task_struct's real_parent and tgid)")]
     NoParent,
+    #[error("strings of {0} bytes at the firing (at most {MAX_STRSIZE})")]
+    StrTooLong(u16),
 }
+
+/// The most bytes of a string a program reads (`Layout::strsize`): its words live on
+/// the stack beside the registers.
+pub const MAX_STRSIZE: u16 = 256;
 
 /// Bytes of keyless rows in one per-CPU value (the kernel's per-CPU allocations are at
 /// most 32 KiB).
@@ -78,6 +89,8 @@ pub struct DifMaps {
     zero: RawMap,
     /// Key 0: per CPU, aggregation drops and dynamic-variable drops.
     drops: RawMap,
+    /// A string's id → its words (`Layout::strsize` > 0).
+    strings: Option<RawMap>,
     /// Offsets in the kernel's `task_struct` (from its BTF) of `real_parent` and
     /// `tgid`, for `Var::Ppid`; without them a program reading it does not compile.
     pub parent: Option<(u32, u32)>,
@@ -127,6 +140,12 @@ impl DifMaps {
             keyed,
             zero: RawMap::create(RawKind::Array, "udtrace_zero", 4, largest, 1)?,
             drops: RawMap::create(RawKind::PerCpuArray, "udtrace_difdrop", 4, 16, 1)?,
+            strings: if layout.strsize > 0 {
+                let bytes = 8 * layout.string_words();
+                Some(RawMap::create(RawKind::Hash, "udtrace_str", 8, bytes, sizes.keys.max(1))?)
+            } else {
+                None
+            },
             parent: None,
             leader_comm: None,
         })
@@ -137,6 +156,9 @@ impl DifMaps {
         let bytes: usize = self.layout.aggs.iter().filter(|a| a.nkeys == 0).map(|a| 8 * a.func.words()).sum();
         if bytes > MAX_ROWS {
             return Err(DifError::RowsTooLarge(bytes));
+        }
+        if self.layout.strsize > MAX_STRSIZE {
+            return Err(DifError::StrTooLong(self.layout.strsize));
         }
         Ok(())
     }
@@ -182,6 +204,13 @@ impl DifMaps {
                 if let Some(row) = row {
                     s.add(a, desc.func, key, &row);
                 }
+            }
+        }
+        if let Some(map) = &self.strings {
+            for k in map.keys()? {
+                let Some(v) = map.get(&k)? else { continue };
+                let id = words(&k).next().unwrap_or(0);
+                s.strings.insert(id, udtrace_dif::layout::string_of_words(&words(&v).collect::<Vec<u64>>()));
             }
         }
         if let Some(v) = self.drops.get(&0u32.to_ne_bytes())? {
@@ -260,6 +289,8 @@ const ERRNO_B: i16 = -176;
 const COMM: i16 = -192;
 /// The current task, then its group leader (pointers).
 const TASK: i16 = -200;
+/// A string's words ([`Op::Str`]), [`MAX_STRSIZE`] bytes.
+const STR: i16 = TASK - MAX_STRSIZE as i16;
 
 fn reg(r: u8) -> i16 {
     REGS + 8 * i16::from(r)
@@ -509,6 +540,70 @@ fn emit_errno(a: &mut Asm, src: Option<&crate::codegen::ErrnoSource>) {
     a.push(alu64_imm(AluOp::Arsh, Reg::R0, 32));
 }
 
+/// [`Op::Str`]: the string at register `src` into the stack's zeroed words, its id
+/// (`layout::string_id`) into register `d` and its entry into the strings map; 0 and
+/// an aggregation drop when the map is full or holds other words under the id; a
+/// fault sets the record's flag and goes to `fault`. Clobbers R0–R5.
+fn emit_str(a: &mut Asm, maps: &DifMaps, d: u8, src: u8, max: u16, fault: Label) {
+    let words = maps.layout.string_words() as i16;
+    let Some(map) = &maps.strings else { return };
+    let (read, drop, done) = (a.label(), a.label(), a.label());
+    for w in 0..words {
+        a.push(st(Size::DW, Reg::R10, STR + 8 * w, 0));
+    }
+    // bpf_probe_read_user_str: the bytes to the NUL, or the first max - 1 and a NUL, or
+    // a fault (0, an unmapped byte before a NUL): `op::user_string`.
+    a.push(ldx(Size::DW, Reg::R3, Reg::R10, reg(src)));
+    a.read_to_stack(helper::PROBE_READ_USER_STR, STR, i32::from(max));
+    a.jmp_imm(Cond::Sge, Reg::R0, 0, read);
+    a.push(st(Size::DW, Reg::R10, EMIT, 1));
+    a.ja(fault);
+    a.bind(read);
+    // key_hash of the words, the low bit set.
+    a.push_wide(ld_imm64(Reg::R1, 0x243f_6a88_85a3_08d3));
+    a.push_wide(ld_imm64(Reg::R3, 0x9e37_79b9_7f4a_7c15));
+    for w in 0..words {
+        a.push(ldx(Size::DW, Reg::R2, Reg::R10, STR + 8 * w));
+        a.push(alu64_reg(AluOp::Xor, Reg::R1, Reg::R2));
+        a.push(alu64_reg(AluOp::Mul, Reg::R1, Reg::R3));
+        a.push(mov64_reg(Reg::R2, Reg::R1));
+        a.push(alu64_imm(AluOp::Rsh, Reg::R2, 29));
+        a.push(alu64_reg(AluOp::Xor, Reg::R1, Reg::R2));
+    }
+    let [f0, f1] = udtrace_dif::layout::HASH_FINISH;
+    for (shift, mul) in [(30, Some(f0)), (27, Some(f1)), (31, None)] {
+        a.push(mov64_reg(Reg::R2, Reg::R1));
+        a.push(alu64_imm(AluOp::Rsh, Reg::R2, shift));
+        a.push(alu64_reg(AluOp::Xor, Reg::R1, Reg::R2));
+        if let Some(m) = mul {
+            a.push_wide(ld_imm64(Reg::R3, m));
+            a.push(alu64_reg(AluOp::Mul, Reg::R1, Reg::R3));
+        }
+    }
+    a.push(alu64_imm(AluOp::Or, Reg::R1, 1));
+    a.push(stx(Size::DW, Reg::R10, reg(d), Reg::R1));
+    // Made unless there (BPF_NOEXIST), then looked up: its words must be these.
+    a.push_wide(ld_map_fd(Reg::R1, map.raw_fd()));
+    a.push(mov64_reg(Reg::R2, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R2, i32::from(reg(d))));
+    a.push(mov64_reg(Reg::R3, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R3, i32::from(STR)));
+    a.push(mov64_imm(Reg::R4, BPF_NOEXIST as i32));
+    a.call(helper::MAP_UPDATE_ELEM);
+    a.map_lookup(map.raw_fd(), reg(d));
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, drop);
+    for w in 0..words {
+        a.push(ldx(Size::DW, Reg::R1, Reg::R0, 8 * w));
+        a.push(ldx(Size::DW, Reg::R2, Reg::R10, STR + 8 * w));
+        a.jmp_reg(Cond::Ne, Reg::R1, Reg::R2, drop);
+    }
+    a.ja(done);
+    a.bind(drop);
+    a.push(st(Size::DW, Reg::R10, reg(d), 0));
+    count_drop(a, maps, DROP_AGG);
+    a.bind(done);
+}
+
 /// R1 = 1 when `cond` holds between R1 and R2, else 0.
 fn set_if(a: &mut Asm, cond: Cond) {
     let yes = a.label();
@@ -643,6 +738,9 @@ fn emit_op(a: &mut Asm, code: DifCode<'_>, op: Op, at: &[Label]) -> Result<(), D
         }
         Op::Emit => {
             a.push(st(Size::DW, Reg::R10, EMIT, 1));
+        }
+        Op::Str { d, a: src, max, fault } => {
+            emit_str(a, maps, d, src, max, at[usize::from(fault)]);
         }
         Op::TlsLoad { d, slot } => {
             a.push(ldx(Size::DW, Reg::R1, Reg::R8, (8 * slot) as i16));

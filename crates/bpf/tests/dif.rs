@@ -20,9 +20,10 @@ use udtrace_bpf::maps::{RawKind, RawMap};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
-use udtrace_dif::gen::{case, Case};
-use udtrace_dif::interp::{run, Firing, Memory, Outcome};
+use udtrace_dif::gen::{case, string_case, Case, UserPages, PAGE, USER_BASE, USER_PAGES};
+use udtrace_dif::interp::{run_reading, Firing, Memory, Outcome};
 use udtrace_dif::layout::{AggDesc, AggFn, BufferLayout};
+use udtrace_dif::op::{NoUserMem, UserMem};
 use udtrace_dif::op::{Op, Program as Dif, Var};
 use udtrace_dif::snapshot::Snapshot;
 use udtrace_dif::Layout;
@@ -140,14 +141,55 @@ fn interpret(
     keys: usize,
     programs: &[Dif],
     firings: &[(usize, Firing)],
+    user: &dyn UserMem,
 ) -> (Snapshot, Vec<bool>) {
     let buf = BufferLayout::new(layout, threads, keys);
     let mut mem = vec![0u8; buf.size];
     for (o, v) in buf.header() {
         mem.store(o, v);
     }
-    let emitted = firings.iter().map(|(i, f)| run(&programs[*i], layout, &buf, f, &mut mem) == Outcome::Emit).collect();
+    let emitted = firings
+        .iter()
+        .map(|(i, f)| run_reading(&programs[*i], layout, &buf, f, &mut mem, user) == Outcome::Emit)
+        .collect();
     (Snapshot::read(layout, &buf, &mem), emitted)
+}
+
+/// String cases (`gen::string_case`): their memory mapped in this process where the
+/// case says (the uprobe program reads the firing process's, this one's), the
+/// interpreter reading the same bytes.
+#[test]
+fn bpf_agrees_with_the_interpreter_on_strings() {
+    if !common::bpf_available("bpf_agrees_with_the_interpreter_on_strings") {
+        return;
+    }
+    let _serial = common::serial();
+    let rig = Rig::new();
+    let mut pages: Vec<udtrace_sys::selfpatch::RawMap> = (0..USER_PAGES)
+        .map(|k| udtrace_sys::selfpatch::RawMap::anon_at(USER_BASE + 2 * k * PAGE, PAGE as usize).expect("map a page"))
+        .collect();
+    let user = string_case(0).user;
+    for (addr, bytes) in &user {
+        let k = ((addr - USER_BASE) / (2 * PAGE)) as usize;
+        let off = (addr - pages[k].addr()) as usize;
+        pages[k].write(off, bytes);
+    }
+    let mem = UserPages::new(&user);
+    let seeds: u64 = std::env::var("UDTRACE_DIF_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS / 4);
+    let (mut strings, mut emits) = (0, 0);
+    for seed in 0..seeds {
+        let Case { layout, programs, firings, user: u } = string_case(seed);
+        assert_eq!(u, user, "every string case has the same memory");
+        let (want, want_records) = interpret(&layout, 64, 256, &programs, &firings, &mem);
+        let (got, got_records) = rig.run(&layout, DifSizes { threads: 64, keys: 256 }, &programs, &firings);
+        let (want, got) = (without_zero_threads(&want), without_zero_threads(&got));
+        assert_eq!(got, want, "seed {seed}: BPF (left) and the interpreter (right) differ\n{programs:#?}");
+        assert_eq!(got_records, want_records, "seed {seed}: records written (left) and Emits run (right)");
+        strings += usize::from(!want.strings.is_empty());
+        emits += want_records.iter().filter(|&&e| e).count();
+    }
+    assert!(strings * 4 > seeds as usize, "only {strings} of {seeds} cases kept a string");
+    assert!(emits > 0, "no firing faulted or emitted");
 }
 
 /// Cases run in the normal test run (and in `.ci/run`): each loads up to three programs.
@@ -164,8 +206,8 @@ fn bpf_agrees_with_the_interpreter() {
     let mut compared = 0;
     let mut emits = 0;
     for seed in 0..seeds {
-        let Case { layout, programs, firings } = case(seed);
-        let (want, want_records) = interpret(&layout, 64, 256, &programs, &firings);
+        let Case { layout, programs, firings, .. } = case(seed);
+        let (want, want_records) = interpret(&layout, 64, 256, &programs, &firings, &NoUserMem);
         let (got, got_records) = rig.run(&layout, DifSizes { threads: 64, keys: 256 }, &programs, &firings);
         let (want, got) = (without_zero_threads(&want), without_zero_threads(&got));
         assert_eq!(got, want, "seed {seed}: BPF (left) and the interpreter (right) differ\n{programs:#?}");
@@ -190,7 +232,7 @@ fn full_maps_count_drops_as_the_interpreter() {
     }
     let _serial = common::serial();
     let rig = Rig::new();
-    let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }] };
+    let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }], strsize: 0 };
     let program = Dif {
         ops: vec![
             Op::Get { d: 0, v: Var::Tid },
@@ -201,7 +243,7 @@ fn full_maps_count_drops_as_the_interpreter() {
     };
     let firing = |tid, key| (0, Firing { args: [key, 0, 0, 0, 0, 0], pid: 1, tid, timestamp: 1, ..Firing::default() });
     let firings = [firing(7, 5), firing(7, 5), firing(7, 6), firing(8, 5), firing(7, 7)];
-    let (want, _) = interpret(&layout, 1, 1, std::slice::from_ref(&program), &firings);
+    let (want, _) = interpret(&layout, 1, 1, std::slice::from_ref(&program), &firings, &NoUserMem);
     let (mut got, _) = rig.run(&layout, DifSizes { threads: 1, keys: 1 }, std::slice::from_ref(&program), &firings);
     assert_eq!((want.agg_drops, want.dyn_drops), (2, 1));
     // A per-CPU map counts a drop on the CPU the program ran on, whatever CPU the test
@@ -229,7 +271,7 @@ fn the_name_is_the_processs() {
     for leader_comm in [None, offsets] {
         let probe = ProbeMaps::create(1 << 16, 64).expect("maps");
         probe.traced.insert(&std::process::id(), &1).expect("traced");
-        let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 2 }] };
+        let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 2 }], strsize: 0 };
         let mut maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
         maps.leader_comm = leader_comm;
         let program = Dif {
@@ -303,7 +345,7 @@ fn cost_of_calls() {
 fn cost_of_counting() {
     let probe = ProbeMaps::create(1 << 16, 64).expect("maps");
     probe.traced.insert(&std::process::id(), &1).expect("traced");
-    let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
+    let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }], strsize: 0 };
     let maps = DifMaps::create(&layout, DifSizes::default()).expect("dif maps");
     let program = Dif { ops: vec![Op::Const { d: 0, v: 1 }, Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 }] };
     let (prog, _link) = on_target(&program, &maps, &probe, "udtrace_tcount");

@@ -199,6 +199,7 @@ fn strings_and_stack_are_captured() {
         strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Di, max: 64 }],
         buffers: vec![],
         regs: true,
+        arg_regs: 0,
         errno: false,
         curthread: true,
         task: false,

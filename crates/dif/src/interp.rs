@@ -3,10 +3,10 @@
 //! process), and the tests compare the other executors with it.
 
 use crate::layout::{
-    key_hash, AggFn, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_FILLING, KEY_FREE, KEY_READY, MAX_PROBES,
-    OFF_AGG_DROPS, OFF_DYN_DROPS,
+    key_hash, string_id, string_words, AggFn, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_FILLING, KEY_FREE,
+    KEY_READY, MAX_PROBES, OFF_AGG_DROPS, OFF_DYN_DROPS,
 };
-use crate::op::{Op, Program, Var, NREGS};
+use crate::op::{user_string, NoUserMem, Op, Program, UserMem, Var, NREGS};
 
 /// What a firing knows about itself (what [`Op::Arg`] and [`Op::Get`] read).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -99,6 +99,18 @@ pub enum Outcome {
 /// An aggregation whose keyed table is full drops that update (counted) and the program
 /// goes on.
 pub fn run(p: &Program, layout: &Layout, buf: &BufferLayout, f: &Firing, mem: &mut dyn Memory) -> Outcome {
+    run_reading(p, layout, buf, f, mem, &NoUserMem)
+}
+
+/// [`run`], with the process's memory `user` for [`Op::Str`].
+pub fn run_reading(
+    p: &Program,
+    layout: &Layout,
+    buf: &BufferLayout,
+    f: &Firing,
+    mem: &mut dyn Memory,
+    user: &dyn UserMem,
+) -> Outcome {
     let entry = if p.uses_thread_entry(layout) {
         match thread_entry(buf, layout, f.tid, mem) {
             Some(e) => Some(e),
@@ -139,6 +151,18 @@ pub fn run(p: &Program, layout: &Layout, buf: &BufferLayout, f: &Firing, mem: &m
                 }
             }
             Op::Emit => emit = true,
+            Op::Str { d, a, max, fault } => match user_string(user, r[usize::from(a)], usize::from(max)) {
+                Some(s) => {
+                    r[usize::from(d)] = string_entry(buf, layout, &s, mem).unwrap_or_else(|| {
+                        drop_on(mem, OFF_AGG_DROPS, f.cpu);
+                        0
+                    });
+                }
+                None => {
+                    emit = true;
+                    pc = usize::from(fault);
+                }
+            },
             Op::Agg { agg, keys, val, incr } => {
                 let desc = layout.aggs[usize::from(agg)];
                 let (v, w) = (r[usize::from(val)], r[usize::from(incr)]);
@@ -232,6 +256,35 @@ pub fn keyed_entry(
     None
 }
 
+/// The id of string `s` (fewer than `layout.strsize` bytes) in the string table, its
+/// entry made when new; None when the table has no room for it or holds another string
+/// under its id.
+pub fn string_entry(buf: &BufferLayout, layout: &Layout, s: &[u8], mem: &mut dyn Memory) -> Option<u64> {
+    let place = buf.strings?;
+    let words = string_words(s, layout.string_words());
+    let id = string_id(&words);
+    for i in 0..MAX_PROBES {
+        let e = place.table + ((id as usize).wrapping_add(i) & (place.entries - 1)) * place.entry_size;
+        let mut status = mem.load(e);
+        if status == KEY_FREE {
+            status = mem.cmpxchg(e, KEY_FREE, KEY_FILLING);
+            if status == KEY_FREE {
+                mem.store(e + 8, id);
+                for (j, &w) in words.iter().enumerate() {
+                    mem.store(e + 16 + 8 * j, w);
+                }
+                mem.store(e, KEY_READY);
+                return Some(id);
+            }
+        }
+        if status == KEY_READY && mem.load(e + 8) == id {
+            let same = words.iter().enumerate().all(|(j, &w)| mem.load(e + 16 + 8 * j) == w);
+            return same.then_some(id);
+        }
+    }
+    None
+}
+
 /// An update of a row only this thread writes.
 fn update_own(func: AggFn, row: usize, v: u64, w: u64, mem: &mut dyn Memory) {
     let add = |mem: &mut dyn Memory, word: usize, x: u64| {
@@ -306,6 +359,7 @@ mod tests {
     use crate::layout::{AggDesc, OFF_THREADS};
     use crate::op::{verify, BinOp};
     use crate::snapshot::Snapshot;
+    use std::collections::BTreeMap;
 
     /// entry: `self->ts = timestamp;` return: `/self->ts/ { @q = quantize(timestamp -
     /// self->ts); @c[arg0 & 1] = count(); self->ts = 0; }`
@@ -313,6 +367,7 @@ mod tests {
         let layout = Layout {
             tls: 1,
             aggs: vec![AggDesc { func: AggFn::Quantize, nkeys: 0 }, AggDesc { func: AggFn::Count, nkeys: 1 }],
+            strsize: 0,
         };
         let entry = Program { ops: vec![Op::Get { d: 0, v: Var::Timestamp }, Op::TlsStore { slot: 0, a: 0 }] };
         let ret = Program {
@@ -367,9 +422,86 @@ mod tests {
         assert_eq!(mem.load(OFF_THREADS + (100 % 64) * buf.entry_size), 100);
     }
 
+    /// `@[copyinstr(arg0)] = count()`, the fault going past the update.
+    fn count_by_string(max: u16) -> (Layout, Program) {
+        let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 1 }], strsize: 8 };
+        let p = Program {
+            ops: vec![
+                Op::Arg { d: 0, n: 0 },
+                Op::Str { d: 0, a: 0, max, fault: 4 },
+                Op::Jz { a: 0, to: 4 },
+                Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 },
+            ],
+        };
+        verify(&p, &layout).unwrap();
+        (layout, p)
+    }
+
+    #[test]
+    fn strings_key_by_id_truncate_and_fault_to_the_record() {
+        use crate::gen::{UserPages, USER_BASE};
+        let (layout, p) = count_by_string(8);
+        let user = UserPages::new(&[
+            (USER_BASE, b"abc\0".to_vec()),
+            (USER_BASE + 8, b"abcdefghij\0".to_vec()),
+            (USER_BASE + 4096 - 3, b"xyz".to_vec()),
+        ]);
+        let buf = BufferLayout::new(&layout, 4, 16);
+        let mut mem = vec![0u8; buf.size];
+        let mut fire = |addr: u64| {
+            let f = Firing { args: [addr, 0, 0, 0, 0, 0], cpu: 1, ..Firing::default() };
+            run_reading(&p, &layout, &buf, &f, &mut mem, &user)
+        };
+        assert_eq!(fire(USER_BASE), Outcome::Done);
+        assert_eq!(fire(USER_BASE), Outcome::Done);
+        // Past strsize: its first strsize - 1 bytes, as the consumer keeps them.
+        assert_eq!(fire(USER_BASE + 8), Outcome::Done);
+        assert_eq!(fire(USER_BASE + 11), Outcome::Done);
+        // 0, an unmapped page, and no NUL before one: faults, for the consumer.
+        for bad in [0, USER_BASE + 4096, USER_BASE + 4096 - 3] {
+            assert_eq!(fire(bad), Outcome::Emit, "{bad:x}");
+        }
+        let snap = Snapshot::read(&layout, &buf, &mem);
+        let by_string: BTreeMap<Vec<u8>, u64> =
+            snap.aggs[0].iter().map(|(k, row)| (snap.strings[&k[0]].clone(), row[0])).collect();
+        assert_eq!(
+            by_string,
+            BTreeMap::from([(b"abc".to_vec(), 2), (b"abcdefg".to_vec(), 1), (b"defghij".to_vec(), 1)])
+        );
+        assert_eq!(snap.agg_drops, 0);
+        // copyinstr(arg0, 3): two bytes.
+        let (_, p3) = count_by_string(3);
+        let f = Firing { args: [USER_BASE + 4096 - 3, 0, 0, 0, 0, 0], ..Firing::default() };
+        assert_eq!(run_reading(&p3, &layout, &buf, &f, &mut mem, &user), Outcome::Done);
+        assert!(Snapshot::read(&layout, &buf, &mem).strings.values().any(|s| s == b"xy"));
+    }
+
+    #[test]
+    fn a_string_under_anothers_id_or_a_full_table_drops() {
+        use crate::gen::{UserPages, USER_BASE};
+        use crate::layout::{string_id, string_words};
+        let (layout, p) = count_by_string(8);
+        let user = UserPages::new(&[(USER_BASE, b"a\0b\0c\0".to_vec())]);
+        let buf = BufferLayout::new(&layout, 4, 1);
+        let mut mem = vec![0u8; buf.size];
+        // Another string already holds "a"'s id (a collision): never merged with it.
+        let t = buf.strings.unwrap().table;
+        mem.store(t, KEY_READY);
+        mem.store(t + 8, string_id(&string_words(b"a", 1)));
+        mem.store(t + 16, u64::from_le_bytes(*b"zz\0\0\0\0\0\0"));
+        let f = Firing { args: [USER_BASE, 0, 0, 0, 0, 0], cpu: 3, ..Firing::default() };
+        assert_eq!(run_reading(&p, &layout, &buf, &f, &mut mem, &user), Outcome::Done);
+        // A table of one entry, full.
+        let f = Firing { args: [USER_BASE + 2, 0, 0, 0, 0, 0], cpu: 3, ..Firing::default() };
+        assert_eq!(run_reading(&p, &layout, &buf, &f, &mut mem, &user), Outcome::Done);
+        let snap = Snapshot::read(&layout, &buf, &mem);
+        assert!(snap.aggs[0].is_empty());
+        assert_eq!(snap.agg_drops_by_cpu, BTreeMap::from([(3, 2)]));
+    }
+
     #[test]
     fn full_tables_count_drops() {
-        let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }] };
+        let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }], strsize: 0 };
         let buf = BufferLayout::new(&layout, 1, 1);
         let mut mem = vec![0u8; buf.size];
         let p = Program { ops: vec![Op::Arg { d: 0, n: 0 }, Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 }] };

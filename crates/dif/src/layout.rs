@@ -30,7 +30,18 @@
 //!         each rounded up to whole cache lines (64 bytes)
 //!         keyed tables, one per aggregation with keys, in aggregation order:
 //!         nentries(agg) entries of [status, keys × nkeys, row]
+//!         the string table (when Layout::strsize > 0): nentries entries of
+//!         [status, id, the string's bytes NUL-padded to strsize rounded up to words]
 //! ```
+//!
+//! **Strings** (`copyinstr` keys, [`crate::op::Op::Str`]): a string's id is
+//! [`string_id`], the hash of its NUL-padded words with the low bit set (never 0, the
+//! id of no string). Its entry is found from the id as a keyed entry is (and claimed
+//! alike: status 0 → 1 → 2); an entry with the id and the same bytes is the string's,
+//! one with the id and other bytes a collision (an aggregation drop, never a merged
+//! key). Two threads filling entries of one id at once may each make one; readers keep
+//! either (same bytes), so two strings can share an id only if they collide and are
+//! first seen at the same instant.
 //!
 //! A thread finds its entry from `tid & (nthreads - 1)`, looking at most
 //! [`MAX_PROBES`] entries on (wrapping): the one whose first word is its tid, or a free
@@ -176,6 +187,38 @@ pub struct AggDesc {
 pub struct Layout {
     pub tls: u16,
     pub aggs: Vec<AggDesc>,
+    /// Bytes of a string's entry in the string table (DTrace's `strsize`: at most
+    /// `strsize - 1` characters and a NUL); 0 when no program reads strings.
+    pub strsize: u16,
+}
+
+impl Layout {
+    /// Words of a string in its entry (and in [`string_id`]).
+    pub fn string_words(&self) -> usize {
+        usize::from(self.strsize).div_ceil(8)
+    }
+}
+
+/// The id of string `s` (fewer than `strsize` bytes, no NUL) in a layout of `words`
+/// string words ([`Layout::string_words`]): [`key_hash`] of its NUL-padded words, with
+/// the low bit set.
+pub fn string_id(words: &[u64]) -> u64 {
+    key_hash(words) | 1
+}
+
+/// A string's NUL-padded words.
+pub fn string_words(s: &[u8], words: usize) -> Vec<u64> {
+    let mut b = vec![0u8; 8 * words];
+    let n = s.len().min(b.len());
+    b[..n].copy_from_slice(&s[..n]);
+    b.chunks(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+}
+
+/// The string back from its words (up to the first NUL).
+pub fn string_of_words(words: &[u64]) -> Vec<u8> {
+    let mut b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    b.truncate(b.iter().position(|&c| c == 0).unwrap_or(b.len()));
+    b
 }
 
 /// The hash of a key (its words in order) that picks a keyed entry.
@@ -212,6 +255,7 @@ pub fn table_sizes(layout: &Layout, aggsize: u64, dynvarsize: u64) -> (usize, us
         .iter()
         .filter(|a| a.nkeys > 0)
         .map(|a| 8 + 8 * u64::from(a.nkeys) + 8 * a.func.words() as u64)
+        .chain((layout.strsize > 0).then(|| 16 + 8 * layout.string_words() as u64))
         .max()
         .unwrap_or(8);
     let keys = floor2(aggsize / widest).clamp(1, 1 << 20) as usize;
@@ -227,8 +271,18 @@ pub struct BufferLayout {
     /// Per aggregation: where its row is in a thread entry (keyless), or its keyed
     /// table (offset in the buffer, entries, bytes per entry).
     pub places: Vec<AggPlace>,
+    /// The string table (when the layout has strings).
+    pub strings: Option<StringPlace>,
     /// The buffer's size in bytes.
     pub size: usize,
+}
+
+/// The string table: `entries` entries of `entry_size` bytes from `table`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StringPlace {
+    pub table: usize,
+    pub entries: usize,
+    pub entry_size: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,8 +320,13 @@ impl BufferLayout {
                 off += *entries * *entry_size;
             }
         }
+        let strings = (layout.strsize > 0).then(|| {
+            let p = StringPlace { table: off, entries: keyed_entries, entry_size: 16 + 8 * layout.string_words() };
+            off += p.entries * p.entry_size;
+            p
+        });
         let page = 4096;
-        BufferLayout { nthreads, entry_size, places, size: off.div_ceil(page) * page }
+        BufferLayout { nthreads, entry_size, places, strings, size: off.div_ceil(page) * page }
     }
 
     /// The initial header words: (offset, value).
@@ -363,7 +422,7 @@ mod tests {
 
     #[test]
     fn tables_are_sized_by_dtraces_options() {
-        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 1 }] };
+        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 1 }], strsize: 0 };
         assert_eq!(table_sizes(&layout, 4 << 20, 1 << 20), (1 << 14, 1 << 17));
         assert_eq!(table_sizes(&layout, 1024, 4096), (256, 32));
         assert_eq!(table_sizes(&Layout::default(), 0, 0), (256, 1));
@@ -392,6 +451,7 @@ mod tests {
                 AggDesc { func: AggFn::Sum, nkeys: 2 },
                 AggDesc { func: AggFn::Quantize, nkeys: 0 },
             ],
+            strsize: 0,
         };
         let b = BufferLayout::new(&layout, 1000, 100);
         assert_eq!(b.nthreads, 1024);

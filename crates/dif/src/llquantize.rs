@@ -203,7 +203,8 @@ mod tests {
         ];
         for s in shapes {
             let bins = s.nbins() as u16;
-            let layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Llquantize { bins }, nkeys: 0 }] };
+            let layout =
+                Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Llquantize { bins }, nkeys: 0 }], strsize: 0 };
             let buf = BufferLayout::new(&layout, 1, 1);
             let mut ops = vec![Op::Arg { d: 0, n: 0 }];
             ops.extend(s.ops(0, 1, 1).expect("within 64 bits"));

@@ -206,6 +206,55 @@ pub enum Op {
     /// many `Emit`s ran): a clause the consumer evaluates whose predicate the program
     /// decided (docs/firing.md, "What runs where").
     Emit,
+    /// d = the id of the string at user address a (`copyinstr(a)`: at most `max` bytes
+    /// read, its NUL included, as [`user_string`] reads), kept in the string table
+    /// ([`crate::layout`], "Strings"): a key word that reads back as the string. A
+    /// table with no room for it, or a different string under the same id, gives 0 and
+    /// counts an aggregation drop (the lowering skips the update a 0 key would make). A
+    /// read that faults (`user_string` gives none) `Emit`s (the consumer evaluates the
+    /// clause on the record and reports the fault as it does) and goes on at op `fault`,
+    /// d unwritten.
+    Str { d: Reg, a: Reg, max: u16, fault: u16 },
+}
+
+/// What [`Op::Str`] reads: a process's memory as seen from the firing thread.
+pub trait UserMem {
+    /// Copies the bytes at `addr` into `buf` up to the first unreadable one; returns how
+    /// many were copied (0: `addr` itself is unreadable).
+    fn read(&self, addr: u64, buf: &mut [u8]) -> usize;
+}
+
+/// No memory at all (every read faults): where no program reads a string.
+pub struct NoUserMem;
+
+impl UserMem for NoUserMem {
+    fn read(&self, _addr: u64, _buf: &mut [u8]) -> usize {
+        0
+    }
+}
+
+/// The string at `addr` as `copyinstr` reads it (`max` ≥ 1 bytes, its NUL included:
+/// what a record's capture reads, and what the consumer then takes): the bytes before
+/// the first NUL; with no NUL in `max` readable bytes, the first `max - 1`; None (a
+/// fault, "invalid address") when `addr` is 0, or no NUL comes before an unreadable
+/// byte, or `max` is 0.
+pub fn user_string(user: &dyn UserMem, addr: u64, max: usize) -> Option<Vec<u8>> {
+    if addr == 0 || max == 0 {
+        return None;
+    }
+    let mut b = vec![0u8; max];
+    let n = user.read(addr, &mut b).min(max);
+    match b[..n].iter().position(|&c| c == 0) {
+        Some(nul) => {
+            b.truncate(nul);
+            Some(b)
+        }
+        None if n == max => {
+            b.truncate(max - 1);
+            Some(b)
+        }
+        None => None,
+    }
 }
 
 impl Op {
@@ -252,9 +301,14 @@ impl Program {
         })
     }
 
-    /// Whether it may ask for the record ([`Op::Emit`]).
+    /// Whether it may ask for the record ([`Op::Emit`], or a string read that faults).
     pub fn emits(&self) -> bool {
-        self.ops.contains(&Op::Emit)
+        self.ops.iter().any(|op| matches!(op, Op::Emit | Op::Str { .. }))
+    }
+
+    /// Whether it reads strings ([`Op::Str`]).
+    pub fn reads_strings(&self) -> bool {
+        self.ops.iter().any(|op| matches!(op, Op::Str { .. }))
     }
 
     /// Whether it reads `v` (an executor may read it once, at the start).
@@ -269,6 +323,7 @@ impl Program {
         self.ops.extend(other.ops.iter().map(|&op| match op {
             Op::Jz { a, to } => Op::Jz { a, to: to + base },
             Op::Jmp { to } => Op::Jmp { to: to + base },
+            Op::Str { d, a, max, fault } => Op::Str { d, a, max, fault: fault + base },
             op => op,
         }));
     }
@@ -306,6 +361,8 @@ pub enum VerifyError {
     TooLong(usize),
     #[error("op {0}: reads register {1}, not written on every way there")]
     Unwritten(usize, Reg),
+    #[error("op {0}: a string of {1} bytes (1..=the layout's strsize)")]
+    StrSize(usize, u16),
 }
 
 impl Op {
@@ -313,7 +370,11 @@ impl Op {
     pub fn regs(&self) -> (Vec<Reg>, Option<Reg>) {
         match *self {
             Op::Const { d, .. } | Op::Arg { d, .. } | Op::Get { d, .. } | Op::TlsLoad { d, .. } => (vec![], Some(d)),
-            Op::Mov { d, a } | Op::Un { d, a, .. } | Op::Ext { d, a, .. } | Op::Div { d, a, .. } => (vec![a], Some(d)),
+            Op::Mov { d, a }
+            | Op::Un { d, a, .. }
+            | Op::Ext { d, a, .. }
+            | Op::Div { d, a, .. }
+            | Op::Str { d, a, .. } => (vec![a], Some(d)),
             Op::Bin { d, a, b, .. } => (vec![a, b], Some(d)),
             Op::Jz { a, .. } | Op::TlsStore { a, .. } => (vec![a], None),
             Op::Jmp { .. } | Op::Emit => (vec![], None),
@@ -338,6 +399,11 @@ fn check_written(p: &Program, layout: &Layout) -> Result<(), VerifyError> {
         }
         if let Some(&r) = reads.iter().find(|&&r| w & (1 << r) == 0) {
             return Err(VerifyError::Unwritten(i, r));
+        }
+        // A faulting read goes on at `fault` without writing d.
+        if let Op::Str { fault, .. } = *op {
+            let slot = &mut into[usize::from(fault)];
+            *slot = Some(slot.map_or(w, |s| s & w));
         }
         if let Some(d) = d {
             w |= 1 << d;
@@ -402,6 +468,14 @@ pub fn verify(p: &Program, layout: &Layout) -> Result<(), VerifyError> {
             }
             Op::Jmp { to } => jump(to)?,
             Op::Emit => {}
+            Op::Str { d, a, max, fault } => {
+                reg(d)?;
+                reg(a)?;
+                jump(fault)?;
+                if max == 0 || max > layout.strsize {
+                    return Err(VerifyError::StrSize(i, max));
+                }
+            }
             Op::TlsLoad { d, slot } => {
                 reg(d)?;
                 if slot >= layout.tls {
@@ -436,7 +510,7 @@ mod tests {
 
     #[test]
     fn checks_refuse_what_an_executor_could_not_run() {
-        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 2 }] };
+        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 2 }], strsize: 0 };
         let bad = [
             Op::Const { d: 16, v: 0 },
             Op::Jmp { to: 0 },

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use crate::interp::{Memory, Words};
 use crate::layout::{
-    merge, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_READY, MAX_PROBES, OFF_AGG_DROPS, OFF_DYN_DROPS,
+    merge, string_of_words, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_READY, MAX_PROBES, OFF_AGG_DROPS,
+    OFF_DYN_DROPS,
 };
 
 /// The tid word of a thread entry being retired: no thread has it, so no lookup stops
@@ -70,6 +71,8 @@ pub struct Snapshot {
     /// `agg_drops` by CPU (DTrace reports them so; dynamic-variable drops in all).
     pub agg_drops_by_cpu: BTreeMap<u64, u64>,
     pub dyn_drops: u64,
+    /// The string table: id → the string ([`crate::layout`], "Strings").
+    pub strings: BTreeMap<u64, Vec<u8>>,
 }
 
 impl Snapshot {
@@ -107,6 +110,15 @@ impl Snapshot {
                 }
             }
         }
+        if let Some(p) = buf.strings {
+            for i in 0..p.entries {
+                let e = p.table + i * p.entry_size;
+                if mem.load(e) == KEY_READY {
+                    let words = row(e + 16, layout.string_words());
+                    s.strings.entry(mem.load(e + 8)).or_insert_with(|| string_of_words(&words));
+                }
+            }
+        }
         for c in 0..DROP_CPUS {
             s.add_agg_drops(c as u64, mem.load(OFF_AGG_DROPS + 8 * c));
             s.dyn_drops += mem.load(OFF_DYN_DROPS + 8 * c);
@@ -133,6 +145,9 @@ impl Snapshot {
             self.add_agg_drops(cpu, n);
         }
         self.dyn_drops += other.dyn_drops;
+        for (id, st) in &other.strings {
+            self.strings.entry(*id).or_insert_with(|| st.clone());
+        }
     }
 
     /// Counts `n` aggregation drops on `cpu`.
@@ -170,6 +185,7 @@ mod tests {
         let layout = Layout {
             tls: 1,
             aggs: vec![AggDesc { func: AggFn::Max, nkeys: 1 }, AggDesc { func: AggFn::Count, nkeys: 0 }],
+            strsize: 0,
         };
         let mut a = Snapshot::empty(&layout);
         a.add(0, AggFn::Max, vec![1], &[1, 5]);
@@ -194,7 +210,7 @@ mod tests {
 
     #[test]
     fn ended_threads_entries_are_retired_and_their_counts_kept() {
-        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Max, nkeys: 0 }] };
+        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Max, nkeys: 0 }], strsize: 0 };
         let buf = BufferLayout::new(&layout, 4, 1);
         let mut mem = vec![0u8; buf.size];
         let p = Program {

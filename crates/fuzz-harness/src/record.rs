@@ -98,6 +98,8 @@ fn layout(input: &mut Input) -> RecordLayout {
         strings,
         buffers,
         regs: flags & 4 != 0,
+        // Registers r9 to orig_ax: the argument registers and rax among them.
+        arg_regs: u32::from(input.u8()) << 8,
         errno: flags & 8 != 0,
         curthread: flags & 16 != 0,
         stash: stash(input),

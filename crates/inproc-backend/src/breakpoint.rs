@@ -12,7 +12,7 @@ use udtrace_inproc::trampoline::stash_entry;
 use udtrace_process::procfs;
 use udtrace_record::pid::{
     op_chain, op_read, op_write, ChainOp, PtReg, RecordLayout, RecordPlan, FLAG_STACK_TRUNCATED, NUM_REGS, OFF_COOKIE,
-    OFF_CPU, OFF_ERRNO, OFF_FLAGS, OFF_KTIME, OFF_PID_TGID, OFF_REGS, OFF_STACK_LEN,
+    OFF_CPU, OFF_ERRNO, OFF_FLAGS, OFF_KTIME, OFF_PID_TGID, OFF_STACK_LEN,
 };
 
 /// One breakpoint: its site's cookie, the byte it replaced, where its out-of-line copy
@@ -100,10 +100,9 @@ pub fn record(
     put_u64(&mut b, OFF_PID_TGID, (pid as u64) << 32 | u64::from(tid as u32));
     put_u64(&mut b, OFF_KTIME, monotonic_ns());
     put_u32(&mut b, OFF_CPU, cpu_of(pid, tid));
-    if layout.regs {
-        for (i, v) in pt_regs(regs).iter().enumerate() {
-            put_u64(&mut b, OFF_REGS + 8 * i, *v);
-        }
+    let all = pt_regs(regs);
+    for (at, r) in layout.recorded_regs() {
+        put_u64(&mut b, at, all[r as usize]);
     }
     if layout.stack_bytes > 0 {
         // Read up to the first unreadable page, as trampolines and BPF programs do.

@@ -6,7 +6,7 @@
 use std::rc::Rc;
 
 use udtrace_dif::interp::{self, Firing, Memory, Outcome, Words};
-use udtrace_dif::op::Op;
+use udtrace_dif::op::{Op, UserMem};
 use udtrace_dif::snapshot::{retire_threads, Snapshot};
 use udtrace_dif::{BufferLayout, Layout, Program};
 use udtrace_process::inject::{self, Prot, SharedRegion};
@@ -44,6 +44,22 @@ pub fn stores(p: &Program) -> bool {
 /// variables are in a map of its own.
 pub fn uses_tls(p: &Program) -> bool {
     p.ops.iter().any(|op| matches!(op, Op::TlsLoad { .. } | Op::TlsStore { .. }))
+}
+
+/// A stopped process's memory, as `Op::Str` reads it at a breakpoint: with
+/// `process_vm_readv`, as a trampoline reads its own (up to the first unreadable page).
+struct ProcMem(i32);
+
+impl UserMem for ProcMem {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+        match udtrace_process::procfs::read_memory(self.0, addr, buf.len()) {
+            Ok(got) => {
+                buf[..got.len()].copy_from_slice(&got);
+                got.len()
+            }
+            Err(_) => 0,
+        }
+    }
 }
 
 /// Every buffer made in this session, and udtrace's own for breakpoint firings of
@@ -94,8 +110,9 @@ impl Buffers {
     /// Runs `p` for a firing at a breakpoint, on its process's buffer (`None`: it has
     /// none, udtrace's own).
     pub fn run(&mut self, p: &Program, f: &Firing, region: Option<&SharedRegion>) -> Outcome {
+        let user = ProcMem(f.pid as i32);
         match region {
-            Some(r) => interp::run(p, &self.layout, &self.buf, f, &mut Shared(&r.view)),
+            Some(r) => interp::run_reading(p, &self.layout, &self.buf, f, &mut Shared(&r.view), &user),
             None => {
                 let buf = &self.buf;
                 let local = self.local.get_or_insert_with(|| {
@@ -105,7 +122,7 @@ impl Buffers {
                     }
                     m
                 });
-                interp::run(p, &self.layout, &self.buf, f, local)
+                interp::run_reading(p, &self.layout, &self.buf, f, local, &user)
             }
         }
     }
@@ -198,7 +215,7 @@ mod tests {
 
     #[test]
     fn breakpoint_firings_without_a_buffer_count_in_udtraces_own() {
-        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
+        let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }], strsize: 0 };
         let mut b = Buffers::new(&layout, (64, 64));
         assert!(b.wanted());
         let p = Program {

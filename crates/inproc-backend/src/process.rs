@@ -190,6 +190,27 @@ impl Rings {
         (read, true)
     }
 
+    /// With one ring alone: how many of its next records, about `bytes` of them at
+    /// most, may go out from where they lie, without a copy (see
+    /// [`Reader::sorted_run`]: times never decreasing and below `before`). `None` with
+    /// more rings than one, or when they must be copied to be sorted.
+    pub fn in_order(&self, bytes: usize, before: u64) -> Option<u64> {
+        let mut live = self.list.iter().flatten();
+        let (r, None) = (live.next()?, live.next()) else { return None };
+        let size = r.reader.geometry().slot_size.max(1) as usize;
+        let max = (bytes / size).max(1) as u64;
+        r.reader.sorted_run(&r.region.view, udtrace_record::pid::OFF_KTIME, before, max).filter(|&n| n > 0)
+    }
+
+    /// Hands the next `n` records of the one ring ([`Rings::in_order`]) to `each`, read
+    /// in place. Whether records are left after them.
+    pub fn drain_in_order(&mut self, n: u64, each: impl FnMut(&[u8])) -> bool {
+        let Some(r) = self.list.iter_mut().flatten().next() else { return false };
+        let d = r.reader.drain_upto(&mut r.region.view, std::time::Instant::now(), n, each);
+        self.capped = d.capped;
+        d.capped
+    }
+
     /// Hands the committed records of every ring to `each`, up to about `bytes` bytes
     /// of them: first those left in rings let go since the last drain. Whether every
     /// record was taken.

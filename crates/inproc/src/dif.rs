@@ -9,8 +9,8 @@
 //! writes: the trampoline saves those alone (and the flags, where they are live).
 
 use iced_x86::code_asm::{
-    al, byte_ptr, cl, dword_ptr, eax, ecx, edi, edx, qword_ptr, r11, r8, rax, rcx, rdi, rdx, rsi, rsp,
-    AsmMemoryOperand, AsmRegister32, AsmRegister64, CodeAssembler, CodeLabel,
+    al, byte_ptr, cl, dword_ptr, eax, ecx, edi, edx, qword_ptr, r10, r11, r8, r8d, r9, r9d, rax, rcx, rdi, rdx, rsi,
+    rsp, AsmMemoryOperand, AsmRegister32, AsmRegister64, CodeAssembler, CodeLabel,
 };
 use udtrace_dif::layout::{
     AggFn, AggPlace, BufferLayout, DROP_CPUS, HASH_FINISH, KEY_FILLING, KEY_FREE, KEY_READY, MAX_PROBES, OFF_AGG_DROPS,
@@ -19,7 +19,7 @@ use udtrace_dif::layout::{
 use udtrace_dif::op::{BinOp, Op, UnOp, Var};
 use udtrace_dif::{Layout, Program};
 
-use crate::trampoline::{CpuSource, TrampolineError, DATA_ERRNO_SLOT, DATA_PID};
+use crate::trampoline::{CpuSource, TrampolineError, DATA_ERRNO_SLOT, DATA_PID, SYS_PROCESS_VM_READV};
 
 /// Offset in the data page of the process's real user id (u64), which udtrace writes
 /// when it sets the process up (`Var::Uid`).
@@ -60,12 +60,23 @@ impl SiteWork<'_> {
         self.harness.is_none() && self.program.reads(Var::Timestamp)
     }
 
-    /// Bytes of the frame at rsp: the registers the program writes, the emit word
-    /// (and a pad), then a 16-byte timespec whose first word becomes the timestamp. A
-    /// multiple of 16.
+    /// Bytes of the frame at rsp: the registers the program writes, a string's room
+    /// when it reads strings ([`SiteWork::str_slot`]), the emit word (and a pad), then a
+    /// 16-byte timespec whose first word becomes the timestamp. A multiple of 16.
     pub fn frame(&self) -> i32 {
+        let strings = if self.program.reads_strings() { 40 + 8 * self.layout.string_words() as i32 } else { 0 };
+        (self.regs_bytes() + strings + 32 + 15) & !15
+    }
+
+    fn regs_bytes(&self) -> i32 {
         let regs = self.program.ops.iter().filter_map(|op| op.regs().1).map(|r| usize::from(r) + 1).max().unwrap_or(0);
-        (8 * regs as i32 + 32 + 15) & !15
+        8 * regs as i32
+    }
+
+    /// Offset in the frame of `Op::Str`'s room: two iovecs (32 bytes), r11's word
+    /// around the system call, then the string's words.
+    pub fn str_slot(&self) -> i32 {
+        self.regs_bytes()
     }
 
     /// Offset in the frame of the timestamp (and of the timespec the clock fills).
@@ -104,8 +115,15 @@ pub fn clobbers(w: &SiteWork<'_>) -> Vec<AsmRegister64> {
         Op::Agg { agg, .. } => matches!(w.buf.places.get(usize::from(agg)), Some(AggPlace::Keyed { .. })),
         _ => false,
     });
-    if keyed {
+    if keyed || w.program.reads_strings() {
         regs.extend([rsi, rdi, r8]);
+    }
+    // process_vm_readv's arguments, and the system call's rcx and r11.
+    if w.program.reads_strings() {
+        regs.extend([r9, r10]);
+        if !regs.contains(&r11) {
+            regs.push(r11);
+        }
     }
     regs
 }
@@ -147,7 +165,7 @@ pub fn emit(a: &mut CodeAssembler, w: &SiteWork<'_>, f: &Frame) -> Result<(), Tr
     let mut targets = vec![false; n + 1];
     for op in &p.ops {
         match *op {
-            Op::Jz { to, .. } | Op::Jmp { to } => targets[usize::from(to)] = true,
+            Op::Jz { to, .. } | Op::Jmp { to } | Op::Str { fault: to, .. } => targets[usize::from(to)] = true,
             _ => {}
         }
     }
@@ -262,6 +280,182 @@ impl Compiler<'_, '_> {
         Ok(())
     }
 
+    /// `Op::Str`: the string at register `src` read with `process_vm_readv` on the
+    /// process itself (a bad address is -EFAULT, never a fault of the thread) into the
+    /// frame's zeroed words, as `op::user_string` reads it; its id
+    /// (`layout::string_id`) into register `d` and its entry into the string table as
+    /// `interp::string_entry` makes it (0 and an aggregation drop when there is no
+    /// room, or another string has the id); a fault sets the emit word and goes to
+    /// `fault`. No string instruction: the direction flag may be set at an offset site.
+    fn string(&mut self, d: u8, src: u8, max: u16, fault: CodeLabel) -> Result<(), TrampolineError> {
+        let Some(place) = self.w.buf.strings else {
+            return Err(TrampolineError::Unsupported("strings without a string table"));
+        };
+        let words = self.w.layout.string_words() as i32;
+        let iov = self.w.str_slot();
+        let save = iov + 32;
+        let s = iov + 40;
+        let max = i32::from(max);
+        let a = &mut *self.a;
+        let (mut zero, mut scan, mut clear, mut no_nul, mut read, mut faulted) = (
+            a.create_label(),
+            a.create_label(),
+            a.create_label(),
+            a.create_label(),
+            a.create_label(),
+            a.create_label(),
+        );
+        a.xor(eax, eax)?;
+        a.mov(ecx, words as u32)?;
+        a.set_label(&mut zero)?;
+        a.mov(qword_ptr(rsp + rcx * 8 + (s - 8)), rax)?;
+        a.dec(ecx)?;
+        a.jnz(zero)?;
+        // {local: the words, max}, {remote: the string, max}.
+        a.lea(rax, qword_ptr(rsp + s))?;
+        a.mov(qword_ptr(rsp + iov), rax)?;
+        a.mov(qword_ptr(rsp + (iov + 8)), max)?;
+        a.mov(rax, reg(src))?;
+        a.mov(qword_ptr(rsp + (iov + 16)), rax)?;
+        a.mov(qword_ptr(rsp + (iov + 24)), max)?;
+        a.mov(qword_ptr(rsp + save), r11)?;
+        if self.w.harness.is_some() {
+            // The harness's pid word is a made-up one: the real pid reads this process.
+            a.mov(eax, 39)?; // SYS_getpid
+            a.syscall()?;
+            a.mov(edi, eax)?;
+        } else {
+            a.mov(rax, self.f.data_page + DATA_PID as u64)?;
+            a.mov(edi, dword_ptr(rax))?;
+        }
+        a.lea(rsi, qword_ptr(rsp + iov))?;
+        a.mov(edx, 1)?;
+        a.lea(r10, qword_ptr(rsp + (iov + 16)))?;
+        a.mov(r8d, 1)?;
+        a.xor(r9d, r9d)?;
+        a.mov(eax, SYS_PROCESS_VM_READV)?;
+        // Clobbers rcx and r11 (the thread's entry, kept in the frame).
+        a.syscall()?;
+        a.mov(r11, qword_ptr(rsp + save))?;
+        // rax = bytes read (up to the first unreadable page) or -errno.
+        a.test(rax, rax)?;
+        a.jle(faulted)?;
+        a.xor(ecx, ecx)?;
+        a.set_label(&mut scan)?;
+        a.cmp(rcx, rax)?;
+        a.jae(no_nul)?;
+        a.cmp(byte_ptr(rsp + rcx + s), 0)?;
+        a.je(clear)?;
+        a.inc(rcx)?;
+        a.jmp(scan)?;
+        // The NUL at rcx: the bytes read after it are zeroed (the words are the string
+        // NUL-padded).
+        a.set_label(&mut clear)?;
+        a.mov(byte_ptr(rsp + rcx + s), 0)?;
+        a.inc(rcx)?;
+        a.cmp(rcx, rax)?;
+        a.jb(clear)?;
+        a.jmp(read)?;
+        // No NUL in what was read: max bytes, truncated to max - 1; fewer, a fault.
+        a.set_label(&mut no_nul)?;
+        a.cmp(rax, max)?;
+        a.jb(faulted)?;
+        a.mov(byte_ptr(rsp + (s + max - 1)), 0)?;
+        a.jmp(read)?;
+        a.set_label(&mut faulted)?;
+        a.mov(qword_ptr(rsp + self.w.emit_slot()), 1)?;
+        a.jmp(fault)?;
+        a.set_label(&mut read)?;
+        // r8 = key_hash of the words, the low bit set.
+        let mut hash = a.create_label();
+        a.mov(r8, HASH_SEED)?;
+        a.mov(rcx, HASH_MUL)?;
+        a.xor(edx, edx)?;
+        a.set_label(&mut hash)?;
+        a.xor(r8, qword_ptr(rsp + rdx * 8 + s))?;
+        a.imul_2(r8, rcx)?;
+        a.mov(rax, r8)?;
+        a.shr(rax, 29)?;
+        a.xor(r8, rax)?;
+        a.inc(edx)?;
+        a.cmp(edx, words)?;
+        a.jb(hash)?;
+        for (shift, mul) in [(30, Some(HASH_FINISH[0])), (27, Some(HASH_FINISH[1])), (31, None)] {
+            a.mov(rax, r8)?;
+            a.shr(rax, shift)?;
+            a.xor(r8, rax)?;
+            if let Some(m) = mul {
+                a.mov(rcx, m)?;
+                a.imul_2(r8, rcx)?;
+            }
+        }
+        a.or(r8, 1)?;
+        // Its entry, as interp::string_entry finds or makes it.
+        let (mut top, mut taken, mut next, mut copy, mut same, mut have, mut drop, mut done) = (
+            a.create_label(),
+            a.create_label(),
+            a.create_label(),
+            a.create_label(),
+            a.create_label(),
+            a.create_label(),
+            a.create_label(),
+            a.create_label(),
+        );
+        a.xor(edi, edi)?;
+        a.set_label(&mut top)?;
+        a.lea(rax, qword_ptr(r8 + rdi))?;
+        a.and(rax, (place.entries - 1) as i32)?;
+        a.imul_3(rax, rax, place.entry_size as i32)?;
+        a.mov(rsi, self.w.base + place.table as u64)?;
+        a.add(rsi, rax)?;
+        a.mov(rax, qword_ptr(rsi))?;
+        a.cmp(rax, KEY_FREE as i32)?;
+        a.jne(taken)?;
+        a.mov(ecx, KEY_FILLING as u32)?;
+        a.lock().cmpxchg(qword_ptr(rsi), rcx)?;
+        a.jne(taken)?;
+        // Claimed: the id and the words, then published (stores stay in order).
+        a.mov(qword_ptr(rsi + 8), r8)?;
+        a.xor(edx, edx)?;
+        a.set_label(&mut copy)?;
+        a.mov(rax, qword_ptr(rsp + rdx * 8 + s))?;
+        a.mov(qword_ptr(rsi + rdx * 8 + 16), rax)?;
+        a.inc(edx)?;
+        a.cmp(edx, words)?;
+        a.jb(copy)?;
+        a.mov(qword_ptr(rsi), KEY_READY as i32)?;
+        a.jmp(have)?;
+        // rax = the entry's status: another string's, or this id's (the same words, or
+        // a collision: a drop).
+        a.set_label(&mut taken)?;
+        a.cmp(rax, KEY_READY as i32)?;
+        a.jne(next)?;
+        a.cmp(qword_ptr(rsi + 8), r8)?;
+        a.jne(next)?;
+        a.xor(edx, edx)?;
+        a.set_label(&mut same)?;
+        a.mov(rax, qword_ptr(rsp + rdx * 8 + s))?;
+        a.cmp(rax, qword_ptr(rsi + rdx * 8 + 16))?;
+        a.jne(drop)?;
+        a.inc(edx)?;
+        a.cmp(edx, words)?;
+        a.jb(same)?;
+        a.jmp(have)?;
+        a.set_label(&mut next)?;
+        a.inc(edi)?;
+        a.cmp(edi, MAX_PROBES as u32)?;
+        a.jb(top)?;
+        a.set_label(&mut drop)?;
+        self.drop_on(OFF_AGG_DROPS)?;
+        self.a.mov(reg(d), 0)?;
+        self.a.jmp(done)?;
+        self.a.set_label(&mut have)?;
+        self.a.mov(reg(d), r8)?;
+        self.a.set_label(&mut done)?;
+        self.a.nop()?;
+        Ok(())
+    }
+
     /// r11 = the thread's entry, claimed and its rows set up on its first firing
     /// (`interp::thread_entry`); none: a dynamic-variable drop, and the program ends.
     fn thread_entry(&mut self, end: CodeLabel) -> Result<(), TrampolineError> {
@@ -302,6 +496,7 @@ impl Compiler<'_, '_> {
 
     fn op(&mut self, op: Op, labels: &[CodeLabel]) -> Result<(), TrampolineError> {
         match op {
+            Op::Str { d, a, max, fault } => self.string(d, a, max, labels[usize::from(fault)])?,
             Op::Const { d, v } => {
                 if let Ok(imm) = i32::try_from(v as i64) {
                     self.a.mov(reg(d), imm)?;

@@ -274,6 +274,37 @@ impl Reader {
         self.late = kept;
     }
 
+    /// How many committed records from the tail on, at most `max`, may be handed over
+    /// as they lie in time order: the u64 at `at` of each record (its time) never
+    /// decreases and is below `before`. `None` when one decreases (the records must be
+    /// sorted) or slots wait to be taken late: [`Self::drain_upto`] with the count then
+    /// hands over exactly those records.
+    pub fn sorted_run(&self, view: &impl RingView, at: usize, before: u64, max: u64) -> Option<u64> {
+        if !self.late.is_empty() {
+            return None;
+        }
+        let g = self.geometry;
+        let tail = view.load_acquire_u64(OFF_TAIL);
+        let limit = view.load_acquire_u64(OFF_HEAD).min(tail.saturating_add(g.nslots)).min(tail.saturating_add(max));
+        let (mut n, mut last) = (0, 0);
+        for i in tail..limit {
+            let slot = g.slot_offset(i);
+            if view.load_acquire_u64(slot) != i + 1 {
+                break;
+            }
+            let b = view.bytes(slot + 8 + at, 8);
+            let t = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+            if t < last {
+                return None;
+            }
+            if t >= before {
+                break;
+            }
+            (n, last) = (n + 1, t);
+        }
+        Some(n)
+    }
+
     /// Hands every committed record, in slot order, to `each`, and frees its slot.
     pub fn drain(&mut self, view: &mut impl RingView, each: impl FnMut(&[u8])) -> Drained {
         self.drain_at(view, Instant::now(), each)
@@ -396,6 +427,30 @@ mod tests {
             v.store_release_u64(s, h + 1);
         }
         true
+    }
+
+    #[test]
+    fn sorted_runs_are_handed_over_in_place() {
+        let (mut v, g) = ring(8);
+        let mut r = Reader::new(&v, REC).unwrap();
+        // Each record's tag is its time (the u64 at 0, tag in every byte).
+        for tag in [1, 2, 2, 5] {
+            assert!(produce(&mut v, g, tag, true));
+        }
+        let t = |tag: u8| u64::from_ne_bytes([tag; 8]);
+        assert_eq!(r.sorted_run(&v, 0, u64::MAX, 8), Some(4));
+        assert_eq!(r.sorted_run(&v, 0, u64::MAX, 3), Some(3));
+        assert_eq!(r.sorted_run(&v, 0, t(5), 8), Some(3), "stops before the time given");
+        let mut got = Vec::new();
+        let d = r.drain_upto(&mut v, Instant::now(), 3, |rec| got.push(rec[0]));
+        assert_eq!((got, d.capped), (vec![1, 2, 2], true));
+        // A time that decreases: the records must be sorted (copied).
+        assert!(produce(&mut v, g, 3, true));
+        assert_eq!(r.sorted_run(&v, 0, u64::MAX, 8), None);
+        // An uncommitted slot ends a run.
+        assert_eq!(drain(&mut r, &mut v, Instant::now()).0, vec![5, 3]);
+        assert!(produce(&mut v, g, 6, true) && produce(&mut v, g, 0, false) && produce(&mut v, g, 7, true));
+        assert_eq!(r.sorted_run(&v, 0, u64::MAX, 8), Some(1));
     }
 
     fn drain(r: &mut Reader, v: &mut Vec<u8>, now: Instant) -> (Vec<u8>, Drained) {

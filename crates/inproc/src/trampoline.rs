@@ -111,7 +111,7 @@ const CPU_MASK: u32 = 0xfff;
 /// The System V x86-64 red zone: leaf code may keep data below its stack pointer.
 const RED_ZONE: i32 = 128;
 /// `process_vm_readv`, x86-64.
-const SYS_PROCESS_VM_READV: u32 = 310;
+pub(crate) const SYS_PROCESS_VM_READV: u32 = 310;
 /// `getppid`, `getresuid`, `getresgid`, `getpgid`, `getsid`, x86-64.
 const SYS_GETPPID: u32 = 110;
 const SYS_GETPGID: u32 = 121;
@@ -352,6 +352,12 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
         a.mov(qword_ptr(rbx + rcx * 8 + (OFF_REGS - 8)), rax)?;
         a.dec(ecx)?;
         a.jnz(copy)?;
+    } else {
+        // Only the registers the clauses read as arguments.
+        for (at, r) in layout.recorded_regs() {
+            a.mov(rax, site_reg(r))?;
+            a.mov(qword_ptr(rbx + at as i32), rax)?;
+        }
     }
 
     // Captures, into the reserved slot: it stays uncommitted while they read (see
@@ -1041,6 +1047,7 @@ mod tests {
             strings: vec![StringCapture { reg: PtReg::Di, max: 256 }, StringCapture { reg: PtReg::Si, max: 5 }],
             buffers: vec![BufferCapture { reg: PtReg::Dx, size: 20 }],
             regs: true,
+            arg_regs: 0,
             errno: true,
             curthread: false,
             task: false,

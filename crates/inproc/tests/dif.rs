@@ -10,7 +10,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 
-use udtrace_dif::gen::{case, Case};
+use udtrace_dif::gen::{case, string_case, Case, UserPages, PAGE, USER_BASE, USER_PAGES};
 use udtrace_dif::interp::{self, Firing, Memory, Words};
 use udtrace_dif::layout::{AggDesc, AggFn};
 use udtrace_dif::op::{BinOp, Op, Program, Var};
@@ -197,8 +197,9 @@ fn run_case(env: &mut Env, c: &Case, v: Variant) -> (Snapshot, Snapshot) {
     // A record for every firing of a site that records, else for those whose program
     // ran an Emit.
     let mut records = 0;
+    let user = UserPages::new(&c.user);
     for (i, f) in &c.firings {
-        let out = interp::run(&c.programs[*i], &c.layout, &buf, f, &mut mem);
+        let out = interp::run_reading(&c.programs[*i], &c.layout, &buf, f, &mut mem, &user);
         records += usize::from(v == Variant::Record || out == interp::Outcome::Emit);
         env.fire(&plan, &patches[*i], f);
     }
@@ -225,13 +226,45 @@ fn x86_agrees_with_the_interpreter() {
     assert!(compared as u64 > cases / 4, "{compared} cases left something to compare");
 }
 
+/// String cases (`gen::string_case`): their memory mapped in this process where the
+/// case says, which the trampolines read with `process_vm_readv` as the interpreter
+/// reads the same bytes; bad pointers, empty strings, strings past strsize.
+#[test]
+fn x86_agrees_with_the_interpreter_on_strings() {
+    let mut env = Env::new();
+    let mut pages: Vec<RawMap> = (0..USER_PAGES)
+        .map(|k| RawMap::anon_at(USER_BASE + 2 * k * PAGE, PAGE as usize).expect("map a page"))
+        .collect();
+    let user = string_case(0).user;
+    for (addr, bytes) in &user {
+        let k = ((addr - USER_BASE) / (2 * PAGE)) as usize;
+        let off = (addr - pages[k].addr()) as usize;
+        pages[k].write(off, bytes);
+    }
+    let cases: u64 = std::env::var("UDTRACE_DIF_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(1500);
+    let variants = [Variant::Entry, Variant::Return, Variant::Record];
+    let mut strings = 0;
+    for seed in 0..cases {
+        let c = string_case(seed);
+        assert_eq!(c.user, user, "every string case has the same memory");
+        let v = variants[(seed % 3) as usize];
+        let (want, got) = run_case(&mut env, &c, v);
+        assert_eq!(got, want, "seed {seed} ({v:?}): {:#?}\nfirings {:?}", c.programs, c.firings);
+        strings += usize::from(!want.strings.is_empty());
+    }
+    assert!(strings as u64 * 4 > cases, "{strings} cases kept a string");
+}
+
 /// Full tables, as the interpreter counts them: a keyed table of one entry and a
 /// thread table of one entry, several keys and threads.
 #[test]
 fn drops_agree() {
     let mut env = Env::new();
-    let layout =
-        Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }, AggDesc { func: AggFn::Min, nkeys: 0 }] };
+    let layout = Layout {
+        tls: 1,
+        aggs: vec![AggDesc { func: AggFn::Sum, nkeys: 1 }, AggDesc { func: AggFn::Min, nkeys: 0 }],
+        strsize: 0,
+    };
     let p = Program {
         ops: vec![
             Op::Arg { d: 0, n: 1 },
@@ -242,6 +275,7 @@ fn drops_agree() {
         ],
     };
     let c = Case {
+        user: Vec::new(),
         layout,
         programs: vec![p],
         firings: (0..12)
@@ -314,9 +348,13 @@ fn a_firing_keeps_every_register_and_flag() {
     let site_off = r.label_ip(&site).unwrap() - func;
     let bytes = r.inner.code_buffer;
     env.code.write(4096 + 3 * TRAMP, &bytes);
-    let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Stddev, nkeys: 1 }] };
+    let layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Stddev, nkeys: 1 }], strsize: 16 };
     let buf = BufferLayout::new(&layout, 64, 64);
     env.clear(buf.size);
+    // A string to read (process_vm_readv of the pid in the data page: this process).
+    let mut text = RawMap::anon(4096).unwrap();
+    text.write(0, b"hi\0");
+    env.harness.write(udtrace_inproc::trampoline::DATA_PID, &std::process::id().to_ne_bytes());
     let programs = [
         Program {
             ops: vec![
@@ -347,6 +385,19 @@ fn a_firing_keeps_every_register_and_flag() {
                 Op::Agg { agg: 0, keys: 0, val: 2, incr: 2 },
             ],
         },
+        // A string read (the system call, with the thread's entry in r11), then one of
+        // a bad address (the arguments are small numbers): a fault, the record.
+        Program {
+            ops: vec![
+                Op::TlsLoad { d: 4, slot: 0 },
+                Op::Const { d: 0, v: text.addr() },
+                Op::Str { d: 0, a: 0, max: 16, fault: 7 },
+                Op::Agg { agg: 0, keys: 0, val: 4, incr: 4 },
+                Op::Arg { d: 1, n: 1 },
+                Op::Str { d: 1, a: 1, max: 16, fault: 7 },
+                Op::TlsStore { slot: 0, a: 1 },
+            ],
+        },
     ];
     for p in &programs {
         udtrace_dif::op::verify(p, &layout).unwrap();
@@ -367,7 +418,8 @@ fn a_firing_keeps_every_register_and_flag() {
         env.code.write(at, &orig);
     }
     let snap = Snapshot::read(&layout, &buf, &View(&env.buf));
-    assert_eq!(snap.aggs[0].values().map(|r| r[0]).sum::<u64>(), 15, "{snap:?}");
+    assert_eq!(snap.aggs[0].values().map(|r| r[0]).sum::<u64>(), 20, "{snap:?}");
+    assert_eq!(snap.strings.values().collect::<Vec<_>>(), [b"hi"], "{snap:?}");
     let ppid = u64::from(std::os::unix::process::parent_id());
     assert_eq!(snap.aggs[0].get(&vec![ppid]).map(|r| r[0]), Some(5), "{snap:?}");
 }

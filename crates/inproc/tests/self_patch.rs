@@ -190,7 +190,7 @@ impl Env {
             assert_eq!(f.cookie, COOKIE);
             assert_eq!(f.pid, pid);
             assert_eq!((f.stack.len(), f.errno, f.stack_truncated), (0, 0, false));
-            out.push(Rec { tid: f.tid, ktime: f.ktime, cpu: f.cpu, regs: f.regs });
+            out.push(Rec { tid: f.tid, ktime: f.ktime, cpu: f.cpu, regs: f.regs.all() });
         });
         out
     }
@@ -521,9 +521,9 @@ fn program_cost_per_firing() {
     let _g = lock();
     let t = target();
     let env = Env::new(64);
-    let count_layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }] };
+    let count_layout = Layout { tls: 0, aggs: vec![AggDesc { func: AggFn::Count, nkeys: 0 }], strsize: 0 };
     let count = Program { ops: vec![Op::Const { d: 0, v: 0 }, Op::Agg { agg: 0, keys: 0, val: 0, incr: 0 }] };
-    let lat_layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Quantize, nkeys: 0 }] };
+    let lat_layout = Layout { tls: 1, aggs: vec![AggDesc { func: AggFn::Quantize, nkeys: 0 }], strsize: 0 };
     let entry = Program { ops: vec![Op::Get { d: 0, v: Var::Timestamp }, Op::TlsStore { slot: 0, a: 0 }] };
     let ret = Program {
         ops: vec![

@@ -58,8 +58,9 @@ pub struct CapturePlan {
     /// `copyin(argN, SIZE)`: (argument register 0..=5, bytes to copy), one per
     /// register, the largest size any clause asks for, sorted by register.
     pub buffers: Vec<(u8, u32)>,
-    /// The registers: arguments, `uregs[]`, stacks. A clause that only counts or reads
-    /// the probe's identity needs none, and its firings cost less to record and read.
+    /// All the registers: `uregs[]`, stacks, strings, buffers, `args[]`. A clause that
+    /// only counts or reads the probe's identity needs none, and one that reads `arg0`
+    /// to `arg5` only those (`args`): its firings cost less to record and read.
     pub regs: bool,
     /// The proc provider's records: the current task's data (`curpsinfo`,
     /// `curlwpsinfo`, `ppid`, `uid`, `gid`), the probe's arguments, and the ancestry
@@ -247,9 +248,10 @@ fn ustack_action(list: &[Action], bytes: &dyn Fn(Option<u64>) -> u32) -> u32 {
 fn note(e: &Expr, p: &mut CapturePlan, frames: &dyn Fn(Option<u64>) -> u32) {
     match &e.kind {
         ExprKind::Builtin(Builtin::Arg(n)) => {
-            p.regs = true;
+            // arg0..arg5 are recorded alone (`args`); the rest are on the stack.
             p.args |= 1 << n;
             if *n >= 6 {
+                p.regs = true;
                 p.stack_bytes = p.stack_bytes.max(ARGS_STACK_BYTES);
             }
         }
@@ -1040,7 +1042,7 @@ mod tests {
     #[test]
     fn plans_follow_what_clauses_read() {
         assert_eq!(plan_of("BEGIN { x = 1; @ = count(); }"), CapturePlan::default());
-        assert_eq!(plan_of("BEGIN { x = arg0; }"), CapturePlan { regs: true, args: 1, ..CapturePlan::default() });
+        assert_eq!(plan_of("BEGIN { x = arg0; }"), CapturePlan { args: 1, ..CapturePlan::default() });
         assert!(plan_of("BEGIN { x = uregs[R_SP]; }").regs);
         assert!(plan_of("BEGIN { @[ustack()] = count(); }").regs);
         let p = plan_of("BEGIN /progenyof(1)/ { trace(curpsinfo->pr_pid); }");

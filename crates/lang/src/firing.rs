@@ -13,7 +13,7 @@ use udtrace_dif::layout::{AggDesc, AggFn, Layout};
 use udtrace_dif::op::{self, BinOp, Op, Program, Reg, UnOp, Var, NREGS};
 
 use crate::ast::{BinaryOp, ProbeDesc, VarScope};
-use crate::ir::{Action, AggKind, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, VarRef};
+use crate::ir::{Action, AggKind, Builtin, CheckedProgram, Clause, Expr, ExprKind, Place, Subr, VarRef};
 use crate::types::{IntType, Type};
 
 /// What a per-probe program is compiled for: the probe's identity (constants at the
@@ -51,7 +51,15 @@ pub enum KeyWord {
     Comm,
     /// The second word of a [`KeyWord::Comm`] key.
     CommRest,
+    /// `copyinstr(argN)`: the id of a string in the string table
+    /// (`udtrace_dif::op::Op::Str`), read back from the snapshot's strings.
+    Str,
 }
+
+/// The most `strsize` with which strings are read at the firing (a BPF program keeps
+/// the string on its 512-byte stack: `udtrace_bpf::dif::MAX_STRSIZE`); past it they
+/// stay in the consumer.
+pub const MAX_FIRING_STRSIZE: u64 = 256;
 
 /// Splits a [`KeyWord::Probe`] word: (probe id, component: 0 provider .. 3 name).
 pub fn decode_probe_key(word: u64) -> (u32, u8) {
@@ -86,6 +94,13 @@ pub struct FiringPlan {
     gating: bool,
     /// Per program aggregation: its key words ([`key_words`]).
     key_words: Vec<Vec<KeyWord>>,
+    /// Per clause at the firing: the strings it reads (argument, most bytes read), all
+    /// before its first side effect. A read that faults `Emit`s and ends the clause's
+    /// program; the consumer runs such a clause on the record only when one of these
+    /// reads faults there too, and so reports the fault as `-x nodif` does.
+    pub string_reads: Vec<Vec<(u8, u16)>>,
+    /// DTrace's `strsize`, when strings can be read at the firing (else 0).
+    strsize: u16,
 }
 
 /// Why a clause cannot run at the firing (never shown: it runs in the consumer).
@@ -122,6 +137,13 @@ impl FiringPlan {
     /// Decides where everything lives. `is_pid` says whether a probe description
     /// names pid probes (the only ones that run programs).
     pub fn new(prog: &CheckedProgram, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> FiringPlan {
+        FiringPlan::with_strsize(prog, is_pid, 256)
+    }
+
+    /// [`FiringPlan::new`] with DTrace's `strsize` (strings read at the firing are
+    /// truncated as the consumer truncates them).
+    pub fn with_strsize(prog: &CheckedProgram, is_pid: &dyn Fn(&ProbeDesc) -> bool, strsize: u64) -> FiringPlan {
+        let strsize = if (1..=MAX_FIRING_STRSIZE).contains(&strsize) { strsize as u16 } else { 0 };
         let n = prog.clauses.len();
         // Items that could live at the firing at all: integer scalars; aggregations
         // of a supported function (min and max: that nothing clears or truncates).
@@ -139,7 +161,7 @@ impl FiringPlan {
         }
         let mut touched: Vec<Vec<Item>> = Vec::with_capacity(n);
         let mut capable = vec![false; n];
-        let all = FiringPlan::all_items(prog);
+        let all = FiringPlan { strsize, ..FiringPlan::all_items(prog, strsize) };
         for (ci, clause) in prog.clauses.iter().enumerate() {
             let t = touched_items(clause);
             for item in pinned_items(clause) {
@@ -202,6 +224,7 @@ impl FiringPlan {
         let mut plan = FiringPlan::none(prog);
         plan.at_firing = at_firing;
         plan.gating = true;
+        plan.strsize = strsize;
         for i in 0..prog.thread_vars.len() {
             if lives(Item::Thread(i)) {
                 plan.tls_slot[i] = Some(plan.layout.tls);
@@ -218,16 +241,26 @@ impl FiringPlan {
             let Some(func) = agg_fn(a.kind, &a.params) else { continue };
             plan.agg_index[i] = Some(plan.layout.aggs.len() as u16);
             let keys = plan.key_words[i].clone();
+            if keys.contains(&KeyWord::Str) {
+                plan.layout.strsize = strsize;
+            }
             plan.layout.aggs.push(AggDesc { func, nkeys: keys.len() as u8 });
             plan.aggs.push(FiringAgg { agg: i, keys });
         }
+        plan.string_reads = prog
+            .clauses
+            .iter()
+            .enumerate()
+            .map(|(ci, cl)| if plan.at_firing[ci] { string_reads(cl, &plan.key_words, strsize) } else { Vec::new() })
+            .collect();
         plan
     }
 
     /// A plan that puts every item at the firing: what a clause's capability is
     /// tried against (its register use does not depend on where items live).
-    fn all_items(prog: &CheckedProgram) -> FiringPlan {
+    fn all_items(prog: &CheckedProgram, strsize: u16) -> FiringPlan {
         let mut p = FiringPlan::none(prog);
+        p.layout.strsize = strsize;
         p.at_firing = vec![true; prog.clauses.len()];
         p.tls_slot = (0..prog.thread_vars.len() as u16).map(Some).collect();
         p.layout.tls = prog.thread_vars.len() as u16;
@@ -274,7 +307,17 @@ impl FiringPlan {
         if reads_args(pred) && !args_at(probe.name, reads_arg0(pred)) {
             return None;
         }
-        let mut g = Gen { plan: self, prog, probe, ops: Vec::new(), top: 0, locals: HashMap::new(), gate: true };
+        let mut g = Gen {
+            plan: self,
+            prog,
+            probe,
+            ops: Vec::new(),
+            top: 0,
+            locals: HashMap::new(),
+            gate: true,
+            faults: Vec::new(),
+            depth: 0,
+        };
         let c = g.cond(pred).ok()?;
         let skip = g.jz(c);
         g.ops.push(Op::Emit);
@@ -287,7 +330,17 @@ impl FiringPlan {
 
     fn compile(&self, prog: &CheckedProgram, clause: usize, probe: &ProbeFacts) -> R<Program> {
         let cl = &prog.clauses[clause];
-        let mut g = Gen { plan: self, prog, probe, ops: Vec::new(), top: 0, locals: HashMap::new(), gate: false };
+        let mut g = Gen {
+            plan: self,
+            prog,
+            probe,
+            ops: Vec::new(),
+            top: 0,
+            locals: HashMap::new(),
+            gate: false,
+            faults: Vec::new(),
+            depth: 0,
+        };
         // Clause-local variables start at 0 in each firing.
         for it in touched_items(cl) {
             if let Item::Local(id) = it {
@@ -301,7 +354,12 @@ impl FiringPlan {
         }
         let mut skip = Vec::new();
         if let Some(pred) = &cl.predicate {
+            // A clause that reads strings runs in the consumer when a read faults: its
+            // predicate must decide there as here, from what the record carries (as a
+            // gate's).
+            g.gate = reads_strings(cl, &self.key_words);
             let c = g.cond(pred)?;
+            g.gate = false;
             skip.push(g.jz(c));
             g.top = c;
         }
@@ -309,6 +367,12 @@ impl FiringPlan {
         let end = g.ops.len();
         for at in skip {
             g.patch(at, end);
+        }
+        // A string read that faults ends the clause (the consumer runs it on the record).
+        for at in std::mem::take(&mut g.faults) {
+            if let Op::Str { d, a, max, .. } = g.ops[at] {
+                g.ops[at] = Op::Str { d, a, max, fault: end as u16 };
+            }
         }
         let p = Program { ops: g.ops };
         op::verify(&p, &self.layout).map_err(|_| NotHere("the program fails its checks"))?;
@@ -529,6 +593,11 @@ struct Gen<'a> {
     /// Only what a record carries as the firing saw it: a gate's predicate reads no
     /// variable and no `timestamp` or `cpu` (the record reads them at another instant).
     gate: bool,
+    /// The `Op::Str`s whose fault goes to the clause's end (patched there).
+    faults: Vec<usize>,
+    /// Inside an `if`'s branches (a string read there is not here: the consumer
+    /// could not tell whether the firing reached it).
+    depth: u32,
 }
 
 impl Gen<'_> {
@@ -578,11 +647,13 @@ impl Gen<'_> {
                     let c = self.cond(cond)?;
                     let to_else = self.jz(c);
                     self.top = mark;
+                    self.depth += 1;
                     self.actions(then)?;
                     let to_end = self.jmp();
                     let els = self.ops.len();
                     self.patch(to_else, els);
                     self.actions(otherwise)?;
+                    self.depth -= 1;
                     let end = self.ops.len();
                     self.patch(to_end, end);
                 }
@@ -602,8 +673,27 @@ impl Gen<'_> {
         let base = self.top;
         let words = self.plan.key_words.get(agg).cloned().unwrap_or_default();
         let mut at = 0;
+        let mut strings = Vec::new();
         for (k, t) in keys.iter().zip(&info.keys) {
             let d = self.alloc()?;
+            if words.get(at) == Some(&KeyWord::Str) {
+                at += 1;
+                let (n, max) = string_key(k, self.plan.strsize)
+                    .ok_or(NotHere("a string key other than copyinstr(argN) where another clause keys by it"))?;
+                // Rerunning the clause in the consumer after a fault must repeat nothing,
+                // and reach the read as the firing did.
+                if self.ops.iter().any(|o| matches!(o, Op::TlsStore { .. } | Op::Agg { .. })) {
+                    return no("a string read after a side effect");
+                }
+                if self.depth > 0 {
+                    return no("a string read inside an if");
+                }
+                self.arg(n, d)?;
+                self.faults.push(self.ops.len());
+                self.ops.push(Op::Str { d, a: d, max, fault: 0 });
+                strings.push(d);
+                continue;
+            }
             if words.get(at) == Some(&KeyWord::Comm) {
                 if !is_execname(k) {
                     return no("a string key other than execname where another clause keys by it");
@@ -649,7 +739,14 @@ impl Gen<'_> {
             Some(_) => return no("an extra aggregation argument"),
             None => self.ops.push(Op::Const { d: incr, v: 1 }),
         }
+        // A string the table could not keep (id 0, an aggregation drop counted): no
+        // update.
+        let skips: Vec<usize> = strings.iter().map(|&s| self.jz(s)).collect();
         self.ops.push(Op::Agg { agg: index, keys: if keys.is_empty() { 0 } else { base }, val, incr });
+        let end = self.ops.len();
+        for at in skips {
+            self.patch(at, end);
+        }
         Ok(())
     }
 
@@ -1101,12 +1198,64 @@ fn is_execname(e: &Expr) -> bool {
     matches!(e.kind, ExprKind::Builtin(Builtin::Execname))
 }
 
+/// `copyinstr(argN)` or `copyinstr(argN, LEN)` (N ≤ 5, LEN a constant): the argument
+/// and the most bytes read, the NUL included (`min(LEN, strsize)`, as the consumer
+/// reads; a LEN of 0 always faults: not here). None with no `strsize` at the firing.
+fn string_key(e: &Expr, strsize: u16) -> Option<(u8, u16)> {
+    let ExprKind::Call(Subr::Copyinstr, args) = &e.kind else { return None };
+    let ExprKind::Builtin(Builtin::Arg(n)) = args.first()?.kind else { return None };
+    let max = match args.get(1) {
+        None => u64::from(strsize),
+        Some(len) => match len.kind {
+            ExprKind::Int(v) => v.min(u64::from(strsize)),
+            _ => return None,
+        },
+    };
+    (n <= 5 && max > 0).then_some((n, max as u16))
+}
+
+/// Whether clause `cl` keys an aggregation by a string read at the firing.
+fn reads_strings(cl: &Clause, words: &[Vec<KeyWord>]) -> bool {
+    !string_reads(cl, words, 1).is_empty()
+}
+
+/// The strings clause `cl` reads at the firing: its string keys, in order.
+fn string_reads(cl: &Clause, words: &[Vec<KeyWord>], strsize: u16) -> Vec<(u8, u16)> {
+    let mut out = Vec::new();
+    fn walk(actions: &[Action], words: &[Vec<KeyWord>], strsize: u16, out: &mut Vec<(u8, u16)>) {
+        for a in actions {
+            match a {
+                Action::AggUpdate { agg, keys, .. } => {
+                    let w = words.get(*agg).map(Vec::as_slice).unwrap_or_default();
+                    let mut at = 0;
+                    for k in keys {
+                        match w.get(at) {
+                            Some(KeyWord::Str) => out.extend(string_key(k, strsize)),
+                            Some(KeyWord::Comm) => at += 1,
+                            _ => {}
+                        }
+                        at += 1;
+                    }
+                }
+                Action::If { then, otherwise, .. } => {
+                    walk(then, words, strsize, out);
+                    walk(otherwise, words, strsize, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    walk(&cl.actions, words, strsize, &mut out);
+    out
+}
+
 /// Per aggregation, the words of its key: an integer or a probe's identity a word
 /// each; a string key that some clause gives as `execname` two ([`KeyWord::Comm`]:
 /// the clauses giving it anything else there then stay in the consumer).
 fn key_words(prog: &CheckedProgram) -> Vec<Vec<KeyWord>> {
-    let mut comm: std::collections::HashSet<(usize, usize)> = std::collections::HashSet::new();
-    fn walk(actions: &[Action], comm: &mut std::collections::HashSet<(usize, usize)>) {
+    type Seen = std::collections::HashSet<(usize, usize)>;
+    let (mut comm, mut strs) = (Seen::new(), Seen::new());
+    fn walk(actions: &[Action], comm: &mut Seen, strs: &mut Seen) {
         for a in actions {
             match a {
                 Action::AggUpdate { agg, keys, .. } => {
@@ -1114,18 +1263,21 @@ fn key_words(prog: &CheckedProgram) -> Vec<Vec<KeyWord>> {
                         if is_execname(e) {
                             comm.insert((*agg, k));
                         }
+                        if string_key(e, 1).is_some() {
+                            strs.insert((*agg, k));
+                        }
                     }
                 }
                 Action::If { then, otherwise, .. } => {
-                    walk(then, comm);
-                    walk(otherwise, comm);
+                    walk(then, comm, strs);
+                    walk(otherwise, comm, strs);
                 }
                 _ => {}
             }
         }
     }
     for cl in &prog.clauses {
-        walk(&cl.actions, &mut comm);
+        walk(&cl.actions, &mut comm, &mut strs);
     }
     prog.aggs
         .iter()
@@ -1135,6 +1287,7 @@ fn key_words(prog: &CheckedProgram) -> Vec<Vec<KeyWord>> {
             for (k, t) in a.keys.iter().enumerate() {
                 match int_shape(t) {
                     Some(s) => out.push(KeyWord::Int { size: s.size, signed: s.signed }),
+                    None if strs.contains(&(i, k)) => out.push(KeyWord::Str),
                     None if comm.contains(&(i, k)) => out.extend([KeyWord::Comm, KeyWord::CommRest]),
                     None => out.push(KeyWord::Probe),
                 }

@@ -227,6 +227,7 @@ impl Setup {
                 .map(|&(n, size)| BufferCapture { reg: PtReg::ARGS[usize::from(n)], size })
                 .collect(),
             regs: self.plan.regs,
+            arg_regs: arg_regs(self.plan.args),
             errno: self.plan.errno,
             curthread: self.plan.curthread,
             task: self.plan.cur_task,
@@ -249,6 +250,21 @@ impl Setup {
             },
         }
     }
+}
+
+/// The registers a record holds for the clauses' `arg0`..`arg5` (bit n of `args`):
+/// their registers at entry and offset probes, and rax for a return probe's `arg1`.
+fn arg_regs(args: u16) -> u32 {
+    let mut regs = 0;
+    for (n, r) in PtReg::ARGS.iter().enumerate() {
+        if args & (1 << n) != 0 {
+            regs |= r.bit();
+        }
+    }
+    if args & 0b10 != 0 {
+        regs |= PtReg::Ax.bit();
+    }
+    regs
 }
 
 /// Why a backend without BPF samples nothing for `profile-N` (followed by why there is
@@ -277,8 +293,10 @@ pub struct ProfileProbe {
 }
 
 /// One firing, as the backend reports it.
-// Each is handed once, by value, to a callback; none is stored. A pid firing (some
-// 400 bytes) is lent, not moved: it is built once where it is parsed.
+// Each is handed once, by value, to a callback; none is stored (so a proc firing, the
+// largest, is not boxed: that would allocate per firing). A pid firing is lent, not
+// moved: it is built once where it is parsed.
+#[allow(clippy::large_enum_variant)]
 pub enum Record<'a> {
     /// A pid probe site fired: every probe whose site it is, the argument register
     /// (0..=5) behind each string the record captured, in order, and the argument

@@ -10,8 +10,9 @@
 //!     28     4  flags (FLAG_STACK_TRUNCATED)
 //!     32     4  stack_len: bytes of user stack captured (<= stack_bytes)
 //!     36     4  errno of the firing thread, when plan.errno (else 0)
-//!     40   168  the 21 pt_regs registers, x86-64 order (see PtReg), when plan.regs
-//!  R=208 or 40  user stack from regs->sp, S = plan.stack_bytes (zeros past stack_len)
+//!     40   168  the 21 pt_regs registers, x86-64 order (see PtReg), when plan.regs;
+//!           8 n  else the n registers of plan.arg_regs, in that order (often none)
+//!  R=208 or 40+8n  user stack from regs->sp, S = plan.stack_bytes (zeros past stack_len)
 //!    R+S        per string capture: i32 probe_read_user_str result (length with NUL,
 //!               or -errno), u32 reserved, then `max` bytes rounded up to 8
 //!               per buffer capture: i32 bytes read (`size`, or fewer where the
@@ -83,6 +84,17 @@ impl PtReg {
 
     /// The argument registers of the System V x86-64 ABI, arg0..arg5.
     pub const ARGS: [PtReg; 6] = [PtReg::Di, PtReg::Si, PtReg::Dx, PtReg::Cx, PtReg::R8, PtReg::R9];
+
+    /// Every register, in `struct pt_regs` order (index = `self as usize`).
+    pub const ALL: [PtReg; NUM_REGS] = {
+        use PtReg::*;
+        [R15, R14, R13, R12, Bp, Bx, R11, R10, R9, R8, Ax, Cx, Dx, Si, Di, OrigAx, Ip, Cs, Flags, Sp, Ss]
+    };
+
+    /// Its bit in a register mask ([`RecordPlan::arg_regs`]).
+    pub const fn bit(self) -> u32 {
+        1 << self as u32
+    }
 }
 
 /// A NUL-terminated user string read at the firing from the address in `reg`.
@@ -261,6 +273,9 @@ pub struct RecordPlan {
     /// Whether the registers are recorded (needed by stack, string and buffer captures
     /// too).
     pub regs: bool,
+    /// Without `regs`, the registers recorded all the same (bit [`PtReg::bit`]): those
+    /// the clauses read as arguments, so that `printf("%d", arg0)` records one.
+    pub arg_regs: u32,
     /// Whether the thread's errno is read (where the process's errno is known).
     pub errno: bool,
     /// Whether the current task's address is recorded (`curthread`).
@@ -303,7 +318,11 @@ pub const MAX_BUFFER: u32 = 4096;
 /// Offsets of a plan's record; build once per plan, use for codegen and parsing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordLayout {
+    /// All 21 registers are recorded, in `struct pt_regs` order.
     pub regs: bool,
+    /// The registers recorded from [`OFF_REGS`] on, in [`PtReg`] order, 8 bytes each
+    /// (every bit with `regs`).
+    pub reg_mask: u32,
     /// Where the user stack starts: after the registers, or the header.
     pub off_stack: usize,
     pub stack_bytes: u32,
@@ -341,7 +360,8 @@ impl RecordLayout {
             // A trampoline zeroes the record's tail only where it has registers: an
             // in-process record's snapshot is zero (none).
             || plan.task;
-        let off_stack = if regs { OFF_STACK } else { OFF_REGS };
+        let reg_mask = if regs { (1 << NUM_REGS) - 1 } else { plan.arg_regs & ((1 << NUM_REGS) - 1) };
+        let off_stack = OFF_REGS + reg_mask.count_ones() as usize * 8;
         let mut off = off_stack + plan.stack_bytes as usize;
         let strings = slots(&mut off, plan.strings.iter().map(|s| s.max), MAX_STRING, PlanError::StringMax)?;
         let buffers = slots(&mut off, plan.buffers.iter().map(|b| b.size), MAX_BUFFER, PlanError::BufferSize)?;
@@ -387,6 +407,7 @@ impl RecordLayout {
         }
         Ok(RecordLayout {
             regs,
+            reg_mask,
             off_stack,
             stack_bytes: plan.stack_bytes,
             errno: plan.errno,
@@ -403,6 +424,11 @@ impl RecordLayout {
         })
     }
 
+    /// (offset in the record, register) of each register recorded.
+    pub fn recorded_regs(&self) -> impl Iterator<Item = (usize, PtReg)> + '_ {
+        PtReg::ALL.iter().filter(|r| self.reg_mask & r.bit() != 0).enumerate().map(|(i, &r)| (OFF_REGS + 8 * i, r))
+    }
+
     pub fn parse<'a>(&self, rec: &'a [u8]) -> Result<Firing<'a>, RecordError> {
         // The ring rounds nothing into the length; a record is exactly our size.
         if rec.len() != self.size {
@@ -411,12 +437,7 @@ impl RecordLayout {
         let u64_at = |o: usize| u64::from_ne_bytes(rec[o..o + 8].try_into().expect("8 bytes"));
         let u32_at = |o: usize| u32::from_ne_bytes(rec[o..o + 4].try_into().expect("4 bytes"));
         let pid_tgid = u64_at(OFF_PID_TGID);
-        let mut regs = [0u64; NUM_REGS];
-        if self.regs {
-            for (i, r) in regs.iter_mut().enumerate() {
-                *r = u64_at(OFF_REGS + i * 8);
-            }
-        }
+        let regs = Regs { bytes: &rec[OFF_REGS..self.off_stack], mask: self.reg_mask };
         let stack_len = u32_at(OFF_STACK_LEN);
         if stack_len > self.stack_bytes {
             return Err(RecordError::StackLen(stack_len));
@@ -568,8 +589,8 @@ pub struct Firing<'a> {
     pub tid: u32,
     pub ktime: u64,
     pub cpu: u32,
-    /// Zeros when the plan records no registers.
-    pub regs: [u64; NUM_REGS],
+    /// The registers recorded (0 for the others).
+    pub regs: Regs<'a>,
     /// The user stack from `sp` up, as much as was readable (empty if none).
     pub stack: &'a [u8],
     /// Less than `stack_bytes` could be read.
@@ -605,9 +626,34 @@ pub struct Stashed<'a> {
     pub bytes: Option<&'a [u8]>,
 }
 
+/// The registers a record holds, read where they are: a firing is lent by reference
+/// from where it was parsed, and a copy of all 21 cost more than the clauses' reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Regs<'a> {
+    /// 8 bytes per register of `mask`, in [`PtReg`] order.
+    bytes: &'a [u8],
+    mask: u32,
+}
+
+impl Regs<'_> {
+    /// The register's value, 0 when the record does not hold it.
+    pub fn get(&self, r: PtReg) -> u64 {
+        if self.mask & r.bit() == 0 {
+            return 0;
+        }
+        let at = (self.mask & (r.bit() - 1)).count_ones() as usize * 8;
+        self.bytes.get(at..at + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    /// All 21, in `struct pt_regs` order.
+    pub fn all(&self) -> [u64; NUM_REGS] {
+        PtReg::ALL.map(|r| self.get(r))
+    }
+}
+
 impl Firing<'_> {
     pub fn reg(&self, r: PtReg) -> u64 {
-        self.regs[r as usize]
+        self.regs.get(r)
     }
 
     /// arg0..arg5 from their registers.
@@ -627,6 +673,7 @@ mod tests {
             strings: vec![StringCapture { reg: PtReg::Di, max: 5 }, StringCapture { reg: PtReg::Si, max: 16 }],
             buffers: vec![BufferCapture { reg: PtReg::Di, size: 4 }, BufferCapture { reg: PtReg::Dx, size: 16 }],
             regs: true,
+            arg_regs: 0,
             errno: false,
             curthread: false,
             task: false,
@@ -655,6 +702,7 @@ mod tests {
                 strings: vec![],
                 buffers: vec![],
                 regs: true,
+                arg_regs: 0,
                 errno: false,
                 curthread: false,
                 task: false,
@@ -668,6 +716,7 @@ mod tests {
                 strings: vec![StringCapture { reg: PtReg::Di, max: 0 }],
                 buffers: vec![],
                 regs: true,
+                arg_regs: 0,
                 errno: false,
                 curthread: false,
                 task: false,
@@ -686,6 +735,7 @@ mod tests {
                 strings: many,
                 buffers: vec![],
                 regs: true,
+                arg_regs: 0,
                 errno: false,
                 curthread: false,
                 task: false,
@@ -794,6 +844,7 @@ mod tests {
                 BufferCapture { reg: PtReg::Dx, size: 8 },
             ],
             regs: true,
+            arg_regs: 0,
             errno: true,
             curthread: true,
             task: false,
@@ -831,6 +882,23 @@ mod tests {
         assert_eq!(f.strings, vec![Some(&b"hi"[..]), None]);
         assert_eq!(f.buffers, vec![Some(&[1u8, 2, 3, 4][..]), Some(&b"abcde"[..]), None]);
         assert!(matches!(l.parse(&r[1..]), Err(RecordError::Size { .. })));
+    }
+
+    #[test]
+    fn argument_registers_alone() {
+        // arg0 and a return's arg1: rdi and rax, in pt_regs order (rax first).
+        let plan = RecordPlan { arg_regs: PtReg::Di.bit() | PtReg::Ax.bit(), ..RecordPlan::default() };
+        let l = RecordLayout::new(&plan).unwrap();
+        assert_eq!((l.regs, l.size), (false, OFF_REGS + 16));
+        assert_eq!(l.recorded_regs().collect::<Vec<_>>(), vec![(OFF_REGS, PtReg::Ax), (OFF_REGS + 8, PtReg::Di)]);
+        let mut r = vec![0u8; l.size];
+        r[OFF_REGS..][..8].copy_from_slice(&7u64.to_ne_bytes());
+        r[OFF_REGS + 8..][..8].copy_from_slice(&99u64.to_ne_bytes());
+        let f = l.parse(&r).unwrap();
+        assert_eq!((f.reg(PtReg::Ax), f.arg(0), f.arg(1), f.reg(PtReg::Ip)), (7, Some(99), Some(0), 0));
+        // All the registers whatever arg_regs says, where a capture needs them.
+        let l = RecordLayout::new(&RecordPlan { regs: true, ..plan }).unwrap();
+        assert_eq!((l.reg_mask, l.off_stack), ((1 << NUM_REGS) - 1, OFF_STACK));
     }
 
     #[test]

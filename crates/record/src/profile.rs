@@ -86,7 +86,7 @@ mod tests {
         assert!(is_profile(&rec));
         let s = l.parse(&rec).unwrap();
         assert_eq!((s.probe, s.firing.pid, s.firing.tid), (3, 42, 43));
-        assert_eq!(s.firing.regs[16], 0x401000);
+        assert_eq!(s.firing.reg(crate::pid::PtReg::Ip), 0x401000);
         assert_eq!(s.firing.stack.len(), 8);
         assert_eq!(s.kernel_pc, 0xffff_ffff_8100_0000);
         assert_eq!(s.comm, b"busy");

@@ -214,6 +214,7 @@ pub struct Consumer {
     draining: bool,
     /// Per clause: it runs where its probes fire (docs/firing.md), not here.
     at_firing: Vec<bool>,
+    string_reads: Vec<Vec<(u8, u16)>>,
     /// Per clause: it records data the consumer prints (not only commits or discards).
     records_data: Vec<bool>,
 }
@@ -282,8 +283,28 @@ impl Consumer {
             spare_values: Vec::new(),
             draining: false,
             at_firing: Vec::new(),
+            string_reads: Vec::new(),
             records_data,
         }
+    }
+
+    /// The strings each clause at the firing reads there (`FiringPlan::string_reads`):
+    /// a record skips the clause unless one of them faults on it (the firing's read
+    /// faulted and asked for the record: the clause runs here and reports the fault).
+    pub fn set_string_reads(&mut self, reads: Vec<Vec<(u8, u16)>>) {
+        self.string_reads = reads;
+    }
+
+    /// Whether every string clause `clause` reads at the firing reads on this record.
+    fn strings_read(&self, clause: usize, ctx: &dyn Context) -> bool {
+        let Some(reads) = self.string_reads.get(clause) else { return true };
+        reads.iter().all(|&(n, max)| {
+            let addr = match ctx.builtin(udtrace_lang::ir::Builtin::Arg(n)) {
+                Some(Value::Int(i)) => i.bits,
+                _ => 0,
+            };
+            max > 0 && ctx.read_string(addr, usize::from(max)).is_some()
+        })
     }
 
     /// The clauses that run where their probes fire: a firing's record skips them.
@@ -377,7 +398,7 @@ impl Consumer {
             if !self.may_run(&ecb.probe) {
                 break;
             }
-            if self.at_firing.get(ecb.clause).copied().unwrap_or(false) {
+            if self.at_firing.get(ecb.clause).copied().unwrap_or(false) && self.strings_read(ecb.clause, ctx) {
                 continue;
             }
             if let Err((fault, action)) = self.run_ecb(ecb, cpu, ctx, out, &mut fx)? {
@@ -455,7 +476,7 @@ impl Consumer {
             Builtin::Arg(n) if (n as usize) < args.len() => Some(Value::int(args[n as usize])),
             _ => None,
         };
-        let ectx = Overlay { inner: ctx, builtins: &error_args };
+        let ectx = Overlay { inner: ctx, builtins: error_args };
         for e in self.error_ecbs.clone() {
             // A fault in an ERROR clause is counted, not reported (a double error).
             if self.run_ecb(&e, cpu, &ectx, out, fx)?.is_err() {
@@ -511,7 +532,7 @@ impl Consumer {
                 _ => return None,
             })
         };
-        let pctx = Overlay { inner: ctx, builtins: &identity };
+        let pctx = Overlay { inner: ctx, builtins: identity };
         // Each clause starts with empty scratch space.
         self.scratch.reset();
         self.vars.reset_temporaries();
@@ -620,15 +641,17 @@ impl Consumer {
     /// A value an action records: a string must be readable, so the NULL string
     /// (or NULL plus an offset) faults at its address, as DTrace's record copy does.
     fn eval_datum(&mut self, e: &Expr, ctx: &dyn Context) -> EvalResult<Value> {
-        let v = match e.kind {
-            // A builtin (`arg0`, `pid`…) is read as the evaluator would, without one.
+        let (v, narrowed) = match e.kind {
+            // A builtin (`arg0`, `pid`…) is read as the evaluator would, without one,
+            // an integer already narrowed to its type.
             ExprKind::Builtin(b) if !matches!(b, Builtin::Curcpu) => {
-                crate::eval::builtin_value(ctx, b, &e.ty, &self.prog.types)
+                (crate::eval::builtin_value(ctx, b, &e.ty, &self.prog.types), true)
             }
-            _ => self.eval(e, ctx)?,
+            _ => (self.eval(e, ctx)?, false),
         };
         match crate::eval::string_address(&v) {
             Some(a) if e.ty.is_string() => Err(Fault::BadAddress(a)),
+            _ if narrowed => Ok(v),
             _ => Ok(crate::eval::narrow(v)),
         }
     }

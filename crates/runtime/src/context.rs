@@ -46,14 +46,20 @@ pub trait Context {
 /// A context that answers some built-ins itself and passes everything else to
 /// `inner`: the probe's identity over a backend's context, the ERROR probe's
 /// arguments over the faulting firing's.
-pub struct Overlay<'a> {
+// Generic over the closure, not `dyn`: the probe's identity is asked at every builtin a
+// clause reads, and a call through a pointer to learn that `arg0` is not one of its
+// built-ins cost 5% of a printf record.
+pub struct Overlay<'a, F: Fn(Builtin) -> Option<Value>> {
     pub inner: &'a dyn Context,
-    pub builtins: &'a dyn Fn(Builtin) -> Option<Value>,
+    pub builtins: F,
 }
 
-impl Context for Overlay<'_> {
+impl<F: Fn(Builtin) -> Option<Value>> Context for Overlay<'_, F> {
     fn builtin(&self, b: Builtin) -> Option<Value> {
-        (self.builtins)(b).or_else(|| self.inner.builtin(b))
+        match (self.builtins)(b) {
+            Some(v) => Some(v),
+            None => self.inner.builtin(b),
+        }
     }
     fn register(&self, n: u64) -> Option<u64> {
         self.inner.register(n)

@@ -2,7 +2,7 @@
 //! rows the firings left, keyed by words, become the consumer's keys and states, and
 //! replace the aggregation's contents (the consumer never updates such an aggregation).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use udtrace_dif::layout::{merge, subtract, AggFn};
@@ -34,17 +34,24 @@ pub fn key_value(kind: KeyWord, word: u64, probe: &dyn Fn(u32) -> Option<Rc<Prob
             });
             Value::Str(name.unwrap_or_default())
         }
-        // One word of a name is not a key: `key_values` reads the two together.
-        KeyWord::Comm | KeyWord::CommRest => Value::Str(Vec::new()),
+        // One word of a name is not a key: `key_values` reads the two together; a
+        // string's id reads back from the snapshot's strings (`key_values`).
+        KeyWord::Comm | KeyWord::CommRest | KeyWord::Str => Value::Str(Vec::new()),
     }
 }
 
 /// A row's key words as the consumer's key: one value per key of the aggregation
-/// (an `execname` key takes two words).
-pub fn key_values(kinds: &[KeyWord], words: &[u64], probe: &dyn Fn(u32) -> Option<Rc<Probe>>) -> Vec<Value> {
+/// (an `execname` key takes two words; a string's id is its string in `strings`).
+pub fn key_values(
+    kinds: &[KeyWord],
+    words: &[u64],
+    strings: &BTreeMap<u64, Vec<u8>>,
+    probe: &dyn Fn(u32) -> Option<Rc<Probe>>,
+) -> Vec<Value> {
     let mut out = Vec::with_capacity(kinds.len());
     for (i, (&k, &w)) in kinds.iter().zip(words).enumerate() {
         match k {
+            KeyWord::Str => out.push(Value::Str(strings.get(&w).cloned().unwrap_or_default())),
             KeyWord::Comm => {
                 let next = words.get(i + 1).copied().unwrap_or(0);
                 out.push(Value::Str(udtrace_dif::op::comm_name([w, next])));
@@ -66,7 +73,7 @@ pub fn load(consumer: &mut Consumer, plan: &FiringPlan, snap: &Snapshot, probe: 
         let mut merged: Vec<(Vec<Value>, Vec<u64>)> = Vec::with_capacity(rows.len());
         let mut index: HashMap<Vec<Value>, usize> = HashMap::with_capacity(rows.len());
         for (words, row) in rows {
-            let key = key_values(&fa.keys, words, probe);
+            let key = key_values(&fa.keys, words, &snap.strings, probe);
             match index.get(&key) {
                 Some(&at) => merge(desc.func, &mut merged[at].1, row),
                 None => {

@@ -5,7 +5,7 @@
 
 use std::rc::Rc;
 
-use udtrace_dif::gen::Rng;
+use udtrace_dif::gen::{string_case, Rng, UserPages, PAGE, USER_BASE};
 use udtrace_dif::interp::{self, Firing, Memory};
 use udtrace_dif::layout::BufferLayout;
 use udtrace_dif::snapshot::Snapshot;
@@ -66,6 +66,13 @@ fn ecbs(prog: &CheckedProgram, probes: &[Rc<Probe>]) -> Vec<Ecb> {
 /// offset and the return value, as `udtrace_providers::pid_context` reads them).
 struct Ctx(Firing, bool);
 
+/// The traced process's memory, for `copyinstr` (the string cases' of `udtrace_dif::gen`):
+/// the consumer reads it as a record's capture is read, the programs as `Op::Str` reads.
+fn memory() -> &'static UserPages {
+    static PAGES: std::sync::OnceLock<UserPages> = std::sync::OnceLock::new();
+    PAGES.get_or_init(|| UserPages::new(&string_case(0).user))
+}
+
 /// The return site's offset (`arg0` at the return probe).
 const RET_OFFSET: i64 = 0x2a;
 
@@ -88,6 +95,10 @@ impl Context for Ctx {
             _ => return None,
         }))
     }
+
+    fn read_string(&self, addr: u64, max: usize) -> Option<Vec<u8>> {
+        udtrace_dif::op::user_string(memory(), addr, max)
+    }
 }
 
 /// The names firings have (`execname`): the most a name keeps (15 bytes) among them.
@@ -95,7 +106,12 @@ const NAMES: [&str; 5] = ["work", "postgres", "abcdefghijklmno", "", "a"];
 
 fn firings(seed: u64, n: usize) -> Vec<(u32, Firing)> {
     let mut r = Rng(seed | 1);
-    let interesting: [u64; 12] = [
+    let interesting: [u64; 16] = [
+        // Strings: "", "a", "hello", 300 bytes (udtrace_dif::gen's string memory).
+        USER_BASE,
+        USER_BASE + 64,
+        USER_BASE + 128,
+        USER_BASE + 2 * PAGE,
         0,
         1,
         2,
@@ -159,6 +175,7 @@ fn lowered(prog: &Rc<CheckedProgram>, plan: &FiringPlan, fs: &[(u32, Firing)]) -
     let ecbs = ecbs(prog, &probes);
     let mut c = Consumer::new(Rc::clone(prog), settings(), ecbs.clone(), 1);
     c.set_at_firing(plan.at_firing.clone());
+    c.set_string_reads(plan.string_reads.clone());
     // Per probe: its program (clauses at the firing, gates of the others), and whether
     // it records every firing (a consumer clause without a gate).
     let is_pid = |d: &udtrace_lang::ast::ProbeDesc| d.provider.starts_with("pid");
@@ -192,7 +209,7 @@ fn lowered(prog: &Rc<CheckedProgram>, plan: &FiringPlan, fs: &[(u32, Firing)]) -
         let (program, always) = &programs[*id as usize - 1];
         // A firing writes its record when a clause needs it every time, or a gate
         // asked for it: the consumer sees only those.
-        if interp::run(program, &plan.layout, &buf, f, &mut mem) == interp::Outcome::Emit || *always {
+        if interp::run_reading(program, &plan.layout, &buf, f, &mut mem, memory()) == interp::Outcome::Emit || *always {
             if reads_back {
                 udtrace_runtime::firing::load(&mut c, plan, &Snapshot::read(&plan.layout, &buf, &mem), &by_id);
             }
@@ -238,6 +255,28 @@ const TABLE: &[(&str, bool)] = &[
     ("pid4242::work:entry { this->x = arg0 * 3; @[this->x > 5 ? 1 : 0] = sum(this->x); }", true),
     ("pid4242::work:entry { self->n++; self->m += arg0 / -1; @[tid] = sum(self->n + self->m); }", true),
     ("pid4242::work:entry { if (arg0 > 2) { @a = count(); } else { @b = sum(arg1); } }", true),
+    // Strings (some arguments point at them, most fault: an error each, both ways).
+    (
+        "pid4242::work:entry { @[copyinstr(arg0)] = count(); }
+         pid4242::work:entry /arg4 & 1/ { @n[copyinstr(arg1, 3), arg2 & 1] = sum(arg3 & 7); }",
+        true,
+    ),
+    ("pid4242::work:return { @[copyinstr(arg1), execname] = count(); }", true),
+    // A predicate on a variable the consumer does not keep (it lives at the firing):
+    // the consumer could not tell a faulting firing's clause from the record.
+    (
+        "pid4242::work:entry { self->x = arg2 & 1; }
+         pid4242::work:entry /self->x/ { @[copyinstr(arg0)] = count(); }",
+        false,
+    ),
+    (
+        "pid4242::work:entry /timestamp & 1/ { @[copyinstr(arg0)] = count(); }
+         pid4242::work:entry { if (arg2 & 1) { @[copyinstr(arg1)] = count(); } }",
+        false,
+    ),
+    // A string read after an update (the second key's, after the first's update): the
+    // clause stays in the consumer.
+    ("pid4242::work:entry { @a[copyinstr(arg0)] = count(); @[copyinstr(arg1)] = count(); }", false),
     ("pid4242::work:entry { x = arg0; @ = sum(x); }", false),
     ("pid4242::work:entry /arg0 % 3 == 1 && pid == 4242/ { printf(\"%d\\n\", arg0); }", false),
     ("pid4242::work:entry /(uid & 1) || probename == \"1f\"/ { @[execname] = sum(arg1); }", true),

@@ -85,7 +85,7 @@ fn firing_plan(program: &CheckedProgram, o: &Options) -> FiringPlan {
     if o.nodif || o.aggpercpu || o.cpu.is_some() {
         return FiringPlan::none(program);
     }
-    FiringPlan::new(program, &|d| is_pid_provider(&d.provider))
+    FiringPlan::with_strsize(program, &|d| is_pid_provider(&d.provider), o.strsize)
 }
 
 /// A compile failure, already rendered (without the leading `udtrace: `).

@@ -175,6 +175,7 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
         Consumer::new(Rc::clone(&compiled.program), settings(&compiled), compiled.ecbs.clone(), me.seed());
     consumer.set_cpus(crate::cpus::online());
     consumer.set_at_firing(compiled.firing.at_firing.clone());
+    consumer.set_string_reads(compiled.firing.string_reads.clone());
     // Remember traced processes while they are held: some exit before their firings
     // are consumed.
     let procs = RefCell::new(Procs::new(wall_offset(), registry.pid.objects().clone()));

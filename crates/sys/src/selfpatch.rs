@@ -69,6 +69,13 @@ impl RawMap {
         Self::mmap(0, len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, Prot::ReadWrite)
     }
 
+    /// `len` bytes of private anonymous memory (zeros), read-write, at `addr` exactly
+    /// (`MAP_FIXED_NOREPLACE`: an error, EEXIST, where anything is mapped there). Tests
+    /// place memory where a generated case says it is.
+    pub fn anon_at(addr: u64, len: usize) -> io::Result<RawMap> {
+        Self::mmap(addr, len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE, -1, Prot::ReadWrite)
+    }
+
     /// `len` bytes of private anonymous memory, read-write, placed so that every byte is
     /// within `jmp rel32` reach of every byte of `[lo, hi)` (the code that will jump to
     /// it). Tries page-aligned candidates moving away from the code, below it first, with
