@@ -72,7 +72,7 @@ impl Rig {
         let (exe, off) = common::own_function("udtrace_dif_target");
         let link = attach_multi_pid(&dispatch, &exe, &[Site { offset: off, cookie: 0 }], false, std::process::id())
             .expect("attach");
-        let records = RefCell::new(RingBufReader::new(&probe.ring).expect("ring"));
+        let records = RefCell::new(RingBufReader::new(probe.ring().expect("ring")).expect("ring"));
         Rig { probe, firing, slots, records, _dispatch: dispatch, _link: link }
     }
 
