@@ -142,6 +142,11 @@ impl LedgerSlot {
         self.ledger.as_mut()
     }
 
+    /// The ledger, if `pid` has patches it knows of.
+    fn existing(&mut self, pid: i32) -> Option<&mut Ledger> {
+        self.ledger.as_mut().filter(|_| self.live.contains(&pid))
+    }
+
     fn forked(&mut self, parent: i32, child: i32) {
         if let Some(l) = self.ledger.as_mut().filter(|_| self.live.contains(&parent)) {
             l.forked(parent, child);
@@ -823,6 +828,13 @@ impl Backend for InProcess {
         match self.fallback.as_mut() {
             Some(f) => f.fork(parent, child),
             None => Ok(()),
+        }
+    }
+
+    fn unloaded(&mut self, pid: i32) {
+        if let Some(proc) = self.procs.get_mut(&pid) {
+            let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
+            proc.forget_unmapped(pid, &objects, self.ledger.existing(pid));
         }
     }
 
