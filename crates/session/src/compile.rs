@@ -331,12 +331,21 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
     // consumer can (by the firing's root). With several roots (`-p A -p B`, `-c` and
     // `-p`), every clause runs in the consumer.
     let roots = req.commands.len() + req.pids.len();
+    // USDT descriptions whose probes' clauses run in the consumer: those matching a
+    // probe whose arguments no program reads, and those matching none yet (a probe
+    // found later, in an object loaded later, could be such: the plan is made once).
     let mut usdt_apart = HashSet::new();
+    let mut usdt_matched = HashSet::new();
     for e in &ecbs {
-        if registry.pid.usdt_site_args(e.probe.id).is_some_and(|s| usdt_dispatch(&s).is_none()) {
-            let di = e.stmt - first_statement(&program, e.clause);
-            usdt_apart.extend(program.clauses[e.clause].probes.get(di).map(full_name));
+        let di = e.stmt - first_statement(&program, e.clause);
+        let name = program.clauses[e.clause].probes.get(di).map(full_name);
+        match registry.pid.usdt_site_args(e.probe.id) {
+            Some(s) if usdt_dispatch(&s).is_none() => usdt_apart.extend(name),
+            _ => usdt_matched.extend(name),
         }
+    }
+    for cl in &program.clauses {
+        usdt_apart.extend(cl.probes.iter().map(full_name).filter(|n| !usdt_matched.contains(n)));
     }
     let firing = if roots > 1 { FiringPlan::none(&program) } else { firing_plan(&program, &effective, &usdt_apart) };
     let work = ProbeWork::default();
