@@ -6,34 +6,25 @@
 use udtrace_dif::gen::{Rng, UserPages, PAGE, USER_BASE};
 use udtrace_dif::interp::{self, Firing, Memory};
 use udtrace_dif::layout::BufferLayout;
-use udtrace_dif::op::{UserMem, UREG_IP};
+use udtrace_dif::op::{UserMem, UREG_IP, USER_REGS};
 use udtrace_dif::snapshot::Snapshot;
 use udtrace_lang::check::Checker;
 use udtrace_lang::firing::{usdt_dispatch, FiringPlan, ProbeFacts, UsdtSiteArgs};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::parser::parse_script;
-use udtrace_object::usdt::{parse_args, Reg};
+use udtrace_object::usdt::{parse_args, Operand, Reg, RegPart};
 use udtrace_providers::usdt::UsdtSite;
 
-const REGS: [Reg; 17] = [
-    Reg::Ax,
-    Reg::Bx,
-    Reg::Cx,
-    Reg::Dx,
-    Reg::Si,
-    Reg::Di,
-    Reg::Bp,
-    Reg::Sp,
-    Reg::R8,
-    Reg::R9,
-    Reg::R10,
-    Reg::R11,
-    Reg::R12,
-    Reg::R13,
-    Reg::R14,
-    Reg::R15,
-    Reg::Ip,
-];
+/// A register's number in `USER_REGS` (what `Op::UReg` reads), found by its name.
+fn number(g: Reg) -> usize {
+    if g == Reg::Ip {
+        return usize::from(UREG_IP);
+    }
+    USER_REGS
+        .iter()
+        .position(|n| matches!(parse_args(&format!("8@%{n}")).as_deref(), Ok([a]) if a.operand == Operand::Reg(RegPart { reg: g, width: 8, high: false })))
+        .expect("a register")
+}
 
 /// Each site: (address in the file, descriptors). The first two share a page offset
 /// and descriptors; the third has others at another offset.
@@ -94,7 +85,7 @@ fn run_sites(descs: &[(u64, &str)]) {
         interp::run_reading(&p, &plan.layout, &buf, &f, &mut mem, &user);
         let snap = Snapshot::read(&plan.layout, &buf, &mem);
         let key: Vec<u64> = snap.aggs[0].keys().next().expect("a key").clone();
-        let reg = |g: Reg| regs[REGS.iter().position(|&x| x == g).unwrap()];
+        let reg = |g: Reg| regs[number(g)];
         let read = |addr: u64, len: usize| {
             let mut b = vec![0u8; len];
             (user.read(addr, &mut b) == len).then_some(b)
