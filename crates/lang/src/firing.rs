@@ -73,23 +73,24 @@ pub enum UsdtAt {
     },
 }
 
-/// How a probe's sites' arguments are told apart at the firing: by the site's offset
-/// in its page (`rip & 0xfff`), each offset with one set of arguments. `None`: they
-/// cannot be (two sites with other arguments at one offset), or an argument is in
-/// memory off the stack, and the probe's clauses run in the consumer.
-///
-/// Memory off the stack (a global, `sym(%rip)`; a pointer's target) may be in a page
-/// the process has not touched yet, which a BPF read cannot fault in (0) where the
+/// Whether a probe's clauses are placed at the firing where the script is compiled:
+/// its sites are told apart ([`usdt_dispatch`]) and no argument is in memory off the
+/// stack (a global, `sym(%rip)`; a pointer's target), which may be in a page the
+/// process has not touched yet, which a BPF read cannot fault in (0) where the
 /// consumer's read does; the frame at the stack or frame pointer was just written.
-pub fn usdt_dispatch(sites: &[UsdtSiteArgs]) -> Option<Vec<(u64, &[UsdtLoc])>> {
+pub fn usdt_at_firing(sites: &[UsdtSiteArgs]) -> bool {
     let off_stack = |a: &UsdtLoc| match a.at {
         UsdtAt::Mem { base: Some(b), index: None, .. } => !matches!(b.reg, 6 | 7),
         UsdtAt::Mem { .. } => true,
         UsdtAt::Const(_) | UsdtAt::Reg(_) => false,
     };
-    if sites.iter().any(|s| s.args.iter().any(off_stack)) {
-        return None;
-    }
+    usdt_dispatch(sites).is_some() && !sites.iter().any(|s| s.args.iter().any(off_stack))
+}
+
+/// How a probe's sites' arguments are told apart at the firing: by the site's offset
+/// in its page (`rip & 0xfff`), each offset with one set of arguments. `None`: they
+/// cannot be (two sites with other arguments at one offset): no program reads them.
+pub fn usdt_dispatch(sites: &[UsdtSiteArgs]) -> Option<Vec<(u64, &[UsdtLoc])>> {
     let mut out: Vec<(u64, &[UsdtLoc])> = Vec::new();
     for s in sites {
         let off = s.vaddr & 0xfff;

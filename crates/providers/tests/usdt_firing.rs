@@ -9,7 +9,7 @@ use udtrace_dif::layout::BufferLayout;
 use udtrace_dif::op::{UserMem, UREG_IP, USER_REGS};
 use udtrace_dif::snapshot::Snapshot;
 use udtrace_lang::check::Checker;
-use udtrace_lang::firing::{usdt_dispatch, FiringPlan, ProbeFacts, UsdtSiteArgs};
+use udtrace_lang::firing::{usdt_at_firing, usdt_dispatch, FiringPlan, ProbeFacts, UsdtSiteArgs};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::parser::parse_script;
 use udtrace_object::usdt::{parse_args, Operand, Reg, RegPart};
@@ -60,7 +60,7 @@ fn memory() -> UserPages {
 fn run_sites(descs: &[(u64, &str)]) {
     let sites = sites(descs);
     let args: Vec<UsdtSiteArgs> = sites.iter().map(UsdtSite::firing_args).collect();
-    assert!(usdt_dispatch(&args).is_some(), "{descs:?}");
+    assert!(usdt_at_firing(&args), "{descs:?}");
     let (plan, p) = program(&args);
     let user = memory();
     let mut r = Rng(0x5eed);
@@ -104,5 +104,17 @@ fn the_firing_reads_what_the_consumer_decodes() {
 fn sites_at_one_page_offset_with_other_arguments_stay_in_the_consumer() {
     let args: Vec<UsdtSiteArgs> =
         sites(&[(0x1010, "8@%rdi"), (0x2010, "8@%rsi")]).iter().map(UsdtSite::firing_args).collect();
-    assert!(usdt_dispatch(&args).is_none());
+    assert!(usdt_dispatch(&args).is_none() && !usdt_at_firing(&args));
+}
+
+/// An argument in memory off the stack keeps a probe in the consumer where the script
+/// is compiled (the page may not be resident), yet a program can read it.
+#[test]
+fn memory_off_the_stack_stays_in_the_consumer_at_the_start() {
+    for d in ["8@8(%rsi,%rdx,8)", "4@counter+4(%rip)", "-2@(%rax)", "8@-8(%rbp,%rax,1)"] {
+        // The symbol resolved (unresolved, it reads 0, as the consumer's).
+        let site = UsdtSite { args: parse_args(d), vaddr: 0x1010, symbols: vec![Some(0x4000)] };
+        let args = [site.firing_args()];
+        assert!(!usdt_at_firing(&args) && usdt_dispatch(&args).is_some(), "{d}");
+    }
 }

@@ -9,7 +9,7 @@ use udtrace_lang::ast::{self, ProbeDesc};
 use udtrace_lang::capture::{stash_plan, StashPlan};
 use udtrace_lang::check::Checker;
 use udtrace_lang::diag::{self, Origin, Style};
-use udtrace_lang::firing::{usdt_dispatch, FiringPlan, ProbeFacts, UsdtSiteArgs};
+use udtrace_lang::firing::{usdt_at_firing, usdt_dispatch, FiringPlan, ProbeFacts, UsdtSiteArgs};
 use udtrace_lang::ir::{Action, CheckedProgram};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::Options;
@@ -75,7 +75,10 @@ pub fn add_work(
     };
     let is_pid = |d: &ProbeDesc| is_pid_provider(&d.provider) || is_usdt_desc(d);
     // A USDT probe without sites udtrace knows (never), or whose sites' arguments no
-    // program can tell apart: its clauses run in the consumer (docs/usdt.md).
+    // program can tell apart: its clauses run in the consumer (docs/usdt.md; one at
+    // the firing by the plan then loses this probe's firings). A probe found after the
+    // plan with an argument in memory off the stack runs at the firing all the same
+    // (reading 0 from a page the process never touched), not to lose its firings.
     let usdt_probe = probe.provider != "pid" && !is_pid_provider(&probe.provider);
     if usdt_probe && usdt.and_then(usdt_dispatch).is_none() {
         work.add(probe.id, &udtrace_dif::Program::default(), true);
@@ -95,8 +98,8 @@ pub fn add_work(
 /// option the firing cannot honour (`aggpercpu` keeps per-CPU values, `cpu` traces
 /// one CPU's firings: the consumer does both).
 ///
-/// `usdt_apart`: descriptions (`full_name`) matching a USDT probe whose sites' arguments
-/// no program can tell apart (`usdt_dispatch`): their clauses run in the consumer.
+/// `usdt_apart`: descriptions (`full_name`) of USDT probes kept in the consumer
+/// (`usdt_at_firing`, or matching none yet): their clauses run there.
 fn firing_plan(program: &CheckedProgram, o: &Options, usdt_apart: &HashSet<String>) -> FiringPlan {
     if o.nodif || o.aggpercpu || o.cpu.is_some() {
         return FiringPlan::none(program);
@@ -340,7 +343,7 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
         let di = e.stmt - first_statement(&program, e.clause);
         let name = program.clauses[e.clause].probes.get(di).map(full_name);
         match registry.pid.usdt_site_args(e.probe.id) {
-            Some(s) if usdt_dispatch(&s).is_none() => usdt_apart.extend(name),
+            Some(s) if !usdt_at_firing(&s) => usdt_apart.extend(name),
             _ => usdt_matched.extend(name),
         }
     }
