@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Per-firing cost of a USDT probe behind a semaphore (tests/fixtures/usdt.c's `gated`),
-# udtrace on both backends beside bpftrace's `usdt:`, interleaved, ROUNDS times.
+# udtrace on both backends (and with -x nodif: every clause in the consumer, a record
+# per firing) beside bpftrace's `usdt:`, interleaved, ROUNDS times.
 # Each run's wall time at N firings minus the same tracer's at 1 firing (start-up and
 # teardown), divided by N. Needs root, gcc, bpftrace.
 set -euo pipefail
@@ -8,11 +9,19 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
 N=${N:-400000}
 cargo build --release --locked --bin udtrace >/dev/null 2>&1
-udtrace=$PWD/${CARGO_TARGET_DIR:-target}/release/udtrace
+target=${CARGO_TARGET_DIR:-target}
+[[ $target = /* ]] || target=$PWD/$target
+udtrace=$target/release/udtrace
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 gcc -O2 -mno-red-zone -fno-omit-frame-pointer -I tests/fixtures -o "$dir/usdt" tests/fixtures/usdt.c
-wall() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo $(((e - s) / 1000)); }
+wall() {
+    local s e
+    s=$(date +%s%N)
+    "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; exit 1; }
+    e=$(date +%s%N)
+    echo $(((e - s) / 1000))
+}
 declare -A sum
 run() {
     local name=$1 n=$2
@@ -20,11 +29,12 @@ run() {
     case $name in
     udtrace) wall "$udtrace" -q -n 'fixture$target:::gated { @ = count(); }' -c "$dir/usdt $n" ;;
     uprobes) wall "$udtrace" -x uprobes -q -n 'fixture$target:::gated { @ = count(); }' -c "$dir/usdt $n" ;;
+    nodif) wall "$udtrace" -x nodif -q -n 'fixture$target:::gated { @ = count(); }' -c "$dir/usdt $n" ;;
     bpftrace) wall bpftrace -q -e "usdt:$dir/usdt:fixture:gated { @ = count(); }" -c "$dir/usdt $n" ;;
     esac
 }
 for r in $(seq "$ROUNDS"); do
-    for t in udtrace uprobes bpftrace; do
+    for t in udtrace uprobes nodif bpftrace; do
         one=$(run $t 1)
         many=$(run $t "$N")
         per=$(((many - one) * 1000 / N))
@@ -32,7 +42,7 @@ for r in $(seq "$ROUNDS"); do
         sum[$t]="${sum[$t]:-} $per"
     done
 done
-for t in udtrace uprobes bpftrace; do
+for t in udtrace uprobes nodif bpftrace; do
     median=$(printf '%s\n' ${sum[$t]} | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
     echo "$t: median $median ns a firing ($N firings, load $(cut -d' ' -f1 /proc/loadavg))"
 done
