@@ -106,8 +106,7 @@ impl ObjectSymbols {
             // the name (`may_be_named` on the table's bytes as one name).
             let in_debug = || {
                 let may = self.debug_data.as_deref().and_then(elf::symtab_strings).is_none_or(|t| {
-                    let n = pattern.as_bytes();
-                    t.contains(&b'$') || t.windows(n.len()).any(|w| w == n)
+                    memchr::memchr(b'$', t).is_some() || memchr::memmem::find(t, pattern.as_bytes()).is_some()
                 });
                 may && self.debug_symbols().iter().any(named)
             };

@@ -933,7 +933,9 @@ fn first_in_mapping<const N: usize>(pid: i32, m: &Mapping, patterns: [&[u8]; N])
         };
         for (f, pat) in found.iter_mut().zip(patterns) {
             if f.is_none() {
-                *f = code.windows(pat.len()).position(|w| w == pat).map(|i| at - m.start + i as u64);
+                // memmem: a compare per position was 2% of udtrace's start-up (ld.so is
+                // searched whole for the signal return, which is libc's).
+                *f = memchr::memmem::find(&code, pat).map(|i| at - m.start + i as u64);
             }
         }
         at += CHUNK;
