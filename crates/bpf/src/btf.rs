@@ -110,9 +110,14 @@ pub struct Btf {
     bytes: Bytes,
     types: Range<usize>,
     strings: Range<usize>,
-    /// Where each type's record starts in the type section; index = type id, id 0
-    /// (void) has none.
-    offsets: Vec<u32>,
+    /// Where each type's record starts in the type section (index = type id, id 0,
+    /// void, has none), found as far as the ids asked for so far: a walk of the whole
+    /// section costs 1 ms and the loader hook's one offset (`task_struct`, id ~100)
+    /// needs a few KiB of it.
+    index: Mutex<Index>,
+    /// The whole index, once walked (`records` and the scans need it whole): read
+    /// without the lock.
+    all: OnceLock<Vec<u32>>,
     /// The structs looked up so far by name (the first complete definition of a
     /// name): each is found by a scan of the records, as udtrace asks for a few.
     structs: Mutex<HashMap<Box<str>, Option<u32>>>,
@@ -122,6 +127,13 @@ pub struct Btf {
 }
 
 const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+
+/// The part of the type section walked so far.
+struct Index {
+    offsets: Vec<u32>,
+    /// Where the next record starts.
+    pos: usize,
+}
 
 fn u32_at(b: &[u8], off: usize) -> Result<u32, BtfError> {
     let s = b.get(off..off.wrapping_add(4)).ok_or(BtfError::Malformed("truncated"))?;
@@ -181,8 +193,12 @@ impl Btf {
         Btf::from_bytes(bytes)
     }
 
+    /// Parses `data`, its records checked whole now (the kernel's are walked as far as
+    /// asked for).
     pub fn parse(data: &[u8]) -> Result<Btf, BtfError> {
-        Btf::from_bytes(Bytes::Owned(data.to_vec()))
+        let btf = Btf::from_bytes(Bytes::Owned(data.to_vec()))?;
+        btf.all_offsets()?;
+        Ok(btf)
     }
 
     fn from_bytes(bytes: Bytes) -> Result<Btf, BtfError> {
@@ -200,28 +216,12 @@ impl Btf {
         let (str_off, str_len) = (u32_at(data, 16)? as usize, u32_at(data, 20)? as usize);
         let types = section(type_off, type_len).map_err(|_| BtfError::Malformed("type section out of bounds"))?;
         let strings = section(str_off, str_len).map_err(|_| BtfError::Malformed("string section out of bounds"))?;
-        let t = &data[types.clone()];
-        // One pass that only finds where each record starts (and checks it is whole).
-        let mut offsets = Vec::with_capacity(t.len() / 24);
-        offsets.push(0);
-        let mut pos = 0;
-        while let Some(head) = t.get(pos..pos + 12) {
-            let info = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-            offsets.push(pos as u32);
-            let (fixed, each) = EXTRA[((info >> 24) & 0x1f) as usize];
-            if fixed == u16::MAX {
-                return Err(BtfError::Malformed("unknown type kind"));
-            }
-            pos += 12 + usize::from(fixed) + usize::from(each) * (info & 0xffff) as usize;
-        }
-        if pos != t.len() {
-            return Err(BtfError::Malformed("truncated"));
-        }
         Ok(Btf {
             bytes,
             types,
             strings,
-            offsets,
+            index: Mutex::new(Index { offsets: vec![0], pos: 0 }),
+            all: OnceLock::new(),
             structs: Mutex::new(HashMap::new()),
             enumerators: OnceLock::new(),
             tracepoints: OnceLock::new(),
@@ -239,19 +239,76 @@ impl Btf {
         std::str::from_utf8(&rest[..end]).unwrap_or("")
     }
 
-    /// The record of type `id` (whole: checked when parsed).
+    /// Walks the type section until `index` knows type `id` (`u32::MAX`: to its end,
+    /// checking it ends with a whole record). One pass that only finds where each
+    /// record starts (and checks it is whole).
+    fn walk(&self, index: &mut Index, id: u32) -> Result<(), BtfError> {
+        let t = self.type_bytes();
+        while index.offsets.len() <= id as usize {
+            let Some(head) = t.get(index.pos..index.pos + 12) else {
+                if index.pos != t.len() {
+                    return Err(BtfError::Malformed("truncated"));
+                }
+                return match id {
+                    u32::MAX => Ok(()),
+                    _ => Err(BtfError::Malformed("type id out of range")),
+                };
+            };
+            let info = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+            let (fixed, each) = EXTRA[((info >> 24) & 0x1f) as usize];
+            if fixed == u16::MAX {
+                return Err(BtfError::Malformed("unknown type kind"));
+            }
+            index.offsets.push(index.pos as u32);
+            index.pos += 12 + usize::from(fixed) + usize::from(each) * (info & 0xffff) as usize;
+        }
+        Ok(())
+    }
+
+    /// Every record's start, the section walked to its end.
+    fn all_offsets(&self) -> Result<&[u32], BtfError> {
+        if let Some(all) = self.all.get() {
+            return Ok(all);
+        }
+        let mut index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        self.walk(&mut index, u32::MAX)?;
+        Ok(self.all.get_or_init(|| std::mem::take(&mut index.offsets)))
+    }
+
+    /// Where type `id`'s record starts.
+    fn offset(&self, id: u32) -> Result<u32, BtfError> {
+        let out_of_range = BtfError::Malformed("type id out of range");
+        if let Some(all) = self.all.get() {
+            return all.get(id as usize).copied().ok_or(out_of_range);
+        }
+        let mut index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(all) = self.all.get() {
+            return all.get(id as usize).copied().ok_or(out_of_range);
+        }
+        self.walk(&mut index, id)?;
+        index.offsets.get(id as usize).copied().ok_or(out_of_range)
+    }
+
+    /// The record of type `id` (whole: checked when walked).
     fn entry(&self, id: u32) -> Result<Rec, BtfError> {
         let pos = match id {
             0 => return Ok(Rec { name: 0, info: 0, size_or_type: 0, extra: 0 }),
-            _ => *self.offsets.get(id as usize).ok_or(BtfError::Malformed("type id out of range"))? as usize,
+            _ => self.offset(id)? as usize,
         };
         let t = self.type_bytes();
         Ok(Rec { name: u32_at(t, pos)?, info: u32_at(t, pos + 4)?, size_or_type: u32_at(t, pos + 8)?, extra: pos + 12 })
     }
 
-    /// Every type id with its record.
+    /// Every type id with its record (none where the section is malformed).
     fn records(&self) -> impl Iterator<Item = (u32, Rec)> + '_ {
-        (1..self.offsets.len() as u32).filter_map(|id| Some((id, self.entry(id).ok()?)))
+        let n = self.all_offsets().map_or(0, |a| a.len() as u32);
+        (1..n).filter_map(|id| Some((id, self.entry(id).ok()?)))
+    }
+
+    /// Type ids with their records in order, walked only as far as the first `f`
+    /// accepts: `struct_id`'s scan stops at the struct it looks for.
+    fn find_record(&self, mut f: impl FnMut(&Rec) -> bool) -> Option<u32> {
+        (1..u32::MAX).map_while(|id| Some((id, self.entry(id).ok()?))).find(|(_, r)| f(r)).map(|(id, _)| id)
     }
 
     /// The `i`th member of a struct or union record.
@@ -328,9 +385,7 @@ impl Btf {
         let mut structs = self.structs.lock().unwrap_or_else(|e| e.into_inner());
         let id = *structs.entry(name.into()).or_insert_with(|| {
             // The first complete definition wins; forward ones are KIND_FWD.
-            self.records()
-                .find(|(_, r)| r.kind() == KIND_STRUCT && r.name != 0 && self.str_at(r.name) == name)
-                .map(|(id, _)| id)
+            self.find_record(|r| r.kind() == KIND_STRUCT && r.name != 0 && self.str_at(r.name) == name)
         });
         id.ok_or_else(|| BtfError::NoStruct(name.into()))
     }

@@ -9,7 +9,7 @@ use udtrace_dif::interp::{self, Firing, Memory, Outcome, Words};
 use udtrace_dif::op::{Op, UserMem};
 use udtrace_dif::snapshot::{retire_threads, Snapshot};
 use udtrace_dif::{BufferLayout, Layout, Program};
-use udtrace_process::inject::{self, Prot, SharedRegion};
+use udtrace_process::inject::{self, Prot, RemoteCall, SharedRegion};
 
 /// A buffer as udtrace's mapping holds it, shared with processes that update it with
 /// atomic instructions.
@@ -114,9 +114,11 @@ impl Buffers {
         self.layout.tls > 0 || !self.layout.aggs.is_empty()
     }
 
-    /// A new buffer mapped in the process of `tid` (stopped), its header written.
-    pub fn create(&mut self, tid: i32, near: u64) -> Result<Rc<SharedRegion>, String> {
-        let region = inject::create_shared_near(tid, self.buf.size as u64, near, Prot::READ | Prot::WRITE)
+    /// A new buffer mapped in the process of `call`'s thread (a session open in it), its
+    /// header written.
+    pub fn create(&mut self, call: &mut RemoteCall, near: u64) -> Result<Rc<SharedRegion>, String> {
+        let tid = call.tid();
+        let region = inject::create_shared_near_in(call, self.buf.size as u64, near, Prot::READ | Prot::WRITE)
             .map_err(|e| format!("cannot map its firing buffer: {e}"))?;
         for (off, v) in self.buf.header() {
             region.view.store_release_u64(off, v);

@@ -18,7 +18,7 @@ use udtrace_inproc::trampoline::{
     DATA_ERRNO_SLOT, DATA_PID, GLIBC_TID_OFFSET,
 };
 use udtrace_object::patch::{self, SiteKind as PatchKind};
-use udtrace_process::inject::{self, Prot, SharedRegion, REACH};
+use udtrace_process::inject::{self, Prot, RemoteCall, SharedRegion, REACH};
 use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_process::undertaker::Ledger;
 use udtrace_providers::backend::Work;
@@ -486,12 +486,25 @@ impl Proc {
         let clock_gettime = vdso_clock(pid)?;
         let (rw, private) =
             ((libc::PROT_READ | libc::PROT_WRITE) as u64, (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64);
-        let page = inject::remote_syscall(tid, libc::SYS_mmap, [0, 4096, rw, private, u64::MAX, 0])
-            .map_err(|e| format!("cannot map its data page: {e}"))?;
-        if page < 0 {
-            return Err(format!("cannot map its data page: errno {}", -page));
-        }
-        let data_page = page as u64;
+        // The data page, the firing buffer and the ring in one session of system calls:
+        // each session reads the process's maps and writes a signal frame.
+        let mut call = RemoteCall::new(tid).map_err(|e| format!("cannot map its data page: {e}"))?;
+        let made = (|| {
+            let page = call
+                .syscall(libc::SYS_mmap, [0, 4096, rw, private, u64::MAX, 0])
+                .map_err(|e| format!("cannot map its data page: {e}"))?;
+            if page < 0 {
+                return Err(format!("cannot map its data page: errno {}", -page));
+            }
+            let dif = if buffers.wanted() { Some(buffers.create(&mut call, regs.rip)?) } else { None };
+            let region =
+                inject::create_shared_near_in(&mut call, geometry.size() as u64, regs.rip, Prot::READ | Prot::WRITE)
+                    .map_err(|e| format!("cannot map its ring: {e}"))?;
+            Ok((page as u64, dif, region))
+        })();
+        let finished = call.finish().map_err(|e| format!("cannot map its ring: {e}"));
+        let (data_page, dif, mut region) = made?;
+        finished?;
         udtrace_messages::debug!(
             "pid {pid}: data page at {data_page:#x}, fs_base {:#x}, rip {:#x}",
             regs.fs_base,
@@ -501,9 +514,6 @@ impl Proc {
         write_args(pid, data_page);
         let ids = write_ids(pid, data_page);
         let comm = write_comm(pid, data_page);
-        let dif = if buffers.wanted() { Some(buffers.create(tid, regs.rip)?) } else { None };
-        let mut region = inject::create_shared_near(tid, geometry.size() as u64, regs.rip, Prot::READ | Prot::WRITE)
-            .map_err(|e| format!("cannot map its ring: {e}"))?;
         geometry.init(&mut region.view);
         let reader = Reader::new(&region.view, record_size).map_err(|e| e.to_string())?;
         let ring_addr = region.remote_addr;

@@ -57,8 +57,13 @@ pub enum AddressError {
 pub struct ObjectSymbols {
     pub info: ElfInfo,
     /// The function symbols of the separate debug file and of `.gnu_debugdata`, which
-    /// the table is built from with `info.symbols`.
+    /// the table is built from with `info.symbols`, after the debug file's.
     more_symbols: Vec<Vec<RawSymbol>>,
+    /// The separate debug file's bytes, its functions named when first asked for: a
+    /// probe on one function of the program need not name libc's debug file's 10,000
+    /// (0.5 ms); its string table tells whether a plain name may be among them.
+    debug_data: Option<Vec<u8>>,
+    debug_symbols: OnceCell<Vec<RawSymbol>>,
     /// Built when first asked for ([`Self::table`]): a process maps objects of
     /// thousands of functions (libc and its debug file: 4 ms to name them all) where a
     /// probe names one function of another object.
@@ -84,7 +89,7 @@ impl ObjectSymbols {
     /// Every function, named as design.md says (built on first use).
     pub fn table(&self) -> &SymbolTable {
         self.table.get_or_init(|| {
-            let mut sources: Vec<&[RawSymbol]> = vec![&self.info.symbols];
+            let mut sources: Vec<&[RawSymbol]> = vec![&self.info.symbols, self.debug_symbols()];
             sources.extend(self.more_symbols.iter().map(Vec::as_slice));
             SymbolTable::from_symbols(&sources, &self.info.plt)
         })
@@ -95,12 +100,29 @@ impl ObjectSymbols {
     /// the table.
     pub fn matching(&self, pattern: &str) -> Vec<&Function> {
         if symbols::is_plain_name(pattern) {
+            let named = |s: &RawSymbol| s.defined && symbols::may_be_named(&s.name, pattern);
             let mut all = self.info.symbols.iter().chain(self.more_symbols.iter().flatten());
-            if !all.any(|s| s.defined && symbols::may_be_named(&s.name, pattern)) {
+            // The debug file's symbols are named only where its string table may hold
+            // the name (`may_be_named` on the table's bytes as one name).
+            let in_debug = || {
+                let may = self.debug_data.as_deref().and_then(elf::symtab_strings).is_none_or(|t| {
+                    memchr::memchr(b'$', t).is_some() || memchr::memmem::find(t, pattern.as_bytes()).is_some()
+                });
+                may && self.debug_symbols().iter().any(named)
+            };
+            if !all.any(named) && !in_debug() {
                 return Vec::new();
             }
         }
         self.table().matching(pattern)
+    }
+
+    /// The debug file's functions, named on first use.
+    fn debug_symbols(&self) -> &[RawSymbol] {
+        self.debug_symbols.get_or_init(|| match self.debug_data.as_deref().map(elf::parse) {
+            Some(Ok(d)) => functions(d.symbols),
+            _ => Vec::new(),
+        })
     }
 
     /// The code of `f`, read from the file; None if it lies outside the file's segments.
@@ -222,48 +244,51 @@ pub fn load_with_debug_root(path: &Path, debug_root: &Path) -> Result<ObjectSymb
     let info = elf::parse(&data).map_err(|source| LoadError::Elf { path: path.to_path_buf(), source })?;
     // A debug file that is missing or unreadable only costs symbols.
     let debug = find_debug_file(path, &info, debug_root).map(|p| (read::read(&p).unwrap_or_default(), p));
-    let mut syms = assemble(info, data, debug.as_ref().map(|(d, p)| (d.as_slice(), p.as_path())));
+    let mut syms = assemble_owned(info, data, debug);
     syms.code_file = Some(std::sync::Arc::new(file));
     Ok(syms)
+}
+
+/// Only functions make the table (symbols::SymbolTable::from_symbols).
+fn functions(symbols: Vec<RawSymbol>) -> Vec<RawSymbol> {
+    symbols.into_iter().filter(|s| s.defined && matches!(s.kind, SymKind::Func | SymKind::Ifunc)).collect()
 }
 
 /// The functions of an object already parsed from `data`, with the symbols of its
 /// separate debug file (its bytes and path) when one was found: all of loading but the
 /// reading, so that hostile bytes can be fed to it directly.
 pub fn assemble(info: ElfInfo, data: Vec<u8>, debug: Option<(&[u8], &Path)>) -> ObjectSymbols {
+    assemble_owned(info, data, debug.map(|(d, p)| (d.to_vec(), p.to_path_buf())))
+}
+
+fn assemble_owned(info: ElfInfo, data: Vec<u8>, debug: Option<(Vec<u8>, PathBuf)>) -> ObjectSymbols {
     // A malformed debug file only costs symbols: the object itself is still probeable
     // through its own table.
-    let found = debug.map(|(_, p)| p.to_path_buf());
+    let found = debug.as_ref().map(|(_, p)| p.clone());
     let debug = debug.and_then(|(d, p)| {
-        let dinfo = elf::parse(d).ok()?;
+        // Its symbols are named when first asked for (`debug_symbols`).
+        let dinfo = elf::parse_without_symbols(&d).ok()?;
         // A debuglink found by name must be the same build, when both say which.
         if let (Some(a), Some(b)) = (&info.build_id, &dinfo.build_id) {
             if a != b {
                 return None;
             }
         }
-        (dinfo.symbols_from == SymbolSource::Symtab).then(|| (p.to_path_buf(), dinfo, d))
+        (dinfo.symbols_from == SymbolSource::Symtab).then_some((p, d))
     });
     let mini = info.gnu_debugdata.as_deref().and_then(|d| elf::parse(d).ok());
-
-    // Only functions make the table (symbols::SymbolTable::from_symbols).
-    let functions = |symbols: Vec<RawSymbol>| -> Vec<RawSymbol> {
-        symbols.into_iter().filter(|s| s.defined && matches!(s.kind, SymKind::Func | SymKind::Ifunc)).collect()
-    };
     let mut more_symbols = Vec::new();
-    let debug = debug.map(|(p, mut d, bytes)| {
-        more_symbols.push(functions(std::mem::take(&mut d.symbols)));
-        (p, d, bytes)
-    });
     if let Some(m) = mini {
         more_symbols.push(functions(m.symbols));
     }
-    let debug_frame = unwind::preferred_debug_frame(&data, debug.as_ref().map(|(_, _, d)| *d));
-    let debug_file = debug.map(|(p, _, _)| p);
+    let debug_frame = unwind::preferred_debug_frame(&data, debug.as_ref().map(|(_, d)| d.as_slice()));
+    let (debug_file, debug_data) = debug.unzip();
     let debug_refused = found.filter(|_| debug_file.is_none());
     ObjectSymbols {
         info,
         more_symbols,
+        debug_data,
+        debug_symbols: OnceCell::new(),
         table: OnceCell::new(),
         debug_file,
         debug_refused,

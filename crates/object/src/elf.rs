@@ -112,6 +112,26 @@ impl ElfInfo {
 const MAX_DEBUGDATA: usize = 256 << 20;
 
 pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
+    parse_with(data, true)
+}
+
+/// [`parse`] with `symbols` left empty (`symbols_from` still says where they are): a
+/// debug file's are named only when asked for.
+pub fn parse_without_symbols(data: &[u8]) -> Result<ElfInfo, ElfError> {
+    parse_with(data, false)
+}
+
+/// The bytes of the string table of `data`'s `.symtab` (its symbols' names), where it
+/// has one.
+pub fn symtab_strings(data: &[u8]) -> Option<&[u8]> {
+    let file = ElfFile64::<Endianness, &[u8]>::parse(data).ok()?;
+    let endian = file.endian();
+    let sections = file.elf_section_table();
+    let table = sections.symbols(endian, data, elf::SHT_SYMTAB).ok()?;
+    sections.section(table.string_section()).ok()?.data(endian, data).ok()
+}
+
+fn parse_with(data: &[u8], with_symbols: bool) -> Result<ElfInfo, ElfError> {
     if data.len() < 16 || &data[..4] != b"\x7fELF" {
         return Err(ElfError::NotElf);
     }
@@ -156,8 +176,8 @@ pub fn parse(data: &[u8]) -> Result<ElfInfo, ElfError> {
         SymbolSource::Dynsym => file.elf_section_table().versions(endian, data).ok().flatten(),
         _ => None,
     };
-    let mut symbols = Vec::with_capacity(table.len());
-    for (index, sym) in table.enumerate() {
+    let mut symbols = Vec::with_capacity(if with_symbols { table.len() } else { 0 });
+    for (index, sym) in table.enumerate().take(if with_symbols { usize::MAX } else { 0 }) {
         let kind = match sym.st_type() {
             elf::STT_FUNC => SymKind::Func,
             elf::STT_GNU_IFUNC => SymKind::Ifunc,

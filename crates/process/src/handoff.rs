@@ -26,6 +26,8 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::Duration;
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
 /// How long a request line may take to arrive once connected: the asker writes it at
 /// once, and the session's loop waits meanwhile.
 const READ_TIMEOUT: Duration = Duration::from_millis(100);
@@ -105,7 +107,14 @@ impl Server {
     /// a malformed request, or one from another user, is answered at once.
     pub fn take(&mut self) -> Vec<(i32, u64)> {
         let mut sites = Vec::new();
-        while let Ok((mut stream, _)) = self.listener.accept() {
+        // Polled first: an accept with none pending still makes and frees a socket
+        // (an inode, RCU work), and this runs at every drain, 100 times a second.
+        let pending = |l: &UnixListener| {
+            let mut fds = [PollFd::new(l.as_fd(), PollFlags::POLLIN)];
+            poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+        };
+        while pending(&self.listener) {
+            let Ok((mut stream, _)) = self.listener.accept() else { break };
             match read_request(&stream) {
                 Ok(mut s) => {
                     sites.append(&mut s);
