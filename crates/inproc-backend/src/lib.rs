@@ -282,6 +282,28 @@ impl InProcess {
     /// Installs `pid`'s SIGTRAP guard, once, before its first breakpoint or debug
     /// register. Without it those work as well while udtrace runs; only a SIGKILL of
     /// udtrace would leave the process to die at its next hit.
+    /// Without BPF, raises the semaphores of `probes` (USDT) in `pid` by writing its
+    /// memory, once per image, after their sites are armed (the process is stopped);
+    /// lowered at release, by the undertaker after a SIGKILL (docs/usdt.md). With BPF
+    /// such probes are uprobes, and the kernel keeps their semaphores.
+    fn raise_semaphores(&mut self, pid: i32, probes: &[&PidProbe], objects: &[LoadedObject]) {
+        if self.fallback.is_some() {
+            return;
+        }
+        for p in probes.iter().filter(|p| p.semaphore != 0) {
+            let Some(proc) = self.procs.get_mut(&pid) else { return };
+            let r = match process::data_address(pid, objects, &p.file, p.semaphore) {
+                Some(at) => proc.raise(pid, at, self.ledger.get(pid)),
+                None => Err("its object's data is not mapped".to_string()),
+            };
+            if let Err(why) = r {
+                let q = &p.probe;
+                let what = format!("the semaphore of {}:{}:{}:{}: {why}", q.provider, q.module, q.function, q.name);
+                *self.unarmed.entry(what).or_default() += 1;
+            }
+        }
+    }
+
     fn ensure_guard(&mut self, pid: i32) {
         self.guards.entry(pid).or_insert_with(|| {
             Guard::install(pid).inspect_err(|e| {
@@ -609,7 +631,9 @@ impl Backend for InProcess {
         let batch = Batch::of(pid, probes);
         if let Err(why) = ready {
             unpatched.extend(probes.iter().map(|p| ((*p).clone(), why.clone())));
-            return self.fall_back(pid, &batch.objects, unpatched);
+            let r = self.fall_back(pid, &batch.objects, unpatched);
+            self.raise_semaphores(pid, probes, &batch.objects);
+            return r;
         }
         // Without BPF, a landing (an entry patched over its first byte) is guarded as a
         // breakpoint is: after udtrace is killed, a thread there goes on.
@@ -653,7 +677,9 @@ impl Backend for InProcess {
                 unpatched.push((with_sites(p, sites, unprobeable), why));
             }
         }
-        self.fall_back(pid, &batch.objects, unpatched)
+        let r = self.fall_back(pid, &batch.objects, unpatched);
+        self.raise_semaphores(pid, probes, &batch.objects);
+        r
     }
 
     fn arm_all(&mut self, probes: &[&PidProbe]) -> Result<(), Error> {

@@ -312,6 +312,9 @@ pub struct Proc {
     no_captures: Option<&'static str>,
     /// Why no site of it may be patched (breakpoints still may be placed).
     no_patch: Option<String>,
+    /// USDT semaphores (u16) this session raised by 1 in this image, by address
+    /// (docs/usdt.md): a forked child has them raised too, and lowers them as its own.
+    semaphores: Vec<u64>,
 }
 
 /// Why trampolines may not read `pid`'s memory through `process_vm_readv` with the pid
@@ -515,6 +518,7 @@ impl Proc {
             elsewhere: HashSet::new(),
             no_captures: captures_forbidden(pid),
             no_patch,
+            semaphores: Vec::new(),
         })
     }
 
@@ -545,6 +549,9 @@ impl Proc {
             elsewhere: self.elsewhere.clone(),
             no_captures: self.no_captures,
             no_patch: self.no_patch.clone(),
+            // A fork copies the memory, our 1 in each raised semaphore included (a vfork
+            // child, above, shares the parent's and has none of its own).
+            semaphores: self.semaphores.clone(),
         }))
     }
 
@@ -571,6 +578,28 @@ impl Proc {
         for (&at, b) in &self.breakpoints {
             let _ = m.write_all_at(&[b.original], at);
         }
+        for &at in &self.semaphores {
+            udtrace_process::undertaker::lower(&m, at);
+        }
+    }
+
+    /// Raises the USDT semaphore at `at` by 1 (the process is stopped), once per image:
+    /// an increment, never an absolute value, so that a count other tracers (kernel
+    /// uprobes' `ref_ctr`) keep there stays theirs. The undertaker hears of it first.
+    pub fn raise(&mut self, pid: i32, at: u64, ledger: Option<&mut Ledger>) -> Result<(), String> {
+        if self.semaphores.contains(&at) {
+            return Ok(());
+        }
+        let m = mem(pid)?;
+        let mut v = [0u8; 2];
+        m.read_exact_at(&mut v, at).map_err(|e| format!("cannot read its semaphore: {e}"))?;
+        let n = u16::from_le_bytes(v).checked_add(1).ok_or("its semaphore is at its largest")?;
+        if let Some(l) = ledger {
+            l.raising(pid, at);
+        }
+        m.write_all_at(&n.to_le_bytes(), at).map_err(|e| format!("cannot raise its semaphore: {e}"))?;
+        self.semaphores.push(at);
+        Ok(())
     }
 
     /// The site (file, file offset) whose patch covers address `addr`.
@@ -988,6 +1017,17 @@ pub fn runtime_address(pid: i32, objects: &[LoadedObject], file: &Path, off: u64
         o.mappings
             .iter()
             .find(|m| m.exec && m.offset <= off && off < m.offset + (m.end - m.start))
+            .map(|m| m.start + (off - m.offset))
+    })
+}
+
+/// Where file offset `off` of `file` is in `pid`'s private writable mapping of it: a
+/// USDT semaphore's address, found as the kernel finds a uprobe's reference counter.
+pub fn data_address(pid: i32, objects: &[LoadedObject], file: &Path, off: u64) -> Option<u64> {
+    objects.iter().filter(|o| procfs::host_path(pid, &o.path) == file).find_map(|o| {
+        o.mappings
+            .iter()
+            .find(|m| m.write && m.offset <= off && off < m.offset + (m.end - m.start))
             .map(|m| m.start + (off - m.offset))
     })
 }
