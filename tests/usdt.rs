@@ -1,18 +1,36 @@
 //! USDT probes of a C fixture (tests/fixtures/usdt.c): listing, arguments of every
 //! descriptor form, copyinstr of a string argument, a semaphore the program tests,
-//! exact counts in a forked child and after exec, on both backends.
+//! exact counts in a forked child and after exec, with BPF (uprobes) and without it
+//! (the user nobody: in-process sites, semaphores written by udtrace).
 
 mod util;
 
 use util::{fixture, stdout, traced};
 
-/// Default (in-process, where USDT probes are uprobes) and `-x uprobes`.
-const MODES: [&[&str]; 2] = [&[], &["-x", "uprobes"]];
+/// Default (with BPF, USDT probes are uprobes), `-x uprobes`, and without BPF (the user
+/// nobody, whose sites are armed in-process and semaphores raised by udtrace).
+const MODES: [&[&str]; 3] = [&[], &["-x", "uprobes"], &[NOBODY]];
+
+/// The mode that runs udtrace and its command as the user nobody.
+const NOBODY: &str = "nobody";
 
 fn run(mode: &[&str], script: &str, cmd: &str) -> Option<(String, String)> {
-    let mut args: Vec<&str> = mode.to_vec();
+    let nobody = mode == [NOBODY];
+    let mut args: Vec<&str> = if nobody { Vec::new() } else { mode.to_vec() };
     args.extend(["-Z", "-q", "-n", script, "-c", cmd]);
-    let out = traced(&args)?;
+    let out = if nobody {
+        let mut g = util::Guard::spawn(
+            util::unprivileged(util::bin())
+                .args(&args)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped()),
+        );
+        util::kill_after_deadline(g.child().id());
+        g.take().wait_with_output().expect("udtrace finishes")
+    } else {
+        traced(&args)?
+    };
     assert!(out.status.success(), "udtrace failed: {}", util::stderr(&out));
     Some((stdout(&out), util::stderr(&out)))
 }
@@ -92,6 +110,11 @@ fn a_semaphore_is_raised_while_traced_in_children_too() {
                 _ => 15,
             };
             assert!(out.contains(&format!("sum={sum}\n")), "{then} {mode:?}: {out}");
+            // The program's own output is an untraced run's.
+            let alone = std::process::Command::new(fixture("usdt")).args(cmd.split_whitespace().skip(1)).output();
+            let alone = String::from_utf8_lossy(&alone.unwrap().stdout).into_owned();
+            let own: String = out.lines().filter(|l| l.starts_with("usdt:")).map(|l| format!("{l}\n")).collect();
+            assert_eq!(own, alone, "{then} {mode:?}");
             // The library's probe fires (its own semaphore raised) once it is loaded.
             let lib = if then == "dlopen" { "lib=5\nlibsum=10\n" } else { "" };
             assert!(lib.is_empty() || out.contains(lib), "{then} {mode:?}: {out}{err}");
@@ -143,33 +166,147 @@ fn every_process_with_a_glob_provider() {
 }
 
 /// A semaphore raised while udtrace traces a process is lowered when udtrace ends,
-/// also by SIGKILL (the kernel drops its uprobes, and their counts, with it).
+/// also by SIGKILL: with BPF the kernel drops its uprobes, and their counts, with it;
+/// without BPF (nobody) the undertaker lowers what udtrace raised.
 #[test]
 fn a_semaphore_is_lowered_when_udtrace_is_killed() {
     use std::io::BufRead;
     let dir = util::TempDir::new("usdt-lowered");
     let exe = dir.path().join("usdt-lowered");
     util::copy_fixture("usdt", &exe);
-    let mut fix = util::Guard::spawn(
-        std::process::Command::new(&exe).args(["2", "lowered"]).stdout(std::process::Stdio::piped()),
-    );
-    let pid = fix.child().id().to_string();
-    let mut lines = std::io::BufReader::new(fix.child().stdout.take().unwrap()).lines();
-    let mut u = util::Guard::spawn(&mut util::udtrace_cmd(&[
-        "-q",
-        "-p",
-        &pid,
-        "-n",
-        "fixture$target:::gated { @ = count(); }",
-    ]));
-    let raised = lines.next().expect("a line").unwrap();
-    if raised != "raised 1" {
-        let out = u.take().wait_with_output().unwrap();
-        let Some(()) = util::bpf_gate(&out) else { return };
-        panic!("{raised}: {}", util::stderr(&out));
+    for nobody in [false, true] {
+        let command = |program: &std::ffi::OsStr| match nobody {
+            true => util::unprivileged(program),
+            false => std::process::Command::new(program),
+        };
+        let mut fix =
+            util::Guard::spawn(command(exe.as_os_str()).args(["2", "lowered"]).stdout(std::process::Stdio::piped()));
+        let pid = fix.child().id().to_string();
+        util::wait_mapped(&pid, "libc");
+        let mut lines = std::io::BufReader::new(fix.child().stdout.take().unwrap()).lines();
+        let mut u = util::Guard::spawn(
+            command(util::bin().as_os_str())
+                .args(["-q", "-p", &pid, "-n", "fixture$target:::gated { @ = count(); }"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped()),
+        );
+        let raised = lines.next().expect("a line").unwrap();
+        if raised != "raised 1" {
+            let out = u.take().wait_with_output().unwrap();
+            let Some(()) = util::bpf_gate(&out) else { return };
+            panic!("{raised}: {}", util::stderr(&out));
+        }
+        let undertakers = util::live::children_of(u.child().id());
+        u.child().kill().unwrap();
+        let _ = u.take().wait();
+        util::live::wait_gone(&undertakers);
+        assert_eq!(lines.next().expect("a line").unwrap(), "lowered 1", "nobody: {nobody}");
+        assert!(fix.take().wait().unwrap().success());
     }
-    u.child().kill().unwrap();
-    let _ = u.take().wait();
-    assert_eq!(lines.next().expect("a line").unwrap(), "lowered 1");
+}
+
+/// The values `usdt 1 watch [fork]` printed (`[child |parent ]semaphore V`), by who.
+fn watched(text: &str, who: &str) -> Vec<u32> {
+    text.lines().filter_map(|l| l.strip_prefix(who)?.strip_prefix("semaphore ")?.parse().ok()).collect()
+}
+
+/// Starts `usdt 1 watch ARGS` as nobody, its output into a file (read as it grows).
+fn watcher(dir: &util::TempDir, args: &[&str]) -> (util::Guard, std::path::PathBuf) {
+    let out = dir.path().join("watch.out");
+    let file = std::fs::File::create(&out).unwrap();
+    // A copy of its own: another test's uprobes on the fixture (a link for every
+    // process that maps a file, where only traced ones did) would raise it too.
+    let exe = dir.path().join("usdt-watch");
+    util::copy_fixture("usdt", &exe);
+    let mut fix = util::Guard::spawn(util::unprivileged(&exe).args(["1", "watch"]).args(args).stdout(file));
+    util::kill_after_deadline(fix.child().id());
+    util::wait_mapped(fix.child().id(), "libc");
+    (fix, out)
+}
+
+/// Waits (up to 30 s) until `file` holds `n` lines.
+fn wait_lines(file: &std::path::Path, n: usize) -> String {
+    for _ in 0..3000 {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if text.lines().count() >= n {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{} never had {n} lines: {:?}", file.display(), std::fs::read_to_string(file));
+}
+
+/// Without BPF, udtrace raises a semaphore by 1 in each process it traces: in a child
+/// forked while it is raised (a copy of its parent's memory, our 1 included) too, and
+/// lowers it by 1 in each when it ends (SIGINT), or the undertaker does (SIGKILL).
+#[test]
+fn without_bpf_a_semaphore_is_raised_and_lowered_in_forked_children() {
+    for signal in ["-INT", "-KILL"] {
+        let dir = util::TempDir::new("usdt-watch-fork");
+        let (mut fix, out) = watcher(&dir, &["fork"]);
+        let pid = fix.child().id().to_string();
+        let mut u = util::Guard::spawn(
+            util::unprivileged(util::bin())
+                .args(["-q", "-p", &pid, "-n", "fixture$target:::gated { @ = count(); }"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped()),
+        );
+        util::kill_after_deadline(u.child().id());
+        wait_lines(&out, 2);
+        let undertakers = util::live::children_of(u.child().id());
+        let _ = std::process::Command::new("kill").args([signal, &u.child().id().to_string()]).status();
+        let end = u.take().wait_with_output().unwrap();
+        util::live::wait_gone(&undertakers);
+        assert!(fix.take().wait().unwrap().success());
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(watched(&text, "parent "), [1, 0], "{signal}: {text}{}", util::stderr(&end));
+        assert_eq!(watched(&text, "child "), [1, 0], "{signal}: {text}{}", util::stderr(&end));
+        assert!(text.ends_with("usdt: fired 1\n"), "{text}");
+    }
+}
+
+/// Two tracers of one semaphore each add and remove their own 1: a BPF session's
+/// uprobe (the kernel's reference counter) and, on top, an unprivileged session's
+/// write. The program sees 1, 2, then 1 when the unprivileged one ends, 0 after both.
+#[test]
+fn each_tracer_of_a_semaphore_adds_and_removes_its_own_one() {
+    let dir = util::TempDir::new("usdt-watch-two");
+    let (mut fix, out) = watcher(&dir, &[]);
+    let pid = fix.child().id();
+    // Root, every process's probes (no ptrace: the unprivileged session holds it).
+    let script = format!("fixture*:::gated /pid == {pid}/ {{ @ = count(); }}");
+    let mut root = util::Guard::spawn(&mut util::udtrace_cmd(&["-Z", "-q", "-n", &script]));
+    util::kill_after_deadline(root.child().id());
+    // BPF's raise is seen first (or, refused, udtrace ends).
+    loop {
+        if let Ok(Some(_)) = root.child().try_wait() {
+            let end = root.take().wait_with_output().unwrap();
+            let Some(()) = util::bpf_gate(&end) else { return };
+            panic!("udtrace ended: {}", util::stderr(&end));
+        }
+        if std::fs::read_to_string(&out).is_ok_and(|t| t.lines().count() >= 1) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut nobody = util::Guard::spawn(
+        util::unprivileged(util::bin())
+            .args(["-q", "-p", &pid.to_string(), "-n", "fixture$target:::gated { @ = count(); }"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    );
+    util::kill_after_deadline(nobody.child().id());
+    wait_lines(&out, 2);
+    let _ = std::process::Command::new("kill").args(["-INT", &nobody.child().id().to_string()]).status();
+    let end = nobody.take().wait_with_output().unwrap();
+    assert!(end.status.success(), "{}", util::stderr(&end));
+    wait_lines(&out, 3);
+    let _ = std::process::Command::new("kill").args(["-INT", &root.child().id().to_string()]).status();
+    let _ = root.take().wait_with_output().unwrap();
     assert!(fix.take().wait().unwrap().success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(watched(&text, ""), [1, 2, 1, 0], "{text}");
 }
