@@ -18,19 +18,7 @@ fn run(mode: &[&str], script: &str, cmd: &str) -> Option<(String, String)> {
     let nobody = mode == [NOBODY];
     let mut args: Vec<&str> = if nobody { Vec::new() } else { mode.to_vec() };
     args.extend(["-Z", "-q", "-n", script, "-c", cmd]);
-    let out = if nobody {
-        let mut g = util::Guard::spawn(
-            util::unprivileged(util::bin())
-                .args(&args)
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped()),
-        );
-        util::kill_after_deadline(g.child().id());
-        g.take().wait_with_output().expect("udtrace finishes")
-    } else {
-        traced(&args)?
-    };
+    let out = if nobody { util::traced_unprivileged(&args) } else { traced(&args)? };
     assert!(out.status.success(), "udtrace failed: {}", util::stderr(&out));
     Some((stdout(&out), util::stderr(&out)))
 }
@@ -182,6 +170,7 @@ fn a_semaphore_is_lowered_when_udtrace_is_killed() {
         let mut fix =
             util::Guard::spawn(command(exe.as_os_str()).args(["2", "lowered"]).stdout(std::process::Stdio::piped()));
         let pid = fix.child().id().to_string();
+        util::wait_mapped(&pid, "usdt-lowered");
         util::wait_mapped(&pid, "libc");
         let mut lines = std::io::BufReader::new(fix.child().stdout.take().unwrap()).lines();
         let mut u = util::Guard::spawn(
@@ -221,6 +210,9 @@ fn watcher(dir: &util::TempDir, args: &[&str]) -> (util::Guard, std::path::PathB
     util::copy_fixture("usdt", &exe);
     let mut fix = util::Guard::spawn(util::unprivileged(&exe).args(["1", "watch"]).args(args).stdout(file));
     util::kill_after_deadline(fix.child().id());
+    // setpriv (root, and mapping libc itself) execs the fixture as nobody: grabbed
+    // before, it is root's.
+    util::wait_mapped(fix.child().id(), "usdt-watch");
     util::wait_mapped(fix.child().id(), "libc");
     (fix, out)
 }
