@@ -536,7 +536,8 @@ fn patch_kind(k: SiteKind) -> PatchKind {
     match k {
         SiteKind::Entry => PatchKind::Entry,
         SiteKind::Return => PatchKind::Return,
-        // Never a site to patch.
+        // A USDT site (a nop) is patched as an offset: the jump takes the instructions
+        // after it too, relocated (docs/usdt.md). A profile probe is never a site.
         SiteKind::Offset(_) | SiteKind::Profile | SiteKind::Usdt(_) => PatchKind::Offset,
     }
 }
@@ -607,9 +608,10 @@ impl Backend for InProcess {
             unpatched.extend(probes.iter().map(|p| ((*p).clone(), why.clone())));
             return self.fall_back(pid, &Batch::of(pid, probes).objects, unpatched);
         }
-        // A USDT probe behind a semaphore is a uprobe: the kernel raises the semaphore
-        // in each process it is armed in and lowers it when the link goes, however
-        // udtrace ends (docs/usdt.md).
+        // With BPF, a USDT probe behind a semaphore is a uprobe: the kernel raises the
+        // semaphore in each process it is armed in and lowers it when the link goes,
+        // however udtrace ends. Without, it is armed here and udtrace raises it
+        // (`raise_semaphores`, docs/usdt.md).
         if self.fallback.is_some() && probes.iter().any(|p| p.semaphore != 0) {
             let (gated, rest): (Vec<&PidProbe>, Vec<&PidProbe>) = probes.iter().partition(|p| p.semaphore != 0);
             let why = "a USDT probe behind a semaphore: the kernel raises it for a uprobe".to_string();
