@@ -14,6 +14,15 @@ const MODES: [&[&str]; 3] = [&[], &["-x", "uprobes"], &[NOBODY]];
 /// The mode that runs udtrace and its command as the user nobody.
 const NOBODY: &str = "nobody";
 
+/// Taken by the `fixture*` test, which raises the semaphore of every process with the
+/// fixture's provider (a uprobe in each), and by those that check a semaphore's exact
+/// values: one would see the other's 1.
+static EVERY_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn every_process_lock() -> std::sync::MutexGuard<'static, ()> {
+    EVERY_PROCESS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn run(mode: &[&str], script: &str, cmd: &str) -> Option<(String, String)> {
     let nobody = mode == [NOBODY];
     let mut args: Vec<&str> = if nobody { Vec::new() } else { mode.to_vec() };
@@ -117,6 +126,7 @@ fn a_semaphore_is_raised_while_traced_in_children_too() {
 /// were running before udtrace started; each waits for its semaphore, then fires.
 #[test]
 fn every_process_with_a_glob_provider() {
+    let _alone = every_process_lock();
     let n = 6u64;
     // A copy of its own: another test's uprobes on the fixture (a link for every
     // process that maps a file, where only traced ones did) raise its semaphore too.
@@ -158,6 +168,7 @@ fn every_process_with_a_glob_provider() {
 /// without BPF (nobody) the undertaker lowers what udtrace raised.
 #[test]
 fn a_semaphore_is_lowered_when_udtrace_is_killed() {
+    let _alone = every_process_lock();
     use std::io::BufRead;
     let dir = util::TempDir::new("usdt-lowered");
     let exe = dir.path().join("usdt-lowered");
@@ -237,6 +248,7 @@ fn wait_lines(file: &std::path::Path, n: usize, tracer: &mut util::Guard) {
 /// lowers it by 1 in each when it ends (SIGINT), or the undertaker does (SIGKILL).
 #[test]
 fn without_bpf_a_semaphore_is_raised_and_lowered_in_forked_children() {
+    let _alone = every_process_lock();
     for signal in ["-INT", "-KILL"] {
         let dir = util::TempDir::new("usdt-watch-fork");
         let (mut fix, out) = watcher(&dir, &["fork"]);
@@ -268,6 +280,7 @@ fn without_bpf_a_semaphore_is_raised_and_lowered_in_forked_children() {
 /// again when udtrace ends by SIGINT or SIGKILL (its undertaker).
 #[test]
 fn without_bpf_a_semaphore_is_raised_by_one_over_another_tracers_count() {
+    let _alone = every_process_lock();
     for signal in ["-INT", "-KILL"] {
         let dir = util::TempDir::new("usdt-watch-own");
         let (mut fix, out) = watcher(&dir, &["own"]);
