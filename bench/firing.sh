@@ -29,17 +29,21 @@ UFTRACE=$(command -v uftrace || true)
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 loop_ns() { { grep -Eo '^[0-9]+ calls [0-9]+ ns' || echo "0 calls 0 ns"; } | awk '{print $3}' | tail -1; }
 prog_cpu() { { grep -Eo '^cpu [0-9]+ ns' || echo "cpu 0 ns"; } | awk '{print $2}' | tail -1; }
+# The CPU time in ns of this shell and of the children it waited for, as `times`
+# writes it to file $1 (1 ms steps; /proc's clock ticks were 10 ms, as much as
+# udtrace's whole start-up).
+cpu_of() { awk '{ for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } } END { printf "%d", t * 1e9 }' "$1"; }
 # Runs "$@", printing its output, then "wall NS" and "tree_cpu NS" (the CPU time of
 # everything it ran: the tracer and the traced program).
 timed() {
-  local s e c0 c1
-  c0=$(awk '{print $14 + $15 + $16 + $17}' /proc/$$/stat)
+  local s e
+  times >"$W/times0"
   s=$(date +%s%N)
   "$@" </dev/null 2>&1 || true
   e=$(date +%s%N)
-  c1=$(awk '{print $14 + $15 + $16 + $17}' /proc/$$/stat)
+  times >"$W/times1"
   echo "wall $((e - s))"
-  echo "tree_cpu $(( (c1 - c0) * 1000000000 / $(getconf CLK_TCK) ))"
+  echo "tree_cpu $(( $(cpu_of "$W/times1") - $(cpu_of "$W/times0") ))"
 }
 
 COUNT='{ @ = count(); } END { printa("counted %@d\n", @); }'

@@ -24,6 +24,7 @@ pid_backends!(
     posix_spawn_children_followed,
     vfork_children_followed,
     dlopen_plugin_fires,
+    a_library_unloaded_and_loaded_again_fires_each_time,
     shell_under_c_behaves_as_untraced,
     job_control_of_traced_children_passes_through,
 );
@@ -207,6 +208,35 @@ fn dlopen_plugin_fires(backend: Backend) {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(text.lines().any(|l| l == format!("dlopener: {n} calls")), "{text}");
     assert_eq!(labelled(&text, "plugin"), n, "plugin_fn calls after dlopen: {text}");
+}
+
+/// dlclose unmaps the library; loaded again, its code is the file's, without what was
+/// placed in it: it is armed again (in-process, it counted only the first load).
+fn a_library_unloaded_and_loaded_again_fires_each_time(backend: Backend) {
+    let _machine = shared();
+    let n = 200;
+    let cmd = format!("{} {n} reload", fixture("dlopener"));
+    let prog = "pid$target::plugin_fn:entry { @p = count(); } END { printa(\"plugin %@d\\n\", @p); }";
+    let Some(out) = backend.traced(&["-q", "-Z", "-n", prog, "-c", &cmd]) else { return };
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(text.lines().filter(|l| *l == format!("dlopener: {n} calls")).count(), 3, "{text}");
+    assert_eq!(labelled(&text, "plugin"), 3 * n, "plugin_fn calls over three loads: {text}\n{}", stderr(&out));
+}
+
+#[test]
+fn a_library_unloaded_and_loaded_again_fires_each_time_without_bpf() {
+    let _machine = shared();
+    let n = 200;
+    let prog = "pid$target::plugin_fn:entry { @p = count(); } END { printa(\"plugin %@d\\n\", @p); }";
+    let mut c = util::unprivileged(util::bin());
+    c.args(["-q", "-Z", "-n", prog, "-c", &format!("{} {n} reload", fixture("dlopener"))]);
+    let mut g = Guard::spawn(c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
+    kill_after(g.child().id(), 60);
+    let out = g.take().wait_with_output().expect("udtrace finishes");
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(labelled(&text, "plugin"), 3 * n, "plugin_fn calls over three loads: {text}\n{}", stderr(&out));
 }
 
 /// Reads udtrace's stdout lines on a thread, so that a test can wait for one.

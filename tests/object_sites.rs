@@ -137,13 +137,13 @@ fn compare(path: &Path, obj: &ObjectSymbols) -> HashMap<String, (Vec<u32>, bool)
         .collect();
     theirs.sort();
     theirs.dedup_by_key(|f| f.0);
-    let ours: Vec<(u64, u64)> = obj.table.functions().iter().map(|f| (f.addr, f.size)).collect();
+    let ours: Vec<(u64, u64)> = obj.table().functions().iter().map(|f| (f.addr, f.size)).collect();
     assert_eq!(ours, theirs, "{}: function addresses and sizes", path.display());
 
     let mut facts = HashMap::new();
-    for f in obj.table.functions() {
+    for f in obj.table().functions() {
         let s = obj.sites(f).expect("function code is in the file");
-        let parts = obj.table.other_parts(f);
+        let parts = obj.table().other_parts(f);
         let e = expected(&od, f.addr, f.size, &parts);
         let what = format!("{} {} at {:#x}", path.display(), f.name, f.addr);
         assert_eq!(s.undecodable_at, None, "{what}");
@@ -175,7 +175,7 @@ fn check_c_fixture(name: &str) {
     let obj = debuginfo::load(&path).unwrap();
     let facts = compare(&path, &obj);
     let code_at = |fname: &str, off: u32| {
-        let f = &obj.table.matching(fname)[0];
+        let f = &obj.table().matching(fname)[0];
         let insn = obj.info.vaddr_to_offset(f.addr + u64::from(off)).unwrap();
         obj.bytes(insn, 1).unwrap()[0]
     };
@@ -241,9 +241,9 @@ fn split_debuginfo_sites_match_objdump() {
     // objdump reads symbols from the debug file, addresses/instructions from the binary.
     let od_syms = objdump(obj.debug_file.as_ref().unwrap());
     let od = Objdump { insns: objdump(&fixture("fixture-split")).insns, funcs: od_syms.funcs };
-    for f in obj.table.functions() {
+    for f in obj.table().functions() {
         let s = obj.sites(f).unwrap();
-        let e = expected(&od, f.addr, f.size, &obj.table.other_parts(f));
+        let e = expected(&od, f.addr, f.size, &obj.table().other_parts(f));
         assert_eq!((s.insns, s.returns), (e.insns, e.returns), "{}", f.name);
     }
 }
@@ -258,9 +258,9 @@ fn libc_sites_match_objdump() {
     let obj = debuginfo::load(&path).unwrap();
     let od = objdump(&path);
     let mut checked = 0;
-    for f in obj.table.functions() {
+    for f in obj.table().functions() {
         let s = obj.sites(f).unwrap();
-        let e = expected(&od, f.addr, f.size, &obj.table.other_parts(f));
+        let e = expected(&od, f.addr, f.size, &obj.table().other_parts(f));
         assert_eq!(s.insns, e.insns, "libc {} at {:#x}", f.name, f.addr);
         assert_eq!(s.returns, e.returns, "libc {} at {:#x}", f.name, f.addr);
         checked += 1;

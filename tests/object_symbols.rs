@@ -22,11 +22,11 @@ fn no_debug_root() -> PathBuf {
 }
 
 fn names(obj: &ObjectSymbols) -> BTreeSet<String> {
-    obj.table.functions().iter().map(|f| f.name.clone()).collect()
+    obj.table().functions().iter().map(|f| f.name.clone()).collect()
 }
 
 fn addrs(obj: &ObjectSymbols) -> Vec<(String, u64, u64)> {
-    obj.table.functions().iter().map(|f| (f.name.clone(), f.addr, f.size)).collect()
+    obj.table().functions().iter().map(|f| (f.name.clone(), f.addr, f.size)).collect()
 }
 
 const FIXTURE_FUNCTIONS: &[&str] = &[
@@ -53,30 +53,30 @@ fn fixture_functions_and_canonical_names() {
         assert!(all.contains(*f), "{f} missing from {all:?}");
     }
     // Weak alias: both names global/weak, fewer leading underscores wins.
-    let weak = obj.table.matching("fx_weak");
+    let weak = obj.table().matching("fx_weak");
     assert_eq!(weak.len(), 1);
     assert_eq!(weak[0].aliases, ["__fx_impl"]);
     assert!(!all.contains("__fx_impl"));
     // The other name finds the same function (one probe, shown by its canonical name).
-    assert_eq!(obj.table.matching("__fx_impl")[0].addr, weak[0].addr);
+    assert_eq!(obj.table().matching("__fx_impl")[0].addr, weak[0].addr);
     // Global over local, although the local sorts first.
-    assert_eq!(obj.table.matching("z_global")[0].aliases, ["a_local"]);
+    assert_eq!(obj.table().matching("z_global")[0].aliases, ["a_local"]);
     assert!(!all.contains("a_local"));
     // PLT stubs and undefined symbols (printf, abort, lib_add) get no function.
     for f in ["printf", "abort", "lib_add", "puts"] {
-        assert!(obj.table.matching(f).is_empty(), "{f}");
+        assert!(obj.table().matching(f).is_empty(), "{f}");
     }
-    for f in obj.table.functions() {
+    for f in obj.table().functions() {
         assert!(f.size > 0);
         assert!(!obj.info.plt.iter().any(|&(a, b)| (a..b).contains(&f.addr)));
     }
     assert!(!obj.info.plt.is_empty());
     // Globs over the demangled names.
-    let m: BTreeSet<_> = obj.table.matching("c*").iter().map(|f| f.name.clone()).collect();
+    let m: BTreeSet<_> = obj.table().matching("c*").iter().map(|f| f.name.clone()).collect();
     assert_eq!(m, BTreeSet::from(["checked".into(), "checked.cold".into(), "classify".into()]));
     // lookup: any address inside a function, with its offset.
-    let t = &obj.table.matching("classify")[0];
-    let (f, off) = obj.table.lookup(t.addr + 2).unwrap();
+    let t = &obj.table().matching("classify")[0];
+    let (f, off) = obj.table().lookup(t.addr + 2).unwrap();
     assert_eq!((f.name.as_str(), off), ("classify", 2));
 }
 
@@ -91,7 +91,7 @@ fn pie_and_non_pie() {
         assert!(names(&pie).contains(*f) && names(&exe).contains(*f), "{f}");
     }
     // Non-PIE code is linked at 0x400000 upwards; the file offset is not the address.
-    let t = &exe.table.matching("target")[0];
+    let t = &exe.table().matching("target")[0];
     assert!(t.addr >= 0x400000, "{:#x}", t.addr);
     let off = exe.file_offset(t.addr).unwrap();
     assert!(off < t.addr);
@@ -99,7 +99,7 @@ fn pie_and_non_pie() {
     // Both PIE and non-PIE: the bytes at the file offset are the function's (its first
     // instruction decodes, and the code slice starts there).
     for (obj, path) in [(&pie, fixture("fixture")), (&exe, fixture("fixture-nopie"))] {
-        let t = &obj.table.matching("target")[0];
+        let t = &obj.table().matching("target")[0];
         let code = obj.code(t).unwrap();
         let off = obj.file_offset(t.addr).unwrap();
         let file = std::fs::read(path).unwrap();
@@ -116,8 +116,8 @@ fn stripped_has_only_dynsym_functions() {
     // build.rs exports exactly these two into .dynsym.
     assert_eq!(names(&obj), BTreeSet::from(["tail".into(), "target".into()]));
     let full = debuginfo::load_with_debug_root(&fixture("fixture"), &no_debug_root()).unwrap();
-    let t = &full.table.matching("target")[0];
-    assert_eq!(obj.table.matching("target")[0].addr, t.addr);
+    let t = &full.table().matching("target")[0];
+    assert_eq!(obj.table().matching("target")[0].addr, t.addr);
 }
 
 #[test]
@@ -133,7 +133,7 @@ fn separate_debuginfo_by_build_id_recovers_all_functions() {
     let dbg = obj.debug_file.as_ref().expect("debug file found by build-id");
     assert!(dbg.starts_with(fixture("debug/.build-id")), "{}", dbg.display());
     assert_eq!(addrs(&obj), addrs(&full));
-    assert_eq!(obj.table.matching("fx_weak")[0].aliases, ["__fx_impl"]);
+    assert_eq!(obj.table().matching("fx_weak")[0].aliases, ["__fx_impl"]);
 }
 
 #[test]
@@ -178,19 +178,19 @@ fn shared_library_functions() {
 #[test]
 fn cxx_names_demangled_and_mangled() {
     let obj = debuginfo::load_with_debug_root(&fixture("fixture-cxx"), &no_debug_root()).unwrap();
-    let bump = obj.table.matching("Counter::bump(int)");
+    let bump = obj.table().matching("Counter::bump(int)");
     assert_eq!(bump.len(), 1, "{:?}", names(&obj));
     assert_eq!(bump[0].mangled.as_deref(), Some("_ZN7Counter4bumpEi"));
     for p in ["_ZN7Counter4bumpEi", "Counter::bump*", "*bump*", "_ZN7Counter4bump*"] {
-        let m = obj.table.matching(p);
+        let m = obj.table().matching(p);
         assert_eq!(m.len(), 1, "{p}");
         assert_eq!(m[0].addr, bump[0].addr, "{p}");
     }
-    assert_eq!(obj.table.matching("app::twice(int)").len(), 1);
+    assert_eq!(obj.table().matching("app::twice(int)").len(), 1);
     // The constructor: C1 and C2 variants (where gcc emits both) are one function.
-    let ctor = obj.table.matching("Counter::Counter(int)");
+    let ctor = obj.table().matching("Counter::Counter(int)");
     assert_eq!(ctor.len(), 1, "{:?}", names(&obj));
-    assert_eq!(obj.table.matching("_ZN7CounterC2Ei").len(), 1);
+    assert_eq!(obj.table().matching("_ZN7CounterC2Ei").len(), 1);
 }
 
 #[test]
@@ -217,32 +217,73 @@ fn libc_loads_with_its_debug_file() {
     let obj = debuginfo::load(&path).unwrap();
     eprintln!(
         "libc.so.6: {} functions in {:?} (debug build; debug file {:?})",
-        obj.table.functions().len(),
+        obj.table().functions().len(),
         start.elapsed(),
         obj.debug_file
     );
     assert!(obj.debug_file.is_some(), "libc's debug file is installed on this machine");
     for f in ["strlen", "malloc", "__strlen_avx2", "free"] {
-        let m = obj.table.matching(f);
+        let m = obj.table().matching(f);
         assert_eq!(m.len(), 1, "{f}");
         let s = obj.sites(m[0]).unwrap();
         assert_eq!(s.insns[0], 0, "{f}");
         assert!(!s.returns.is_empty(), "{f} has return sites");
     }
     // malloc's canonical name beats __libc_malloc and the local __malloc.
-    let malloc = obj.table.matching("malloc")[0];
+    let malloc = obj.table().matching("malloc")[0];
     assert!(malloc.aliases.contains(&"__libc_malloc".to_string()));
-    assert!(obj.table.matching("strlen")[0].ifunc);
+    assert!(obj.table().matching("strlen")[0].ifunc);
     // Versioned names: the default version shows plainly, a compatibility one with its
     // version, whether the name came from .dynsym (versions in .gnu.version) or .symtab.
-    assert_eq!(obj.table.matching("pthread_kill").len(), 1);
-    assert_eq!(obj.table.matching("pthread_kill@GLIBC_2.2.5").len(), 1);
+    assert_eq!(obj.table().matching("pthread_kill").len(), 1);
+    assert_eq!(obj.table().matching("pthread_kill@GLIBC_2.2.5").len(), 1);
     let bare = debuginfo::load_with_debug_root(&path, &no_debug_root()).unwrap();
     assert!(bare.debug_file.is_none());
-    assert_eq!(bare.table.matching("pthread_kill").len(), 1);
-    assert_eq!(bare.table.matching("pthread_kill@GLIBC_2.2.5").len(), 1);
+    assert_eq!(bare.table().matching("pthread_kill").len(), 1);
+    assert_eq!(bare.table().matching("pthread_kill@GLIBC_2.2.5").len(), 1);
     // Local functions exist only in the debug file.
-    assert!(obj.table.functions().len() > 3000);
+    assert!(obj.table().functions().len() > 3000);
+}
+
+/// A plain name is looked for without the table where no symbol could carry it
+/// (`ObjectSymbols::matching`): every name, alias, mangled and raw name of C, C++,
+/// split-debug and minidebuginfo objects and of libc with its debug file finds what the
+/// table finds, and names no symbol has find nothing.
+#[test]
+fn plain_names_match_as_the_table_does() {
+    let mut objects = vec![
+        debuginfo::load_with_debug_root(&fixture("fixture"), &no_debug_root()).unwrap(),
+        debuginfo::load_with_debug_root(&fixture("fixture-split"), &fixture("debug")).unwrap(),
+        debuginfo::load_with_debug_root(&fixture("fixture-cxx"), &no_debug_root()).unwrap(),
+        debuginfo::load_with_debug_root(&fixture("libfixture.so"), &no_debug_root()).unwrap(),
+        debuginfo::load(&std::fs::canonicalize("/lib/x86_64-linux-gnu/libc.so.6").unwrap()).unwrap(),
+    ];
+    if fixture("fixture-mini").exists() {
+        objects.push(debuginfo::load_with_debug_root(&fixture("fixture-mini"), &no_debug_root()).unwrap());
+    }
+    for obj in &objects {
+        let fresh = |n: &str| -> Vec<u64> {
+            let mut a: Vec<u64> = obj.matching(n).iter().map(|f| f.addr).collect();
+            a.sort_unstable();
+            a
+        };
+        let mut names: BTreeSet<String> = obj.info.symbols.iter().map(|s| s.name.clone()).collect();
+        for f in obj.table().functions() {
+            names.insert(f.name.clone());
+            names.extend(f.mangled.clone());
+            names.extend(f.aliases.iter().cloned());
+        }
+        names.extend(["f_hot", "no_such_function", "mallocx", "x"].map(String::from));
+        let mut plain = 0;
+        for n in names.iter().filter(|n| udtrace_object::symbols::is_plain_name(n)) {
+            let mut want: Vec<u64> = obj.table().matching(n).iter().map(|f| f.addr).collect();
+            want.sort_unstable();
+            assert_eq!(fresh(n), want, "{n}");
+            plain += 1;
+        }
+        assert!(plain > 5, "{plain} plain names");
+        assert!(obj.matching("no_such_function").is_empty());
+    }
 }
 
 /// The fixture copies run and agree: the same output and status, PIE or not, stripped or

@@ -290,6 +290,51 @@ fn dash_g_object_links() {
     assert!(stack.lines().any(|l| l.contains("GNU_STACK") && l.contains("RW ")), "no executable stack: {stack}");
 }
 
+/// `-G` guesses the data model from the objects, as dtrace does: for 32-bit objects
+/// (`gcc -m32`) it writes a 32-bit object that links with them, and objects of both
+/// classes are refused in dtrace's words (DTrace's tst.badguess.sh, tst.guess32.sh).
+/// Skipped where gcc cannot make 32-bit objects.
+#[test]
+fn dash_g_guesses_the_data_model() {
+    let dir = TempDir::new("sdt-model");
+    let d = dir.write("prov.d", "provider test_prov {\n\tprobe go();\n};\n");
+    // No #include: a 32-bit compile needs no 32-bit libc headers.
+    dir.write("f.c", "int f(void) { return 1; }\n");
+    let m32 = Command::new("gcc").args(["-m32", "-c", "-o", "f32.o", "f.c"]).current_dir(dir.path()).status();
+    if !m32.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: gcc -m32 cannot compile here");
+        return;
+    }
+    sh(Command::new("gcc").args(["-c", "-o", "f64.o", "f.c"]).current_dir(dir.path()));
+    let g = |objs: &[&str]| {
+        let mut args = vec!["-G", "-s"];
+        let d = d.to_str().unwrap();
+        args.push(d);
+        args.extend_from_slice(objs);
+        run(udtrace(&args).current_dir(dir.path()))
+    };
+    let class = |o: &str| std::fs::read(dir.path().join(o)).unwrap()[4];
+    let out = g(&["f32.o"]);
+    assert_eq!((out.status, out.stderr.as_str()), (0, ""));
+    assert_eq!(class("prov.o"), 1, "ELFCLASS32");
+    // The linker takes it with the 32-bit object (a relocatable link: no 32-bit libc needed).
+    sh(Command::new("ld").args(["-m", "elf_i386", "-r", "-o", "both32.o", "f32.o", "prov.o"]).current_dir(dir.path()));
+    let out = g(&["f64.o"]);
+    assert_eq!((out.status, out.stderr.as_str()), (0, ""));
+    assert_eq!(class("prov.o"), 2, "ELFCLASS64");
+    sh(Command::new("ld").args(["-r", "-o", "both64.o", "f64.o", "prov.o"]).current_dir(dir.path()));
+    std::fs::remove_file(dir.path().join("prov.o")).unwrap();
+    for objs in [["f32.o", "f64.o"], ["f64.o", "f32.o"]] {
+        let out = g(&objs);
+        assert_eq!(
+            (out.status, out.stderr.as_str()),
+            (1, "udtrace: can't mix 32-bit and 64-bit object files\n"),
+            "{objs:?}"
+        );
+        assert!(!dir.path().join("prov.o").exists(), "{objs:?}: nothing written");
+    }
+}
+
 /// dtrace's names: `-h -s x.d` writes `x.h`, `-G -s x.d` writes `x.o`, in the
 /// current directory.
 #[test]
@@ -342,6 +387,7 @@ fn messages() {
         ("provider p { probe a(foo_t); };", "syntax error near \"foo_t"),
         ("provider p { probe a(int, ...); };", "probe input prototype may not use a variable-length argument list"),
         ("provider p { probe a(int x, int x); };", "parameter is already declared in probe input prototype: x"),
+        ("provider p { probe a(int x) : (int y); };", "parameter is not declared in probe output prototype: y"),
         ("provider p { probe a(int) };", "syntax error near \"}"),
         ("provider p { a(int); };", "syntax error near \"a"),
     ];
@@ -364,6 +410,12 @@ fn messages() {
               provider p { probe a(int x, char *s) : (struct t *x, string s); probe b(int y) : (long y); };";
     let out = case(&["-h"], Some(ok));
     assert_eq!((out.status, out.stderr.as_str()), (0, ""));
+    // An output prototype may name an input twice (DTrace's usdt-tst-argmap-prov.d);
+    // the macro takes the inputs.
+    let out = case(&["-h"], Some("provider test_prov { probe place(int i, int j) : (int j, int i, int i, int j); };"));
+    assert_eq!((out.status, out.stderr.as_str()), (0, ""));
+    let h = std::fs::read_to_string(dir.path().join("p.h")).unwrap();
+    assert!(h.contains("#define\tTEST_PROV_PLACE(arg0, arg1) \\\n"), "{h}");
     // A provider declared in a tracing script is accepted, as dtrace accepts it.
     let out = run_args(&["-qn", "provider p { probe a(int); }; BEGIN { exit(0); }"]);
     assert_eq!((out.status, out.stderr.as_str()), (0, ""));

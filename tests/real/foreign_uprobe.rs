@@ -47,7 +47,7 @@ fn run(file: &Path, function: &str, pid: &str) -> Result<(), Failure> {
     let pid: u32 = pid.parse().map_err(|_| failed(format!("bad pid {pid}")))?;
     let object = udtrace_object::debuginfo::load(file).map_err(failed)?;
     let f = object
-        .table
+        .table()
         .functions()
         .iter()
         .find(|f| f.name == function)

@@ -42,7 +42,18 @@ pub fn stopped_threads(pids: &[u32]) -> Vec<String> {
             let Some(state) = stat_fields(&path).and_then(|f| f.first().cloned()) else { continue };
             if state == "T" || state == "t" {
                 let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
-                found.push(format!("pid {pid} thread {tid} state {state} ({})", comm.trim()));
+                // Who holds it, if a tracer does: what a failure needs to be explained.
+                let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default();
+                let tracer = status.lines().find_map(|l| l.strip_prefix("TracerPid:")).map_or("?", str::trim);
+                let by = match tracer {
+                    "0" | "?" => String::new(),
+                    t => {
+                        let cmd = std::fs::read(format!("/proc/{t}/cmdline")).unwrap_or_default();
+                        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                        format!(", traced by {t}: {}", cmd.trim())
+                    }
+                };
+                found.push(format!("pid {pid} thread {tid} state {state} ({}){by}", comm.trim()));
             }
         }
     }

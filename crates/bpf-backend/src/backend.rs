@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-use udtrace_bpf::btf::Btf;
+use udtrace_bpf::btf::{Btf, BtfError};
 use udtrace_bpf::codegen::{
     errno_entry, exec_program, hold_program, uprobe_program_work, ErrnoSource, Filter, HoldSignals, ProbeMaps,
     SiteWork, StashMaps,
@@ -35,8 +36,8 @@ use udtrace_record::profile::{is_profile, ProfileLayout};
 pub struct Bpf {
     maps: ProbeMaps,
     layout: RecordLayout,
-    /// Reads `maps.ring`.
-    reader: RingBufReader,
+    /// Reads `maps.ring`, once it is made.
+    reader: Option<RingBufReader>,
     /// Indexed by cookie: every probe whose site this is.
     cookies: Vec<Vec<SiteTarget>>,
     /// Indexed by cookie: the stash ops in the map for it (the union of its probes').
@@ -45,7 +46,9 @@ pub struct Bpf {
     /// (file, file offset, for `pid*`) → cookie: a site has one cookie in every
     /// process, and another for the program of `pid*` probes.
     cookie_of: HashMap<(PathBuf, u64, bool), u64>,
-    program: Program,
+    /// The program of sites that only record, loaded when first needed (as the
+    /// in-process backend's fallback, only for a site it cannot patch).
+    program: Option<Program>,
     /// What each probe's firings compute where they fire (docs/firing.md).
     work: ProbeWork,
     /// The maps of that work; none when the session has no such work.
@@ -109,11 +112,17 @@ struct Profiling {
     _clocks: Vec<std::os::fd::OwnedFd>,
 }
 
+/// The kernel's BTF, read once for the run: several programs take offsets from it.
+fn kernel_btf() -> Result<&'static Btf, BtfError> {
+    static BTF: OnceLock<Result<Btf, BtfError>> = OnceLock::new();
+    BTF.get_or_init(Btf::vmlinux).as_ref().map_err(Clone::clone)
+}
+
 /// Where the kernel keeps a task's user registers: `task_pt_regs`, at the top of its
 /// kernel stack (THREAD_SIZE, 16 KiB on x86-64 without KASAN, less 16 bytes of padding
 /// on a kernel that enters through FRED), whose base the task's BTF names.
 fn user_regs() -> Result<UserRegs, Error> {
-    let btf = Btf::vmlinux().map_err(|e| e.to_string())?;
+    let btf = kernel_btf().map_err(|e| e.to_string())?;
     let task_stack = btf.place("task_struct", "stack").map_err(|e| e.to_string())?.offset;
     let fred = std::fs::read_to_string("/proc/cpuinfo")
         .is_ok_and(|c| c.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "fred")));
@@ -267,14 +276,14 @@ fn load_work_program(
 /// Where a task's parent and a task's process id are in the kernel's task_struct
 /// (`ppid` at the firing); none without BTF.
 fn parent_offsets() -> Option<(u32, u32)> {
-    let btf = Btf::vmlinux().ok()?;
+    let btf = kernel_btf().ok()?;
     Some((btf.place("task_struct", "real_parent").ok()?.offset, btf.place("task_struct", "tgid").ok()?.offset))
 }
 
 /// Where errno is read from: the offset of a thread's pointer in the kernel's
 /// task_struct comes from its BTF. Without BTF errno reads 0.
 fn errno_source() -> Option<ErrnoSource> {
-    let btf = Btf::vmlinux().ok()?;
+    let btf = kernel_btf().ok()?;
     let fsbase = btf.place("task_struct", "thread.fsbase").ok()?.offset;
     // `pid*` processes are never heard of again when they end: LRU makes room.
     let tls = udtrace_bpf::maps::HashMap::create_lru("udtrace_errno", 65536).ok()?;
@@ -301,9 +310,18 @@ impl Bpf {
         // curpsinfo and the like as the kernel has them at each firing; without the
         // kernel's BTF, from /proc as before.
         if rplan.task {
-            maps.task = Btf::vmlinux().ok().and_then(|b| udtrace_bpf::proc::TaskOffsets::from_btf(&b).ok());
+            maps.task = kernel_btf().ok().and_then(|b| udtrace_bpf::proc::TaskOffsets::from_btf(b).ok());
         }
-        let program = load_uprobe_program(&rplan, &maps, Filter::Traced, "udtrace_pid")?;
+        // A record that does not fit the ring is refused now, not at the first site.
+        if layout.size + 8 > maps.ring_size() {
+            let e = udtrace_bpf::codegen::CodegenError::RingTooSmall { record: layout.size, ring: maps.ring_size() };
+            return Err(format!("cannot generate the uprobe program: {e}"));
+        }
+        // In-process, the fallback's sites are few or none.
+        let program = match setup.inprocess {
+            true => None,
+            false => Some(load_uprobe_program(&rplan, &maps, Filter::Traced, "udtrace_pid")?),
+        };
         let all = if all {
             let program = load_uprobe_program(&rplan, &maps, Filter::AllBut(std::process::id()), "udtrace_pidall")?;
             let events = RingBuf::create("udtrace_events", 256 << 10).map_err(maps_err)?;
@@ -321,10 +339,10 @@ impl Bpf {
         // objects (lineage records).
         let unheld = !setup.unheld.is_empty();
         let hold = if follow || all.is_some() || unheld {
-            let holds = udtrace_bpf::maps::HashMap::create("udtrace_holds", 65536).map_err(maps_err)?;
-            let lineage = unheld.then_some(&maps.ring);
+            let holds = udtrace_bpf::maps::HashMap::create_growing("udtrace_holds", 65536).map_err(maps_err)?;
+            let lineage = if unheld { Some(maps.ring().map_err(maps_err)?) } else { None };
             // Without the kernel's BTF the blocked mask is not known: SIGURG always.
-            let blocked = Btf::vmlinux().ok().and_then(|b| b.place("task_struct", "blocked").ok());
+            let blocked = kernel_btf().ok().and_then(|b| b.place("task_struct", "blocked").ok());
             let signals =
                 HoldSignals { signal: HOLD_SIGNAL, when_blocked: blocked.map(|p| (HOLD_SIGNAL_BLOCKED, p.offset)) };
             let insns = hold_program(&maps.traced, &holds, signals, all.as_ref().map(|a| &a.events), lineage)
@@ -338,12 +356,11 @@ impl Bpf {
         let lineage = if setup.children && !setup.unheld.is_empty() { Some(follow_in_kernel(&maps)?) } else { None };
         // Always: a program that keeps nothing still gates records (Emit), and its code
         // names the drop counters.
-        let mut dif =
+        let dif = Some(
             DifMaps::create(&setup.layout, DifSizes { threads: setup.tables.0 as u32, keys: setup.tables.1 as u32 })
-                .map_err(maps_err)?;
-        dif.parent = parent_offsets();
-        let dif = Some(dif);
-        let reader = RingBufReader::new(&maps.ring).map_err(|e| e.to_string())?;
+                .map_err(maps_err)?,
+        );
+        let reader = maps.ring_made().map(RingBufReader::new).transpose().map_err(|e| e.to_string())?;
         Ok(Bpf {
             unheld: setup.unheld.iter().copied().collect(),
             under_patches: setup.inprocess,
@@ -425,7 +442,14 @@ impl Bpf {
             // keeps it, read from BTF once (without BTF, the firing thread's name).
             if let Some(maps) = self.dif.as_mut().filter(|m| m.leader_comm.is_none()) {
                 maps.leader_comm =
-                    Btf::vmlinux().ok().and_then(|b| TaskOffsets::from_btf(&b).ok()).map(|o| o.leader_comm());
+                    kernel_btf().ok().and_then(|b| TaskOffsets::from_btf(b).ok()).map(|o| o.leader_comm());
+            }
+        }
+        if key.1.reads(udtrace_dif::Var::Ppid) {
+            // `ppid`: the task's real_parent and its tgid, from BTF once, when first read
+            // (start-up reads no BTF a script does not need).
+            if let Some(maps) = self.dif.as_mut().filter(|m| m.parent.is_none()) {
+                maps.parent = parent_offsets();
             }
         }
         let dif = match (&self.dif, key.1.ops.is_empty()) {
@@ -450,7 +474,19 @@ impl Bpf {
         for s in sites {
             out.entry(self.site_program(s.cookie, all)?).or_default().push(*s);
         }
+        if !all && out.contains_key(&None) && self.program.is_none() {
+            self.program = Some(load_uprobe_program(&self.rplan, &self.maps, Filter::Traced, "udtrace_pid")?);
+        }
+        self.ready()?;
         Ok(out)
+    }
+
+    /// Makes the ring's reader once a program made the ring.
+    fn ready(&mut self) -> Result<(), Error> {
+        if let (None, Some(ring)) = (&self.reader, self.maps.ring_made()) {
+            self.reader = Some(RingBufReader::new(ring).map_err(|e| e.to_string())?);
+        }
+        Ok(())
     }
 
     /// Takes out of `sites` of `file` those whose code another tracer changed in one of
@@ -568,17 +604,17 @@ impl Backend for Bpf {
             p._clocks.extend(clocks);
         }
         self.profile = Some(p);
-        Ok(())
+        self.ready()
     }
 
     fn enable_proc(&mut self, hooks: &[(Hook, ProcPlan)]) -> Result<(), Error> {
         if hooks.is_empty() {
             return Ok(());
         }
-        let btf = Btf::vmlinux().map_err(|e| {
+        let btf = kernel_btf().map_err(|e| {
             format!("{e}\n{}: the proc provider needs a kernel with BTF (CONFIG_DEBUG_INFO_BTF)", program())
         })?;
-        let offsets = TaskOffsets::from_btf(&btf).map_err(|e| format!("cannot use the kernel's task data: {e}"))?;
+        let offsets = TaskOffsets::from_btf(btf).map_err(|e| format!("cannot use the kernel's task data: {e}"))?;
         let paths = udtrace_bpf::maps::HashMap::create("udtrace_paths", 65536)
             .map_err(|e| bpf_error("create BPF maps", &e.to_string(), e.os_error()))?;
         for &(hook, plan) in hooks {
@@ -620,7 +656,7 @@ impl Backend for Bpf {
             }
             self.proc.insert(hook, ProcHook { layout, _links: links });
         }
-        Ok(())
+        self.ready()
     }
 
     fn trace_pid(&mut self, pid: i32) -> Result<(), Error> {
@@ -667,7 +703,10 @@ impl Backend for Bpf {
             let groups = self.by_program(&sites, false)?;
             let links = if per_process { self.procs.entry(pid).or_default() } else { &mut self.global };
             for (prog, group) in &groups {
-                let program = prog.map_or(&self.program, |i| &self.work_programs[i]);
+                let program = match prog {
+                    Some(i) => &self.work_programs[*i],
+                    None => self.program.as_ref().ok_or("the uprobe program is not loaded")?,
+                };
                 let owner = if per_process { pid as u32 } else { 0 };
                 attach_file(program, &file, owner, group, &mut links.links, &mut self.refused)?;
             }
@@ -774,7 +813,10 @@ impl Backend for Bpf {
             let groups = self.by_program(&list, false)?;
             let links = self.procs.entry(child).or_default();
             for (prog, group) in &groups {
-                let program = prog.map_or(&self.program, |i| &self.work_programs[i]);
+                let program = match prog {
+                    Some(i) => &self.work_programs[*i],
+                    None => self.program.as_ref().ok_or("the uprobe program is not loaded")?,
+                };
                 attach_file(program, &file, child as u32, group, &mut links.links, &mut self.refused)?;
             }
             links.sites.insert(file, list);
@@ -823,7 +865,7 @@ impl Backend for Bpf {
     }
 
     fn wait_fds(&self) -> Vec<BorrowedFd<'_>> {
-        let mut fds = vec![self.maps.ring.as_fd()];
+        let mut fds: Vec<BorrowedFd<'_>> = self.maps.ring_made().map(AsFd::as_fd).into_iter().collect();
         if let Some(a) = &self.all {
             fds.push(a.events.as_fd());
         }
@@ -834,7 +876,8 @@ impl Backend for Bpf {
         let (proc, layout, cookies) = (&self.proc, &self.layout, &self.cookies);
         let (string_args, buffer_args) = (&self.string_args, &self.buffer_args);
         let profile = &self.profile;
-        self.reader.consume(|bytes| {
+        let Some(reader) = self.reader.as_mut() else { return };
+        reader.consume(|bytes| {
             if let Some(l) = udtrace_record::lineage::parse(bytes) {
                 each(Record::Lineage(l));
                 return;
@@ -925,13 +968,14 @@ struct Lineage {
 
 /// Loads and attaches the fork, exit and exec programs of [`udtrace_bpf::lineage`].
 fn follow_in_kernel(maps: &ProbeMaps) -> Result<Lineage, Error> {
-    let btf = Btf::vmlinux().map_err(|e| format!("cannot follow children in the kernel: {e}"))?;
-    let ids = TaskIds::from_btf(&btf).map_err(|e| format!("cannot follow children in the kernel: {e}"))?;
+    let btf = kernel_btf().map_err(|e| format!("cannot follow children in the kernel: {e}"))?;
+    let ids = TaskIds::from_btf(btf).map_err(|e| format!("cannot follow children in the kernel: {e}"))?;
     let gen = |e: LineageError| format!("cannot generate the fork and exit programs: {e}");
     let group_dead = btf.tracepoint_arity("sched_process_exit").is_some_and(|n| n >= 2);
-    let fork = fork_program(ids, &maps.traced, &maps.ring).map_err(gen)?;
-    let exit = exit_program(&maps.traced, &maps.ring, group_dead).map_err(gen)?;
-    let exec = lineage::exec_program(&maps.traced, &maps.ring).map_err(gen)?;
+    let ring = maps.ring().map_err(|e| bpf_error("create BPF maps", &e.to_string(), e.os_error()))?;
+    let fork = fork_program(ids, &maps.traced, ring).map_err(gen)?;
+    let exit = exit_program(&maps.traced, ring, group_dead).map_err(gen)?;
+    let exec = lineage::exec_program(&maps.traced, ring).map_err(gen)?;
     let load = |name: &str, insns: &[Insn]| {
         Program::load(ProgramKind::RawTracepoint, name, insns)
             .map_err(|e| bpf_error("load the fork and exit programs", &e.to_string(), Some(e.os_error())))

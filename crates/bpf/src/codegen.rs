@@ -1,6 +1,8 @@
 //! The program every pid probe runs: keep only firings of traced processes, then write
 //! one fixed-size record (see `udtrace_record::pid`) into the ring buffer.
 
+use std::cell::OnceCell;
+
 use thiserror::Error;
 
 use udtrace_record::pid::{
@@ -25,6 +27,8 @@ pub enum CodegenError {
     NoStashMaps,
     #[error(transparent)]
     Dif(#[from] crate::dif::DifError),
+    #[error(transparent)]
+    Map(#[from] MapError),
 }
 
 /// The maps a uprobe program uses.
@@ -32,7 +36,11 @@ pub struct ProbeMaps {
     /// Processes (tgid) whose firings count: 1 for those held with ptrace,
     /// [`crate::lineage::KERNEL_FOLLOWED`] for those followed in the kernel.
     pub traced: HashMap<u32, u32>,
-    pub ring: RingBuf,
+    /// The firings' ring, made when first asked for ([`ProbeMaps::ring`]): a session
+    /// whose probes all run in-process never writes to it, and its `bufsize` × CPUs of
+    /// kernel memory (8 MiB by default) cost 2 ms to make and map.
+    ring: OnceCell<RingBuf>,
+    ring_size: usize,
     /// Slot 0 counts, per CPU, records lost because the ring was full.
     pub drops: PerCpuArray<u64>,
     /// Where errno is read from, for plans that record it.
@@ -82,15 +90,37 @@ pub fn errno_entry(slot: u64, offset: i64) -> [u8; 16] {
 }
 
 impl ProbeMaps {
+    /// The maps, but the ring (of `ring_size` bytes: checked here, made when asked for).
     pub fn create(ring_size: usize, max_traced: u32) -> Result<ProbeMaps, MapError> {
+        RingBuf::check_size(ring_size)?;
         Ok(ProbeMaps {
-            traced: HashMap::create("udtrace_traced", max_traced)?,
-            ring: RingBuf::create("udtrace_ring", ring_size)?,
+            traced: HashMap::create_growing("udtrace_traced", max_traced)?,
+            ring: OnceCell::new(),
+            ring_size,
             drops: PerCpuArray::create("udtrace_drops", 1)?,
             errno: None,
             stash: None,
             task: None,
         })
+    }
+
+    /// The firings' ring, made on first use.
+    pub fn ring(&self) -> Result<&RingBuf, MapError> {
+        if let Some(r) = self.ring.get() {
+            return Ok(r);
+        }
+        let r = RingBuf::create("udtrace_ring", self.ring_size)?;
+        Ok(self.ring.get_or_init(|| r))
+    }
+
+    /// The ring if it was made.
+    pub fn ring_made(&self) -> Option<&RingBuf> {
+        self.ring.get()
+    }
+
+    /// Its size, made or not.
+    pub fn ring_size(&self) -> usize {
+        self.ring_size
     }
 }
 
@@ -274,8 +304,8 @@ pub fn uprobe_program_work(
     work: SiteWork<'_>,
 ) -> Result<Vec<Insn>, CodegenError> {
     let layout = RecordLayout::new(plan)?;
-    if layout.size + 8 > maps.ring.size() {
-        return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring.size() });
+    if layout.size + 8 > maps.ring_size() {
+        return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring_size() });
     }
     let off = |o: usize| o as i16; // fits: RecordLayout caps the size at i16::MAX
     let mut a = Asm::new();
@@ -312,7 +342,7 @@ pub fn uprobe_program_work(
         return Ok(a.finish()?);
     }
 
-    emit_reserve(&mut a, maps, layout.size, out);
+    emit_reserve(&mut a, maps, layout.size, out)?;
     a.push(stx(Size::DW, Reg::R8, off(record::OFF_PID_TGID), Reg::R7));
     a.push(mov64_reg(Reg::R1, Reg::R6));
     a.call(helper::GET_ATTACH_COOKIE);
@@ -368,7 +398,7 @@ pub fn uprobe_program_work(
         }
     }
 
-    emit_submit(&mut a, maps);
+    emit_submit(&mut a, maps)?;
 
     a.bind(out);
     a.push(mov64_imm(Reg::R0, 0));
@@ -717,9 +747,14 @@ fn emit_stash(a: &mut Asm, plan: &RecordPlan, layout: &RecordLayout, maps: &Stas
 
 /// Reserves a record of `size` bytes in the ring into R8; when the ring is full,
 /// counts the loss on this CPU and jumps to `out`. Clobbers R0–R5.
-pub(crate) fn emit_reserve(a: &mut Asm, maps: &ProbeMaps, size: usize, out: crate::insn::Label) {
+pub(crate) fn emit_reserve(
+    a: &mut Asm,
+    maps: &ProbeMaps,
+    size: usize,
+    out: crate::insn::Label,
+) -> Result<(), CodegenError> {
     let have = a.label();
-    a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
+    a.push_wide(ld_map_fd(Reg::R1, maps.ring()?.raw_fd()));
     a.push(mov64_imm(Reg::R2, size as i32));
     a.push(mov64_imm(Reg::R3, 0));
     a.call(helper::RINGBUF_RESERVE);
@@ -735,23 +770,25 @@ pub(crate) fn emit_reserve(a: &mut Asm, maps: &ProbeMaps, size: usize, out: crat
     a.ja(out);
     a.bind(have);
     a.push(mov64_reg(Reg::R8, Reg::R0));
+    Ok(())
 }
 
 /// Submits the record in R8. Waking the consumer on every record costs microseconds
 /// per firing. Like DTrace, whose consumer reads buffers on a timer, submit without a
 /// wakeup and let the consumer drain on its own schedule; wake it only when the ring
 /// is a quarter full.
-pub(crate) fn emit_submit(a: &mut Asm, maps: &ProbeMaps) {
+pub(crate) fn emit_submit(a: &mut Asm, maps: &ProbeMaps) -> Result<(), CodegenError> {
     let quiet = a.label();
-    a.push_wide(ld_map_fd(Reg::R1, maps.ring.raw_fd()));
+    a.push_wide(ld_map_fd(Reg::R1, maps.ring()?.raw_fd()));
     a.push(mov64_imm(Reg::R2, RB_AVAIL_DATA));
     a.call(helper::RINGBUF_QUERY);
     a.push(mov64_imm(Reg::R2, RB_NO_WAKEUP));
-    a.jmp_imm(Cond::Le, Reg::R0, (maps.ring.size() / 4) as i32, quiet);
+    a.jmp_imm(Cond::Le, Reg::R0, (maps.ring_size() / 4) as i32, quiet);
     a.push(mov64_imm(Reg::R2, RB_FORCE_WAKEUP));
     a.bind(quiet);
     a.push(mov64_reg(Reg::R1, Reg::R8));
     a.call(helper::RINGBUF_SUBMIT);
+    Ok(())
 }
 
 /// Reads the firing thread's errno into the record: the thread pointer (`fsbase` of

@@ -388,8 +388,8 @@ pub fn proc_program(
     field: Option<SyscallField>,
 ) -> Result<Vec<Insn>, CodegenError> {
     let hook = layout.hook;
-    if layout.size + 8 > maps.ring.size() {
-        return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring.size() });
+    if layout.size + 8 > maps.ring_size() {
+        return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring_size() });
     }
     let mut a = Asm::new();
     let out = a.label();
@@ -503,7 +503,7 @@ pub fn proc_program(
     }
 
     // The record.
-    emit_reserve(&mut a, maps, layout.size, out);
+    emit_reserve(&mut a, maps, layout.size, out)?;
     a.push_wide(crate::insn::ld_imm64(Reg::R1, PROC_COOKIE | hook as u64));
     a.push(stx(Size::DW, Reg::R8, OFF_COOKIE as i16, Reg::R1));
     a.call(helper::GET_CURRENT_PID_TGID);
@@ -557,7 +557,7 @@ pub fn proc_program(
         }
     }
 
-    emit_submit(&mut a, maps);
+    emit_submit(&mut a, maps)?;
 
     a.bind(out);
     a.push(mov64_imm(Reg::R0, 0));

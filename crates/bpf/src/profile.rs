@@ -54,8 +54,8 @@ pub fn program(
     filter: &SampleFilter,
     regs: UserRegs,
 ) -> Result<Vec<Insn>, CodegenError> {
-    if layout.size + 8 > maps.ring.size() {
-        return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring.size() });
+    if layout.size + 8 > maps.ring_size() {
+        return Err(CodegenError::RingTooSmall { record: layout.size, ring: maps.ring_size() });
     }
     let off = |o: usize| o as i16;
     let mut a = Asm::new();
@@ -73,7 +73,7 @@ pub fn program(
         a.ja(out);
         a.bind(keep);
     }
-    emit_reserve(&mut a, maps, layout.size, out);
+    emit_reserve(&mut a, maps, layout.size, out)?;
     a.push(stx(Size::DW, Reg::R8, off(record::OFF_PID_TGID), Reg::R7));
     // The cookie, as two words: PROFILE_COOKIE | index.
     a.push(st(Size::W, Reg::R8, off(record::OFF_COOKIE), index as i32));
@@ -146,7 +146,7 @@ pub fn program(
     a.call(helper::RINGBUF_SUBMIT);
     a.ja(out);
     a.bind(known);
-    emit_submit(&mut a, maps);
+    emit_submit(&mut a, maps)?;
     a.bind(out);
     a.push(mov64_imm(Reg::R0, 0));
     a.exit();

@@ -79,7 +79,7 @@ impl Rig {
             std::process::id(),
         )
         .expect("attach");
-        let records = RefCell::new(RingBufReader::new(&probe.ring).expect("ring"));
+        let records = RefCell::new(RingBufReader::new(probe.ring().expect("ring")).expect("ring"));
         Rig { probe, firing, slots, records, _dispatch: dispatch, _link: link }
     }
 

@@ -62,7 +62,7 @@ fn proc_hooks_record_a_child_life() {
         .unwrap();
     assert_eq!(status.code(), Some(3));
     drop(links);
-    let mut reader = RingBufReader::new(&maps.ring).unwrap();
+    let mut reader = RingBufReader::new(maps.ring().unwrap()).unwrap();
     let mut seen: Vec<ProcFiring> = Vec::new();
     reader.consume(|b| {
         let hook = hook_of(b).expect("proc record");

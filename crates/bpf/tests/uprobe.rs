@@ -68,7 +68,7 @@ fn load_traced(plan: &RecordPlan, maps: &ProbeMaps, sleepable: bool) -> Program 
 
 /// Drains every record already in the ring.
 fn drain(maps: &ProbeMaps) -> Vec<Vec<u8>> {
-    let mut reader = RingBufReader::new(&maps.ring).expect("map ring");
+    let mut reader = RingBufReader::new(maps.ring().unwrap()).expect("map ring");
     let mut out = Vec::new();
     reader.poll(Some(Duration::from_millis(10))).expect("poll");
     reader.consume(|r| out.push(r.to_vec()));

@@ -47,6 +47,18 @@ impl Firing {
 /// 64-bit words of a buffer, by byte offset (8-aligned), as a reader sees them.
 pub trait Words {
     fn load(&self, off: usize) -> u64;
+
+    /// The byte ranges `[start, end)` outside which the buffer holds only zeros, where
+    /// the memory can tell (a memfd's pages no one wrote are holes): readers that scan
+    /// every entry skip the rest, which reading would allocate. None: all of it.
+    fn written(&self) -> Option<Vec<(usize, usize)>> {
+        None
+    }
+}
+
+/// Whether the word at `off` may be nonzero, in `written` ([`Words::written`]).
+pub fn may_be_written(written: &Option<Vec<(usize, usize)>>, off: usize) -> bool {
+    written.as_ref().is_none_or(|w| w.iter().any(|&(a, b)| a <= off && off < b))
 }
 
 /// A buffer to run programs on. Other writers may share it: `fetch_add` and `cmpxchg`

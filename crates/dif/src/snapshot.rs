@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::interp::{Memory, Words};
+use crate::interp::{may_be_written, Memory, Words};
 use crate::layout::{
     merge, string_of_words, AggPlace, BufferLayout, Layout, DROP_CPUS, KEY_READY, MAX_PROBES, OFF_AGG_DROPS,
     OFF_DYN_DROPS,
@@ -29,12 +29,13 @@ pub fn retire_threads(
     ended: &dyn Fn(u64) -> bool,
     into: &mut Snapshot,
 ) -> usize {
+    let written = mem.written();
     let entries: Vec<usize> = match tids {
         None => (0..buf.nthreads).map(|i| buf.thread_entry(i)).collect(),
         Some(t) => t.iter().flat_map(|&tid| (0..MAX_PROBES).map(move |i| buf.thread_entry(tid as usize + i))).collect(),
     };
     let mut n = 0;
-    for e in entries {
+    for e in entries.into_iter().filter(|&e| may_be_written(&written, e)) {
         let tid = mem.load(e);
         if tid == 0 || tid == RETIRING || tids.is_some_and(|t| !t.contains(&tid)) || !ended(tid) {
             continue;
@@ -83,8 +84,12 @@ impl Snapshot {
     pub fn read(layout: &Layout, buf: &BufferLayout, mem: &dyn Words) -> Snapshot {
         let mut s = Snapshot::empty(layout);
         let row = |off: usize, words: usize| (0..words).map(|w| mem.load(off + 8 * w)).collect::<Vec<u64>>();
+        let written = mem.written();
         for i in 0..buf.nthreads {
             let e = buf.thread_entry(i);
+            if !may_be_written(&written, e) {
+                continue;
+            }
             let tid = mem.load(e);
             if tid == 0 {
                 continue;
@@ -101,7 +106,7 @@ impl Snapshot {
             if let AggPlace::Keyed { table, entries, entry_size } = *place {
                 for i in 0..entries {
                     let e = table + i * entry_size;
-                    if mem.load(e) != KEY_READY {
+                    if !may_be_written(&written, e) || mem.load(e) != KEY_READY {
                         continue;
                     }
                     let n = usize::from(desc.nkeys);

@@ -37,17 +37,17 @@ pub fn run(data: &[u8]) {
     // the debug file's symbols are merged in.
     let debug = data.len().is_multiple_of(2).then_some((data, Path::new("/usr/lib/debug/fuzz.debug")));
     let syms = Rc::new(debuginfo::assemble(info, data.to_vec(), debug));
-    let _ = syms.table.lookup(entry);
+    let _ = syms.table().lookup(entry);
     for pattern in ["", "*", "main", "_Z*", "*::*", "__errno_location", "f?o[a-c]*"] {
-        let _ = syms.table.matching(pattern);
+        let _ = syms.table().matching(pattern);
     }
 
     let obj = loaded(&syms);
     let bias = obj.bias(&syms.info).unwrap_or(0);
     let _ = obj.contains_code(BASE);
-    let functions = &syms.table.functions()[..syms.table.functions().len().min(MAX_FUNCTIONS)];
+    let functions = &syms.table().functions()[..syms.table().functions().len().min(MAX_FUNCTIONS)];
     for f in functions {
-        let _ = syms.table.matching(&f.name);
+        let _ = syms.table().matching(&f.name);
         let _ = symbols::demangle(&f.name);
         function(&syms, f);
     }
@@ -81,16 +81,16 @@ fn loaded(syms: &ObjectSymbols) -> LoadedObject {
 fn function(syms: &ObjectSymbols, f: &symbols::Function) {
     let _ = syms.file_offset(f.addr);
     let _ = syms.instruction_at(f.addr.wrapping_add(f.size / 2));
-    let _ = syms.table.lookup(f.addr.wrapping_add(f.size / 2));
+    let _ = syms.table().lookup(f.addr.wrapping_add(f.size / 2));
     let Some(s) = syms.sites(f) else { return };
     let Some(code) = syms.code(f) else { return };
     let code = &*code;
     let _ = errno::locate(code, f.addr);
     let owned: Vec<(u64, std::borrow::Cow<'_, [u8]>)> = syms
-        .table
+        .table()
         .other_parts(f)
         .into_iter()
-        .filter_map(|(a, _)| syms.table.lookup(a).and_then(|(g, _)| Some((g.addr, syms.code(g)?))))
+        .filter_map(|(a, _)| syms.table().lookup(a).and_then(|(g, _)| Some((g.addr, syms.code(g)?))))
         .collect();
     let parts: Vec<(u64, &[u8])> = owned.iter().map(|(a, c)| (*a, &**c)).collect();
     let outside = Outside { parts: &parts, targets: &[f.addr.wrapping_add(1)] };
@@ -124,7 +124,7 @@ fn unwind(data: &[u8], syms: &Rc<ObjectSymbols>, obj: &LoadedObject, bias: u64) 
     let hi = obj.mappings.iter().map(|m| m.end).max().unwrap_or(0).max(lo);
     let mut unwinder = Unwinder::default();
     unwinder.add_module(&obj.path, syms, lo..hi, bias);
-    let functions = syms.table.functions();
+    let functions = syms.table().functions();
     let tail = &data[data.len().saturating_sub(256)..];
     let mut stack = Vec::new();
     for (i, word) in tail.chunks(8).enumerate() {

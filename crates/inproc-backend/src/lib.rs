@@ -142,6 +142,11 @@ impl LedgerSlot {
         self.ledger.as_mut()
     }
 
+    /// The ledger, if `pid` has patches it knows of.
+    fn existing(&mut self, pid: i32) -> Option<&mut Ledger> {
+        self.ledger.as_mut().filter(|_| self.live.contains(&pid))
+    }
+
     fn forked(&mut self, parent: i32, child: i32) {
         if let Some(l) = self.ledger.as_mut().filter(|_| self.live.contains(&parent)) {
             l.forked(parent, child);
@@ -293,7 +298,7 @@ impl InProcess {
         for p in probes.iter().filter(|p| p.semaphore != 0) {
             let Some(proc) = self.procs.get_mut(&pid) else { return };
             let r = match process::data_address(pid, objects, &p.file, p.semaphore) {
-                Some(at) => proc.raise(pid, at, self.ledger.get(pid)),
+                Some(at) => proc.raise(pid, at, &p.file, self.ledger.get(pid)),
                 None => Err("its object's data is not mapped".to_string()),
             };
             if let Err(why) = r {
@@ -851,6 +856,13 @@ impl Backend for InProcess {
         match self.fallback.as_mut() {
             Some(f) => f.fork(parent, child),
             None => Ok(()),
+        }
+    }
+
+    fn unloaded(&mut self, pid: i32) {
+        if let Some(proc) = self.procs.get_mut(&pid) {
+            let objects = udtrace_process::procfs::objects_of(pid).unwrap_or_default();
+            proc.forget_unmapped(pid, &objects, self.ledger.existing(pid));
         }
     }
 

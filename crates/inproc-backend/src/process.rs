@@ -56,11 +56,12 @@ struct Region {
     used: u64,
 }
 
-/// A patched site: where, and the bytes it had.
+/// A patched site: where, the bytes it had and the bytes written.
 #[derive(Clone)]
 struct Patch {
     at: u64,
     original: Vec<u8>,
+    written: Vec<u8>,
 }
 
 /// The landing of an entry patched over its first byte (`PatchPlan::landing`): an
@@ -86,10 +87,18 @@ pub enum Hit {
 /// over its first byte since (the function's entry): that byte stays the uprobe's, and
 /// the kernel writes the file's byte back when the uprobe goes.
 fn put_back(m: &File, p: &Patch) -> std::io::Result<()> {
-    let mut first = [0u8; 1];
-    m.read_exact_at(&mut first, p.at)?;
-    if first[0] == 0xcc && p.original.first() != Some(&0xcc) {
+    let mut now = vec![0u8; p.written.len()];
+    m.read_exact_at(&mut now, p.at)?;
+    // Only where the patch still is: the object it went into may have been unloaded
+    // and another mapped there since (whose code is not udtrace's to write).
+    if now[1..] != p.written[1..] {
+        return Ok(());
+    }
+    if now[0] == 0xcc && p.original.first() != Some(&0xcc) {
         return m.write_all_at(&p.original[1..], p.at + 1);
+    }
+    if now[0] != p.written[0] {
+        return Ok(());
     }
     m.write_all_at(&p.original, p.at)
 }
@@ -312,9 +321,10 @@ pub struct Proc {
     no_captures: Option<&'static str>,
     /// Why no site of it may be patched (breakpoints still may be placed).
     no_patch: Option<String>,
-    /// USDT semaphores (u16) this session raised by 1 in this image, by address
-    /// (docs/usdt.md): a forked child has them raised too, and lowers them as its own.
-    semaphores: Vec<u64>,
+    /// USDT semaphores (u16) this session raised by 1 in this image: address and the
+    /// object's file (docs/usdt.md). A forked child has them raised too, and lowers
+    /// them as its own.
+    semaphores: Vec<(u64, PathBuf)>,
 }
 
 /// Why trampolines may not read `pid`'s memory through `process_vm_readv` with the pid
@@ -576,18 +586,21 @@ impl Proc {
             let _ = put_back(&m, p);
         }
         for (&at, b) in &self.breakpoints {
-            let _ = m.write_all_at(&[b.original], at);
+            let mut now = [0u8; 1];
+            if m.read_exact_at(&mut now, at).is_ok() && now[0] == 0xcc {
+                let _ = m.write_all_at(&[b.original], at);
+            }
         }
-        for &at in &self.semaphores {
-            udtrace_process::undertaker::lower(&m, at);
+        for (at, _) in &self.semaphores {
+            udtrace_process::undertaker::lower(&m, *at);
         }
     }
 
     /// Raises the USDT semaphore at `at` by 1 (the process is stopped), once per image:
     /// an increment, never an absolute value, so that a count other tracers (kernel
     /// uprobes' `ref_ctr`) keep there stays theirs. The undertaker hears of it first.
-    pub fn raise(&mut self, pid: i32, at: u64, ledger: Option<&mut Ledger>) -> Result<(), String> {
-        if self.semaphores.contains(&at) {
+    pub fn raise(&mut self, pid: i32, at: u64, file: &Path, ledger: Option<&mut Ledger>) -> Result<(), String> {
+        if self.semaphores.iter().any(|(a, _)| *a == at) {
             return Ok(());
         }
         let m = mem(pid)?;
@@ -598,8 +611,42 @@ impl Proc {
             l.raising(pid, at);
         }
         m.write_all_at(&n.to_le_bytes(), at).map_err(|e| format!("cannot raise its semaphore: {e}"))?;
-        self.semaphores.push(at);
+        self.semaphores.push((at, file.to_path_buf()));
         Ok(())
+    }
+
+    /// Forgets what it placed in objects the process no longer maps (`dlclose`): their
+    /// code is gone, so nothing is written back, and the same object loaded again is
+    /// patched again. The undertaker forgets them too (another object mapped there
+    /// later is not udtrace's to write).
+    pub fn forget_unmapped(&mut self, pid: i32, objects: &[LoadedObject], mut ledger: Option<&mut Ledger>) {
+        let mapped = |at: u64| {
+            objects.iter().flat_map(|o| &o.mappings).any(|m| m.exec && m.path.is_some() && m.start <= at && at < m.end)
+        };
+        let gone: Vec<u64> = self.patches.iter().map(|p| p.at).filter(|&at| !mapped(at)).collect();
+        let gone_bp: Vec<u64> = self.breakpoints.keys().copied().filter(|&at| !mapped(at)).collect();
+        // A semaphore goes with its object's data (another object there later is not
+        // udtrace's to lower).
+        let gone_sem: Vec<u64> = self
+            .semaphores
+            .iter()
+            .filter(|(at, file)| !maps_data_at(pid, objects, file, *at))
+            .map(|(at, _)| *at)
+            .collect();
+        if gone.is_empty() && gone_bp.is_empty() && gone_sem.is_empty() {
+            return;
+        }
+        self.semaphores.retain(|(at, _)| !gone_sem.contains(at));
+        for &at in gone.iter().chain(&gone_bp).chain(&gone_sem) {
+            if let Some(l) = ledger.as_deref_mut() {
+                l.undone(pid, at);
+            }
+        }
+        self.patches.retain(|p| !gone.contains(&p.at));
+        self.sites.retain(|_, start| !gone.contains(start));
+        self.breakpoints.retain(|at, _| !gone_bp.contains(at));
+        self.landings.retain(|&at, _| mapped(at));
+        self.elsewhere.retain(|&at| mapped(at));
     }
 
     /// The site (file, file offset) whose patch covers address `addr`.
@@ -895,7 +942,7 @@ impl Proc {
             self.landings.insert(at, Landing { target, entry: start, first: original[0] });
         }
         m.write_all_at(&patch, start).map_err(|e| format!("cannot patch its code: {e}"))?;
-        self.patches.push(Patch { at: start, original });
+        self.patches.push(Patch { at: start, original, written: patch.to_vec() });
         self.sites.insert((site.file.to_path_buf(), site.file_off), start);
         Ok(())
     }
@@ -1030,6 +1077,15 @@ pub fn data_address(pid: i32, objects: &[LoadedObject], file: &Path, off: u64) -
             .find(|m| m.write && m.offset <= off && off < m.offset + (m.end - m.start))
             .map(|m| m.start + (off - m.offset))
     })
+}
+
+/// Whether `pid` maps `at` writable from `file` (a semaphore's object still there).
+fn maps_data_at(pid: i32, objects: &[LoadedObject], file: &Path, at: u64) -> bool {
+    objects
+        .iter()
+        .filter(|o| procfs::host_path(pid, &o.path) == file)
+        .flat_map(|o| &o.mappings)
+        .any(|m| m.write && m.start <= at && at < m.end)
 }
 
 /// `__vdso_clock_gettime` in `pid`.

@@ -1375,6 +1375,13 @@ mod tests {
         assert_eq!((pr.probes[0].name.as_str(), pr.probes[0].native.len()), ("a__b", 0));
         assert_eq!(pr.probes[0].translated.as_ref().map(Vec::len), Some(0));
         assert_eq!(pr.probes[1].translated.as_ref().map(|t| t[0].name.clone()), Some(Some("x".to_string())));
+        // An output prototype names input parameters, each any number of times
+        // (DTrace's test/triggers/usdt-tst-argmap-prov.d).
+        let p = prog("provider test_prov { probe place(int i, int j) : (int j, int i, int i, int j); };");
+        let Item::Provider(pr) = &p.items[0] else { panic!() };
+        let names: Vec<String> =
+            pr.probes[0].translated.iter().flatten().map(|a| a.name.clone().unwrap_or_default()).collect();
+        assert_eq!(names, ["j", "i", "i", "j"]);
     }
 
     #[test]
@@ -1402,6 +1409,15 @@ mod tests {
             ),
             ("int a[void];", "array prototype may not use parameter of type void: (anonymous), parameter #1"),
             ("int f(int x, int x);", "parameter is already declared in function prototype: x, parameter #2"),
+            (
+                "provider p { probe a(int x, int x); };",
+                "parameter is already declared in probe input prototype: x, parameter #2",
+            ),
+            (
+                "provider p { probe a(int x) : (int x, int y); };",
+                "parameter is not declared in probe output prototype: y, parameter #2",
+            ),
+            ("provider p { probe a(int x) : (int x, int); };", "parameter declaration requires a name: parameter #2"),
         ];
         let wrong: Vec<String> = cases
             .iter()

@@ -2,11 +2,12 @@
 //! build-id, else by `.gnu_debuglink`) and `.gnu_debugdata` (minidebuginfo).
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 
-use crate::elf::{self, ElfError, ElfInfo, SymbolSource};
+use crate::elf::{self, ElfError, ElfInfo, RawSymbol, SymKind, SymbolSource};
 use crate::sites::{self, Sites};
-use crate::symbols::{Function, SymbolTable};
+use crate::symbols::{self, Function, SymbolTable};
 use crate::{read, unwind};
 
 /// Where distributions install separate debug files.
@@ -55,7 +56,13 @@ pub enum AddressError {
 #[derive(Debug, Clone)]
 pub struct ObjectSymbols {
     pub info: ElfInfo,
-    pub table: SymbolTable,
+    /// The function symbols of the separate debug file and of `.gnu_debugdata`, which
+    /// the table is built from with `info.symbols`.
+    more_symbols: Vec<Vec<RawSymbol>>,
+    /// Built when first asked for ([`Self::table`]): a process maps objects of
+    /// thousands of functions (libc and its debug file: 4 ms to name them all) where a
+    /// probe names one function of another object.
+    table: OnceCell<SymbolTable>,
     /// The separate debug file whose symbols were added, if one was found.
     pub debug_file: Option<PathBuf>,
     /// The file found where the debug file was looked for that is not it (another
@@ -74,6 +81,28 @@ pub struct ObjectSymbols {
 }
 
 impl ObjectSymbols {
+    /// Every function, named as design.md says (built on first use).
+    pub fn table(&self) -> &SymbolTable {
+        self.table.get_or_init(|| {
+            let mut sources: Vec<&[RawSymbol]> = vec![&self.info.symbols];
+            sources.extend(self.more_symbols.iter().map(Vec::as_slice));
+            SymbolTable::from_symbols(&sources, &self.info.plt)
+        })
+    }
+
+    /// The functions matching the DTrace glob `pattern`, as [`SymbolTable::matching`];
+    /// for a plain name that no symbol of the object could carry, none, without building
+    /// the table.
+    pub fn matching(&self, pattern: &str) -> Vec<&Function> {
+        if symbols::is_plain_name(pattern) {
+            let mut all = self.info.symbols.iter().chain(self.more_symbols.iter().flatten());
+            if !all.any(|s| s.defined && symbols::may_be_named(&s.name, pattern)) {
+                return Vec::new();
+            }
+        }
+        self.table().matching(pattern)
+    }
+
     /// The code of `f`, read from the file; None if it lies outside the file's segments.
     pub fn code(&self, f: &Function) -> Option<Cow<'_, [u8]>> {
         let start = self.info.vaddr_to_offset(f.addr)?;
@@ -106,7 +135,7 @@ impl ObjectSymbols {
     /// not in the file).
     pub fn sites(&self, f: &Function) -> Option<Sites> {
         let code = self.code(f)?;
-        Some(sites::decode_with_parts(&code, f.addr, &self.table.other_parts(f)))
+        Some(sites::decode_with_parts(&code, f.addr, &self.table().other_parts(f)))
     }
 
     /// Whether the object lost its full symbol table with nothing to stand in for it (no
@@ -123,10 +152,10 @@ impl ObjectSymbols {
     /// Returns it with the instruction's length.
     pub fn instruction_at(&self, vaddr: u64) -> Result<(u64, u64), AddressError> {
         let (lo, hi) = self.code_range(vaddr).ok_or(AddressError::NotCode)?;
-        let start = match self.table.lookup(vaddr) {
+        let start = match self.table().lookup(vaddr) {
             Some((f, _)) => f.addr,
             None => self
-                .table
+                .table()
                 .functions()
                 .iter()
                 .map(|f| f.addr.saturating_add(f.size))
@@ -217,18 +246,31 @@ pub fn assemble(info: ElfInfo, data: Vec<u8>, debug: Option<(&[u8], &Path)>) -> 
     });
     let mini = info.gnu_debugdata.as_deref().and_then(|d| elf::parse(d).ok());
 
-    let mut sources: Vec<&[elf::RawSymbol]> = vec![&info.symbols];
-    if let Some((_, d, _)) = &debug {
-        sources.push(&d.symbols);
+    // Only functions make the table (symbols::SymbolTable::from_symbols).
+    let functions = |symbols: Vec<RawSymbol>| -> Vec<RawSymbol> {
+        symbols.into_iter().filter(|s| s.defined && matches!(s.kind, SymKind::Func | SymKind::Ifunc)).collect()
+    };
+    let mut more_symbols = Vec::new();
+    let debug = debug.map(|(p, mut d, bytes)| {
+        more_symbols.push(functions(std::mem::take(&mut d.symbols)));
+        (p, d, bytes)
+    });
+    if let Some(m) = mini {
+        more_symbols.push(functions(m.symbols));
     }
-    if let Some(m) = &mini {
-        sources.push(&m.symbols);
-    }
-    let table = SymbolTable::from_symbols(&sources, &info.plt);
     let debug_frame = unwind::preferred_debug_frame(&data, debug.as_ref().map(|(_, _, d)| *d));
     let debug_file = debug.map(|(p, _, _)| p);
     let debug_refused = found.filter(|_| debug_file.is_none());
-    ObjectSymbols { info, table, debug_file, debug_refused, data, code_file: None, debug_frame }
+    ObjectSymbols {
+        info,
+        more_symbols,
+        table: OnceCell::new(),
+        debug_file,
+        debug_refused,
+        data,
+        code_file: None,
+        debug_frame,
+    }
 }
 
 /// Where the separate debug file of the object at `path` is looked for, in order, as

@@ -219,7 +219,7 @@ mod tests {
             assert_eq!((&a.segments, &a.plt, &a.code_sections), (&b.segments, &b.plt, &b.code_sections), "{path}");
             assert_eq!(a.gnu_debugdata, b.gnu_debugdata, "{path}");
             let (a, b) = (debuginfo::assemble(a, whole.clone(), None), debuginfo::assemble(b, parts.clone(), None));
-            for f in a.table.functions() {
+            for f in a.table().functions() {
                 assert_eq!(a.code(f), b.code(f), "{path}: {}", f.name);
             }
             assert_eq!(a.debug_frame, b.debug_frame, "{path}");

@@ -212,6 +212,27 @@ fn cold_groups(functions: &[Function]) -> HashMap<String, Vec<usize>> {
     groups
 }
 
+/// Whether `pattern` is a plain name: no glob, and only ASCII letters, digits, `_`,
+/// `.` and `@` (a C function, `f.cold`, `f@VER`), so that [`may_be_named`] can tell
+/// the symbols it cannot match.
+pub fn is_plain_name(pattern: &str) -> bool {
+    !pattern.is_empty() && pattern.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@'))
+}
+
+/// Whether the symbol `raw` may be matched by the plain name `name` (see
+/// [`is_plain_name`]): `name` is its name without a default version, a substring of
+/// it, or its demangled name. A demangled name with none of `:`, `(`, `<` or a space
+/// is one identifier of the mangled name, spelt there as it is (Itanium's and Rust's
+/// `<length><identifier>`; Rust v0's punycode spells non-ASCII), but for Rust's legacy
+/// `$` escapes. False means it cannot match; true, that it may.
+pub fn may_be_named(raw: &str, name: &str) -> bool {
+    // By hand: `str::contains` builds a searcher per call, and this runs for each of
+    // libc's and its debug file's 13,000 symbols.
+    let (r, n) = (raw.as_bytes(), name.as_bytes());
+    let Some(&first) = n.first() else { return true };
+    r.contains(&b'$') || (0..r.len()).any(|i| r[i] == first && r[i..].starts_with(n))
+}
+
 /// Demangle a C++ (Itanium) or Rust (legacy or v0) symbol; None if `name` is not mangled.
 /// Rust hashes are dropped: DTrace users write `crate::f`.
 pub fn demangle(name: &str) -> Option<String> {

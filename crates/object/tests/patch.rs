@@ -461,11 +461,11 @@ fn gcc_fixture_sites() {
     let bytes_at = |a: u64, len: u64| obj.bytes(obj.info.vaddr_to_offset(a).unwrap(), len as usize).unwrap();
     let (mut entries, mut entry_ok, mut others, mut others_ok) = (0, 0, 0, 0);
     let mut refusals = Vec::new();
-    for f in obj.table.functions() {
+    for f in obj.table().functions() {
         let code = obj.code(f).unwrap();
         let code = &*code;
         let sites = obj.sites(f).unwrap();
-        let owned: Vec<_> = obj.table.other_parts(f).iter().map(|&(a, b)| (a, bytes_at(a, b - a))).collect();
+        let owned: Vec<_> = obj.table().other_parts(f).iter().map(|&(a, b)| (a, bytes_at(a, b - a))).collect();
         let parts: Vec<(u64, &[u8])> = owned.iter().map(|(a, c)| (*a, &**c)).collect();
         let outside = Outside { parts: &parts, targets: &[] };
         let mut all = vec![(0, SiteKind::Entry)];

@@ -383,6 +383,11 @@ pub trait Backend {
     /// with its mappings. What the new image brings is armed with [`Backend::arm`].
     fn exec(&mut self, pid: i32);
 
+    /// Process `pid` (held at its loader hook) unloaded objects: what was placed in
+    /// their code is gone with it, and the same object loaded again is armed anew.
+    /// Sites the kernel keeps (uprobes, by file) need nothing.
+    fn unloaded(&mut self, _pid: i32) {}
+
     /// A traced process ended.
     fn exit(&mut self, pid: i32);
 

@@ -181,7 +181,7 @@ impl PidProvider {
     /// the loader has no `_r_debug`).
     pub fn loader_hook(&mut self, file: &PathBuf) -> Option<(u64, u64)> {
         let l = self.load(file).ok()?;
-        let addr = l.table.matching("_dl_debug_state").first()?.addr;
+        let addr = l.matching("_dl_debug_state").first()?.addr;
         let r_debug = l.info.symbols.iter().find(|s| s.defined && s.name == "_r_debug").map(|s| s.addr);
         // struct r_debug { int r_version; struct link_map *r_map; ElfW(Addr) r_brk;
         // enum r_state; ... }: r_state at 24 on x86-64.
@@ -230,7 +230,7 @@ impl PidProvider {
             None => return None,
         };
         let syms = self.load_mapped(pid, obj).ok()?;
-        let f = syms.table.matching("__errno_location").first().copied()?.clone();
+        let f = syms.matching("__errno_location").first().copied()?.clone();
         let bias = obj.bias(&syms.info)?;
         match errno::locate(&syms.code(&f)?, f.addr)? {
             ErrnoTls::GotSlot(vaddr) => Some((bias.wrapping_add(vaddr), 0)),
@@ -398,7 +398,7 @@ impl PidProvider {
                 }
                 Err(_) => continue,
             };
-            let funcs: Vec<Function> = loaded.table.matching(func).into_iter().cloned().collect();
+            let funcs: Vec<Function> = loaded.matching(func).into_iter().cloned().collect();
             if funcs.is_empty() && !glob::is_glob(func) && !glob::is_glob(module) {
                 if strict {
                     let why = stripped_note(obj, &loaded, pid).map(|n| format!(": {n}")).unwrap_or_default();
@@ -436,7 +436,9 @@ impl PidProvider {
         // Decoding is only needed for return and offset probes.
         let mut decoded: Option<Sites> = None;
         let sites = |decoded: &mut Option<Sites>| -> Sites {
-            decoded.get_or_insert_with(|| sites::decode_with_parts(code, f.addr, &loaded.table.other_parts(f))).clone()
+            decoded
+                .get_or_insert_with(|| sites::decode_with_parts(code, f.addr, &loaded.table().other_parts(f)))
+                .clone()
         };
         let mut matched = 0;
         if glob::matches(name, "return") {
@@ -622,7 +624,7 @@ fn stripped_note(obj: &LoadedObject, loaded: &ObjectSymbols, pid: i32) -> Option
         return None;
     }
     let name = modules::module_name(&obj.path);
-    let n = loaded.table.functions().len();
+    let n = loaded.table().functions().len();
     let addresses = format!("absolute addresses (pid{pid}:a.out:-:ADDR)");
     let what = match (n, obj.is_main) {
         (0, true) => format!("{name} is stripped and exports no function: only {addresses} can be probed"),

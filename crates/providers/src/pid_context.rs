@@ -317,7 +317,7 @@ impl Procs {
         if kind == SymKind::Mod {
             return Some(module.to_string());
         }
-        Some(match syms.table.lookup(addr.wrapping_sub(*bias)) {
+        Some(match syms.table().lookup(addr.wrapping_sub(*bias)) {
             Some((f, off)) if off == 0 || kind != SymKind::Addr => format!("{module}`{}", f.name),
             Some((f, off)) => format!("{module}`{}+0x{off:x}", f.name),
             None => format!("{module}`0x{addr:x}"),

@@ -271,7 +271,7 @@ impl PidProvider {
                 }
                 // The function holding the site; a site outside every function stands
                 // for itself, as an absolute pid probe does.
-                let f = match loaded.table.lookup(note.pc) {
+                let f = match loaded.table().lookup(note.pc) {
                     Some((f, _)) => f.clone(),
                     None => Function {
                         name: "-".into(),

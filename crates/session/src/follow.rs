@@ -289,7 +289,7 @@ impl KernelFollower {
     /// Process `pid`, of `root`'s tree, loaded (or unloaded) objects.
     pub fn loaded(&mut self, root: i32, pid: i32, w: &mut World<'_>) {
         let objects = mapped(pid);
-        let new = unseen(self.seen.entry(pid).or_default(), &objects);
+        let new = unseen(pid, self.seen.entry(pid).or_default(), &objects, w.backend);
         self.arm_new(root, pid, objects, &new, w);
     }
 
@@ -449,7 +449,7 @@ impl Follower {
     fn discover(&mut self, pid: i32, w: &mut World<'_>) -> Vec<LoadedObject> {
         let objects = mapped(pid);
         let Some(root) = self.tree.root_of(pid) else { return objects };
-        let new = unseen(self.seen.entry(pid).or_default(), &objects);
+        let new = unseen(pid, self.seen.entry(pid).or_default(), &objects, w.backend);
         if new.is_empty() {
             return objects;
         }
@@ -498,7 +498,20 @@ impl Follower {
 }
 
 /// The objects of `objects` not in `seen` (the vDSO aside), now added to it.
-fn unseen(seen: &mut HashSet<String>, objects: &[LoadedObject]) -> Vec<LoadedObject> {
+/// The objects of `pid` not seen before. Those seen but no longer mapped (dlclose) are
+/// forgotten, here and by the backend, so that loaded again they are matched and armed
+/// again: their code is mapped anew, without what was placed in it.
+fn unseen(
+    pid: i32,
+    seen: &mut HashSet<String>,
+    objects: &[LoadedObject],
+    backend: &mut dyn Backend,
+) -> Vec<LoadedObject> {
+    let before = seen.len();
+    seen.retain(|path| objects.iter().any(|o| &o.path == path));
+    if seen.len() < before {
+        backend.unloaded(pid);
+    }
     objects.iter().filter(|o| !o.is_vdso && seen.insert(o.path.clone())).cloned().collect()
 }
 

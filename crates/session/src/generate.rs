@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use udtrace_instrument::object::DataModel;
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::{OptionName, OptionValue};
 use udtrace_messages::note;
@@ -51,6 +52,26 @@ fn output_name(req: &Request, what: Generate) -> Result<PathBuf, &'static str> {
     }
 }
 
+/// `-G`'s data model, guessed from the objects as dtrace does (the first ELF class
+/// seen; none: the native one): the object written must be of their class for the
+/// link to take it. `Err`: an object that cannot be read, or objects of both classes
+/// (dtrace's words).
+fn data_model(objects: &[String]) -> Result<Option<DataModel>, String> {
+    let mut model = None;
+    for o in objects {
+        let mut head = [0u8; 5];
+        let n = std::fs::File::open(o)
+            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+            .map_err(|e| format!("failed to open {o}: {}", io_reason(&e)))?;
+        let Some(m) = DataModel::of(&head[..n]) else { continue };
+        if model.is_some_and(|seen| seen != m) {
+            return Err("can't mix 32-bit and 64-bit object files".into());
+        }
+        model = Some(m);
+    }
+    Ok(model)
+}
+
 /// Runs `-h` or `-G`; returns the exit status. For `-G` the operands name the
 /// program's objects, which the header's probes leave nothing to change in.
 pub fn generate(mut req: Request, what: Generate) -> i32 {
@@ -66,10 +87,12 @@ pub fn generate(mut req: Request, what: Generate) -> i32 {
             return EXIT_USAGE;
         }
     };
+    let mut model = None;
     if what == Generate::Object {
-        for o in std::mem::take(&mut req.macro_args) {
-            if let Err(e) = std::fs::metadata(&o) {
-                note!("failed to open {o}: {}", io_reason(&e));
+        match data_model(&std::mem::take(&mut req.macro_args)) {
+            Ok(m) => model = m,
+            Err(m) => {
+                note!("{m}");
                 return EXIT_FAILURE;
             }
         }
@@ -87,7 +110,7 @@ pub fn generate(mut req: Request, what: Generate) -> i32 {
         }
     };
     let bytes = match what {
-        Generate::Object => udtrace_instrument::object::empty_object(),
+        Generate::Object => udtrace_instrument::object::empty_object(model.unwrap_or(DataModel::Lp64)),
         Generate::Header => {
             let name = path.to_string_lossy();
             match udtrace_instrument::header(&compiled.program.providers, &compiled.program.types, Some(&name)) {

@@ -127,6 +127,51 @@ impl Drop for Mmap {
     }
 }
 
+/// A private, read-only mapping of a whole file that nothing writes while it is mapped
+/// (the kernel's BTF in sysfs, kernel memory that never changes), read as bytes.
+#[derive(Debug)]
+pub struct FileMap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the bytes are never written (read-only mapping of an unchanging file), so
+// sharing or moving them between threads is as for `&[u8]`.
+unsafe impl Send for FileMap {}
+// SAFETY: as for Send.
+unsafe impl Sync for FileMap {}
+
+impl FileMap {
+    /// Maps the first `len` bytes of `fd`, private and read-only. Files that cannot be
+    /// mapped (a sysfs file of an older kernel) fail here; the caller reads them instead.
+    pub fn map(fd: BorrowedFd<'_>, len: usize) -> io::Result<FileMap> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
+        }
+        // SAFETY: a fresh mapping at an address the kernel chooses; it aliases no Rust
+        // object.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, fd.as_raw_fd(), 0) };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+        Ok(FileMap { ptr, len })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the whole mapping, which lives as long as the borrow and is never
+        // written (read-only, of a file nothing writes).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `map` mapped; no borrow of it outlives `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
 pub fn page_size() -> usize {
     // SAFETY: sysconf reads a constant of the system.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

@@ -202,7 +202,8 @@ fn is_dynamic(t: &TypeName) -> bool {
 }
 
 /// `dt_decl_prototype`: the checks DTrace makes of a parameter list as it parses it.
-fn check_prototype(params: &[Param], rules: ProtoRules, close: Span) -> Result<()> {
+/// `inputs`: for a probe's output prototype, the input prototype its names refer to.
+fn check_prototype(params: &[Param], inputs: Option<&[Param]>, rules: ProtoRules, close: Span) -> Result<()> {
     let mut voids = 0;
     for (i, p) in params.iter().enumerate() {
         let n = i + 1;
@@ -243,12 +244,33 @@ fn check_prototype(params: &[Param], rules: ProtoRules, close: Span) -> Result<(
                 format!("void parameter may not have a name: {name}"),
             ));
         }
-        if p.name.is_some() && params[..i].iter().any(|q| q.name == p.name) {
-            return Err(CompileError::new(
-                Tag::D_DECL_PROTO_FORM,
-                close,
-                format!("parameter is already declared in {} prototype: {name}, parameter #{n}", rules.kind),
-            ));
+        // dt_decl_protoform: a parameter of a list of its own is declared once; one of a
+        // probe's output prototype names an input parameter (any number of times:
+        // `(int j, int i, int i, int j)` maps the inputs to four outputs).
+        match inputs {
+            None if p.name.is_some() && params[..i].iter().any(|q| q.name == p.name) => {
+                return Err(CompileError::new(
+                    Tag::D_DECL_PROTO_FORM,
+                    close,
+                    format!("parameter is already declared in {} prototype: {name}, parameter #{n}", rules.kind),
+                ));
+            }
+            Some(inputs) if p.name.is_some() && !inputs.iter().any(|q| q.name == p.name) => {
+                return Err(CompileError::new(
+                    Tag::D_DECL_PROTO_FORM,
+                    close,
+                    format!("parameter is not declared in {} prototype: {name}, parameter #{n}", rules.kind),
+                ));
+            }
+            // The output prototype's parameters are named (no DT_DP_ANON).
+            Some(_) if p.name.is_none() && !void => {
+                return Err(CompileError::new(
+                    Tag::D_DECL_PROTO_NAME,
+                    close,
+                    format!("parameter declaration requires a name: parameter #{n}"),
+                ));
+            }
+            _ => {}
         }
     }
     if voids != 0 && params.len() > 1 {
@@ -515,7 +537,7 @@ impl Parser<'_, '_> {
                 self.bump()?;
                 let params = if self.peek_punct(")")? { Vec::new() } else { self.parameters()? };
                 let close = self.expect(")")?;
-                check_prototype(&params, FUNCTION_PROTO, close.span)?;
+                check_prototype(&params, None, FUNCTION_PROTO, close.span)?;
                 suffixes.push(Derived::Function(params));
             } else {
                 break;
@@ -540,7 +562,7 @@ impl Parser<'_, '_> {
         if is_punct(&t, "...") || self.starts_type(&t) {
             let params = self.parameters()?;
             let close = self.expect("]")?;
-            check_prototype(&params, ARRAY_PROTO, close.span)?;
+            check_prototype(&params, None, ARRAY_PROTO, close.span)?;
             return Ok(Derived::Assoc(params));
         }
         let dim = self.conditional()?;
@@ -699,9 +721,9 @@ impl Parser<'_, '_> {
                 TokKind::Ident(p) if !KEYWORDS.contains(&p.as_str()) => p.clone(),
                 _ => return Err(self.unexpected(&n)),
             };
-            let native = self.probe_prototype(PROBE_INPUT)?;
+            let native = self.probe_prototype(None)?;
             let translated = match self.eat(":")? {
-                Some(_) => Some(self.probe_prototype(PROBE_OUTPUT)?),
+                Some(_) => Some(self.probe_prototype(Some(&native))?),
                 None => None,
             };
             let semi = self.expect(";")?;
@@ -711,12 +733,14 @@ impl Parser<'_, '_> {
         self.emit(Item::Provider(ProviderDef { name, probes, span: kw.span.to(semi.span) }))
     }
 
-    /// A probe's `( parameters )`; `(void)` is no parameter.
-    fn probe_prototype(&mut self, rules: ProtoRules) -> Result<Vec<Param>> {
+    /// A probe's `( parameters )`, its input prototype or (`inputs` given) its output
+    /// one; `(void)` is no parameter.
+    fn probe_prototype(&mut self, inputs: Option<&[Param]>) -> Result<Vec<Param>> {
         self.expect("(")?;
         let params = if self.peek_punct(")")? { Vec::new() } else { self.parameters()? };
         let close = self.expect(")")?;
-        check_prototype(&params, rules, close.span)?;
+        let rules = if inputs.is_some() { PROBE_OUTPUT } else { PROBE_INPUT };
+        check_prototype(&params, inputs, rules, close.span)?;
         Ok(params.into_iter().filter(|p| !p.ty.as_ref().is_some_and(is_void)).collect())
     }
 
