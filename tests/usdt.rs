@@ -89,7 +89,7 @@ fn a_semaphore_is_raised_while_traced_in_children_too() {
                   fixture$target:::lib { @l = count(); @ls = sum(arg0); } \
                   END { printa(\"pid %d=%@d\\n\", @g); printa(\"sum=%@d\\n\", @s); \
                   printa(\"lib=%@d\\n\", @l); printa(\"libsum=%@d\\n\", @ls); }";
-    for (then, pids, per_pid) in [("", 1, 5), ("fork", 2, 5), ("exec", 1, 10), ("dlopen", 1, 5)] {
+    for (then, pids, per_pid) in [("", 1, 5), ("fork", 2, 5), ("exec", 1, 10), ("dlopen", 1, 5), ("reload", 1, 5)] {
         for mode in MODES {
             let cmd = format!("{} 5 {then}", fixture("usdt"));
             let Some((out, err)) = run(mode, script, cmd.trim()) else { return };
@@ -113,7 +113,13 @@ fn a_semaphore_is_raised_while_traced_in_children_too() {
             let own: String = out.lines().filter(|l| l.starts_with("usdt:")).map(|l| format!("{l}\n")).collect();
             assert_eq!(own, alone, "{then} {mode:?}");
             // The library's probe fires (its own semaphore raised) once it is loaded.
-            let lib = if then == "dlopen" { "lib=5\nlibsum=10\n" } else { "" };
+            // Unloaded and loaded again, it fires as often again (its semaphore raised
+            // in the new mapping).
+            let lib = match then {
+                "dlopen" => "lib=5\nlibsum=10\n",
+                "reload" => "lib=10\nlibsum=20\n",
+                _ => "",
+            };
             assert!(lib.is_empty() || out.contains(lib), "{then} {mode:?}: {out}{err}");
         }
     }
