@@ -310,3 +310,67 @@ fn without_bpf_a_semaphore_is_raised_by_one_over_another_tracers_count() {
         assert!(text.ends_with("usdt: fired 1\n"), "{text}");
     }
 }
+
+/// Clauses on USDT probes run where the probes fire (docs/usdt.md, "At the firing"):
+/// a predicate on an argument and aggregations keyed and valued by them (registers,
+/// beside a probe with memory arguments, whose clause stays in the consumer), with
+/// exact counts, in a forked child and after exec too, printing what `-x nodif` (every
+/// clause in the consumer, from the records) prints. After exec the consumer reads the
+/// old image's globals from the new one (0: read late, docs/usdt.md "Arguments"): the
+/// all-args rows are checked only without it.
+#[test]
+fn clauses_run_at_the_firing_as_in_the_consumer() {
+    let script = "fixture$target:::all-args { @a[arg0, arg1, arg2, arg3, arg4, arg5] = count(); @s = sum(arg6); } \
+                  fixture$target:::gated /arg0 > 2/ { @g = count(); @gs = sum(arg0); @q = quantize(arg0); } \
+                  fixture$target:::string { @n[arg1 % 3] = count(); @x = max(arg1); }";
+    let check = |then: &str, out: &str, what: &str| {
+        let per = if then.is_empty() { 1 } else { 2 };
+        // -4@%ecx is -5 - i, then 8@-8(%rbp), 8@8(%rsi,%rdx,8), -4@$5, -1@%dil, 4@sym+4(%rip).
+        for i in (0..20).filter(|_| then != "exec") {
+            let row = format!("{} 1234605616436508552 366791329945 5 -3 287454020 {per}", -5 - i);
+            let words: Vec<&str> = row.split(' ').collect();
+            assert!(
+                out.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == words),
+                "{then} {what}: no row {row}:\n{out}"
+            );
+        }
+        // The gated probe's arg0 counts its firings from 1 in each process (a forked
+        // child continues its parent's count; an exec'd image starts again).
+        let (count, sum) = match then {
+            "" => (18, (3..=20).sum::<u64>()),
+            "fork" => (38, (3..=20).sum::<u64>() + (21..=40).sum::<u64>()),
+            _ => (36, 2 * (3..=20).sum::<u64>()),
+        };
+        let lines: Vec<&str> = out.lines().map(str::trim).collect();
+        assert!(lines.contains(&count.to_string().as_str()), "{then} {what}: no count {count}:\n{out}");
+        assert!(lines.contains(&sum.to_string().as_str()), "{then} {what}: no sum {sum}:\n{out}");
+        // -2@%cx: -5 - i, 20 times per process.
+        let s6: i64 = -(5..25).sum::<i64>() * per;
+        assert!(lines.contains(&s6.to_string().as_str()), "{then} {what}: no sum {s6}:\n{out}");
+    };
+    for then in ["", "fork", "exec"] {
+        let cmd = format!("{} 20 {then}", fixture("usdt"));
+        let Some((want, err)) = run(&["-x", "nodif"], script, cmd.trim()) else { return };
+        assert!(!err.contains("drop") && !err.contains("error"), "{then} nodif: {err}");
+        check(then, &want, "nodif");
+        for mode in MODES {
+            let Some((got, err)) = run(mode, script, cmd.trim()) else { return };
+            assert!(!err.contains("drop") && !err.contains("error"), "{then} {mode:?}: {err}");
+            check(then, &got, "at the firing");
+            if then != "exec" {
+                assert_eq!(
+                    sorted(&got),
+                    sorted(&want),
+                    "{then} {mode:?}: at the firing (left), in the consumer (right)"
+                );
+            }
+        }
+    }
+}
+
+/// Lines in order: the program's own line may come before or after the trace's.
+fn sorted(out: &str) -> Vec<&str> {
+    let mut l: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    l.sort_unstable();
+    l
+}

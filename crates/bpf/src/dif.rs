@@ -461,20 +461,44 @@ fn emit_get(a: &mut Asm, gets: Gets, v: Var) {
                 a.push(ldx(Size::DW, Reg::R0, Reg::R10, COMM + word));
             }
         },
-        Gets::Map(fd) => {
-            let word = Var::ALL.iter().position(|&w| w == v).unwrap_or(0) as i16;
-            let have = a.label();
-            a.push(st(Size::W, Reg::R10, GET_KEY, 0));
-            a.map_lookup(fd, GET_KEY);
-            a.jmp_imm(Cond::Ne, Reg::R0, 0, have);
-            a.push(mov64_imm(Reg::R0, 0));
-            let done = a.label();
-            a.ja(done);
-            a.bind(have);
-            a.push(ldx(Size::DW, Reg::R0, Reg::R0, 8 * word));
-            a.bind(done);
-        }
+        Gets::Map(fd) => emit_map_word(a, fd, Var::ALL.iter().position(|&w| w == v).unwrap_or(0) as i16),
     }
+}
+
+/// `Op::UReg`'s registers in `struct pt_regs`, in `udtrace_dif::op::USER_REGS` order.
+const UREGS: [PtReg; 17] = [
+    PtReg::Ax,
+    PtReg::Bx,
+    PtReg::Cx,
+    PtReg::Dx,
+    PtReg::Si,
+    PtReg::Di,
+    PtReg::Bp,
+    PtReg::Sp,
+    PtReg::R8,
+    PtReg::R9,
+    PtReg::R10,
+    PtReg::R11,
+    PtReg::R12,
+    PtReg::R13,
+    PtReg::R14,
+    PtReg::R15,
+    PtReg::Ip,
+];
+
+/// Tests ([`Gets::Map`]): R0 = word `word` of entry 0 of map `fd` (0 without one).
+/// Clobbers R1–R5.
+fn emit_map_word(a: &mut Asm, fd: i32, word: i16) {
+    let have = a.label();
+    a.push(st(Size::W, Reg::R10, GET_KEY, 0));
+    a.map_lookup(fd, GET_KEY);
+    a.jmp_imm(Cond::Ne, Reg::R0, 0, have);
+    a.push(mov64_imm(Reg::R0, 0));
+    let done = a.label();
+    a.ja(done);
+    a.bind(have);
+    a.push(ldx(Size::DW, Reg::R0, Reg::R0, 8 * word));
+    a.bind(done);
 }
 
 /// R0 = the current task's `real_parent->tgid` (`offsets`: theirs in task_struct), as
@@ -741,6 +765,32 @@ fn emit_op(a: &mut Asm, code: DifCode<'_>, op: Op, at: &[Label]) -> Result<(), D
         }
         Op::Str { d, a: src, max, fault } => {
             emit_str(a, maps, d, src, max, at[usize::from(fault)]);
+        }
+        Op::UReg { d, r } => {
+            match code.gets {
+                Gets::Firing => {
+                    a.push(ldx(Size::DW, Reg::R0, Reg::R6, UREGS[usize::from(r)].offset() as i16));
+                }
+                // Tests: the words after `Var::ALL`'s in the map.
+                Gets::Map(fd) => emit_map_word(a, fd, (Var::ALL.len() + usize::from(r)) as i16),
+            };
+            store(a, d, Reg::R0);
+        }
+        Op::Load { d, a: src, size } => {
+            // bpf_probe_read_user into a zeroed word: the bytes zero-extended, or 0
+            // where one cannot be read (the helper zeroes what it was given then too,
+            // but the result decides).
+            let (ok, done) = (a.label(), a.label());
+            a.push(st(Size::DW, Reg::R10, GET_KEY, 0));
+            a.push(ldx(Size::DW, Reg::R3, Reg::R10, reg(src)));
+            a.read_to_stack(helper::PROBE_READ_USER, GET_KEY, i32::from(size));
+            a.jmp_imm(Cond::Eq, Reg::R0, 0, ok);
+            a.push(st(Size::DW, Reg::R10, reg(d), 0));
+            a.ja(done);
+            a.bind(ok);
+            a.push(ldx(Size::DW, Reg::R1, Reg::R10, GET_KEY));
+            store(a, d, Reg::R1);
+            a.bind(done);
         }
         Op::TlsLoad { d, slot } => {
             a.push(ldx(Size::DW, Reg::R1, Reg::R8, (8 * slot) as i16));

@@ -20,7 +20,7 @@ use udtrace_bpf::maps::{RawKind, RawMap};
 use udtrace_bpf::prog::{Program, ProgramKind};
 use udtrace_bpf::ringbuf::RingBufReader;
 use udtrace_bpf::uprobe::{attach_multi_pid, MultiLink, Site};
-use udtrace_dif::gen::{case, string_case, Case, UserPages, PAGE, USER_BASE, USER_PAGES};
+use udtrace_dif::gen::{case, string_case, usdt_case, Case, UserPages, PAGE, USER_BASE, USER_PAGES};
 use udtrace_dif::interp::{run_reading, Firing, Memory, Outcome};
 use udtrace_dif::layout::{AggDesc, AggFn, BufferLayout};
 use udtrace_dif::op::{NoUserMem, UserMem};
@@ -35,8 +35,9 @@ pub extern "C" fn udtrace_dif_target(a: u64, b: u64, c: u64, d: u64, e: u64, f: 
     black_box(a) ^ black_box(b) ^ black_box(c) ^ black_box(d) ^ black_box(e) ^ black_box(f)
 }
 
-/// Words of the firing map: the values of `Var::ALL`, then the program slot.
-const FIRING_WORDS: usize = Var::ALL.len() + 1;
+/// Words of the firing map: the values of `Var::ALL`, the registers `Op::UReg` reads,
+/// then the program slot.
+const FIRING_WORDS: usize = Var::ALL.len() + 17 + 1;
 const SLOTS: u32 = 4;
 
 /// The probe on [`udtrace_dif_target`] and what its program reads.
@@ -112,7 +113,7 @@ impl Rig {
         let mut emitted = Vec::new();
         for (i, f) in firings {
             let mut v = Vec::with_capacity(8 * FIRING_WORDS);
-            for w in Var::ALL.iter().map(|&var| f.get(var)).chain([*i as u64]) {
+            for w in Var::ALL.iter().map(|&var| f.get(var)).chain(f.regs).chain([*i as u64]) {
                 v.extend_from_slice(&w.to_ne_bytes());
             }
             self.firing.set(&0u32.to_ne_bytes(), &v, 0).expect("firing");
@@ -163,6 +164,22 @@ fn bpf_agrees_with_the_interpreter_on_strings() {
     if !common::bpf_available("bpf_agrees_with_the_interpreter_on_strings") {
         return;
     }
+    on_case_memory(string_case);
+}
+
+/// USDT operands (`gen::usdt_case`): registers of the site (from the test's map, as
+/// the other values a firing knows) and memory read with `bpf_probe_read_user`, at
+/// strings, across a mapped page's end, and unmapped.
+#[test]
+fn bpf_agrees_with_the_interpreter_on_usdt_operands() {
+    if !common::bpf_available("bpf_agrees_with_the_interpreter_on_usdt_operands") {
+        return;
+    }
+    on_case_memory(usdt_case);
+}
+
+/// Runs the cases `make` gives, with their memory mapped in this process.
+fn on_case_memory(make: fn(u64) -> Case) {
     let _serial = common::serial();
     let rig = Rig::new();
     let mut pages: Vec<udtrace_sys::selfpatch::RawMap> = (0..USER_PAGES)
@@ -178,7 +195,7 @@ fn bpf_agrees_with_the_interpreter_on_strings() {
     let seeds: u64 = std::env::var("UDTRACE_DIF_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS / 4);
     let (mut strings, mut emits) = (0, 0);
     for seed in 0..seeds {
-        let Case { layout, programs, firings, user: u } = string_case(seed);
+        let Case { layout, programs, firings, user: u } = make(seed);
         assert_eq!(u, user, "every string case has the same memory");
         let (want, want_records) = interpret(&layout, 64, 256, &programs, &firings, &mem);
         let (got, got_records) = rig.run(&layout, DifSizes { threads: 64, keys: 256 }, &programs, &firings);

@@ -98,7 +98,7 @@ impl Rng {
 
 /// The case of `seed`.
 pub fn case(seed: u64) -> Case {
-    build(seed, false)
+    build(seed, false, false)
 }
 
 /// The case of `seed` with strings: programs read them ([`Op::Str`], some as keys),
@@ -106,7 +106,16 @@ pub fn case(seed: u64) -> Case {
 /// into empty strings, strings longer than the layout's `strsize` (1 to 256), and one
 /// running to the end of a mapped page with no NUL (a fault unless `max` bytes fit).
 pub fn string_case(seed: u64) -> Case {
-    build(seed, true)
+    build(seed, true, false)
+}
+
+/// [`string_case`] whose programs also read USDT operands: registers of the site
+/// ([`Op::UReg`], the firings' `regs` random, some pointing into the case's memory) and
+/// memory ([`Op::Load`] of 1, 2, 4 or 8 bytes at an argument or register, in a
+/// string, across the end of a mapped page, or unmapped). Only the BPF executor and the
+/// interpreter run these (USDT sites are not trampolines).
+pub fn usdt_case(seed: u64) -> Case {
+    build(seed, true, true)
 }
 
 /// Strings a string case's memory holds, each with its NUL (and a few without).
@@ -139,7 +148,7 @@ fn user_memory() -> (Vec<(u64, Vec<u8>)>, Vec<u64>) {
     (user, addrs)
 }
 
-fn build(seed: u64, strings: bool) -> Case {
+fn build(seed: u64, strings: bool, usdt: bool) -> Case {
     let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let funcs = |r: &mut Rng| match r.below(9) {
         0 => AggFn::Count,
@@ -164,7 +173,7 @@ fn build(seed: u64, strings: bool) -> Case {
         strsize: if strings { *r.pick(&[1, 2, 8, 9, 16, 64, 256]) } else { 0 },
     };
     let (user, addrs) = if strings { user_memory() } else { (Vec::new(), Vec::new()) };
-    let programs: Vec<Program> = (0..1 + r.below(3)).map(|_| program(&mut r, &layout)).collect();
+    let programs: Vec<Program> = (0..1 + r.below(3)).map(|_| program(&mut r, &layout, usdt)).collect();
     for p in &programs {
         debug_assert_eq!(verify(p, &layout), Ok(()));
     }
@@ -184,6 +193,7 @@ fn build(seed: u64, strings: bool) -> Case {
                 ppid: 1 + r.below(3),
                 errno: [0, 2, 11, u64::MAX][r.below(4) as usize],
                 comm: crate::op::comm_words(CASE_NAMES[r.below(CASE_NAMES.len() as u64) as usize]),
+                regs: [0; 17],
             };
             let mut f = f;
             if strings {
@@ -193,16 +203,21 @@ fn build(seed: u64, strings: bool) -> Case {
                     }
                 }
             }
+            if usdt {
+                for g in &mut f.regs {
+                    *g = if r.below(3) == 0 { *r.pick(&addrs) } else { r.value() };
+                }
+            }
             (r.below(programs.len() as u64) as usize, f)
         })
         .collect();
     Case { layout, programs, firings, user }
 }
 
-fn program(r: &mut Rng, layout: &Layout) -> Program {
+fn program(r: &mut Rng, layout: &Layout, usdt: bool) -> Program {
     let mut ops = Vec::new();
     let mut written: u16 = 0;
-    block(r, layout, &mut ops, &mut written, 0);
+    block(r, layout, &mut ops, &mut written, 0, usdt);
     Program { ops }
 }
 
@@ -218,7 +233,7 @@ fn string_read(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, faults: &mut Vec
 
 /// Emits a few ops, some of them a block skipped when a register is 0 (registers
 /// written only inside it do not count as written after it).
-fn block(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, written: &mut u16, depth: u32) {
+fn block(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, written: &mut u16, depth: u32, usdt: bool) {
     let reg = |r: &mut Rng| r.below(NREGS as u64) as Reg;
     let strings = layout.strsize > 0;
     let mut faults = Vec::new();
@@ -235,6 +250,16 @@ fn block(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, written: &mut u16, dep
         let choice = r.below(15);
         let op = match (choice, pick(r, *written), pick(r, *written)) {
             (0, ..) | (_, None, _) => Op::Const { d, v: r.value() },
+            (1, ..) if usdt && r.below(2) == 0 => Op::UReg { d, r: r.below(17) as u8 },
+            (1, ..) if usdt => {
+                // A USDT operand in memory: at an argument or register (pointing into
+                // the case's memory or not), or at an address computed from one.
+                ops.push(match r.below(2) {
+                    0 => Op::Arg { d, n: r.below(6) as u8 },
+                    _ => Op::UReg { d, r: r.below(17) as u8 },
+                });
+                Op::Load { d, a: d, size: *r.pick(&[1, 2, 4, 8]) }
+            }
             (1, ..) => Op::Arg { d, n: r.below(6) as u8 },
             (2, ..) => Op::Get { d, v: Var::ALL[r.below(Var::ALL.len() as u64) as usize] },
             (3, Some(a), _) => Op::Mov { d, a },
@@ -276,7 +301,7 @@ fn block(r: &mut Rng, layout: &Layout, ops: &mut Vec<Op>, written: &mut u16, dep
                 let at = ops.len();
                 ops.push(Op::Jz { a, to: 0 });
                 let mut inner = *written;
-                block(r, layout, ops, &mut inner, depth + 1);
+                block(r, layout, ops, &mut inner, depth + 1, usdt);
                 let to = ops.len() as u16;
                 ops[at] = Op::Jz { a, to };
                 continue;
@@ -369,5 +394,30 @@ mod tests {
         }
         assert!(faults > 1000 && empty > 1000 && truncated > 1000, "{faults} {empty} {truncated}");
         assert!(keyed > 200, "{keyed} of 2000 cases key by a string");
+    }
+
+    #[test]
+    fn usdt_cases_read_registers_and_memory() {
+        let (mut regs, mut loaded, mut unread) = (0, 0, 0);
+        for seed in 0..1000 {
+            let c = usdt_case(seed);
+            let user = UserPages::new(&c.user);
+            let buf = BufferLayout::new(&c.layout, 64, 256);
+            let mut mem = vec![0u8; buf.size];
+            for p in &c.programs {
+                assert_eq!(verify(p, &c.layout), Ok(()), "seed {seed}");
+                regs += p.ops.iter().filter(|o| matches!(o, Op::UReg { .. })).count();
+            }
+            for (i, f) in &c.firings {
+                for &a in f.args.iter().chain(&f.regs) {
+                    match crate::interp::load(&user, a, 8) {
+                        0 => unread += 1,
+                        _ => loaded += 1,
+                    }
+                }
+                run_reading(&c.programs[*i], &c.layout, &buf, f, &mut mem, &user);
+            }
+        }
+        assert!(regs > 500 && loaded > 1000 && unread > 1000, "{regs} {loaded} {unread}");
     }
 }

@@ -24,6 +24,9 @@ pub struct Firing {
     pub errno: u64,
     /// The process's name ([`crate::op::comm_words`]).
     pub comm: [u64; 2],
+    /// The thread's registers at the site, in [`crate::op::USER_REGS`] order
+    /// ([`Op::UReg`]).
+    pub regs: [u64; 17],
 }
 
 impl Firing {
@@ -163,6 +166,8 @@ pub fn run_reading(
                 }
             }
             Op::Emit => emit = true,
+            Op::UReg { d, r: n } => r[usize::from(d)] = f.regs[usize::from(n)],
+            Op::Load { d, a, size } => r[usize::from(d)] = load(user, r[usize::from(a)], size),
             Op::Str { d, a, max, fault } => match user_string(user, r[usize::from(a)], usize::from(max)) {
                 Some(s) => {
                     r[usize::from(d)] = string_entry(buf, layout, &s, mem).unwrap_or_else(|| {
@@ -201,6 +206,16 @@ pub fn run_reading(
     } else {
         Outcome::Done
     }
+}
+
+/// [`Op::Load`]: the `size` bytes at `addr`, zero-extended, or 0 when one is unreadable.
+pub fn load(user: &dyn UserMem, addr: u64, size: u8) -> u64 {
+    let mut b = [0u8; 8];
+    let n = usize::from(size).min(8);
+    if user.read(addr, &mut b[..n]) < n {
+        return 0;
+    }
+    u64::from_le_bytes(b)
 }
 
 fn drop_on(mem: &mut dyn Memory, base: usize, cpu: u64) {

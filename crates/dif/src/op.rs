@@ -215,7 +215,23 @@ pub enum Op {
     /// clause on the record and reports the fault as it does) and goes on at op `fault`,
     /// d unwritten.
     Str { d: Reg, a: Reg, max: u16, fault: u16 },
+    /// d = register `r` of the thread at the site, in [`USER_REGS`] order (a USDT
+    /// argument's operand names any of them: docs/usdt.md).
+    UReg { d: Reg, r: u8 },
+    /// d = the `size` bytes (1, 2, 4 or 8) at user address a, little-endian,
+    /// zero-extended; 0 when any of them cannot be read (as the consumer reads a USDT
+    /// argument in memory). Never faults.
+    Load { d: Reg, a: Reg, size: u8 },
 }
+
+/// The registers [`Op::UReg`] reads, by number: x86-64's general registers as
+/// `udtrace_object::usdt::Reg` orders them, then rip.
+pub const USER_REGS: [&str; 17] = [
+    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip",
+];
+
+/// [`Op::UReg`]'s number of rip.
+pub const UREG_IP: u8 = 16;
 
 /// What [`Op::Str`] reads: a process's memory as seen from the firing thread.
 pub trait UserMem {
@@ -363,14 +379,23 @@ pub enum VerifyError {
     Unwritten(usize, Reg),
     #[error("op {0}: a string of {1} bytes (1..=the layout's strsize)")]
     StrSize(usize, u16),
+    #[error("op {0}: register {1} is not one of 0..=16")]
+    UReg(usize, u8),
+    #[error("op {0}: a load of {1} bytes (1, 2, 4 or 8)")]
+    LoadSize(usize, u8),
 }
 
 impl Op {
     /// Registers read and the register written.
     pub fn regs(&self) -> (Vec<Reg>, Option<Reg>) {
         match *self {
-            Op::Const { d, .. } | Op::Arg { d, .. } | Op::Get { d, .. } | Op::TlsLoad { d, .. } => (vec![], Some(d)),
+            Op::Const { d, .. }
+            | Op::Arg { d, .. }
+            | Op::Get { d, .. }
+            | Op::TlsLoad { d, .. }
+            | Op::UReg { d, .. } => (vec![], Some(d)),
             Op::Mov { d, a }
+            | Op::Load { d, a, .. }
             | Op::Un { d, a, .. }
             | Op::Ext { d, a, .. }
             | Op::Div { d, a, .. }
@@ -442,6 +467,19 @@ pub fn verify(p: &Program, layout: &Layout) -> Result<(), VerifyError> {
             Op::Mov { d, a } | Op::Un { d, a, .. } => {
                 reg(d)?;
                 reg(a)?;
+            }
+            Op::UReg { d, r } => {
+                reg(d)?;
+                if usize::from(r) >= USER_REGS.len() {
+                    return Err(VerifyError::UReg(i, r));
+                }
+            }
+            Op::Load { d, a, size } => {
+                reg(d)?;
+                reg(a)?;
+                if !matches!(size, 1 | 2 | 4 | 8) {
+                    return Err(VerifyError::LoadSize(i, size));
+                }
             }
             Op::Bin { d, a, b, .. } => {
                 reg(d)?;

@@ -782,6 +782,11 @@ impl Backend for InProcess {
                     _ => 0,
                 },
                 comm: p.comm(),
+                // A USDT site's operands (`Op::UReg`), `rip` at the site.
+                regs: [
+                    regs.rax, regs.rbx, regs.rcx, regs.rdx, regs.rsi, regs.rdi, regs.rbp, regs.rsp, regs.r8, regs.r9,
+                    regs.r10, regs.r11, regs.r12, regs.r13, regs.r14, regs.r15, regs.rip,
+                ],
             };
             emit = self.buffers.run(&work.program, &f, p.dif()) == udtrace_dif::interp::Outcome::Emit;
         }

@@ -497,6 +497,8 @@ impl Compiler<'_, '_> {
     fn op(&mut self, op: Op, labels: &[CodeLabel]) -> Result<(), TrampolineError> {
         match op {
             Op::Str { d, a, max, fault } => self.string(d, a, max, labels[usize::from(fault)])?,
+            // USDT sites are uprobes, never trampolines (docs/usdt.md).
+            Op::UReg { .. } | Op::Load { .. } => return Err(TrampolineError::Unsupported("USDT operands")),
             Op::Const { d, v } => {
                 if let Ok(imm) = i32::try_from(v as i64) {
                     self.a.mov(reg(d), imm)?;

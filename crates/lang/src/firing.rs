@@ -17,7 +17,7 @@ use crate::ir::{Action, AggKind, Builtin, CheckedProgram, Clause, Expr, ExprKind
 use crate::types::{IntType, Type};
 
 /// What a per-probe program is compiled for: the probe's identity (constants at the
-/// firing).
+/// firing), and for a USDT probe where its arguments are.
 #[derive(Debug, Clone, Copy)]
 pub struct ProbeFacts<'a> {
     pub id: u32,
@@ -25,6 +25,82 @@ pub struct ProbeFacts<'a> {
     pub module: &'a str,
     pub function: &'a str,
     pub name: &'a str,
+    /// A USDT probe's sites (docs/usdt.md): `argN` is read from each site's
+    /// descriptor, not from the ABI's registers. `None`: a pid probe.
+    pub usdt: Option<&'a [UsdtSiteArgs]>,
+}
+
+/// A USDT site's arguments as the lowering reads them: where each is at the site
+/// (`udtrace_object::usdt::UsdtArg`, resolved against the site).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsdtSiteArgs {
+    /// The site's address in its file: sites of one probe with different arguments are
+    /// told apart by it within a page (a load bias is a multiple of the page).
+    pub vaddr: u64,
+    /// Empty where the descriptor cannot be read (every argument 0, as the consumer).
+    pub args: Vec<UsdtLoc>,
+}
+
+/// One USDT argument: where it is, cut to `size` bytes and extended by `signed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsdtLoc {
+    pub size: u8,
+    pub signed: bool,
+    pub at: UsdtAt,
+}
+
+/// Part of a register ([`udtrace_dif::op::USER_REGS`] numbering): `width` bytes (1, 2,
+/// 4, 8) from bit 0, or from bit 8 when `high` (`%ah`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct URegPart {
+    pub reg: u8,
+    pub width: u8,
+    pub high: bool,
+}
+
+/// Where a USDT argument's value is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsdtAt {
+    Const(u64),
+    Reg(URegPart),
+    /// `size` bytes at `base + index * scale + disp` (a `sym(%rip)` operand: base rip,
+    /// the symbol's distance from the site in `disp`); unreadable, 0.
+    Mem {
+        base: Option<URegPart>,
+        index: Option<URegPart>,
+        scale: u8,
+        disp: u64,
+    },
+}
+
+/// Whether a probe's clauses are placed at the firing where the script is compiled:
+/// its sites are told apart ([`usdt_dispatch`]) and no argument is in memory off the
+/// stack (a global, `sym(%rip)`; a pointer's target), which may be in a page the
+/// process has not touched yet, which a BPF read cannot fault in (0) where the
+/// consumer's read does; the frame at the stack or frame pointer was just written.
+pub fn usdt_at_firing(sites: &[UsdtSiteArgs]) -> bool {
+    let off_stack = |a: &UsdtLoc| match a.at {
+        UsdtAt::Mem { base: Some(b), index: None, .. } => !matches!(b.reg, 6 | 7),
+        UsdtAt::Mem { .. } => true,
+        UsdtAt::Const(_) | UsdtAt::Reg(_) => false,
+    };
+    usdt_dispatch(sites).is_some() && !sites.iter().any(|s| s.args.iter().any(off_stack))
+}
+
+/// How a probe's sites' arguments are told apart at the firing: by the site's offset
+/// in its page (`rip & 0xfff`), each offset with one set of arguments. `None`: they
+/// cannot be (two sites with other arguments at one offset): no program reads them.
+pub fn usdt_dispatch(sites: &[UsdtSiteArgs]) -> Option<Vec<(u64, &[UsdtLoc])>> {
+    let mut out: Vec<(u64, &[UsdtLoc])> = Vec::new();
+    for s in sites {
+        let off = s.vaddr & 0xfff;
+        match out.iter().find(|(o, _)| *o == off) {
+            Some((_, a)) if *a != s.args.as_slice() => return None,
+            Some(_) => {}
+            None => out.push((off, &s.args)),
+        }
+    }
+    Some(out)
 }
 
 impl ProbeFacts<'_> {
@@ -143,6 +219,18 @@ impl FiringPlan {
     /// [`FiringPlan::new`] with DTrace's `strsize` (strings read at the firing are
     /// truncated as the consumer truncates them).
     pub fn with_strsize(prog: &CheckedProgram, is_pid: &dyn Fn(&ProbeDesc) -> bool, strsize: u64) -> FiringPlan {
+        FiringPlan::with_usdt(prog, is_pid, &|_| false, strsize)
+    }
+
+    /// [`FiringPlan::with_strsize`] where `is_usdt` says which descriptions name USDT
+    /// probes whose arguments the programs can read (`ProbeFacts::usdt`, whatever the
+    /// probes' names).
+    pub fn with_usdt(
+        prog: &CheckedProgram,
+        is_pid: &dyn Fn(&ProbeDesc) -> bool,
+        is_usdt: &dyn Fn(&ProbeDesc) -> bool,
+        strsize: u64,
+    ) -> FiringPlan {
         let strsize = if (1..=MAX_FIRING_STRSIZE).contains(&strsize) { strsize as u16 } else { 0 };
         let n = prog.clauses.len();
         // Items that could live at the firing at all: integer scalars; aggregations
@@ -173,7 +261,7 @@ impl FiringPlan {
                     }
                 }
             }
-            capable[ci] = clause_capable(clause, is_pid) && all.compile(prog, ci, &DUMMY).is_ok();
+            capable[ci] = clause_capable(clause, is_pid, is_usdt) && all.compile(prog, ci, &DUMMY).is_ok();
             touched.push(t);
         }
         // A clause-local variable lives in one clause's registers: used by two
@@ -304,7 +392,7 @@ impl FiringPlan {
         if self.at_firing.get(clause).copied().unwrap_or(false) || !cl.probes.iter().all(is_pid) {
             return None;
         }
-        if reads_args(pred) && !args_at(probe.name, reads_arg0(pred)) {
+        if reads_args(pred) && probe.usdt.is_none() && !args_at(probe.name, reads_arg0(pred)) {
             return None;
         }
         let mut g = Gen {
@@ -380,7 +468,7 @@ impl FiringPlan {
     }
 }
 
-const DUMMY: ProbeFacts<'static> = ProbeFacts { id: 0, provider: "", module: "", function: "", name: "" };
+const DUMMY: ProbeFacts<'static> = ProbeFacts { id: 0, provider: "", module: "", function: "", name: "", usdt: None };
 
 /// The integer shape of a type a firing can hold: integers, enums, pointers.
 fn int_shape(t: &Type) -> Option<IntType> {
@@ -422,8 +510,8 @@ fn llquantize_shape(p: &[i64]) -> Option<udtrace_dif::llquantize::Shape> {
 }
 
 /// Whether a clause's probes and actions allow it at the firing at all.
-fn clause_capable(cl: &Clause, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> bool {
-    if cl.records_data || cl.destructive || cl.probes.is_empty() || !cl.probes.iter().all(is_pid) {
+fn clause_capable(cl: &Clause, is_pid: &dyn Fn(&ProbeDesc) -> bool, is_usdt: &dyn Fn(&ProbeDesc) -> bool) -> bool {
+    if cl.records_data || cl.destructive || cl.probes.is_empty() || !cl.probes.iter().all(|d| is_pid(d) || is_usdt(d)) {
         return false;
     }
     let mut args = cl.predicate.as_ref().is_some_and(reads_args);
@@ -432,7 +520,7 @@ fn clause_capable(cl: &Clause, is_pid: &dyn Fn(&ProbeDesc) -> bool) -> bool {
         args |= is_arg(e);
         arg0 |= is_arg0(e);
     });
-    !args || cl.probes.iter().all(|d| args_at(&d.name, arg0))
+    !args || cl.probes.iter().all(|d| is_usdt(d) || args_at(&d.name, arg0))
 }
 
 /// Whether a program on probes named `name` reads arguments as the consumer does:
@@ -1028,6 +1116,9 @@ impl Gen<'_> {
 
     /// d = argument `n` (0..=5) as the consumer reads it on this probe (`args_at`).
     fn arg(&mut self, n: u8, d: Reg) -> R<()> {
+        if let Some(sites) = self.probe.usdt {
+            return self.usdt_arg(sites, n, d);
+        }
         let op = match (self.probe.name, n) {
             ("return", 0) => return no("a return probe's arg0 (the site's offset)"),
             ("return", 1) => Op::Get { d, v: Var::Ret },
@@ -1035,6 +1126,89 @@ impl Gen<'_> {
             _ => Op::Arg { d, n },
         };
         self.ops.push(op);
+        Ok(())
+    }
+
+    /// d = a USDT probe's argument `n` as `UsdtSite::arg` decodes it in the consumer;
+    /// sites with other arguments chosen by the firing's offset in its page.
+    fn usdt_arg(&mut self, sites: &[UsdtSiteArgs], n: u8, d: Reg) -> R<()> {
+        let groups = usdt_dispatch(sites).ok_or(NotHere("USDT sites of one probe told apart by no page offset"))?;
+        let loc = |args: &[UsdtLoc]| args.get(usize::from(n)).copied();
+        if groups.iter().all(|(_, a)| loc(a) == loc(groups[0].1)) {
+            return self.usdt_loc(groups.first().and_then(|(_, a)| loc(a)), d);
+        }
+        let mark = self.top;
+        let (off, c) = (self.alloc()?, self.alloc()?);
+        self.ops.push(Op::UReg { d: off, r: op::UREG_IP });
+        self.ops.push(Op::Const { d: c, v: 0xfff });
+        self.ops.push(Op::Bin { op: BinOp::And, d: off, a: off, b: c });
+        let mut ends = Vec::new();
+        for (o, args) in &groups {
+            self.ops.push(Op::Const { d: c, v: *o });
+            self.ops.push(Op::Bin { op: BinOp::Eq, d: c, a: c, b: off });
+            let next = self.jz(c);
+            self.usdt_loc(loc(args), d)?;
+            ends.push(self.jmp());
+            let here = self.ops.len();
+            self.patch(next, here);
+        }
+        // No site at this offset (never: the probe fires only at its sites).
+        self.ops.push(Op::Const { d, v: 0 });
+        let end = self.ops.len();
+        for j in ends {
+            self.patch(j, end);
+        }
+        self.top = mark;
+        Ok(())
+    }
+
+    /// d = the argument at `loc` (none: 0), cut and extended as its descriptor says.
+    fn usdt_loc(&mut self, loc: Option<UsdtLoc>, d: Reg) -> R<()> {
+        let Some(loc) = loc else {
+            self.ops.push(Op::Const { d, v: 0 });
+            return Ok(());
+        };
+        let mark = self.top;
+        match loc.at {
+            UsdtAt::Const(v) => self.ops.push(Op::Const { d, v }),
+            UsdtAt::Reg(p) => self.ureg_part(p, d)?,
+            UsdtAt::Mem { base, index, scale, disp } => {
+                let t = self.alloc()?;
+                self.ops.push(Op::Const { d, v: disp });
+                if let Some(b) = base {
+                    self.ureg_part(b, t)?;
+                    self.ops.push(Op::Bin { op: BinOp::Add, d, a: d, b: t });
+                }
+                if let Some(i) = index {
+                    self.ureg_part(i, t)?;
+                    let k = self.alloc()?;
+                    self.ops.push(Op::Const { d: k, v: u64::from(scale) });
+                    self.ops.push(Op::Bin { op: BinOp::Mul, d: t, a: t, b: k });
+                    self.ops.push(Op::Bin { op: BinOp::Add, d, a: d, b: t });
+                }
+                self.ops.push(Op::Load { d, a: d, size: loc.size.clamp(1, 8) });
+            }
+        }
+        if loc.size < 8 {
+            self.ops.push(Op::Ext { d, a: d, bits: loc.size * 8, signed: loc.signed });
+        }
+        self.top = mark;
+        Ok(())
+    }
+
+    /// d = a register's part (`RegPart::value`).
+    fn ureg_part(&mut self, p: URegPart, d: Reg) -> R<()> {
+        self.ops.push(Op::UReg { d, r: p.reg });
+        if p.high {
+            let mark = self.top;
+            let k = self.alloc()?;
+            self.ops.push(Op::Const { d: k, v: 8 });
+            self.ops.push(Op::Bin { op: BinOp::ShrU, d, a: d, b: k });
+            self.top = mark;
+        }
+        if p.width < 8 {
+            self.ops.push(Op::Ext { d, a: d, bits: p.width * 8, signed: false });
+        }
         Ok(())
     }
 

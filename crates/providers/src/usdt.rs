@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
+use udtrace_dif::op::UREG_IP;
 use udtrace_lang::ast::ProbeDesc;
+use udtrace_lang::firing::{URegPart, UsdtAt, UsdtLoc, UsdtSiteArgs};
 use udtrace_lang::Tag;
 use udtrace_object::modules;
 use udtrace_object::symbols::Function;
@@ -69,6 +71,73 @@ impl UsdtSite {
             }
         };
         a.extend(raw)
+    }
+}
+
+impl UsdtSite {
+    /// Its arguments as a program at the firing reads them, decoding them as
+    /// [`UsdtSite::arg`] does: a `sym(%rip)` operand is rip plus the symbol's distance
+    /// from the site.
+    pub fn firing_args(&self) -> UsdtSiteArgs {
+        let part = |p: &RegPart| URegPart { reg: ureg(p.reg), width: p.width, high: p.high };
+        let args = self.args.as_ref().map_or_else(
+            |_| Vec::new(),
+            |args| {
+                args.iter()
+                    .enumerate()
+                    .map(|(n, a)| {
+                        let at = match &a.operand {
+                            Operand::Const(c) => UsdtAt::Const(*c as u64),
+                            Operand::Reg(p) => UsdtAt::Reg(part(p)),
+                            Operand::Mem { disp, symbol, base, index, scale } => {
+                                let index = index.as_ref().map(part);
+                                match (symbol, self.symbols.get(n).copied().flatten()) {
+                                    (Some(_), Some(sym)) => UsdtAt::Mem {
+                                        base: Some(URegPart { reg: UREG_IP, width: 8, high: false }),
+                                        index,
+                                        scale: *scale,
+                                        disp: (*disp as u64).wrapping_add(sym).wrapping_sub(self.vaddr),
+                                    },
+                                    // An unresolved symbol reads 0, before extension.
+                                    (Some(_), None) => UsdtAt::Const(0),
+                                    (None, _) => UsdtAt::Mem {
+                                        base: base.as_ref().map(part),
+                                        index,
+                                        scale: *scale,
+                                        disp: *disp as u64,
+                                    },
+                                }
+                            }
+                        };
+                        UsdtLoc { size: a.size, signed: a.signed, at }
+                    })
+                    .collect()
+            },
+        );
+        UsdtSiteArgs { vaddr: self.vaddr, args }
+    }
+}
+
+/// A register's number in `udtrace_dif::op::USER_REGS`.
+fn ureg(r: Reg) -> u8 {
+    match r {
+        Reg::Ax => 0,
+        Reg::Bx => 1,
+        Reg::Cx => 2,
+        Reg::Dx => 3,
+        Reg::Si => 4,
+        Reg::Di => 5,
+        Reg::Bp => 6,
+        Reg::Sp => 7,
+        Reg::R8 => 8,
+        Reg::R9 => 9,
+        Reg::R10 => 10,
+        Reg::R11 => 11,
+        Reg::R12 => 12,
+        Reg::R13 => 13,
+        Reg::R14 => 14,
+        Reg::R15 => 15,
+        Reg::Ip => UREG_IP,
     }
 }
 
@@ -236,6 +305,18 @@ impl PidProvider {
                 )
             })
         })
+    }
+
+    /// Where the arguments of USDT probe `probe_id` are at each of its sites, for its
+    /// programs at the firing (`ProbeFacts::usdt`); `None`: not a USDT probe.
+    pub fn usdt_site_args(&self, probe_id: u32) -> Option<Vec<UsdtSiteArgs>> {
+        let mut sites: Vec<(u64, &Rc<UsdtSite>)> =
+            self.usdt.sites.iter().filter(|((id, _), _)| *id == probe_id).map(|((_, off), s)| (*off, s)).collect();
+        if sites.is_empty() {
+            return None;
+        }
+        sites.sort_by_key(|(off, _)| *off);
+        Some(sites.iter().map(|(_, s)| s.firing_args()).collect())
     }
 
     /// The C types of a USDT probe's arguments, for `-lv`.

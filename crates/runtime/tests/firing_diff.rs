@@ -145,6 +145,7 @@ fn firings(seed: u64, n: usize) -> Vec<(u32, Firing)> {
                 ppid: 1 + r.next_u64() % 2,
                 errno: *r.pick(&[0, 2, 11]),
                 comm: udtrace_dif::op::comm_words(r.pick(&NAMES).as_bytes()),
+                regs: [0; 17],
             };
             ((r.next_u64() % 3) as u32 + 1, f)
         })
@@ -182,8 +183,14 @@ fn lowered(prog: &Rc<CheckedProgram>, plan: &FiringPlan, fs: &[(u32, Firing)]) -
     let programs: Vec<(Program, bool)> = probes
         .iter()
         .map(|p| {
-            let facts =
-                ProbeFacts { id: p.id, provider: &p.provider, module: &p.module, function: &p.function, name: &p.name };
+            let facts = ProbeFacts {
+                id: p.id,
+                provider: &p.provider,
+                module: &p.module,
+                function: &p.function,
+                name: &p.name,
+                usdt: None,
+            };
             let mut all = Program::default();
             let mut always = false;
             for e in ecbs.iter().filter(|e| e.probe.id == p.id) {

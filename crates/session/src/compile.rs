@@ -2,13 +2,14 @@
 //! read (and preprocess) each source, parse, check, match probe descriptions, apply
 //! pragmas, validate formats. Every failure is rendered as dtrace renders it.
 
+use std::collections::HashSet;
 use std::rc::Rc;
 
 use udtrace_lang::ast::{self, ProbeDesc};
 use udtrace_lang::capture::{stash_plan, StashPlan};
 use udtrace_lang::check::Checker;
 use udtrace_lang::diag::{self, Origin, Style};
-use udtrace_lang::firing::{FiringPlan, ProbeFacts};
+use udtrace_lang::firing::{usdt_at_firing, usdt_dispatch, FiringPlan, ProbeFacts, UsdtSiteArgs};
 use udtrace_lang::ir::{Action, CheckedProgram};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::Options;
@@ -18,6 +19,7 @@ use udtrace_messages::debug;
 use udtrace_providers::backend::{ProbeOps, ProbeWork};
 use udtrace_providers::pid::is_pid_provider;
 use udtrace_providers::registry::Registry;
+use udtrace_providers::usdt;
 use udtrace_runtime::{Ecb, Probe};
 
 use crate::preprocess;
@@ -53,18 +55,32 @@ pub struct Compiled {
 
 /// Enables clause `clause` of `program` on pid probe `probe` in `work`: its program
 /// where it runs at the firing, else a record for the consumer.
-pub fn add_work(program: &CheckedProgram, plan: &FiringPlan, work: &ProbeWork, clause: usize, probe: &Probe) {
+/// `usdt`: a USDT probe's sites' arguments (`PidProvider::usdt_site_args`), which its
+/// programs read instead of the ABI's registers (docs/usdt.md).
+pub fn add_work(
+    program: &CheckedProgram,
+    plan: &FiringPlan,
+    work: &ProbeWork,
+    clause: usize,
+    probe: &Probe,
+    usdt: Option<&[UsdtSiteArgs]>,
+) {
     let facts = ProbeFacts {
         id: probe.id,
         provider: &probe.provider,
         module: &probe.module,
         function: &probe.function,
         name: &probe.name,
+        usdt,
     };
-    let is_pid = |d: &ProbeDesc| is_pid_provider(&d.provider);
-    // A USDT probe's arguments are decoded from its descriptors in the consumer: nothing
-    // of its clauses runs at the firing (docs/usdt.md).
-    if probe.provider != "pid" && !is_pid_provider(&probe.provider) {
+    let is_pid = |d: &ProbeDesc| is_pid_provider(&d.provider) || is_usdt_desc(d);
+    // A USDT probe without sites udtrace knows (never), or whose sites' arguments no
+    // program can tell apart: its clauses run in the consumer (docs/usdt.md; one at
+    // the firing by the plan then loses this probe's firings). A probe found after the
+    // plan with an argument in memory off the stack runs at the firing all the same
+    // (reading 0 from a page the process never touched), not to lose its firings.
+    let usdt_probe = probe.provider != "pid" && !is_pid_provider(&probe.provider);
+    if usdt_probe && usdt.and_then(usdt_dispatch).is_none() {
         work.add(probe.id, &udtrace_dif::Program::default(), true);
         return;
     }
@@ -81,11 +97,21 @@ pub fn add_work(program: &CheckedProgram, plan: &FiringPlan, work: &ProbeWork, c
 /// Where everything runs: at the firing where it can, unless `-x nodif`, or an
 /// option the firing cannot honour (`aggpercpu` keeps per-CPU values, `cpu` traces
 /// one CPU's firings: the consumer does both).
-fn firing_plan(program: &CheckedProgram, o: &Options) -> FiringPlan {
+///
+/// `usdt_apart`: descriptions (`full_name`) of USDT probes kept in the consumer
+/// (`usdt_at_firing`, or matching none yet): their clauses run there.
+fn firing_plan(program: &CheckedProgram, o: &Options, usdt_apart: &HashSet<String>) -> FiringPlan {
     if o.nodif || o.aggpercpu || o.cpu.is_some() {
         return FiringPlan::none(program);
     }
-    FiringPlan::with_strsize(program, &|d| is_pid_provider(&d.provider), o.strsize)
+    let is_usdt = |d: &ProbeDesc| is_usdt_desc(d) && !usdt_apart.contains(&full_name(d));
+    FiringPlan::with_usdt(program, &|d| is_pid_provider(&d.provider), &is_usdt, o.strsize)
+}
+
+/// Whether a description names USDT probes (`postgresql123`, `python*`).
+fn is_usdt_desc(d: &ProbeDesc) -> bool {
+    !is_pid_provider(&d.provider)
+        && (usdt::provider_process(&d.provider).is_some() || usdt::all_processes_provider(&d.provider).is_some())
 }
 
 /// A compile failure, already rendered (without the leading `udtrace: `).
@@ -308,11 +334,28 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
     // consumer can (by the firing's root). With several roots (`-p A -p B`, `-c` and
     // `-p`), every clause runs in the consumer.
     let roots = req.commands.len() + req.pids.len();
-    let firing = if roots > 1 { FiringPlan::none(&program) } else { firing_plan(&program, &effective) };
+    // USDT descriptions whose probes' clauses run in the consumer: those matching a
+    // probe whose arguments no program reads, and those matching none yet (a probe
+    // found later, in an object loaded later, could be such: the plan is made once).
+    let mut usdt_apart = HashSet::new();
+    let mut usdt_matched = HashSet::new();
+    for e in &ecbs {
+        let di = e.stmt - first_statement(&program, e.clause);
+        let name = program.clauses[e.clause].probes.get(di).map(full_name);
+        match registry.pid.usdt_site_args(e.probe.id) {
+            Some(s) if !usdt_at_firing(&s) => usdt_apart.extend(name),
+            _ => usdt_matched.extend(name),
+        }
+    }
+    for cl in &program.clauses {
+        usdt_apart.extend(cl.probes.iter().map(full_name).filter(|n| !usdt_matched.contains(n)));
+    }
+    let firing = if roots > 1 { FiringPlan::none(&program) } else { firing_plan(&program, &effective, &usdt_apart) };
     let work = ProbeWork::default();
     for e in ecbs.iter().filter(|e| registry.pid.owns(e.probe.id)) {
         probe_ops.add(e.probe.id, stash.clause_ops.get(e.clause).copied().unwrap_or(0));
-        add_work(&program, &firing, &work, e.clause, &e.probe);
+        let usdt = registry.pid.usdt_site_args(e.probe.id);
+        add_work(&program, &firing, &work, e.clause, &e.probe, usdt.as_deref());
     }
     let firing = Rc::new(firing);
     Ok(Compiled { program: Rc::new(program), options: effective, sources, ecbs, stash, probe_ops, firing, work })

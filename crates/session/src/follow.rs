@@ -91,7 +91,15 @@ impl Rematcher {
                 for probe in probes.iter() {
                     self.probe_ops.add(probe.id, self.clause_ops.get(*clause).copied().unwrap_or(0));
                     if !consumer.is_enabled_clause(probe.id, *clause) {
-                        crate::compile::add_work(&self.program, &self.firing, &self.work, *clause, probe);
+                        let usdt = registry.pid.usdt_site_args(probe.id);
+                        crate::compile::add_work(
+                            &self.program,
+                            &self.firing,
+                            &self.work,
+                            *clause,
+                            probe,
+                            usdt.as_deref(),
+                        );
                     }
                     consumer.enable(*clause, *stmt, Rc::clone(probe));
                     found.push(Rc::clone(probe));
