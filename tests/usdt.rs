@@ -16,7 +16,8 @@ const NOBODY: &str = "nobody";
 
 /// Taken by the `fixture*` test, which raises the semaphore of every process with the
 /// fixture's provider (a uprobe in each), and by those that check a semaphore's exact
-/// values: one would see the other's 1.
+/// values (one would see the other's 1) or run without BPF (a uprobe over a
+/// breakpoint takes its hits).
 static EVERY_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn every_process_lock() -> std::sync::MutexGuard<'static, ()> {
@@ -26,8 +27,30 @@ fn every_process_lock() -> std::sync::MutexGuard<'static, ()> {
 fn run(mode: &[&str], script: &str, cmd: &str) -> Option<(String, String)> {
     let nobody = mode == [NOBODY];
     let mut args: Vec<&str> = if nobody { Vec::new() } else { mode.to_vec() };
-    args.extend(["-Z", "-q", "-n", script, "-c", cmd]);
-    let out = if nobody { util::traced_unprivileged(&args) } else { traced(&args)? };
+    // Without BPF, on a copy of the fixture (and its library): another test's uprobes on
+    // the fixture's file (a link for every process that maps it) would be in this
+    // process too, over its breakpoints.
+    static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = nobody.then(|| {
+        let n = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = util::TempDir::new(&format!("usdt-nobody-{n}"));
+        util::copy_fixture("usdt", &dir.path().join("usdt"));
+        util::copy_fixture("libusdtlib.so", &dir.path().join("libusdtlib.so"));
+        dir
+    });
+    let cmd = match &dir {
+        Some(d) => cmd.replacen(&fixture("usdt"), &d.path().join("usdt").display().to_string(), 1),
+        None => cmd.to_string(),
+    };
+    args.extend(["-Z", "-q", "-n", script, "-c", &cmd]);
+    let out = if nobody {
+        // A `fixture*` session's uprobe at a breakpoint's address takes its hits (the
+        // kernel's int3): the nobody session would lose those firings.
+        let _alone = every_process_lock();
+        util::traced_unprivileged(&args)
+    } else {
+        traced(&args)?
+    };
     assert!(out.status.success(), "udtrace failed: {}", util::stderr(&out));
     Some((stdout(&out), util::stderr(&out)))
 }
