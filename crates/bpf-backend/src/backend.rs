@@ -263,7 +263,11 @@ fn load_work_program(
             .map_err(|e| format!("cannot generate the uprobe program: {e}"))
     };
     let reads = plan.stack_bytes > 0 || !plan.strings.is_empty() || !plan.buffers.is_empty() || !plan.stash.is_empty();
-    if work.record && reads {
+    // A program's string keys are faulted in as records' strings are (a page the
+    // process has not touched would otherwise read as a fault, and the firing be lost).
+    let strings =
+        work.dif.is_some_and(|c| c.program.ops.iter().any(|op| matches!(op, udtrace_dif::op::Op::Str { .. })));
+    if (work.record && reads) || strings {
         match Program::load_sleepable(ProgramKind::UprobeMulti, name, &gen(true)?) {
             Ok(p) => return Ok(p),
             Err(e) => udtrace_messages::debug!("{name} not sleepable: {e}"),
@@ -454,9 +458,13 @@ impl Bpf {
         }
         let dif = match (&self.dif, key.1.ops.is_empty()) {
             (_, true) => None,
-            (Some(maps), false) => {
-                Some(DifCode { program: &key.1, maps, gets: Gets::Firing, errno: self.maps.errno.as_ref() })
-            }
+            (Some(maps), false) => Some(DifCode {
+                program: &key.1,
+                maps,
+                gets: Gets::Firing,
+                errno: self.maps.errno.as_ref(),
+                sleepable: false,
+            }),
             (None, false) => {
                 return Err("a probe's firing-time work names no thread-local variable or aggregation".into())
             }

@@ -330,7 +330,7 @@ pub fn uprobe_program_work(
     }
 
     if let Some(code) = work.dif {
-        crate::dif::emit(&mut a, code)?;
+        crate::dif::emit(&mut a, crate::dif::DifCode { sleepable, ..code })?;
     }
     let emits = work.dif.is_some_and(|c| c.program.emits());
     if !work.record && emits {

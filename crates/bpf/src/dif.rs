@@ -272,6 +272,10 @@ pub struct DifCode<'a> {
     /// Where errno is (`Var::Errno`): the records' source; none, errno reads 0, as a
     /// record's does.
     pub errno: Option<&'a crate::codegen::ErrnoSource>,
+    /// The program is loaded sleepable: a string on a page the process has not touched
+    /// is faulted in (`bpf_copy_from_user`) and read again, as records' strings are,
+    /// rather than taken for a fault the consumer's later read would not see.
+    pub sleepable: bool,
 }
 
 /// The stack: the sixteen registers (register i at `REGS + 8 i`: keys in consecutive
@@ -568,18 +572,54 @@ fn emit_errno(a: &mut Asm, src: Option<&crate::codegen::ErrnoSource>) {
 /// (`layout::string_id`) into register `d` and its entry into the strings map; 0 and
 /// an aggregation drop when the map is full or holds other words under the id; a
 /// fault sets the record's flag and goes to `fault`. Clobbers R0–R5.
-fn emit_str(a: &mut Asm, maps: &DifMaps, d: u8, src: u8, max: u16, fault: Label) {
+fn emit_str(a: &mut Asm, maps: &DifMaps, (d, src, max): (u8, u8, u16), sleepable: bool, fault: Label) {
     let words = maps.layout.string_words() as i16;
     let Some(map) = &maps.strings else { return };
-    let (read, drop, done) = (a.label(), a.label(), a.label());
-    for w in 0..words {
-        a.push(st(Size::DW, Reg::R10, STR + 8 * w, 0));
-    }
+    let (read, drop, done, failed) = (a.label(), a.label(), a.label(), a.label());
     // bpf_probe_read_user_str: the bytes to the NUL, or the first max - 1 and a NUL, or
-    // a fault (0, an unmapped byte before a NUL): `op::user_string`.
-    a.push(ldx(Size::DW, Reg::R3, Reg::R10, reg(src)));
-    a.read_to_stack(helper::PROBE_READ_USER_STR, STR, i32::from(max));
-    a.jmp_imm(Cond::Sge, Reg::R0, 0, read);
+    // a fault (0, an unmapped byte before a NUL): `op::user_string`. Into zeroed words
+    // (the key is all of them).
+    let read_str = |a: &mut Asm| {
+        for w in 0..words {
+            a.push(st(Size::DW, Reg::R10, STR + 8 * w, 0));
+        }
+        a.push(ldx(Size::DW, Reg::R3, Reg::R10, reg(src)));
+        a.read_to_stack(helper::PROBE_READ_USER_STR, STR, i32::from(max));
+        a.jmp_imm(Cond::Sge, Reg::R0, 0, read);
+    };
+    read_str(a);
+    if sleepable {
+        // A page not present reads as a fault: the bytes to the page's end (at most
+        // max: a copy into an unmapped page fails whole) are copied, which faults the
+        // page in, and the string read again; then the next page's, if the string
+        // goes on there. What still fails is unreadable (`op::user_string`).
+        let fits = a.label();
+        a.push(ldx(Size::DW, Reg::R2, Reg::R10, reg(src)));
+        a.push(alu64_imm(AluOp::And, Reg::R2, 4095));
+        a.push(mov64_imm(Reg::R1, 4096));
+        a.push(alu64_reg(AluOp::Sub, Reg::R1, Reg::R2));
+        a.push(mov64_reg(Reg::R2, Reg::R1));
+        a.jmp_imm(Cond::Le, Reg::R2, i32::from(max), fits);
+        a.push(mov64_imm(Reg::R2, i32::from(max)));
+        a.bind(fits);
+        a.push(mov64_reg(Reg::R9, Reg::R2));
+        a.push(mov64_reg(Reg::R1, Reg::R10));
+        a.push(alu64_imm(AluOp::Add, Reg::R1, i32::from(STR)));
+        a.push(ldx(Size::DW, Reg::R3, Reg::R10, reg(src)));
+        a.call(helper::COPY_FROM_USER);
+        read_str(a);
+        a.push(mov64_imm(Reg::R2, i32::from(max)));
+        a.push(alu64_reg(AluOp::Sub, Reg::R2, Reg::R9));
+        a.jmp_imm(Cond::Sle, Reg::R2, 0, failed);
+        a.jmp_imm(Cond::Sgt, Reg::R2, i32::from(max), failed);
+        a.push(mov64_reg(Reg::R1, Reg::R10));
+        a.push(alu64_imm(AluOp::Add, Reg::R1, i32::from(STR)));
+        a.push(ldx(Size::DW, Reg::R3, Reg::R10, reg(src)));
+        a.push(alu64_reg(AluOp::Add, Reg::R3, Reg::R9));
+        a.call(helper::COPY_FROM_USER);
+        read_str(a);
+    }
+    a.bind(failed);
     a.push(st(Size::DW, Reg::R10, EMIT, 1));
     a.ja(fault);
     a.bind(read);
@@ -764,7 +804,7 @@ fn emit_op(a: &mut Asm, code: DifCode<'_>, op: Op, at: &[Label]) -> Result<(), D
             a.push(st(Size::DW, Reg::R10, EMIT, 1));
         }
         Op::Str { d, a: src, max, fault } => {
-            emit_str(a, maps, d, src, max, at[usize::from(fault)]);
+            emit_str(a, maps, (d, src, max), code.sleepable, at[usize::from(fault)]);
         }
         Op::UReg { d, r } => {
             match code.gets {

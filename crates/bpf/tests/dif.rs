@@ -97,7 +97,13 @@ impl Rig {
         let loaded: Vec<Program> = programs
             .iter()
             .map(|p| {
-                let code = DifCode { program: p, maps: &maps, gets: Gets::Map(self.firing.raw_fd()), errno: None };
+                let code = DifCode {
+                    program: p,
+                    maps: &maps,
+                    gets: Gets::Map(self.firing.raw_fd()),
+                    errno: None,
+                    sleepable: false,
+                };
                 let work = SiteWork { dif: Some(code), record: false };
                 let insns = uprobe_program_work(&RecordPlan::default(), &self.probe, Filter::Traced, false, work)
                     .unwrap_or_else(|e| panic!("compile {p:?}: {e}"));
@@ -325,7 +331,7 @@ fn the_name_is_the_processs() {
 /// `program` compiled with what real firings know (`Gets::Firing`), attached to
 /// [`udtrace_dif_target`] in this process.
 fn on_target(program: &Dif, maps: &DifMaps, probe: &ProbeMaps, name: &str) -> (Program, MultiLink) {
-    let code = DifCode { program, maps, gets: Gets::Firing, errno: None };
+    let code = DifCode { program, maps, gets: Gets::Firing, errno: None, sleepable: false };
     let work = SiteWork { dif: Some(code), record: false };
     let insns = uprobe_program_work(&RecordPlan::default(), probe, Filter::Traced, false, work).expect("compile");
     let prog = Program::load(ProgramKind::UprobeMulti, name, &insns).unwrap_or_else(|e| panic!("{e}"));
