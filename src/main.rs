@@ -44,7 +44,7 @@ fn load_backend(setup: &Setup) -> Result<Box<dyn Backend>, Error> {
     if bpf.is_ok() && !setup.inprocess {
         return Ok(Box::new(Bpf::load(setup)?));
     }
-    if let (Err(why), false) = (&bpf, setup.inprocess) {
+    if let (Err(why), true) = (&bpf, setup.uprobes) {
         // `-x uprobes` cannot be honoured: say so rather than run otherwise unseen.
         udtrace_messages::note!("-x uprobes ignored: {why}; pid probes run inside the traced processes");
     }

@@ -1,18 +1,56 @@
 //! USDT probes of a C fixture (tests/fixtures/usdt.c): listing, arguments of every
 //! descriptor form, copyinstr of a string argument, a semaphore the program tests,
-//! exact counts in a forked child and after exec, on both backends.
+//! exact counts in a forked child and after exec, with BPF (uprobes) and without it
+//! (the user nobody: in-process sites, semaphores written by udtrace).
 
 mod util;
 
 use util::{fixture, stdout, traced};
 
-/// Default (in-process, where USDT probes are uprobes) and `-x uprobes`.
-const MODES: [&[&str]; 2] = [&[], &["-x", "uprobes"]];
+/// Default (with BPF, USDT probes are uprobes), `-x uprobes`, and without BPF (the user
+/// nobody, whose sites are armed in-process and semaphores raised by udtrace).
+const MODES: [&[&str]; 3] = [&[], &["-x", "uprobes"], &[NOBODY]];
+
+/// The mode that runs udtrace and its command as the user nobody.
+const NOBODY: &str = "nobody";
+
+/// Taken by the `fixture*` test, which raises the semaphore of every process with the
+/// fixture's provider (a uprobe in each), and by those that check a semaphore's exact
+/// values (one would see the other's 1) or run without BPF (a uprobe over a
+/// breakpoint takes its hits).
+static EVERY_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn every_process_lock() -> std::sync::MutexGuard<'static, ()> {
+    EVERY_PROCESS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn run(mode: &[&str], script: &str, cmd: &str) -> Option<(String, String)> {
-    let mut args: Vec<&str> = mode.to_vec();
-    args.extend(["-Z", "-q", "-n", script, "-c", cmd]);
-    let out = traced(&args)?;
+    let nobody = mode == [NOBODY];
+    let mut args: Vec<&str> = if nobody { Vec::new() } else { mode.to_vec() };
+    // Without BPF, on a copy of the fixture (and its library): another test's uprobes on
+    // the fixture's file (a link for every process that maps it) would be in this
+    // process too, over its breakpoints.
+    static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = nobody.then(|| {
+        let n = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = util::TempDir::new(&format!("usdt-nobody-{n}"));
+        util::copy_fixture("usdt", &dir.path().join("usdt"));
+        util::copy_fixture("libusdtlib.so", &dir.path().join("libusdtlib.so"));
+        dir
+    });
+    let cmd = match &dir {
+        Some(d) => cmd.replacen(&fixture("usdt"), &d.path().join("usdt").display().to_string(), 1),
+        None => cmd.to_string(),
+    };
+    args.extend(["-Z", "-q", "-n", script, "-c", &cmd]);
+    let out = if nobody {
+        // A `fixture*` session's uprobe at a breakpoint's address takes its hits (the
+        // kernel's int3): the nobody session would lose those firings.
+        let _alone = every_process_lock();
+        util::traced_unprivileged(&args)
+    } else {
+        traced(&args)?
+    };
     assert!(out.status.success(), "udtrace failed: {}", util::stderr(&out));
     Some((stdout(&out), util::stderr(&out)))
 }
@@ -74,7 +112,7 @@ fn a_semaphore_is_raised_while_traced_in_children_too() {
                   fixture$target:::lib { @l = count(); @ls = sum(arg0); } \
                   END { printa(\"pid %d=%@d\\n\", @g); printa(\"sum=%@d\\n\", @s); \
                   printa(\"lib=%@d\\n\", @l); printa(\"libsum=%@d\\n\", @ls); }";
-    for (then, pids, per_pid) in [("", 1, 5), ("fork", 2, 5), ("exec", 1, 10), ("dlopen", 1, 5)] {
+    for (then, pids, per_pid) in [("", 1, 5), ("fork", 2, 5), ("exec", 1, 10), ("dlopen", 1, 5), ("reload", 1, 5)] {
         for mode in MODES {
             let cmd = format!("{} 5 {then}", fixture("usdt"));
             let Some((out, err)) = run(mode, script, cmd.trim()) else { return };
@@ -92,8 +130,19 @@ fn a_semaphore_is_raised_while_traced_in_children_too() {
                 _ => 15,
             };
             assert!(out.contains(&format!("sum={sum}\n")), "{then} {mode:?}: {out}");
+            // The program's own output is an untraced run's.
+            let alone = std::process::Command::new(fixture("usdt")).args(cmd.split_whitespace().skip(1)).output();
+            let alone = String::from_utf8_lossy(&alone.unwrap().stdout).into_owned();
+            let own: String = out.lines().filter(|l| l.starts_with("usdt:")).map(|l| format!("{l}\n")).collect();
+            assert_eq!(own, alone, "{then} {mode:?}");
             // The library's probe fires (its own semaphore raised) once it is loaded.
-            let lib = if then == "dlopen" { "lib=5\nlibsum=10\n" } else { "" };
+            // Unloaded and loaded again, it fires as often again (its semaphore raised
+            // in the new mapping).
+            let lib = match then {
+                "dlopen" => "lib=5\nlibsum=10\n",
+                "reload" => "lib=10\nlibsum=20\n",
+                _ => "",
+            };
             assert!(lib.is_empty() || out.contains(lib), "{then} {mode:?}: {out}{err}");
         }
     }
@@ -106,6 +155,7 @@ fn a_semaphore_is_raised_while_traced_in_children_too() {
 /// were running before udtrace started; each waits for its semaphore, then fires.
 #[test]
 fn every_process_with_a_glob_provider() {
+    let _alone = every_process_lock();
     let n = 6u64;
     // A copy of its own: another test's uprobes on the fixture (a link for every
     // process that maps a file, where only traced ones did) raise its semaphore too.
@@ -143,35 +193,145 @@ fn every_process_with_a_glob_provider() {
 }
 
 /// A semaphore raised while udtrace traces a process is lowered when udtrace ends,
-/// also by SIGKILL (the kernel drops its uprobes, and their counts, with it).
+/// also by SIGKILL: with BPF the kernel drops its uprobes, and their counts, with it;
+/// without BPF (nobody) the undertaker lowers what udtrace raised.
 #[test]
 fn a_semaphore_is_lowered_when_udtrace_is_killed() {
+    let _alone = every_process_lock();
     use std::io::BufRead;
     let dir = util::TempDir::new("usdt-lowered");
     let exe = dir.path().join("usdt-lowered");
     util::copy_fixture("usdt", &exe);
-    let mut fix = util::Guard::spawn(
-        std::process::Command::new(&exe).args(["2", "lowered"]).stdout(std::process::Stdio::piped()),
-    );
-    let pid = fix.child().id().to_string();
-    let mut lines = std::io::BufReader::new(fix.child().stdout.take().unwrap()).lines();
-    let mut u = util::Guard::spawn(&mut util::udtrace_cmd(&[
-        "-q",
-        "-p",
-        &pid,
-        "-n",
-        "fixture$target:::gated { @ = count(); }",
-    ]));
-    let raised = lines.next().expect("a line").unwrap();
-    if raised != "raised 1" {
-        let out = u.take().wait_with_output().unwrap();
-        let Some(()) = util::bpf_gate(&out) else { return };
-        panic!("{raised}: {}", util::stderr(&out));
+    for nobody in [false, true] {
+        let command = |program: &std::ffi::OsStr| match nobody {
+            true => util::unprivileged(program),
+            false => std::process::Command::new(program),
+        };
+        let mut fix =
+            util::Guard::spawn(command(exe.as_os_str()).args(["2", "lowered"]).stdout(std::process::Stdio::piped()));
+        let pid = fix.child().id().to_string();
+        util::wait_mapped(&pid, "usdt-lowered");
+        util::wait_mapped(&pid, "libc");
+        let mut lines = std::io::BufReader::new(fix.child().stdout.take().unwrap()).lines();
+        let mut u = util::Guard::spawn(
+            command(util::bin().as_os_str())
+                .args(["-q", "-p", &pid, "-n", "fixture$target:::gated { @ = count(); }"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped()),
+        );
+        let raised = lines.next().expect("a line").unwrap();
+        if raised != "raised 1" {
+            let out = u.take().wait_with_output().unwrap();
+            let Some(()) = util::bpf_gate(&out) else { return };
+            panic!("{raised}: {}", util::stderr(&out));
+        }
+        let undertakers = util::live::children_of(u.child().id());
+        u.child().kill().unwrap();
+        let _ = u.take().wait();
+        util::live::wait_gone(&undertakers);
+        assert_eq!(lines.next().expect("a line").unwrap(), "lowered 1", "nobody: {nobody}");
+        assert!(fix.take().wait().unwrap().success());
     }
-    u.child().kill().unwrap();
-    let _ = u.take().wait();
-    assert_eq!(lines.next().expect("a line").unwrap(), "lowered 1");
-    assert!(fix.take().wait().unwrap().success());
+}
+
+/// The values `usdt 1 watch [fork]` printed (`[child |parent ]semaphore V`), by who.
+fn watched(text: &str, who: &str) -> Vec<u32> {
+    text.lines().filter_map(|l| l.strip_prefix(who)?.strip_prefix("semaphore ")?.parse().ok()).collect()
+}
+
+/// Starts `usdt 1 watch ARGS` as nobody, its output into a file (read as it grows).
+fn watcher(dir: &util::TempDir, args: &[&str]) -> (util::Guard, std::path::PathBuf) {
+    let out = dir.path().join("watch.out");
+    let file = std::fs::File::create(&out).unwrap();
+    // A copy of its own: another test's uprobes on the fixture (a link for every
+    // process that maps a file, where only traced ones did) would raise it too.
+    let exe = dir.path().join("usdt-watch");
+    util::copy_fixture("usdt", &exe);
+    let mut fix = util::Guard::spawn(util::unprivileged(&exe).args(["1", "watch"]).args(args).stdout(file));
+    util::kill_after_deadline(fix.child().id());
+    // setpriv (root, and mapping libc itself) execs the fixture as nobody: grabbed
+    // before, it is root's.
+    util::wait_mapped(fix.child().id(), "usdt-watch");
+    util::wait_mapped(fix.child().id(), "libc");
+    (fix, out)
+}
+
+/// Waits (up to 30 s) until `file` holds `n` lines; else ends `tracer` and fails with
+/// what it said.
+fn wait_lines(file: &std::path::Path, n: usize, tracer: &mut util::Guard) {
+    for _ in 0..3000 {
+        if std::fs::read_to_string(file).unwrap_or_default().lines().count() >= n {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = tracer.child().kill();
+    let end = tracer.take().wait_with_output().unwrap();
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    panic!("{} never had {n} lines: {text:?}; udtrace: {}", file.display(), util::stderr(&end));
+}
+
+/// Without BPF, udtrace raises a semaphore by 1 in each process it traces: in a child
+/// forked while it is raised (a copy of its parent's memory, our 1 included) too, and
+/// lowers it by 1 in each when it ends (SIGINT), or the undertaker does (SIGKILL).
+#[test]
+fn without_bpf_a_semaphore_is_raised_and_lowered_in_forked_children() {
+    let _alone = every_process_lock();
+    for signal in ["-INT", "-KILL"] {
+        let dir = util::TempDir::new("usdt-watch-fork");
+        let (mut fix, out) = watcher(&dir, &["fork"]);
+        let pid = fix.child().id().to_string();
+        let mut u = util::Guard::spawn(
+            util::unprivileged(util::bin())
+                .args(["-q", "-p", &pid, "-n", "fixture$target:::gated { @ = count(); }"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped()),
+        );
+        util::kill_after_deadline(u.child().id());
+        wait_lines(&out, 2, &mut u);
+        let undertakers = util::live::children_of(u.child().id());
+        let _ = std::process::Command::new("kill").args([signal, &u.child().id().to_string()]).status();
+        let end = u.take().wait_with_output().unwrap();
+        util::live::wait_gone(&undertakers);
+        assert!(fix.take().wait().unwrap().success());
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(watched(&text, "parent "), [1, 0], "{signal}: {text}{}", util::stderr(&end));
+        assert_eq!(watched(&text, "child "), [1, 0], "{signal}: {text}{}", util::stderr(&end));
+        assert!(text.ends_with("usdt: fired 1\n"), "{text}");
+    }
+}
+
+/// Each tracer of a semaphore adds and removes its own 1, never an absolute value:
+/// the program holds a count of its own (as a BPF session's uprobe would: the kernel's
+/// reference counter), and sees 1, then 2 while udtrace (without BPF) traces it, then 1
+/// again when udtrace ends by SIGINT or SIGKILL (its undertaker).
+#[test]
+fn without_bpf_a_semaphore_is_raised_by_one_over_another_tracers_count() {
+    let _alone = every_process_lock();
+    for signal in ["-INT", "-KILL"] {
+        let dir = util::TempDir::new("usdt-watch-own");
+        let (mut fix, out) = watcher(&dir, &["own"]);
+        let pid = fix.child().id().to_string();
+        let mut u = util::Guard::spawn(
+            util::unprivileged(util::bin())
+                .args(["-q", "-p", &pid, "-n", "fixture$target:::gated { @ = count(); }"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped()),
+        );
+        util::kill_after_deadline(u.child().id());
+        wait_lines(&out, 1, &mut u);
+        let undertakers = util::live::children_of(u.child().id());
+        let _ = std::process::Command::new("kill").args([signal, &u.child().id().to_string()]).status();
+        let end = u.take().wait_with_output().unwrap();
+        util::live::wait_gone(&undertakers);
+        assert!(fix.take().wait().unwrap().success());
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(watched(&text, ""), [2, 1], "{signal}: {text}{}", util::stderr(&end));
+        assert!(text.ends_with("usdt: fired 1\n"), "{text}");
+    }
 }
 
 /// Clauses on USDT probes run where the probes fire (docs/usdt.md, "At the firing"):

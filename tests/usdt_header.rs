@@ -475,10 +475,19 @@ fn probes_from_the_header_fire_by_name() {
                   sdtapp$target:::request-done { printf(\"done %d %d %d %d %d\\n\", arg0, arg1, arg2, arg3, arg4); } \
                   sdtapp$target:::tick { printf(\"tick\\n\"); } \
                   sdtapp$target:::object { printf(\"object %s\\n\", copyinstr(arg1)); }";
-    for mode in [&[][..], &["-x", "uprobes"][..]] {
-        let mut args: Vec<&str> = mode.to_vec();
+    // With BPF (the default, -x uprobes) and without it: the user nobody, whose sites are
+    // in-process and semaphores written by udtrace.
+    for mode in [&[][..], &["-x", "uprobes"][..], &["nobody"][..]] {
+        let nobody = mode == ["nobody"];
+        let mut args: Vec<&str> = if nobody { Vec::new() } else { mode.to_vec() };
         args.extend(["-q", "-n", script, "-c", exe.to_str().unwrap()]);
-        let Some(out) = util::traced(&args) else { return };
+        let out = if nobody {
+            util::traced_unprivileged(&args)
+        } else {
+            let Some(out) = util::traced(&args) else { return };
+            out
+        };
+        assert!(out.status.success(), "{mode:?}: {}", util::stderr(&out));
         let text = util::stdout(&out);
         let mut want = Vec::new();
         for i in 0..3i64 {

@@ -228,6 +228,17 @@ pub fn unprivileged(program: impl AsRef<OsStr>) -> Command {
     c
 }
 
+/// Runs udtrace with `args` without BPF ([`unprivileged`]) and collects its output,
+/// killing it after 60 s.
+#[allow(dead_code)]
+pub fn traced_unprivileged(args: &[&str]) -> std::process::Output {
+    let mut c = unprivileged(bin());
+    c.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut g = Guard::spawn(&mut c);
+    kill_after_deadline(g.child().id());
+    g.take().wait_with_output().expect("udtrace finishes")
+}
+
 /// A udtrace command with stdout and stderr piped and no stdin.
 pub fn udtrace_cmd(args: &[&str]) -> Command {
     let mut c = udtrace(args);

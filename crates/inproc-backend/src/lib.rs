@@ -287,6 +287,28 @@ impl InProcess {
     /// Installs `pid`'s SIGTRAP guard, once, before its first breakpoint or debug
     /// register. Without it those work as well while udtrace runs; only a SIGKILL of
     /// udtrace would leave the process to die at its next hit.
+    /// Without BPF, raises the semaphores of `probes` (USDT) in `pid` by writing its
+    /// memory, once per image, after their sites are armed (the process is stopped);
+    /// lowered at release, by the undertaker after a SIGKILL (docs/usdt.md). With BPF
+    /// such probes are uprobes, and the kernel keeps their semaphores.
+    fn raise_semaphores(&mut self, pid: i32, probes: &[&PidProbe], objects: &[LoadedObject]) {
+        if self.fallback.is_some() {
+            return;
+        }
+        for p in probes.iter().filter(|p| p.semaphore != 0) {
+            let Some(proc) = self.procs.get_mut(&pid) else { return };
+            let r = match process::data_address(pid, objects, &p.file, p.semaphore) {
+                Some(at) => proc.raise(pid, at, &p.file, self.ledger.get(pid)),
+                None => Err("its object's data is not mapped".to_string()),
+            };
+            if let Err(why) = r {
+                let q = &p.probe;
+                let what = format!("the semaphore of {}:{}:{}:{}: {why}", q.provider, q.module, q.function, q.name);
+                *self.unarmed.entry(what).or_default() += 1;
+            }
+        }
+    }
+
     fn ensure_guard(&mut self, pid: i32) {
         self.guards.entry(pid).or_insert_with(|| {
             Guard::install(pid).inspect_err(|e| {
@@ -519,7 +541,8 @@ fn patch_kind(k: SiteKind) -> PatchKind {
     match k {
         SiteKind::Entry => PatchKind::Entry,
         SiteKind::Return => PatchKind::Return,
-        // Never a site to patch.
+        // A USDT site (a nop) is patched as an offset: the jump takes the instructions
+        // after it too, relocated (docs/usdt.md). A profile probe is never a site.
         SiteKind::Offset(_) | SiteKind::Profile | SiteKind::Usdt(_) => PatchKind::Offset,
     }
 }
@@ -590,9 +613,10 @@ impl Backend for InProcess {
             unpatched.extend(probes.iter().map(|p| ((*p).clone(), why.clone())));
             return self.fall_back(pid, &Batch::of(pid, probes).objects, unpatched);
         }
-        // A USDT probe behind a semaphore is a uprobe: the kernel raises the semaphore
-        // in each process it is armed in and lowers it when the link goes, however
-        // udtrace ends (docs/usdt.md).
+        // With BPF, a USDT probe behind a semaphore is a uprobe: the kernel raises the
+        // semaphore in each process it is armed in and lowers it when the link goes,
+        // however udtrace ends. Without, it is armed here and udtrace raises it
+        // (`raise_semaphores`, docs/usdt.md).
         if self.fallback.is_some() && probes.iter().any(|p| p.semaphore != 0) {
             let (gated, rest): (Vec<&PidProbe>, Vec<&PidProbe>) = probes.iter().partition(|p| p.semaphore != 0);
             let why = "a USDT probe behind a semaphore: the kernel raises it for a uprobe".to_string();
@@ -614,7 +638,9 @@ impl Backend for InProcess {
         let batch = Batch::of(pid, probes);
         if let Err(why) = ready {
             unpatched.extend(probes.iter().map(|p| ((*p).clone(), why.clone())));
-            return self.fall_back(pid, &batch.objects, unpatched);
+            let r = self.fall_back(pid, &batch.objects, unpatched);
+            self.raise_semaphores(pid, probes, &batch.objects);
+            return r;
         }
         // Without BPF, a landing (an entry patched over its first byte) is guarded as a
         // breakpoint is: after udtrace is killed, a thread there goes on.
@@ -658,7 +684,9 @@ impl Backend for InProcess {
                 unpatched.push((with_sites(p, sites, unprobeable), why));
             }
         }
-        self.fall_back(pid, &batch.objects, unpatched)
+        let r = self.fall_back(pid, &batch.objects, unpatched);
+        self.raise_semaphores(pid, probes, &batch.objects);
+        r
     }
 
     fn arm_all(&mut self, probes: &[&PidProbe]) -> Result<(), Error> {

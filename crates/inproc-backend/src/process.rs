@@ -321,6 +321,10 @@ pub struct Proc {
     no_captures: Option<&'static str>,
     /// Why no site of it may be patched (breakpoints still may be placed).
     no_patch: Option<String>,
+    /// USDT semaphores (u16) this session raised by 1 in this image: address and the
+    /// object's file (docs/usdt.md). A forked child has them raised too, and lowers
+    /// them as its own.
+    semaphores: Vec<(u64, PathBuf)>,
 }
 
 /// Why trampolines may not read `pid`'s memory through `process_vm_readv` with the pid
@@ -534,6 +538,7 @@ impl Proc {
             elsewhere: HashSet::new(),
             no_captures: captures_forbidden(pid),
             no_patch,
+            semaphores: Vec::new(),
         })
     }
 
@@ -564,6 +569,9 @@ impl Proc {
             elsewhere: self.elsewhere.clone(),
             no_captures: self.no_captures,
             no_patch: self.no_patch.clone(),
+            // A fork copies the memory, our 1 in each raised semaphore included (a vfork
+            // child, above, shares the parent's and has none of its own).
+            semaphores: self.semaphores.clone(),
         }))
     }
 
@@ -593,6 +601,28 @@ impl Proc {
                 let _ = m.write_all_at(&[b.original], at);
             }
         }
+        for (at, _) in &self.semaphores {
+            udtrace_process::undertaker::lower(&m, *at);
+        }
+    }
+
+    /// Raises the USDT semaphore at `at` by 1 (the process is stopped), once per image:
+    /// an increment, never an absolute value, so that a count other tracers (kernel
+    /// uprobes' `ref_ctr`) keep there stays theirs. The undertaker hears of it first.
+    pub fn raise(&mut self, pid: i32, at: u64, file: &Path, ledger: Option<&mut Ledger>) -> Result<(), String> {
+        if self.semaphores.iter().any(|(a, _)| *a == at) {
+            return Ok(());
+        }
+        let m = mem(pid)?;
+        let mut v = [0u8; 2];
+        m.read_exact_at(&mut v, at).map_err(|e| format!("cannot read its semaphore: {e}"))?;
+        let n = u16::from_le_bytes(v).checked_add(1).ok_or("its semaphore is at its largest")?;
+        if let Some(l) = ledger {
+            l.raising(pid, at);
+        }
+        m.write_all_at(&n.to_le_bytes(), at).map_err(|e| format!("cannot raise its semaphore: {e}"))?;
+        self.semaphores.push((at, file.to_path_buf()));
+        Ok(())
     }
 
     /// Forgets what it placed in objects the process no longer maps (`dlclose`): their
@@ -605,10 +635,19 @@ impl Proc {
         };
         let gone: Vec<u64> = self.patches.iter().map(|p| p.at).filter(|&at| !mapped(at)).collect();
         let gone_bp: Vec<u64> = self.breakpoints.keys().copied().filter(|&at| !mapped(at)).collect();
-        if gone.is_empty() && gone_bp.is_empty() {
+        // A semaphore goes with its object's data (another object there later is not
+        // udtrace's to lower).
+        let gone_sem: Vec<u64> = self
+            .semaphores
+            .iter()
+            .filter(|(at, file)| !maps_data_at(pid, objects, file, *at))
+            .map(|(at, _)| *at)
+            .collect();
+        if gone.is_empty() && gone_bp.is_empty() && gone_sem.is_empty() {
             return;
         }
-        for &at in gone.iter().chain(&gone_bp) {
+        self.semaphores.retain(|(at, _)| !gone_sem.contains(at));
+        for &at in gone.iter().chain(&gone_bp).chain(&gone_sem) {
             if let Some(l) = ledger.as_deref_mut() {
                 l.undone(pid, at);
             }
@@ -1037,6 +1076,26 @@ pub fn runtime_address(pid: i32, objects: &[LoadedObject], file: &Path, off: u64
             .find(|m| m.exec && m.offset <= off && off < m.offset + (m.end - m.start))
             .map(|m| m.start + (off - m.offset))
     })
+}
+
+/// Where file offset `off` of `file` is in `pid`'s private writable mapping of it: a
+/// USDT semaphore's address, found as the kernel finds a uprobe's reference counter.
+pub fn data_address(pid: i32, objects: &[LoadedObject], file: &Path, off: u64) -> Option<u64> {
+    objects.iter().filter(|o| procfs::host_path(pid, &o.path) == file).find_map(|o| {
+        o.mappings
+            .iter()
+            .find(|m| m.write && m.offset <= off && off < m.offset + (m.end - m.start))
+            .map(|m| m.start + (off - m.offset))
+    })
+}
+
+/// Whether `pid` maps `at` writable from `file` (a semaphore's object still there).
+fn maps_data_at(pid: i32, objects: &[LoadedObject], file: &Path, at: u64) -> bool {
+    objects
+        .iter()
+        .filter(|o| procfs::host_path(pid, &o.path) == file)
+        .flat_map(|o| &o.mappings)
+        .any(|m| m.write && m.start <= at && at < m.end)
 }
 
 /// `__vdso_clock_gettime` in `pid`.

@@ -11,12 +11,16 @@
 //! writes the original bytes back wherever the written ones are still there, and lets
 //! the threads go. No thread is inside a patch's bytes: a patch is only written where
 //! no thread is stopped inside them, and a thread after it runs the jump whole.
-//! Trampolines, rings and the SIGTRAP guard stay mapped, unused.
+//! Trampolines, rings and the SIGTRAP guard stay mapped, unused. A USDT semaphore
+//! udtrace raised (`R`) is lowered by one, never written with an absolute value
+//! (another tracer may hold its own count there), and only in a process that still
+//! runs the image udtrace changed: one of its byte changes is still there.
 //!
 //! One text line per message:
 //!
 //! ```text
 //!   W pid start addr original written   a patch (hex bytes) is about to be written
+//!   R pid start addr                    the u16 semaphore at addr is about to be raised by 1
 //!   U pid addr                          the change at addr is taken out (handed over)
 //!   F parent child                      child was forked with parent's patches
 //!   G pid                               pid's patches are gone (undone, exec, exit)
@@ -50,6 +54,9 @@ pub struct Change {
     pub at: u64,
     pub original: Vec<u8>,
     pub written: Vec<u8>,
+    /// A USDT semaphore (a u16) raised by 1 at `at`, to be lowered by 1 (`original`
+    /// and `written` empty).
+    pub raise: bool,
 }
 
 /// What the undertaker knows: per process, its start time and its changes in order.
@@ -84,7 +91,13 @@ impl Book {
                     return;
                 }
                 let entry = self.procs.entry(pid as i32).or_insert((start as u64, Vec::new()));
-                entry.1.push(Change { at, original, written });
+                entry.1.push(Change { at, original, written, raise: false });
+            }
+            ["R", pid, start, at] => {
+                let (Some(pid), Some(start)) = (num(pid), num(start)) else { return };
+                let Ok(at) = u64::from_str_radix(at, 16) else { return };
+                let entry = self.procs.entry(pid as i32).or_insert((start as u64, Vec::new()));
+                entry.1.push(Change { at, original: Vec::new(), written: Vec::new(), raise: true });
             }
             ["F", parent, child] => {
                 let (Some(parent), Some(child)) = (num(parent), num(child)) else { return };
@@ -149,6 +162,12 @@ impl Ledger {
     pub fn writing(&mut self, pid: i32, at: u64, original: &[u8], written: &[u8]) {
         let start = start_time(pid).unwrap_or(0);
         self.send(&format!("W {pid} {start} {at:x} {} {}\n", hex(original), hex(written)));
+    }
+
+    /// The u16 semaphore at `at` in `pid` is about to be raised by 1 (a USDT probe's).
+    pub fn raising(&mut self, pid: i32, at: u64) {
+        let start = start_time(pid).unwrap_or(0);
+        self.send(&format!("R {pid} {start} {at:x}\n"));
     }
 
     /// The change written at `at` in `pid` was taken out again (the original bytes are
@@ -265,7 +284,19 @@ fn undo_one(pid: i32, changes: &[Change]) -> usize {
     }
     let mut restored = 0;
     if let Ok(mem) = OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem")) {
+        // A semaphore is lowered only in the image udtrace raised it in: one where a
+        // patch or breakpoint of its own is still there (every USDT site armed is one).
+        let image_ours = changes.iter().filter(|c| !c.raise).any(|c| {
+            let mut now = vec![0u8; c.written.len()];
+            mem.read_exact_at(&mut now, c.at).is_ok() && still_ours(&now, c)
+        });
         for c in changes.iter().rev() {
+            if c.raise {
+                if image_ours && lower(&mem, c.at) {
+                    restored += 1;
+                }
+                continue;
+            }
             let mut now = vec![0u8; c.written.len()];
             if mem.read_exact_at(&mut now, c.at).is_ok() && still_ours(&now, c) {
                 // An int3 over the patch's first byte is another tracer's uprobe's: it
@@ -282,6 +313,16 @@ fn undo_one(pid: i32, changes: &[Change]) -> usize {
         let _ = ptrace::detach(Pid::from_raw(tid), None);
     }
     restored
+}
+
+/// Lowers the u16 semaphore at `at` by 1 (not below 0): the one udtrace added.
+pub fn lower(mem: &std::fs::File, at: u64) -> bool {
+    let mut v = [0u8; 2];
+    if mem.read_exact_at(&mut v, at).is_err() {
+        return false;
+    }
+    let n = u16::from_le_bytes(v);
+    n > 0 && mem.write_all_at(&(n - 1).to_le_bytes(), at).is_ok()
 }
 
 /// Whether `now`, the bytes at `c`, are udtrace's change still: each byte the one
@@ -321,7 +362,7 @@ mod tests {
 
     #[test]
     fn a_change_is_ours_while_each_byte_is_written_or_original() {
-        let c = Change { at: 0, original: vec![0x25, 0xff, 0xc3], written: vec![0xe9, 0x82, 0xcc] };
+        let c = Change { at: 0, original: vec![0x25, 0xff, 0xc3], written: vec![0xe9, 0x82, 0xcc], raise: false };
         assert!(still_ours(&[0xe9, 0x82, 0xcc], &c));
         assert!(still_ours(&[0xe9, 0x82, 0xc3], &c), "a uprobe put the pad's byte back");
         assert!(!still_ours(&[0x25, 0xff, 0xc3], &c), "already the original");
@@ -339,7 +380,10 @@ mod tests {
         }
         assert_eq!(b.procs[&10].0, 77);
         assert_eq!(b.procs[&10].1.len(), 2, "the entry of two lengths is dropped");
-        assert_eq!(b.procs[&10].1[1], Change { at: 0x2000, original: vec![0x55], written: vec![0xcc] });
+        assert_eq!(b.procs[&10].1[1], Change { at: 0x2000, original: vec![0x55], written: vec![0xcc], raise: false });
+        b.take("R 10 77 3000");
+        assert_eq!(b.procs[&10].1[2], Change { at: 0x3000, original: vec![], written: vec![], raise: true });
+        b.take("U 10 3000");
         b.take("U 10 1000");
         assert_eq!(b.procs[&10].1.len(), 1, "the change at 0x1000 is undone");
         assert_eq!(b.procs[&10].1[0].at, 0x2000);

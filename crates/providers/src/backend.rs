@@ -83,8 +83,11 @@ pub struct Setup {
     /// Children of followed processes are followed too (not `-x nofollow`): a child
     /// is held at its fork, so what the parent has armed can be taken out of it.
     pub children: bool,
-    /// pid probes run inside the traced processes where they can (not `-x uprobes`).
+    /// pid probes run inside the traced processes where they can (not `-x uprobes`,
+    /// and no USDT probe where BPF is allowed: docs/usdt.md).
     pub inprocess: bool,
+    /// `-x uprobes` was asked for (said when it cannot be honoured).
+    pub uprobes: bool,
     /// `-x inprocess` was asked for: say which sites use uprobes instead.
     pub explain: bool,
     /// Processes udtrace may not stop (another tracer holds them with ptrace): their
@@ -473,6 +476,7 @@ mod tests {
             all: false,
             children: true,
             inprocess: true,
+            uprobes: false,
             explain: false,
             unheld: Vec::new(),
             stash: StashPlan::default(),

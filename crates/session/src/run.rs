@@ -336,6 +336,7 @@ fn arm(
         // USDT probes are uprobes (the kernel keeps their semaphores, docs/usdt.md):
         // with them, every site is.
         inprocess: !c.options.uprobes && !has_usdt,
+        uprobes: c.options.uprobes,
         explain: c.options.inprocess,
         unheld: unheld_pids,
         stash: c.stash.clone(),
