@@ -90,15 +90,15 @@ fn put_back(m: &File, p: &Patch) -> std::io::Result<()> {
     let mut now = vec![0u8; p.written.len()];
     m.read_exact_at(&mut now, p.at)?;
     // Only where the patch still is: the object it went into may have been unloaded
-    // and another mapped there since (whose code is not udtrace's to write).
-    if now[1..] != p.written[1..] {
+    // and another mapped there since (whose code is not udtrace's to write). Byte by
+    // byte, what udtrace wrote, the original (a kernel uprobe inside the patch writes
+    // the file's byte back over a landing's int3 when it goes) or another tracer's int3.
+    let ours = now.iter().zip(p.written.iter().zip(&p.original)).all(|(&b, (&w, &o))| b == w || b == o || b == 0xcc);
+    if !ours {
         return Ok(());
     }
     if now[0] == 0xcc && p.original.first() != Some(&0xcc) {
         return m.write_all_at(&p.original[1..], p.at + 1);
-    }
-    if now[0] != p.written[0] {
-        return Ok(());
     }
     m.write_all_at(&p.original, p.at)
 }
