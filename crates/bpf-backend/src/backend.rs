@@ -277,13 +277,6 @@ fn load_work_program(
         .map_err(|e| bpf_error("load the uprobe program", &e.to_string(), Some(e.os_error())))
 }
 
-/// Where a task's parent and a task's process id are in the kernel's task_struct
-/// (`ppid` at the firing); none without BTF.
-fn parent_offsets() -> Option<(u32, u32)> {
-    let btf = kernel_btf().ok()?;
-    Some((btf.place("task_struct", "real_parent").ok()?.offset, btf.place("task_struct", "tgid").ok()?.offset))
-}
-
 /// Where errno is read from: the offset of a thread's pointer in the kernel's
 /// task_struct comes from its BTF. Without BTF errno reads 0.
 fn errno_source() -> Option<ErrnoSource> {
@@ -453,7 +446,7 @@ impl Bpf {
             // `ppid`: the task's real_parent and its tgid, from BTF once, when first read
             // (start-up reads no BTF a script does not need).
             if let Some(maps) = self.dif.as_mut().filter(|m| m.parent.is_none()) {
-                maps.parent = parent_offsets();
+                maps.parent = kernel_btf().ok().and_then(|b| TaskOffsets::from_btf(b).ok()).map(|o| o.parent_tgid());
             }
         }
         let dif = match (&self.dif, key.1.ops.is_empty()) {

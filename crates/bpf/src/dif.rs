@@ -624,8 +624,8 @@ fn emit_str(a: &mut Asm, maps: &DifMaps, (d, src, max): (u8, u8, u16), sleepable
     a.ja(fault);
     a.bind(read);
     // key_hash of the words, the low bit set.
-    a.push_wide(ld_imm64(Reg::R1, 0x243f_6a88_85a3_08d3));
-    a.push_wide(ld_imm64(Reg::R3, 0x9e37_79b9_7f4a_7c15));
+    a.push_wide(ld_imm64(Reg::R1, udtrace_dif::layout::HASH_SEED));
+    a.push_wide(ld_imm64(Reg::R3, udtrace_dif::layout::HASH_MUL));
     for w in 0..words {
         a.push(ldx(Size::DW, Reg::R2, Reg::R10, STR + 8 * w));
         a.push(alu64_reg(AluOp::Xor, Reg::R1, Reg::R2));

@@ -98,6 +98,12 @@ impl TaskOffsets {
         (self.group_leader, self.comm)
     }
 
+    /// Where `task_struct`'s `real_parent` and `tgid` are (`ppid` at the firing,
+    /// `crate::dif::DifMaps::parent`).
+    pub fn parent_tgid(&self) -> (u32, u32) {
+        (self.real_parent as u32, (self.pid + 4) as u32)
+    }
+
     pub fn from_btf(b: &Btf) -> Result<TaskOffsets, OffsetsError> {
         let at = |s: &str, p: &str| -> Result<i16, OffsetsError> {
             let pl = b.place(s, p)?;

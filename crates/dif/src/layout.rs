@@ -223,9 +223,9 @@ pub fn string_of_words(words: &[u64]) -> Vec<u8> {
 
 /// The hash of a key (its words in order) that picks a keyed entry.
 pub fn key_hash(keys: &[u64]) -> u64 {
-    let mut h: u64 = 0x243f_6a88_85a3_08d3;
+    let mut h: u64 = HASH_SEED;
     for &k in keys {
-        h = (h ^ k).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h = (h ^ k).wrapping_mul(HASH_MUL);
         h ^= h >> 29;
     }
     // splitmix64's finisher: every bit of every key reaches the low bits that pick the
@@ -236,6 +236,11 @@ pub fn key_hash(keys: &[u64]) -> u64 {
     h = h.wrapping_mul(HASH_FINISH[1]);
     h ^ (h >> 31)
 }
+
+/// [`key_hash`]'s start and its multiplier per key word (the executors emit the same
+/// arithmetic).
+pub const HASH_SEED: u64 = 0x243f_6a88_85a3_08d3;
+pub const HASH_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// The multipliers of [`key_hash`]'s finisher.
 pub const HASH_FINISH: [u64; 2] = [0xbf58_476d_1ce4_e5b9, 0x94d0_49bb_1331_11eb];

@@ -13,8 +13,8 @@ use iced_x86::code_asm::{
     rsp, AsmMemoryOperand, AsmRegister32, AsmRegister64, CodeAssembler, CodeLabel,
 };
 use udtrace_dif::layout::{
-    AggFn, AggPlace, BufferLayout, DROP_CPUS, HASH_FINISH, KEY_FILLING, KEY_FREE, KEY_READY, MAX_PROBES, OFF_AGG_DROPS,
-    OFF_DYN_DROPS, OFF_THREADS,
+    AggFn, AggPlace, BufferLayout, DROP_CPUS, HASH_FINISH, HASH_MUL, HASH_SEED, KEY_FILLING, KEY_FREE, KEY_READY,
+    MAX_PROBES, OFF_AGG_DROPS, OFF_DYN_DROPS, OFF_THREADS,
 };
 use udtrace_dif::op::{BinOp, Op, UnOp, Var};
 use udtrace_dif::{Layout, Program};
@@ -31,11 +31,6 @@ pub const DATA_GID: usize = 48;
 /// from /proc/PID/stat as the consumer reads it (a copy, not the thread's live
 /// `comm`: the consumer's `execname` is the process's, read once per image).
 pub const DATA_COMM: usize = 64;
-
-/// The multiplier and seed of `udtrace_dif::layout::key_hash`, checked against it in
-/// the tests.
-const HASH_SEED: u64 = 0x243f_6a88_85a3_08d3;
-const HASH_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// What a site runs at its firing (`udtrace_providers::backend::Work`), compiled into
 /// its trampoline.
@@ -380,15 +375,7 @@ impl Compiler<'_, '_> {
         a.inc(edx)?;
         a.cmp(edx, words)?;
         a.jb(hash)?;
-        for (shift, mul) in [(30, Some(HASH_FINISH[0])), (27, Some(HASH_FINISH[1])), (31, None)] {
-            a.mov(rax, r8)?;
-            a.shr(rax, shift)?;
-            a.xor(r8, rax)?;
-            if let Some(m) = mul {
-                a.mov(rcx, m)?;
-                a.imul_2(r8, rcx)?;
-            }
-        }
+        hash_finish(a)?;
         a.or(r8, 1)?;
         // Its entry, as interp::string_entry finds or makes it.
         let (mut top, mut taken, mut next, mut copy, mut same, mut have, mut drop, mut done) = (
@@ -661,15 +648,7 @@ impl Compiler<'_, '_> {
             a.shr(rax, 29)?;
             a.xor(r8, rax)?;
         }
-        for (shift, mul) in [(30, Some(HASH_FINISH[0])), (27, Some(HASH_FINISH[1])), (31, None)] {
-            a.mov(rax, r8)?;
-            a.shr(rax, shift)?;
-            a.xor(r8, rax)?;
-            if let Some(m) = mul {
-                a.mov(rcx, m)?;
-                a.imul_2(r8, rcx)?;
-            }
-        }
+        hash_finish(a)?;
         a.xor(edi, edi)?;
         a.set_label(&mut top)?;
         a.lea(rax, qword_ptr(r8 + rdi))?;
@@ -892,6 +871,20 @@ pub fn save_status_flags(a: &mut CodeAssembler) -> Result<(), TrampolineError> {
 
 /// Puts back what [`save_status_flags`] left in rax: `add al, 0x7f` overflows exactly
 /// when al is 1 (OF), then `sahf` the rest.
+/// `layout::key_hash`'s finisher on r8 (clobbers rax, rcx).
+fn hash_finish(a: &mut CodeAssembler) -> Result<(), TrampolineError> {
+    for (shift, mul) in [(30, Some(HASH_FINISH[0])), (27, Some(HASH_FINISH[1])), (31, None)] {
+        a.mov(rax, r8)?;
+        a.shr(rax, shift)?;
+        a.xor(r8, rax)?;
+        if let Some(m) = mul {
+            a.mov(rcx, m)?;
+            a.imul_2(r8, rcx)?;
+        }
+    }
+    Ok(())
+}
+
 pub fn restore_status_flags(a: &mut CodeAssembler) -> Result<(), TrampolineError> {
     a.add(al, 0x7f)?;
     a.sahf()?;
