@@ -395,17 +395,7 @@ impl FiringPlan {
         if reads_args(pred) && probe.usdt.is_none() && !args_at(probe.name, reads_arg0(pred)) {
             return None;
         }
-        let mut g = Gen {
-            plan: self,
-            prog,
-            probe,
-            ops: Vec::new(),
-            top: 0,
-            locals: HashMap::new(),
-            gate: true,
-            faults: Vec::new(),
-            depth: 0,
-        };
+        let mut g = Gen::new(self, prog, probe, true);
         let c = g.cond(pred).ok()?;
         let skip = g.jz(c);
         g.ops.push(Op::Emit);
@@ -418,17 +408,7 @@ impl FiringPlan {
 
     fn compile(&self, prog: &CheckedProgram, clause: usize, probe: &ProbeFacts) -> R<Program> {
         let cl = &prog.clauses[clause];
-        let mut g = Gen {
-            plan: self,
-            prog,
-            probe,
-            ops: Vec::new(),
-            top: 0,
-            locals: HashMap::new(),
-            gate: false,
-            faults: Vec::new(),
-            depth: 0,
-        };
+        let mut g = Gen::new(self, prog, probe, false);
         // Clause-local variables start at 0 in each firing.
         for it in touched_items(cl) {
             if let Item::Local(id) = it {
@@ -686,6 +666,14 @@ struct Gen<'a> {
     /// Inside an `if`'s branches (a string read there is not here: the consumer
     /// could not tell whether the firing reached it).
     depth: u32,
+}
+
+impl<'a> Gen<'a> {
+    /// A generator for one clause on one probe; `gate`: its predicate only, for a
+    /// consumer clause's gate.
+    fn new(plan: &'a FiringPlan, prog: &'a CheckedProgram, probe: &'a ProbeFacts<'a>, gate: bool) -> Gen<'a> {
+        Gen { plan, prog, probe, ops: Vec::new(), top: 0, locals: HashMap::new(), gate, faults: Vec::new(), depth: 0 }
+    }
 }
 
 impl Gen<'_> {
