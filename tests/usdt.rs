@@ -272,6 +272,30 @@ fn wait_lines(file: &std::path::Path, n: usize, tracer: &mut util::Guard) {
     panic!("{} never had {n} lines: {text:?}; udtrace: {}", file.display(), util::stderr(&end));
 }
 
+/// Runs the watcher fixture in `mode` under udtrace without BPF counting `gated`, waits
+/// for `lines` of its output, stops udtrace with `signal` (its undertaker waited for),
+/// and gives the watcher's output and udtrace's stderr.
+fn watched_under(name: &str, mode: &str, lines: usize, signal: &str) -> (String, String) {
+    let dir = util::TempDir::new(name);
+    let (mut fix, out) = watcher(&dir, &[mode]);
+    let pid = fix.child().id().to_string();
+    let mut u = util::Guard::spawn(
+        util::unprivileged(util::bin())
+            .args(["-q", "-p", &pid, "-n", "fixture$target:::gated { @ = count(); }"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    );
+    util::kill_after_deadline(u.child().id());
+    wait_lines(&out, lines, &mut u);
+    let undertakers = util::live::children_of(u.child().id());
+    let _ = std::process::Command::new("kill").args([signal, &u.child().id().to_string()]).status();
+    let end = u.take().wait_with_output().unwrap();
+    util::live::wait_gone(&undertakers);
+    assert!(fix.take().wait().unwrap().success());
+    (std::fs::read_to_string(&out).unwrap(), util::stderr(&end))
+}
+
 /// Without BPF, udtrace raises a semaphore by 1 in each process it traces: in a child
 /// forked while it is raised (a copy of its parent's memory, our 1 included) too, and
 /// lowers it by 1 in each when it ends (SIGINT), or the undertaker does (SIGKILL).
@@ -279,26 +303,9 @@ fn wait_lines(file: &std::path::Path, n: usize, tracer: &mut util::Guard) {
 fn without_bpf_a_semaphore_is_raised_and_lowered_in_forked_children() {
     let _alone = every_process_lock();
     for signal in ["-INT", "-KILL"] {
-        let dir = util::TempDir::new("usdt-watch-fork");
-        let (mut fix, out) = watcher(&dir, &["fork"]);
-        let pid = fix.child().id().to_string();
-        let mut u = util::Guard::spawn(
-            util::unprivileged(util::bin())
-                .args(["-q", "-p", &pid, "-n", "fixture$target:::gated { @ = count(); }"])
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped()),
-        );
-        util::kill_after_deadline(u.child().id());
-        wait_lines(&out, 2, &mut u);
-        let undertakers = util::live::children_of(u.child().id());
-        let _ = std::process::Command::new("kill").args([signal, &u.child().id().to_string()]).status();
-        let end = u.take().wait_with_output().unwrap();
-        util::live::wait_gone(&undertakers);
-        assert!(fix.take().wait().unwrap().success());
-        let text = std::fs::read_to_string(&out).unwrap();
-        assert_eq!(watched(&text, "parent "), [1, 0], "{signal}: {text}{}", util::stderr(&end));
-        assert_eq!(watched(&text, "child "), [1, 0], "{signal}: {text}{}", util::stderr(&end));
+        let (text, err) = watched_under("usdt-watch-fork", "fork", 2, signal);
+        assert_eq!(watched(&text, "parent "), [1, 0], "{signal}: {text}{err}");
+        assert_eq!(watched(&text, "child "), [1, 0], "{signal}: {text}{err}");
         assert!(text.ends_with("usdt: fired 1\n"), "{text}");
     }
 }
@@ -311,25 +318,8 @@ fn without_bpf_a_semaphore_is_raised_and_lowered_in_forked_children() {
 fn without_bpf_a_semaphore_is_raised_by_one_over_another_tracers_count() {
     let _alone = every_process_lock();
     for signal in ["-INT", "-KILL"] {
-        let dir = util::TempDir::new("usdt-watch-own");
-        let (mut fix, out) = watcher(&dir, &["own"]);
-        let pid = fix.child().id().to_string();
-        let mut u = util::Guard::spawn(
-            util::unprivileged(util::bin())
-                .args(["-q", "-p", &pid, "-n", "fixture$target:::gated { @ = count(); }"])
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped()),
-        );
-        util::kill_after_deadline(u.child().id());
-        wait_lines(&out, 1, &mut u);
-        let undertakers = util::live::children_of(u.child().id());
-        let _ = std::process::Command::new("kill").args([signal, &u.child().id().to_string()]).status();
-        let end = u.take().wait_with_output().unwrap();
-        util::live::wait_gone(&undertakers);
-        assert!(fix.take().wait().unwrap().success());
-        let text = std::fs::read_to_string(&out).unwrap();
-        assert_eq!(watched(&text, ""), [2, 1], "{signal}: {text}{}", util::stderr(&end));
+        let (text, err) = watched_under("usdt-watch-own", "own", 1, signal);
+        assert_eq!(watched(&text, ""), [2, 1], "{signal}: {text}{err}");
         assert!(text.ends_with("usdt: fired 1\n"), "{text}");
     }
 }
