@@ -387,3 +387,99 @@ fn sorted(out: &str) -> Vec<&str> {
     l.sort_unstable();
     l
 }
+
+/// What `argv` prints and how it ends, untraced.
+fn untraced(argv: &[&str]) -> (String, Option<i32>) {
+    let out = std::process::Command::new(argv[0]).args(&argv[1..]).output().expect("untraced run");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.code())
+}
+
+/// `provider*` and `pid*` probes of an image udtrace has never seen (a fresh copy of the
+/// fixture) that processes exec, fire N times and end within a millisecond: each is
+/// held at its new image and at its loader until they are armed, so every firing
+/// counts. Exec'd by 20 children a `-c` shell starts at once, and by a command
+/// system() runs (its command runs held too; output after system() waits for the
+/// command). Before, only the processes udtrace happened to seize in time counted (0 or
+/// 7 of 140 seen), and system() blocked udtrace while its command ran (0 of 7: the
+/// failure of tst.reeval.sh, and tst.entryreturn.sh's timeout).
+#[test]
+fn a_new_image_is_held_until_its_probes_are_armed() {
+    let _alone = every_process_lock();
+    let n = 7;
+    let children = 20;
+    for how in ["exec", "system"] {
+        let dir = util::TempDir::new(&format!("usdt-new-{how}"));
+        let exe = dir.path().join("usdt-new");
+        util::copy_fixture("usdt", &exe);
+        let exe_s = exe.display().to_string();
+        // Read by the shell, not exec'd: a file this process wrote may be open for
+        // writing in another test thread's child (`copy_fixture`).
+        let launch = dir.write("launch", &format!("for i in $(seq {children}); do {exe_s} {n} & done; wait\n"));
+        let launch_cmd = format!("/bin/sh {}", launch.display());
+        let (plain, code) = match how {
+            "exec" => untraced(&["/bin/sh", &launch.display().to_string()]),
+            _ => untraced(&[&exe_s, &n.to_string()]),
+        };
+        assert_eq!(code, Some(0));
+        let counts = "fixture*:::string /progenyof($pid)/ { @s = count(); } \
+                      pid*:usdt-new:fire:entry /progenyof($pid)/ { @f = count(); } \
+                      END { printa(\"string %@d\\n\", @s); printa(\"fire %@d\\n\", @f); }";
+        let (script, extra, fired) = match how {
+            "exec" => (counts.to_string(), vec!["-c", launch_cmd.as_str()], n * children),
+            _ => (
+                format!(
+                    "BEGIN {{ system(\"{exe_s} {n}\"); printf(\"after\\n\"); }} \
+                     proc:::exit /progenyof($pid) && execname == \"usdt-new\"/ {{ exit(0); }} {counts}"
+                ),
+                vec!["-w"],
+                n,
+            ),
+        };
+        let mut args = vec!["-Z", "-q", "-n", &script];
+        args.extend(extra);
+        let Some(out) = traced(&args) else { return };
+        assert!(out.status.success(), "{how}: {}", util::stderr(&out));
+        let text = stdout(&out);
+        let ours = |l: &&str| l.starts_with("string ") || l.starts_with("fire ") || l.is_empty();
+        let program: Vec<&str> = text.lines().filter(|l| !ours(l)).collect();
+        let mut want: Vec<&str> = plain.lines().collect();
+        if how == "system" {
+            // What follows system() in the clause comes after the command's output.
+            want.push("after");
+            assert_eq!(program, want, "{how}: {text}{}", util::stderr(&out));
+        } else {
+            assert_eq!(sorted(&program.join("\n")), sorted(&plain), "{how}: {text}{}", util::stderr(&out));
+        }
+        assert!(text.contains(&format!("string {fired}\n")), "{how}: {text}{}", util::stderr(&out));
+        assert!(text.contains(&format!("fire {fired}\n")), "{how}: {text}{}", util::stderr(&out));
+    }
+}
+
+/// A library a `-c` process dlopens and calls at once (`usdt N dlopen`, a fresh copy
+/// of the fixture and its library): the process is held at its loader until the
+/// library's `provider*` and `pid*` probes are armed, so each of its N firings counts
+/// (before, the load was armed when udtrace heard of it, the process running on: the
+/// failure of tst.dlclose2.sh). The program's output and status are an untraced run's.
+#[test]
+fn a_library_loaded_and_called_at_once_is_held_until_armed() {
+    let _alone = every_process_lock();
+    let n = 5;
+    let dir = util::TempDir::new("usdt-new-dlopen");
+    let exe = dir.path().join("usdt-dl");
+    util::copy_fixture("usdt", &exe);
+    util::copy_fixture("libusdtlib.so", &dir.path().join("libusdtlib.so"));
+    let (plain, code) = untraced(&[&exe.display().to_string(), &n.to_string(), "dlopen"]);
+    assert_eq!((plain.as_str(), code), ("usdt: fired 5\n", Some(0)));
+    let script = "fixture*:::lib /pid == $target/ { @l = count(); } \
+                  pid*:libusdtlib.so:usdt_lib_fire:entry /pid == $target/ { @f = count(); } \
+                  END { printa(\"lib %@d\\n\", @l); printa(\"fire %@d\\n\", @f); }";
+    let cmd = format!("{} {n} dlopen", exe.display());
+    let Some(out) = traced(&["-Z", "-q", "-n", script, "-c", &cmd]) else { return };
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let text = stdout(&out);
+    let program: Vec<&str> =
+        text.lines().filter(|l| !l.starts_with("lib ") && !l.starts_with("fire ") && !l.is_empty()).collect();
+    assert_eq!(program, plain.lines().collect::<Vec<_>>(), "{text}{}", util::stderr(&out));
+    assert!(text.contains(&format!("lib {n}\n")), "{text}{}", util::stderr(&out));
+    assert!(text.contains("fire 1\n"), "{text}{}", util::stderr(&out));
+}

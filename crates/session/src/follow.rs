@@ -162,14 +162,24 @@ impl AllProcesses {
         Ok(())
     }
 
+    /// Seizes `pid`, which exec'd or loaded objects, when it runs an image never seen:
+    /// done as soon as the notice is read, before the firings recorded meanwhile are
+    /// consumed, so that it is stopped as early as can be (see [`AllProcesses::look_at`]).
+    pub fn seize(&self, pid: i32, registry: &Registry) -> Option<Brief> {
+        let exe = procfs::exe_path(pid).ok().map(|e| procfs::host_path(pid, &e))?;
+        if registry.pid.all_files.contains(&(exe, true)) {
+            return None;
+        }
+        Brief::seize(pid)
+    }
+
     /// Process `pid` exec'd or loaded objects: matches and arms what is new. A process
-    /// that exec'd an image never seen is held meanwhile (its loader is still mapping
-    /// libraries, unless udtrace was slow to hear of it), and once more at the loader
-    /// hook, so that the image and its libraries are armed before their code runs.
-    pub fn look_at(&mut self, pid: i32, w: &mut World<'_>) {
-        let exe = procfs::exe_path(pid).ok().map(|e| procfs::host_path(pid, &e));
-        let unseen = exe.is_some_and(|e| !w.registry.pid.all_files.contains(&(e, true)));
-        let Some(mut brief) = unseen.then(|| Brief::seize(pid)).flatten() else {
+    /// that exec'd an image never seen is held meanwhile (`brief`, from
+    /// [`AllProcesses::seize`]: its loader is still mapping libraries, unless udtrace
+    /// was slow to hear of it), and once more at the loader hook, so that the image and
+    /// its libraries are armed before their code runs.
+    pub fn look_at(&mut self, pid: i32, brief: Option<Brief>, w: &mut World<'_>) {
+        let Some(mut brief) = brief else {
             self.match_new(pid, w);
             return;
         };
@@ -184,7 +194,8 @@ impl AllProcesses {
         brief.release();
     }
 
-    fn match_new(&mut self, pid: i32, w: &mut World<'_>) {
+    /// Matches and arms the objects of `pid` no process had before.
+    pub fn match_new(&mut self, pid: i32, w: &mut World<'_>) {
         let objects = mapped(pid);
         let all_files = &mut w.registry.pid.all_files;
         let new: Vec<LoadedObject> = objects
@@ -340,10 +351,12 @@ impl KernelFollower {
 }
 
 impl Follower {
-    /// A follower when the program has pid descriptions for the targets' processes.
-    pub fn new(c: &Compiled, targets: &[i32]) -> Option<Follower> {
+    /// A follower when the program has pid descriptions for the targets' processes, or
+    /// `pid*`/`provider*` ones (`all`): the processes udtrace starts or grabs are then
+    /// held at each new image and object until those are matched and armed.
+    pub fn new(c: &Compiled, targets: &[i32], all: bool) -> Option<Follower> {
         let descs = descs_of(c, targets);
-        if descs.is_empty() {
+        if descs.is_empty() && !all {
             return None;
         }
         // Firings whose clauses read memory not captured with them are consumed while
@@ -393,9 +406,16 @@ impl Follower {
         Ok(())
     }
 
-    /// Handles one event; the process it concerns goes on afterwards. Firings already
-    /// recorded must have been consumed: what is remembered of the process changes.
-    pub fn handle(&mut self, ev: Event, w: &mut World<'_>) {
+    /// Handles one event; the process it concerns goes on afterwards, once what it
+    /// brings is matched against its root's descriptions and `all`'s (`pid*`). Firings
+    /// already recorded must have been consumed: what is remembered of the process
+    /// changes.
+    pub fn handle(&mut self, ev: Event, w: &mut World<'_>, mut all: Option<&mut AllProcesses>) {
+        let mut all_new = |pid: i32, w: &mut World<'_>| {
+            if let Some(a) = all.as_deref_mut() {
+                a.match_new(pid, w);
+            }
+        };
         match ev {
             Event::Forked { parent, child } => {
                 if let Err(e) = w.backend.fork(parent, child) {
@@ -410,6 +430,7 @@ impl Follower {
                 self.seen.remove(&pid);
                 w.backend.exec(pid);
                 self.arm_image(pid, w);
+                all_new(pid, w);
                 self.tree.resume(pid, None);
             }
             Event::Trap { pid, tid } => match w.backend.trap(pid, tid) {
@@ -418,6 +439,7 @@ impl Follower {
                 Trap::Hold => {
                     let objects = self.discover(pid, w);
                     remember(pid, objects, w);
+                    all_new(pid, w);
                     self.tree.resume(tid, None);
                 }
             },
@@ -425,6 +447,7 @@ impl Follower {
                 if w.backend.take_hold(tid) {
                     let objects = self.discover(pid, w);
                     remember(pid, objects, w);
+                    all_new(pid, w);
                     self.tree.resume(tid, None);
                 } else {
                     self.tree.resume(tid, Some(sig));

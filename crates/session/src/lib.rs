@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+mod commands;
 mod compile;
 mod cpus;
 mod dlibs;

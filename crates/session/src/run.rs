@@ -5,7 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::OpenOptions;
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -188,6 +188,9 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
             }
         };
     debug!("{} enablings armed; firing BEGIN", compiled.ecbs.len());
+    if all.is_some() && follower.is_some() {
+        out.hold_commands();
+    }
     let mut world = Tracing {
         backend: backend.as_deref_mut(),
         follower: follower.as_mut(),
@@ -266,8 +269,8 @@ fn arm(
     for d in &targets.descendants {
         if d.target.tracer.is_none() { &mut held } else { &mut unheld_roots }.push(d.root);
     }
-    let mut follower = Follower::new(c, &held);
     let all = AllProcesses::new(c);
+    let mut follower = Follower::new(c, &held, all.is_some());
     let enabled: HashSet<u32> = c.ecbs.iter().filter(|e| registry.pid.owns(e.probe.id)).map(|e| e.probe.id).collect();
     let strsize = c.options.strsize.min(u64::from(u32::MAX)) as u32;
     let proc_hooks = proc_hook_plans(c, strsize);
@@ -625,7 +628,7 @@ fn trace(
     sfd: &SignalFd,
     w: &mut Tracing<'_>,
     consumer: &mut Consumer,
-    out: &mut dyn Output,
+    out: &mut Sink,
 ) -> io::Result<i32> {
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u32;
     let mut status = 0;
@@ -636,7 +639,7 @@ fn trace(
     procs.borrow_mut().share(w.registry.pid.objects());
     // BEGIN, END and timers: `%A` symbolizes against $target, the first -c/-p process.
     let target = targets.pids().first().map(|&p| p as u32);
-    let fire = |consumer: &mut Consumer, id: u32, cpu: u32, out: &mut dyn Output| -> io::Result<Option<i32>> {
+    let fire = |consumer: &mut Consumer, id: u32, cpu: u32, out: &mut Sink| -> io::Result<Option<i32>> {
         let ctx = SelfFiring::now(me, &c.program.types, clocks).with_target(procs, target);
         let fx = consumer.fire(id, cpu, &ctx, out)?;
         out.flush()?;
@@ -765,8 +768,10 @@ fn trace(
                 status = s;
                 break;
             }
+            start_commands(w, consumer, procs, out);
             // Processes another tracer holds below a held root end on their own.
-            if w.follower.as_deref().is_some_and(|f| f.tree.is_empty()) && !sink.kernel_children_run() {
+            let roots = !targets.is_empty();
+            if roots && w.follower.as_deref().is_some_and(|f| f.tree.is_empty()) && !sink.kernel_children_run() {
                 targets.reap(c.options.quiet);
                 break;
             }
@@ -804,6 +809,7 @@ fn trace(
             break;
         }
     }
+    wait_commands(&mut sink, consumer, w, targets, sfd, out)?;
     if consumer.is_draining() {
         // An exit() in BEGIN is seen at the first status check, before the loop.
         let since = (!begin_exited).then(|| started.elapsed());
@@ -887,7 +893,7 @@ fn follow_events(
     consumer: &mut Consumer,
     w: &mut Tracing<'_>,
     targets: &mut Targets,
-    out: &mut dyn Output,
+    out: &mut Sink,
 ) -> io::Result<Option<i32>> {
     // A thread at one of the backend's breakpoints is dealt with while its stop is
     // unreaped (see Tree::poll); its firing is consumed with the next event's.
@@ -902,12 +908,58 @@ fn follow_events(
         }
         if let Event::Exited { pid, status } = ev {
             targets.exited(pid, status);
+            out.ended(pid);
         }
         let (Some(f), Some(backend)) = (w.follower.as_deref_mut(), w.backend.as_deref_mut()) else { break };
         let mut world = World { backend, registry: &mut *w.registry, consumer: &mut *consumer, procs: sink.procs };
-        f.handle(ev, &mut world);
+        f.handle(ev, &mut world, w.all.as_deref_mut());
     }
     Ok(stop)
+}
+
+/// Starts the next system() command queued, if none runs (see `commands`); its shell
+/// is matched against the `pid*` descriptions as a new image is, before it runs.
+fn start_commands(w: &mut Tracing<'_>, consumer: &mut Consumer, procs: &RefCell<Procs>, out: &mut Sink) {
+    let (Some(f), Some(b), Some(a)) = (w.follower.as_deref_mut(), w.backend.as_deref_mut(), w.all.as_deref_mut())
+    else {
+        return;
+    };
+    let mut world = World { backend: b, registry: &mut *w.registry, consumer, procs };
+    crate::commands::start_next(out, f, a, &mut world);
+}
+
+/// Tracing ends (exit(), the traced processes' end) while system() commands are queued
+/// or run: they are waited for, held and armed as before, as system() waits; an
+/// interrupt leaves those not started yet.
+fn wait_commands(
+    sink: &mut Drain<'_>,
+    consumer: &mut Consumer,
+    w: &mut Tracing<'_>,
+    targets: &mut Targets,
+    sfd: &SignalFd,
+    out: &mut Sink,
+) -> io::Result<()> {
+    while out.commands_pending() {
+        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(10u8)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(io::Error::from(e)),
+        }
+        let mut interrupted = false;
+        while let Ok(Some(info)) = sfd.read_signal() {
+            interrupted |= info.ssi_signo != Signal::SIGCHLD as u32;
+        }
+        if interrupted || w.follower.is_none() {
+            return out.drop_commands();
+        }
+        sink.drain(consumer, w, out)?;
+        if w.all.is_some() {
+            all_events(sink, consumer, w, out)?;
+        }
+        follow_events(sink, consumer, w, targets, out)?;
+        start_commands(w, consumer, sink.procs, out);
+    }
+    Ok(())
 }
 
 /// Gives up the sites another session asked for (udtrace_process::handoff): the
@@ -942,11 +994,14 @@ fn all_events(
     if pids.is_empty() {
         return Ok(None);
     }
+    // Stopped first: consuming the firings can take a while.
+    let held: Vec<_> =
+        pids.into_iter().map(|pid| (pid, w.all.as_deref().and_then(|a| a.seize(pid, w.registry)))).collect();
     let stop = sink.drain(consumer, w, out)?;
-    for pid in pids {
+    for (pid, brief) in held {
         let (Some(a), Some(backend)) = (w.all.as_deref_mut(), w.backend.as_deref_mut()) else { break };
         let mut world = World { backend, registry: &mut *w.registry, consumer: &mut *consumer, procs: sink.procs };
-        a.look_at(pid, &mut world);
+        a.look_at(pid, brief, &mut world);
     }
     Ok(stop)
 }

@@ -1,7 +1,13 @@
 //! Where traced output goes: stdout or the `-o` file, which freopen() can replace by
 //! another file (appended to) until an empty freopen() restores it, and where
 //! system() commands run, in order with the output around them.
+//!
+//! With `pid*`/`provider*` probes the session runs system() commands itself, held at
+//! each new image until its probes are armed ([`Sink::hold_commands`]): system() then
+//! queues the command, and what is written after it waits in memory until it has ended,
+//! so the output reads as if system() had waited.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::process::{Command, Stdio};
@@ -20,11 +26,97 @@ pub struct Sink {
     /// The original output is stdout (no `-o`): a freopen() then replaces stdout
     /// itself, so system() commands write to the new file too, as dtrace's do.
     on_stdout: bool,
+    /// Commands the session runs, and what was written after them: `None` when
+    /// system() runs its command in line.
+    queue: Option<VecDeque<Queued>>,
+    /// The queued command running now.
+    running: Option<i32>,
+}
+
+/// What waits behind a queued command.
+enum Queued {
+    Bytes(Vec<u8>),
+    Command(String),
+    /// freopen(): the file opened at the call (or none: back to the original output).
+    Reopen(Option<BufWriter<File>>),
+    Truncate,
 }
 
 impl Sink {
     pub fn new(original: Box<dyn Write>, on_stdout: bool) -> Sink {
-        Sink { original, file: None, reopened: None, on_stdout }
+        Sink { original, file: None, reopened: None, on_stdout, queue: None, running: None }
+    }
+
+    /// From now on system() queues its command for the session to run
+    /// ([`Sink::next_command`]).
+    pub fn hold_commands(&mut self) {
+        self.queue.get_or_insert_with(VecDeque::new);
+    }
+
+    /// Whether output waits for a command.
+    fn deferred(&self) -> bool {
+        self.running.is_some() || self.queue.as_ref().is_some_and(|q| !q.is_empty())
+    }
+
+    /// A queued command, running or not yet started.
+    pub fn commands_pending(&self) -> bool {
+        self.deferred()
+    }
+
+    /// Writes out what waited, up to the next queued command, which it returns with
+    /// the file its output goes to (`None`: udtrace's stdout), unless a command runs.
+    pub fn next_command(&mut self) -> io::Result<Option<(String, Option<File>)>> {
+        if self.running.is_some() {
+            return Ok(None);
+        }
+        while let Some(q) = self.queue.as_mut().and_then(VecDeque::pop_front) {
+            match q {
+                Queued::Bytes(b) => self.current().write_all(&b)?,
+                Queued::Reopen(f) => {
+                    self.current().flush()?;
+                    self.reopened = f;
+                }
+                Queued::Truncate => self.truncate()?,
+                Queued::Command(c) => {
+                    self.current().flush()?;
+                    let stdout = match (&self.reopened, self.on_stdout) {
+                        (Some(f), true) => Some(f.get_ref().try_clone()?),
+                        _ => None,
+                    };
+                    return Ok(Some((c, stdout)));
+                }
+            }
+        }
+        self.current().flush()?;
+        Ok(None)
+    }
+
+    /// The command [`Sink::next_command`] gave runs as process `pid`.
+    pub fn command_started(&mut self, pid: i32) {
+        self.running = Some(pid);
+    }
+
+    /// Process `pid` ended: if it is the running command, what follows it may go on.
+    pub fn ended(&mut self, pid: i32) {
+        if self.running == Some(pid) {
+            self.running = None;
+        }
+    }
+
+    /// Tracing ends before the queued commands have run (an interrupt): they are not
+    /// run, what waited behind them is written out.
+    pub fn drop_commands(&mut self) -> io::Result<()> {
+        self.running = None;
+        if let Some(q) = self.queue.as_mut() {
+            q.retain(|q| !matches!(q, Queued::Command(_)));
+        }
+        self.next_command().map(|_| ())
+    }
+
+    fn push(&mut self, q: Queued) {
+        if let Some(queue) = self.queue.as_mut() {
+            queue.push_back(q);
+        }
     }
 
     /// Output to the `-o` file: ftruncate() empties it.
@@ -45,13 +137,23 @@ impl Sink {
 
 impl Write for Sink {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.current().write(buf)
+        self.write_all(buf).map(|()| buf.len())
     }
     // Whole, as the buffer takes it: a record is one call, not a loop of writes.
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.current().write_all(buf)
+        if !self.deferred() {
+            return self.current().write_all(buf);
+        }
+        match self.queue.as_mut().and_then(|q| q.back_mut()) {
+            Some(Queued::Bytes(b)) => b.extend_from_slice(buf),
+            _ => self.push(Queued::Bytes(buf.to_vec())),
+        }
+        Ok(())
     }
     fn flush(&mut self) -> io::Result<()> {
+        if self.deferred() {
+            return Ok(());
+        }
         self.current().flush()
     }
 }
@@ -59,6 +161,10 @@ impl Write for Sink {
 impl Output for Sink {
     fn system(&mut self, command: &str) -> io::Result<()> {
         self.flush()?;
+        if self.queue.is_some() {
+            self.push(Queued::Command(command.to_string()));
+            return Ok(());
+        }
         let stdout = match (&self.reopened, self.on_stdout) {
             (Some(f), true) => Stdio::from(f.get_ref().try_clone()?),
             _ => Stdio::inherit(),
@@ -71,7 +177,40 @@ impl Output for Sink {
     }
 
     fn ftruncate(&mut self) -> io::Result<()> {
-        self.flush()?;
+        if self.deferred() {
+            self.push(Queued::Truncate);
+            return Ok(());
+        }
+        self.truncate()
+    }
+
+    fn freopen(&mut self, path: &str) -> Result<(), String> {
+        if self.deferred() {
+            let file = match path.is_empty() {
+                true => None,
+                false => Some(self.open_appended(path)?),
+            };
+            self.push(Queued::Reopen(file));
+            return Ok(());
+        }
+        let _ = self.flush();
+        if path.is_empty() {
+            self.reopened = None;
+            return Ok(());
+        }
+        self.reopened = Some(self.open_appended(path)?);
+        Ok(())
+    }
+}
+
+impl Sink {
+    fn open_appended(&self, path: &str) -> Result<BufWriter<File>, String> {
+        let file = OpenOptions::new().create(true).append(true).open(path).map_err(|e| io_reason(&e))?;
+        Ok(BufWriter::new(file))
+    }
+
+    fn truncate(&mut self) -> io::Result<()> {
+        self.current().flush()?;
         // As dtrace's ftruncate(fileno(fp), 0): an output that is no regular file
         // (a terminal, a pipe) stays as it is.
         let _ = match (&self.reopened, &self.file) {
@@ -79,17 +218,6 @@ impl Output for Sink {
             (None, Some(f)) => f.set_len(0),
             (None, None) => stdout_truncate(),
         };
-        Ok(())
-    }
-
-    fn freopen(&mut self, path: &str) -> Result<(), String> {
-        let _ = self.flush();
-        if path.is_empty() {
-            self.reopened = None;
-            return Ok(());
-        }
-        let file = OpenOptions::new().create(true).append(true).open(path).map_err(|e| io_reason(&e))?;
-        self.reopened = Some(BufWriter::new(file));
         Ok(())
     }
 }

@@ -60,9 +60,10 @@ pub fn spawn_seized(argv: &[String], options: libc::c_int) -> io::Result<i32> {
     ptrs.push(std::ptr::null());
     let (go_r, go_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
-    // SAFETY: udtrace is single-threaded when it starts commands, and the child only
-    // makes async-signal-safe calls (read, execvp, write, _exit) on memory prepared
-    // before the fork.
+    // SAFETY: the child only makes async-signal-safe calls (read, sigprocmask, signal,
+    // execvp, write, _exit) on memory prepared before the fork, so a lock another
+    // thread of udtrace held at the fork (system() commands start while tracing, with
+    // the backend's threads running) is never needed in it.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(io::Error::last_os_error());
