@@ -483,3 +483,42 @@ fn a_library_loaded_and_called_at_once_is_held_until_armed() {
     assert!(text.contains(&format!("lib {n}\n")), "{text}{}", util::stderr(&out));
     assert!(text.contains("fire 1\n"), "{text}{}", util::stderr(&out));
 }
+
+/// An interrupt while a system() command of a `pid*` session runs (held by udtrace
+/// at its images) ends udtrace at once: the command is let go, neither stopped nor
+/// traced, and runs on; what the program wrote after system() is written out. (The
+/// command's output goes elsewhere: it would keep udtrace's stdout pipe open.)
+#[test]
+fn an_interrupt_lets_a_running_command_go() {
+    let dir = util::TempDir::new("usdt-new-interrupt");
+    let started = dir.path().join("started");
+    let script = format!(
+        "BEGIN {{ system(\"echo $$ > {}; exec sleep 30 >/dev/null 2>&1\"); printf(\"after\\n\"); }} pid*:nomatch-xyz::entry {{ }}",
+        started.display()
+    );
+    let mut u = util::Guard::spawn(&mut util::udtrace_cmd(&["-w", "-Z", "-q", "-n", &script]));
+    util::kill_after_deadline(u.child().id());
+    let mut pid = String::new();
+    for _ in 0..3000 {
+        pid = std::fs::read_to_string(&started).unwrap_or_default();
+        if pid.ends_with('\n') {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let pid: u32 = pid.trim().parse().expect("the command started");
+    util::wait_mapped(pid, "sleep");
+    let _ = std::process::Command::new("kill").args(["-INT", &u.child().id().to_string()]).status();
+    let begun = std::time::Instant::now();
+    let out = u.take().wait_with_output().unwrap();
+    let Some(()) = util::bpf_gate(&out) else { return };
+    let waited = begun.elapsed();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    assert!(waited < std::time::Duration::from_secs(10), "udtrace waited {waited:?} for the command");
+    assert!(stdout(&out).contains("after\n"), "{}", stdout(&out));
+    let field = |name: &str| status.lines().find(|l| l.starts_with(name)).unwrap_or("").to_string();
+    assert!(!field("State:").contains("T"), "{status}");
+    assert_eq!(field("TracerPid:"), "TracerPid:\t0", "{status}");
+}

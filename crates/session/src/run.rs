@@ -633,6 +633,7 @@ fn trace(
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u32;
     let mut status = 0;
     let mut done = false;
+    let mut signalled = false;
 
     let procs = w.procs;
     let clocks = Clocks { wall: procs.borrow().wall_offset, boot: boot_offset() };
@@ -754,6 +755,7 @@ fn trace(
             if !consumer.settings().testing {
                 out.write_all(b"\n")?;
             }
+            signalled = true;
             break;
         }
         if w.all.is_some() {
@@ -809,7 +811,11 @@ fn trace(
             break;
         }
     }
-    wait_commands(&mut sink, consumer, w, targets, sfd, out)?;
+    // An interrupt does not wait for system() commands: they run on, let go.
+    match signalled {
+        true => out.drop_commands()?,
+        false => wait_commands(&mut sink, consumer, w, targets, sfd, out)?,
+    }
     if consumer.is_draining() {
         // An exit() in BEGIN is seen at the first status check, before the loop.
         let since = (!begin_exited).then(|| started.elapsed());
