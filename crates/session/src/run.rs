@@ -18,6 +18,7 @@ use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::types::TypeTable;
+use udtrace_messages::progress::Progress;
 use udtrace_messages::{debug, note};
 use udtrace_process::follow::Event;
 use udtrace_process::procfs;
@@ -345,6 +346,13 @@ fn arm(
         work: c.work.clone(),
         tables: udtrace_dif::layout::table_sizes(&c.firing.layout, c.options.aggsize, c.options.dynvarsize),
     };
+    let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    // On a terminal, a line says what is being armed when it takes long (docs/design.md,
+    // "Progress while arming"); it is erased when this returns.
+    let progress = Progress::start(!c.options.quiet, udtrace_messages::progress::DELAY);
+    progress.set(probes.len(), pids.len() + targets.descendants.len());
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
     let sampled = match backend.enable_profile(&profile, profile_stack) {
@@ -354,9 +362,6 @@ fn arm(
             HashSet::new()
         }
     };
-    let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
-    pids.sort_unstable();
-    pids.dedup();
     // Traced first: arming decides per file whether processes beyond these map it.
     for pid in pids.iter().chain(targets.descendants.iter().map(|d| &d.target.pid)) {
         backend.trace_pid(*pid)?;
@@ -404,6 +409,7 @@ fn arm(
         follower.as_mut(),
         kernel.as_mut(),
         &mut World { backend: backend.as_mut(), registry, consumer, procs },
+        &progress,
     );
     let unheld =
         targets.list.iter().filter(|t| pids.contains(&t.pid)).chain(targets.descendants.iter().map(|d| &d.target));
@@ -441,6 +447,7 @@ fn adopt_descendants(
     mut follower: Option<&mut Follower>,
     mut kernel: Option<&mut KernelFollower>,
     w: &mut World<'_>,
+    progress: &Progress,
 ) {
     for d in &mut targets.descendants {
         let pid = d.target.pid;
@@ -458,6 +465,8 @@ fn adopt_descendants(
             note!("failed to follow pid {pid}: {e}");
             d.target.release();
         }
+        // Each descendant's probes are matched as it is taken on.
+        progress.set_probes(w.registry.pid.probes().iter().filter(|p| p.pid != 0).count());
     }
 }
 
