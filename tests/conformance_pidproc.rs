@@ -20,6 +20,7 @@ pid_backends!(
     symbol_actions_print_the_symbol_in_a_50_column_field,
     ucaller_at_return_and_offset_probes,
     printa_formats_symbol_keys_with_percent_a,
+    folded_stacks_of_counted_calls,
 );
 
 /// Compiles a program with `-x errtags -e`: asserts that it fails with `[tag] ` and a
@@ -415,4 +416,20 @@ fn printa_formats_symbol_keys_with_percent_a(backend: Backend) {
         "probes`chain_b", 3
     );
     assert_eq!(text, want);
+}
+
+fn folded_stacks_of_counted_calls(backend: Backend) {
+    // docs/flamegraphs.md, "Counted calls": one line an entry, other keys first, the
+    // frames root first without offsets, then the value; what flame graph tools read.
+    let prog = "pid$target::chain_c:entry { @[ustack()] = count(); @e[execname, ustack()] = sum(2); }";
+    let Some(out) =
+        backend.traced(&["-q", "-x", "stackfmt=folded", "-n", prog, "-c", &format!("{} chain 3", fixture("probes"))])
+    else {
+        return;
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out).replacen("chain 3 sink=27\n", "", 1);
+    let stack = "probes`_start;libc.so.6`__libc_start_main;libc.so.6`__libc_start_call_main;probes`main;\
+                 probes`chain_a;probes`chain_b;probes`chain_c";
+    assert_eq!(text, format!("\n{stack} 3\nprobes;{stack} 6\n"));
 }
