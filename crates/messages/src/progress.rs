@@ -74,13 +74,6 @@ impl Progress {
             c.processes = processes;
         }
     }
-
-    /// More probes found (in the processes counted already).
-    pub fn set_probes(&self, probes: usize) {
-        if let Some(s) = &self.shared {
-            s.counts.lock().unwrap_or_else(PoisonError::into_inner).probes = probes;
-        }
-    }
 }
 
 impl Drop for Progress {

@@ -409,7 +409,6 @@ fn arm(
         follower.as_mut(),
         kernel.as_mut(),
         &mut World { backend: backend.as_mut(), registry, consumer, procs },
-        &progress,
     );
     let unheld =
         targets.list.iter().filter(|t| pids.contains(&t.pid)).chain(targets.descendants.iter().map(|d| &d.target));
@@ -447,7 +446,6 @@ fn adopt_descendants(
     mut follower: Option<&mut Follower>,
     mut kernel: Option<&mut KernelFollower>,
     w: &mut World<'_>,
-    progress: &Progress,
 ) {
     for d in &mut targets.descendants {
         let pid = d.target.pid;
@@ -465,8 +463,6 @@ fn adopt_descendants(
             note!("failed to follow pid {pid}: {e}");
             d.target.release();
         }
-        // Each descendant's probes are matched as it is taken on.
-        progress.set_probes(w.registry.pid.probes().iter().filter(|p| p.pid != 0).count());
     }
 }
 
