@@ -18,6 +18,7 @@ use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::types::TypeTable;
+use udtrace_messages::progress::Progress;
 use udtrace_messages::{debug, note};
 use udtrace_process::follow::Event;
 use udtrace_process::procfs;
@@ -345,6 +346,13 @@ fn arm(
         work: c.work.clone(),
         tables: udtrace_dif::layout::table_sizes(&c.firing.layout, c.options.aggsize, c.options.dynvarsize),
     };
+    let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    // On a terminal, a line says what is being armed when it takes long (docs/design.md,
+    // "Progress while arming"); it is erased when this returns.
+    let progress = Progress::start(!c.options.quiet, udtrace_messages::progress::DELAY);
+    progress.set(probes.len(), pids.len() + targets.descendants.len());
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
     let sampled = match backend.enable_profile(&profile, profile_stack) {
@@ -354,9 +362,6 @@ fn arm(
             HashSet::new()
         }
     };
-    let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
-    pids.sort_unstable();
-    pids.dedup();
     // Traced first: arming decides per file whether processes beyond these map it.
     for pid in pids.iter().chain(targets.descendants.iter().map(|d| &d.target.pid)) {
         backend.trace_pid(*pid)?;
