@@ -4,8 +4,9 @@
 //! debugging lines, `udtrace DEBUG <unix time>: message`.
 //!
 //! Owns: the program name, [`warn!`], [`note!`], [`debug!`] and the progress line on
-//! a terminal ([`progress`]). Must not: write anything but messages on stderr (traced output goes through the consumer's
-//! writer), panic when stderr is closed, or use `unsafe`.
+//! a terminal ([`progress`]). Must not: write anything but messages on stderr (traced
+//! output goes through the consumer's writer), panic when stderr is closed, or use
+//! `unsafe`.
 
 #![forbid(unsafe_code)]
 
