@@ -102,6 +102,8 @@ pub fn run_args_tty<S: AsRef<OsStr>>(args: &[S]) -> Output {
     }
     let mut cmd = Command::new("script");
     cmd.args(["-qec", &line, "/dev/null"]);
+    // The progress line at once, however fast arming is (docs/design.md).
+    cmd.env("UDTRACE_PROGRESS_DELAY_MS", "0");
     let out = run(&mut cmd);
     Output { status: out.status, stdout: String::new(), stderr: out.stdout.replace('\r', "") }
 }

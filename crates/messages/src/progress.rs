@@ -18,6 +18,12 @@ static LINE: Mutex<bool> = Mutex::new(false);
 /// of milliseconds; a line that flashes for that long is noise.
 pub const DELAY: Duration = Duration::from_millis(200);
 
+/// [`DELAY`], or the milliseconds in `UDTRACE_PROGRESS_DELAY_MS`: the tests show the
+/// line at once rather than depend on arming being slow.
+pub fn delay() -> Duration {
+    std::env::var("UDTRACE_PROGRESS_DELAY_MS").ok().and_then(|v| v.parse().ok()).map_or(DELAY, Duration::from_millis)
+}
+
 /// How often a shown line is redrawn with new counts (or after a message erased it).
 const REDRAW: Duration = Duration::from_millis(100);
 

@@ -351,7 +351,7 @@ fn arm(
     pids.dedup();
     // On a terminal, a line says what is being armed when it takes long (docs/design.md,
     // "Progress while arming"); it is erased when this returns.
-    let progress = Progress::start(!c.options.quiet, udtrace_messages::progress::DELAY);
+    let progress = Progress::start(!c.options.quiet, udtrace_messages::progress::delay());
     progress.set(probes.len(), pids.len() + targets.descendants.len());
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
