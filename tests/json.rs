@@ -248,8 +248,7 @@ fn readme_main_job_in_json() {
 }
 
 /// Every other README example that runs here (not python's, PostgreSQL's or a `-p`
-/// on a running daemon) writes objects that validate, and as many records as its
-/// text output has.
+/// on a running daemon) writes objects, and every one validates.
 #[test]
 fn readme_examples_validate() {
     let f = |n: &str| fixture(n);
@@ -355,4 +354,34 @@ fn the_validator_refuses_what_the_schema_does_not() {
     ] {
         assert!(check(&root, &root, &bad).is_err(), "{bad} passed");
     }
+}
+
+/// A clause's fault is an `error` object after the firing's records, and a failed
+/// speculation (a drop the consumer counts) a `drop` object, each also on stderr.
+#[test]
+fn errors_and_consumer_drops_are_objects() {
+    let prog = "BEGIN { trace(*(int *)0); } BEGIN { a = speculation(); b = speculation(); } BEGIN { exit(0); }";
+    let dir = temp();
+    let file = dir.path().join("out.json");
+    let out = util::run_args(&["-x", "oformat=json", "-o", file.to_str().unwrap(), "-n", prog]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let lines = validated(&file);
+    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["probe", "error", "drop"], "{lines:?}");
+    assert_eq!(lines[0]["output"], serde_json::json!([{ "exit": 0 }]));
+    let msg = lines[1]["msg"].as_str().unwrap();
+    assert!(msg.starts_with("error in dt_clause_0 for probe ID 1 (dtrace:::BEGIN): invalid address (0x0)"), "{msg}");
+    assert!(out.stderr.contains(msg), "{}", out.stderr);
+    assert_eq!((&lines[2]["kind"], &lines[2]["count"]), (&J::from("SPECUNAVAIL"), &J::from(1)));
+    assert!(out.stderr.contains("1 failed speculation (no speculative buffer available)"), "{}", out.stderr);
+}
+
+/// `-x oformat=text` is the default output, byte for byte.
+#[test]
+fn oformat_text_is_the_default() {
+    let prog = r#"BEGIN { printf("%s %d\n", "x", 1); @[1] = quantize(5); trace(2); exit(0); }"#;
+    let plain = util::run_args(&["-qn", prog]);
+    let text = util::run_args(&["-x", "oformat=text", "-qn", prog]);
+    assert_eq!((plain.status, &plain.stdout), (0, &text.stdout));
+    assert!(plain.stdout.contains("x 1\n2\n"), "{}", plain.stdout);
 }
