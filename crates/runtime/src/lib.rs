@@ -16,6 +16,7 @@ pub mod eval;
 pub mod firing;
 pub mod format;
 pub mod llquantize;
+pub mod oformat;
 pub mod output;
 pub mod scratch;
 mod subr;

@@ -596,6 +596,7 @@ fn settings(c: &Compiled) -> Settings {
         aggpercpu: o.aggpercpu,
         printsize: o.printsize as usize,
         folded: o.folded,
+        json: o.json,
     }
 }
 
@@ -742,7 +743,7 @@ fn trace(
                 note!("{n}");
             }
             if last_drop_check.elapsed() >= Duration::from_secs(1) {
-                report_drops(b, consumer.settings().droptags);
+                report_drops(b, consumer);
                 last_drop_check = Instant::now();
             }
         }
@@ -752,8 +753,9 @@ fn trace(
         }
         if interrupted {
             // dtrace prints a newline on the first interrupt, even when quiet, but not
-            // in testing mode, where it would land at a random place in the output.
-            if !consumer.settings().testing {
+            // in testing mode, where it would land at a random place in the output,
+            // nor between JSON lines.
+            if !consumer.settings().testing && !consumer.settings().json {
                 out.write_all(b"\n")?;
             }
             break;
@@ -805,6 +807,7 @@ fn trace(
             }
         }
         report_consumer_drops(consumer);
+        consumer.flush_notices(out)?;
         if w.follower.is_none() && !targets.is_empty() && targets.reap(c.options.quiet) && !sink.kernel_children_run() {
             break;
         }
@@ -823,7 +826,7 @@ fn trace(
         status = s;
     }
     if let Some(b) = w.backend.as_deref_mut() {
-        report_drops(b, consumer.settings().droptags);
+        report_drops(b, consumer);
         for n in b.notices() {
             note!("{n}");
         }
@@ -1195,11 +1198,19 @@ fn report_consumer_drops(consumer: &mut Consumer) {
 }
 
 /// dtrace's drop notice: `N drops on CPU C` (a full principal buffer: `-x droptags`
-/// tags it `[DTRACEDROP_PRINCIPAL]`, as dt_handle_cpudrop does).
-fn report_drops(b: &mut dyn Backend, droptags: bool) {
-    let tag = if droptags { "[DTRACEDROP_PRINCIPAL] " } else { "" };
+/// tags it `[DTRACEDROP_PRINCIPAL]`, as dt_handle_cpudrop does), and the drop for
+/// the output format.
+fn report_drops(b: &mut dyn Backend, consumer: &mut Consumer) {
+    let tag = if consumer.settings().droptags { "[DTRACEDROP_PRINCIPAL] " } else { "" };
     for (cpu, n) in b.new_drops() {
-        note!("{tag}{n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
+        let msg = format!("{n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
+        note!("{tag}{msg}");
+        consumer.note_drop(&udtrace_runtime::oformat::Drop {
+            kind: "PRINCIPAL",
+            cpu: Some(cpu as u32),
+            count: n,
+            msg: &msg,
+        });
     }
 }
 
