@@ -151,6 +151,16 @@ impl Drop for TempDir {
 
 // Live processes: fixtures, guards, and udtrace runs that need BPF.
 
+/// The example daemon `target/<profile>/examples/workerd`, next to the test's `deps/`
+/// directory (examples/workerd.rs: the README's main job).
+pub fn workerd() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let profile = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let path = profile.join("examples").join("workerd");
+    assert!(path.exists(), "{} not built: `cargo test --workspace` builds examples", path.display());
+    path
+}
+
 /// A C fixture built by build.rs (tests/fixtures/).
 pub fn fixture(name: &str) -> String {
     PathBuf::from(env!("UDTRACE_FIXTURES")).join(name).display().to_string()

@@ -189,6 +189,7 @@ define_options! {
     Syslibdir = "syslibdir", Text, Compile, "system D library directory";
     Sysslice = "sysslice", Text, Compile, "systemd slice of system services (Oracle)";
     Temporal = "temporal", Toggle, Runtime, "print trace records in time order";
+    Timeline = "timeline", Text, Runtime, "write the firings as a Chrome/Perfetto trace-event timeline to a file (udtrace)";
     Tree = "tree", Count { min: 1 }, Compile, "print parse trees (debugging)";
     Tregs = "tregs", Count { min: 1 }, Compile, "number of tuple registers";
     Udefs = "udefs", Switch, Compile, "require user symbols to be defined";
@@ -729,6 +730,9 @@ pub struct Options {
     pub inprocess: bool,
     /// udtrace: pid probes are uprobes (BPF), not patched into the traced processes.
     pub uprobes: bool,
+    /// udtrace: `-x timeline=FILE`, where every firing of the enabled probes is
+    /// written as a trace event (docs/timeline.md).
+    pub timeline: Option<String>,
 
     /// Options udtrace accepts but does not act on, with their last value.
     pub other: BTreeMap<OptionName, OptionValue>,
@@ -797,6 +801,7 @@ impl Default for Options {
             nodif: false,
             inprocess: false,
             uprobes: false,
+            timeline: None,
             other: BTreeMap::new(),
         }
     }
@@ -946,6 +951,7 @@ impl Options {
             N::Nodif => self.nodif = on,
             N::Inprocess => self.inprocess = on,
             N::Uprobes => self.uprobes = on,
+            N::Timeline => self.timeline = text,
             _ => {
                 self.other.insert(name, value);
             }

@@ -20,6 +20,7 @@ pub mod oformat;
 pub mod output;
 pub mod scratch;
 mod subr;
+pub mod timeline;
 pub mod value;
 
 pub use consumer::{Consumer, Ecb, Effects, Output, Probe, Settings};

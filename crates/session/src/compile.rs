@@ -352,7 +352,7 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
         usdt_apart.extend(cl.probes.iter().map(full_name).filter(|n| !usdt_matched.contains(n)));
     }
     let firing = if roots > 1 { FiringPlan::none(&program) } else { firing_plan(&program, &effective, &usdt_apart) };
-    let work = ProbeWork::default();
+    let work = if effective.timeline.is_some() { ProbeWork::recording_every_firing() } else { ProbeWork::default() };
     for e in ecbs.iter().filter(|e| registry.pid.owns(e.probe.id)) {
         probe_ops.add(e.probe.id, stash.clause_ops.get(e.clause).copied().unwrap_or(0));
         let usdt = registry.pid.usdt_site_args(e.probe.id);

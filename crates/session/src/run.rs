@@ -133,6 +133,13 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
             return fail(&m);
         }
     };
+    let timeline = match crate::timeline::open(compiled.options.timeline.as_deref()) {
+        Ok(t) => t,
+        Err(m) => {
+            targets.finish();
+            return fail(&m);
+        }
+    };
     if req.list {
         let status = list::list(&req, &compiled, &mut registry, &mut out);
         targets.finish();
@@ -197,6 +204,7 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
         registry: &mut registry,
         procs: &procs,
         sampled,
+        timeline,
     };
     let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, &mut consumer, &mut out);
     if let (Some(f), Some(b)) = (follower.as_mut(), backend.as_deref_mut()) {
@@ -571,6 +579,8 @@ struct Tracing<'a> {
     procs: &'a RefCell<Procs>,
     /// Profile probes the backend samples.
     sampled: HashSet<u32>,
+    /// `-x timeline=FILE`: every firing the consumer runs is also a trace event.
+    timeline: Option<crate::timeline::Recorder>,
 }
 
 fn settings(c: &Compiled) -> Settings {
@@ -825,6 +835,10 @@ fn trace(
     if let Some(s) = sink.flush_execs(consumer, out)? {
         status = s;
     }
+    if let Some(Err(m)) = w.timeline.take().map(|t| t.finish()) {
+        note!("{m}");
+        status = status.max(1);
+    }
     if let Some(b) = w.backend.as_deref_mut() {
         report_drops(b, consumer);
         for n in b.notices() {
@@ -1013,9 +1027,15 @@ impl Drain<'_> {
         let mut lineage: Vec<Lineage> = Vec::new();
         let mut result: io::Result<Option<i32>> = Ok(None);
         let only_cpu = self.only_cpu;
-        let mut run = |consumer: &mut Consumer, id: u32, cpu: u32, ctx: &dyn Context| {
+        let (registry, mut timeline) = (&*w.registry, w.timeline.as_mut());
+        // `proc`: a proc firing, with the other process it names (the timeline's).
+        let mut run = |consumer: &mut Consumer, id: u32, cpu: u32, ctx: &dyn Context, proc: Option<Option<u32>>| {
             if only_cpu.is_some_and(|c| c != cpu) {
                 return;
+            }
+            if let Some(t) = timeline.as_deref_mut() {
+                let known = crate::timeline::Known { registry, consumer, tree, procs };
+                t.firing(id, ctx, proc, &known);
             }
             match consumer.fire(id, cpu, ctx, out) {
                 Ok(fx) => {
@@ -1039,7 +1059,8 @@ impl Drain<'_> {
                 Record::Proc(f) => {
                     let mut fire = |f: &ProcFiring| {
                         for (id, name) in enabled_probes(f, proc_ids) {
-                            run(consumer, id, f.cpu, &ProcCtx::new(f, name, types, clocks));
+                            let other = Some(crate::timeline::other_process(f));
+                            run(consumer, id, f.cpu, &ProcCtx::new(f, name, types, clocks), other);
                         }
                     };
                     if let Some(thread) = procprov::exec_outcome_of(&f) {
@@ -1071,7 +1092,7 @@ impl Drain<'_> {
                         clocks,
                         usdt: None,
                     };
-                    run(consumer, probe_id, f.cpu, &ctx);
+                    run(consumer, probe_id, f.cpu, &ctx, None);
                 }
                 Record::Lineage(l) => {
                     last_owner = None;
@@ -1114,7 +1135,7 @@ impl Drain<'_> {
                             clocks,
                             usdt,
                         };
-                        run(consumer, site.probe_id, f.cpu, &ctx);
+                        run(consumer, site.probe_id, f.cpu, &ctx, None);
                     }
                 }
             }
