@@ -24,9 +24,14 @@ pid$target::worker_main:entry { workers++; }
 pid$target::worker_main:return { @mains = count(); }
 pid$target::handle_request:entry { self->start = timestamp; @requests[arg0] = count(); }
 pid$target::handle_request:return /self->start/ { @total = count(); self->start = 0; }
-proc:::create, proc:::exec-success, proc:::exit /pid == $target || ppid == $target/ {}
 END { printf("%d workers\n", workers); printa("requests answered: %@d\n", @total); }
 "#;
+
+/// The workers' lives (proc probes: BPF, root).
+const LIVES: &str = "proc:::create, proc:::exec-success, proc:::exit /pid == $target || ppid == $target/ {}\n";
+
+/// udtrace run with these arguments; `None`: skipped (the kernel refuses BPF).
+type Run<'a> = &'a dyn Fn(&[&str]) -> Option<std::process::Output>;
 
 /// The program's own lines, in an order that does not depend on which worker ended first.
 fn program_lines(text: &str) -> Vec<String> {
@@ -46,17 +51,43 @@ fn ns(e: &Value, key: &str) -> u64 {
 }
 
 fn the_timeline_shows_every_request_of_every_worker_in_its_track(backend: Backend) {
+    checked(&format!("{backend:?}"), &|args| backend.traced(args), true);
+}
+
+/// As an ordinary user: trampolines without BPF, so no proc probes; the tree is
+/// the followed one all the same.
+#[test]
+fn the_timeline_of_an_ordinary_user() {
+    checked("nobody", &|args| Some(util::traced_unprivileged(args)), false);
+}
+
+/// A file that cannot be created: one message before tracing, exit status 1.
+#[test]
+fn a_timeline_file_that_cannot_be_created_is_refused() {
+    let out = util::run_args(&["-x", "timeline=/nonexistent/dir/t.json", "-n", "BEGIN { exit(0); }"]);
+    assert_eq!(out.status, 1);
+    assert_eq!(
+        out.stderr,
+        "udtrace: failed to open timeline file '/nonexistent/dir/t.json': No such file or directory\n"
+    );
+}
+
+/// Traces `workerd` with [`SCRIPT`] (and [`LIVES`] with `lives`) through `run`, and
+/// checks the program's output and the timeline.
+fn checked(name: &str, run: Run<'_>, lives: bool) {
     let (workers, requests) = (4u64, 300u64);
-    let dir = TempDir::new(&format!("timeline-{backend:?}"));
+    let dir = TempDir::new(&format!("timeline-{name}"));
+    // An ordinary user's udtrace writes the files.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).expect("chmod");
     let file = dir.path().join("workerd.json");
     let trace = dir.path().join("trace.txt");
-    let script = dir.write("workers.d", SCRIPT);
+    let script = dir.write("workers.d", &format!("{SCRIPT}{}", if lives { LIVES } else { "" }));
     let cmd = format!("{} {workers} {requests}", workerd().display());
     let (file_s, trace_s, script_s) =
         (file.display().to_string(), trace.display().to_string(), script.display().to_string());
     let args = ["-x", &format!("timeline={file_s}"), "-o", &trace_s, "-s", &script_s, "-c", &cmd];
     let args: Vec<&str> = args.iter().map(|s| s.as_ref()).collect();
-    let Some(out) = backend.traced(&args) else { return };
+    let Some(out) = run(&args) else { return };
     assert!(out.status.success(), "udtrace failed: {}", stderr(&out));
 
     // The program printed and ended as it does untraced.
@@ -104,19 +135,22 @@ fn the_timeline_shows_every_request_of_every_worker_in_its_track(backend: Backen
     let instants = |name: &str| -> Vec<&Value> {
         events.iter().filter(|e| e["ph"] == "i" && e["name"] == format!("proc:::{name}")).collect()
     };
-    let created: BTreeMap<u64, u64> = instants("create")
-        .iter()
-        .map(|e| {
-            assert_eq!(num(e, "pid"), daemon, "{e}");
-            (num(&e["args"], "child"), ns(e, "ts"))
-        })
-        .collect();
-    assert_eq!(created.keys().copied().collect::<BTreeSet<_>>(), kids);
-    let execs: BTreeMap<u64, u64> = instants("exec-success").iter().map(|e| (num(e, "pid"), ns(e, "ts"))).collect();
-    assert_eq!(execs.keys().copied().collect::<BTreeSet<_>>(), kids);
-    assert_eq!(instants("exec-success").len() as u64, workers);
-    let exits: BTreeSet<u64> = instants("exit").iter().map(|e| num(e, "pid")).collect();
-    assert!(kids.is_subset(&exits), "{exits:?}");
+    let (mut created, mut execs): (BTreeMap<u64, u64>, BTreeMap<u64, u64>) = Default::default();
+    if lives {
+        created = instants("create")
+            .iter()
+            .map(|e| {
+                assert_eq!(num(e, "pid"), daemon, "{e}");
+                (num(&e["args"], "child"), ns(e, "ts"))
+            })
+            .collect();
+        assert_eq!(created.keys().copied().collect::<BTreeSet<_>>(), kids);
+        execs = instants("exec-success").iter().map(|e| (num(e, "pid"), ns(e, "ts"))).collect();
+        assert_eq!(execs.keys().copied().collect::<BTreeSet<_>>(), kids);
+        assert_eq!(instants("exec-success").len() as u64, workers);
+        let exits: BTreeSet<u64> = instants("exit").iter().map(|e| num(e, "pid")).collect();
+        assert!(kids.is_subset(&exits), "{exits:?}");
+    }
     // Nothing else is an instant: every entry met its return.
     let other: Vec<&Value> =
         events.iter().filter(|e| e["ph"] == "i" && !e["name"].as_str().unwrap().starts_with("proc:::")).collect();
@@ -140,7 +174,9 @@ fn the_timeline_shows_every_request_of_every_worker_in_its_track(backend: Backen
             let (c0, c1) = (ns(c, "ts"), ns(c, "ts") + ns(c, "dur"));
             assert!(m0 <= c0 && c1 <= m1, "worker {k}: call {c} outside worker_main {}", main[0]);
         }
-        assert!(created[&k] < execs[&k] && execs[&k] < m0, "worker {k}: create, exec, work out of order");
+        if lives {
+            assert!(created[&k] < execs[&k] && execs[&k] < m0, "worker {k}: create, exec, work out of order");
+        }
     }
     assert_eq!(slices.len() as u64, workers * (requests + 1));
 }
