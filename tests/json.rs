@@ -247,8 +247,9 @@ fn readme_main_job_in_json() {
     assert_eq!(latency, 4000);
 }
 
-/// Every other README example that runs here (not python's, PostgreSQL's or a `-p`
-/// on a running daemon) writes objects, and every one validates.
+/// Every other README example that runs here (not PostgreSQL's or a `-p` on a running
+/// daemon: their objects are of the kinds these write) writes objects, and every one
+/// validates.
 #[test]
 fn readme_examples_validate() {
     let f = |n: &str| fixture(n);
@@ -303,6 +304,35 @@ fn readme_examples_validate() {
                 .into(),
             "-c".into(),
             format!("{} 5 3", f("lifetimes")),
+        ],
+        // The profile examples: ufunc keys and folded stacks.
+        vec![
+            "-n".into(),
+            "profile-997 /pid == $target/ { @[ufunc(arg1)] = count(); }".into(),
+            "-c".into(),
+            format!("{} 200", f("busy")),
+        ],
+        vec![
+            "-q".into(),
+            "-x".into(),
+            "stackfmt=folded".into(),
+            "-n".into(),
+            "profile-997 /pid == $target/ { @[ustack()] = count(); }".into(),
+            "-c".into(),
+            format!("{} 200 2", f("busy")),
+        ],
+        // The python3 example, on the real programs' ctypes script.
+        vec![
+            "-q".into(),
+            "-n".into(),
+            r#"pid$target:libc:abs:entry /arg0 == 4242/ { @ = count(); } pid$target:libc:abs:entry { @all = count(); }
+               END { printa("4242s %@d\n", @); printa("all %@d\n", @all); }"#
+                .into(),
+            "-c".into(),
+            format!(
+                "/usr/bin/python3 -I -B {}/tests/real/python/abs_calls.py ctypes 20000",
+                env!("CARGO_MANIFEST_DIR")
+            ),
         ],
     ];
     for args in &examples {
