@@ -207,7 +207,9 @@ pub struct Consumer {
     error_ecbs: Vec<Ecb>,
     formats: output::FormatCache,
     /// A record's buffers and printf's values, kept from one firing to the next.
-    spare_record: Option<Record>,
+    /// (Boxed: taken and put back at every clause, and a move of the record itself
+    /// cost more than the rest of its set-up.)
+    spare_record: Option<Box<Record>>,
     spare_values: Vec<Value>,
     /// exit() has run: tracing is draining. As in DTrace, no further clause runs
     /// except END's (and ERROR's for a fault in those).

@@ -212,7 +212,7 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
 /// The output: the `-o` file (appended to, as dtrace opens it), or stdout.
 fn open_output(req: &Request) -> Result<Sink, String> {
     let Some(path) = &req.output else {
-        return Ok(Sink::new(Box::new(io::BufWriter::new(io::stdout())), true));
+        return Ok(Sink::new(Box::new(io::BufWriter::with_capacity(crate::sink::BUFFER, io::stdout())), true));
     };
     let failed = |e: io::Error| format!("failed to open output file '{}': {}", path.display(), io_reason(&e));
     let file = OpenOptions::new().create(true).append(true).open(path).map_err(failed)?;

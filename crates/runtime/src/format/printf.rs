@@ -150,7 +150,12 @@ impl Conv {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {
     Lit(Vec<u8>),
-    Conv(Conv),
+    /// `plain`: a bare `%d`, `%i` or `%u` (no flag, width or precision), formatted
+    /// without building a [`Spec`]: most printf() records are only these.
+    Conv {
+        conv: Conv,
+        plain: bool,
+    },
 }
 
 /// A parsed printf()/printa() format string.
@@ -222,7 +227,12 @@ pub fn parse_format(fmt: &[u8]) -> Result<Format, FormatError> {
             pieces.push(Piece::Lit(fmt[q..pct].to_vec()));
         }
         let (conv, next) = parse_conv(fmt, pct, argc)?;
-        pieces.push(Piece::Conv(conv));
+        let plain = matches!(conv.ch, b'd' | b'i' | b'u')
+            && !(conv.left || conv.zero || conv.plus || conv.space || conv.alt || conv.group || conv.agg)
+            && !(conv.dyn_width || conv.dyn_prec)
+            && conv.width == 0
+            && conv.prec == 0;
+        pieces.push(Piece::Conv { conv, plain });
         q = next;
     }
     if q < fmt.len() {
@@ -370,7 +380,7 @@ fn known(len: &str, ch: u8) -> bool {
 impl Format {
     pub fn conversions(&self) -> impl Iterator<Item = &Conv> {
         self.pieces.iter().filter_map(|p| match p {
-            Piece::Conv(c) => Some(c),
+            Piece::Conv { conv, .. } => Some(conv),
             Piece::Lit(_) => None,
         })
     }
@@ -554,25 +564,38 @@ pub fn format_into(
     let mut agg_i = 0usize;
     for piece in &fmt.pieces {
         let c = match piece {
+            // (A one-byte literal, printf's "\n", is pushed: no call to copy it.)
+            Piece::Lit(l) if l.len() == 1 => {
+                out.push(l[0]);
+                continue;
+            }
             Piece::Lit(l) => {
                 out.extend_from_slice(l);
                 continue;
             }
-            Piece::Conv(c) => c,
+            // What `format_value` prints for these with a default spec.
+            Piece::Conv { conv: c, plain: true } => {
+                match next.next() {
+                    Some(Value::Int(i)) if i.signed && c.ch != b'u' => cfmt::decimal_into(out, signed(*i)),
+                    Some(Value::Int(i)) => cfmt::unsigned_into(out, unsigned(*i)),
+                    Some(v) => return Err(mismatch(c, v)),
+                    None => return Err(missing(c)),
+                }
+                continue;
+            }
+            Piece::Conv { conv: c, .. } => c,
         };
         if c.ch == b'%' {
             out.push(b'%');
             continue;
         }
-        let missing =
-            || FormatError::Runtime(format!("conversion #{} (%{}) has no corresponding record", c.number, c.name));
         let mut width = c.width as i64;
         let mut prec = c.prec as i64;
         if c.dyn_width {
-            width = int_arg(next.next().ok_or_else(missing)?, c)?;
+            width = int_arg(next.next().ok_or_else(|| missing(c))?, c)?;
         }
         if c.dyn_prec {
-            prec = int_arg(next.next().ok_or_else(missing)?, c)?;
+            prec = int_arg(next.next().ok_or_else(|| missing(c))?, c)?;
         }
         // printf(3) sees "%-N" for a negative width and nothing for zero.
         let mut spec = Spec {
@@ -592,7 +615,7 @@ pub fn format_into(
             format_agg(out, c, &spec, a, ctx);
             continue;
         }
-        let v = next.next().ok_or_else(missing)?;
+        let v = next.next().ok_or_else(|| missing(c))?;
         if c.ch == b'k' {
             // pfprint_stack: "%-Nk" indents by N and drops the width; otherwise no
             // indent and each frame is formatted with the width.
@@ -623,6 +646,10 @@ pub fn print_stack(out: &mut Vec<u8>, frames: &[String], indent: usize, mut fram
         frame(out, f);
         out.push(b'\n');
     }
+}
+
+fn missing(c: &Conv) -> FormatError {
+    FormatError::Runtime(format!("conversion #{} (%{}) has no corresponding record", c.number, c.name))
 }
 
 fn mismatch(c: &Conv, v: &Value) -> FormatError {
