@@ -563,7 +563,10 @@ impl Consumer {
             Ok(Flow::Abort) => return Ok(Ok(())),
             Ok(Flow::Continue) => {}
         }
-        fx.errors.extend(rec.lib_errors.iter().map(|e| lib_error_message(ecb, e)));
+        // (Guarded: an extend from an empty list is still a call per record.)
+        if !rec.lib_errors.is_empty() {
+            fx.errors.extend(rec.lib_errors.iter().map(|e| lib_error_message(ecb, e)));
+        }
         match rec.spec {
             Some(id) => self.speculate_record(id, rec, prefixed),
             None if records_data => {

@@ -55,6 +55,7 @@ pub struct Overlay<'a, F: Fn(Builtin) -> Option<Value>> {
 }
 
 impl<F: Fn(Builtin) -> Option<Value>> Context for Overlay<'_, F> {
+    #[inline]
     fn builtin(&self, b: Builtin) -> Option<Value> {
         match (self.builtins)(b) {
             Some(v) => Some(v),

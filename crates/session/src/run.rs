@@ -1216,7 +1216,18 @@ fn boot_offset() -> i64 {
 
 /// Applies a firing's effects that concern the session; returns the exit status when
 /// the program asked to stop.
+#[inline]
 fn apply(fx: &Effects) -> Option<i32> {
+    // (Most firings have nothing to report: no call to loop over nothing.)
+    if fx.errors.is_empty() && fx.signals.is_empty() {
+        return fx.exit;
+    }
+    apply_effects(fx)
+}
+
+/// [`apply`] of a firing with errors or signals.
+#[inline(never)]
+fn apply_effects(fx: &Effects) -> Option<i32> {
     for e in &fx.errors {
         note!("{e}");
     }

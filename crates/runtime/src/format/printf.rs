@@ -670,6 +670,7 @@ fn int_arg(v: &Value, c: &Conv) -> Result<i64, FormatError> {
     }
 }
 
+#[inline]
 fn mask(size: u8) -> u64 {
     match size {
         1 => 0xff,
@@ -680,6 +681,7 @@ fn mask(size: u8) -> u64 {
 }
 
 /// The value read at its own size and signedness, sign-extended to 64 bits.
+#[inline]
 pub(crate) fn signed(i: Int) -> i64 {
     match (i.size, i.signed) {
         (1, true) => i64::from(i.bits as i8),
@@ -690,6 +692,7 @@ pub(crate) fn signed(i: Int) -> i64 {
     }
 }
 
+#[inline]
 fn unsigned(i: Int) -> u64 {
     i.bits & mask(i.size)
 }
