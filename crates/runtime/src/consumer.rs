@@ -650,6 +650,13 @@ impl Consumer {
             // A builtin (`arg0`, `pid`…) is read as the evaluator would, without one,
             // an integer already narrowed to its type.
             ExprKind::Builtin(b) if !matches!(b, Builtin::Curcpu) => {
+                // (An integer as `builtin_value` narrows it, without a `Value` built
+                // and copied at each context's layer.)
+                if !e.ty.is_string() {
+                    if let Some(bits) = ctx.builtin_int(b) {
+                        return Ok(crate::eval::int_of(&e.ty, bits));
+                    }
+                }
                 (crate::eval::builtin_value(ctx, b, &e.ty, &self.prog.types), true)
             }
             _ => (self.eval(e, ctx)?, false),
