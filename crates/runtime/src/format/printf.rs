@@ -861,6 +861,24 @@ mod tests {
     }
 
     #[test]
+    fn bare_conversions_print_as_the_general_path() {
+        // `%d` takes the bare path; `%1d` (no number is narrower) the general one.
+        for bits in [0, 1, 9, 10, 127, 128, 255, 32768, u64::from(u32::MAX), u64::MAX / 3, u64::MAX] {
+            for (size, signed) in [(1, true), (1, false), (2, true), (4, true), (4, false), (8, true), (8, false)] {
+                let v = Value::Int(Int { bits, size, signed });
+                for c in ["d", "i", "u"] {
+                    let one = std::slice::from_ref(&v);
+                    assert_eq!(p(&format!("%{c}"), one), p(&format!("%1{c}"), one), "%{c} of {v:?}");
+                }
+            }
+        }
+        let plain =
+            |f: &str| matches!(parse_format(f.as_bytes()).unwrap().pieces[..], [Piece::Conv { plain, .. }] if plain);
+        assert!(plain("%d") && plain("%u") && plain("%lld"));
+        assert!(!plain("%1d") && !plain("%-d") && !plain("%*d") && !plain("%x") && !plain("%@d"));
+    }
+
+    #[test]
     fn dtrace_width_quirks() {
         // Precision 0 never reaches printf(3).
         assert_eq!(p("%.0d %.0s", &[Value::int(0), Value::str("abc")]), "0 abc");
