@@ -536,6 +536,16 @@ impl Context for FiringCtx<'_> {
         })
     }
 
+    fn builtin_int(&self, b: Builtin) -> Option<u64> {
+        match b {
+            Builtin::Arg(n) => Some(self.arg(n)),
+            _ => self.builtin(b).and_then(|v| match v {
+                Value::Int(i) => Some(i.bits),
+                _ => None,
+            }),
+        }
+    }
+
     fn register(&self, n: u64) -> Option<u64> {
         ureg(n).map(|r| self.f.reg(r))
     }

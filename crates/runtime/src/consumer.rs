@@ -212,7 +212,9 @@ pub struct Consumer {
     error_ecbs: Vec<Ecb>,
     formats: output::FormatCache,
     /// A record's buffers and printf's values, kept from one firing to the next.
-    spare_record: Option<Record>,
+    /// (Boxed: taken and put back at every clause, and a move of the record itself
+    /// cost more than the rest of its set-up.)
+    spare_record: Option<Box<Record>>,
     spare_values: Vec<Value>,
     /// exit() has run: tracing is draining. As in DTrace, no further clause runs
     /// except END's (and ERROR's for a fault in those).
@@ -612,7 +614,10 @@ impl Consumer {
             Ok(Flow::Abort) => return Ok(Ok(())),
             Ok(Flow::Continue) => {}
         }
-        fx.errors.extend(rec.lib_errors.iter().map(|e| lib_error_message(ecb, e)));
+        // (Guarded: an extend from an empty list is still a call per record.)
+        if !rec.lib_errors.is_empty() {
+            fx.errors.extend(rec.lib_errors.iter().map(|e| lib_error_message(ecb, e)));
+        }
         match rec.spec {
             Some(id) => self.speculate_record(id, rec, prefixed),
             None if records_data => {
@@ -699,6 +704,13 @@ impl Consumer {
             // A builtin (`arg0`, `pid`…) is read as the evaluator would, without one,
             // an integer already narrowed to its type.
             ExprKind::Builtin(b) if !matches!(b, Builtin::Curcpu) => {
+                // (An integer as `builtin_value` narrows it, without a `Value` built
+                // and copied at each context's layer.)
+                if !e.ty.is_string() {
+                    if let Some(bits) = ctx.builtin_int(b) {
+                        return Ok(crate::eval::int_of(&e.ty, bits));
+                    }
+                }
                 (crate::eval::builtin_value(ctx, b, &e.ty, &self.prog.types), true)
             }
             _ => (self.eval(e, ctx)?, false),

@@ -221,7 +221,7 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
 /// The output: the `-o` file (appended to, as dtrace opens it), or stdout.
 fn open_output(req: &Request) -> Result<Sink, String> {
     let Some(path) = &req.output else {
-        return Ok(Sink::new(Box::new(io::BufWriter::new(io::stdout())), true));
+        return Ok(Sink::new(Box::new(io::BufWriter::with_capacity(crate::sink::BUFFER, io::stdout())), true));
     };
     let failed = |e: io::Error| format!("failed to open output file '{}': {}", path.display(), io_reason(&e));
     let file = OpenOptions::new().create(true).append(true).open(path).map_err(failed)?;
@@ -1253,7 +1253,18 @@ fn boot_offset() -> i64 {
 
 /// Applies a firing's effects that concern the session; returns the exit status when
 /// the program asked to stop.
+#[inline]
 fn apply(fx: &Effects) -> Option<i32> {
+    // (Most firings have nothing to report: no call to loop over nothing.)
+    if fx.errors.is_empty() && fx.signals.is_empty() {
+        return fx.exit;
+    }
+    apply_effects(fx)
+}
+
+/// [`apply`] of a firing with errors or signals.
+#[inline(never)]
+fn apply_effects(fx: &Effects) -> Option<i32> {
     for e in &fx.errors {
         note!("{e}");
     }

@@ -11,6 +11,10 @@ use udtrace_runtime::Output;
 
 use crate::compile::io_reason;
 
+/// Bytes of output gathered before a write: output goes out when a drain ends (or
+/// fills this), in writes of this size, not a record or a line at a time.
+pub const BUFFER: usize = 64 << 10;
+
 pub struct Sink {
     original: Box<dyn Write>,
     /// The `-o` file, for ftruncate().
@@ -30,7 +34,7 @@ impl Sink {
     /// Output to the `-o` file: ftruncate() empties it.
     pub fn to_file(file: File) -> io::Result<Sink> {
         let handle = file.try_clone()?;
-        let mut sink = Sink::new(Box::new(BufWriter::new(file)), false);
+        let mut sink = Sink::new(Box::new(BufWriter::with_capacity(BUFFER, file)), false);
         sink.file = Some(handle);
         Ok(sink)
     }
@@ -89,7 +93,7 @@ impl Output for Sink {
             return Ok(());
         }
         let file = OpenOptions::new().create(true).append(true).open(path).map_err(|e| io_reason(&e))?;
-        self.reopened = Some(BufWriter::new(file));
+        self.reopened = Some(BufWriter::with_capacity(BUFFER, file));
         Ok(())
     }
 }
