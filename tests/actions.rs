@@ -145,6 +145,24 @@ fn printf_user_symbol_needs_a_target() {
 }
 
 #[test]
+fn kernel_symbol_conversion_refuses_a_user_symbol() {
+    // %a is for kernel addresses (dt_printf.c pfcheck_kaddr): a ufunc() value, of
+    // DTrace's type _usymaddr, is refused, in printf and in printa on such a key.
+    for (act, prog) in [
+        ("printf", r#"BEGIN { printf("%a", ufunc(0)); }"#),
+        ("printa", r#"BEGIN { @[ufunc(0)] = count(); printa("%a %@d", @); }"#),
+    ] {
+        let r = udtrace(&["-n", prog]);
+        assert_eq!(r.code, 1);
+        let want = format!(
+            "udtrace: invalid probe specifier {prog}: {act}( ) argument #2 is incompatible with conversion #1 prototype:\n\
+             \tconversion: %a\n\t prototype: pointer or integer\n\t  argument: _usymaddr\n"
+        );
+        assert_eq!(r.stderr, want);
+    }
+}
+
+#[test]
 fn printf_argument_count_is_checked() {
     let r = udtrace(&["-n", r#"BEGIN { printf("%d %d\n", 1); }"#]);
     assert_eq!(r.code, 1);

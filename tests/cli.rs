@@ -346,3 +346,43 @@ fn a_hangup_stays_ignored_under_nohup() {
     ]));
     assert_eq!((out.status, out.stdout.as_str()), (3, "end\n\n"), "{}", out.stderr);
 }
+
+/// The progress line while arming (docs/design.md, "Progress while arming"): 3,705-odd
+/// entry probes in libc; `run_args_tty` shows the line without the 200 ms delay.
+const MANY_PROBES: &str = "pid$target:libc::entry { @ = count(); }";
+
+#[test]
+fn arming_shows_a_progress_line_on_a_terminal_and_erases_it() {
+    let target = format!("{} chain 1", util::fixture("probes"));
+    let out = util::run_args_tty(&["-n", MANY_PROBES, "-c", &target]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let shown = out.stderr.as_str();
+    let matched: usize = shown
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("udtrace: description 'pid$target:libc::entry ' matched ")?.strip_suffix(" probes")
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{shown:?}"));
+    assert!(matched > 1000, "{shown:?}");
+    // Drawn after erasing the line, and erased (erase-line; carriage returns are
+    // removed from what `script` recorded) before anything else is written.
+    let line = format!("\x1b[Karming {},{:03} probes in 1 process…\x1b[K", matched / 1000, matched % 1000);
+    assert!(shown.contains(&line), "{shown:?}");
+    let rest = &shown[shown.rfind("arming").unwrap()..];
+    assert!(rest.split_once('…').is_some_and(|(_, after)| after.starts_with("\x1b[K")), "{shown:?}");
+    assert!(rest.contains("chain 1 sink=6\n"), "{shown:?}");
+}
+
+#[test]
+fn no_progress_line_off_a_terminal_or_with_q() {
+    let target = format!("{} chain 1", util::fixture("probes"));
+    let piped = run_args(&["-n", MANY_PROBES, "-c", &target]);
+    assert_eq!(piped.status, 0, "{}", piped.stderr);
+    assert!(piped.stderr.contains("matched") && !piped.stderr.contains("arming"), "{:?}", piped.stderr);
+    assert!(!piped.stderr.contains('\x1b') && !piped.stdout.contains('\x1b'), "{piped:?}");
+    let quiet = util::run_args_tty(&["-q", "-n", MANY_PROBES, "-c", &target]);
+    assert_eq!(quiet.status, 0, "{}", quiet.stderr);
+    assert!(!quiet.stderr.contains("arming") && !quiet.stderr.contains('\x1b'), "{:?}", quiet.stderr);
+    assert!(quiet.stderr.contains("chain 1 sink=6\n"), "{:?}", quiet.stderr);
+}

@@ -20,6 +20,7 @@ pid_backends!(
     symbol_actions_print_the_symbol_in_a_50_column_field,
     ucaller_at_return_and_offset_probes,
     printa_formats_symbol_keys_with_percent_a,
+    folded_stacks_of_counted_calls,
 );
 
 /// Compiles a program with `-x errtags -e`: asserts that it fails with `[tag] ` and a
@@ -369,19 +370,66 @@ fn ucaller_at_return_and_offset_probes(backend: Backend) {
     assert_eq!(callers(off), ["probes`chain_a"], "{text}");
 }
 
+/// The offset in `caller` of the instruction after its call of `callee` (the return
+/// address `ucaller` holds in `callee`), from objdump.
+fn return_offset(exe: &str, caller: &str, callee: &str) -> Option<u64> {
+    let out = Command::new("objdump").args(["-d", "--no-show-raw-insn"]).arg(exe).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let addr = |l: &str| u64::from_str_radix(l.trim().split([':', ' ']).next()?, 16).ok();
+    let mut lines = text.lines().skip_while(|l| !l.ends_with(&format!("<{caller}>:")));
+    let start = addr(lines.next()?)?;
+    let mut lines = lines.take_while(|l| !l.trim().is_empty());
+    lines.find(|l| l.contains("call") && l.contains(&format!("<{callee}>")))?;
+    Some(addr(lines.next()?)? - start)
+}
+
 fn printa_formats_symbol_keys_with_percent_a(backend: Backend) {
-    // Keys made by ufunc()/usym()/uaddr() print with %A as their symbol, as
-    // DTrace prints them: `module`function`, with an offset for uaddr().
+    // Keys made by ufunc()/usym()/uaddr()/umod() print with %A as those functions
+    // print them, as DTrace prints them (dt_aggregate.c reduces a usym()/ufunc() key
+    // to its symbol's address, dtrace_uaddr2str prints `module`function[+0xoff]`):
+    // chain_c is called from chain_b, so ucaller is chain_b+OFF. umod() keeps the
+    // module's name (docs/conformance.md); width and flags apply to the text.
+    let exe = fixture("probes");
+    let off = return_offset(&exe, "chain_b", "chain_c").expect("chain_b's call of chain_c in objdump");
     let prog = "pid$target::chain_c:entry { @f[ufunc(ucaller)] = count(); @s[usym(ucaller)] = count();
-                @a[uaddr(ucaller)] = count(); }
-                END { printa(\"f %A %@d\\n\", @f); printa(\"s %A %@d\\n\", @s); printa(\"a %A %@d\\n\", @a); }";
-    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{} chain 3", fixture("probes"))]) else {
+                @a[uaddr(ucaller)] = count(); @m[umod(ucaller)] = count(); @p[ucaller] = count(); }
+                pid$target::chain_c:entry /!done/ { done = 1;
+                printf(\"%A|%A|%A|%A|%A|%-16A|\\n\", ufunc(ucaller), usym(ucaller), uaddr(ucaller), umod(ucaller),
+                       ucaller, ufunc(ucaller)); }
+                END { printa(\"f %A %@d\\n\", @f); printa(\"s %-20A|%@d\\n\", @s); printa(\"a %A %@d\\n\", @a);
+                      printa(\"m %A %@d\\n\", @m); printa(\"p %A %@d\\n\", @p); printa(@f); }";
+    let Some(out) = backend.traced(&["-q", "-n", prog, "-c", &format!("{exe} chain 3")]) else {
         return;
     };
     assert!(out.status.success(), "{}", stderr(&out));
-    let text = stdout(&out);
-    assert!(text.contains("f probes`chain_b 3\n"), "{text}");
-    assert!(text.contains("s probes`chain_b 3\n"), "{text}");
-    let a = text.lines().find(|l| l.starts_with("a ")).unwrap_or_else(|| panic!("{text}"));
-    assert!(a.starts_with("a probes`chain_b+0x") && a.ends_with(" 3"), "{text}");
+    // The fixture's own line, written to the same output, may come first or later.
+    let text = stdout(&out).replacen("chain 3 sink=27\n", "", 1);
+    let at = format!("probes`chain_b+0x{off:x}");
+    let want = format!(
+        "probes`chain_b|probes`chain_b|{at}|probes|{at}|probes`chain_b  |\n\
+         f probes`chain_b 3\n\
+         s probes`chain_b      |3\n\
+         a {at} 3\n\
+         m probes 3\n\
+         p {at} 3\n\
+         \n  {:<50} {:>16}\n\n",
+        "probes`chain_b", 3
+    );
+    assert_eq!(text, want);
+}
+
+fn folded_stacks_of_counted_calls(backend: Backend) {
+    // docs/flamegraphs.md, "Counted calls": one line an entry, other keys first, the
+    // frames root first without offsets, then the value; what flame graph tools read.
+    let prog = "pid$target::chain_c:entry { @[ustack()] = count(); @e[execname, ustack()] = sum(2); }";
+    let Some(out) =
+        backend.traced(&["-q", "-x", "stackfmt=folded", "-n", prog, "-c", &format!("{} chain 3", fixture("probes"))])
+    else {
+        return;
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out).replacen("chain 3 sink=27\n", "", 1);
+    let stack = "probes`_start;libc.so.6`__libc_start_main;libc.so.6`__libc_start_call_main;probes`main;\
+                 probes`chain_a;probes`chain_b;probes`chain_c";
+    assert_eq!(text, format!("\n{stack} 3\nprobes;{stack} 6\n"));
 }

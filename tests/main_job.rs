@@ -3,22 +3,11 @@
 //! exec'd. Every request of every worker is counted, exactly, by probes placed with
 //! `pid$target` on the daemon.
 
-use std::path::PathBuf;
-
 mod util;
 
-use util::{pid_backends, stdout, Backend};
+use util::{pid_backends, stdout, workerd, Backend};
 
 pid_backends!(the_main_job_counts_every_request_of_every_worker);
-
-/// `target/<profile>/examples/workerd`, next to this test's `deps/` directory.
-fn workerd() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let profile = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
-    let path = profile.join("examples").join("workerd");
-    assert!(path.exists(), "{} not built: `cargo test --workspace` builds examples", path.display());
-    path
-}
 
 fn the_main_job_counts_every_request_of_every_worker(backend: Backend) {
     let (workers, requests) = (3u64, 250u64);

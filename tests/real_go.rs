@@ -21,6 +21,7 @@ real_modes!(
     a_cgo_go_program_counts_every_call,
     stacks_in_a_static_go_program_show_every_caller_unharmed,
     stacks_in_a_cgo_go_program_show_every_caller_unharmed,
+    reading_arguments_in_a_go_program_is_said_to_read_the_c_registers,
 );
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +94,29 @@ fn counts_every_call(mode: Mode, link: Link) {
         want.push(("abs entry", rounds));
     }
     assert_eq!(run.counts(), expect(&want), "{}", run.said());
+    // No clause reads arguments: nothing to warn of.
+    assert_eq!(go_argument_notes(&run), 0, "{}", run.said());
+}
+
+/// udtrace's lines saying a Go program's `argN` are the C ABI's registers.
+fn go_argument_notes(run: &real::Traced) -> usize {
+    run.notices
+        .iter()
+        .filter(|l| l.contains(" is a Go program: arg0..arg9 and args[] are the C ABI's registers"))
+        .count()
+}
+
+/// A clause reading `arg0` in a Go function reads rdi, not the function's argument
+/// (Go's register ABI passes it in rax): udtrace says so once, and still counts.
+fn reading_arguments_in_a_go_program_is_said_to_read_the_c_registers(mode: Mode) {
+    let script = "pid$target::main.work:entry /arg0 == arg0/ { @c[probefunc, probename] = count(); } \
+                  pid$target::main.work:entry /args[0] == args[0]/ { @d[probefunc] = count(); } \
+                  END { printa(\"%s %s=%@d\\n\", @c); printa(\"%s args=%@d\\n\", @d); }";
+    let Some(run) = traced_unharmed(mode, &[], script, &run_cmd(mode, Link::Static, N)) else { return };
+    let rounds = G * N;
+    let want = expect(&[("main.work entry", 2 * rounds), ("main.work args", 2 * rounds)]);
+    assert_eq!(run.counts(), want, "{}", run.said());
+    assert_eq!(go_argument_notes(&run), 1, "{}", run.said());
 }
 
 fn a_static_go_program_counts_every_call(mode: Mode) {

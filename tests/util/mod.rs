@@ -102,6 +102,8 @@ pub fn run_args_tty<S: AsRef<OsStr>>(args: &[S]) -> Output {
     }
     let mut cmd = Command::new("script");
     cmd.args(["-qec", &line, "/dev/null"]);
+    // The progress line at once, however fast arming is (docs/design.md).
+    cmd.env("UDTRACE_PROGRESS_DELAY_MS", "0");
     let out = run(&mut cmd);
     Output { status: out.status, stdout: String::new(), stderr: out.stdout.replace('\r', "") }
 }
@@ -148,6 +150,16 @@ impl Drop for TempDir {
 }
 
 // Live processes: fixtures, guards, and udtrace runs that need BPF.
+
+/// The example daemon `target/<profile>/examples/workerd`, next to the test's `deps/`
+/// directory (examples/workerd.rs: the README's main job).
+pub fn workerd() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let profile = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let path = profile.join("examples").join("workerd");
+    assert!(path.exists(), "{} not built: `cargo test --workspace` builds examples", path.display());
+    path
+}
 
 /// A C fixture built by build.rs (tests/fixtures/).
 pub fn fixture(name: &str) -> String {

@@ -69,5 +69,6 @@ fn elf_info(input: &mut Input, maps: &[procfs::Mapping]) -> ElfInfo {
         plt: Vec::new(),
         code_sections: Vec::new(),
         usdt: Vec::new(),
+        go: false,
     }
 }

@@ -115,12 +115,15 @@ impl RingView for Mmap {
     fn size(&self) -> usize {
         Mmap::len(self)
     }
+    #[inline]
     fn load_acquire_u64(&self, off: usize) -> u64 {
         Mmap::load_acquire_u64(self, off)
     }
+    #[inline]
     fn store_release_u64(&mut self, off: usize, v: u64) {
         Mmap::store_release_u64(self, off, v)
     }
+    #[inline]
     fn bytes(&self, off: usize, len: usize) -> &[u8] {
         Mmap::bytes(self, off, len)
     }

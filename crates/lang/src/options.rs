@@ -97,6 +97,7 @@ const LINKMODES: &[&str] = &["kernel", "primary", "dynamic", "static"];
 const LINKTYPES: &[&str] = &["elf", "dof"];
 const ENCODINGS: &[&str] = &["ascii", "utf8"];
 const STACKFMTS: &[&str] = &["default", "folded"];
+const OFORMATS: &[&str] = &["text", "json"];
 const XLATEMODES: &[&str] = &["dynamic", "static"];
 const STDCMODES: &[&str] = &["a", "c", "s", "t"];
 
@@ -164,6 +165,7 @@ define_options! {
     Nolibs = "nolibs", Switch, Compile, "do not load D libraries";
     Noresolve = "noresolve", Toggle, Runtime, "do not resolve symbols (Oracle)";
     Nspec = "nspec", Toggle, Runtime, "number of speculations";
+    Oformat = "oformat", Choice(OFORMATS, false), Runtime, "output format: text (dtrace's) or json, one object a line (FreeBSD)";
     Pcapsize = "pcapsize", Size, Runtime, "packet capture size (Oracle)";
     Pgmax = "pgmax", Count { min: 0 }, Compile, "maximum number of cached process handles";
     Preallocate = "preallocate", Size, Compile, "memory to preallocate (Oracle)";
@@ -187,6 +189,7 @@ define_options! {
     Syslibdir = "syslibdir", Text, Compile, "system D library directory";
     Sysslice = "sysslice", Text, Compile, "systemd slice of system services (Oracle)";
     Temporal = "temporal", Toggle, Runtime, "print trace records in time order";
+    Timeline = "timeline", Text, Runtime, "write the firings as a Chrome/Perfetto trace-event timeline to a file (udtrace)";
     Tree = "tree", Count { min: 1 }, Compile, "print parse trees (debugging)";
     Tregs = "tregs", Count { min: 1 }, Compile, "number of tuple registers";
     Udefs = "udefs", Switch, Compile, "require user symbols to be defined";
@@ -669,6 +672,9 @@ pub struct Options {
     /// `-x stackfmt=folded`: aggregations print one line per entry, its stacks' frames
     /// root first joined by `;`, then the value (flame graph tools' input).
     pub folded: bool,
+    /// `-x oformat=json`: records, aggregations, drops and errors as JSON objects,
+    /// one a line (docs/json.md); `text` (the default) is dtrace's output.
+    pub json: bool,
     pub statusrate: u64,
     pub strsize: u64,
     /// `print()`'s bytes: at most this many of the object are shown.
@@ -724,6 +730,9 @@ pub struct Options {
     pub inprocess: bool,
     /// udtrace: pid probes are uprobes (BPF), not patched into the traced processes.
     pub uprobes: bool,
+    /// udtrace: `-x timeline=FILE`, where every firing of the enabled probes is
+    /// written as a trace event (docs/timeline.md).
+    pub timeline: Option<String>,
 
     /// Options udtrace accepts but does not act on, with their last value.
     pub other: BTreeMap<OptionName, OptionValue>,
@@ -753,6 +762,7 @@ impl Default for Options {
             stackframes: 20,
             stackindent: 14,
             folded: false,
+            json: false,
             statusrate: NANOSEC,
             strsize: 256,
             printsize: DEFAULT_PRINTSIZE,
@@ -791,6 +801,7 @@ impl Default for Options {
             nodif: false,
             inprocess: false,
             uprobes: false,
+            timeline: None,
             other: BTreeMap::new(),
         }
     }
@@ -882,6 +893,7 @@ impl Options {
             N::Stackframes => self.stackframes = int.unwrap_or(dflt.stackframes),
             N::Stackindent => self.stackindent = int.unwrap_or(dflt.stackindent),
             N::Stackfmt => self.folded = text.as_deref() == Some("folded"),
+            N::Oformat => self.json = text.as_deref() == Some("json"),
             N::Statusrate => self.statusrate = int.unwrap_or(dflt.statusrate),
             N::Strsize => self.strsize = int.unwrap_or(dflt.strsize),
             N::Printsize => self.printsize = printsize(int),
@@ -939,6 +951,7 @@ impl Options {
             N::Nodif => self.nodif = on,
             N::Inprocess => self.inprocess = on,
             N::Uprobes => self.uprobes = on,
+            N::Timeline => self.timeline = text,
             _ => {
                 self.other.insert(name, value);
             }

@@ -517,7 +517,10 @@ impl TypeTable {
             Type::Enum(id) => format!("enum {}", self.enums[*id].tag),
             Type::Stack { user: true } => "ustack".into(),
             Type::Stack { user: false } => "stack".into(),
-            Type::Symbol { .. } => "_symaddr".into(),
+            // dt_open.c's typedefs: the kernel functions' `_symaddr`, the user ones'
+            // `_usymaddr`.
+            Type::Symbol { user: false, .. } => "_symaddr".into(),
+            Type::Symbol { user: true, .. } => "_usymaddr".into(),
             Type::Function(ret) => format!("{} ()", self.name(ret)),
         }
     }

@@ -3,14 +3,17 @@
 //! dtrace), and `-x debug` (or `DTRACE_DEBUG` in the environment) adds libdtrace-style
 //! debugging lines, `udtrace DEBUG <unix time>: message`.
 //!
-//! Owns: the program name, [`warn!`], [`note!`] and [`debug!`]. Must not: write
-//! anything but messages on stderr (traced output goes through the consumer's
-//! writer), panic when stderr is closed, or use `unsafe`.
+//! Owns: the program name, [`warn!`], [`note!`], [`debug!`] and the progress line on
+//! a terminal ([`progress`]). Must not: write anything but messages on stderr (traced
+//! output goes through the consumer's writer), panic when stderr is closed, or use
+//! `unsafe`.
 
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+
+pub mod progress;
 
 /// Our name when argv[0] gives none.
 pub const PROGRAM: &str = "udtrace";
@@ -56,11 +59,13 @@ pub fn debug_prefix() -> String {
     format!("{} DEBUG {now}: ", program())
 }
 
-/// `eprintln!` that never panics: a closed stderr must not turn into a crash.
+/// `eprintln!` that never panics: a closed stderr must not turn into a crash. A
+/// progress line on the terminal is erased first.
 #[macro_export]
 macro_rules! warn {
     ($($t:tt)*) => {{
         use std::io::Write as _;
+        let _line = $crate::progress::hold_stderr();
         let _ = writeln!(std::io::stderr(), $($t)*);
     }};
 }

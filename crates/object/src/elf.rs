@@ -87,6 +87,10 @@ pub struct ElfInfo {
     /// The statically defined probes of `.note.stapsdt` (USDT), addresses adjusted
     /// for `.stapsdt.base`.
     pub usdt: Vec<crate::usdt::UsdtNote>,
+    /// Linked by Go's toolchain (its `.go.buildinfo` section or `.note.go.buildid`):
+    /// its Go functions take their arguments in Go's register ABI (rax, rbx, rcx, rdi,
+    /// rsi, r8–r11), not the C ABI's that `argN` reads.
+    pub go: bool,
 }
 
 impl ElfInfo {
@@ -236,6 +240,8 @@ fn parse_with(data: &[u8], with_symbols: bool) -> Result<ElfInfo, ElfError> {
         .map(|d| crate::usdt::parse_notes(d, stapsdt_base))
         .unwrap_or_default();
 
+    let go = file.section_by_name(".go.buildinfo").is_some() || file.section_by_name(".note.go.buildid").is_some();
+
     let gnu_debugdata = file.section_by_name(".gnu_debugdata").and_then(|s| s.data().ok()).and_then(inflate_xz);
 
     Ok(ElfInfo {
@@ -250,6 +256,7 @@ fn parse_with(data: &[u8], with_symbols: bool) -> Result<ElfInfo, ElfError> {
         plt,
         code_sections,
         usdt,
+        go,
     })
 }
 

@@ -249,13 +249,18 @@ pub fn demangle(name: &str) -> Option<String> {
 }
 
 /// Legacy Rust symbols end in a `17h<16 hex digits>E` hash path segment (maybe followed by
-/// a `.llvm.NNN` suffix); C++ `_ZN...E` names do not.
+/// a `.llvm.NNN` suffix); C++ `_ZN...E` names do not. The suffix is found from the hash,
+/// not by splitting at the first `.`: legacy names hold `..` for `::` inside generics
+/// (`drop_in_place$LT$lexopt..Parser$GT$`).
 fn is_rust_legacy(name: &str) -> bool {
-    let core = name.split('.').next().unwrap_or(name);
-    core.len() > 20 && {
-        let tail = &core.as_bytes()[core.len() - 20..];
-        tail.starts_with(b"17h") && tail[19] == b'E' && tail[3..19].iter().all(u8::is_ascii_hexdigit)
-    }
+    let b = name.as_bytes();
+    (20..=b.len()).any(|end| {
+        let tail = &b[end - 20..end];
+        (end == b.len() || b[end] == b'.')
+            && tail.starts_with(b"17h")
+            && tail[19] == b'E'
+            && tail[3..19].iter().all(u8::is_ascii_hexdigit)
+    })
 }
 
 #[cfg(test)]
@@ -371,6 +376,12 @@ mod tests {
         assert_eq!(demangle("_ZN3foo3barE").unwrap(), "foo::bar");
         assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE").unwrap(), "core::fmt::write");
         assert_eq!(demangle("_RNvCs1234_7mycrate4main").unwrap(), "mycrate::main");
+        // `..` (a legacy `::` inside generics) is not the `.llvm.` suffix.
+        assert_eq!(
+            demangle("_ZN4core3ptr35drop_in_place$LT$lexopt..Parser$GT$17h5839bf157e3c58d4E").unwrap(),
+            "core::ptr::drop_in_place<lexopt::Parser>"
+        );
+        assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE.llvm.1234").unwrap(), "core::fmt::write");
         assert_eq!(demangle("main"), None);
         assert_eq!(demangle("_Zgarbage"), None);
     }

@@ -485,6 +485,7 @@ mod tests {
             plt: Vec::new(),
             code_sections: Vec::new(),
             usdt: Vec::new(),
+            go: false,
         };
         let m = Mapping {
             start: 0x7f00_0000_0000,

@@ -129,10 +129,18 @@ impl Default for Work {
 
 /// Per probe, its [`Work`]. The session adds each clause's as it enables the clause,
 /// before it arms the probe; a backend reads a site's with [`ProbeWork::site`].
+/// Made with [`ProbeWork::recording_every_firing`], every probe records besides
+/// its program (`-x timeline`, docs/timeline.md).
 #[derive(Debug, Clone, Default)]
-pub struct ProbeWork(Rc<RefCell<HashMap<u32, Work>>>);
+pub struct ProbeWork(Rc<RefCell<HashMap<u32, Work>>>, bool);
 
 impl ProbeWork {
+    /// Work whose every probe's firings write their records, whatever runs where: the
+    /// timeline needs each firing's pid, tid and timestamp.
+    pub fn recording_every_firing() -> ProbeWork {
+        ProbeWork(Rc::default(), true)
+    }
+
     /// Enables one more clause on `probe_id`: its program (empty when it runs in the
     /// consumer) runs after the clauses enabled before it; `record`: it runs in the
     /// consumer.
@@ -140,7 +148,7 @@ impl ProbeWork {
         let mut map = self.0.borrow_mut();
         let w = map.entry(probe_id).or_insert(Work { program: udtrace_dif::Program::default(), record: false });
         w.program.append(program);
-        w.record |= record;
+        w.record |= record || self.1;
     }
 
     pub fn get(&self, probe_id: u32) -> Work {

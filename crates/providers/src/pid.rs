@@ -171,6 +171,15 @@ impl PidProvider {
         (total, refusals)
     }
 
+    /// The file of pid probe `id` when Go's toolchain linked it and the probe reads a
+    /// function's arguments where they come in (not at a return, not USDT): `argN` there
+    /// are the C ABI's registers, which Go functions do not take their arguments in.
+    pub fn go_arguments_file(&self, id: u32) -> Option<&Path> {
+        let p = self.probes.iter().find(|p| p.probe.id == id)?;
+        let readable = matches!(p.kind, SiteKind::Entry | SiteKind::Offset(_));
+        (readable && self.objects.get(&p.file)?.info.go).then_some(p.file.as_path())
+    }
+
     /// The objects loaded while matching, by the path udtrace opened them with.
     pub fn objects(&self) -> &HashMap<PathBuf, Rc<ObjectSymbols>> {
         &self.objects

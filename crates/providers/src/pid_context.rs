@@ -111,6 +111,11 @@ impl Procs {
         self.procs.entry(pid).or_insert_with(|| read_info(pid))
     }
 
+    /// Process `pid`'s name as its firings see it (`execname`): read once, kept.
+    pub fn execname(&mut self, pid: u32) -> String {
+        self.info(pid).execname.clone()
+    }
+
     /// Reads (again) what udtrace needs of a live process, its name and ids, and keeps
     /// `mapped`, the objects it has mapped now. Called while it is held, so that firings
     /// consumed after it exits are right.
@@ -529,6 +534,16 @@ impl Context for FiringCtx<'_> {
             Builtin::Curpsinfo | Builtin::Curlwpsinfo => return CurrentFromProc::builtin(b),
             _ => return None,
         })
+    }
+
+    fn builtin_int(&self, b: Builtin) -> Option<u64> {
+        match b {
+            Builtin::Arg(n) => Some(self.arg(n)),
+            _ => self.builtin(b).and_then(|v| match v {
+                Value::Int(i) => Some(i.bits),
+                _ => None,
+            }),
+        }
     }
 
     fn register(&self, n: u64) -> Option<u64> {

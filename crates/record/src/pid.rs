@@ -637,6 +637,7 @@ pub struct Regs<'a> {
 
 impl Regs<'_> {
     /// The register's value, 0 when the record does not hold it.
+    #[inline]
     pub fn get(&self, r: PtReg) -> u64 {
         if self.mask & r.bit() == 0 {
             return 0;
@@ -652,11 +653,13 @@ impl Regs<'_> {
 }
 
 impl Firing<'_> {
+    #[inline]
     pub fn reg(&self, r: PtReg) -> u64 {
         self.regs.get(r)
     }
 
     /// arg0..arg5 from their registers.
+    #[inline]
     pub fn arg(&self, n: usize) -> Option<u64> {
         PtReg::ARGS.get(n).map(|&r| self.reg(r))
     }

@@ -14,6 +14,7 @@ use udtrace_lang::ir::{Action, AggKind, Builtin, CheckedProgram, Expr, ExprKind}
 use crate::agg::{AggFunc, Aggregation};
 use crate::context::{Context, Overlay};
 use crate::eval::{EvalResult, Evaluator, Fault, Variables};
+use crate::oformat::RecordFormat;
 use crate::output;
 use crate::scratch::Scratch;
 use crate::value::Value;
@@ -75,6 +76,9 @@ pub struct Settings {
     pub printsize: usize,
     /// `-x stackfmt=folded`: aggregations print folded, one line per entry.
     pub folded: bool,
+    /// `-x oformat=json`: records, aggregations, drops and errors as JSON lines
+    /// ([`crate::oformat::json`]).
+    pub json: bool,
 }
 
 impl Default for Settings {
@@ -95,6 +99,7 @@ impl Default for Settings {
             aggpercpu: false,
             printsize: udtrace_lang::options::DEFAULT_PRINTSIZE as usize,
             folded: false,
+            json: false,
         }
     }
 }
@@ -207,7 +212,9 @@ pub struct Consumer {
     error_ecbs: Vec<Ecb>,
     formats: output::FormatCache,
     /// A record's buffers and printf's values, kept from one firing to the next.
-    spare_record: Option<Record>,
+    /// (Boxed: taken and put back at every clause, and a move of the record itself
+    /// cost more than the rest of its set-up.)
+    spare_record: Option<Box<Record>>,
     spare_values: Vec<Value>,
     /// exit() has run: tracing is draining. As in DTrace, no further clause runs
     /// except END's (and ERROR's for a fault in those).
@@ -217,6 +224,10 @@ pub struct Consumer {
     string_reads: Vec<Vec<(u8, u16)>>,
     /// Per clause: it records data the consumer prints (not only commits or discards).
     records_data: Vec<bool>,
+    /// What records look like (`-x oformat`).
+    oformat: Box<dyn RecordFormat>,
+    /// Drops in the output format, written at the next [`Consumer::flush_notices`].
+    notices: Vec<u8>,
 }
 
 /// A probe id's hash: the id times an odd constant (Fibonacci hashing), its high bits
@@ -263,6 +274,7 @@ impl Consumer {
         let records_data = prog.clauses.iter().map(|c| c.records_data && !commit_discard_only(&c.actions)).collect();
         let formats = output::FormatCache::new(&prog);
         let scratch = Scratch::new(settings.scratch_room);
+        let oformat = crate::oformat::for_settings(&settings);
         Consumer {
             prog,
             settings,
@@ -285,6 +297,8 @@ impl Consumer {
             at_firing: Vec::new(),
             string_reads: Vec::new(),
             records_data,
+            oformat,
+            notices: Vec::new(),
         }
     }
 
@@ -406,6 +420,9 @@ impl Consumer {
             }
         }
         self.release_drained();
+        if !fx.errors.is_empty() {
+            self.write_errors(out, &fx.errors)?;
+        }
         Ok(fx)
     }
 
@@ -440,15 +457,54 @@ impl Consumer {
             ),
             (now.dbl_error, was.dbl_error, "DTRACEDROP_DBLERROR", "error", " in ERROR probe enabling"),
         ];
-        kinds
+        let notes: Vec<(&str, u64, String)> = kinds
             .iter()
             .filter(|k| k.0 > k.1)
             .map(|&(n, o, tag, what, why)| {
-                let tag = if self.settings.droptags { format!("[{tag}] ") } else { String::new() };
                 let plural = if n - o > 1 { "s" } else { "" };
-                format!("{tag}{} {what}{plural}{why}", n - o)
+                (tag, n - o, format!("{} {what}{plural}{why}", n - o))
+            })
+            .collect();
+        notes
+            .into_iter()
+            .map(|(tag, count, msg)| {
+                let kind = tag.trim_start_matches("DTRACEDROP_");
+                self.note_drop(&crate::oformat::Drop { kind, cpu: None, count, msg: &msg });
+                if self.settings.droptags {
+                    format!("[{tag}] {msg}")
+                } else {
+                    msg
+                }
             })
             .collect()
+    }
+
+    /// A drop the session counted (a full ring, aggregation or dynamic-variable
+    /// space): kept as an object of the output format until [`Consumer::flush_notices`]
+    /// (text has none; its words go to stderr).
+    pub fn note_drop(&mut self, d: &crate::oformat::Drop) {
+        self.oformat.drop_object(&mut self.notices, d);
+    }
+
+    /// Writes the drops noted since the last call.
+    pub fn flush_notices(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        if self.notices.is_empty() {
+            return Ok(());
+        }
+        out.write_all(&self.notices)?;
+        self.notices.clear();
+        Ok(())
+    }
+
+    /// A firing's error messages as objects of the output format (text has none;
+    /// the session prints them on stderr).
+    fn write_errors(&self, out: &mut dyn Output, errors: &[String]) -> io::Result<()> {
+        let mut buf = Vec::new();
+        errors.iter().for_each(|e| self.oformat.error(&mut buf, e));
+        if buf.is_empty() {
+            return Ok(());
+        }
+        out.write_all(&buf)
     }
 
     /// Reports a fault as dtrace does and fires the ERROR probe's clauses.
@@ -544,16 +600,13 @@ impl Consumer {
             }
         }
         let records_data = self.records_data[ecb.clause];
-        // dtrace(1M) prints the header and the prefix before the record's data, with
-        // the quiet setting of that moment.
-        let prefixed = records_data && !self.settings.quiet;
-        if prefixed {
-            output::probe_prefix(&mut rec.data, cpu, &ecb.probe, &self.settings);
-        }
+        // The format opens the record (text: the probe line, unless quiet) and says
+        // whether it needs the column header.
+        let prefixed = records_data && self.oformat.begin(&mut rec.data, cpu, &ecb.probe, &pctx, &self.settings);
         let mut counter = 0;
         let result = self.actions(&clause.actions, &pctx, rec, fx, &mut counter);
-        if records_data && !self.settings.quiet {
-            rec.data.push(b'\n');
+        if records_data {
+            self.oformat.end(&mut rec.data, &self.settings);
         }
         match result {
             // DTrace discards a faulting clause's record; the error line replaces it.
@@ -561,13 +614,16 @@ impl Consumer {
             Ok(Flow::Abort) => return Ok(Ok(())),
             Ok(Flow::Continue) => {}
         }
-        fx.errors.extend(rec.lib_errors.iter().map(|e| lib_error_message(ecb, e)));
+        // (Guarded: an extend from an empty list is still a call per record.)
+        if !rec.lib_errors.is_empty() {
+            fx.errors.extend(rec.lib_errors.iter().map(|e| lib_error_message(ecb, e)));
+        }
         match rec.spec {
             Some(id) => self.speculate_record(id, rec, prefixed),
             None if records_data => {
                 // chew() considers the header once, at the first record, quiet or not.
                 if !self.header_printed && prefixed {
-                    out.write_all(output::header(self.settings.testing).as_bytes())?;
+                    out.write_all(self.oformat.header(&self.settings).as_bytes())?;
                 }
                 self.header_printed = true;
                 self.write_record(out, rec, ecb, fx)?;
@@ -588,8 +644,11 @@ impl Consumer {
     fn write_record(&self, out: &mut dyn Output, rec: &Record, ecb: &Ecb, fx: &mut Effects) -> io::Result<()> {
         let mut at = 0;
         for (end, d) in &rec.deferred {
-            out.write_all(&rec.data[at..*end])?;
-            at = *end;
+            // (A format whose record is one object puts them after it: `end` is past
+            // the data.)
+            let end = (*end).min(rec.data.len());
+            out.write_all(&rec.data[at..end])?;
+            at = end;
             match d {
                 Deferred::System(cmd) => {
                     out.flush()?;
@@ -630,7 +689,7 @@ impl Consumer {
         let mut out = Vec::new();
         if s.records > 0 && !self.header_printed {
             if s.prefixed {
-                out.extend_from_slice(output::header(self.settings.testing).as_bytes());
+                out.extend_from_slice(self.oformat.header(&self.settings).as_bytes());
             }
             self.header_printed = true;
         }
@@ -645,6 +704,13 @@ impl Consumer {
             // A builtin (`arg0`, `pid`…) is read as the evaluator would, without one,
             // an integer already narrowed to its type.
             ExprKind::Builtin(b) if !matches!(b, Builtin::Curcpu) => {
+                // (An integer as `builtin_value` narrows it, without a `Value` built
+                // and copied at each context's layer.)
+                if !e.ty.is_string() {
+                    if let Some(bits) = ctx.builtin_int(b) {
+                        return Ok(crate::eval::int_of(&e.ty, bits));
+                    }
+                }
                 (crate::eval::builtin_value(ctx, b, &e.ty, &self.prog.types), true)
             }
             _ => (self.eval(e, ctx)?, false),
@@ -734,14 +800,14 @@ impl Consumer {
             Action::Trace(e) => {
                 let v = self.eval_datum(e, ctx)?;
                 rec.add_datum(&v, self.settings.strsize);
-                output::trace_value(&mut rec.data, &v, &self.settings);
+                self.oformat.trace(&mut rec.data, &v, &self.settings);
             }
             Action::Print { addr, ty } => {
                 let size = self.prog.types.size_of(ty).unwrap_or(0) as usize;
                 let (at, data) = self.eval_with(ctx, |ev| ev.pointed_object(addr, size))?;
                 rec.add(size, 1);
                 let shown = &data[..size.min(self.settings.printsize)];
-                crate::format::print_type::print_type(&mut rec.data, at, ty, shown, &self.prog.types);
+                self.oformat.print(&mut rec.data, at, ty, shown, &self.prog.types);
             }
             Action::Tracemem { addr, size, dsize } => {
                 // Traced memory, scratch space or D memory, wherever the address is.
@@ -752,7 +818,7 @@ impl Consumer {
                     }
                 }
                 rec.add(*size as usize, 1);
-                output::tracemem(&mut rec.data, &data);
+                self.oformat.tracemem(&mut rec.data, &data);
             }
             Action::Printf { format, args, .. } => {
                 let mut vals = std::mem::take(&mut self.spare_values);
@@ -768,7 +834,7 @@ impl Consumer {
                 }
                 vals.iter().for_each(|v| rec.add_datum(v, self.settings.strsize));
                 let sym = |addr: u64, _user: bool| ctx.symbol(addr, udtrace_lang::types::SymKind::Addr);
-                self.formats.printf_into(&mut rec.data, format, &vals, &self.settings, &sym);
+                self.oformat.printf(&mut rec.data, &self.formats, format, &vals, &self.settings, &sym);
                 vals.clear();
                 self.spare_values = vals;
             }
@@ -780,7 +846,7 @@ impl Consumer {
                     String::from_utf8_lossy(&self.formats.printf(format, &vals, &self.settings, &sym)).into_owned();
                 let d =
                     if matches!(a, Action::System { .. }) { Deferred::System(text) } else { Deferred::Freopen(text) };
-                rec.deferred.push((rec.data.len(), d));
+                rec.deferred.push((self.deferred_at(rec), d));
             }
             Action::Printa { format, aggs } => {
                 for &id in aggs {
@@ -789,8 +855,7 @@ impl Consumer {
                 let list: Vec<&Aggregation> = aggs.iter().map(|&i| &self.aggs[i]).collect();
                 let fmt = format.as_ref().map(|(f, _)| f.as_ref());
                 let sym = |addr: u64, _user: bool| ctx.symbol(addr, udtrace_lang::types::SymKind::Addr);
-                let text = self.formats.printa(fmt, &list, &self.settings, &sym);
-                rec.data.extend_from_slice(&text);
+                self.oformat.printa(&mut rec.data, &self.formats, fmt, &list, &self.settings, &sym);
             }
             Action::AggUpdate { agg, keys, args } => {
                 let keys =
@@ -809,6 +874,7 @@ impl Consumer {
             }
             Action::Exit(e) => {
                 let v = self.eval(e, ctx)?;
+                self.oformat.exit(&mut rec.data, int(&v) as i32);
                 fx.exit.get_or_insert(int(&v) as i32);
                 self.draining = true;
             }
@@ -867,13 +933,13 @@ impl Consumer {
             Action::Symbol(e) => {
                 let v = self.eval(e, ctx)?;
                 rec.add_datum(&v, self.settings.strsize);
-                output::symbol(&mut rec.data, &v);
+                self.oformat.symbol(&mut rec.data, &v, &e.ty);
             }
             Action::Stack { user, frames } => {
                 let frames = ctx.stack(*user, *frames);
                 let v = Value::Stack(frames);
                 rec.add_datum(&v, self.settings.strsize);
-                output::trace_value(&mut rec.data, &v, &self.settings);
+                self.oformat.stack(&mut rec.data, &v, *user, &self.settings);
             }
             Action::If { cond, then, otherwise } => {
                 let c = self.eval(cond, ctx)?;
@@ -887,7 +953,7 @@ impl Consumer {
                 fx.signals.push((firing_pid(ctx), sig));
             }
             Action::Stop => fx.signals.push((firing_pid(ctx), libc_sigstop())),
-            Action::Ftruncate => rec.deferred.push((rec.data.len(), Deferred::Ftruncate)),
+            Action::Ftruncate => rec.deferred.push((self.deferred_at(rec), Deferred::Ftruncate)),
             Action::Nop => {}
         }
         Ok(Flow::Continue)
@@ -935,10 +1001,19 @@ impl Consumer {
     /// What dtrace prints when tracing ends: a newline, then every aggregation not
     /// already printed with `printa`, in the order they were declared.
     pub fn finish(&mut self, out: &mut dyn Write) -> io::Result<()> {
-        out.write_all(b"\n")?;
+        self.flush_notices(out)?;
         let list: Vec<&Aggregation> = self.aggs.iter().collect();
-        let text = self.formats.print_all(&list, &self.settings);
-        out.write_all(&text)
+        self.oformat.finish(out, &self.formats, &list, &self.settings)
+    }
+
+    /// Where in a record's data system(), freopen() and ftruncate() take effect:
+    /// here, or after the record in a format whose record is one object.
+    fn deferred_at(&self, rec: &Record) -> usize {
+        if self.oformat.inline_deferred() {
+            rec.data.len()
+        } else {
+            usize::MAX
+        }
     }
 }
 

@@ -11,6 +11,15 @@ pub trait Context {
     /// reads as zero or the empty string).
     fn builtin(&self, b: Builtin) -> Option<Value>;
 
+    /// [`Context::builtin`]'s integer, where it gives one: a record's field (`arg0`)
+    /// read without building a `Value` at every layer. `None` is "ask `builtin`".
+    fn builtin_int(&self, b: Builtin) -> Option<u64> {
+        match self.builtin(b) {
+            Some(Value::Int(i)) => Some(i.bits),
+            _ => None,
+        }
+    }
+
     /// `uregs[n]`; `None` is an illegal index (or no registers at all).
     fn register(&self, _n: u64) -> Option<u64> {
         None
@@ -55,10 +64,19 @@ pub struct Overlay<'a, F: Fn(Builtin) -> Option<Value>> {
 }
 
 impl<F: Fn(Builtin) -> Option<Value>> Context for Overlay<'_, F> {
+    #[inline]
     fn builtin(&self, b: Builtin) -> Option<Value> {
         match (self.builtins)(b) {
             Some(v) => Some(v),
             None => self.inner.builtin(b),
+        }
+    }
+    #[inline]
+    fn builtin_int(&self, b: Builtin) -> Option<u64> {
+        match (self.builtins)(b) {
+            Some(Value::Int(i)) => Some(i.bits),
+            Some(_) => None,
+            None => self.inner.builtin_int(b),
         }
     }
     fn register(&self, n: u64) -> Option<u64> {

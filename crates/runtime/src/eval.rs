@@ -119,6 +119,7 @@ pub fn null_string() -> Value {
 
 /// Whether a string value is a pointer that is not a string's bytes (NULL, or NULL
 /// plus an offset): reading it faults at that address.
+#[inline]
 pub fn string_address(v: &Value) -> Option<u64> {
     match v {
         Value::Int(i) => Some(i.bits),
@@ -206,6 +207,7 @@ pub struct Evaluator<'a> {
 
 /// A builtin variable (other than `curcpu`) read as type `ty`: needs no evaluator's
 /// state, so the consumer reads printf's and trace()'s builtins without one.
+#[inline]
 pub(crate) fn builtin_value(ctx: &dyn Context, b: Builtin, ty: &Type, types: &TypeTable) -> Value {
     match ctx.builtin(b) {
         Some(Value::Int(i)) => int_of(ty, i.bits),
@@ -214,6 +216,7 @@ pub(crate) fn builtin_value(ctx: &dyn Context, b: Builtin, ty: &Type, types: &Ty
     }
 }
 
+#[inline]
 pub(crate) fn int_of(ty: &Type, bits: u64) -> Value {
     let (size, signed) = ty.int_bits().unwrap_or((8, true));
     Value::Int(Int { bits: udtrace_lang::types::IntType::wrap_as(size, signed, bits), size, signed })

@@ -16,9 +16,11 @@ pub mod eval;
 pub mod firing;
 pub mod format;
 pub mod llquantize;
+pub mod oformat;
 pub mod output;
 pub mod scratch;
 mod subr;
+pub mod timeline;
 pub mod value;
 
 pub use consumer::{Consumer, Ecb, Effects, Output, Probe, Settings};

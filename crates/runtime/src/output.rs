@@ -90,6 +90,7 @@ impl FormatCache {
         cache
     }
 
+    #[inline]
     fn get(&self, fmt: &str) -> Option<&Format> {
         let key = (fmt.as_ptr() as usize, fmt.len());
         let i = match self.by_addr.binary_search_by(|&(a, l, _)| (a, l).cmp(&key)) {

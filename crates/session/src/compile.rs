@@ -10,12 +10,12 @@ use udtrace_lang::capture::{stash_plan, StashPlan};
 use udtrace_lang::check::Checker;
 use udtrace_lang::diag::{self, Origin, Style};
 use udtrace_lang::firing::{usdt_at_firing, usdt_dispatch, FiringPlan, ProbeFacts, UsdtSiteArgs};
-use udtrace_lang::ir::{Action, CheckedProgram};
+use udtrace_lang::ir::{visit_actions, visit_expr, Action, Builtin, CheckedProgram, Clause, ExprKind};
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::options::Options;
 use udtrace_lang::parser::{self, DescAlign};
 use udtrace_lang::{CompileError, Tag};
-use udtrace_messages::debug;
+use udtrace_messages::{debug, note};
 use udtrace_providers::backend::{ProbeOps, ProbeWork};
 use udtrace_providers::pid::is_pid_provider;
 use udtrace_providers::registry::Registry;
@@ -326,6 +326,7 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
             }
         }
     }
+    note_go_arguments(&program, &ecbs, registry);
     let stash = stash_plan(&program, |cl| cl.probes.iter().any(|d| is_pid_provider(&d.provider)));
     let probe_ops = ProbeOps::default();
     // A program's probes fire in its own process tree only, and a BPF uprobe (with
@@ -351,7 +352,7 @@ pub fn compile(req: &Request, macros: &MacroArgs, registry: &mut Registry) -> Re
         usdt_apart.extend(cl.probes.iter().map(full_name).filter(|n| !usdt_matched.contains(n)));
     }
     let firing = if roots > 1 { FiringPlan::none(&program) } else { firing_plan(&program, &effective, &usdt_apart) };
-    let work = ProbeWork::default();
+    let work = if effective.timeline.is_some() { ProbeWork::recording_every_firing() } else { ProbeWork::default() };
     for e in ecbs.iter().filter(|e| registry.pid.owns(e.probe.id)) {
         probe_ops.add(e.probe.id, stash.clause_ops.get(e.clause).copied().unwrap_or(0));
         let usdt = registry.pid.usdt_site_args(e.probe.id);
@@ -370,6 +371,40 @@ pub fn first_statement(program: &CheckedProgram, clause: usize) -> usize {
 
 /// Gives descriptions written as probe ids their probe's name, as dtrace's parser
 /// does when it reads them.
+/// One line per Go program whose entry or offset probes have clauses reading `argN` or
+/// `args[N]`: those are the C ABI's registers, which Go functions do not take their
+/// arguments in; printed as arguments they would be wrong numbers with no word said.
+fn note_go_arguments(program: &CheckedProgram, ecbs: &[Ecb], registry: &Registry) {
+    let mut said = HashSet::new();
+    for e in ecbs {
+        if registry.pid.go_arguments_file(e.probe.id).is_none()
+            || said.contains(&e.probe.module)
+            || !reads_arguments(&program.clauses[e.clause])
+        {
+            continue;
+        }
+        note!(
+            "{} is a Go program: arg0..arg9 and args[] are the C ABI's registers, not its Go functions' \
+             arguments (Go passes them in rax, rbx, rcx, rdi, rsi, r8-r11: uregs[R_RAX], uregs[R_RBX], ...)",
+            e.probe.module
+        );
+        said.insert(e.probe.module.clone());
+    }
+}
+
+/// Whether a clause reads `argN` or `args[N]`.
+fn reads_arguments(c: &Clause) -> bool {
+    let mut reads = false;
+    let mut look = |e: &udtrace_lang::ir::Expr| {
+        reads |= matches!(e.kind, ExprKind::Builtin(Builtin::Arg(_)) | ExprKind::Args(_));
+    };
+    if let Some(p) = &c.predicate {
+        visit_expr(p, &mut look);
+    }
+    visit_actions(&c.actions, &mut look);
+    reads
+}
+
 fn resolve_probe_ids(program: &mut ast::Program, registry: &Registry) -> Result<(), CompileError> {
     let clauses = program.items.iter_mut().filter_map(|i| match i {
         ast::Item::Clause(c) => Some(c),

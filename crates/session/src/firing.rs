@@ -11,6 +11,7 @@ use udtrace_providers::backend::Backend;
 use udtrace_providers::pid::is_pid_provider;
 use udtrace_providers::registry::Registry;
 use udtrace_runtime::consumer::printa_in;
+use udtrace_runtime::oformat::Drop;
 use udtrace_runtime::Consumer;
 
 use crate::compile::Compiled;
@@ -81,18 +82,18 @@ impl Firings {
             let was = self.reported_agg.get(&cpu).copied().unwrap_or(0);
             if now > was {
                 let n = now - was;
-                note!(
-                    "{}{n} aggregation drop{} on CPU {cpu}",
-                    tag("DTRACEDROP_AGGREGATION"),
-                    if n == 1 { "" } else { "s" }
-                );
+                let msg = format!("{n} aggregation drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
+                note!("{}{msg}", tag("DTRACEDROP_AGGREGATION"));
+                consumer.note_drop(&Drop { kind: "AGGREGATION", cpu: Some(cpu as u32), count: n, msg: &msg });
                 self.reported_agg.insert(cpu, now);
             }
         }
         let (agg, dynamic) = (snap.agg_drops, snap.dyn_drops);
         if dynamic > self.reported.1 {
             let n = dynamic - self.reported.1;
-            note!("{}{n} dynamic variable drop{}", tag("DTRACEDROP_DYNAMIC"), if n == 1 { "" } else { "s" });
+            let msg = format!("{n} dynamic variable drop{}", if n == 1 { "" } else { "s" });
+            note!("{}{msg}", tag("DTRACEDROP_DYNAMIC"));
+            consumer.note_drop(&Drop { kind: "DYNAMIC", cpu: None, count: n, msg: &msg });
         }
         self.reported = (self.reported.0.max(agg), self.reported.1.max(dynamic));
     }

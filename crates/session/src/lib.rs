@@ -25,6 +25,7 @@ mod run;
 mod sink;
 mod stability;
 mod targets;
+mod timeline;
 
 pub use generate::{generate, Generate};
 pub use request::{split_command, Align, ProgramSource, Request};

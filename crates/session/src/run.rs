@@ -18,6 +18,7 @@ use udtrace_lang::capture::{self, CapturePlan};
 use udtrace_lang::ir::Builtin;
 use udtrace_lang::macros::MacroArgs;
 use udtrace_lang::types::TypeTable;
+use udtrace_messages::progress::Progress;
 use udtrace_messages::{debug, note};
 use udtrace_process::follow::Event;
 use udtrace_process::procfs;
@@ -132,6 +133,13 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
             return fail(&m);
         }
     };
+    let timeline = match crate::timeline::open(compiled.options.timeline.as_deref()) {
+        Ok(t) => t,
+        Err(m) => {
+            targets.finish();
+            return fail(&m);
+        }
+    };
     if req.list {
         let status = list::list(&req, &compiled, &mut registry, &mut out);
         targets.finish();
@@ -199,6 +207,7 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
         registry: &mut registry,
         procs: &procs,
         sampled,
+        timeline,
     };
     let result = trace(&compiled, &me, &mut targets, &sfd, &mut world, &mut consumer, &mut out);
     if let (Some(f), Some(b)) = (follower.as_mut(), backend.as_deref_mut()) {
@@ -215,7 +224,7 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
 /// The output: the `-o` file (appended to, as dtrace opens it), or stdout.
 fn open_output(req: &Request) -> Result<Sink, String> {
     let Some(path) = &req.output else {
-        return Ok(Sink::new(Box::new(io::BufWriter::new(io::stdout())), true));
+        return Ok(Sink::new(Box::new(io::BufWriter::with_capacity(crate::sink::BUFFER, io::stdout())), true));
     };
     let failed = |e: io::Error| format!("failed to open output file '{}': {}", path.display(), io_reason(&e));
     let file = OpenOptions::new().create(true).append(true).open(path).map_err(failed)?;
@@ -348,6 +357,13 @@ fn arm(
         work: c.work.clone(),
         tables: udtrace_dif::layout::table_sizes(&c.firing.layout, c.options.aggsize, c.options.dynvarsize),
     };
+    let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    // On a terminal, a line says what is being armed when it takes long (docs/design.md,
+    // "Progress while arming"); it is erased when this returns.
+    let progress = Progress::start(!c.options.quiet, udtrace_messages::progress::delay());
+    progress.set(probes.len(), pids.len() + targets.descendants.len());
     let mut backend = load(&setup)?;
     backend.enable_proc(&proc_hooks)?;
     let sampled = match backend.enable_profile(&profile, profile_stack) {
@@ -357,9 +373,6 @@ fn arm(
             HashSet::new()
         }
     };
-    let mut pids: Vec<i32> = probes.iter().map(|p| p.pid).chain(targets.pids()).collect();
-    pids.sort_unstable();
-    pids.dedup();
     // Traced first: arming decides per file whether processes beyond these map it.
     for pid in pids.iter().chain(targets.descendants.iter().map(|d| &d.target.pid)) {
         backend.trace_pid(*pid)?;
@@ -569,6 +582,8 @@ struct Tracing<'a> {
     procs: &'a RefCell<Procs>,
     /// Profile probes the backend samples.
     sampled: HashSet<u32>,
+    /// `-x timeline=FILE`: every firing the consumer runs is also a trace event.
+    timeline: Option<crate::timeline::Recorder>,
 }
 
 fn settings(c: &Compiled) -> Settings {
@@ -594,6 +609,7 @@ fn settings(c: &Compiled) -> Settings {
         aggpercpu: o.aggpercpu,
         printsize: o.printsize as usize,
         folded: o.folded,
+        json: o.json,
     }
 }
 
@@ -741,7 +757,7 @@ fn trace(
                 note!("{n}");
             }
             if last_drop_check.elapsed() >= Duration::from_secs(1) {
-                report_drops(b, consumer.settings().droptags);
+                report_drops(b, consumer);
                 last_drop_check = Instant::now();
             }
         }
@@ -751,8 +767,9 @@ fn trace(
         }
         if interrupted {
             // dtrace prints a newline on the first interrupt, even when quiet, but not
-            // in testing mode, where it would land at a random place in the output.
-            if !consumer.settings().testing {
+            // in testing mode, where it would land at a random place in the output,
+            // nor between JSON lines.
+            if !consumer.settings().testing && !consumer.settings().json {
                 out.write_all(b"\n")?;
             }
             signalled = true;
@@ -807,6 +824,7 @@ fn trace(
             }
         }
         report_consumer_drops(consumer);
+        consumer.flush_notices(out)?;
         if w.follower.is_none() && !targets.is_empty() && targets.reap(c.options.quiet) && !sink.kernel_children_run() {
             break;
         }
@@ -829,8 +847,12 @@ fn trace(
     if let Some(s) = sink.flush_execs(consumer, out)? {
         status = s;
     }
+    if let Some(Err(m)) = w.timeline.take().map(|t| t.finish()) {
+        note!("{m}");
+        status = status.max(1);
+    }
     if let Some(b) = w.backend.as_deref_mut() {
-        report_drops(b, consumer.settings().droptags);
+        report_drops(b, consumer);
         for n in b.notices() {
             note!("{n}");
         }
@@ -1066,9 +1088,15 @@ impl Drain<'_> {
         let mut lineage: Vec<Lineage> = Vec::new();
         let mut result: io::Result<Option<i32>> = Ok(None);
         let only_cpu = self.only_cpu;
-        let mut run = |consumer: &mut Consumer, id: u32, cpu: u32, ctx: &dyn Context| {
+        let (registry, mut timeline) = (&*w.registry, w.timeline.as_mut());
+        // `proc`: a proc firing, with the other process it names (the timeline's).
+        let mut run = |consumer: &mut Consumer, id: u32, cpu: u32, ctx: &dyn Context, proc: Option<Option<u32>>| {
             if only_cpu.is_some_and(|c| c != cpu) {
                 return;
+            }
+            if let Some(t) = timeline.as_deref_mut() {
+                let known = crate::timeline::Known { registry, consumer, tree, procs };
+                t.firing(id, ctx, proc, &known);
             }
             match consumer.fire(id, cpu, ctx, out) {
                 Ok(fx) => {
@@ -1092,7 +1120,8 @@ impl Drain<'_> {
                 Record::Proc(f) => {
                     let mut fire = |f: &ProcFiring| {
                         for (id, name) in enabled_probes(f, proc_ids) {
-                            run(consumer, id, f.cpu, &ProcCtx::new(f, name, types, clocks));
+                            let other = Some(crate::timeline::other_process(f));
+                            run(consumer, id, f.cpu, &ProcCtx::new(f, name, types, clocks), other);
                         }
                     };
                     if let Some(thread) = procprov::exec_outcome_of(&f) {
@@ -1124,7 +1153,7 @@ impl Drain<'_> {
                         clocks,
                         usdt: None,
                     };
-                    run(consumer, probe_id, f.cpu, &ctx);
+                    run(consumer, probe_id, f.cpu, &ctx, None);
                 }
                 Record::Lineage(l) => {
                     last_owner = None;
@@ -1167,7 +1196,7 @@ impl Drain<'_> {
                             clocks,
                             usdt,
                         };
-                        run(consumer, site.probe_id, f.cpu, &ctx);
+                        run(consumer, site.probe_id, f.cpu, &ctx, None);
                     }
                 }
             }
@@ -1251,11 +1280,19 @@ fn report_consumer_drops(consumer: &mut Consumer) {
 }
 
 /// dtrace's drop notice: `N drops on CPU C` (a full principal buffer: `-x droptags`
-/// tags it `[DTRACEDROP_PRINCIPAL]`, as dt_handle_cpudrop does).
-fn report_drops(b: &mut dyn Backend, droptags: bool) {
-    let tag = if droptags { "[DTRACEDROP_PRINCIPAL] " } else { "" };
+/// tags it `[DTRACEDROP_PRINCIPAL]`, as dt_handle_cpudrop does), and the drop for
+/// the output format.
+fn report_drops(b: &mut dyn Backend, consumer: &mut Consumer) {
+    let tag = if consumer.settings().droptags { "[DTRACEDROP_PRINCIPAL] " } else { "" };
     for (cpu, n) in b.new_drops() {
-        note!("{tag}{n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
+        let msg = format!("{n} drop{} on CPU {cpu}", if n == 1 { "" } else { "s" });
+        note!("{tag}{msg}");
+        consumer.note_drop(&udtrace_runtime::oformat::Drop {
+            kind: "PRINCIPAL",
+            cpu: Some(cpu as u32),
+            count: n,
+            msg: &msg,
+        });
     }
 }
 
@@ -1277,7 +1314,18 @@ fn boot_offset() -> i64 {
 
 /// Applies a firing's effects that concern the session; returns the exit status when
 /// the program asked to stop.
+#[inline]
 fn apply(fx: &Effects) -> Option<i32> {
+    // (Most firings have nothing to report: no call to loop over nothing.)
+    if fx.errors.is_empty() && fx.signals.is_empty() {
+        return fx.exit;
+    }
+    apply_effects(fx)
+}
+
+/// [`apply`] of a firing with errors or signals.
+#[inline(never)]
+fn apply_effects(fx: &Effects) -> Option<i32> {
     for e in &fx.errors {
         note!("{e}");
     }

@@ -17,6 +17,10 @@ use udtrace_runtime::Output;
 
 use crate::compile::io_reason;
 
+/// Bytes of output gathered before a write: output goes out when a drain ends (or
+/// fills this), in writes of this size, not a record or a line at a time.
+pub const BUFFER: usize = 64 << 10;
+
 pub struct Sink {
     original: Box<dyn Write>,
     /// The `-o` file, for ftruncate().
@@ -122,7 +126,7 @@ impl Sink {
     /// Output to the `-o` file: ftruncate() empties it.
     pub fn to_file(file: File) -> io::Result<Sink> {
         let handle = file.try_clone()?;
-        let mut sink = Sink::new(Box::new(BufWriter::new(file)), false);
+        let mut sink = Sink::new(Box::new(BufWriter::with_capacity(BUFFER, file)), false);
         sink.file = Some(handle);
         Ok(sink)
     }
@@ -206,7 +210,7 @@ impl Output for Sink {
 impl Sink {
     fn open_appended(&self, path: &str) -> Result<BufWriter<File>, String> {
         let file = OpenOptions::new().create(true).append(true).open(path).map_err(|e| io_reason(&e))?;
-        Ok(BufWriter::new(file))
+        Ok(BufWriter::with_capacity(BUFFER, file))
     }
 
     fn truncate(&mut self) -> io::Result<()> {

@@ -45,6 +45,7 @@ impl Mmap {
     }
 
     /// Bounds and alignment are checked; a bad offset is a bug of the caller.
+    #[inline]
     fn at(&self, off: usize, size: usize) -> *mut u8 {
         assert!(
             off.checked_add(size).is_some_and(|end| end <= self.len) && off.is_multiple_of(size),
@@ -54,6 +55,7 @@ impl Mmap {
         unsafe { self.ptr.as_ptr().add(off) }
     }
 
+    #[inline]
     pub fn load_acquire_u64(&self, off: usize) -> u64 {
         // SAFETY: aligned, in bounds and mapped for as long as `self`; the kernel only
         // writes it atomically.
@@ -67,6 +69,7 @@ impl Mmap {
 
     /// Only for a writable mapping (the consumer page); a read-only one faults, so it
     /// is refused.
+    #[inline]
     pub fn store_release_u64(&self, off: usize, v: u64) {
         assert!(self.writable, "store to a read-only mapping");
         // SAFETY: as for load_acquire_u64, and the mapping is writable (checked above).
@@ -113,6 +116,7 @@ impl Mmap {
 
     /// Bytes of the mapping. For the ring buffer these are bytes of a committed record,
     /// which the kernel does not touch until the consumer position moves past them.
+    #[inline]
     pub fn bytes(&self, off: usize, len: usize) -> &[u8] {
         assert!(off.checked_add(len).is_some_and(|end| end <= self.len), "bad ring range {off}+{len}");
         // SAFETY: in bounds of a mapping that lives as long as the returned borrow.

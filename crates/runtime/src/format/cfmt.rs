@@ -78,7 +78,28 @@ pub fn fmt_signed(out: &mut Vec<u8>, spec: &Spec, v: i64) {
     pad(out, spec, sign, &digits, spec.prec.is_none());
 }
 
+/// A bare `%d`: `v`'s sign and digits, as [`fmt_signed`] with a default spec.
+#[inline]
+pub fn decimal_into(out: &mut Vec<u8>, v: i64) {
+    if v < 0 {
+        out.push(b'-');
+    }
+    unsigned_into(out, v.unsigned_abs());
+}
+
+/// A bare `%u`: `v`'s digits, as [`fmt_unsigned`] in base 10 with a default spec.
+#[inline]
+pub fn unsigned_into(out: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; 20];
+    // Byte by byte: a few digits, where a call to copy them cost more.
+    out.reserve(20);
+    for &d in decimal(v, &mut buf) {
+        out.push(d);
+    }
+}
+
 /// The decimal digits of `v`, at the end of `buf`.
+#[inline]
 fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut i = buf.len();
     loop {

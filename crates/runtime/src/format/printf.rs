@@ -150,7 +150,12 @@ impl Conv {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {
     Lit(Vec<u8>),
-    Conv(Conv),
+    /// `plain`: a bare `%d`, `%i` or `%u` (no flag, width or precision), formatted
+    /// without building a [`Spec`]: most printf() records are only these.
+    Conv {
+        conv: Conv,
+        plain: bool,
+    },
 }
 
 /// A parsed printf()/printa() format string.
@@ -222,7 +227,12 @@ pub fn parse_format(fmt: &[u8]) -> Result<Format, FormatError> {
             pieces.push(Piece::Lit(fmt[q..pct].to_vec()));
         }
         let (conv, next) = parse_conv(fmt, pct, argc)?;
-        pieces.push(Piece::Conv(conv));
+        let plain = matches!(conv.ch, b'd' | b'i' | b'u')
+            && !(conv.left || conv.zero || conv.plus || conv.space || conv.alt || conv.group || conv.agg)
+            && !(conv.dyn_width || conv.dyn_prec)
+            && conv.width == 0
+            && conv.prec == 0;
+        pieces.push(Piece::Conv { conv, plain });
         q = next;
     }
     if q < fmt.len() {
@@ -370,7 +380,7 @@ fn known(len: &str, ch: u8) -> bool {
 impl Format {
     pub fn conversions(&self) -> impl Iterator<Item = &Conv> {
         self.pieces.iter().filter_map(|p| match p {
-            Piece::Conv(c) => Some(c),
+            Piece::Conv { conv, .. } => Some(conv),
             Piece::Lit(_) => None,
         })
     }
@@ -554,25 +564,38 @@ pub fn format_into(
     let mut agg_i = 0usize;
     for piece in &fmt.pieces {
         let c = match piece {
+            // (A one-byte literal, printf's "\n", is pushed: no call to copy it.)
+            Piece::Lit(l) if l.len() == 1 => {
+                out.push(l[0]);
+                continue;
+            }
             Piece::Lit(l) => {
                 out.extend_from_slice(l);
                 continue;
             }
-            Piece::Conv(c) => c,
+            // What `format_value` prints for these with a default spec.
+            Piece::Conv { conv: c, plain: true } => {
+                match next.next() {
+                    Some(Value::Int(i)) if i.signed && c.ch != b'u' => cfmt::decimal_into(out, signed(*i)),
+                    Some(Value::Int(i)) => cfmt::unsigned_into(out, unsigned(*i)),
+                    Some(v) => return Err(mismatch(c, v)),
+                    None => return Err(missing(c)),
+                }
+                continue;
+            }
+            Piece::Conv { conv: c, .. } => c,
         };
         if c.ch == b'%' {
             out.push(b'%');
             continue;
         }
-        let missing =
-            || FormatError::Runtime(format!("conversion #{} (%{}) has no corresponding record", c.number, c.name));
         let mut width = c.width as i64;
         let mut prec = c.prec as i64;
         if c.dyn_width {
-            width = int_arg(next.next().ok_or_else(missing)?, c)?;
+            width = int_arg(next.next().ok_or_else(|| missing(c))?, c)?;
         }
         if c.dyn_prec {
-            prec = int_arg(next.next().ok_or_else(missing)?, c)?;
+            prec = int_arg(next.next().ok_or_else(|| missing(c))?, c)?;
         }
         // printf(3) sees "%-N" for a negative width and nothing for zero.
         let mut spec = Spec {
@@ -592,7 +615,7 @@ pub fn format_into(
             format_agg(out, c, &spec, a, ctx);
             continue;
         }
-        let v = next.next().ok_or_else(missing)?;
+        let v = next.next().ok_or_else(|| missing(c))?;
         if c.ch == b'k' {
             // pfprint_stack: "%-Nk" indents by N and drops the width; otherwise no
             // indent and each frame is formatted with the width.
@@ -625,6 +648,10 @@ pub fn print_stack(out: &mut Vec<u8>, frames: &[String], indent: usize, mut fram
     }
 }
 
+fn missing(c: &Conv) -> FormatError {
+    FormatError::Runtime(format!("conversion #{} (%{}) has no corresponding record", c.number, c.name))
+}
+
 fn mismatch(c: &Conv, v: &Value) -> FormatError {
     let what = match v {
         Value::Int(_) => "an integer",
@@ -643,6 +670,7 @@ fn int_arg(v: &Value, c: &Conv) -> Result<i64, FormatError> {
     }
 }
 
+#[inline]
 fn mask(size: u8) -> u64 {
     match size {
         1 => 0xff,
@@ -653,6 +681,7 @@ fn mask(size: u8) -> u64 {
 }
 
 /// The value read at its own size and signedness, sign-extended to 64 bits.
+#[inline]
 pub(crate) fn signed(i: Int) -> i64 {
     match (i.size, i.signed) {
         (1, true) => i64::from(i.bits as i8),
@@ -663,6 +692,7 @@ pub(crate) fn signed(i: Int) -> i64 {
     }
 }
 
+#[inline]
 fn unsigned(i: Int) -> u64 {
     i.bits & mask(i.size)
 }
@@ -828,6 +858,24 @@ mod tests {
         assert_eq!(p("%d", &[Value::Int(Int::u64(u64::MAX))]), "18446744073709551615");
         assert_eq!(p("%x %d %u", &[int(-1, 4, true), int(-1, 4, true), int(-1, 1, true)]), "ffffffff -1 255");
         assert_eq!(p("%?d|", &[Value::int(1)]), "               1|");
+    }
+
+    #[test]
+    fn bare_conversions_print_as_the_general_path() {
+        // `%d` takes the bare path; `%1d` (no number is narrower) the general one.
+        for bits in [0, 1, 9, 10, 127, 128, 255, 32768, u64::from(u32::MAX), u64::MAX / 3, u64::MAX] {
+            for (size, signed) in [(1, true), (1, false), (2, true), (4, true), (4, false), (8, true), (8, false)] {
+                let v = Value::Int(Int { bits, size, signed });
+                for c in ["d", "i", "u"] {
+                    let one = std::slice::from_ref(&v);
+                    assert_eq!(p(&format!("%{c}"), one), p(&format!("%1{c}"), one), "%{c} of {v:?}");
+                }
+            }
+        }
+        let plain =
+            |f: &str| matches!(parse_format(f.as_bytes()).unwrap().pieces[..], [Piece::Conv { plain, .. }] if plain);
+        assert!(plain("%d") && plain("%u") && plain("%lld"));
+        assert!(!plain("%1d") && !plain("%-d") && !plain("%*d") && !plain("%x") && !plain("%@d"));
     }
 
     #[test]

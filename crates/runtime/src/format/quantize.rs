@@ -22,13 +22,30 @@ pub fn ll_div_u64(v: i64, normal: u64) -> i64 {
 /// Writes the distribution table of a quantize-family state; other states write
 /// nothing.
 pub fn print_dist(out: &mut Vec<u8>, state: &AggState, normal: u64) {
+    let Some(d) = dist_rows(state) else { return };
+    header(out);
+    for (label, c) in &d.rows {
+        out.extend_from_slice(format!("{label:>16} ").as_bytes());
+        quantline(out, *c, normal, &d.scale);
+    }
+}
+
+/// The rows of a distribution table, as dtrace prints them: each row's label (the
+/// bucket's value, or "< 0", ">= 10", "abs() < 10") and count (not normalized); and
+/// what the bars are scaled against. `None` for a state that is no distribution.
+pub struct DistRows {
+    pub rows: Vec<(String, i64)>,
+    scale: Scale,
+}
+
+pub fn dist_rows(state: &AggState) -> Option<DistRows> {
     match state {
-        AggState::Quantize(b) => print_quantize(out, b, normal),
-        AggState::Lquantize { base, step, levels, bins } => print_lquantize(out, *base, *step, *levels, bins, normal),
+        AggState::Quantize(b) => quantize_rows(b),
+        AggState::Lquantize { base, step, levels, bins } => lquantize_rows(*base, *step, *levels, bins),
         AggState::Llquantize { factor, low, high, nsteps, bins } => {
-            print_llquantize(out, (*factor, *low, *high, *nsteps), bins, normal)
+            llquantize_rows((*factor, *low, *high, *nsteps), bins)
         }
-        _ => {}
+        _ => None,
     }
 }
 
@@ -109,59 +126,56 @@ fn quantline(out: &mut Vec<u8>, v: i64, normal: u64, s: &Scale) {
     }
 }
 
-pub fn print_quantize(out: &mut Vec<u8>, bins: &[i64], normal: u64) {
+fn quantize_rows(bins: &[i64]) -> Option<DistRows> {
     if bins.len() != QUANTIZE_NBUCKETS {
-        return;
+        return None;
     }
     // No data (cleared, or negative weights cancelled out): show -1, 0 and 1.
     let empty = (QUANTIZE_ZEROBUCKET - 1, QUANTIZE_ZEROBUCKET + 1);
     let (first, last) = range(bins, empty);
-    let s = scale(&bins[first..=last]);
-    header(out);
-    for (i, &c) in bins.iter().enumerate().take(last + 1).skip(first) {
-        out.extend_from_slice(format!("{:>16} ", quantize_bucket_value(i)).as_bytes());
-        quantline(out, c, normal, &s);
-    }
+    let scale = scale(&bins[first..=last]);
+    let rows = (first..=last).map(|i| (quantize_bucket_value(i).to_string(), bins[i])).collect();
+    Some(DistRows { rows, scale })
 }
 
-pub fn print_lquantize(out: &mut Vec<u8>, base: i32, step: u16, levels: u16, bins: &[i64], normal: u64) {
+fn lquantize_rows(base: i32, step: u16, levels: u16, bins: &[i64]) -> Option<DistRows> {
     let levels = levels as usize;
     if bins.len() != levels + 2 {
-        return;
+        return None;
     }
     let (first, last) = range(bins, (0, 2.min(levels + 1)));
-    let s = scale(&bins[first..=last]);
-    header(out);
-    for (i, &c) in bins.iter().enumerate().take(last + 1).skip(first) {
-        // DTrace computes labels in C int arithmetic.
-        let label = if i == 0 {
-            format!("< {base}")
-        } else if i == levels + 1 {
-            format!(">= {}", base.wrapping_add((levels as i32).wrapping_mul(i32::from(step))))
-        } else {
-            base.wrapping_add(((i - 1) as i32).wrapping_mul(i32::from(step))).to_string()
-        };
-        out.extend_from_slice(format!("{label:>16} ").as_bytes());
-        quantline(out, c, normal, &s);
-    }
+    let scale = scale(&bins[first..=last]);
+    let rows = (first..=last)
+        .map(|i| {
+            // DTrace computes labels in C int arithmetic.
+            let label = if i == 0 {
+                format!("< {base}")
+            } else if i == levels + 1 {
+                format!(">= {}", base.wrapping_add((levels as i32).wrapping_mul(i32::from(step))))
+            } else {
+                base.wrapping_add(((i - 1) as i32).wrapping_mul(i32::from(step))).to_string()
+            };
+            (label, bins[i])
+        })
+        .collect();
+    Some(DistRows { rows, scale })
 }
 
 /// dt_print_llquantize: the bins with data and one either side (the two around the
 /// underflow bin when none has data); bins no value can reach have no row.
-pub fn print_llquantize(out: &mut Vec<u8>, params: (u16, u16, u16, u16), bins: &[i64], normal: u64) {
+fn llquantize_rows(params: (u16, u16, u16, u16), bins: &[i64]) -> Option<DistRows> {
     let (factor, lmag, hmag, steps) = params;
     let shape = Shape { factor, lmag, hmag, steps };
     let n = shape.nbins();
     if bins.len() != n {
-        return;
+        return None;
     }
     let bin0 = shape.bin0();
     let (first, last) = match bins.iter().position(|&c| c != 0) {
         None => (bin0 + 1, bin0 + 1),
         Some(f) => (f, bins.iter().rposition(|&c| c != 0).unwrap_or(f)),
     };
-    let s = scale(&bins[first..=last]);
-    header(out);
+    let scale = scale(&bins[first..=last]);
     let first = first.saturating_sub(1);
     let last = (last + 1).min(n - 1);
     let labels = shape.labels(first < bin0);
@@ -173,6 +187,7 @@ pub fn print_llquantize(out: &mut Vec<u8>, params: (u16, u16, u16, u16), bins: &
             .clone()
             .or_else(|| (1..pad).find_map(|k| toward_edge(i, k).and_then(|j| labels.get(j).cloned().flatten())))
     };
+    let mut rows = Vec::new();
     for (i, &c) in bins.iter().enumerate().take(last + 1).skip(first) {
         let label = if i == first && pad > 0 {
             ghost(i, &|i, k| i.checked_sub(k))
@@ -181,10 +196,11 @@ pub fn print_llquantize(out: &mut Vec<u8>, params: (u16, u16, u16, u16), bins: &
         } else {
             labels[i].clone()
         };
-        let Some(label) = label else { continue };
-        out.extend_from_slice(format!("{label:>16} ").as_bytes());
-        quantline(out, c, normal, &s);
+        if let Some(label) = label {
+            rows.push((label, c));
+        }
     }
+    Some(DistRows { rows, scale })
 }
 
 #[cfg(test)]
