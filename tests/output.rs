@@ -235,3 +235,36 @@ fn testing_mode_drops_cpu_and_id() {
     assert_eq!(r.code, 0);
     assert_eq!(r.stdout, format!("{:>32}\n{:>32} {:>11}\n\n", "FUNCTION:NAME", ":BEGIN", 7));
 }
+
+/// `-F` indents calls as dtrace's flowindent does: entries open a level, returns
+/// close it, other probes show `| function:name` at the level; the header and every
+/// record are printed quiet or not (`_DTRACE_TESTING` drops the CPU column, as
+/// dtrace's testing mode does). `probes chain 1` calls chain_a → chain_b → chain_c
+/// once.
+#[test]
+fn flowindent_nests_entries_and_returns() {
+    let target = format!("{}/probes chain 1", env!("UDTRACE_FIXTURES"));
+    let script = "BEGIN { } pid$target::chain_*:entry, pid$target::chain_*:return { } \
+                  pid$target::chain_b:return { printf(\"b done\"); } pid$target::chain_c:entry { trace(arg0); }";
+    let r = udtrace_env(&["-qF", "-n", script, "-c", &target], &[("_DTRACE_TESTING", "t")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let pad = |s: &str| format!("{s:<41} ");
+    let want = [
+        format!("{:<41}\n", "FUNCTION"),
+        pad("| :BEGIN"),
+        pad(" -> chain_a"),
+        pad("   -> chain_b"),
+        pad("     -> chain_c"),
+        // A second clause's record of the same firing opens no level.
+        format!("{}6", pad("      | chain_c:entry")),
+        pad("     <- chain_c"),
+        // Of two clauses on chain_b's return, the last one's record closes the level.
+        pad("    | chain_b:return"),
+        format!("{}b done", pad("   <- chain_b")),
+        pad(" <- chain_a"),
+    ]
+    .concat();
+    // The program's own line is in the same stdout.
+    let trace = r.stdout.replacen("chain 1 sink=6\n", "", 1);
+    assert_eq!(trace.strip_suffix('\n').unwrap_or(&trace), want, "{}", r.stderr);
+}

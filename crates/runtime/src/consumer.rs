@@ -14,6 +14,7 @@ use udtrace_lang::ir::{Action, AggKind, Builtin, CheckedProgram, Expr, ExprKind}
 use crate::agg::{AggFunc, Aggregation};
 use crate::context::{Context, Overlay};
 use crate::eval::{EvalResult, Evaluator, Fault, Variables};
+use crate::format::flow::FlowRecord;
 use crate::oformat::RecordFormat;
 use crate::output;
 use crate::scratch::Scratch;
@@ -79,6 +80,8 @@ pub struct Settings {
     /// `-x oformat=json`: records, aggregations, drops and errors as JSON lines
     /// ([`crate::oformat::json`]).
     pub json: bool,
+    /// `-F`: records' prefixes indent calls ([`crate::format::flow`]), quiet or not.
+    pub flowindent: bool,
 }
 
 impl Default for Settings {
@@ -100,6 +103,7 @@ impl Default for Settings {
             printsize: udtrace_lang::options::DEFAULT_PRINTSIZE as usize,
             folded: false,
             json: false,
+            flowindent: false,
         }
     }
 }
@@ -226,6 +230,8 @@ pub struct Consumer {
     records_data: Vec<bool>,
     /// What records look like (`-x oformat`).
     oformat: Box<dyn RecordFormat>,
+    /// `-F`'s indentation across records.
+    flow: crate::format::flow::FlowIndent,
     /// Drops in the output format, written at the next [`Consumer::flush_notices`].
     notices: Vec<u8>,
 }
@@ -289,6 +295,7 @@ impl Consumer {
             scratch,
             by_probe,
             last_probe: None,
+            flow: Default::default(),
             error_ecbs,
             formats,
             spare_record: None,
@@ -602,7 +609,23 @@ impl Consumer {
         let records_data = self.records_data[ecb.clause];
         // The format opens the record (text: the probe line, unless quiet) and says
         // whether it needs the column header.
-        let prefixed = records_data && self.oformat.begin(&mut rec.data, cpu, &ecb.probe, &pctx, &self.settings);
+        let prefixed = records_data
+            && match self.settings.flowindent {
+                true => {
+                    let last_on_probe = self.last_recording_on_probe(ecb);
+                    let r = FlowRecord {
+                        cpu,
+                        probe_id: p.id,
+                        epid: ecb.epid,
+                        provider: &p.provider,
+                        function: &p.function,
+                        name: &p.name,
+                        last_on_probe,
+                    };
+                    self.oformat.begin_flow(&mut rec.data, p, &r, &mut self.flow, &pctx, &self.settings)
+                }
+                false => self.oformat.begin(&mut rec.data, cpu, &ecb.probe, &pctx, &self.settings),
+            };
         let mut counter = 0;
         let result = self.actions(&clause.actions, &pctx, rec, fx, &mut counter);
         if records_data {
@@ -637,6 +660,14 @@ impl Consumer {
             out.write_all(&rec.committed)?;
         }
         Ok(Ok(()))
+    }
+
+    /// Whether no clause enabled on `ecb`'s probe after it records data (`-F`: the
+    /// last record of a return probe's firing closes the level).
+    fn last_recording_on_probe(&self, ecb: &Ecb) -> bool {
+        let Some(ecbs) = self.by_probe.get(&ecb.probe.id) else { return true };
+        let mut later = ecbs.iter().skip_while(|e| e.epid != ecb.epid).skip(1);
+        !later.any(|e| self.records_data.get(e.clause).copied().unwrap_or(false))
     }
 
     /// Writes a record's data, taking its system() and freopen() actions where they

@@ -610,6 +610,7 @@ fn settings(c: &Compiled) -> Settings {
         printsize: o.printsize as usize,
         folded: o.folded,
         json: o.json,
+        flowindent: o.flowindent,
     }
 }
 

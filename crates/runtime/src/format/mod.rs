@@ -3,6 +3,7 @@
 
 pub mod aggregation;
 pub mod cfmt;
+pub mod flow;
 pub mod print_type;
 pub mod printf;
 pub mod quantize;

@@ -11,6 +11,7 @@ use udtrace_lang::types::{Type, TypeTable};
 use crate::agg::Aggregation;
 use crate::consumer::{Probe, Settings};
 use crate::context::Context;
+use crate::format::flow::{FlowIndent, FlowRecord};
 use crate::output::FormatCache;
 use crate::value::Value;
 
@@ -41,6 +42,21 @@ pub trait RecordFormat {
     /// firing's timestamp and process). Returns whether the record needs the column
     /// header printed before the first one (text's probe line).
     fn begin(&self, buf: &mut Vec<u8>, cpu: u32, probe: &Probe, ctx: &dyn Context, s: &Settings) -> bool;
+    /// Opens a record with `-F` on: text indents calls ([`crate::format::flow`]),
+    /// quiet or not; other formats open it as [`RecordFormat::begin`] does.
+    #[allow(clippy::too_many_arguments)]
+    fn begin_flow(
+        &self,
+        buf: &mut Vec<u8>,
+        probe: &Probe,
+        r: &FlowRecord,
+        flow: &mut FlowIndent,
+        ctx: &dyn Context,
+        s: &Settings,
+    ) -> bool {
+        let _ = flow;
+        self.begin(buf, r.cpu, probe, ctx, s)
+    }
     /// Closes the record.
     fn end(&self, buf: &mut Vec<u8>, s: &Settings);
     /// The column header before the first record with a probe line.

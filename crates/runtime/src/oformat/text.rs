@@ -10,6 +10,7 @@ use super::{Drop, RecordFormat, Symbolize};
 use crate::agg::Aggregation;
 use crate::consumer::{Probe, Settings};
 use crate::context::Context;
+use crate::format::flow::{self, FlowIndent, FlowRecord};
 use crate::output::{self, FormatCache};
 use crate::value::Value;
 
@@ -26,6 +27,21 @@ impl RecordFormat for Text {
         true
     }
 
+    #[allow(clippy::too_many_arguments)]
+    fn begin_flow(
+        &self,
+        buf: &mut Vec<u8>,
+        _probe: &Probe,
+        r: &FlowRecord,
+        flow: &mut FlowIndent,
+        _ctx: &dyn Context,
+        s: &Settings,
+    ) -> bool {
+        // chew() prints the indented prefix whether quiet or not.
+        flow.prefix(buf, r, s.testing);
+        true
+    }
+
     fn end(&self, buf: &mut Vec<u8>, s: &Settings) {
         if !s.quiet {
             buf.push(b'\n');
@@ -33,7 +49,11 @@ impl RecordFormat for Text {
     }
 
     fn header(&self, s: &Settings) -> &'static str {
-        output::header(s.testing)
+        match (s.flowindent, s.testing) {
+            (true, false) => flow::HEADER,
+            (true, true) => flow::TESTING_HEADER,
+            (false, testing) => output::header(testing),
+        }
     }
 
     fn inline_deferred(&self) -> bool {
