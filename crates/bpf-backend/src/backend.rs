@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use udtrace_bpf::btf::{Btf, BtfError};
 use udtrace_bpf::codegen::{
     errno_entry, exec_program, hold_program, uprobe_program_work, ErrnoSource, Filter, HoldSignals, ProbeMaps,
-    SiteWork, StashMaps,
+    SiteWork, StashMaps, HELD,
 };
 use udtrace_bpf::dif::{DifCode, DifMaps, DifSizes, Gets};
 use udtrace_bpf::insn::Insn;
@@ -140,11 +140,10 @@ enum ProcLink {
     Syscall(#[allow(dead_code)] TracepointLink),
 }
 
-/// The program on the dynamic loader's debug hook, the map of threads it signalled,
-/// and the loaders it is armed in (for every process).
+/// The program on the dynamic loader's debug hook (the threads it signalled are in the
+/// traced map, `HELD` set) and the loaders it is armed in (for every process).
 struct Hold {
     program: Program,
-    holds: udtrace_bpf::maps::HashMap<u32, u32>,
     links: HashMap<PathBuf, MultiLink>,
 }
 
@@ -167,7 +166,10 @@ struct ProcLinks {
 /// Closes links off the main thread. Removing a uprobe waits for an RCU grace period
 /// (50–100 ms here): closing the links of every exiting child in line would stall
 /// tracing. Links closed at once share grace periods, so each batch is closed by as
-/// many threads as it has links (up to a bound).
+/// many threads as it has links (up to a bound). The thread starts with the first
+/// links closed while tracing: most sessions close all theirs at the end only, where
+/// nothing is left to stall.
+#[derive(Default)]
 struct Closer {
     tx: Option<std::sync::mpsc::Sender<Vec<MultiLink>>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -180,9 +182,9 @@ const CLOSE_THREADS: usize = 32;
 const HANDOFF_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Closer {
-    fn new() -> Closer {
+    fn start(&mut self) {
         let (tx, rx) = std::sync::mpsc::channel::<Vec<MultiLink>>();
-        let thread = std::thread::Builder::new()
+        self.thread = std::thread::Builder::new()
             .name("udtrace-closer".into())
             .spawn(move || {
                 while let Ok(mut batch) = rx.recv() {
@@ -191,16 +193,27 @@ impl Closer {
                 }
             })
             .ok();
-        Closer { tx: Some(tx), thread }
+        self.tx = Some(tx);
     }
 
-    fn close(&self, links: Vec<MultiLink>) {
+    fn close(&mut self, links: Vec<MultiLink>) {
         if links.is_empty() {
             return;
+        }
+        if self.tx.is_none() {
+            self.start();
         }
         if let Some(tx) = &self.tx {
             // Without the thread (it could not start) the links close here.
             let _ = tx.send(links);
+        }
+    }
+
+    /// The session's last links: after those the thread started, or here.
+    fn close_last(&mut self, links: Vec<MultiLink>) {
+        match &self.tx {
+            Some(tx) => drop(tx.send(links)),
+            None => close_all(links),
         }
     }
 }
@@ -336,17 +349,16 @@ impl Bpf {
         // objects (lineage records).
         let unheld = !setup.unheld.is_empty();
         let hold = if follow || all.is_some() || unheld {
-            let holds = udtrace_bpf::maps::HashMap::create_growing("udtrace_holds", 65536).map_err(maps_err)?;
             let lineage = if unheld { Some(maps.ring().map_err(maps_err)?) } else { None };
             // Without the kernel's BTF the blocked mask is not known: SIGURG always.
             let blocked = kernel_btf().ok().and_then(|b| b.place("task_struct", "blocked").ok());
             let signals =
                 HoldSignals { signal: HOLD_SIGNAL, when_blocked: blocked.map(|p| (HOLD_SIGNAL_BLOCKED, p.offset)) };
-            let insns = hold_program(&maps.traced, &holds, signals, all.as_ref().map(|a| &a.events), lineage)
+            let insns = hold_program(&maps.traced, signals, all.as_ref().map(|a| &a.events), lineage)
                 .map_err(|e| format!("cannot generate the loader hook program: {e}"))?;
             let program = Program::load(ProgramKind::UprobeMulti, "udtrace_hold", &insns)
                 .map_err(|e| bpf_error("load the loader hook program", &e.to_string(), Some(e.os_error())))?;
-            Some(Hold { program, holds, links: HashMap::new() })
+            Some(Hold { program, links: HashMap::new() })
         } else {
             None
         };
@@ -388,7 +400,7 @@ impl Bpf {
             drops_seen: Vec::new(),
             changed: BTreeMap::new(),
             kept: HashMap::new(),
-            closer: Closer::new(),
+            closer: Closer::default(),
             profile: None,
         })
     }
@@ -775,7 +787,7 @@ impl Backend for Bpf {
     }
 
     fn take_hold(&self, tid: i32) -> bool {
-        self.hold.as_ref().is_some_and(|h| h.holds.remove(&(tid as u32)).unwrap_or(false))
+        self.hold.is_some() && self.maps.traced.remove(&(tid as u32 | HELD)).unwrap_or(false)
     }
 
     fn drop_hooks(&mut self) {
@@ -957,7 +969,7 @@ impl Drop for Bpf {
         if let Some(a) = &mut self.all {
             all.append(&mut a.links.links);
         }
-        self.closer.close(all);
+        self.closer.close_last(all);
     }
 }
 
