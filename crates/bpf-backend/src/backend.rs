@@ -49,6 +49,11 @@ pub struct Bpf {
     /// The program of sites that only record, loaded when first needed (as the
     /// in-process backend's fallback, only for a site it cannot patch).
     program: Option<Program>,
+    /// The same for per-process links where the kernel keeps them to their process
+    /// (`Filter::Link`; none on kernels before 6.13).
+    program_link: Option<Program>,
+    /// Whether per-process links' programs skip the traced map (`link_filters_process`).
+    link_filters: bool,
     /// What each probe's firings compute where they fire (docs/firing.md).
     work: ProbeWork,
     /// The maps of that work; none when the session has no such work.
@@ -58,7 +63,7 @@ pub struct Bpf {
     /// Programs for sites that run firing-time work or write no record, by what their
     /// sites do (for `pid*`, the program, whether it records) → index in
     /// `work_programs`: sites that do the same share one.
-    work_program_of: HashMap<(bool, udtrace_dif::Program, bool), usize>,
+    work_program_of: HashMap<(Filter, udtrace_dif::Program, bool), usize>,
     work_programs: Vec<Program>,
     /// The loader hook, when processes are followed or `pid*` probes enabled.
     hold: Option<Hold>,
@@ -227,6 +232,13 @@ impl Drop for Closer {
     }
 }
 
+/// The plain recording program for `filter` (`program`, or `program_link` for
+/// `Filter::Link`), loaded by [`Bpf::by_program`].
+fn plain<'a>(program: &'a Option<Program>, link: &'a Option<Program>, filter: Filter) -> Result<&'a Program, Error> {
+    let p = if filter == Filter::Link { link } else { program };
+    p.as_ref().ok_or_else(|| "the uprobe program is not loaded".into())
+}
+
 /// Closes links concurrently, so that their grace periods overlap.
 fn close_all(links: Vec<MultiLink>) {
     let n = links.len();
@@ -382,6 +394,9 @@ impl Bpf {
             probe_ops: setup.probe_ops.clone(),
             cookie_of: HashMap::new(),
             program,
+            program_link: None,
+            link_filters: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .is_ok_and(|r| udtrace_bpf::codegen::link_filters_process(&r)),
             work: setup.work.clone(),
             dif,
             rplan,
@@ -435,17 +450,16 @@ impl Bpf {
     /// The program of the site with `cookie` (`all`: of `pid*` probes), made when it is
     /// the first site doing what it does: an index in `work_programs`, or `None` for
     /// the plain recording program.
-    fn site_program(&mut self, cookie: u64, all: bool) -> Result<Option<usize>, Error> {
+    fn site_program(&mut self, cookie: u64, filter: Filter) -> Result<Option<usize>, Error> {
         let targets = self.cookies.get(cookie as usize).map_or(&[][..], |t| t.as_slice());
         let Work { program, record } = self.work.site(targets);
         if program.ops.is_empty() && record {
             return Ok(None);
         }
-        let key = (all, program, record);
+        let key = (filter, program, record);
         if let Some(&i) = self.work_program_of.get(&key) {
             return Ok(Some(i));
         }
-        let filter = if all { Filter::AllBut(std::process::id()) } else { Filter::Traced };
         if key.1.reads(udtrace_dif::Var::Comm0) || key.1.reads(udtrace_dif::Var::Comm1) {
             // `execname` is the process's name, its group leader's: where the kernel
             // keeps it, read from BTF once (without BTF, the firing thread's name).
@@ -482,16 +496,33 @@ impl Bpf {
     }
 
     /// `sites` by the program each needs ([`Bpf::site_program`]).
-    fn by_program(&mut self, sites: &[Site], all: bool) -> Result<BTreeMap<Option<usize>, Vec<Site>>, Error> {
+    fn by_program(&mut self, sites: &[Site], filter: Filter) -> Result<BTreeMap<Option<usize>, Vec<Site>>, Error> {
         let mut out: BTreeMap<Option<usize>, Vec<Site>> = BTreeMap::new();
         for s in sites {
-            out.entry(self.site_program(s.cookie, all)?).or_default().push(*s);
+            out.entry(self.site_program(s.cookie, filter)?).or_default().push(*s);
         }
-        if !all && out.contains_key(&None) && self.program.is_none() {
-            self.program = Some(load_uprobe_program(&self.rplan, &self.maps, Filter::Traced, "udtrace_pid")?);
+        if out.contains_key(&None) {
+            let (plain, name) = match filter {
+                Filter::Traced => (&mut self.program, "udtrace_pid"),
+                Filter::Link => (&mut self.program_link, "udtrace_pidlink"),
+                // The `pid*` program, loaded with the backend.
+                Filter::AllBut(_) => return self.ready().map(|()| out),
+            };
+            if plain.is_none() {
+                *plain = Some(load_uprobe_program(&self.rplan, &self.maps, filter, name)?);
+            }
         }
         self.ready()?;
         Ok(out)
+    }
+
+    /// The filter of the programs on `pid`'s own links (`pid` 0: every process's).
+    fn link_filter(&self, pid: u32) -> Filter {
+        if pid != 0 && self.link_filters {
+            Filter::Link
+        } else {
+            Filter::Traced
+        }
     }
 
     /// Makes the ring's reader once a program made the ring.
@@ -713,14 +744,15 @@ impl Backend for Bpf {
                 continue;
             }
             sites.sort_by_key(|s| s.offset);
-            let groups = self.by_program(&sites, false)?;
+            let owner = if per_process { pid as u32 } else { 0 };
+            let filter = self.link_filter(owner);
+            let groups = self.by_program(&sites, filter)?;
             let links = if per_process { self.procs.entry(pid).or_default() } else { &mut self.global };
             for (prog, group) in &groups {
                 let program = match prog {
                     Some(i) => &self.work_programs[*i],
-                    None => self.program.as_ref().ok_or("the uprobe program is not loaded")?,
+                    None => plain(&self.program, &self.program_link, filter)?,
                 };
-                let owner = if per_process { pid as u32 } else { 0 };
                 attach_file(program, &file, owner, group, &mut links.links, &mut self.refused)?;
             }
             links.sites.entry(file).or_default().extend(sites);
@@ -764,7 +796,7 @@ impl Backend for Bpf {
                 continue;
             }
             sites.sort_by_key(|s| s.offset);
-            let groups = self.by_program(&sites, true)?;
+            let groups = self.by_program(&sites, Filter::AllBut(std::process::id()))?;
             let Some(all) = &mut self.all else { return Ok(()) };
             for (prog, group) in &groups {
                 let program = prog.map_or(&all.program, |i| &self.work_programs[i]);
@@ -822,13 +854,14 @@ impl Backend for Bpf {
         }
         let Some(p) = self.procs.get(&parent) else { return Ok(()) };
         let sites = p.sites.clone();
+        let filter = self.link_filter(child as u32);
         for (file, list) in sites {
-            let groups = self.by_program(&list, false)?;
+            let groups = self.by_program(&list, filter)?;
             let links = self.procs.entry(child).or_default();
             for (prog, group) in &groups {
                 let program = match prog {
                     Some(i) => &self.work_programs[*i],
-                    None => self.program.as_ref().ok_or("the uprobe program is not loaded")?,
+                    None => plain(&self.program, &self.program_link, filter)?,
                 };
                 attach_file(program, &file, child as u32, group, &mut links.links, &mut self.refused)?;
             }
