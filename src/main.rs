@@ -74,9 +74,15 @@ fn main() {
     if let Some(what) = generate {
         std::process::exit(udtrace_session::generate(cli.request(), what));
     }
+    if cli.mode == cli::Mode::Exec && !cli.request.exit_after_compile {
+        // While udtrace has one thread: the undertaker a first patch needs, forked now
+        // rather than exec'd then.
+        udtrace_process::undertaker::start_early();
+    }
     let core = cli.options.core;
     udtrace_providers::kernel::set_source(udtrace_bpf_backend::kernel_reader);
     let status = udtrace_session::run(cli.request(), &load_backend);
+    udtrace_process::undertaker::end_early();
     if core {
         dump_core();
     }

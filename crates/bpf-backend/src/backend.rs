@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use udtrace_bpf::btf::{Btf, BtfError};
 use udtrace_bpf::codegen::{
     errno_entry, exec_program, hold_program, uprobe_program_work, ErrnoSource, Filter, HoldSignals, ProbeMaps,
-    SiteWork, StashMaps,
+    SiteWork, StashMaps, HELD,
 };
 use udtrace_bpf::dif::{DifCode, DifMaps, DifSizes, Gets};
 use udtrace_bpf::insn::Insn;
@@ -49,6 +49,11 @@ pub struct Bpf {
     /// The program of sites that only record, loaded when first needed (as the
     /// in-process backend's fallback, only for a site it cannot patch).
     program: Option<Program>,
+    /// The same for per-process links where the kernel keeps them to their process
+    /// (`Filter::Link`; none on kernels before 6.13).
+    program_link: Option<Program>,
+    /// Whether per-process links' programs skip the traced map (`link_filters_process`).
+    link_filters: bool,
     /// What each probe's firings compute where they fire (docs/firing.md).
     work: ProbeWork,
     /// The maps of that work; none when the session has no such work.
@@ -58,7 +63,7 @@ pub struct Bpf {
     /// Programs for sites that run firing-time work or write no record, by what their
     /// sites do (for `pid*`, the program, whether it records) → index in
     /// `work_programs`: sites that do the same share one.
-    work_program_of: HashMap<(bool, udtrace_dif::Program, bool), usize>,
+    work_program_of: HashMap<(Filter, udtrace_dif::Program, bool), usize>,
     work_programs: Vec<Program>,
     /// The loader hook, when processes are followed or `pid*` probes enabled.
     hold: Option<Hold>,
@@ -140,11 +145,10 @@ enum ProcLink {
     Syscall(#[allow(dead_code)] TracepointLink),
 }
 
-/// The program on the dynamic loader's debug hook, the map of threads it signalled,
-/// and the loaders it is armed in (for every process).
+/// The program on the dynamic loader's debug hook (the threads it signalled are in the
+/// traced map, `HELD` set) and the loaders it is armed in (for every process).
 struct Hold {
     program: Program,
-    holds: udtrace_bpf::maps::HashMap<u32, u32>,
     links: HashMap<PathBuf, MultiLink>,
 }
 
@@ -167,7 +171,10 @@ struct ProcLinks {
 /// Closes links off the main thread. Removing a uprobe waits for an RCU grace period
 /// (50–100 ms here): closing the links of every exiting child in line would stall
 /// tracing. Links closed at once share grace periods, so each batch is closed by as
-/// many threads as it has links (up to a bound).
+/// many threads as it has links (up to a bound). The thread starts with the first
+/// links closed while tracing: most sessions close all theirs at the end only, where
+/// nothing is left to stall.
+#[derive(Default)]
 struct Closer {
     tx: Option<std::sync::mpsc::Sender<Vec<MultiLink>>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -180,9 +187,9 @@ const CLOSE_THREADS: usize = 32;
 const HANDOFF_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Closer {
-    fn new() -> Closer {
+    fn start(&mut self) {
         let (tx, rx) = std::sync::mpsc::channel::<Vec<MultiLink>>();
-        let thread = std::thread::Builder::new()
+        self.thread = std::thread::Builder::new()
             .name("udtrace-closer".into())
             .spawn(move || {
                 while let Ok(mut batch) = rx.recv() {
@@ -191,16 +198,27 @@ impl Closer {
                 }
             })
             .ok();
-        Closer { tx: Some(tx), thread }
+        self.tx = Some(tx);
     }
 
-    fn close(&self, links: Vec<MultiLink>) {
+    fn close(&mut self, links: Vec<MultiLink>) {
         if links.is_empty() {
             return;
+        }
+        if self.tx.is_none() {
+            self.start();
         }
         if let Some(tx) = &self.tx {
             // Without the thread (it could not start) the links close here.
             let _ = tx.send(links);
+        }
+    }
+
+    /// The session's last links: after those the thread started, or here.
+    fn close_last(&mut self, links: Vec<MultiLink>) {
+        match &self.tx {
+            Some(tx) => drop(tx.send(links)),
+            None => close_all(links),
         }
     }
 }
@@ -212,6 +230,13 @@ impl Drop for Closer {
             let _ = t.join();
         }
     }
+}
+
+/// The plain recording program for `filter` (`program`, or `program_link` for
+/// `Filter::Link`), loaded by [`Bpf::by_program`].
+fn plain<'a>(program: &'a Option<Program>, link: &'a Option<Program>, filter: Filter) -> Result<&'a Program, Error> {
+    let p = if filter == Filter::Link { link } else { program };
+    p.as_ref().ok_or_else(|| "the uprobe program is not loaded".into())
 }
 
 /// Closes links concurrently, so that their grace periods overlap.
@@ -336,17 +361,16 @@ impl Bpf {
         // objects (lineage records).
         let unheld = !setup.unheld.is_empty();
         let hold = if follow || all.is_some() || unheld {
-            let holds = udtrace_bpf::maps::HashMap::create_growing("udtrace_holds", 65536).map_err(maps_err)?;
             let lineage = if unheld { Some(maps.ring().map_err(maps_err)?) } else { None };
             // Without the kernel's BTF the blocked mask is not known: SIGURG always.
             let blocked = kernel_btf().ok().and_then(|b| b.place("task_struct", "blocked").ok());
             let signals =
                 HoldSignals { signal: HOLD_SIGNAL, when_blocked: blocked.map(|p| (HOLD_SIGNAL_BLOCKED, p.offset)) };
-            let insns = hold_program(&maps.traced, &holds, signals, all.as_ref().map(|a| &a.events), lineage)
+            let insns = hold_program(&maps.traced, signals, all.as_ref().map(|a| &a.events), lineage)
                 .map_err(|e| format!("cannot generate the loader hook program: {e}"))?;
             let program = Program::load(ProgramKind::UprobeMulti, "udtrace_hold", &insns)
                 .map_err(|e| bpf_error("load the loader hook program", &e.to_string(), Some(e.os_error())))?;
-            Some(Hold { program, holds, links: HashMap::new() })
+            Some(Hold { program, links: HashMap::new() })
         } else {
             None
         };
@@ -370,6 +394,9 @@ impl Bpf {
             probe_ops: setup.probe_ops.clone(),
             cookie_of: HashMap::new(),
             program,
+            program_link: None,
+            link_filters: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .is_ok_and(|r| udtrace_bpf::codegen::link_filters_process(&r)),
             work: setup.work.clone(),
             dif,
             rplan,
@@ -388,7 +415,7 @@ impl Bpf {
             drops_seen: Vec::new(),
             changed: BTreeMap::new(),
             kept: HashMap::new(),
-            closer: Closer::new(),
+            closer: Closer::default(),
             profile: None,
         })
     }
@@ -423,17 +450,16 @@ impl Bpf {
     /// The program of the site with `cookie` (`all`: of `pid*` probes), made when it is
     /// the first site doing what it does: an index in `work_programs`, or `None` for
     /// the plain recording program.
-    fn site_program(&mut self, cookie: u64, all: bool) -> Result<Option<usize>, Error> {
+    fn site_program(&mut self, cookie: u64, filter: Filter) -> Result<Option<usize>, Error> {
         let targets = self.cookies.get(cookie as usize).map_or(&[][..], |t| t.as_slice());
         let Work { program, record } = self.work.site(targets);
         if program.ops.is_empty() && record {
             return Ok(None);
         }
-        let key = (all, program, record);
+        let key = (filter, program, record);
         if let Some(&i) = self.work_program_of.get(&key) {
             return Ok(Some(i));
         }
-        let filter = if all { Filter::AllBut(std::process::id()) } else { Filter::Traced };
         if key.1.reads(udtrace_dif::Var::Comm0) || key.1.reads(udtrace_dif::Var::Comm1) {
             // `execname` is the process's name, its group leader's: where the kernel
             // keeps it, read from BTF once (without BTF, the firing thread's name).
@@ -470,16 +496,33 @@ impl Bpf {
     }
 
     /// `sites` by the program each needs ([`Bpf::site_program`]).
-    fn by_program(&mut self, sites: &[Site], all: bool) -> Result<BTreeMap<Option<usize>, Vec<Site>>, Error> {
+    fn by_program(&mut self, sites: &[Site], filter: Filter) -> Result<BTreeMap<Option<usize>, Vec<Site>>, Error> {
         let mut out: BTreeMap<Option<usize>, Vec<Site>> = BTreeMap::new();
         for s in sites {
-            out.entry(self.site_program(s.cookie, all)?).or_default().push(*s);
+            out.entry(self.site_program(s.cookie, filter)?).or_default().push(*s);
         }
-        if !all && out.contains_key(&None) && self.program.is_none() {
-            self.program = Some(load_uprobe_program(&self.rplan, &self.maps, Filter::Traced, "udtrace_pid")?);
+        if out.contains_key(&None) {
+            let (plain, name) = match filter {
+                Filter::Traced => (&mut self.program, "udtrace_pid"),
+                Filter::Link => (&mut self.program_link, "udtrace_pidlink"),
+                // The `pid*` program, loaded with the backend.
+                Filter::AllBut(_) => return self.ready().map(|()| out),
+            };
+            if plain.is_none() {
+                *plain = Some(load_uprobe_program(&self.rplan, &self.maps, filter, name)?);
+            }
         }
         self.ready()?;
         Ok(out)
+    }
+
+    /// The filter of the programs on `pid`'s own links (`pid` 0: every process's).
+    fn link_filter(&self, pid: u32) -> Filter {
+        if pid != 0 && self.link_filters {
+            Filter::Link
+        } else {
+            Filter::Traced
+        }
     }
 
     /// Makes the ring's reader once a program made the ring.
@@ -701,14 +744,15 @@ impl Backend for Bpf {
                 continue;
             }
             sites.sort_by_key(|s| s.offset);
-            let groups = self.by_program(&sites, false)?;
+            let owner = if per_process { pid as u32 } else { 0 };
+            let filter = self.link_filter(owner);
+            let groups = self.by_program(&sites, filter)?;
             let links = if per_process { self.procs.entry(pid).or_default() } else { &mut self.global };
             for (prog, group) in &groups {
                 let program = match prog {
                     Some(i) => &self.work_programs[*i],
-                    None => self.program.as_ref().ok_or("the uprobe program is not loaded")?,
+                    None => plain(&self.program, &self.program_link, filter)?,
                 };
-                let owner = if per_process { pid as u32 } else { 0 };
                 attach_file(program, &file, owner, group, &mut links.links, &mut self.refused)?;
             }
             links.sites.entry(file).or_default().extend(sites);
@@ -752,7 +796,7 @@ impl Backend for Bpf {
                 continue;
             }
             sites.sort_by_key(|s| s.offset);
-            let groups = self.by_program(&sites, true)?;
+            let groups = self.by_program(&sites, Filter::AllBut(std::process::id()))?;
             let Some(all) = &mut self.all else { return Ok(()) };
             for (prog, group) in &groups {
                 let program = prog.map_or(&all.program, |i| &self.work_programs[i]);
@@ -775,7 +819,7 @@ impl Backend for Bpf {
     }
 
     fn take_hold(&self, tid: i32) -> bool {
-        self.hold.as_ref().is_some_and(|h| h.holds.remove(&(tid as u32)).unwrap_or(false))
+        self.hold.is_some() && self.maps.traced.remove(&(tid as u32 | HELD)).unwrap_or(false)
     }
 
     fn drop_hooks(&mut self) {
@@ -810,13 +854,14 @@ impl Backend for Bpf {
         }
         let Some(p) = self.procs.get(&parent) else { return Ok(()) };
         let sites = p.sites.clone();
+        let filter = self.link_filter(child as u32);
         for (file, list) in sites {
-            let groups = self.by_program(&list, false)?;
+            let groups = self.by_program(&list, filter)?;
             let links = self.procs.entry(child).or_default();
             for (prog, group) in &groups {
                 let program = match prog {
                     Some(i) => &self.work_programs[*i],
-                    None => self.program.as_ref().ok_or("the uprobe program is not loaded")?,
+                    None => plain(&self.program, &self.program_link, filter)?,
                 };
                 attach_file(program, &file, child as u32, group, &mut links.links, &mut self.refused)?;
             }
@@ -957,7 +1002,7 @@ impl Drop for Bpf {
         if let Some(a) = &mut self.all {
             all.append(&mut a.links.links);
         }
-        self.closer.close(all);
+        self.closer.close_last(all);
     }
 }
 

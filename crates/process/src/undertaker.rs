@@ -32,7 +32,7 @@ use std::fs::OpenOptions;
 use std::io::{self, BufRead, Write};
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::ptrace;
@@ -133,21 +133,97 @@ pub fn start_time(pid: i32) -> Option<u64> {
 
 /// udtrace's side: the pipe to its undertaker.
 pub struct Ledger {
-    child: Child,
-    pipe: Option<ChildStdin>,
+    child: Undertaker,
+    pipe: Option<Box<dyn Write + Send>>,
+}
+
+/// How the undertaker was started.
+enum Undertaker {
+    /// `/proc/self/exe` run again.
+    Spawned(Child),
+    /// udtrace forked before it started any thread ([`start_early`]).
+    Forked(i32),
+}
+
+/// The undertaker forked at udtrace's start, until the first patch asks for one.
+static EARLY: std::sync::Mutex<Option<Ledger>> = std::sync::Mutex::new(None);
+
+/// Forks the undertaker now, while udtrace has one thread, for [`Ledger::start`] to
+/// take: the copy of udtrace needs no exec (its binary loaded and linked again: ~1 ms
+/// of the 10 ms a short run costs udtrace). Where the fork is refused, the first patch
+/// runs `/proc/self/exe` as before. A session that never patches leaves it waiting; it
+/// goes, undoing nothing, when udtrace's end closes its pipe.
+pub fn start_early() {
+    let Ok((read, write)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else { return };
+    match udtrace_sys::process::fork_single_threaded() {
+        Ok(0) => {
+            drop(write);
+            std::process::exit(forked_life(read));
+        }
+        Ok(pid) => {
+            drop(read);
+            // Its own group as the spawned one's: set here too, so that no signal to
+            // udtrace's group reaches it before it has set it itself.
+            let _ = nix::unistd::setpgid(Pid::from_raw(pid), Pid::from_raw(pid));
+            let ledger = Ledger { child: Undertaker::Forked(pid), pipe: Some(Box::new(std::fs::File::from(write))) };
+            if let Ok(mut early) = EARLY.lock() {
+                *early = Some(ledger);
+            }
+        }
+        // Refused (a thread started already): the first patch spawns one.
+        Err(_) => {}
+    }
+}
+
+/// Lets the undertaker forked at start go if no patch took it: it is told udtrace
+/// stopped cleanly and reaped, leaving no process behind.
+pub fn end_early() {
+    if let Some(early) = EARLY.lock().ok().and_then(|mut e| e.take()) {
+        early.close();
+    }
+}
+
+/// The forked undertaker's life: the spawned one's (the pipe its stdin, its output
+/// nowhere, its own process group, not ended by the terminal's hang-up or interrupt).
+/// Its exit status.
+fn forked_life(read: std::os::fd::OwnedFd) -> i32 {
+    use std::os::fd::{AsRawFd, IntoRawFd};
+    let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
+    // udtrace's stdin is not held open by it (a pipe's writer would not see it close);
+    // the pipe may be descriptor 0 already, when udtrace started without a stdin.
+    let read = read.into_raw_fd();
+    if read != 0 {
+        if nix::unistd::dup2(read, 0).is_err() {
+            return 1;
+        }
+        let _ = nix::unistd::close(read);
+    }
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2(null.as_raw_fd(), 1);
+    }
+    let mut quiet = nix::sys::signal::SigSet::empty();
+    quiet.add(nix::sys::signal::Signal::SIGHUP);
+    quiet.add(nix::sys::signal::Signal::SIGINT);
+    let _ = quiet.thread_block();
+    serve(io::stdin().lock());
+    0
 }
 
 impl Ledger {
-    /// Starts the undertaker: `/proc/self/exe` with [`UNDERTAKER_ENV`] set.
+    /// Starts the undertaker: the one forked at udtrace's start ([`start_early`]), or
+    /// `/proc/self/exe` with [`UNDERTAKER_ENV`] set.
     pub fn start() -> io::Result<Ledger> {
+        if let Some(early) = EARLY.lock().ok().and_then(|mut e| e.take()) {
+            return Ok(early);
+        }
         let mut child = Command::new("/proc/self/exe")
             .env(UNDERTAKER_ENV, "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .process_group(0)
             .spawn()?;
-        let pipe = child.stdin.take();
-        Ok(Ledger { child, pipe })
+        let pipe = child.stdin.take().map(|p| Box::new(p) as Box<dyn Write + Send>);
+        Ok(Ledger { child: Undertaker::Spawned(child), pipe })
     }
 
     fn send(&mut self, line: &str) {
@@ -189,7 +265,10 @@ impl Ledger {
         self.send("C\n");
         self.pipe = None;
         // Reaped when it ends (soon, its pipe closed), so as not to leave a zombie.
-        let _ = self.child.wait();
+        match &mut self.child {
+            Undertaker::Spawned(c) => drop(c.wait()),
+            Undertaker::Forked(pid) => drop(waitpid(Some(Pid::from_raw(*pid)), WaitPidFlag::empty())),
+        }
     }
 }
 

@@ -113,6 +113,19 @@ pub fn spawn_seized(argv: &[String], options: libc::c_int) -> io::Result<i32> {
     Ok(pid)
 }
 
+/// `fork()`, refused while this process has more than one thread: the child is then a
+/// whole copy of it and may run any code (with other threads, a lock one of them held
+/// at the fork would stay held in the child for ever). 0 in the child, the child's pid
+/// in the parent.
+pub fn fork_single_threaded() -> io::Result<i32> {
+    if std::fs::read_dir("/proc/self/task")?.count() != 1 {
+        return Err(io::Error::other("udtrace already runs more than one thread"));
+    }
+    // SAFETY: one thread (only this one could start another, and it is here), so the
+    // child's copy holds no lock another thread took.
+    cvt(unsafe { libc::fork() })
+}
+
 /// `waitpid(pid, flags)` with the raw status: (pid, status), pid 0 when `WNOHANG`
 /// found nothing. nix decodes a status into its `Signal`, which has no real-time
 /// signals: a real-time signal's stop would be reaped and then lost as an error.
