@@ -319,10 +319,16 @@ fn destructive_flag() {
 }
 
 #[test]
-fn flowindent_flag_is_accepted() {
+fn flowindent_flag_prints_its_prefix_even_quiet() {
+    // dtrace's chew(): with flowindent the header and the record's indented prefix
+    // are printed whether quiet or not (tests/output.rs checks the nesting).
     let out = run_args(&["-qF", "-n", "BEGIN { printf(\"x\\n\"); exit(0); }"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
-    assert_eq!(out.stdout, "x\n\n");
+    let (header, record) = out.stdout.split_once('\n').unwrap_or_default();
+    assert_eq!(header, format!("{:>3} {:<41}", "CPU", "FUNCTION"), "{:?}", out.stdout);
+    let (cpu, rest) = record.split_at(4.min(record.len()));
+    assert!(cpu.trim().parse::<u32>().is_ok(), "{:?}", out.stdout);
+    assert_eq!(rest, format!("{:<41} x\n\n", "| :BEGIN"), "{:?}", out.stdout);
 }
 
 /// A pragma sets an option as -x does.
