@@ -234,6 +234,10 @@ pub struct Consumer {
     flow: crate::format::flow::FlowIndent,
     /// Drops in the output format, written at the next [`Consumer::flush_notices`].
     notices: Vec<u8>,
+    /// Per clause: its plan if it is a plain clause (`-x oformat=text` only), and the
+    /// buffer its records are made in ([`crate::plain`]).
+    plain: Vec<Option<crate::plain::PlainClause>>,
+    plain_buf: Vec<u8>,
 }
 
 /// A probe id's hash: the id times an odd constant (Fibonacci hashing), its high bits
@@ -281,6 +285,13 @@ impl Consumer {
         let formats = output::FormatCache::new(&prog);
         let scratch = Scratch::new(settings.scratch_room);
         let oformat = crate::oformat::for_settings(&settings);
+        let plain = match settings.json {
+            false => {
+                let of = |(c, &data)| crate::plain::PlainClause::of(c, data, &formats);
+                prog.clauses.iter().zip(&records_data).map(of).collect()
+            }
+            true => Vec::new(),
+        };
         Consumer {
             prog,
             settings,
@@ -306,7 +317,20 @@ impl Consumer {
             records_data,
             oformat,
             notices: Vec::new(),
+            plain,
+            plain_buf: Vec::new(),
         }
+    }
+
+    /// How many clauses run as plain clauses.
+    pub fn plain_clauses(&self) -> usize {
+        self.plain.iter().flatten().count()
+    }
+
+    /// Runs every clause the general way, plain ones too (for tests that compare the
+    /// two ways' output).
+    pub fn without_plain_clauses(&mut self) {
+        self.plain.clear();
     }
 
     /// The strings each clause at the firing reads there (`FiringPlan::string_reads`):
@@ -402,6 +426,21 @@ impl Consumer {
     /// Runs every clause enabled on `probe_id`, in program order.
     pub fn fire(&mut self, probe_id: u32, cpu: u32, ctx: &dyn Context, out: &mut dyn Output) -> io::Result<Effects> {
         let mut fx = Effects::default();
+        // The probe that fired last, its first clauses plain: they run here, and the
+        // general way takes over at the first that is not (or whose firing lacks a
+        // field). Nothing of the firing's state is reset for them: they read none,
+        // and the general way resets it before a clause that could.
+        let mut from = 0;
+        if !self.draining && !self.settings.flowindent {
+            if let Some((id, _)) = &self.last_probe {
+                if *id == probe_id {
+                    match self.plain_firing(cpu, ctx, out)? {
+                        None => return Ok(fx),
+                        Some(k) => from = k,
+                    }
+                }
+            }
+        }
         let ecbs = match &self.last_probe {
             Some((id, ecbs)) if *id == probe_id => Rc::clone(ecbs),
             _ => {
@@ -415,7 +454,7 @@ impl Consumer {
         self.vars.reset_clause_locals();
         // strtok()'s saved string lasts for one probe firing.
         self.strtok = None;
-        for ecb in ecbs.iter() {
+        for ecb in ecbs.iter().skip(from) {
             if !self.may_run(&ecb.probe) {
                 break;
             }
@@ -431,6 +470,33 @@ impl Consumer {
             self.write_errors(out, &fx.errors)?;
         }
         Ok(fx)
+    }
+
+    /// Runs the last probe's clauses from the first while they are plain; the index of
+    /// the first left to the general way, `None` when none is.
+    fn plain_firing(&mut self, cpu: u32, ctx: &dyn Context, out: &mut dyn Output) -> io::Result<Option<usize>> {
+        let Some((_, ecbs)) = &self.last_probe else { return Ok(Some(0)) };
+        for (k, ecb) in ecbs.iter().enumerate() {
+            let Some(Some(plan)) = self.plain.get(ecb.clause) else { return Ok(Some(k)) };
+            if self.at_firing.get(ecb.clause).copied().unwrap_or(false) {
+                return Ok(Some(k));
+            }
+            // As run_ecb_into: the record opened and ended by the format, the header
+            // considered at the first record.
+            let buf = &mut self.plain_buf;
+            buf.clear();
+            let prefixed = self.oformat.begin(buf, cpu, &ecb.probe, ctx, &self.settings);
+            if !plan.run(buf, ctx) {
+                return Ok(Some(k));
+            }
+            self.oformat.end(buf, &self.settings);
+            if !self.header_printed && prefixed {
+                out.write_all(self.oformat.header(&self.settings).as_bytes())?;
+            }
+            self.header_printed = true;
+            out.write_all(buf)?;
+        }
+        Ok(None)
     }
 
     /// Speculations committed or discarded in the firing that just ended are free for
