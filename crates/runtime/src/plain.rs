@@ -15,12 +15,14 @@ use udtrace_lang::ir::{Action, Builtin, Clause, ExprKind};
 use crate::context::Context;
 use crate::format::printf::PlainFormat;
 
-/// One clause's plan: its printf()s in order, each with the fields it formats (the
-/// builtin, and its type's size and signedness).
+/// One clause's plan: its printf()s in order, each with the fields it formats.
 #[derive(Debug)]
 pub(crate) struct PlainClause {
-    printfs: Vec<(PlainFormat, Vec<(Builtin, u8, bool)>)>,
+    printfs: Vec<(PlainFormat, Vec<Field>)>,
 }
+
+/// A field a printf() formats: the builtin, and its type's size and signedness.
+type Field = (Builtin, u8, bool);
 
 /// Builtins the consumer answers itself (the probe's identity, the clause's cached
 /// `timestamp`), or reads without `builtin_int`: not a plain field.
