@@ -424,8 +424,10 @@ impl Consumer {
     }
 
     /// Runs every clause enabled on `probe_id`, in program order.
+    // (Inlined into the drain loop, the general way in a function of its own: a plain
+    // firing does not set up the general way's large frame.)
+    #[inline]
     pub fn fire(&mut self, probe_id: u32, cpu: u32, ctx: &dyn Context, out: &mut dyn Output) -> io::Result<Effects> {
-        let mut fx = Effects::default();
         // The probe that fired last, its first clauses plain: they run here, and the
         // general way takes over at the first that is not (or whose firing lacks a
         // field). Nothing of the firing's state is reset for them: they read none,
@@ -435,12 +437,26 @@ impl Consumer {
             if let Some((id, _)) = &self.last_probe {
                 if *id == probe_id {
                     match self.plain_firing(cpu, ctx, out)? {
-                        None => return Ok(fx),
+                        None => return Ok(Effects::default()),
                         Some(k) => from = k,
                     }
                 }
             }
         }
+        self.fire_from(probe_id, from, cpu, ctx, out)
+    }
+
+    /// [`Consumer::fire`]'s general way, from the `from`th clause of the probe.
+    #[inline(never)]
+    fn fire_from(
+        &mut self,
+        probe_id: u32,
+        from: usize,
+        cpu: u32,
+        ctx: &dyn Context,
+        out: &mut dyn Output,
+    ) -> io::Result<Effects> {
+        let mut fx = Effects::default();
         let ecbs = match &self.last_probe {
             Some((id, ecbs)) if *id == probe_id => Rc::clone(ecbs),
             _ => {
