@@ -122,6 +122,16 @@ pub struct Effects {
     pub signals: Vec<(i32, i32)>,
 }
 
+impl Effects {
+    /// None again, the room kept.
+    fn clear(&mut self) {
+        self.exit = None;
+        self.errors.clear();
+        self.setopts.clear();
+        self.signals.clear();
+    }
+}
+
 /// Where records go (stdout or the `-o` file), with the actions that act on it,
 /// which take effect where they are in the output.
 pub trait Output: Write {
@@ -238,6 +248,10 @@ pub struct Consumer {
     /// buffer its records are made in ([`crate::plain`]).
     plain: Vec<Option<crate::plain::PlainClause>>,
     plain_buf: Vec<u8>,
+    /// The last general firing's effects, lent to the caller ([`Consumer::fire`]), and
+    /// none, a plain firing's (no `Effects` made and dropped per record).
+    effects: Effects,
+    no_effects: Effects,
 }
 
 /// A probe id's hash: the id times an odd constant (Fibonacci hashing), its high bits
@@ -319,6 +333,8 @@ impl Consumer {
             notices: Vec::new(),
             plain,
             plain_buf: Vec::new(),
+            effects: Effects::default(),
+            no_effects: Effects::default(),
         }
     }
 
@@ -423,11 +439,12 @@ impl Consumer {
         self.by_probe.contains_key(&probe_id)
     }
 
-    /// Runs every clause enabled on `probe_id`, in program order.
+    /// Runs every clause enabled on `probe_id`, in program order; what the session
+    /// must do after it is lent until the next call.
     // (Inlined into the drain loop, the general way in a function of its own: a plain
     // firing does not set up the general way's large frame.)
     #[inline]
-    pub fn fire(&mut self, probe_id: u32, cpu: u32, ctx: &dyn Context, out: &mut dyn Output) -> io::Result<Effects> {
+    pub fn fire(&mut self, probe_id: u32, cpu: u32, ctx: &dyn Context, out: &mut dyn Output) -> io::Result<&Effects> {
         // The probe that fired last, its first clauses plain: they run here, and the
         // general way takes over at the first that is not (or whose firing lacks a
         // field). Nothing of the firing's state is reset for them: they read none,
@@ -437,13 +454,17 @@ impl Consumer {
             if let Some((id, _)) = &self.last_probe {
                 if *id == probe_id {
                     match self.plain_firing(cpu, ctx, out)? {
-                        None => return Ok(Effects::default()),
+                        None => return Ok(&self.no_effects),
                         Some(k) => from = k,
                     }
                 }
             }
         }
-        self.fire_from(probe_id, from, cpu, ctx, out)
+        let mut fx = std::mem::take(&mut self.effects);
+        fx.clear();
+        let r = self.fire_from(probe_id, from, cpu, ctx, out, &mut fx);
+        self.effects = fx;
+        r.map(|()| &self.effects)
     }
 
     /// [`Consumer::fire`]'s general way, from the `from`th clause of the probe.
@@ -455,13 +476,13 @@ impl Consumer {
         cpu: u32,
         ctx: &dyn Context,
         out: &mut dyn Output,
-    ) -> io::Result<Effects> {
-        let mut fx = Effects::default();
+        fx: &mut Effects,
+    ) -> io::Result<()> {
         let ecbs = match &self.last_probe {
             Some((id, ecbs)) if *id == probe_id => Rc::clone(ecbs),
             _ => {
                 let Some(ecbs) = self.by_probe.get(&probe_id).cloned() else {
-                    return Ok(fx);
+                    return Ok(());
                 };
                 self.last_probe = Some((probe_id, Rc::clone(&ecbs)));
                 ecbs
@@ -477,15 +498,15 @@ impl Consumer {
             if self.at_firing.get(ecb.clause).copied().unwrap_or(false) && self.strings_read(ecb.clause, ctx) {
                 continue;
             }
-            if let Err((fault, action)) = self.run_ecb(ecb, cpu, ctx, out, &mut fx)? {
-                self.report_fault(ecb, fault, action, cpu, ctx, out, &mut fx)?;
+            if let Err((fault, action)) = self.run_ecb(ecb, cpu, ctx, out, fx)? {
+                self.report_fault(ecb, fault, action, cpu, ctx, out, fx)?;
             }
         }
         self.release_drained();
         if !fx.errors.is_empty() {
             self.write_errors(out, &fx.errors)?;
         }
-        Ok(fx)
+        Ok(())
     }
 
     /// Runs the last probe's clauses from the first while they are plain; the index of
