@@ -122,6 +122,16 @@ pub struct Effects {
     pub signals: Vec<(i32, i32)>,
 }
 
+impl Effects {
+    /// None again, the room kept.
+    fn clear(&mut self) {
+        self.exit = None;
+        self.errors.clear();
+        self.setopts.clear();
+        self.signals.clear();
+    }
+}
+
 /// Where records go (stdout or the `-o` file), with the actions that act on it,
 /// which take effect where they are in the output.
 pub trait Output: Write {
@@ -234,6 +244,14 @@ pub struct Consumer {
     flow: crate::format::flow::FlowIndent,
     /// Drops in the output format, written at the next [`Consumer::flush_notices`].
     notices: Vec<u8>,
+    /// Per clause: its plan if it is a plain clause (`-x oformat=text` only), and the
+    /// buffer its records are made in ([`crate::plain`]).
+    plain: Vec<Option<crate::plain::PlainClause>>,
+    plain_buf: Vec<u8>,
+    /// The last general firing's effects, lent to the caller ([`Consumer::fire`]), and
+    /// none, a plain firing's (no `Effects` made and dropped per record).
+    effects: Effects,
+    no_effects: Effects,
 }
 
 /// A probe id's hash: the id times an odd constant (Fibonacci hashing), its high bits
@@ -281,6 +299,13 @@ impl Consumer {
         let formats = output::FormatCache::new(&prog);
         let scratch = Scratch::new(settings.scratch_room);
         let oformat = crate::oformat::for_settings(&settings);
+        let plain = match settings.json {
+            false => {
+                let of = |(c, &data)| crate::plain::PlainClause::of(c, data, &formats);
+                prog.clauses.iter().zip(&records_data).map(of).collect()
+            }
+            true => Vec::new(),
+        };
         Consumer {
             prog,
             settings,
@@ -306,7 +331,22 @@ impl Consumer {
             records_data,
             oformat,
             notices: Vec::new(),
+            plain,
+            plain_buf: Vec::new(),
+            effects: Effects::default(),
+            no_effects: Effects::default(),
         }
+    }
+
+    /// How many clauses run as plain clauses.
+    pub fn plain_clauses(&self) -> usize {
+        self.plain.iter().flatten().count()
+    }
+
+    /// Runs every clause the general way, plain ones too (for tests that compare the
+    /// two ways' output).
+    pub fn without_plain_clauses(&mut self) {
+        self.plain.clear();
     }
 
     /// The strings each clause at the firing reads there (`FiringPlan::string_reads`):
@@ -399,14 +439,50 @@ impl Consumer {
         self.by_probe.contains_key(&probe_id)
     }
 
-    /// Runs every clause enabled on `probe_id`, in program order.
-    pub fn fire(&mut self, probe_id: u32, cpu: u32, ctx: &dyn Context, out: &mut dyn Output) -> io::Result<Effects> {
-        let mut fx = Effects::default();
+    /// Runs every clause enabled on `probe_id`, in program order; what the session
+    /// must do after it is lent until the next call.
+    // (Inlined into the drain loop, the general way in a function of its own: a plain
+    // firing does not set up the general way's large frame.)
+    #[inline]
+    pub fn fire(&mut self, probe_id: u32, cpu: u32, ctx: &dyn Context, out: &mut dyn Output) -> io::Result<&Effects> {
+        // The probe that fired last, its first clauses plain: they run here, and the
+        // general way takes over at the first that is not (or whose firing lacks a
+        // field). Nothing of the firing's state is reset for them: they read none,
+        // and the general way resets it before a clause that could.
+        let mut from = 0;
+        if !self.draining && !self.settings.flowindent {
+            if let Some((id, _)) = &self.last_probe {
+                if *id == probe_id {
+                    match self.plain_firing(cpu, ctx, out)? {
+                        None => return Ok(&self.no_effects),
+                        Some(k) => from = k,
+                    }
+                }
+            }
+        }
+        let mut fx = std::mem::take(&mut self.effects);
+        fx.clear();
+        let r = self.fire_from(probe_id, from, cpu, ctx, out, &mut fx);
+        self.effects = fx;
+        r.map(|()| &self.effects)
+    }
+
+    /// [`Consumer::fire`]'s general way, from the `from`th clause of the probe.
+    #[inline(never)]
+    fn fire_from(
+        &mut self,
+        probe_id: u32,
+        from: usize,
+        cpu: u32,
+        ctx: &dyn Context,
+        out: &mut dyn Output,
+        fx: &mut Effects,
+    ) -> io::Result<()> {
         let ecbs = match &self.last_probe {
             Some((id, ecbs)) if *id == probe_id => Rc::clone(ecbs),
             _ => {
                 let Some(ecbs) = self.by_probe.get(&probe_id).cloned() else {
-                    return Ok(fx);
+                    return Ok(());
                 };
                 self.last_probe = Some((probe_id, Rc::clone(&ecbs)));
                 ecbs
@@ -415,22 +491,49 @@ impl Consumer {
         self.vars.reset_clause_locals();
         // strtok()'s saved string lasts for one probe firing.
         self.strtok = None;
-        for ecb in ecbs.iter() {
+        for ecb in ecbs.iter().skip(from) {
             if !self.may_run(&ecb.probe) {
                 break;
             }
             if self.at_firing.get(ecb.clause).copied().unwrap_or(false) && self.strings_read(ecb.clause, ctx) {
                 continue;
             }
-            if let Err((fault, action)) = self.run_ecb(ecb, cpu, ctx, out, &mut fx)? {
-                self.report_fault(ecb, fault, action, cpu, ctx, out, &mut fx)?;
+            if let Err((fault, action)) = self.run_ecb(ecb, cpu, ctx, out, fx)? {
+                self.report_fault(ecb, fault, action, cpu, ctx, out, fx)?;
             }
         }
         self.release_drained();
         if !fx.errors.is_empty() {
             self.write_errors(out, &fx.errors)?;
         }
-        Ok(fx)
+        Ok(())
+    }
+
+    /// Runs the last probe's clauses from the first while they are plain; the index of
+    /// the first left to the general way, `None` when none is.
+    fn plain_firing(&mut self, cpu: u32, ctx: &dyn Context, out: &mut dyn Output) -> io::Result<Option<usize>> {
+        let Some((_, ecbs)) = &self.last_probe else { return Ok(Some(0)) };
+        for (k, ecb) in ecbs.iter().enumerate() {
+            let Some(Some(plan)) = self.plain.get(ecb.clause) else { return Ok(Some(k)) };
+            if self.at_firing.get(ecb.clause).copied().unwrap_or(false) {
+                return Ok(Some(k));
+            }
+            // As run_ecb_into: the record opened and ended by the format, the header
+            // considered at the first record.
+            let buf = &mut self.plain_buf;
+            buf.clear();
+            let prefixed = self.oformat.begin(buf, cpu, &ecb.probe, ctx, &self.settings);
+            if !plan.run(buf, ctx) {
+                return Ok(Some(k));
+            }
+            self.oformat.end(buf, &self.settings);
+            if !self.header_printed && prefixed {
+                out.write_all(self.oformat.header(&self.settings).as_bytes())?;
+            }
+            self.header_printed = true;
+            out.write_all(buf)?;
+        }
+        Ok(None)
     }
 
     /// Speculations committed or discarded in the firing that just ended are free for

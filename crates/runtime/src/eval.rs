@@ -219,7 +219,13 @@ pub(crate) fn builtin_value(ctx: &dyn Context, b: Builtin, ty: &Type, types: &Ty
 #[inline]
 pub(crate) fn int_of(ty: &Type, bits: u64) -> Value {
     let (size, signed) = ty.int_bits().unwrap_or((8, true));
-    Value::Int(Int { bits: udtrace_lang::types::IntType::wrap_as(size, signed, bits), size, signed })
+    Value::Int(int_sized(size, signed, bits))
+}
+
+/// `bits` as an integer of `size` bytes, `signed` or not ([`int_of`] of its type).
+#[inline]
+pub(crate) fn int_sized(size: u8, signed: bool, bits: u64) -> Int {
+    Int { bits: udtrace_lang::types::IntType::wrap_as(size, signed, bits), size, signed }
 }
 
 pub(crate) fn as_u64(v: &Value) -> u64 {

@@ -18,6 +18,7 @@ pub mod format;
 pub mod llquantize;
 pub mod oformat;
 pub mod output;
+mod plain;
 pub mod scratch;
 mod subr;
 pub mod timeline;

@@ -100,6 +100,11 @@ impl FormatCache {
         self.formats.get(i)
     }
 
+    /// `fmt` as a [`crate::format::printf::PlainFormat`], if it is one.
+    pub fn plain(&self, fmt: &str) -> Option<crate::format::printf::PlainFormat> {
+        self.get(fmt)?.plain()
+    }
+
     /// [`FormatCache::printf`] appended to `out` (nothing on a run-time error).
     pub fn printf_into(
         &self,

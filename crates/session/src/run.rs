@@ -661,7 +661,7 @@ fn trace(
         let ctx = SelfFiring::now(me, &c.program.types, clocks).with_target(procs, target);
         let fx = consumer.fire(id, cpu, &ctx, out)?;
         out.flush()?;
-        Ok(apply(&fx))
+        Ok(apply(fx))
     };
     for t in &targets.list {
         let objects = procfs::objects_of(t.pid).unwrap_or_default();
@@ -1068,7 +1068,7 @@ impl Drain<'_> {
             }
             for (id, name) in enabled_probes(&f, &self.proc_ids) {
                 let fx = consumer.fire(id, f.cpu, &ProcCtx::new(&f, name, self.types, self.clocks), out)?;
-                status = status.or(apply(&fx));
+                status = status.or(apply(fx));
             }
         }
         Ok(status)
@@ -1101,7 +1101,7 @@ impl Drain<'_> {
             }
             match consumer.fire(id, cpu, ctx, out) {
                 Ok(fx) => {
-                    if let (Some(s), Ok(r)) = (apply(&fx), result.as_mut()) {
+                    if let (Some(s), Ok(r)) = (apply(fx), result.as_mut()) {
                         r.get_or_insert(s);
                     }
                 }

@@ -573,11 +573,9 @@ pub fn format_into(
                 out.extend_from_slice(l);
                 continue;
             }
-            // What `format_value` prints for these with a default spec.
             Piece::Conv { conv: c, plain: true } => {
                 match next.next() {
-                    Some(Value::Int(i)) if i.signed && c.ch != b'u' => cfmt::decimal_into(out, signed(*i)),
-                    Some(Value::Int(i)) => cfmt::unsigned_into(out, unsigned(*i)),
+                    Some(Value::Int(i)) => plain_int_into(out, *i, c.ch),
                     Some(v) => return Err(mismatch(c, v)),
                     None => return Err(missing(c)),
                 }
@@ -636,6 +634,74 @@ pub fn format_into(
         format_value(out, c, &spec, v, ctx)?;
     }
     Ok(())
+}
+
+/// A bare `%d`, `%i` or `%u` (`ch`) of an integer: what `format_value` prints for it
+/// with a default spec.
+#[inline]
+fn plain_int_into(out: &mut Vec<u8>, i: Int, ch: u8) {
+    if i.signed && ch != b'u' {
+        cfmt::decimal_into(out, signed(i));
+    } else {
+        cfmt::unsigned_into(out, unsigned(i));
+    }
+}
+
+/// A format made only of literals and bare `%d`/`%i`/`%u` ([`Format::plain`]): what
+/// most printf() records are, formatted from integers without a `Value` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlainFormat {
+    /// Literal bytes, then the conversion character of the integer that follows
+    /// them (`None` after the last literal).
+    pieces: Vec<(Vec<u8>, Option<u8>)>,
+}
+
+impl Format {
+    /// This format as a [`PlainFormat`], if it is one (`%%` is a literal).
+    pub fn plain(&self) -> Option<PlainFormat> {
+        let mut pieces = Vec::new();
+        let mut lit = Vec::new();
+        for p in &self.pieces {
+            match p {
+                Piece::Lit(l) => lit.extend_from_slice(l),
+                Piece::Conv { conv, .. } if conv.ch == b'%' && !conv.agg => lit.push(b'%'),
+                Piece::Conv { conv, plain: true } => pieces.push((std::mem::take(&mut lit), Some(conv.ch))),
+                Piece::Conv { .. } => return None,
+            }
+        }
+        if !lit.is_empty() {
+            pieces.push((lit, None));
+        }
+        Some(PlainFormat { pieces })
+    }
+}
+
+impl PlainFormat {
+    /// How many integers it formats.
+    pub fn arg_count(&self) -> usize {
+        self.pieces.iter().filter(|(_, c)| c.is_some()).count()
+    }
+
+    /// Appends the format of the integers `next` gives, byte for byte what
+    /// [`format_into`] prints for them as `Value::Int`s; `false` where `next` gives
+    /// none (what was appended is left to the caller).
+    #[inline]
+    pub fn format_with(&self, out: &mut Vec<u8>, mut next: impl FnMut(usize) -> Option<Int>) -> bool {
+        let mut n = 0;
+        for (lit, conv) in &self.pieces {
+            match lit.len() {
+                0 => {}
+                1 => out.push(lit[0]),
+                _ => out.extend_from_slice(lit),
+            }
+            if let Some(ch) = conv {
+                let Some(i) = next(n) else { return false };
+                plain_int_into(out, i, *ch);
+                n += 1;
+            }
+        }
+        true
+    }
 }
 
 /// dt_print_stack's layout: a newline, then one line per frame, indented.
