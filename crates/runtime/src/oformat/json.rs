@@ -59,6 +59,18 @@ pub fn string(buf: &mut Vec<u8>, bytes: &[u8]) {
     buf.push(b'"');
 }
 
+/// A JSON array of `items`, each written by `each`.
+fn array<T>(buf: &mut Vec<u8>, items: impl IntoIterator<Item = T>, mut each: impl FnMut(&mut Vec<u8>, T)) {
+    buf.push(b'[');
+    for (i, x) in items.into_iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        each(buf, x);
+    }
+    buf.push(b']');
+}
+
 fn key(buf: &mut Vec<u8>, k: &str) {
     string(buf, k.as_bytes());
     buf.push(b':');
@@ -97,14 +109,8 @@ fn frame(buf: &mut Vec<u8>, f: &str) {
 fn frames(buf: &mut Vec<u8>, list: &str, frames: &[String]) {
     buf.push(b'{');
     key(buf, list);
-    buf.push(b'[');
-    for (i, f) in frames.iter().enumerate() {
-        if i > 0 {
-            buf.push(b',');
-        }
-        frame(buf, f);
-    }
-    buf.extend_from_slice(b"]}");
+    array(buf, frames, |buf, f| frame(buf, f));
+    buf.push(b'}');
 }
 
 /// A recorded value: an integer as a number (by its D type's signedness), a string as
@@ -138,22 +144,12 @@ fn aggregation(buf: &mut Vec<u8>, agg: &Aggregation, s: &Settings) {
     string(buf, agg.name.as_bytes());
     buf.push(b',');
     key(buf, "aggregation-data");
-    buf.push(b'[');
     let n = agg.normal;
-    for (i, (keys, st)) in sorted_entries(agg, &s.sort).into_iter().enumerate() {
-        if i > 0 {
-            buf.push(b',');
-        }
+    array(buf, sorted_entries(agg, &s.sort), |buf, (keys, st)| {
         buf.push(b'{');
         key(buf, "keys");
-        buf.push(b'[');
-        for (j, k) in keys.iter().enumerate() {
-            if j > 0 {
-                buf.push(b',');
-            }
-            value(buf, k, s.strsize);
-        }
-        buf.extend_from_slice(b"],");
+        array(buf, keys.iter(), |buf, k| value(buf, k, s.strsize));
+        buf.push(b',');
         match *st {
             AggState::Count(v) => scalar(buf, "count", ll_div_u64(v, n)),
             AggState::Sum(v) => scalar(buf, "sum", ll_div_u64(v, n)),
@@ -167,8 +163,7 @@ fn aggregation(buf: &mut Vec<u8>, agg: &Aggregation, s: &Settings) {
             _ => buckets(buf, st, n),
         }
         buf.push(b'}');
-    }
-    buf.push(b']');
+    });
 }
 
 fn scalar(buf: &mut Vec<u8>, name: &str, v: i64) {
@@ -178,15 +173,11 @@ fn scalar(buf: &mut Vec<u8>, name: &str, v: i64) {
 
 fn buckets(buf: &mut Vec<u8>, st: &AggState, normal: u64) {
     key(buf, "buckets");
-    buf.push(b'[');
-    for (i, (label, c)) in dist_rows(st).map(|d| d.rows).unwrap_or_default().iter().enumerate() {
-        if i > 0 {
-            buf.push(b',');
-        }
+    array(buf, dist_rows(st).map(|d| d.rows).unwrap_or_default(), |buf, (label, c)| {
         buf.push(b'{');
         // The number in the label: "-8", "< 0" (underflow), ">= 10" (overflow),
         // "abs() < 10" (llquantize's bucket around zero).
-        let number = label.rsplit(' ').next().unwrap_or(label);
+        let number = label.rsplit(' ').next().unwrap_or(&label);
         key(buf, "value");
         num(buf, number.parse::<i64>().unwrap_or(0));
         if number.len() != label.len() {
@@ -196,10 +187,9 @@ fn buckets(buf: &mut Vec<u8>, st: &AggState, normal: u64) {
         }
         buf.push(b',');
         key(buf, "count");
-        num(buf, ll_div_u64(*c, normal));
+        num(buf, ll_div_u64(c, normal));
         buf.push(b'}');
-    }
-    buf.push(b']');
+    });
 }
 
 fn int_builtin(ctx: &dyn Context, b: Builtin) -> Option<u64> {
@@ -268,14 +258,8 @@ impl RecordFormat for Json {
         string(buf, &text);
         buf.push(b',');
         key(buf, "args");
-        buf.push(b'[');
-        for (i, a) in args.iter().enumerate() {
-            if i > 0 {
-                buf.push(b',');
-            }
-            value(buf, a, s.strsize);
-        }
-        buf.extend_from_slice(b"]}");
+        array(buf, args, |buf, a| value(buf, a, s.strsize));
+        buf.push(b'}');
     }
 
     fn printa(
