@@ -21,7 +21,7 @@ pub struct Shape {
 
 impl Shape {
     /// `steps / factor`: the bins of a magnitude that would overlap the one below.
-    fn steps_factor(&self) -> u64 {
+    pub fn steps_factor(&self) -> u64 {
         u64::from(self.steps) / u64::from(self.factor.max(1))
     }
 
@@ -38,8 +38,8 @@ impl Shape {
         2 * self.bin0() + 1
     }
 
-    /// factor^n, saturating.
-    fn pow(&self, n: u32) -> u64 {
+    /// factor^n, saturating (the compiler's check keeps factor^(high + 1) in 64 bits).
+    pub fn pow(&self, n: u32) -> u64 {
         u64::from(self.factor).saturating_pow(n)
     }
 

@@ -20,34 +20,33 @@ pub struct Shape {
 }
 
 impl Shape {
-    fn steps_factor(&self) -> u64 {
-        u64::from(self.steps) / u64::from(self.factor.max(1))
+    /// The same parameters as the firing's table (`udtrace_dif::llquantize`), which
+    /// defines the bins: their number, the underflow bin and a value's bin are its.
+    fn bins(&self) -> udtrace_dif::llquantize::Shape {
+        udtrace_dif::llquantize::Shape { factor: self.factor, low: self.lmag, high: self.hmag, steps: self.steps }
     }
 
-    /// Bins per magnitude that values can reach.
-    fn per_magnitude(&self) -> usize {
-        (u64::from(self.steps) - self.steps_factor()) as usize
+    fn steps_factor(&self) -> u64 {
+        self.bins().steps_factor()
     }
 
     /// The underflow bin, in the middle of the table.
     pub fn bin0(&self) -> usize {
-        1 + (usize::from(self.hmag.saturating_sub(self.lmag)) + 1) * self.per_magnitude()
+        self.bins().bin0()
     }
 
     pub fn nbins(&self) -> usize {
-        2 * self.bin0() + 1
+        self.bins().nbins()
     }
 
-    /// factor^n, saturating (the parameter check keeps factor^(hmag+1) in 64 bits).
     fn pow(&self, n: u32) -> u64 {
-        u64::from(self.factor).saturating_pow(n)
+        self.bins().pow(n)
     }
 
     /// The bin of a value (dt_cg_agg_llquantize_bin): one definition, with the
-    /// firing's (`udtrace_dif::llquantize`).
+    /// firing's.
     pub fn bin(&self, value: i64) -> usize {
-        udtrace_dif::llquantize::Shape { factor: self.factor, low: self.lmag, high: self.hmag, steps: self.steps }
-            .bucket(value)
+        self.bins().bucket(value)
     }
 
     /// Each bin's label as dt_print_llquantize writes it (later labels of a bin win,
