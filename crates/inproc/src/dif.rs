@@ -388,19 +388,7 @@ impl Compiler<'_, '_> {
             a.create_label(),
             a.create_label(),
         );
-        a.xor(edi, edi)?;
-        a.set_label(&mut top)?;
-        a.lea(rax, qword_ptr(r8 + rdi))?;
-        a.and(rax, (place.entries - 1) as i32)?;
-        a.imul_3(rax, rax, place.entry_size as i32)?;
-        a.mov(rsi, self.w.base + place.table as u64)?;
-        a.add(rsi, rax)?;
-        a.mov(rax, qword_ptr(rsi))?;
-        a.cmp(rax, KEY_FREE as i32)?;
-        a.jne(taken)?;
-        a.mov(ecx, KEY_FILLING as u32)?;
-        a.lock().cmpxchg(qword_ptr(rsi), rcx)?;
-        a.jne(taken)?;
+        claim_entry(a, self.w.base + place.table as u64, (place.entries, place.entry_size), &mut top, taken)?;
         // Claimed: the id and the words, then published (stores stay in order).
         a.mov(qword_ptr(rsi + 8), r8)?;
         a.xor(edx, edx)?;
@@ -649,19 +637,7 @@ impl Compiler<'_, '_> {
             a.xor(r8, rax)?;
         }
         hash_finish(a)?;
-        a.xor(edi, edi)?;
-        a.set_label(&mut top)?;
-        a.lea(rax, qword_ptr(r8 + rdi))?;
-        a.and(rax, (entries - 1) as i32)?;
-        a.imul_3(rax, rax, entry_size as i32)?;
-        a.mov(rsi, self.w.base + table as u64)?;
-        a.add(rsi, rax)?;
-        a.mov(rax, qword_ptr(rsi))?;
-        a.cmp(rax, KEY_FREE as i32)?;
-        a.jne(taken)?;
-        a.mov(ecx, KEY_FILLING as u32)?;
-        a.lock().cmpxchg(qword_ptr(rsi), rcx)?;
-        a.jne(taken)?;
+        claim_entry(a, self.w.base + table as u64, (entries, entry_size), &mut top, taken)?;
         // Claimed: the key, the row's initial words, then published (x86 keeps stores
         // in order: a reader that sees READY sees the rest).
         for j in 0..nk {
@@ -872,6 +848,33 @@ pub fn save_status_flags(a: &mut CodeAssembler) -> Result<(), TrampolineError> {
 /// Puts back what [`save_status_flags`] left in rax: `add al, 0x7f` overflows exactly
 /// when al is 1 (OF), then `sahf` the rest.
 /// `layout::key_hash`'s finisher on r8 (clobbers rax, rcx).
+/// The open-addressed probe of a table at `table` for the hash in r8 (as
+/// `interp::keyed_entry` and `interp::string_entry` probe): edi counts the entries tried, from `top` (set here); rsi = the entry
+/// probed. A free entry is claimed (FILLING) and the code goes on below; one taken, or
+/// lost to another thread's claim, goes to `taken` with its status in rax.
+fn claim_entry(
+    a: &mut CodeAssembler,
+    table: u64,
+    (entries, entry_size): (usize, usize),
+    top: &mut CodeLabel,
+    taken: CodeLabel,
+) -> Result<(), TrampolineError> {
+    a.xor(edi, edi)?;
+    a.set_label(top)?;
+    a.lea(rax, qword_ptr(r8 + rdi))?;
+    a.and(rax, (entries - 1) as i32)?;
+    a.imul_3(rax, rax, entry_size as i32)?;
+    a.mov(rsi, table)?;
+    a.add(rsi, rax)?;
+    a.mov(rax, qword_ptr(rsi))?;
+    a.cmp(rax, KEY_FREE as i32)?;
+    a.jne(taken)?;
+    a.mov(ecx, KEY_FILLING as u32)?;
+    a.lock().cmpxchg(qword_ptr(rsi), rcx)?;
+    a.jne(taken)?;
+    Ok(())
+}
+
 fn hash_finish(a: &mut CodeAssembler) -> Result<(), TrampolineError> {
     for (shift, mul) in [(30, Some(HASH_FINISH[0])), (27, Some(HASH_FINISH[1])), (31, None)] {
         a.mov(rax, r8)?;
