@@ -171,13 +171,15 @@ impl PidProvider {
         (total, refusals)
     }
 
-    /// The file of pid probe `id` when Go's toolchain linked it and the probe reads a
-    /// function's arguments where they come in (not at a return, not USDT): `argN` there
-    /// are the C ABI's registers, which Go functions do not take their arguments in.
-    pub fn go_arguments_file(&self, id: u32) -> Option<&Path> {
-        let p = self.probes.iter().find(|p| p.probe.id == id)?;
-        let readable = matches!(p.kind, SiteKind::Entry | SiteKind::Offset(_));
-        (readable && self.objects.get(&p.file)?.info.go).then_some(p.file.as_path())
+    /// Of the pid probes `ids`, those in a file Go's toolchain linked where a function's
+    /// arguments come in (entry or offset, not a return or USDT): `argN` there are the C
+    /// ABI's registers, which Go functions do not take their arguments in.
+    pub fn go_argument_probes<'a>(&'a self, ids: &'a HashSet<u32>) -> impl Iterator<Item = &'a Probe> + 'a {
+        self.probes
+            .iter()
+            .filter(|p| ids.contains(&p.probe.id) && matches!(p.kind, SiteKind::Entry | SiteKind::Offset(_)))
+            .filter(|p| self.objects.get(&p.file).is_some_and(|o| o.info.go))
+            .map(|p| &*p.probe)
     }
 
     /// The objects loaded while matching, by the path udtrace opened them with.
