@@ -78,18 +78,12 @@ fn name_of(ctx: &dyn Context) -> String {
     }
 }
 
-/// A JSON string: quoted, with `"`, `\` and control characters escaped.
+/// A JSON string, escaped as `-x oformat=json` escapes its strings.
 fn json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    let mut quoted = Vec::with_capacity(s.len() + 2);
+    crate::oformat::json::string(&mut quoted, s.as_bytes());
+    // Escapes are ASCII and the rest is `s`'s own UTF-8.
+    out.push_str(&String::from_utf8_lossy(&quoted));
 }
 
 /// Nanoseconds as the format's microseconds, exactly (three decimals).
