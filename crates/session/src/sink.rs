@@ -83,16 +83,21 @@ impl Sink {
                 Queued::Truncate => self.truncate()?,
                 Queued::Command(c) => {
                     self.current().flush()?;
-                    let stdout = match (&self.reopened, self.on_stdout) {
-                        (Some(f), true) => Some(f.get_ref().try_clone()?),
-                        _ => None,
-                    };
-                    return Ok(Some((c, stdout)));
+                    return Ok(Some((c, self.commands_stdout()?)));
                 }
             }
         }
         self.current().flush()?;
         Ok(None)
+    }
+
+    /// Where a command's output goes: the file freopen() made stdout (`None`: udtrace's
+    /// own stdout, inherited).
+    fn commands_stdout(&self) -> io::Result<Option<File>> {
+        match (&self.reopened, self.on_stdout) {
+            (Some(f), true) => f.get_ref().try_clone().map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// The command [`Sink::next_command`] gave runs as process `pid`.
@@ -169,10 +174,7 @@ impl Output for Sink {
             self.push(Queued::Command(command.to_string()));
             return Ok(());
         }
-        let stdout = match (&self.reopened, self.on_stdout) {
-            (Some(f), true) => Stdio::from(f.get_ref().try_clone()?),
-            _ => Stdio::inherit(),
-        };
+        let stdout = self.commands_stdout()?.map_or_else(Stdio::inherit, Stdio::from);
         // As system(3): the shell's own failures are its business, not udtrace's.
         if let Err(e) = Command::new("/bin/sh").arg("-c").arg(command).stdin(Stdio::inherit()).stdout(stdout).status() {
             note!("failed to run \"{command}\": {}", io_reason(&e));
