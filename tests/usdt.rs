@@ -455,6 +455,57 @@ fn a_new_image_is_held_until_its_probes_are_armed() {
     }
 }
 
+/// `provider*` and `pid*` probes of an image udtrace has never seen, exec'd by processes
+/// udtrace did not start (a shell the test runs beside it starts 20 at once, each firing
+/// N times and ending within a millisecond): the exec gate holds each exec of the new
+/// image inside execve until udtrace has seized it, so every firing counts and the
+/// program's output is an untraced run's, and `execname` is the new image's though each
+/// ended before udtrace read its firings. Before the gate, such a process was seized
+/// only once udtrace read of its exec: 7 to 91 of 140 counted (and `execname` was
+/// empty for most).
+#[test]
+fn a_new_image_exec_d_outside_udtrace_is_held_until_armed() {
+    use std::io::BufRead;
+    let _alone = every_process_lock();
+    let (n, children) = (7, 20);
+    let dir = util::TempDir::new("usdt-gate");
+    let exe = dir.path().join("usdt-gate");
+    util::copy_fixture("usdt", &exe);
+    let launch = dir.write("launch", &format!("for i in $(seq {children}); do {} {n} & done; wait\n", exe.display()));
+    let (plain, code) = untraced(&["/bin/sh", &launch.display().to_string()]);
+    assert_eq!(code, Some(0));
+    // Not run yet: a fresh file, no process maps it.
+    let dir = util::TempDir::new("usdt-gate-fresh");
+    let exe = dir.path().join("usdt-gate");
+    util::copy_fixture("usdt", &exe);
+    let launch = dir.write("launch", &format!("for i in $(seq {children}); do {} {n} & done; wait\n", exe.display()));
+    let script = "fixture*:usdt-gate::string { @s = count(); } \
+                  pid*:usdt-gate:fire:entry { @f = count(); @n[execname] = count(); } \
+                  END { printa(\"name %s %@d\\n\", @n); } BEGIN { printf(\"ready\\n\"); } \
+                  END { printa(\"string %@d\\n\", @s); printa(\"fire %@d\\n\", @f); }";
+    let mut u = util::Guard::spawn(&mut util::udtrace_cmd(&["-Z", "-q", "-n", script]));
+    util::kill_after_deadline(u.child().id());
+    let mut lines = std::io::BufReader::new(u.child().stdout.take().expect("stdout")).lines();
+    let first = lines.next().and_then(Result::ok);
+    if first.as_deref() != Some("ready") {
+        let out = u.take().wait_with_output().expect("udtrace finishes");
+        let Some(()) = util::bpf_gate(&out) else { return };
+        panic!("udtrace did not start: {first:?} {}", util::stderr(&out));
+    }
+    let ran = std::process::Command::new("/bin/sh").arg(&launch).output().expect("launch");
+    assert_eq!(ran.status.code(), Some(0));
+    assert_eq!(sorted(&String::from_utf8_lossy(&ran.stdout)), sorted(&plain));
+    let _ = std::process::Command::new("kill").args(["-INT", &u.child().id().to_string()]).status();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let out = u.take().wait_with_output().expect("udtrace finishes");
+    let text = rest.join("\n") + "\n";
+    let fired = n * children;
+    assert!(text.contains(&format!("string {fired}\n")), "{text}{}", util::stderr(&out));
+    assert!(text.contains(&format!("fire {fired}\n")), "{text}{}", util::stderr(&out));
+    // Each ended before udtrace read its firings: its name is the one its exec gave it.
+    assert!(text.contains(&format!("name usdt-gate {fired}\n")), "{text}{}", util::stderr(&out));
+}
+
 /// A library a `-c` process dlopens and calls at once (`usdt N dlopen`, a fresh copy
 /// of the fixture and its library): the process is held at its loader until the
 /// library's `provider*` and `pid*` probes are armed, so each of its N firings counts

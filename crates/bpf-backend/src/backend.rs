@@ -94,6 +94,10 @@ pub struct Bpf {
     proc: HashMap<Hook, ProcHook>,
     /// Drops per CPU already reported.
     drops_seen: Vec<u64>,
+    /// The names of the processes the last exec notices told of (see `exec_names`).
+    exec_names: Vec<(i32, String)>,
+    /// The processes the `pid*` events told of, not yet asked for (`exec_notices`).
+    notified: Vec<i32>,
     /// Traced processes udtrace does not hold (another tracer does): marked
     /// `KERNEL_FOLLOWED` in the traced map, which the kernel extends to their children.
     unheld: HashSet<i32>,
@@ -313,6 +317,25 @@ fn errno_source() -> Option<ErrnoSource> {
 }
 
 impl Bpf {
+    /// Reads the `pid*` events ring: the processes told of wait in `notified`, the
+    /// names execs gave them in `exec_names`.
+    fn read_notices(&mut self) {
+        let Some(a) = &mut self.all else { return };
+        let (pids, names) = (&mut self.notified, &mut self.exec_names);
+        a.notices.consume(|b| {
+            if let Some(p) = b.get(..4) {
+                let pid = i32::from_ne_bytes([p[0], p[1], p[2], p[3]]);
+                if !pids.contains(&pid) {
+                    pids.push(pid);
+                }
+                if let Some(comm) = b.get(8..udtrace_bpf::codegen::EXEC_NOTICE_SIZE) {
+                    let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+                    names.push((pid, String::from_utf8_lossy(&comm[..end]).into_owned()));
+                }
+            }
+        });
+    }
+
     /// Creates the maps and loads the programs; nothing is armed yet. `follow` adds the
     /// loader hook program; `all` the program for `pid*` probes and the exec notices.
     pub fn load(setup: &Setup) -> Result<Bpf, Error> {
@@ -413,6 +436,8 @@ impl Bpf {
             buffer_args: setup.buffer_args(),
             proc: HashMap::new(),
             drops_seen: Vec::new(),
+            exec_names: Vec::new(),
+            notified: Vec::new(),
             changed: BTreeMap::new(),
             kept: HashMap::new(),
             closer: Closer::default(),
@@ -952,17 +977,13 @@ impl Backend for Bpf {
     }
 
     fn exec_notices(&mut self) -> Vec<i32> {
-        let mut pids: Vec<i32> = Vec::new();
-        let Some(a) = &mut self.all else { return pids };
-        a.notices.consume(|b| {
-            if let Some(p) = b.get(..4) {
-                let pid = i32::from_ne_bytes([p[0], p[1], p[2], p[3]]);
-                if !pids.contains(&pid) {
-                    pids.push(pid);
-                }
-            }
-        });
-        pids
+        self.read_notices();
+        std::mem::take(&mut self.notified)
+    }
+
+    fn exec_names(&mut self) -> Vec<(i32, String)> {
+        self.read_notices();
+        std::mem::take(&mut self.exec_names)
     }
 
     fn firing_snapshot(&mut self) -> udtrace_dif::snapshot::Snapshot {

@@ -241,17 +241,30 @@ fn emit_pid_event(a: &mut Asm, ring: &RingBuf, slot: i16) {
 }
 
 /// The program on `sched:sched_process_exec`: the id of every process that has just
-/// exec'd goes to `events`, to have its new image matched against `pid*` descriptions.
+/// exec'd goes to `events`, to have its new image matched against `pid*` descriptions,
+/// with its new name ([`EXEC_NOTICE_SIZE`] bytes: id, 0, comm), which `execname` needs
+/// once a short-lived process is gone.
 pub fn exec_program(events: &RingBuf) -> Result<Vec<Insn>, CodegenError> {
     let mut a = Asm::new();
+    a.read_to_stack(helper::GET_CURRENT_COMM, -16, 16);
     a.call(helper::GET_CURRENT_PID_TGID);
     a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
-    a.push(stx(Size::W, Reg::R10, -8, Reg::R0));
-    emit_pid_event(&mut a, events, -8);
+    a.push(stx(Size::W, Reg::R10, -24, Reg::R0));
+    a.push(st(Size::W, Reg::R10, -20, 0));
+    a.push_wide(ld_map_fd(Reg::R1, events.raw_fd()));
+    a.push(mov64_reg(Reg::R2, Reg::R10));
+    a.push(alu64_imm(AluOp::Add, Reg::R2, -24));
+    a.push(mov64_imm(Reg::R3, EXEC_NOTICE_SIZE as i32));
+    a.push(mov64_imm(Reg::R4, 0));
+    a.call(helper::RINGBUF_OUTPUT);
     a.push(mov64_imm(Reg::R0, 0));
     a.exit();
     Ok(a.finish()?)
 }
+
+/// An exec's notice: the process id, a zero word and the new `comm` (16 bytes); the
+/// loader hook's notices are the first 8 bytes alone.
+pub const EXEC_NOTICE_SIZE: usize = 24;
 
 /// The generated uprobe program for `plan` (R6 = ctx, R7 = pid_tgid, R8 = record).
 /// bpf_ringbuf_query's flag for the bytes not yet consumed.

@@ -1124,6 +1124,10 @@ impl Backend for InProcess {
         self.fallback.as_mut().map(|f| f.exec_notices()).unwrap_or_default()
     }
 
+    fn exec_names(&mut self) -> Vec<(i32, String)> {
+        self.fallback.as_mut().map(|f| f.exec_names()).unwrap_or_default()
+    }
+
     fn new_drops(&mut self) -> Vec<(usize, u64)> {
         // Once a second: the buffers' entries of threads that ended are freed.
         self.buffers.retire(None);

@@ -679,6 +679,50 @@ impl Brief {
         b.held.then_some(b)
     }
 
+    /// Seizes thread `tid` while the exec gate holds it inside its execve (see
+    /// `crate::gate`), and asks it to stop once back in user space: after the exec's
+    /// own stop when the exec succeeds, at once when it fails. [`Brief::wait_exec`]
+    /// waits for either, once the gate has let it go.
+    pub fn seize_exec(tid: i32) -> Option<Brief> {
+        let p = Pid::from_raw(tid);
+        ptrace::seize(p, Options::PTRACE_O_TRACESYSGOOD | Options::PTRACE_O_TRACEEXEC).ok()?;
+        let _ = ptrace::interrupt(p);
+        Some(Brief { pid: p, held: true })
+    }
+
+    /// Waits up to `limit` for the exec stop of a thread [`Brief::seize_exec`] took,
+    /// delivering the signals it gets meanwhile: true when it is held there (its new
+    /// image mapped, none of its code run; the interrupt stop comes when it goes on).
+    /// False if it exited, or if the exec failed or was late: then it is stopped, to be
+    /// let go.
+    pub fn wait_exec(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            match waitpid(Some(self.pid), WaitPidFlag::__WALL | WaitPidFlag::WNOHANG) {
+                Ok(Wait::Status(WaitStatus::PtraceEvent(_, _, ev))) if ev == libc::PTRACE_EVENT_EXEC => return true,
+                // Back in user space without an exec (it failed), or a job-control stop.
+                Ok(Wait::Status(WaitStatus::PtraceEvent(_, _, ev))) if ev == libc::PTRACE_EVENT_STOP => return false,
+                Ok(Wait::Status(WaitStatus::PtraceEvent(..) | WaitStatus::PtraceSyscall(..))) => {
+                    let _ = ptrace::cont(self.pid, None);
+                }
+                Ok(w @ (Wait::Status(WaitStatus::Stopped(..)) | Wait::RealTime(..))) => {
+                    wait::cont(self.pid.as_raw(), w.delivery_signal().unwrap_or(0));
+                }
+                Ok(Wait::Status(WaitStatus::Exited(..) | WaitStatus::Signaled(..))) | Err(_) => {
+                    self.held = false;
+                    return false;
+                }
+                Ok(_) => {}
+            }
+            if Instant::now() >= deadline {
+                let _ = ptrace::interrupt(self.pid);
+                self.held = self.wait_stop(Duration::from_secs(1)).is_some();
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
     /// Waits for the next stop: `Some(sig)` for a signal-delivery stop (the signal is
     /// taken away), `Some(None)` for any other stop; `None` if it exited or the time
     /// passed.

@@ -1,6 +1,7 @@
 //! Live processes: what a process has mapped (`/proc`), starting and grabbing `-c`/`-p`
 //! processes (and the descendants a `-p` process has when it is grabbed), and following process trees with ptrace (fork, vfork, exec, the holds
-//! that keep a new process still until its probes are armed), and running system calls
+//! that keep a new process still until its probes are armed), holding any process's exec
+//! of a new image until udtrace has seized it (`gate`), and running system calls
 //! inside a stopped process to map shared memory near its code (`inject`).
 //!
 //! Facts about the objects a process maps come from `udtrace-object`; this crate never
@@ -12,6 +13,7 @@
 pub mod control;
 pub mod descendants;
 pub mod follow;
+pub mod gate;
 pub mod handoff;
 pub mod inject;
 pub mod procfs;

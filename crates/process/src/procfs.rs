@@ -227,6 +227,38 @@ pub fn read_memory(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// What a process that has ended held at `addr` (up to `len` bytes, not past its
+/// mapping), read from the file `objects` say was mapped there: for a firing whose
+/// string the kernel could not read at the firing (the page was not resident, which
+/// BPF cannot fault in) and whose process is gone before the consumer could read it. A
+/// page that was not resident was never written, so it held the file's bytes: always
+/// for a read-only mapping, and for a private writable one unless swap is on (a
+/// written page swapped out is not resident either; then None). None too when the
+/// file at that path is no longer the one mapped (another inode).
+pub fn read_file_backed(objects: &[LoadedObject], addr: u64, len: usize) -> Option<Vec<u8>> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let (obj, m) = objects
+        .iter()
+        .filter(|o| !o.deleted && !o.is_vdso)
+        .find_map(|o| o.mappings.iter().find(|m| m.read && (m.start..m.end).contains(&addr)).map(|m| (o, m)))?;
+    if m.write && swap_on() {
+        return None;
+    }
+    let file = std::fs::File::open(&obj.path).ok()?;
+    if file.metadata().ok()?.ino() != m.inode {
+        return None;
+    }
+    let mut buf = vec![0u8; len.min((m.end - addr) as usize)];
+    let n = file.read_at(&mut buf, m.offset + (addr - m.start)).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+/// Whether any swap space is in use (`/proc/swaps` lists more than its header).
+fn swap_on() -> bool {
+    std::fs::read_to_string("/proc/swaps").map_or(true, |s| s.lines().count() > 1)
+}
+
 /// The auxiliary vector: (type, value) pairs.
 pub fn auxv(pid: i32) -> io::Result<Vec<(u64, u64)>> {
     Ok(parse_auxv(&std::fs::read(format!("/proc/{pid}/auxv"))?))
@@ -499,5 +531,41 @@ mod tests {
         };
         let obj = LoadedObject { path: "/x".into(), is_main: false, is_vdso: false, deleted: false, mappings: vec![m] };
         assert_eq!(obj.bias(&info), Some(0x7f00_0000_0000 - 0x2000));
+    }
+
+    #[test]
+    fn an_ended_process_s_untouched_bytes_are_read_from_its_file() {
+        use std::os::unix::fs::MetadataExt;
+        let path = std::env::temp_dir().join(format!("udtrace-filebacked-{}", std::process::id()));
+        let mut bytes = vec![b'x'; 8192];
+        bytes[4096 + 16..4096 + 22].copy_from_slice(b"hello\0");
+        std::fs::write(&path, &bytes).unwrap();
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        let m = Mapping {
+            start: 0x10000,
+            end: 0x11000,
+            read: true,
+            write: false,
+            exec: false,
+            offset: 4096,
+            inode,
+            path: Some(path.display().to_string()),
+        };
+        let obj = LoadedObject {
+            path: path.display().to_string(),
+            is_main: true,
+            is_vdso: false,
+            deleted: false,
+            mappings: vec![m.clone()],
+        };
+        let objects = vec![obj.clone()];
+        assert_eq!(read_file_backed(&objects, 0x10010, 6).as_deref(), Some(&b"hello\0"[..]));
+        // Not past its mapping, nor outside any.
+        assert_eq!(read_file_backed(&objects, 0x10ffe, 16).map(|b| b.len()), Some(2));
+        assert_eq!(read_file_backed(&objects, 0x11000, 4), None);
+        // Another file at the path now: not what was mapped.
+        let other = LoadedObject { mappings: vec![Mapping { inode: inode + 1, ..m }], ..obj };
+        assert_eq!(read_file_backed(&[other], 0x10010, 6), None);
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -436,6 +436,12 @@ pub trait Backend {
     /// For `pid*` probes: processes that exec'd or loaded objects since the last call.
     fn exec_notices(&mut self) -> Vec<i32>;
 
+    /// The names processes took at the execs [`Backend::exec_notices`] last told of, in
+    /// order: `execname` for a process that ended before udtrace looked at it.
+    fn exec_names(&mut self) -> Vec<(i32, String)> {
+        Vec::new()
+    }
+
     /// Firings lost since the last call, per CPU: (cpu, count).
     fn new_drops(&mut self) -> Vec<(usize, u64)>;
 

@@ -116,6 +116,24 @@ impl Procs {
         self.info(pid).execname.clone()
     }
 
+    /// Process `pid` exec'd and took the name `name` (the kernel's notice, read before
+    /// the firings recorded meanwhile are consumed): its `execname` from then on, also
+    /// once it has ended and /proc no longer knows it.
+    pub fn exec_named(&mut self, pid: u32, name: String) {
+        self.info(pid).execname = name;
+    }
+
+    /// What ended process `pid` held at `addr`, from the files it had mapped (see
+    /// `procfs::read_file_backed`); None for a process that still runs (its memory is
+    /// read instead) or unknown here.
+    pub fn read_ended(&self, pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let mapped = self.procs.get(&pid)?.mapped.as_ref()?;
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return None;
+        }
+        procfs::read_file_backed(mapped, addr, len)
+    }
+
     /// Reads (again) what udtrace needs of a live process, its name and ids, and keeps
     /// `mapped`, the objects it has mapped now. Called while it is held, so that firings
     /// consumed after it exits are right.
@@ -589,7 +607,9 @@ impl Context for FiringCtx<'_> {
         if let Some(b) = self.captured_buffer(addr, len) {
             return b;
         }
-        let data = procfs::read_memory(self.f.pid as i32, addr, len).ok()?;
+        let data = procfs::read_memory(self.f.pid as i32, addr, len)
+            .ok()
+            .or_else(|| self.procs.borrow().read_ended(self.f.pid, addr, len))?;
         (data.len() == len).then_some(data)
     }
 
@@ -608,7 +628,9 @@ impl Context for FiringCtx<'_> {
         let mut at = addr;
         while out.len() + 1 < max {
             let want = (max - 1 - out.len()).min(256);
-            let chunk = procfs::read_memory(self.f.pid as i32, at, want).ok()?;
+            let chunk = procfs::read_memory(self.f.pid as i32, at, want)
+                .ok()
+                .or_else(|| self.procs.borrow().read_ended(self.f.pid, at, want))?;
             if chunk.is_empty() {
                 break;
             }

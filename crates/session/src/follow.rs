@@ -18,6 +18,7 @@ use udtrace_lang::capture;
 use udtrace_messages::{debug, note};
 use udtrace_process::control::{ControlError, Target};
 use udtrace_process::follow::{Brief, Event, Tree};
+use udtrace_process::gate::ExecGate;
 use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_providers::backend::{Backend, ProbeOps, ProbeWork, Trap, HOLD_SIGNALS};
 use udtrace_providers::pid::{
@@ -31,6 +32,13 @@ use crate::compile::{first_statement, Compiled};
 
 /// How long a `pid*` process with a new image may be held waiting for its loader.
 const BRIEF_HOLD: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How long the exec gate holds an exec for the main thread, busy elsewhere, before it
+/// lets it go unseized (to be seized when its exec is read of, as without the gate).
+const GATE_LIMIT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long a process the gate let go may take to reach its exec stop.
+const EXEC_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub struct Follower {
     pub tree: Tree,
@@ -121,6 +129,8 @@ fn pid_probes<'r>(registry: &'r Registry, found: &[Rc<Probe>]) -> Vec<&'r PidPro
 /// backend's event ring, and what they bring is matched and armed then.
 pub struct AllProcesses {
     rematcher: Rematcher,
+    /// Holds the processes no one traces that exec an image never seen (root only).
+    gate: Option<ExecGate>,
 }
 
 impl AllProcesses {
@@ -139,7 +149,7 @@ impl AllProcesses {
                     .map(move |(di, d)| (ci, first + di, d.clone(), 0))
             })
             .collect();
-        (!descs.is_empty()).then(|| AllProcesses { rematcher: Rematcher::new(descs, c) })
+        (!descs.is_empty()).then(|| AllProcesses { rematcher: Rematcher::new(descs, c), gate: None })
     }
 
     /// Arms what the descriptions matched at start, and the loader hooks of every
@@ -160,6 +170,63 @@ impl AllProcesses {
             }
         }
         Ok(())
+    }
+
+    /// Opens the exec gate, with every file seen so far let through; where it cannot be
+    /// opened (not root, no fanotify), says so once: processes udtrace does not follow
+    /// are then seized when udtrace reads of their exec.
+    pub fn open_gate(&mut self, registry: &Registry) {
+        match ExecGate::open(GATE_LIMIT) {
+            Ok(g) => {
+                debug!("exec gate open on {} file systems", g.filesystems);
+                for (path, _) in &registry.pid.all_files {
+                    g.ignore(path);
+                }
+                self.gate = Some(g);
+            }
+            Err(e) => note!(
+                "no exec gate ({e}): a process udtrace did not start that execs a new image may run before its \
+                 probes are armed"
+            ),
+        }
+    }
+
+    /// Closes the exec gate: execs waiting there go on.
+    pub fn close_gate(&mut self) {
+        self.gate = None;
+    }
+
+    /// What the main loop polls for the exec gate.
+    pub fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.gate.as_ref().map(|g| g.wait_fd())
+    }
+
+    /// The execs the gate holds: each process with an image never seen is seized
+    /// inside its execve, let go on to its exec stop, and looked at from there (see
+    /// [`AllProcesses::look_at`]) before any of its new image's code runs.
+    pub fn gated(&mut self, w: &mut World<'_>) {
+        let Some(execs) = self.gate.as_ref().map(|g| g.take()) else { return };
+        for exec in execs {
+            let path = exec.path.clone();
+            let seen = w.registry.pid.all_files.contains(&(path.clone(), true));
+            let brief = if seen { None } else { Brief::seize_exec(exec.tid) };
+            let pid = exec.tid;
+            exec.go();
+            if let Some(mut brief) = brief {
+                if brief.wait_exec(EXEC_LIMIT) {
+                    self.look_at(pid, Some(brief), w);
+                } else {
+                    debug!("pid {pid}: no exec stop after the gate");
+                    brief.release();
+                }
+            }
+            // Armed (or nothing to arm): its next execs need not wait.
+            if w.registry.pid.all_files.contains(&(path.clone(), true)) {
+                if let Some(g) = &self.gate {
+                    g.ignore(&path);
+                }
+            }
+        }
     }
 
     /// Seizes `pid`, which exec'd or loaded objects, when it runs an image never seen:

@@ -93,6 +93,9 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
     }
     // Followed processes' ptrace events are noticed through SIGCHLD.
     mask.add(Signal::SIGCHLD);
+    // A terminal's stop (^Z) stops udtrace once the exec gate is closed (see `suspend`):
+    // stopped with it open, udtrace would hold every new image's exec on the machine.
+    mask.add(Signal::SIGTSTP);
     if let Err(e) = mask.thread_block() {
         return fail(&format!("failed to block signals: {e}"));
     }
@@ -278,7 +281,7 @@ fn arm(
     for d in &targets.descendants {
         if d.target.tracer.is_none() { &mut held } else { &mut unheld_roots }.push(d.root);
     }
-    let all = AllProcesses::new(c);
+    let mut all = AllProcesses::new(c);
     let mut follower = Follower::new(c, &held, all.is_some());
     let enabled: HashSet<u32> = c.ecbs.iter().filter(|e| registry.pid.owns(e.probe.id)).map(|e| e.probe.id).collect();
     let strsize = c.options.strsize.min(u64::from(u32::MAX)) as u32;
@@ -435,8 +438,9 @@ fn arm(
             note!("pid {} is traced by {name} (pid {tracer}): its probes are armed without stopping it{follow}", t.pid);
         }
     }
-    if let Some(a) = &all {
+    if let Some(a) = all.as_mut() {
         a.start(c, backend.as_mut(), registry)?;
+        a.open_gate(registry);
         // `pid*` sites the targets carry patches at are given up to uprobes now, while
         // the targets are held.
         if let Some(f) = follower.as_mut() {
@@ -740,12 +744,17 @@ fn trace(
         if let Some(b) = w.backend.as_deref() {
             fds.extend(b.wait_fds().into_iter().map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
         }
+        if let Some(fd) = w.all.as_deref().and_then(|a| a.wait_fd()) {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
         let polled = poll(&mut fds, timeout);
         drop(fds);
         match polled {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(io::Error::from(e)),
         }
+        // Execs the gate holds wait in the kernel: before anything else.
+        gated(&sink, consumer, w);
         if let Some(s) = sink.drain(consumer, w, out)? {
             status = s;
             break;
@@ -762,10 +771,7 @@ fn trace(
                 last_drop_check = Instant::now();
             }
         }
-        let mut interrupted = false;
-        while let Ok(Some(info)) = sfd.read_signal() {
-            interrupted |= info.ssi_signo != Signal::SIGCHLD as u32;
-        }
+        let interrupted = read_signals(sfd, w);
         if interrupted {
             // dtrace prints a newline on the first interrupt, even when quiet, but not
             // in testing mode, where it would land at a random place in the output,
@@ -835,6 +841,10 @@ fn trace(
         true => out.drop_commands()?,
         false => wait_commands(&mut sink, consumer, w, targets, sfd, out)?,
     }
+    // No exec may wait for a main thread that no longer looks.
+    if let Some(a) = w.all.as_deref_mut() {
+        a.close_gate();
+    }
     if consumer.is_draining() {
         // An exit() in BEGIN is seen at the first status check, before the loop.
         let since = (!begin_exited).then(|| started.elapsed());
@@ -871,6 +881,40 @@ fn trace(
     consumer.finish(out)?;
     out.flush()?;
     Ok(status)
+}
+
+/// Reads the signals queued for udtrace: true when one asks it to stop tracing
+/// (SIGCHLD only tells of followed processes). A terminal's stop suspends it.
+fn read_signals(sfd: &SignalFd, w: &mut Tracing<'_>) -> bool {
+    let mut interrupted = false;
+    let mut stop = false;
+    while let Ok(Some(info)) = sfd.read_signal() {
+        match info.ssi_signo {
+            n if n == Signal::SIGCHLD as u32 => {}
+            n if n == Signal::SIGTSTP as u32 => stop = true,
+            _ => interrupted = true,
+        }
+    }
+    if stop && !interrupted {
+        suspend(w);
+    }
+    interrupted
+}
+
+/// Stops udtrace as the terminal asked (SIGTSTP, blocked to be read here), the exec
+/// gate closed meanwhile: while udtrace is stopped, no exec on the machine waits for it.
+/// Opened again when udtrace is continued.
+fn suspend(w: &mut Tracing<'_>) {
+    let gated = w.all.as_deref().is_some_and(|a| a.wait_fd().is_some());
+    if let Some(a) = w.all.as_deref_mut() {
+        a.close_gate();
+    }
+    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+    if gated {
+        if let Some(a) = w.all.as_deref_mut() {
+            a.open_gate(w.registry);
+        }
+    }
 }
 
 /// Rates up to this are not waited for after exit(): a second's lag on every exit()
@@ -974,10 +1018,7 @@ fn wait_commands(
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(io::Error::from(e)),
         }
-        let mut interrupted = false;
-        while let Ok(Some(info)) = sfd.read_signal() {
-            interrupted |= info.ssi_signo != Signal::SIGCHLD as u32;
-        }
+        let interrupted = read_signals(sfd, w);
         if interrupted || w.follower.is_none() {
             return out.drop_commands();
         }
@@ -1011,6 +1052,14 @@ fn hand_over_sites(f: &mut Follower, b: &mut dyn Backend) {
     }
 }
 
+/// The execs the `pid*` exec gate holds (see `AllProcesses::gated`).
+fn gated(sink: &Drain<'_>, consumer: &mut Consumer, w: &mut Tracing<'_>) {
+    if let (Some(a), Some(backend)) = (w.all.as_deref_mut(), w.backend.as_deref_mut()) {
+        let mut world = World { backend, registry: &mut *w.registry, consumer, procs: sink.procs };
+        a.gated(&mut world);
+    }
+}
+
 /// Processes that exec'd or loaded objects, for `pid*` descriptions: what they bring
 /// is matched and armed (firings before are consumed first).
 fn all_events(
@@ -1019,6 +1068,7 @@ fn all_events(
     w: &mut Tracing<'_>,
     out: &mut dyn Output,
 ) -> io::Result<Option<i32>> {
+    gated(sink, consumer, w);
     let pids = w.backend.as_deref_mut().map(|b| b.exec_notices()).unwrap_or_default();
     if pids.is_empty() {
         return Ok(None);
@@ -1075,6 +1125,13 @@ impl Drain<'_> {
     }
 
     fn drain(&mut self, consumer: &mut Consumer, w: &mut Tracing<'_>, out: &mut dyn Output) -> io::Result<Option<i32>> {
+        // The names execs gave processes, before their firings (a process that ended
+        // is no longer in /proc to tell).
+        if w.all.is_some() {
+            for (pid, name) in w.backend.as_deref_mut().map(|b| b.exec_names()).unwrap_or_default() {
+                self.procs.borrow_mut().exec_named(pid as u32, name);
+            }
+        }
         if self.firings.before_records() {
             self.firings.refresh(consumer, w.backend.as_deref_mut(), w.registry);
         }
