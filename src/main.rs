@@ -61,6 +61,10 @@ fn main() {
     if std::env::var_os(udtrace_process::undertaker::UNDERTAKER_ENV).is_some() {
         std::process::exit(undertaker());
     }
+    // Started by udtrace to hold execs of new images for `pid*` (crates/process's gate).
+    if std::env::var_os(udtrace_process::gate::GATE_ENV).is_some() {
+        std::process::exit(udtrace_process::gate::keeper_main());
+    }
     udtrace_messages::enable_debug_from_env();
     let cli = cli::parse_or_exit();
     if cli.options.debug {

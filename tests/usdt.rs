@@ -455,6 +455,22 @@ fn a_new_image_is_held_until_its_probes_are_armed() {
     }
 }
 
+/// udtrace running `script` (`-Z -q -n`), which prints `ready` from BEGIN, once it has:
+/// the rest of its output lines to read. None where the kernel refuses BPF.
+fn ready(script: &str) -> Option<(util::Guard, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>)> {
+    use std::io::BufRead;
+    let mut u = util::Guard::spawn(&mut util::udtrace_cmd(&["-Z", "-q", "-n", script]));
+    util::kill_after_deadline(u.child().id());
+    let mut lines = std::io::BufReader::new(u.child().stdout.take().expect("stdout")).lines();
+    let first = lines.next().and_then(Result::ok);
+    if first.as_deref() != Some("ready") {
+        let out = u.take().wait_with_output().expect("udtrace finishes");
+        util::bpf_gate(&out)?;
+        panic!("udtrace did not start: {first:?} {}", util::stderr(&out));
+    }
+    Some((u, lines))
+}
+
 /// `provider*` and `pid*` probes of an image udtrace has never seen, exec'd by processes
 /// udtrace did not start (a shell the test runs beside it starts 20 at once, each firing
 /// N times and ending within a millisecond): the exec gate holds each exec of the new
@@ -465,7 +481,6 @@ fn a_new_image_is_held_until_its_probes_are_armed() {
 /// empty for most).
 #[test]
 fn a_new_image_exec_d_outside_udtrace_is_held_until_armed() {
-    use std::io::BufRead;
     let _alone = every_process_lock();
     let (n, children) = (7, 20);
     let dir = util::TempDir::new("usdt-gate");
@@ -483,15 +498,7 @@ fn a_new_image_exec_d_outside_udtrace_is_held_until_armed() {
                   pid*:usdt-gate:fire:entry { @f = count(); @n[execname] = count(); } \
                   END { printa(\"name %s %@d\\n\", @n); } BEGIN { printf(\"ready\\n\"); } \
                   END { printa(\"string %@d\\n\", @s); printa(\"fire %@d\\n\", @f); }";
-    let mut u = util::Guard::spawn(&mut util::udtrace_cmd(&["-Z", "-q", "-n", script]));
-    util::kill_after_deadline(u.child().id());
-    let mut lines = std::io::BufReader::new(u.child().stdout.take().expect("stdout")).lines();
-    let first = lines.next().and_then(Result::ok);
-    if first.as_deref() != Some("ready") {
-        let out = u.take().wait_with_output().expect("udtrace finishes");
-        let Some(()) = util::bpf_gate(&out) else { return };
-        panic!("udtrace did not start: {first:?} {}", util::stderr(&out));
-    }
+    let Some((mut u, lines)) = ready(script) else { return };
     let ran = std::process::Command::new("/bin/sh").arg(&launch).output().expect("launch");
     assert_eq!(ran.status.code(), Some(0));
     assert_eq!(sorted(&String::from_utf8_lossy(&ran.stdout)), sorted(&plain));
@@ -504,6 +511,34 @@ fn a_new_image_exec_d_outside_udtrace_is_held_until_armed() {
     assert!(text.contains(&format!("fire {fired}\n")), "{text}{}", util::stderr(&out));
     // Each ended before udtrace read its firings: its name is the one its exec gave it.
     assert!(text.contains(&format!("name usdt-gate {fired}\n")), "{text}{}", util::stderr(&out));
+}
+
+/// The exec gate is a process of its own (`udtrace-gate`): while udtrace itself is
+/// stopped (SIGSTOP, which it cannot catch), an exec of a new image is let go after the
+/// gate's limit instead of waiting for udtrace (before, with the gate a thread of
+/// udtrace, it waited until udtrace was continued: a shell that had stopped udtrace could
+/// not run a new program to continue it). Continued, udtrace traces on and ends cleanly.
+#[test]
+fn a_stopped_udtrace_holds_no_exec() {
+    let _alone = every_process_lock();
+    let dir = util::TempDir::new("usdt-gate-stopped");
+    let exe = dir.path().join("usdt-stopped");
+    util::copy_fixture("usdt", &exe);
+    let script = "pid*:usdt-stopped:fire:entry { @f = count(); } BEGIN { printf(\"ready\\n\"); }";
+    let Some((mut u, lines)) = ready(script) else { return };
+    let pid = u.child().id().to_string();
+    let signal = |sig: &str| std::process::Command::new("kill").args([sig, &pid]).status().expect("kill");
+    assert!(signal("-STOP").success());
+    let mut run = util::Guard::spawn(std::process::Command::new(&exe).arg("3").stdout(std::process::Stdio::piped()));
+    util::kill_after(run.child().id(), 30);
+    let ran = run.take().wait_with_output().expect("the program ends");
+    assert!(signal("-CONT").success());
+    assert_eq!(ran.status.code(), Some(0), "killed by the hang guard: the exec waited for a stopped udtrace");
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "usdt: fired 3\n");
+    assert!(signal("-INT").success());
+    drop(lines);
+    let out = u.take().wait_with_output().expect("udtrace finishes");
+    assert!(out.status.success(), "{}", util::stderr(&out));
 }
 
 /// A library a `-c` process dlopens and calls at once (`usdt N dlopen`, a fresh copy

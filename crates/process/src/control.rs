@@ -170,6 +170,7 @@ impl Target {
             t.tracer = Some(tracer);
             return Ok(t);
         }
+        wait_out_exec(pid);
         let tids = procfs::tasks(pid).map_err(|_| ControlError::Grab { pid, why: Refusal::NoProcess })?;
         let mut t = Target::unheld(pid);
         // Threads come and go meanwhile: list again until a listing has no thread that
@@ -303,5 +304,20 @@ impl Target {
 impl Drop for Target {
     fn drop(&mut self) {
         self.release();
+    }
+}
+
+/// Waits (up to 2 s) while process `pid` is inside execve: grabbed there, it would be
+/// matched against the image it is leaving. A process just started by a script (`cmd &`
+/// then `udtrace -p $!`) may still be exec'ing, longer when an exec gate holds it
+/// (another session's: docs/pid-provider.md, "The exec gate").
+fn wait_out_exec(pid: i32) {
+    let in_exec = || {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|s| matches!(s.split(' ').next(), Some("59" | "322")))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while in_exec() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }

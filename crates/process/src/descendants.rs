@@ -113,9 +113,11 @@ fn children_files() -> bool {
 }
 
 /// Whether `pid` is not to be grabbed: it is ending (every thread a zombie, or
-/// exiting), a kernel thread, an undertaker, or udtrace traces it already.
+/// exiting), a kernel thread, an undertaker or exec gate keeper (stopped, it would hold
+/// the machine's execs of new images), or udtrace traces it already.
 fn left_alone(pid: i32) -> bool {
-    let undertaker = procfs::stat(pid).map_or(true, |(comm, _)| comm == UNDERTAKER_NAME);
+    let undertaker =
+        procfs::stat(pid).map_or(true, |(comm, _)| comm == UNDERTAKER_NAME || comm == crate::gate::GATE_NAME);
     let ours = procfs::tracer_pid(pid) == Some(std::process::id() as i32);
     undertaker || ours || refusal::kernel_thread(pid).is_some() || ending(pid)
 }

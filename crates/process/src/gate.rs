@@ -3,38 +3,45 @@
 //! probes of the new image are armed before any of its code runs.
 //!
 //! The kernel's fanotify permission event `FAN_OPEN_EXEC_PERM` stops the exec while the
-//! image is opened, before the exec's point of no return, until the group answers. A
-//! thread of its own ([`ExecGate::open`]) answers; it only waits for udtrace's main
-//! thread (the one that may seize: a tracer is a thread) for at most the gate's limit,
-//! and lets the exec go then whatever happened. Every image udtrace has armed gets an
-//! ignore mark ([`ExecGate::ignore`], once armed: not when let go, or a second exec of
-//! it would run unarmed): an exec of a seen image never reaches the gate, so the machine
-//! pays for the first exec of each new file only.
-//! Processes that are traced (by udtrace's follower, or another tracer: they cannot be
-//! seized) or that udtrace started pass at once. Closing the group (the gate dropped,
-//! or udtrace killed) lets every exec still waiting go: the kernel allows what no one
-//! answered.
+//! image is opened, before the exec's point of no return, until the group answers. The
+//! group belongs to the gate keeper, a process of its own (udtrace's binary with
+//! [`GATE_ENV`], in a process group of its own: [`keeper_main`]), not to udtrace: a
+//! udtrace that is stopped (SIGSTOP, ^Z, a debugger) or slow never blocks an exec. The
+//! keeper hands each exec it must hold to udtrace's main thread (the one that may
+//! seize: a tracer is a thread) over a socket, and lets it go when told, or after the
+//! gate's limit whatever happened. Every image udtrace has armed gets an ignore mark
+//! ([`ExecGate::ignore`], once armed: not when let go, or a second exec of it would run
+//! unarmed): an exec of a seen image never reaches the gate, so the machine pays for the
+//! first exec of each new file only. Processes that are traced (by udtrace's follower,
+//! or another tracer: they cannot be seized) or that udtrace started pass at once.
+//! When udtrace ends, however it ends, the keeper reads the end of the socket and exits:
+//! the kernel allows what no one answered.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::fanotify::{EventFFlags, Fanotify, FanotifyResponse, InitFlags, MarkFlags, MaskFlags, Response};
-use nix::unistd::{pipe2, read, write};
+use nix::sys::signal::Signal;
+use nix::sys::socket::{recv, send, socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
+
+/// The environment variable that makes udtrace's binary the gate keeper; its value is
+/// udtrace's pid, then the limit in milliseconds (`PID:MS`).
+pub const GATE_ENV: &str = "UDTRACE_EXEC_GATE";
+
+/// The keeper's name (`comm`), as `ps` shows it.
+pub const GATE_NAME: &str = "udtrace-gate";
 
 /// Why the gate could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
-    #[error("fanotify: {0}")]
-    Fanotify(Errno),
-    #[error("no filesystem could be marked")]
-    NoFilesystem,
+    #[error("{0}")]
+    Keeper(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -63,109 +70,286 @@ const PSEUDO: &[&str] = &[
     "devtmpfs",
 ];
 
+/// Largest message: a path and a few words.
+const MAX_MESSAGE: usize = 8192;
+
 /// An exec the gate holds, for udtrace's main thread: the thread in its execve and the
-/// image it opened. Dropped or [`Exec::go`]: the gate lets it go on.
+/// image it opened. [`ExecGate::go`] lets it go on.
 pub struct Exec {
+    seq: u64,
     pub tid: i32,
     pub path: PathBuf,
-    answer: Arc<(Mutex<bool>, Condvar)>,
 }
 
-impl Exec {
-    /// Lets the exec go on (after the thread was seized, or not to be).
-    pub fn go(self) {}
-}
-
-impl Drop for Exec {
-    fn drop(&mut self) {
-        let (done, cv) = &*self.answer;
-        *done.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        cv.notify_all();
-    }
-}
-
-/// The gate: open while it lives.
+/// udtrace's side of the gate: open while it lives.
 pub struct ExecGate {
-    fan: Arc<Fanotify>,
-    asks: Receiver<Exec>,
-    /// Readable when an exec waits in `asks`.
-    wake: OwnedFd,
-    /// Written to stop the gate's thread.
-    stop: OwnedFd,
-    thread: Option<JoinHandle<()>>,
+    sock: OwnedFd,
+    keeper: Child,
     /// How many file systems are gated.
     pub filesystems: usize,
 }
 
 impl ExecGate {
-    /// Opens the gate on every file system mounted in udtrace's mount namespace; an
-    /// exec waits at most `limit` for udtrace's main thread.
+    /// Starts the keeper (udtrace's own binary, `/proc/self/exe`), which opens the gate
+    /// on every file system mounted in udtrace's mount namespace; an exec waits at most
+    /// `limit` for udtrace's main thread.
     pub fn open(limit: Duration) -> Result<ExecGate, GateError> {
-        let fan = Fanotify::init(
-            InitFlags::FAN_CLOEXEC
-                | InitFlags::FAN_NONBLOCK
-                | InitFlags::FAN_CLASS_CONTENT
-                | InitFlags::FAN_REPORT_TID
-                | InitFlags::FAN_UNLIMITED_MARKS,
-            EventFFlags::O_RDONLY | EventFFlags::O_LARGEFILE | EventFFlags::O_CLOEXEC,
-        )
-        .map_err(GateError::Fanotify)?;
-        let filesystems = mark_filesystems(&fan)?;
-        if filesystems == 0 {
-            return Err(GateError::NoFilesystem);
+        let (ours, theirs) =
+            socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).map_err(io)?;
+        let keeper = Command::new("/proc/self/exe")
+            .env(GATE_ENV, format!("{}:{}", std::process::id(), limit.as_millis()))
+            .stdin(Stdio::from(theirs))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        let mut gate = ExecGate { sock: ours, keeper, filesystems: 0 };
+        let mut fds = [PollFd::new(gate.sock.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, PollTimeout::from(5000u16));
+        let said = receive(&gate.sock).unwrap_or_default();
+        let text = String::from_utf8_lossy(&said);
+        match text.strip_prefix("ready ") {
+            Some(n) => {
+                gate.filesystems = n.trim().parse().unwrap_or(0);
+                Ok(gate)
+            }
+            None => Err(GateError::Keeper(match text.strip_prefix("error ") {
+                Some(why) => why.to_string(),
+                None => "the gate keeper did not start".into(),
+            })),
         }
-        let fan = Arc::new(fan);
-        let (wake_r, wake_w) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(std::io::Error::from)?;
-        let (stop_r, stop_w) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(std::io::Error::from)?;
-        let (tx, asks) = channel();
-        let served = Arc::clone(&fan);
-        let me = std::process::id() as i32;
-        let thread = std::thread::Builder::new()
-            .name("exec-gate".into())
-            .spawn(move || serve(&served, &stop_r, &tx, &wake_w, me, limit))?;
-        Ok(ExecGate { fan, asks, wake: wake_r, stop: stop_w, thread: Some(thread), filesystems })
     }
 
     /// What the main thread polls: readable when an exec waits for it.
     pub fn wait_fd(&self) -> BorrowedFd<'_> {
-        self.wake.as_fd()
+        self.sock.as_fd()
     }
 
     /// The execs waiting for the main thread.
     pub fn take(&self) -> Vec<Exec> {
-        let mut buf = [0u8; 64];
-        while matches!(read(self.wake.as_raw_fd(), &mut buf), Ok(n) if n > 0) {}
-        self.asks.try_iter().collect()
+        let mut out = Vec::new();
+        while let Some(m) = receive_now(&self.sock) {
+            let Some(rest) = m.strip_prefix(b"exec ") else { continue };
+            let mut parts = rest.splitn(3, |&b| b == b' ');
+            let num = |p: Option<&[u8]>| p.and_then(|p| std::str::from_utf8(p).ok()).and_then(|s| s.parse().ok());
+            let (Some(seq), Some(tid)) = (num(parts.next()), num(parts.next())) else { continue };
+            let path = PathBuf::from(std::ffi::OsString::from_vec(parts.next().unwrap_or_default().to_vec()));
+            out.push(Exec { seq, tid: tid as i32, path });
+        }
+        out
+    }
+
+    /// Lets `exec` go on (after the thread was seized, or not to be).
+    pub fn go(&self, exec: Exec) {
+        let _ = send(self.sock.as_raw_fd(), format!("go {}", exec.seq).as_bytes(), MsgFlags::MSG_DONTWAIT);
     }
 
     /// `path` is an image udtrace has seen: its execs pass without waiting.
     pub fn ignore(&self, path: &Path) {
-        let _ = self.fan.mark(
-            MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_IGNORED_MASK,
-            MaskFlags::FAN_OPEN_EXEC_PERM,
-            None,
-            Some(path),
-        );
+        let mut m = b"ignore ".to_vec();
+        m.extend_from_slice(path.as_os_str().as_bytes());
+        if m.len() <= MAX_MESSAGE {
+            let _ = send(self.sock.as_raw_fd(), &m, MsgFlags::empty());
+        }
     }
 }
 
 impl Drop for ExecGate {
     fn drop(&mut self) {
-        let _ = write(&self.stop, b"x");
-        // Execs the thread waits on go first, so that it is not held to its limit.
-        drop(self.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        // The last reference to the group closes with `self.fan`: the kernel allows
-        // whatever is still waiting.
+        // The socket's end tells the keeper to go; it exits at once, its group closed.
+        let _ = nix::sys::socket::shutdown(self.sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        let _ = self.keeper.wait();
     }
 }
 
-/// Marks the gate's event on each file system of udtrace's mount table, once per file
-/// system (a file system mark covers all its mounts, in every namespace).
-fn mark_filesystems(fan: &Fanotify) -> Result<usize, GateError> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+fn io(e: Errno) -> std::io::Error {
+    std::io::Error::from(e)
+}
+
+/// One message, waiting for it; None at the socket's end or on an error.
+fn receive(sock: &OwnedFd) -> Option<Vec<u8>> {
+    receive_flags(sock, MsgFlags::empty())
+}
+
+/// One message if one is there.
+fn receive_now(sock: &OwnedFd) -> Option<Vec<u8>> {
+    receive_flags(sock, MsgFlags::MSG_DONTWAIT)
+}
+
+fn receive_flags(sock: &OwnedFd, flags: MsgFlags) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    loop {
+        match recv(sock.as_raw_fd(), &mut buf, flags) {
+            Ok(0) => return None,
+            Ok(n) => {
+                buf.truncate(n);
+                return Some(buf);
+            }
+            Err(Errno::EINTR) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The keeper's life (udtrace's binary started with [`GATE_ENV`], its stdin the socket
+/// to udtrace): opens the gate, says `ready N` (or `error WHY`), then answers execs until
+/// udtrace's end. Returns the exit status.
+pub fn keeper_main() -> i32 {
+    let spec = std::env::var(GATE_ENV).unwrap_or_default();
+    let (pid, ms) = spec.split_once(':').unwrap_or(("0", "250"));
+    let udtrace: i32 = pid.parse().unwrap_or(0);
+    let limit = Duration::from_millis(ms.parse().unwrap_or(250));
+    let Ok(sock) = std::io::stdin().as_fd().try_clone_to_owned() else { return 1 };
+    if let Ok(name) = std::ffi::CString::new(GATE_NAME) {
+        let _ = nix::sys::prctl::set_name(&name);
+    }
+    // Terminal signals are for udtrace's process group, not this one: held off (a
+    // hangup or a stop here would end or stop the gate while udtrace holds execs).
+    let mut mask = nix::sys::signal::SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGHUP, Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
+        mask.add(s);
+    }
+    let _ = mask.thread_block();
+    let fan = match Fanotify::init(
+        InitFlags::FAN_CLOEXEC
+            | InitFlags::FAN_NONBLOCK
+            | InitFlags::FAN_CLASS_CONTENT
+            | InitFlags::FAN_REPORT_TID
+            | InitFlags::FAN_UNLIMITED_MARKS,
+        EventFFlags::O_RDONLY | EventFFlags::O_LARGEFILE | EventFFlags::O_CLOEXEC,
+    ) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = send(sock.as_raw_fd(), format!("error fanotify: {e}").as_bytes(), MsgFlags::empty());
+            return 1;
+        }
+    };
+    let n = mark_filesystems(&fan);
+    if n == 0 {
+        let _ = send(sock.as_raw_fd(), b"error no file system could be marked", MsgFlags::empty());
+        return 1;
+    }
+    if send(sock.as_raw_fd(), format!("ready {n}").as_bytes(), MsgFlags::empty()).is_err() {
+        return 1;
+    }
+    let mut keeper = Keeper { fan, sock, udtrace, limit, seq: 0 };
+    keeper.serve();
+    0
+}
+
+struct Keeper {
+    fan: Fanotify,
+    sock: OwnedFd,
+    udtrace: i32,
+    limit: Duration,
+    seq: u64,
+}
+
+impl Keeper {
+    fn serve(&mut self) {
+        loop {
+            let mut fds =
+                [PollFd::new(self.fan.as_fd(), PollFlags::POLLIN), PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => return,
+            }
+            let told = fds[1].revents().is_some_and(|r| !r.is_empty());
+            if told && !self.heed() {
+                return;
+            }
+            let events = match self.fan.read_events() {
+                Ok(e) => e,
+                Err(Errno::EAGAIN | Errno::EINTR) => continue,
+                Err(_) => return,
+            };
+            for ev in &events {
+                let Some(fd) = ev.fd() else { continue };
+                if !ev.mask().contains(MaskFlags::FAN_OPEN_EXEC_PERM) {
+                    continue;
+                }
+                let tid = ev.pid();
+                let mut gone = false;
+                if must_hold(tid, self.udtrace) {
+                    let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
+                    gone = !self.ask(tid, &path);
+                }
+                let _ = self.fan.write_response(FanotifyResponse::new(fd, Response::FAN_ALLOW));
+                if gone {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads what udtrace says (ignore marks; a late `go` is dropped). False at its end.
+    fn heed(&mut self) -> bool {
+        loop {
+            let mut buf = vec![0u8; MAX_MESSAGE];
+            match recv(self.sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => return false,
+                Ok(n) => self.told(&buf[..n]),
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// What udtrace said other than an awaited `go`: `ignore PATH` marks the file; a
+    /// late `go` is dropped.
+    fn told(&self, m: &[u8]) {
+        if let Some(p) = m.strip_prefix(b"ignore ") {
+            let path = PathBuf::from(std::ffi::OsStr::from_bytes(p));
+            let _ = self.fan.mark(
+                MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_IGNORED_MASK,
+                MaskFlags::FAN_OPEN_EXEC_PERM,
+                None,
+                Some(path.as_path()),
+            );
+        }
+    }
+
+    /// Asks udtrace to seize `tid` and waits for its `go`, at most the limit. False
+    /// when udtrace has ended.
+    fn ask(&mut self, tid: i32, path: &Path) -> bool {
+        self.seq += 1;
+        let mut m = format!("exec {} {tid} ", self.seq).into_bytes();
+        m.extend_from_slice(path.as_os_str().as_bytes());
+        m.truncate(MAX_MESSAGE);
+        if send(self.sock.as_raw_fd(), &m, MsgFlags::MSG_DONTWAIT).is_err() {
+            return true;
+        }
+        let want = format!("go {}", self.seq);
+        let deadline = Instant::now() + self.limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+            let ms = PollTimeout::try_from(left.as_millis().clamp(1, 60_000) as i32).unwrap_or(PollTimeout::MAX);
+            match poll(&mut fds, ms) {
+                Ok(0) => return true,
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => return true,
+            }
+            let mut buf = vec![0u8; MAX_MESSAGE];
+            match recv(self.sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => return false,
+                Ok(n) if buf[..n] == *want.as_bytes() => return true,
+                Ok(n) => self.told(&buf[..n]),
+                Err(Errno::EINTR | Errno::EAGAIN) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// Marks the gate's event on each file system of the mount table, once per file system
+/// (a file system mark covers all its mounts, in every namespace).
+fn mark_filesystems(fan: &Fanotify) -> usize {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else { return 0 };
     let mut done = std::collections::HashSet::new();
     let mut marked = 0;
     for line in table.lines() {
@@ -185,7 +369,7 @@ fn mark_filesystems(fan: &Fanotify) -> Result<usize, GateError> {
             marked += 1;
         }
     }
-    Ok(marked)
+    marked
 }
 
 /// A mount point as mountinfo writes it: space, tab, newline and backslash as octal.
@@ -202,64 +386,15 @@ fn unescape(s: &str) -> PathBuf {
             i += 1;
         }
     }
-    PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
-}
-
-/// The gate's thread: answers each exec, after the main thread has seen the ones it
-/// must hold, or after `limit`.
-fn serve(fan: &Fanotify, stop: &OwnedFd, tx: &Sender<Exec>, wake: &OwnedFd, me: i32, limit: Duration) {
-    loop {
-        let mut fds = [PollFd::new(fan.as_fd(), PollFlags::POLLIN), PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(_) => return,
-        }
-        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
-            return;
-        }
-        let events = match fan.read_events() {
-            Ok(e) => e,
-            Err(Errno::EAGAIN | Errno::EINTR) => continue,
-            Err(_) => return,
-        };
-        for ev in &events {
-            let Some(fd) = ev.fd() else { continue };
-            if !ev.mask().contains(MaskFlags::FAN_OPEN_EXEC_PERM) {
-                continue;
-            }
-            let tid = ev.pid();
-            if must_hold(tid, me) {
-                let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
-                let answer = Arc::new((Mutex::new(false), Condvar::new()));
-                if tx.send(Exec { tid, path, answer: Arc::clone(&answer) }).is_ok() {
-                    let _ = write(wake, b"x");
-                    wait_answer(&answer, limit);
-                }
-            }
-            let _ = fan.write_response(FanotifyResponse::new(fd, Response::FAN_ALLOW));
-        }
-    }
-}
-
-fn wait_answer(answer: &(Mutex<bool>, Condvar), limit: Duration) {
-    let deadline = Instant::now() + limit;
-    let (done, cv) = answer;
-    let mut d = done.lock().unwrap_or_else(|e| e.into_inner());
-    while !*d {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        d = cv.wait_timeout(d, left).unwrap_or_else(|e| e.into_inner()).0;
-    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// Whether thread `tid`'s exec is held for udtrace: not when it is udtrace's or its
-/// child's (followed already, or the undertaker), not when a tracer has it (udtrace's
-/// follower arms it at its exec stop; another tracer's cannot be seized), and not for a
-/// thread other than its process's leader (its exec takes the leader's id: what was
-/// seized would be gone).
-fn must_hold(tid: i32, me: i32) -> bool {
+/// child's (followed already, the undertaker, this keeper), not when a tracer has it
+/// (udtrace's follower arms it at its exec stop; another tracer's cannot be seized), and
+/// not for a thread other than its process's leader (its exec takes the leader's id:
+/// what was seized would be gone).
+fn must_hold(tid: i32, udtrace: i32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else { return false };
     let field = |name: &str| -> Option<i32> {
         status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
@@ -267,7 +402,7 @@ fn must_hold(tid: i32, me: i32) -> bool {
     let (Some(tgid), Some(ppid), Some(tracer)) = (field("Tgid:"), field("PPid:"), field("TracerPid:")) else {
         return false;
     };
-    tgid == tid && tgid != me && ppid != me && tracer == 0
+    tgid == tid && tgid != udtrace && ppid != udtrace && tracer == 0
 }
 
 #[cfg(test)]

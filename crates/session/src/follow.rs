@@ -211,7 +211,9 @@ impl AllProcesses {
             let seen = w.registry.pid.all_files.contains(&(path.clone(), true));
             let brief = if seen { None } else { Brief::seize_exec(exec.tid) };
             let pid = exec.tid;
-            exec.go();
+            if let Some(g) = &self.gate {
+                g.go(exec);
+            }
             if let Some(mut brief) = brief {
                 if brief.wait_exec(EXEC_LIMIT) {
                     self.look_at(pid, Some(brief), w);
