@@ -171,6 +171,7 @@ impl Target {
             return Ok(t);
         }
         wait_out_exec(pid);
+        wait_out_brief_hold(pid);
         let tids = procfs::tasks(pid).map_err(|_| ControlError::Grab { pid, why: Refusal::NoProcess })?;
         let mut t = Target::unheld(pid);
         // Threads come and go meanwhile: list again until a listing has no thread that
@@ -304,6 +305,18 @@ impl Target {
 impl Drop for Target {
     fn drop(&mut self) {
         self.release();
+    }
+}
+
+/// Waits (up to 500 ms) while another udtrace session holds `pid`: a `pid*` session
+/// holds each process that execs a new image for a few milliseconds (to its loader's
+/// first stop: docs/pid-provider.md, "The exec gate"); grabbed meanwhile, it would be
+/// taken as traced by another tracer for good. One another session follows for
+/// longer is taken so after the wait.
+fn wait_out_brief_hold(pid: i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    while procfs::tracer(pid).is_some_and(|(_, comm)| comm == "udtrace") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
