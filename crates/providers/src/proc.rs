@@ -513,7 +513,24 @@ pub struct CurrentFromProc<'a> {
     pub clocks: Clocks,
 }
 
-impl CurrentFromProc<'_> {
+impl<'a> CurrentFromProc<'a> {
+    /// A thread known only by its ids and name: read from /proc when asked.
+    pub fn from_proc(pid: u32, tid: u32, cpu: u32, comm: &'a str, types: &'a TypeTable, clocks: Clocks) -> Self {
+        CurrentFromProc {
+            at_firing: None,
+            psargs: None,
+            own: None,
+            cached: None,
+            held: false,
+            pid,
+            tid,
+            cpu,
+            comm,
+            types,
+            clocks,
+        }
+    }
+
     pub fn builtin(b: Builtin) -> Option<Value> {
         match b {
             Builtin::Curpsinfo => Some(Value::int(CUR_PSINFO as i64)),
@@ -718,19 +735,7 @@ mod tests {
     fn the_idle_task_has_a_psinfo() {
         let mut types = TypeTable::default();
         proc_types::install(&mut types);
-        let cur = CurrentFromProc {
-            at_firing: None,
-            psargs: None,
-            own: None,
-            cached: None,
-            held: false,
-            pid: 0,
-            tid: 0,
-            cpu: 1,
-            comm: "swapper/1",
-            types: &types,
-            clocks: Clocks::default(),
-        };
+        let cur = CurrentFromProc::from_proc(0, 0, 1, "swapper/1", &types, Clocks::default());
         let at = |record: &str, member: &str, base: u64, len: usize| {
             let off = proc_types::offset_of(&types, record, member).unwrap();
             cur.read(base + off, len).unwrap_or_else(|| panic!("{record}.{member} unreadable"))
