@@ -294,3 +294,15 @@ fn struct_members_of_d_variables_are_assignable() {
     // 70000 wraps to the short member: 4464.
     assert_eq!(out, "4464 2 2 12 0 9\n\n");
 }
+
+#[test]
+fn an_element_of_a_string_variable_is_assignable() {
+    // A string is a char array: `s[i] = c` sets a byte of a variable of every scope; a
+    // NUL cuts the string there (DTraceToolkit's j_classflow.d: `this->class[arg2] =
+    // '\0'`), a byte just past the end lengthens it, one further out is behind the NUL.
+    let out = quiet(
+        r#"BEGIN { this->s = "abcdef"; this->s[3] = '\0'; g = "hello"; g[0] = 'H'; g[5] = '!';
+           self->t = "ab"; self->t[9] = 'X'; printf("%s %s %s\n", this->s, g, self->t); exit(0); }"#,
+    );
+    assert_eq!(out, "abc Hello! ab\n\n");
+}

@@ -105,6 +105,20 @@ fn arguments_of_every_descriptor_form() {
     }
 }
 
+/// An argument in the frame of a probe in a library loaded after udtrace started
+/// (no site known when the clauses were planned, as libjvm.so's `thread-start` for
+/// DTraceToolkit's j_calls.d): read at the firing, before the function writes over it.
+#[test]
+fn a_frame_argument_of_a_library_loaded_later_is_read_at_the_firing() {
+    let script = "fixture$target:::libframe { printf(\"frame %d\\n\", arg0); }";
+    for mode in MODES {
+        let cmd = format!("{} 3 dlopen", fixture("usdt"));
+        let Some((out, err)) = run(mode, script, &cmd) else { return };
+        let frames: Vec<&str> = out.lines().filter(|l| l.starts_with("frame ")).collect();
+        assert_eq!(frames, ["frame 1000", "frame 1001", "frame 1002"], "{mode:?}: {out}{err}");
+    }
+}
+
 #[test]
 fn a_semaphore_is_raised_while_traced_in_children_too() {
     // `lib` is in libusdtlib.so, which `dlopen` loads later: -Z.

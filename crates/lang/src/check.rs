@@ -1267,6 +1267,11 @@ impl<'m> Checker<'m> {
             // dt_cook_op2 reads the left operand of `op=` first.
             self.require_declared(lhs)?;
         }
+        if op.is_none() {
+            if let Some(e) = self.string_element_store(lhs, rhs, span)? {
+                return Ok(e);
+            }
+        }
         let value = self.rvalue(rhs)?;
         if value.ty.is_void() {
             return err(Tag::D_OP_INCOMPAT, rhs.span, "operator = cannot be applied to a void expression");
@@ -1312,6 +1317,47 @@ impl<'m> Checker<'m> {
         self.note_store(&place, &value, span)?;
         let taint = value.taint;
         Ok(derived(ExprKind::Assign { target: place, op, value: Box::new(value) }, ty, span, taint))
+    }
+
+    /// `s[i] = c` where `s` is a string variable: a string is a `char` array in DTrace,
+    /// so its element is an lvalue (DTraceToolkit's j_classflow.d cuts a class name with
+    /// `this->class[arg2] = '\0'`). Stored as `s = <s with byte i set to c>`.
+    fn string_element_store(&mut self, lhs: &ast::Expr, rhs: &ast::Expr, span: Span) -> Result<Option<Expr>> {
+        use ast::ExprKind as K;
+        let K::Index { base, index } = &lhs.kind else { return Ok(None) };
+        let (scope, name) = match &base.kind {
+            K::Ident(n) => (VarScope::Global, n),
+            K::SelfVar(n) => (VarScope::Thread, n),
+            K::ThisVar(n) => (VarScope::Clause, n),
+            _ => return Ok(None),
+        };
+        let Some(id) = self.lookup_var(scope, name) else { return Ok(None) };
+        let info = self.var_info(VarRef { scope, id });
+        if index.len() != 1 || info.keys.is_some() || !info.ty.is_string() {
+            return Ok(None);
+        }
+        let current = self.rvalue(base)?;
+        let at = self.rvalue(&index[0])?;
+        let value = self.rvalue(rhs)?;
+        for e in [&at, &value] {
+            if !e.ty.is_integer() {
+                return self.incompatible(&Type::int(1, true), "=", &e.ty, e.span);
+            }
+        }
+        let (place, _) = self.place(base, None, "=")?;
+        let set = derived(
+            ExprKind::Call(crate::ir::Subr::StrSetChar, vec![current, at, value]),
+            Type::String,
+            span,
+            Taint::default(),
+        );
+        self.note_store(&place, &set, span)?;
+        Ok(Some(derived(
+            ExprKind::Assign { target: place, op: None, value: Box::new(set) },
+            Type::String,
+            span,
+            Taint::default(),
+        )))
     }
 
     /// DTrace's assignment rules (dt_cook_op2, DT_TOK_ASGN): no assigning to arrays,

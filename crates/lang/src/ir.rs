@@ -338,6 +338,9 @@ pub enum Subr {
     LinkNtop,
     /// `pcap(skb, proto)`: there are no socket buffers to capture in user space.
     Pcap,
+    /// `s[i] = c` on a string variable `s`: the string with its byte `i` set to `c`
+    /// (a NUL cuts it there), which the assignment stores back into `s`.
+    StrSetChar,
     /// Subroutines on kernel objects (`mutex_owned()`, `d_path()`, …): DTrace's
     /// prototypes are checked, but a program cannot use them here.
     Kernel,

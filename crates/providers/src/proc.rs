@@ -410,6 +410,11 @@ fn siginfo(types: &TypeTable, f: &ProcFiring, raw: &[u8; SIGINFO_SIZE]) -> Vec<u
 /// task data (the pid provider's). The thread is taken as running on `cpu`, as it was
 /// at its firing.
 pub fn snapshot_from_proc(pid: u32, tid: u32, cpu: u32) -> Option<TaskSnap> {
+    if pid == 0 {
+        // /proc has no pid 0, but a profile probe samples the idle task: DTrace's
+        // `sched`, whose psinfo exists (DTraceToolkit's pridist.d keys on it).
+        return Some(idle_snapshot(cpu));
+    }
     let (_, f) = udtrace_process::procfs::task_stat(pid as i32, tid as i32).ok()?;
     let (comm, leader) = udtrace_process::procfs::task_stat(pid as i32, pid as i32).ok()?;
     let num = |v: &[String], i: usize| v.get(i).and_then(|x| x.parse::<i64>().ok()).unwrap_or(0);
@@ -465,6 +470,16 @@ pub fn snapshot_from_proc(pid: u32, tid: u32, cpu: u32) -> Option<TaskSnap> {
     })
 }
 
+/// The idle task of `cpu` (pid 0, `swapper/N`): what the kernel's `init_task` holds,
+/// the nice-0 priority, no parent, no arguments.
+fn idle_snapshot(cpu: u32) -> TaskSnap {
+    let mut fname = [0u8; 16];
+    let name = format!("swapper/{cpu}");
+    let n = name.len().min(15);
+    fname[..n].copy_from_slice(&name.as_bytes()[..n]);
+    TaskSnap { nlwp: 1, fname, prio: 120, static_prio: 120, cpu, on_cpu: 1, ..TaskSnap::default() }
+}
+
 /// [`snapshot_from_proc`] of process `pid`'s main thread with its arguments, kept for
 /// when the process has gone.
 pub fn snapshot_with_args(pid: u32) -> Option<TaskSnap> {
@@ -498,7 +513,24 @@ pub struct CurrentFromProc<'a> {
     pub clocks: Clocks,
 }
 
-impl CurrentFromProc<'_> {
+impl<'a> CurrentFromProc<'a> {
+    /// A thread known only by its ids and name: read from /proc when asked.
+    pub fn from_proc(pid: u32, tid: u32, cpu: u32, comm: &'a str, types: &'a TypeTable, clocks: Clocks) -> Self {
+        CurrentFromProc {
+            at_firing: None,
+            psargs: None,
+            own: None,
+            cached: None,
+            held: false,
+            pid,
+            tid,
+            cpu,
+            comm,
+            types,
+            clocks,
+        }
+    }
+
     pub fn builtin(b: Builtin) -> Option<Value> {
         match b {
             Builtin::Curpsinfo => Some(Value::int(CUR_PSINFO as i64)),
@@ -695,6 +727,24 @@ mod tests {
             string: None,
             ancestors: None,
         }
+    }
+
+    /// A profile sample of the idle task (pid 0, which /proc does not list) reads a
+    /// psinfo and an lwpsinfo, as DTraceToolkit's pridist.d and priclass.d do.
+    #[test]
+    fn the_idle_task_has_a_psinfo() {
+        let mut types = TypeTable::default();
+        proc_types::install(&mut types);
+        let cur = CurrentFromProc::from_proc(0, 0, 1, "swapper/1", &types, Clocks::default());
+        let at = |record: &str, member: &str, base: u64, len: usize| {
+            let off = proc_types::offset_of(&types, record, member).unwrap();
+            cur.read(base + off, len).unwrap_or_else(|| panic!("{record}.{member} unreadable"))
+        };
+        assert_eq!(at("psinfo_t", "pr_pid", CUR_PSINFO, 4), 0u32.to_ne_bytes());
+        assert_eq!(&at("psinfo_t", "pr_fname", CUR_PSINFO, 10), b"swapper/1\0");
+        assert_eq!(&at("lwpsinfo_t", "pr_clname", CUR_LWPSINFO, 3), b"TS\0");
+        // Nice 0: 139 - 120.
+        assert_eq!(at("lwpsinfo_t", "pr_pri", CUR_LWPSINFO, 4), 19u32.to_ne_bytes());
     }
 
     #[test]

@@ -168,19 +168,8 @@ impl Context for SelfFiring<'_> {
 
     fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
         if CurrentFromProc::covers(addr) {
-            let cur = CurrentFromProc {
-                at_firing: None,
-                psargs: None,
-                own: None,
-                cached: None,
-                held: false,
-                pid: self.me.pid as u32,
-                tid: gettid().as_raw() as u32,
-                cpu: self.me.cpu(),
-                comm: &self.me.execname,
-                types: self.types,
-                clocks: self.clocks,
-            };
+            let (pid, tid) = (self.me.pid as u32, gettid().as_raw() as u32);
+            let cur = CurrentFromProc::from_proc(pid, tid, self.me.cpu(), &self.me.execname, self.types, self.clocks);
             return cur.read(addr, len);
         }
         if crate::kernel::is_kernel_address(addr) {

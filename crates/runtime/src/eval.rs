@@ -777,6 +777,19 @@ impl Evaluator<'_> {
                 a.extend(s(1));
                 self.clamp(a)
             }
+            Subr::StrSetChar => {
+                // The string's strsize-byte buffer with byte i set: a NUL cuts the
+                // string there, a byte just past its end lengthens it, one further out
+                // lies behind the terminating NUL and changes nothing visible.
+                let (mut a, i, c) = (s(0), n(1), n(2) as u8);
+                match usize::try_from(i) {
+                    Ok(i) if i < a.len() && c == 0 => a.truncate(i),
+                    Ok(i) if i < a.len() => a[i] = c,
+                    Ok(i) if i == a.len() && c != 0 && i < strsize => a.push(c),
+                    _ => {}
+                }
+                self.clamp(a)
+            }
             Subr::Substr => {
                 let count = if vals.len() > 2 { Some(n(2)) } else { None };
                 let out = substr(&s(0), n(1), count, self.strsize as i64);

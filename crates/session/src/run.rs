@@ -334,8 +334,12 @@ fn arm(
         usdt.strings = regs;
         usdt.buffers.clear();
         usdt.regs = true;
-        // Arguments in the frame are read from the stack recorded with the firing.
-        if registry.pid.usdt_reads_stack(ids_of(clause).into_iter()) {
+        // Arguments in the frame are read from the stack recorded with the firing. A
+        // clause that reads arguments and has no probe yet (-Z: a library loaded later,
+        // as libjvm.so is by java) keeps the stack too: its sites' descriptors are not
+        // known now, and the frame is gone by the time the record is consumed.
+        let ids = ids_of(clause);
+        if (ids.is_empty() && usdt.args != 0) || registry.pid.usdt_reads_stack(ids.into_iter()) {
             usdt.stack_bytes = usdt.stack_bytes.max(USDT_STACK_BYTES);
         }
         plan.merge(&usdt);

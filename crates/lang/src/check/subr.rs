@@ -192,6 +192,7 @@ impl Checker<'_> {
             }
             Subr::Kernel => int_ty(),
             Subr::Strjoin
+            | Subr::StrSetChar
             | Subr::Substr
             | Subr::Strstr
             | Subr::Strchr
