@@ -40,7 +40,8 @@ pub const HOLD_SIGNALS: [i32; 2] = [HOLD_SIGNAL, HOLD_SIGNAL_BLOCKED];
 
 /// A string capture's code in [`CapturePlan::strings`] (and `Record::Pid`'s
 /// `string_args`): 0..=5 the argument registers; from [`REG_STRING`] on, the register
-/// of `struct pt_regs` at that index past it (a USDT argument's, docs/usdt.md).
+/// of `struct pt_regs` at that index past it (a USDT argument's, docs/usdt.md); from
+/// [`USDT_STRING`] on, a USDT argument's register, known per site (rdi here).
 pub fn string_reg(code: u8) -> PtReg {
     use PtReg::*;
     const PT_REGS: [PtReg; 21] =
@@ -53,6 +54,12 @@ pub fn string_reg(code: u8) -> PtReg {
 
 /// The first [`string_reg`] code that names a register by its `pt_regs` index.
 pub const REG_STRING: u8 = 16;
+
+/// The first string capture code that names a USDT argument: `USDT_STRING + n` reads
+/// the string at the register argument n is in at the firing's site, whichever it is
+/// there (resolved per site, [`crate::pid::PidProbe::string_regs`]): a probe found
+/// after start has its capture too (docs/usdt.md).
+pub const USDT_STRING: u8 = 64;
 
 /// What one site's firing means: a probe and where in its function the site is.
 #[derive(Debug, Clone, Copy)]
@@ -229,7 +236,11 @@ impl Setup {
                 .plan
                 .strings
                 .iter()
-                .map(|&n| StringCapture { reg: string_reg(n), max: self.strsize.clamp(1, MAX_STRING) })
+                .map(|&n| StringCapture {
+                    reg: string_reg(n),
+                    max: self.strsize.clamp(1, MAX_STRING),
+                    per_site: n >= USDT_STRING,
+                })
                 .collect(),
             buffers: self
                 .plan
