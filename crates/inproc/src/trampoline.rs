@@ -380,8 +380,8 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
     }
     for (cap, &(slot, max)) in t.record.strings.iter().zip(&layout.strings) {
         if cap.per_site {
-            // A USDT argument's register, per site (BPF resolves it): not captured
-            // here, read when consumed (a followed process waits at exit for that).
+            // A USDT argument this site does not have in a register: not captured,
+            // read when consumed.
             a.mov(qword_ptr(rbx + slot as i32), 0)?;
             continue;
         }

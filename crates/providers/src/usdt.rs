@@ -282,24 +282,6 @@ impl PidProvider {
         self.usdt.site(probe_id, offset)
     }
 
-    /// The [`crate::backend::string_reg`] codes of the registers argument `n` is in at
-    /// the sites of `probes` (USDT ones; an argument in memory has none).
-    pub fn usdt_string_regs(&self, probes: impl Iterator<Item = u32>, n: usize) -> Vec<u8> {
-        let ids: std::collections::HashSet<u32> = probes.collect();
-        let mut out = Vec::new();
-        for ((id, _), site) in &self.usdt.sites {
-            if !ids.contains(id) {
-                continue;
-            }
-            let Some(reg) = whole_regs(&site.args).get(n).copied().flatten() else { continue };
-            let code = crate::backend::REG_STRING + (reg.offset() / 8) as u8;
-            if !out.contains(&code) {
-                out.push(code);
-            }
-        }
-        out
-    }
-
     /// Whether an argument of a site of `probes` is in memory relative to the stack or
     /// frame pointer (`-4@112(%rsp)`, `8@-16(%rbp)`): the record carries the stack.
     pub fn usdt_reads_stack(&self, probes: impl Iterator<Item = u32>) -> bool {

@@ -104,9 +104,9 @@ pub struct StringCapture {
     /// Bytes reserved for it, NUL included.
     pub max: u32,
     /// The address is in whichever register a USDT argument is at the firing's site
-    /// (`reg` unused): a backend that knows its sites' arguments (BPF) reads from that
-    /// register; elsewhere, and at sites without it, nothing is read (the slot's result
-    /// is 0: not captured, read when consumed). docs/usdt.md.
+    /// (`reg` unused): backends resolve it per site (`reg` set, this cleared); where
+    /// it is left set (a site without that argument in a register) nothing is read,
+    /// the slot's result 0: not captured, read when consumed. docs/usdt.md.
     pub per_site: bool,
 }
 

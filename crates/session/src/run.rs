@@ -326,15 +326,10 @@ fn arm(
     };
     for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| is_usdt_provider(&d.provider))) {
         let mut usdt = capture::plan(clause, &c.options);
-        // `copyinstr(argN)`: the string at the register argument N is in, at each USDT
-        // probe the clause is enabled on (an argument in memory is read when consumed),
-        // and at each site found later, whichever register it has it in (USDT_STRING).
-        let regs: Vec<u8> = usdt
-            .strings
-            .iter()
-            .flat_map(|&n| registry.pid.usdt_string_regs(ids_of(clause).into_iter(), usize::from(n)))
-            .chain(usdt.strings.iter().map(|&n| USDT_STRING + n))
-            .collect();
+        // `copyinstr(argN)`: the string at the register argument N is in at each site,
+        // whichever it is there (resolved per site as it is armed, found at start or
+        // later); an argument in memory is read when consumed.
+        let regs: Vec<u8> = usdt.strings.iter().map(|&n| USDT_STRING + n).collect();
         usdt.strings = regs;
         usdt.buffers.clear();
         usdt.regs = true;
