@@ -716,4 +716,31 @@ mod tests {
         assert!(!is_all_processes("pid*1"), "ends in a pid: one process");
         assert!(!is_all_processes("pid12"));
     }
+
+    /// A USDT argument's capture reads the register the site has it in, none where the
+    /// site has it elsewhere, another capture reads that register, or the site is not
+    /// the probe's; argument registers' captures read theirs everywhere.
+    #[test]
+    fn string_registers_per_site() {
+        use super::{PidProbe, SiteKind};
+        use crate::backend::USDT_STRING;
+        use udtrace_record::pid::PtReg::{Di, Si, R12};
+        let p = PidProbe {
+            probe: std::rc::Rc::new(udtrace_runtime::Probe::new(1, "fixture", "a", "f", "string")),
+            pid: 0,
+            file: "/a".into(),
+            kind: SiteKind::Usdt(0),
+            func_vaddr: 0x1000,
+            func_size: 64,
+            sites: vec![(0x10, 0x1010), (0x20, 0x1020)],
+            unprobeable: Vec::new(),
+            semaphore: 0,
+            usdt_regs: vec![(0x10, vec![Some(Di), None, Some(R12)]), (0x20, vec![Some(Si)])],
+        };
+        let codes = [1, USDT_STRING, USDT_STRING + 1, USDT_STRING + 2];
+        assert_eq!(p.string_regs(0x10, &codes), vec![Some(Si), Some(Di), None, Some(R12)]);
+        // Argument 0 in rsi here: `arg1`'s capture (rsi) reads it already.
+        assert_eq!(p.string_regs(0x20, &codes), vec![Some(Si), None, None, None]);
+        assert_eq!(p.string_regs(0x30, &codes), vec![Some(Si), None, None, None]);
+    }
 }
