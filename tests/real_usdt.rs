@@ -37,12 +37,22 @@ two_modes! {
     python_multiprocessing_fork: |m| crate::python_multiprocessing(m, "fork");
     python_multiprocessing_spawn: |m| crate::python_multiprocessing(m, "spawn");
     postgres_query_start: crate::postgres_query_start;
+    python_started_elsewhere: crate::python_started_elsewhere;
+}
+
+/// Python processes started while a test here traces `python*`: each test runs its
+/// python while holding it, so that `python*` sees only its own.
+static PYTHON: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn python_alone() -> std::sync::MutexGuard<'static, ()> {
+    PYTHON.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `python$target:::line` raises the line probe's semaphore, which CPython 3.11 needs
 /// to report Python-to-Python calls (without it, `function-entry` fires only where C
 /// enters the interpreter: docs/usdt.md).
 fn python_function_entry(mode: Mode) {
+    let _alone = python_alone();
     let python = require("/usr/bin/python3.11", "python3.11").display().to_string();
     let file = source("python/usdt_calls.py").display().to_string();
     let script = format!(
@@ -58,6 +68,7 @@ fn python_function_entry(mode: Mode) {
 /// `multiprocessing` children started by fork (the parent's probes, inherited) and by
 /// spawn (a fork and an exec of python3.11, matched again): each process's calls.
 fn python_multiprocessing(mode: Mode, start: &str) {
+    let _alone = python_alone();
     let python = require("/usr/bin/python3.11", "python3.11").display().to_string();
     let file = source("python/usdt_mp.py").display().to_string();
     let (children, k) = (3usize, 7u64);
@@ -71,6 +82,64 @@ fn python_multiprocessing(mode: Mode, start: &str) {
     let per_pid: Vec<u64> =
         run.counts().into_iter().filter(|(key, _)| key.starts_with("pid ")).map(|(_, n)| n).collect();
     assert_eq!(per_pid, vec![k; children + 1], "{}", run.said());
+}
+
+/// DTraceToolkit's py_*.d shape, `python*:::function-entry { @[basename(copyinstr(arg0)),
+/// copyinstr(arg1)] = count(); }`, on a python3.11 started from outside udtrace after
+/// it started (`-Z`; its image new to udtrace unless another process mapped it at
+/// start): every key is the file's and the function's name, counted exactly. Before,
+/// a probe found after start had no string captured at its firing and the consumer
+/// read the names late from the process, whose heap had freed and reused them:
+/// about one key in 40 was a freed chunk's bytes (a malloc list pointer, or zeros),
+/// printed as a hex dump. The program's output is an untraced run's.
+fn python_started_elsewhere(mode: Mode) {
+    let _alone = python_alone();
+    let python = require("/usr/bin/python3.11", "python3.11").display().to_string();
+    let dir = util::TempDir::new("usdt-python-late");
+    let file = dir.path().join("late_calls.py");
+    std::fs::copy(source("python/usdt_calls.py"), &file).expect("copy the script");
+    let argv = [python.as_str(), "-I", "-B", &file.display().to_string()];
+    let plain = Command::new(argv[0]).args(&argv[1..]).output().expect("untraced run");
+    assert!(plain.status.success());
+    let script = "python*:::line { @lines = count(); } \
+                  python*:::function-entry { @[basename(copyinstr(arg0)), copyinstr(arg1)] = count(); } \
+                  BEGIN { printf(\"ready\\n\"); } END { printa(\"%s|%s=%@d\\n\", @); printa(\"lines=%@d\\n\", @lines); }";
+    let mut args: Vec<&str> = match mode {
+        Mode::Uprobes => vec!["-x", "uprobes"],
+        _ => vec![],
+    };
+    args.extend(["-Z", "-q", "-n", script]);
+    let mut u = util::Guard::spawn(&mut util::udtrace_cmd(&args));
+    util::kill_after_deadline(u.child().id());
+    let mut lines = BufReader::new(u.child().stdout.take().expect("stdout")).lines();
+    let first = lines.next().and_then(Result::ok);
+    if first.as_deref() != Some("ready") {
+        let out = u.take().wait_with_output().expect("udtrace finishes");
+        let Some(()) = util::bpf_gate(&out) else { return };
+        panic!("udtrace did not start: {first:?} {}", util::stderr(&out));
+    }
+    let ran = Command::new(argv[0]).args(&argv[1..]).output().expect("python");
+    assert_eq!((ran.status.code(), &ran.stdout), (plain.status.code(), &plain.stdout));
+    let _ = Command::new("kill").args(["-INT", &u.child().id().to_string()]).status();
+    let text = lines.map_while(Result::ok).collect::<Vec<_>>().join("\n");
+    let out = u.take().wait_with_output().expect("udtrace finishes");
+    let said = format!("{text}\n{}", util::stderr(&out));
+    assert!(out.status.success(), "{said}");
+    assert_eq!(util::stderr(&out), "", "{said}");
+    // Every key two names (`<frozen abc>` has a space): none empty, none bytes of
+    // something else.
+    let mut mine = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| !l.is_empty() && !l.starts_with("lines=")) {
+        let (keys, n) = line.rsplit_once('=').unwrap_or_else(|| panic!("{line:?}: {said}"));
+        let (file, func) = keys.split_once('|').unwrap_or_else(|| panic!("{line:?}: {said}"));
+        let name = |s: &str| !s.is_empty() && s.bytes().all(|c| c == b' ' || c.is_ascii_graphic());
+        assert!(name(file) && name(func) && n.parse::<u64>().is_ok(), "{line:?}: {said}");
+        if file == "late_calls.py" {
+            mine.insert(func.to_string(), n.parse::<u64>().unwrap_or(0));
+        }
+    }
+    let want = expect(&[("<lambda>", 10), ("<module>", 1), ("bar", 11), ("foo", 18)]);
+    assert_eq!(mine, want, "{said}");
 }
 
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";

@@ -469,11 +469,11 @@ fn a_new_image_is_held_until_its_probes_are_armed() {
     }
 }
 
-/// udtrace running `script` (`-Z -q -n`), which prints `ready` from BEGIN, once it has:
-/// the rest of its output lines to read. None where the kernel refuses BPF.
-fn ready(script: &str) -> Option<(util::Guard, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>)> {
+/// udtrace with `args` (a script that prints `ready` from BEGIN), once it has: the rest
+/// of its output lines to read. None where the kernel refuses BPF.
+fn ready(args: &[&str]) -> Option<(util::Guard, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>)> {
     use std::io::BufRead;
-    let mut u = util::Guard::spawn(&mut util::udtrace_cmd(&["-Z", "-q", "-n", script]));
+    let mut u = util::Guard::spawn(&mut util::udtrace_cmd(args));
     util::kill_after_deadline(u.child().id());
     let mut lines = std::io::BufReader::new(u.child().stdout.take().expect("stdout")).lines();
     let first = lines.next().and_then(Result::ok);
@@ -497,29 +497,12 @@ fn ready(script: &str) -> Option<(util::Guard, std::io::Lines<std::io::BufReader
 fn a_new_image_exec_d_outside_udtrace_is_held_until_armed() {
     let _alone = every_process_lock();
     let (n, children) = (7, 20);
-    let dir = util::TempDir::new("usdt-gate");
-    let exe = dir.path().join("usdt-gate");
-    util::copy_fixture("usdt", &exe);
-    let launch = dir.write("launch", &format!("for i in $(seq {children}); do {} {n} & done; wait\n", exe.display()));
-    let (plain, code) = untraced(&["/bin/sh", &launch.display().to_string()]);
-    assert_eq!(code, Some(0));
-    // Not run yet: a fresh file, no process maps it.
-    let dir = util::TempDir::new("usdt-gate-fresh");
-    let exe = dir.path().join("usdt-gate");
-    util::copy_fixture("usdt", &exe);
-    let launch = dir.write("launch", &format!("for i in $(seq {children}); do {} {n} & done; wait\n", exe.display()));
+    let (_dir, launch, plain) = fresh_launch("usdt-gate", n, children);
     let script = "fixture*:usdt-gate::string { @s = count(); } \
                   pid*:usdt-gate:fire:entry { @f = count(); @n[execname] = count(); } \
                   END { printa(\"name %s %@d\\n\", @n); } BEGIN { printf(\"ready\\n\"); } \
                   END { printa(\"string %@d\\n\", @s); printa(\"fire %@d\\n\", @f); }";
-    let Some((mut u, lines)) = ready(script) else { return };
-    let ran = std::process::Command::new("/bin/sh").arg(&launch).output().expect("launch");
-    assert_eq!(ran.status.code(), Some(0));
-    assert_eq!(sorted(&String::from_utf8_lossy(&ran.stdout)), sorted(&plain));
-    let _ = std::process::Command::new("kill").args(["-INT", &u.child().id().to_string()]).status();
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let out = u.take().wait_with_output().expect("udtrace finishes");
-    let text = rest.join("\n") + "\n";
+    let Some((text, out)) = launched_under(&["-Z", "-q", "-n", script], &launch, &plain) else { return };
     let fired = n * children;
     assert!(text.contains(&format!("string {fired}\n")), "{text}{}", util::stderr(&out));
     assert!(text.contains(&format!("fire {fired}\n")), "{text}{}", util::stderr(&out));
@@ -539,7 +522,7 @@ fn a_stopped_udtrace_holds_no_exec() {
     let exe = dir.path().join("usdt-stopped");
     util::copy_fixture("usdt", &exe);
     let script = "pid*:usdt-stopped:fire:entry { @f = count(); } BEGIN { printf(\"ready\\n\"); }";
-    let Some((mut u, lines)) = ready(script) else { return };
+    let Some((mut u, lines)) = ready(&["-Z", "-q", "-n", script]) else { return };
     let pid = u.child().id().to_string();
     let signal = |sig: &str| std::process::Command::new("kill").args([sig, &pid]).status().expect("kill");
     assert!(signal("-STOP").success());
@@ -553,6 +536,68 @@ fn a_stopped_udtrace_holds_no_exec() {
     drop(lines);
     let out = u.take().wait_with_output().expect("udtrace finishes");
     assert!(out.status.success(), "{}", util::stderr(&out));
+}
+
+/// A fresh copy of the fixture named `name` (no process maps it: its image is new to
+/// udtrace) and a shell script that starts `children` of it at once, each firing `n`
+/// times; with the output of an untraced run of the same (of another copy).
+fn fresh_launch(name: &str, n: usize, children: usize) -> (util::TempDir, std::path::PathBuf, String) {
+    let make = |dir: &util::TempDir| {
+        let exe = dir.path().join(name);
+        util::copy_fixture("usdt", &exe);
+        dir.write("launch", &format!("for i in $(seq {children}); do {} {n} & done; wait\n", exe.display()))
+    };
+    let dir = util::TempDir::new(&format!("{name}-plain"));
+    let (plain, code) = untraced(&["/bin/sh", &make(&dir).display().to_string()]);
+    assert_eq!(code, Some(0));
+    let dir = util::TempDir::new(&format!("{name}-fresh"));
+    let launch = make(&dir);
+    (dir, launch, plain)
+}
+
+/// udtrace with `args` (a script that prints "ready" at BEGIN), and once it is ready,
+/// the shell script `launch` run beside it (not its child), its output `plain`'s; then
+/// udtrace interrupted: what it printed after "ready", and its output. None where the
+/// kernel refuses BPF.
+fn launched_under(args: &[&str], launch: &std::path::Path, plain: &str) -> Option<(String, std::process::Output)> {
+    let (mut u, lines) = ready(args)?;
+    let ran = std::process::Command::new("/bin/sh").arg(launch).output().expect("launch");
+    assert_eq!(ran.status.code(), Some(0));
+    assert_eq!(sorted(&String::from_utf8_lossy(&ran.stdout)), sorted(plain));
+    let _ = std::process::Command::new("kill").args(["-INT", &u.child().id().to_string()]).status();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let out = u.take().wait_with_output().expect("udtrace finishes");
+    Some((rest.join("\n") + "\n", out))
+}
+
+/// `copyinstr(arg0)` of a USDT probe found after start (`-Z`, a fresh copy of the
+/// fixture), in processes launched from a shell udtrace did not start, each ended
+/// before udtrace read its firings: the literal `"hello usdt"` (a page the process
+/// never touched) is read at the firing, faulted in, whichever register the site has
+/// it in, for a clause in the consumer (`printf`) and a key. Before, the record of a
+/// probe found later carried no string (the capture plan named the registers of the
+/// probes matched at start: none): the consumer read the ended process, and only the
+/// one the exec gate seized had its bytes read from its file; the others printed
+/// "invalid address". Default backend and `-x uprobes`; the program's output is an
+/// untraced run's.
+#[test]
+fn strings_of_usdt_probes_found_after_start_are_read_at_the_firing() {
+    let _alone = every_process_lock();
+    let (n, children) = (3, 8);
+    for flags in [&[][..], &["-x", "uprobes"][..]] {
+        // A fresh file for each: the first run armed the other.
+        let (_dir, launch, plain) = fresh_launch("usdt-str", n, children);
+        let script = "fixture*:usdt-str::string /arg1 == 0/ { printf(\"said %s\\n\", copyinstr(arg0)); } \
+                      fixture*:usdt-str::string { @s[copyinstr(arg0)] = count(); } \
+                      BEGIN { printf(\"ready\\n\"); } END { printa(\"key %s %@d\\n\", @s); }";
+        let mut args = flags.to_vec();
+        args.extend(["-Z", "-q", "-n", script]);
+        let Some((text, out)) = launched_under(&args, &launch, &plain) else { return };
+        let said: Vec<&str> = sorted(&text).into_iter().filter(|l| l.starts_with("said")).collect();
+        assert_eq!(said, vec!["said hello usdt"; children], "{flags:?} {text}{}", util::stderr(&out));
+        assert!(text.contains(&format!("key hello usdt {}\n", n * children)), "{flags:?} {text}{}", util::stderr(&out));
+        assert_eq!(util::stderr(&out), "", "{flags:?}");
+    }
 }
 
 /// A library a `-c` process dlopens and calls at once (`usdt N dlopen`, a fresh copy

@@ -28,9 +28,13 @@ use udtrace_providers::backend::{
     HOLD_SIGNAL_BLOCKED,
 };
 use udtrace_providers::pid::PidProbe;
-use udtrace_record::pid::{RecordLayout, RecordPlan};
+use udtrace_record::pid::{PtReg, RecordLayout, RecordPlan};
 use udtrace_record::proc::{hook_of, Hook, ProcLayout, ProcPlan};
 use udtrace_record::profile::{is_profile, ProfileLayout};
+
+/// What a site's program is made for: its filter, firing-time program, whether it
+/// always records, and the register each string capture reads there.
+type WorkKey = (Filter, udtrace_dif::Program, bool, Vec<Option<PtReg>>);
 
 /// The BPF backend: see the crate's documentation.
 pub struct Bpf {
@@ -42,6 +46,9 @@ pub struct Bpf {
     cookies: Vec<Vec<SiteTarget>>,
     /// Indexed by cookie: the stash ops in the map for it (the union of its probes').
     cookie_ops: Vec<u64>,
+    /// Indexed by cookie: the register each string capture reads at the site
+    /// (`PidProbe::string_regs`: a USDT argument's is the site's own).
+    cookie_strings: Vec<Vec<Option<PtReg>>>,
     probe_ops: ProbeOps,
     /// (file, file offset, for `pid*`) → cookie: a site has one cookie in every
     /// process, and another for the program of `pid*` probes.
@@ -63,7 +70,7 @@ pub struct Bpf {
     /// Programs for sites that run firing-time work or write no record, by what their
     /// sites do (for `pid*`, the program, whether it records) → index in
     /// `work_programs`: sites that do the same share one.
-    work_program_of: HashMap<(Filter, udtrace_dif::Program, bool), usize>,
+    work_program_of: HashMap<WorkKey, usize>,
     work_programs: Vec<Program>,
     /// The loader hook, when processes are followed or `pid*` probes enabled.
     hold: Option<Hold>,
@@ -414,6 +421,7 @@ impl Bpf {
             reader,
             cookies: Vec::new(),
             cookie_ops: Vec::new(),
+            cookie_strings: Vec::new(),
             probe_ops: setup.probe_ops.clone(),
             cookie_of: HashMap::new(),
             program,
@@ -453,6 +461,12 @@ impl Bpf {
         if cookie == next {
             self.cookies.push(Vec::new());
             self.cookie_ops.push(0);
+            self.cookie_strings.push(vec![None; self.string_args.len()]);
+        }
+        // A USDT probe's registers, whichever of the site's probes has them.
+        let regs = p.string_regs(offset, &self.string_args);
+        for (have, r) in self.cookie_strings[cookie as usize].iter_mut().zip(regs) {
+            *have = have.or(r);
         }
         let targets = &mut self.cookies[cookie as usize];
         if !targets.iter().any(|t| t.probe_id == p.probe.id) {
@@ -478,10 +492,13 @@ impl Bpf {
     fn site_program(&mut self, cookie: u64, filter: Filter) -> Result<Option<usize>, Error> {
         let targets = self.cookies.get(cookie as usize).map_or(&[][..], |t| t.as_slice());
         let Work { program, record } = self.work.site(targets);
-        if program.ops.is_empty() && record {
+        let strings = self.cookie_strings.get(cookie as usize).cloned().unwrap_or_default();
+        // The plain program reads the plan's registers and no USDT argument's.
+        let plain = self.rplan.strings.iter().map(|c| Some(c.reg).filter(|_| !c.per_site)).collect::<Vec<_>>();
+        if program.ops.is_empty() && record && strings == plain {
             return Ok(None);
         }
-        let key = (filter, program, record);
+        let key = (filter, program, record, strings);
         if let Some(&i) = self.work_program_of.get(&key) {
             return Ok(Some(i));
         }
@@ -513,7 +530,8 @@ impl Bpf {
                 return Err("a probe's firing-time work names no thread-local variable or aggregation".into())
             }
         };
-        let p = load_work_program(&self.rplan, &self.maps, filter, "udtrace_pidwork", SiteWork { dif, record })?;
+        let work = SiteWork { dif, record, strings: Some(&key.3) };
+        let p = load_work_program(&self.rplan, &self.maps, filter, "udtrace_pidwork", work)?;
         self.work_programs.push(p);
         let i = self.work_programs.len() - 1;
         self.work_program_of.insert(key, i);

@@ -320,12 +320,16 @@ pub struct SiteWork<'a> {
     /// Whether a record is always written (some clause runs in the consumer); else only
     /// when the program ran an `Emit`.
     pub record: bool,
+    /// The register each of the plan's string captures reads at these sites (`None`:
+    /// nothing read, the slot not captured); without it, the plan's own registers, and
+    /// nothing for a capture whose register is per site (`StringCapture::per_site`).
+    pub strings: Option<&'a [Option<PtReg>]>,
 }
 
 impl Default for SiteWork<'_> {
     /// Recorded, nothing run: what every site did before.
     fn default() -> Self {
-        SiteWork { dif: None, record: true }
+        SiteWork { dif: None, record: true, strings: None }
     }
 }
 
@@ -417,8 +421,18 @@ pub fn uprobe_program_work(
         a.push(stx(Size::DW, Reg::R8, off(task), Reg::R0));
     }
 
-    for (cap, &(slot, max)) in plan.strings.iter().zip(&layout.strings) {
-        emit_string(&mut a, Addr::Reg(cap.reg), slot, max, sleepable);
+    for (i, (cap, &(slot, max))) in plan.strings.iter().zip(&layout.strings).enumerate() {
+        let reg = match work.strings {
+            Some(regs) => regs.get(i).copied().flatten(),
+            None => Some(cap.reg).filter(|_| !cap.per_site),
+        };
+        match reg {
+            Some(r) => emit_string(&mut a, Addr::Reg(r), slot, max, sleepable),
+            // Not captured (a result of 0): the consumer reads it when it needs it.
+            None => {
+                a.push(st(Size::DW, Reg::R8, slot as i16, 0));
+            }
+        }
     }
 
     for (cap, &(slot, size)) in plan.buffers.iter().zip(&layout.buffers) {

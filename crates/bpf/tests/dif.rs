@@ -104,7 +104,7 @@ impl Rig {
                     errno: None,
                     sleepable: false,
                 };
-                let work = SiteWork { dif: Some(code), record: false };
+                let work = SiteWork { dif: Some(code), record: false, ..SiteWork::default() };
                 let insns = uprobe_program_work(&RecordPlan::default(), &self.probe, Filter::Traced, false, work)
                     .unwrap_or_else(|e| panic!("compile {p:?}: {e}"));
                 Program::load(ProgramKind::UprobeMulti, "udtrace_tdif", &insns)
@@ -332,7 +332,7 @@ fn the_name_is_the_processs() {
 /// [`udtrace_dif_target`] in this process.
 fn on_target(program: &Dif, maps: &DifMaps, probe: &ProbeMaps, name: &str) -> (Program, MultiLink) {
     let code = DifCode { program, maps, gets: Gets::Firing, errno: None, sleepable: false };
-    let work = SiteWork { dif: Some(code), record: false };
+    let work = SiteWork { dif: Some(code), record: false, ..SiteWork::default() };
     let insns = uprobe_program_work(&RecordPlan::default(), probe, Filter::Traced, false, work).expect("compile");
     let prog = Program::load(ProgramKind::UprobeMulti, name, &insns).unwrap_or_else(|e| panic!("{e}"));
     let (exe, off) = common::own_function("udtrace_dif_target");

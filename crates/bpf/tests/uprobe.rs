@@ -196,7 +196,10 @@ fn strings_and_stack_are_captured() {
     maps.traced.insert(&our_tgid(), &1).unwrap();
     let plan = RecordPlan {
         stack_bytes: 256,
-        strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Di, max: 64 }],
+        strings: vec![
+            StringCapture { reg: PtReg::Di, max: 8, per_site: false },
+            StringCapture { reg: PtReg::Di, max: 64, per_site: false },
+        ],
         buffers: vec![],
         regs: true,
         arg_regs: 0,

@@ -88,7 +88,7 @@ pub fn run(data: &[u8]) {
 fn layout(input: &mut Input) -> RecordLayout {
     let flags = input.u8();
     let strings = (0..flags % 3)
-        .map(|i| StringCapture { reg: PtReg::ARGS[i as usize], max: 1 + u32::from(input.u8()) })
+        .map(|i| StringCapture { reg: PtReg::ARGS[i as usize], max: 1 + u32::from(input.u8()), per_site: false })
         .collect();
     let buffers = (0..(flags >> 5) % 3)
         .map(|i| BufferCapture { reg: PtReg::ARGS[i as usize], size: 1 + u32::from(input.u8()) })

@@ -115,7 +115,8 @@ pub fn record(
             put_u32(&mut b, OFF_FLAGS, FLAG_STACK_TRUNCATED);
         }
     }
-    for (&(off, max), cap) in layout.strings.iter().zip(&plan.strings) {
+    // A USDT argument the site does not have in a register: not captured (result 0).
+    for (&(off, max), cap) in layout.strings.iter().zip(&plan.strings).filter(|(_, c)| !c.per_site) {
         read_string(&mut b, pid, pt_regs(regs)[cap.reg as usize], off, max);
     }
     for (&(off, size), cap) in layout.buffers.iter().zip(&plan.buffers) {

@@ -34,7 +34,7 @@ use udtrace_providers::backend::{
     Backend, Error, ProbeOps, ProbeWork, ProfileProbe, Record, Setup, SiteTarget, Trap, PROFILE_NEEDS_BPF,
 };
 use udtrace_providers::pid::{PidProbe, SiteKind};
-use udtrace_record::pid::{RecordLayout, RecordPlan};
+use udtrace_record::pid::{PtReg, RecordLayout, RecordPlan};
 use udtrace_record::proc::{Hook, ProcPlan};
 
 /// The in-process backend, with its fallback.
@@ -50,6 +50,9 @@ pub struct InProcess {
     cookies: Vec<Vec<SiteTarget>>,
     /// Indexed by cookie: the stash ops of its probes, when its site was placed.
     cookie_ops: Vec<u64>,
+    /// Indexed by cookie: the register each string capture reads at the site
+    /// (`PidProbe::string_regs`: a USDT argument's is the site's own).
+    cookie_strings: Vec<Vec<Option<PtReg>>>,
     probe_ops: ProbeOps,
     /// What each probe does at the firing (docs/firing.md).
     work: ProbeWork,
@@ -235,6 +238,7 @@ impl InProcess {
             off,
             cookies: Vec::new(),
             cookie_ops: Vec::new(),
+            cookie_strings: Vec::new(),
             probe_ops: setup.probe_ops.clone(),
             work: setup.work.clone(),
             buffers: Buffers::new(&setup.layout, setup.tables),
@@ -323,6 +327,12 @@ impl InProcess {
         if cookie == next {
             self.cookies.push(Vec::new());
             self.cookie_ops.push(0);
+            self.cookie_strings.push(vec![None; self.string_args.len()]);
+        }
+        // A USDT probe's registers, whichever of the site's probes has them.
+        let regs = p.string_regs(offset, &self.string_args);
+        for (have, r) in self.cookie_strings[cookie as usize].iter_mut().zip(regs) {
+            *have = have.or(r);
         }
         let targets = &mut self.cookies[cookie as usize];
         if !targets.iter().any(|t| t.probe_id == p.probe.id) {
@@ -330,6 +340,23 @@ impl InProcess {
         }
         self.cookie_ops[cookie as usize] |= self.probe_ops.get(p.probe.id);
         cookie
+    }
+
+    /// The record plan of the site with `cookie` where it differs from the session's:
+    /// its USDT arguments' string captures read the registers the site has them in.
+    fn site_record(&self, cookie: u64) -> Option<RecordPlan> {
+        let regs = self.cookie_strings.get(cookie as usize)?;
+        let here = |i: usize| regs.get(i).copied().flatten();
+        let resolved = self.record.strings.iter().enumerate().any(|(i, c)| c.per_site && here(i).is_some());
+        resolved.then(|| {
+            let mut plan = self.record.clone();
+            for (i, c) in plan.strings.iter_mut().enumerate().filter(|(_, c)| c.per_site) {
+                if let Some(r) = here(i) {
+                    (c.reg, c.per_site) = (r, false);
+                }
+            }
+            plan
+        })
     }
 
     /// Places a breakpoint at each site of `probes` (those the kernel cannot probe
@@ -657,12 +684,14 @@ impl Backend for InProcess {
                 let site = site_of(p, offset, file_off, cookie, self.cookie_ops[cookie as usize]);
                 let key = (p.file.clone(), file_off);
                 let work = self.work.site(&self.cookies[cookie as usize]);
+                let own = self.site_record(cookie);
+                let record = own.as_ref().unwrap_or(&self.record);
                 let r = match self.procs.get_mut(&pid) {
                     _ if self.given.contains(&key) => Err(GIVEN_UP.to_string()),
                     Some(proc) => {
                         let guard = self.guards.get_mut(&pid).and_then(|g| g.as_mut().ok());
                         let work = (&work, &self.buffers);
-                        proc.patch(pid, &site, &batch, &self.record, self.geometry, work, guard, self.ledger.get(pid))
+                        proc.patch(pid, &site, &batch, record, self.geometry, work, guard, self.ledger.get(pid))
                     }
                     None => Err("the process is gone".to_string()),
                 };
@@ -794,7 +823,9 @@ impl Backend for InProcess {
             let errno = self.errno_tls.get(&pid).and_then(|&tls| process::errno_of(pid, tid, tls));
             let stash_ops = self.cookie_ops.get(cookie as usize).copied().unwrap_or(0);
             let site = breakpoint::Fired { cookie, stash_ops, data_page: p.data_page() };
-            self.pending.push(breakpoint::record(&self.layout, &self.record, site, pid, tid, &regs, errno));
+            let own = self.site_record(cookie);
+            let plan = own.as_ref().unwrap_or(&self.record);
+            self.pending.push(breakpoint::record(&self.layout, plan, site, pid, tid, &regs, errno));
         }
         Trap::Fired
     }

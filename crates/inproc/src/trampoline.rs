@@ -379,6 +379,12 @@ fn firing(t: &Trampoline<'_>, layout: &RecordLayout, site_ip: u64, ip: u64) -> R
         emit_stack(&mut a, layout, subs.readv)?;
     }
     for (cap, &(slot, max)) in t.record.strings.iter().zip(&layout.strings) {
+        if cap.per_site {
+            // A USDT argument this site does not have in a register: not captured,
+            // read when consumed.
+            a.mov(qword_ptr(rbx + slot as i32), 0)?;
+            continue;
+        }
         a.lea(rdi, qword_ptr(rbx + slot as i32))?;
         a.mov(rsi, site_reg(cap.reg))?;
         a.mov(edx, max)?;
@@ -1044,7 +1050,10 @@ mod tests {
     fn captures_stack_strings_and_errno() {
         let rec = RecordPlan {
             stack_bytes: 512,
-            strings: vec![StringCapture { reg: PtReg::Di, max: 256 }, StringCapture { reg: PtReg::Si, max: 5 }],
+            strings: vec![
+                StringCapture { reg: PtReg::Di, max: 256, per_site: false },
+                StringCapture { reg: PtReg::Si, max: 5, per_site: false },
+            ],
             buffers: vec![BufferCapture { reg: PtReg::Dx, size: 20 }],
             regs: true,
             arg_regs: 0,

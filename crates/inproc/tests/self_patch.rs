@@ -649,7 +649,10 @@ fn strings_read_as_probe_read_user_str() {
     let _g = lock();
     let t = strtarget();
     let plan = RecordPlan {
-        strings: vec![StringCapture { reg: PtReg::Di, max: 16 }, StringCapture { reg: PtReg::Si, max: 5 }],
+        strings: vec![
+            StringCapture { reg: PtReg::Di, max: 16, per_site: false },
+            StringCapture { reg: PtReg::Si, max: 5, per_site: false },
+        ],
         ..record_plan()
     };
     let mut env = Env::with_plan(64, plan);
@@ -990,7 +993,8 @@ fn capture_cost_per_firing() {
         patched - plain.min(time(&mut env, f))
     }
     let path = b"/usr/lib/x86_64-linux-gnu/libc.so.6\0";
-    let strings = RecordPlan { strings: vec![StringCapture { reg: PtReg::Di, max: 256 }], ..record_plan() };
+    let strings =
+        RecordPlan { strings: vec![StringCapture { reg: PtReg::Di, max: 256, per_site: false }], ..record_plan() };
     let string = cost(&strtarget(), strings.clone(), &|k| {
         call_str(path.as_ptr() as u64, k);
     });

@@ -39,20 +39,17 @@ pub const HOLD_SIGNAL_BLOCKED: i32 = nix::libc::SIGSTOP;
 pub const HOLD_SIGNALS: [i32; 2] = [HOLD_SIGNAL, HOLD_SIGNAL_BLOCKED];
 
 /// A string capture's code in [`CapturePlan::strings`] (and `Record::Pid`'s
-/// `string_args`): 0..=5 the argument registers; from [`REG_STRING`] on, the register
-/// of `struct pt_regs` at that index past it (a USDT argument's, docs/usdt.md).
+/// `string_args`): 0..=5 the argument registers; from [`USDT_STRING`] on, a USDT
+/// argument's register, known per site (rdi here).
 pub fn string_reg(code: u8) -> PtReg {
-    use PtReg::*;
-    const PT_REGS: [PtReg; 21] =
-        [R15, R14, R13, R12, Bp, Bx, R11, R10, R9, R8, Ax, Cx, Dx, Si, Di, OrigAx, Ip, Cs, Flags, Sp, Ss];
-    match code.checked_sub(REG_STRING) {
-        Some(i) => PT_REGS.get(usize::from(i)).copied().unwrap_or(Di),
-        None => PtReg::ARGS.get(usize::from(code)).copied().unwrap_or(Di),
-    }
+    PtReg::ARGS.get(usize::from(code)).copied().unwrap_or(PtReg::Di)
 }
 
-/// The first [`string_reg`] code that names a register by its `pt_regs` index.
-pub const REG_STRING: u8 = 16;
+/// The first string capture code that names a USDT argument: `USDT_STRING + n` reads
+/// the string at the register argument n is in at the firing's site, whichever it is
+/// there (resolved per site, [`crate::pid::PidProbe::string_regs`]), for probes found
+/// at start and later alike (docs/usdt.md).
+pub const USDT_STRING: u8 = 64;
 
 /// What one site's firing means: a probe and where in its function the site is.
 #[derive(Debug, Clone, Copy)]
@@ -229,7 +226,11 @@ impl Setup {
                 .plan
                 .strings
                 .iter()
-                .map(|&n| StringCapture { reg: string_reg(n), max: self.strsize.clamp(1, MAX_STRING) })
+                .map(|&n| StringCapture {
+                    reg: string_reg(n),
+                    max: self.strsize.clamp(1, MAX_STRING),
+                    per_site: n >= USDT_STRING,
+                })
                 .collect(),
             buffers: self
                 .plan

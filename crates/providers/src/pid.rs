@@ -16,6 +16,7 @@ use udtrace_object::sites::{self, Sites};
 use udtrace_object::symbols::Function;
 use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_process::refusal;
+use udtrace_record::pid::PtReg;
 use udtrace_runtime::Probe;
 
 use crate::glob;
@@ -55,6 +56,34 @@ pub struct PidProbe {
     /// A USDT probe's semaphore: its offset in the file (0: none), raised in each
     /// process while the probe is armed there.
     pub semaphore: u64,
+    /// A USDT probe's sites: (offset in the function, per argument the register it is
+    /// in when it is a whole 64-bit one), for [`PidProbe::string_regs`].
+    pub usdt_regs: Vec<(u64, Vec<Option<PtReg>>)>,
+}
+
+impl PidProbe {
+    /// The register each string capture of `codes` ([`crate::backend::string_reg`])
+    /// reads at this probe's site at `offset`, `None` for none: a USDT argument's
+    /// ([`crate::backend::USDT_STRING`]) is the register the site has it in, none when
+    /// it has it elsewhere (memory, part of a register) or the site is no USDT one, or
+    /// when another capture already reads that register (the consumer finds a string
+    /// by its address, whichever slot holds it).
+    pub fn string_regs(&self, offset: u64, codes: &[u8]) -> Vec<Option<PtReg>> {
+        use crate::backend::{string_reg, USDT_STRING};
+        let args = self.usdt_regs.iter().find(|(o, _)| *o == offset).map(|(_, a)| a.as_slice());
+        let fixed: Vec<PtReg> = codes.iter().filter(|&&c| c < USDT_STRING).map(|&c| string_reg(c)).collect();
+        let mut out: Vec<Option<PtReg>> = Vec::with_capacity(codes.len());
+        for &c in codes {
+            let r = match c.checked_sub(USDT_STRING) {
+                None => Some(string_reg(c)),
+                Some(n) => args
+                    .and_then(|a| a.get(usize::from(n)).copied().flatten())
+                    .filter(|r| !fixed.contains(r) && !out.contains(&Some(*r))),
+            };
+            out.push(r);
+        }
+        out
+    }
 }
 
 #[derive(Default)]
@@ -613,6 +642,7 @@ impl PidProvider {
             sites,
             unprobeable,
             semaphore: 0,
+            usdt_regs: Vec::new(),
         });
         probe
     }
@@ -685,5 +715,32 @@ mod tests {
         assert!(is_all_processes("pid?"));
         assert!(!is_all_processes("pid*1"), "ends in a pid: one process");
         assert!(!is_all_processes("pid12"));
+    }
+
+    /// A USDT argument's capture reads the register the site has it in, none where the
+    /// site has it elsewhere, another capture reads that register, or the site is not
+    /// the probe's; argument registers' captures read theirs everywhere.
+    #[test]
+    fn string_registers_per_site() {
+        use super::{PidProbe, SiteKind};
+        use crate::backend::USDT_STRING;
+        use udtrace_record::pid::PtReg::{Di, Si, R12};
+        let p = PidProbe {
+            probe: std::rc::Rc::new(udtrace_runtime::Probe::new(1, "fixture", "a", "f", "string")),
+            pid: 0,
+            file: "/a".into(),
+            kind: SiteKind::Usdt(0),
+            func_vaddr: 0x1000,
+            func_size: 64,
+            sites: vec![(0x10, 0x1010), (0x20, 0x1020)],
+            unprobeable: Vec::new(),
+            semaphore: 0,
+            usdt_regs: vec![(0x10, vec![Some(Di), None, Some(R12)]), (0x20, vec![Some(Si)])],
+        };
+        let codes = [1, USDT_STRING, USDT_STRING + 1, USDT_STRING + 2];
+        assert_eq!(p.string_regs(0x10, &codes), vec![Some(Si), Some(Di), None, Some(R12)]);
+        // Argument 0 in rsi here: `arg1`'s capture (rsi) reads it already.
+        assert_eq!(p.string_regs(0x20, &codes), vec![Some(Si), None, None, None]);
+        assert_eq!(p.string_regs(0x30, &codes), vec![Some(Si), None, None, None]);
     }
 }

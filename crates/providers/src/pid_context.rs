@@ -366,7 +366,8 @@ pub struct FiringCtx<'a> {
     pub f: &'a Firing<'a>,
     pub site: SiteTarget,
     pub procs: &'a RefCell<Procs>,
-    /// String captures: which argument register each slot of `f.strings` read.
+    /// String captures: which register each slot of `f.strings` read (the codes of
+    /// [`crate::backend::string_reg`]; a USDT argument's is the site's).
     pub string_args: &'a [u8],
     /// Buffer captures: the argument register and size of each slot of `f.buffers`.
     pub buffer_args: &'a [(u8, u32)],
@@ -487,7 +488,15 @@ impl FiringCtx<'_> {
 
     fn captured(&self, addr: u64) -> Option<&[u8]> {
         for (slot, &n) in self.string_args.iter().enumerate() {
-            if self.f.reg(crate::backend::string_reg(n)) == addr {
+            let reg = match n.checked_sub(crate::backend::USDT_STRING) {
+                None => Some(crate::backend::string_reg(n)),
+                // The register the site has that argument in (what the backend read).
+                Some(arg) => self
+                    .usdt
+                    .as_ref()
+                    .and_then(|u| crate::usdt::whole_regs(&u.args).get(usize::from(arg)).copied().flatten()),
+            };
+            if reg.is_some_and(|r| self.f.reg(r) == addr) {
                 if let Some(Some(s)) = self.f.strings.get(slot) {
                     return Some(s);
                 }

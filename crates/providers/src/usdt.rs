@@ -20,10 +20,23 @@ use udtrace_object::symbols::Function;
 use udtrace_object::usdt::{dtrace_name, Operand, Reg, RegPart, UsdtArg};
 use udtrace_process::procfs::{self, LoadedObject};
 use udtrace_process::refusal;
+use udtrace_record::pid::PtReg;
 use udtrace_runtime::Probe;
 
 use crate::glob;
 use crate::pid::{DescError, PidProvider, SiteKind};
+
+/// Per argument of a site, the register it is in when it is a whole 64-bit one (a
+/// pointer a string capture can read behind at the firing).
+pub fn whole_regs(args: &Result<Vec<UsdtArg>, String>) -> Vec<Option<PtReg>> {
+    let Ok(args) = args else { return Vec::new() };
+    args.iter()
+        .map(|a| match &a.operand {
+            Operand::Reg(p) if p.width == 8 => Some(crate::pid_context::usdt_reg(p.reg)),
+            _ => None,
+        })
+        .collect()
+}
 
 /// What one USDT site's firing needs to decode its arguments.
 #[derive(Debug, Clone)]
@@ -269,30 +282,6 @@ impl PidProvider {
         self.usdt.site(probe_id, offset)
     }
 
-    /// The [`crate::backend::string_reg`] codes of the registers argument `n` is in at
-    /// the sites of `probes` (USDT ones; an argument in memory has none).
-    pub fn usdt_string_regs(&self, probes: impl Iterator<Item = u32>, n: usize) -> Vec<u8> {
-        let ids: std::collections::HashSet<u32> = probes.collect();
-        let mut out = Vec::new();
-        for ((id, _), site) in &self.usdt.sites {
-            if !ids.contains(id) {
-                continue;
-            }
-            let Some(Operand::Reg(p)) = site.args.as_ref().ok().and_then(|a| a.get(n)).map(|a| &a.operand) else {
-                continue;
-            };
-            if p.width != 8 {
-                continue;
-            }
-            let reg = crate::pid_context::usdt_reg(p.reg);
-            let code = crate::backend::REG_STRING + (reg.offset() / 8) as u8;
-            if !out.contains(&code) {
-                out.push(code);
-            }
-        }
-        out
-    }
-
     /// Whether an argument of a site of `probes` is in memory relative to the stack or
     /// frame pointer (`-4@112(%rsp)`, `8@-16(%rbp)`): the record carries the stack.
     pub fn usdt_reads_stack(&self, probes: impl Iterator<Item = u32>) -> bool {
@@ -392,6 +381,9 @@ impl PidProvider {
                         .collect(),
                     Err(_) => Vec::new(),
                 };
+                if !p.usdt_regs.iter().any(|&(o, _)| o == off) {
+                    p.usdt_regs.push((off, whole_regs(&note.args)));
+                }
                 let site = UsdtSite { args: note.args.clone(), vaddr: note.pc, symbols };
                 self.usdt.sites.insert((probe.id, off), Rc::new(site));
                 if !out.iter().any(|o: &Rc<Probe>| o.id == probe.id) {

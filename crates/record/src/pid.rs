@@ -103,6 +103,11 @@ pub struct StringCapture {
     pub reg: PtReg,
     /// Bytes reserved for it, NUL included.
     pub max: u32,
+    /// The address is in whichever register a USDT argument is at the firing's site
+    /// (`reg` unused): backends resolve it per site (`reg` set, this cleared); where
+    /// it is left set (a site without that argument in a register) nothing is read,
+    /// the slot's result 0: not captured, read when consumed. docs/usdt.md.
+    pub per_site: bool,
 }
 
 /// `size` bytes of user memory read at the firing from the address in `reg`
@@ -676,7 +681,10 @@ mod tests {
     fn layout_offsets() {
         let plan = RecordPlan {
             stack_bytes: 64,
-            strings: vec![StringCapture { reg: PtReg::Di, max: 5 }, StringCapture { reg: PtReg::Si, max: 16 }],
+            strings: vec![
+                StringCapture { reg: PtReg::Di, max: 5, per_site: false },
+                StringCapture { reg: PtReg::Si, max: 16, per_site: false },
+            ],
             buffers: vec![BufferCapture { reg: PtReg::Di, size: 4 }, BufferCapture { reg: PtReg::Dx, size: 16 }],
             regs: true,
             arg_regs: 0,
@@ -719,7 +727,7 @@ mod tests {
         assert_eq!(
             RecordLayout::new(&RecordPlan {
                 stack_bytes: 0,
-                strings: vec![StringCapture { reg: PtReg::Di, max: 0 }],
+                strings: vec![StringCapture { reg: PtReg::Di, max: 0, per_site: false }],
                 buffers: vec![],
                 regs: true,
                 arg_regs: 0,
@@ -734,7 +742,7 @@ mod tests {
             let plan = RecordPlan { buffers: vec![BufferCapture { reg: PtReg::Di, size }], ..RecordPlan::default() };
             assert_eq!(RecordLayout::new(&plan), Err(PlanError::BufferSize(size)));
         }
-        let many = vec![StringCapture { reg: PtReg::Di, max: 4096 }; 5];
+        let many = vec![StringCapture { reg: PtReg::Di, max: 4096, per_site: false }; 5];
         assert!(matches!(
             RecordLayout::new(&RecordPlan {
                 stack_bytes: 16384,
@@ -843,7 +851,10 @@ mod tests {
     fn parse_round_trip() {
         let plan = RecordPlan {
             stack_bytes: 16,
-            strings: vec![StringCapture { reg: PtReg::Di, max: 8 }, StringCapture { reg: PtReg::Si, max: 8 }],
+            strings: vec![
+                StringCapture { reg: PtReg::Di, max: 8, per_site: false },
+                StringCapture { reg: PtReg::Si, max: 8, per_site: false },
+            ],
             buffers: vec![
                 BufferCapture { reg: PtReg::Di, size: 4 },
                 BufferCapture { reg: PtReg::Si, size: 12 },

@@ -22,7 +22,9 @@ use udtrace_messages::progress::Progress;
 use udtrace_messages::{debug, note};
 use udtrace_process::follow::Event;
 use udtrace_process::procfs;
-use udtrace_providers::backend::{refused_probes, Backend, Loader, ProfileProbe, Record, Setup, SiteTarget};
+use udtrace_providers::backend::{
+    refused_probes, Backend, Loader, ProfileProbe, Record, Setup, SiteTarget, USDT_STRING,
+};
 use udtrace_providers::pid::{is_pid_provider, is_usdt_provider, PidProbe, SiteKind};
 use udtrace_providers::pid_context::{FiringCtx, Procs};
 use udtrace_providers::proc::{self as procprov, Clocks, ProcCtx};
@@ -324,13 +326,10 @@ fn arm(
     };
     for clause in c.program.clauses.iter().filter(|cl| cl.probes.iter().any(|d| is_usdt_provider(&d.provider))) {
         let mut usdt = capture::plan(clause, &c.options);
-        // `copyinstr(argN)`: the string at the register argument N is in, at each USDT
-        // probe the clause is enabled on (an argument in memory is read when consumed).
-        let regs: Vec<u8> = usdt
-            .strings
-            .iter()
-            .flat_map(|&n| registry.pid.usdt_string_regs(ids_of(clause).into_iter(), usize::from(n)))
-            .collect();
+        // `copyinstr(argN)`: the string at the register argument N is in at each site,
+        // whichever it is there (resolved per site as it is armed, found at start or
+        // later); an argument in memory is read when consumed.
+        let regs: Vec<u8> = usdt.strings.iter().map(|&n| USDT_STRING + n).collect();
         usdt.strings = regs;
         usdt.buffers.clear();
         usdt.regs = true;
