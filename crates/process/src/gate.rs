@@ -9,7 +9,8 @@
 //! udtrace that is stopped (SIGSTOP, ^Z, a debugger) or slow never blocks an exec. The
 //! keeper hands each exec it must hold to udtrace's main thread (the one that may
 //! seize: a tracer is a thread) over a socket, and lets it go when told, or after the
-//! gate's limit whatever happened. Every image udtrace has armed gets an ignore mark
+//! gate's limit whatever happened (udtrace then drops the request unread: a thread id
+//! may be another thread's by the time a stopped udtrace reads it). Every image udtrace has armed gets an ignore mark
 //! ([`ExecGate::ignore`], once armed: not when let go, or a second exec of it would run
 //! unarmed): an exec of a seen image never reaches the gate, so the machine pays for the
 //! first exec of each new file only. Processes that are traced (by udtrace's follower,
@@ -85,6 +86,8 @@ pub struct Exec {
 pub struct ExecGate {
     sock: OwnedFd,
     keeper: Child,
+    /// How long the keeper waits for an answer.
+    limit: Duration,
     /// How many file systems are gated.
     pub filesystems: usize,
 }
@@ -103,7 +106,7 @@ impl ExecGate {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()?;
-        let mut gate = ExecGate { sock: ours, keeper, filesystems: 0 };
+        let mut gate = ExecGate { sock: ours, keeper, limit, filesystems: 0 };
         let mut fds = [PollFd::new(gate.sock.as_fd(), PollFlags::POLLIN)];
         let _ = poll(&mut fds, PollTimeout::from(5000u16));
         let said = receive(&gate.sock).unwrap_or_default();
@@ -130,9 +133,16 @@ impl ExecGate {
         let mut out = Vec::new();
         while let Some(m) = receive_now(&self.sock) {
             let Some(rest) = m.strip_prefix(b"exec ") else { continue };
-            let mut parts = rest.splitn(3, |&b| b == b' ');
+            let mut parts = rest.splitn(4, |&b| b == b' ');
             let num = |p: Option<&[u8]>| p.and_then(|p| std::str::from_utf8(p).ok()).and_then(|s| s.parse().ok());
-            let (Some(seq), Some(tid)) = (num(parts.next()), num(parts.next())) else { continue };
+            let (Some(seq), Some(tid), Some(asked)) = (num(parts.next()), num(parts.next()), num(parts.next())) else {
+                continue;
+            };
+            // Let go already (udtrace was stopped or busy): its thread id may name
+            // another thread by now, which must not be seized.
+            if monotonic_ms().saturating_sub(asked) >= self.limit.as_millis() as u64 {
+                continue;
+            }
             let path = PathBuf::from(std::ffi::OsString::from_vec(parts.next().unwrap_or_default().to_vec()));
             out.push(Exec { seq, tid: tid as i32, path });
         }
@@ -160,6 +170,12 @@ impl Drop for ExecGate {
         let _ = nix::sys::socket::shutdown(self.sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
         let _ = self.keeper.wait();
     }
+}
+
+/// CLOCK_MONOTONIC in milliseconds: one clock for udtrace and its keeper.
+fn monotonic_ms() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map_or(0, |t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
 }
 
 fn io(e: Errno) -> std::io::Error {
@@ -314,7 +330,7 @@ impl Keeper {
     /// when udtrace has ended.
     fn ask(&mut self, tid: i32, path: &Path) -> bool {
         self.seq += 1;
-        let mut m = format!("exec {} {tid} ", self.seq).into_bytes();
+        let mut m = format!("exec {} {tid} {} ", self.seq, monotonic_ms()).into_bytes();
         m.extend_from_slice(path.as_os_str().as_bytes());
         m.truncate(MAX_MESSAGE);
         if send(self.sock.as_raw_fd(), &m, MsgFlags::MSG_DONTWAIT).is_err() {
