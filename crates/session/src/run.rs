@@ -96,7 +96,8 @@ pub fn run(req: Request, load: Loader<'_>) -> i32 {
     // Followed processes' ptrace events are noticed through SIGCHLD.
     mask.add(Signal::SIGCHLD);
     // A terminal's stop (^Z) stops udtrace once the exec gate is closed (see `suspend`):
-    // stopped with it open, udtrace would hold every new image's exec on the machine.
+    // stopped with it open, udtrace would cost every new image's exec on the machine the
+    // gate's limit.
     mask.add(Signal::SIGTSTP);
     if let Err(e) = mask.thread_block() {
         return fail(&format!("failed to block signals: {e}"));
@@ -905,8 +906,8 @@ fn read_signals(sfd: &SignalFd, w: &mut Tracing<'_>) -> bool {
 }
 
 /// Stops udtrace as the terminal asked (SIGTSTP, blocked to be read here), the exec
-/// gate closed meanwhile: while udtrace is stopped, no exec on the machine waits for it.
-/// Opened again when udtrace is continued.
+/// gate closed meanwhile: while udtrace is stopped, no exec on the machine waits for it
+/// at all. Opened again (a new keeper) when udtrace is continued.
 fn suspend(w: &mut Tracing<'_>) {
     let gated = w.all.as_deref().is_some_and(|a| a.wait_fd().is_some());
     if let Some(a) = w.all.as_deref_mut() {
