@@ -407,10 +407,14 @@ fn unescape(s: &str) -> PathBuf {
 
 /// Whether thread `tid`'s exec is held for udtrace: not when it is udtrace's or its
 /// child's (followed already, the undertaker, this keeper), not when a tracer has it
-/// (udtrace's follower arms it at its exec stop; another tracer's cannot be seized), and
-/// not for a thread other than its process's leader (its exec takes the leader's id:
-/// what was seized would be gone).
+/// (udtrace's follower arms it at its exec stop; another tracer's cannot be seized), not
+/// for a thread other than its process's leader (its exec takes the leader's id: what
+/// was seized would be gone), and never for init (pid 1, re-exec'ing itself): no one
+/// may depend on a tracer to get it going again.
 fn must_hold(tid: i32, udtrace: i32) -> bool {
+    if tid == 1 {
+        return false;
+    }
     let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else { return false };
     let field = |name: &str| -> Option<i32> {
         status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
