@@ -218,7 +218,7 @@ pub fn hold_program(
     a.ja(out);
     a.bind(untraced);
     if let Some(ring) = events {
-        emit_pid_event(&mut a, ring, -8);
+        emit_pid_event(&mut a, ring, -8, 8);
     }
     a.bind(out);
     a.push(mov64_imm(Reg::R0, 0));
@@ -229,13 +229,14 @@ pub fn hold_program(
 /// `enum r_state` of the loader's debugger interface: no change in progress.
 const RT_CONSISTENT: i32 = 0;
 
-/// Writes the 4-byte process id stored at `fp + slot` to `ring` as one 8-byte event.
-fn emit_pid_event(a: &mut Asm, ring: &RingBuf, slot: i16) {
+/// Writes the 4-byte process id stored at `fp + slot`, a zero word, and what the stack
+/// holds after them up to `len` bytes in all, to `ring` as one event.
+fn emit_pid_event(a: &mut Asm, ring: &RingBuf, slot: i16, len: i32) {
     a.push(st(Size::W, Reg::R10, slot + 4, 0));
     a.push_wide(ld_map_fd(Reg::R1, ring.raw_fd()));
     a.push(mov64_reg(Reg::R2, Reg::R10));
     a.push(alu64_imm(AluOp::Add, Reg::R2, i32::from(slot)));
-    a.push(mov64_imm(Reg::R3, 8));
+    a.push(mov64_imm(Reg::R3, len));
     a.push(mov64_imm(Reg::R4, 0));
     a.call(helper::RINGBUF_OUTPUT);
 }
@@ -250,13 +251,7 @@ pub fn exec_program(events: &RingBuf) -> Result<Vec<Insn>, CodegenError> {
     a.call(helper::GET_CURRENT_PID_TGID);
     a.push(alu64_imm(AluOp::Rsh, Reg::R0, 32));
     a.push(stx(Size::W, Reg::R10, -24, Reg::R0));
-    a.push(st(Size::W, Reg::R10, -20, 0));
-    a.push_wide(ld_map_fd(Reg::R1, events.raw_fd()));
-    a.push(mov64_reg(Reg::R2, Reg::R10));
-    a.push(alu64_imm(AluOp::Add, Reg::R2, -24));
-    a.push(mov64_imm(Reg::R3, EXEC_NOTICE_SIZE as i32));
-    a.push(mov64_imm(Reg::R4, 0));
-    a.call(helper::RINGBUF_OUTPUT);
+    emit_pid_event(&mut a, events, -24, EXEC_NOTICE_SIZE as i32);
     a.push(mov64_imm(Reg::R0, 0));
     a.exit();
     Ok(a.finish()?)

@@ -314,10 +314,9 @@ impl Drop for Target {
 /// taken as traced by another tracer for good. One another session follows for
 /// longer is taken so after the wait.
 fn wait_out_brief_hold(pid: i32) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
-    while procfs::tracer(pid).is_some_and(|(_, comm)| comm == "udtrace") && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    wait_while(std::time::Duration::from_millis(500), || {
+        procfs::tracer(pid).is_some_and(|(_, comm)| comm == "udtrace")
+    });
 }
 
 /// Waits (up to 2 s) while process `pid` is inside execve: grabbed there, it would be
@@ -325,12 +324,16 @@ fn wait_out_brief_hold(pid: i32) {
 /// then `udtrace -p $!`) may still be exec'ing, longer when an exec gate holds it
 /// (another session's: docs/pid-provider.md, "The exec gate").
 fn wait_out_exec(pid: i32) {
-    let in_exec = || {
+    wait_while(std::time::Duration::from_secs(2), || {
         std::fs::read_to_string(format!("/proc/{pid}/syscall"))
             .is_ok_and(|s| matches!(s.split(' ').next(), Some("59" | "322")))
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while in_exec() && std::time::Instant::now() < deadline {
+    });
+}
+
+/// Looks every millisecond while `busy` holds, for at most `limit`.
+fn wait_while(limit: std::time::Duration, mut busy: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while busy() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }

@@ -698,48 +698,42 @@ impl Brief {
     pub fn wait_exec(&mut self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         loop {
-            match waitpid(Some(self.pid), WaitPidFlag::__WALL | WaitPidFlag::WNOHANG) {
-                Ok(Wait::Status(WaitStatus::PtraceEvent(_, _, ev))) if ev == libc::PTRACE_EVENT_EXEC => return true,
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.wait_stop(left) {
+                Some(Stop::Event(ev)) if ev == libc::PTRACE_EVENT_EXEC => return true,
                 // Back in user space without an exec (it failed), or a job-control stop.
-                Ok(Wait::Status(WaitStatus::PtraceEvent(_, _, ev))) if ev == libc::PTRACE_EVENT_STOP => return false,
-                Ok(Wait::Status(WaitStatus::PtraceEvent(..) | WaitStatus::PtraceSyscall(..))) => {
+                Some(Stop::Event(ev)) if ev == libc::PTRACE_EVENT_STOP => return false,
+                Some(Stop::Signal(s)) => wait::cont(self.pid.as_raw(), s),
+                Some(_) => {
                     let _ = ptrace::cont(self.pid, None);
                 }
-                Ok(w @ (Wait::Status(WaitStatus::Stopped(..)) | Wait::RealTime(..))) => {
-                    wait::cont(self.pid.as_raw(), w.delivery_signal().unwrap_or(0));
-                }
-                Ok(Wait::Status(WaitStatus::Exited(..) | WaitStatus::Signaled(..))) | Err(_) => {
-                    self.held = false;
+                None if !self.held => return false,
+                None => {
+                    let _ = ptrace::interrupt(self.pid);
+                    self.wait_stop(Duration::from_secs(1));
                     return false;
                 }
-                Ok(_) => {}
             }
-            if Instant::now() >= deadline {
-                let _ = ptrace::interrupt(self.pid);
-                self.held = self.wait_stop(Duration::from_secs(1)).is_some();
-                return false;
-            }
-            std::thread::sleep(Duration::from_micros(50));
         }
     }
 
-    /// Waits for the next stop: `Some(sig)` for a signal-delivery stop (the signal is
-    /// taken away), `Some(None)` for any other stop; `None` if it exited or the time
-    /// passed.
-    fn wait_stop(&mut self, limit: Duration) -> Option<Option<i32>> {
+    /// Waits for the next stop: [`Stop::Signal`] for a signal-delivery stop (the signal
+    /// is taken away), [`Stop::Event`] for a ptrace event's, [`Stop::Other`] for any
+    /// other; `None` if it exited or the time passed.
+    fn wait_stop(&mut self, limit: Duration) -> Option<Stop> {
         let deadline = Instant::now() + limit;
         loop {
             match waitpid(Some(self.pid), WaitPidFlag::__WALL | WaitPidFlag::WNOHANG) {
                 Ok(Wait::Status(WaitStatus::StillAlive)) | Err(Errno::EINTR) => {}
                 Ok(w @ (Wait::Status(WaitStatus::Stopped(..)) | Wait::RealTime(..))) => {
-                    return Some(w.delivery_signal())
+                    return w.delivery_signal().map(Stop::Signal)
                 }
-                Ok(Wait::Status(WaitStatus::PtraceEvent(..))) => return Some(None),
+                Ok(Wait::Status(WaitStatus::PtraceEvent(_, _, ev))) => return Some(Stop::Event(ev)),
                 Ok(Wait::Status(WaitStatus::Exited(..) | WaitStatus::Signaled(..))) | Err(_) => {
                     self.held = false;
                     return None;
                 }
-                Ok(_) => return Some(None),
+                Ok(_) => return Some(Stop::Other),
             }
             if Instant::now() >= deadline {
                 return None;
@@ -757,9 +751,9 @@ impl Brief {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.wait_stop(left) {
-                Some(Some(s)) if sigs.iter().any(|&g| g as i32 == s) => return true,
-                Some(Some(s)) => wait::cont(self.pid.as_raw(), s),
-                Some(None) => {
+                Some(Stop::Signal(s)) if sigs.iter().any(|&g| g as i32 == s) => return true,
+                Some(Stop::Signal(s)) => wait::cont(self.pid.as_raw(), s),
+                Some(_) => {
                     let _ = ptrace::cont(self.pid, None);
                 }
                 None if !self.held => return false,
@@ -781,6 +775,16 @@ impl Brief {
             let _ = ptrace::detach(self.pid, None);
         }
     }
+}
+
+/// A stop [`Brief`] waited for.
+enum Stop {
+    /// A signal-delivery stop, its signal.
+    Signal(i32),
+    /// A ptrace event's stop (`PTRACE_EVENT_*`).
+    Event(i32),
+    /// Any other (a syscall stop).
+    Other,
 }
 
 impl Drop for Brief {

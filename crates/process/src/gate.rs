@@ -109,7 +109,10 @@ impl ExecGate {
         let mut gate = ExecGate { sock: ours, keeper, limit, filesystems: 0 };
         let mut fds = [PollFd::new(gate.sock.as_fd(), PollFlags::POLLIN)];
         let _ = poll(&mut fds, PollTimeout::from(5000u16));
-        let said = receive(&gate.sock).unwrap_or_default();
+        let said = match receive(&gate.sock) {
+            Heard::Message(m) => m,
+            Heard::Nothing | Heard::End => Vec::new(),
+        };
         let text = String::from_utf8_lossy(&said);
         match text.strip_prefix("ready ") {
             Some(n) => {
@@ -131,7 +134,7 @@ impl ExecGate {
     /// The execs waiting for the main thread.
     pub fn take(&self) -> Vec<Exec> {
         let mut out = Vec::new();
-        while let Some(m) = receive_now(&self.sock) {
+        while let Heard::Message(m) = receive(&self.sock) {
             let Some(rest) = m.strip_prefix(b"exec ") else { continue };
             let mut parts = rest.splitn(4, |&b| b == b' ');
             let num = |p: Option<&[u8]>| p.and_then(|p| std::str::from_utf8(p).ok()).and_then(|s| s.parse().ok());
@@ -182,27 +185,28 @@ fn io(e: Errno) -> std::io::Error {
     std::io::Error::from(e)
 }
 
-/// One message, waiting for it; None at the socket's end or on an error.
-fn receive(sock: &OwnedFd) -> Option<Vec<u8>> {
-    receive_flags(sock, MsgFlags::empty())
+/// What the other side of the socket said.
+enum Heard {
+    Message(Vec<u8>),
+    /// Nothing waiting.
+    Nothing,
+    /// The other side has gone (or the socket failed).
+    End,
 }
 
-/// One message if one is there.
-fn receive_now(sock: &OwnedFd) -> Option<Vec<u8>> {
-    receive_flags(sock, MsgFlags::MSG_DONTWAIT)
-}
-
-fn receive_flags(sock: &OwnedFd, flags: MsgFlags) -> Option<Vec<u8>> {
+/// One message if one is there, without waiting.
+fn receive(sock: &OwnedFd) -> Heard {
     let mut buf = vec![0u8; MAX_MESSAGE];
     loop {
-        match recv(sock.as_raw_fd(), &mut buf, flags) {
-            Ok(0) => return None,
+        match recv(sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(0) => return Heard::End,
             Ok(n) => {
                 buf.truncate(n);
-                return Some(buf);
+                return Heard::Message(buf);
             }
             Err(Errno::EINTR) => continue,
-            Err(_) => return None,
+            Err(Errno::EAGAIN) => return Heard::Nothing,
+            Err(_) => return Heard::End,
         }
     }
 }
@@ -301,13 +305,10 @@ impl Keeper {
     /// Reads what udtrace says (ignore marks; a late `go` is dropped). False at its end.
     fn heed(&mut self) -> bool {
         loop {
-            let mut buf = vec![0u8; MAX_MESSAGE];
-            match recv(self.sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
-                Ok(0) => return false,
-                Ok(n) => self.told(&buf[..n]),
-                Err(Errno::EINTR) => {}
-                Err(Errno::EAGAIN) => return true,
-                Err(_) => return false,
+            match receive(&self.sock) {
+                Heard::Message(m) => self.told(&m),
+                Heard::Nothing => return true,
+                Heard::End => return false,
             }
         }
     }
@@ -350,13 +351,11 @@ impl Keeper {
                 Ok(_) | Err(Errno::EINTR) => {}
                 Err(_) => return true,
             }
-            let mut buf = vec![0u8; MAX_MESSAGE];
-            match recv(self.sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
-                Ok(0) => return false,
-                Ok(n) if buf[..n] == *want.as_bytes() => return true,
-                Ok(n) => self.told(&buf[..n]),
-                Err(Errno::EINTR | Errno::EAGAIN) => {}
-                Err(_) => return false,
+            match receive(&self.sock) {
+                Heard::Message(m) if m == want.as_bytes() => return true,
+                Heard::Message(m) => self.told(&m),
+                Heard::Nothing => {}
+                Heard::End => return false,
             }
         }
     }

@@ -909,12 +909,12 @@ fn read_signals(sfd: &SignalFd, w: &mut Tracing<'_>) -> bool {
 /// gate closed meanwhile: while udtrace is stopped, no exec on the machine waits for it
 /// at all. Opened again (a new keeper) when udtrace is continued.
 fn suspend(w: &mut Tracing<'_>) {
-    let gated = w.all.as_deref().is_some_and(|a| a.wait_fd().is_some());
+    let was_open = w.all.as_deref().is_some_and(|a| a.wait_fd().is_some());
     if let Some(a) = w.all.as_deref_mut() {
         a.close_gate();
     }
     let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-    if gated {
+    if was_open {
         if let Some(a) = w.all.as_deref_mut() {
             a.open_gate(w.registry);
         }
@@ -1026,6 +1026,7 @@ fn wait_commands(
         if interrupted || w.follower.is_none() {
             return out.drop_commands();
         }
+        gated(sink, consumer, w);
         sink.drain(consumer, w, out)?;
         if w.all.is_some() {
             all_events(sink, consumer, w, out)?;
@@ -1072,7 +1073,6 @@ fn all_events(
     w: &mut Tracing<'_>,
     out: &mut dyn Output,
 ) -> io::Result<Option<i32>> {
-    gated(sink, consumer, w);
     let pids = w.backend.as_deref_mut().map(|b| b.exec_notices()).unwrap_or_default();
     if pids.is_empty() {
         return Ok(None);
