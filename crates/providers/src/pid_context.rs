@@ -143,6 +143,12 @@ impl Procs {
             self.symbols_of(pid, obj);
         }
         let mut info = read_info(pid);
+        // Gone already: the name its exec notice gave it stays (/proc has none).
+        if info.execname.is_empty() {
+            if let Some(known) = self.procs.get(&pid) {
+                info.execname.clone_from(&known.execname);
+            }
+        }
         info.mapped = Some(Rc::new(mapped));
         info.held = true;
         self.procs.insert(pid, info);
